@@ -1,0 +1,41 @@
+# Finds LibTorch: a standalone LibTorch given through CMAKE_PREFIX_PATH, or the PyPI torch wheel
+# in the project venv (scripts/install-deps.sh), or whatever python3 -c 'import torch' finds.
+find_path(_st_torch_cfg TorchConfig.cmake PATH_SUFFIXES share/cmake/Torch NO_CMAKE_SYSTEM_PATH)
+if(NOT _st_torch_cfg)
+  foreach(py ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/.venv/bin/python python3)
+    execute_process(COMMAND ${py} -c "import torch.utils; print(torch.utils.cmake_prefix_path)"
+                    OUTPUT_VARIABLE _st_prefix OUTPUT_STRIP_TRAILING_WHITESPACE
+                    RESULT_VARIABLE _st_rc ERROR_QUIET)
+    if(_st_rc EQUAL 0 AND EXISTS "${_st_prefix}/Torch/TorchConfig.cmake")
+      set(_st_torch_cfg "${_st_prefix}/Torch")
+      break()
+    endif()
+  endforeach()
+endif()
+if(NOT _st_torch_cfg)
+  message(FATAL_ERROR "LibTorch not found: run scripts/install-deps.sh, or pass -DCMAKE_PREFIX_PATH=/path/to/libtorch")
+endif()
+get_filename_component(TORCH_ROOT "${_st_torch_cfg}/../../.." ABSOLUTE)
+
+# A CUDA build of LibTorch (the PyPI wheel is +cu130) needs the CUDA toolkit at configure time.
+# Without one we link the CPU half (libtorch_cpu + libc10) directly, which is all a CPU run loads.
+file(GLOB _st_torch_cuda "${TORCH_ROOT}/lib/libtorch_cuda.so")
+if(_st_torch_cuda AND NOT SHARDTRAIN_HAVE_CUDA)
+  message(STATUS "shardtrain: LibTorch at ${TORCH_ROOT} is a CUDA build but no CUDA toolkit: linking its CPU libraries")
+  add_library(shardtrain_torch INTERFACE)
+  target_include_directories(shardtrain_torch SYSTEM INTERFACE
+    ${TORCH_ROOT}/include ${TORCH_ROOT}/include/torch/csrc/api/include)
+  target_link_libraries(shardtrain_torch INTERFACE
+    ${TORCH_ROOT}/lib/libtorch_cpu.so ${TORCH_ROOT}/lib/libc10.so)
+  target_link_options(shardtrain_torch INTERFACE "LINKER:-rpath,${TORCH_ROOT}/lib")
+  target_compile_definitions(shardtrain_torch INTERFACE _GLIBCXX_USE_CXX11_ABI=1)
+else()
+  find_package(Torch REQUIRED CONFIG PATHS "${_st_torch_cfg}" NO_DEFAULT_PATH)
+  add_library(shardtrain_torch INTERFACE)
+  target_link_libraries(shardtrain_torch INTERFACE ${TORCH_LIBRARIES})
+  target_include_directories(shardtrain_torch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+  separate_arguments(_st_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+  target_compile_options(shardtrain_torch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_st_torch_flags}>)
+endif()
+add_library(shardtrain::torch ALIAS shardtrain_torch)
+message(STATUS "shardtrain: LibTorch ${TORCH_ROOT}")

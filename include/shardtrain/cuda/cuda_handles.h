@@ -1,0 +1,55 @@
+// Move-only owners of CUDA streams and events, and device queries. Built only when the CUDA
+// toolkit is found (SHARDTRAIN_HAVE_CUDA).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+namespace shardtrain::cuda {
+
+class Stream {
+ public:
+  Stream();  // non-blocking: never serializes with the legacy default stream
+  explicit Stream(int priority);
+  Stream(Stream&& o) noexcept;
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream();
+  cudaStream_t get() const { return s_; }
+  void synchronize() const;
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class Event {
+ public:
+  explicit Event(bool timing = false);
+  Event(Event&& o) noexcept;
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+  cudaEvent_t get() const { return e_; }
+  void record(cudaStream_t stream);
+  void wait_on(cudaStream_t stream) const;  // stream waits for this event
+  void synchronize() const;
+  float elapsed_ms_since(const Event& start) const;
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+struct DeviceInfo {
+  std::string name;
+  size_t total_memory = 0;
+  int multiprocessors = 0;
+};
+
+int device_count();
+DeviceInfo device_info(int device);
+void set_device(int device);
+
+}  // namespace shardtrain::cuda

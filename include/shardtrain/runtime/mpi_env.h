@@ -1,0 +1,63 @@
+// MPI is the only bootstrap: rank, local rank and node come from MPI_Comm_split_type, or from
+// --ranks-per-node when one machine should act as several nodes.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+
+namespace shardtrain {
+
+// Move-only owner of an MPI communicator (never frees MPI_COMM_WORLD/SELF/NULL).
+class MpiComm {
+ public:
+  MpiComm() = default;
+  explicit MpiComm(MPI_Comm c) : comm_(c) {}
+  MpiComm(MpiComm&& o) noexcept : comm_(o.comm_) { o.comm_ = MPI_COMM_NULL; }
+  MpiComm& operator=(MpiComm&& o) noexcept;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+  ~MpiComm();
+  MPI_Comm get() const { return comm_; }
+  int rank() const;
+  int size() const;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+};
+
+// Where a rank sits: a pure function of (rank, world, ranks per node) once K is known.
+struct Topology {
+  int rank = 0, world = 1;
+  int local_rank = 0, local_size = 1;
+  int node = 0, num_nodes = 1;
+};
+// Throws UsageError when world is not a multiple of ranks_per_node.
+Topology topology_from_ranks_per_node(int rank, int world, int ranks_per_node);
+
+class MpiEnv {
+ public:
+  // Initializes MPI (thread-multiple when available) unless it already is.
+  MpiEnv(int* argc, char*** argv);
+  ~MpiEnv();
+  MpiEnv(const MpiEnv&) = delete;
+  MpiEnv& operator=(const MpiEnv&) = delete;
+
+  // ranks_per_node <= 0 means: ask MPI which ranks share memory.
+  void set_ranks_per_node(int ranks_per_node);
+  const Topology& topology() const { return topo_; }
+  int rank() const { return topo_.rank; }
+  int size() const { return topo_.world; }
+  const std::string& host() const { return host_; }
+  int thread_level() const { return thread_level_; }
+
+  // Tears the whole job down so that no rank waits on one that failed.
+  [[noreturn]] static void abort(int code);
+
+ private:
+  Topology topo_;
+  std::string host_;
+  int thread_level_ = 0;
+  bool owns_ = false;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,44 @@
+// AdamW on fp32 master weights with decoupled weight decay, step for step what
+// torch.optim.AdamW (single-tensor path) computes. Works on whole tensors or on shards.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace shardtrain {
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+struct AdamWSlot {
+  at::Tensor param;       // fp32, updated in place
+  at::Tensor exp_avg;     // same shape as param
+  at::Tensor exp_avg_sq;  // same shape as param
+  bool decay = true;      // false for RMSNorm weights
+};
+
+class AdamW {
+ public:
+  explicit AdamW(AdamWConfig cfg) : cfg_(cfg) {}
+  void add(const at::Tensor& param, bool decay);
+  // grads[i] belongs to slots()[i]; an undefined grad skips that slot.
+  void step(double lr, const std::vector<at::Tensor>& grads);
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t s) { step_ = s; }
+  std::vector<AdamWSlot>& slots() { return slots_; }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  AdamWConfig cfg_;
+  std::vector<AdamWSlot> slots_;
+  int64_t step_ = 0;
+};
+
+// Squared L2 norm of all grads, accumulated in fp64 so shards can be summed across ranks.
+double grad_sq_norm(const std::vector<at::Tensor>& grads);
+// torch.nn.utils.clip_grad_norm_'s rule: scale by min(1, max_norm / (norm + 1e-6)).
+void scale_grads(const std::vector<at::Tensor>& grads, double total_norm, double max_norm);
+
+}  // namespace shardtrain

@@ -1,0 +1,36 @@
+// Per-step metrics: one JSON object per line in --metrics-file, and rank-0 progress lines.
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace shardtrain {
+
+struct StepMetrics {
+  int64_t step = 0, epoch = 0, tokens = 0;  // tokens: loss tokens in the global batch
+  double loss = 0, lr = 0, grad_norm = 0;
+  double step_time_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
+  int64_t peak_mem_bytes = 0;
+  double val_loss = -1;  // < 0: no validation this step
+};
+
+// Throughput figures from the step time. tokens_per_s counts every input token (B·T), as the
+// FLOPs formula does; peak_tflops <= 0 leaves mfu at 0.
+void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token, double peak_tflops,
+                     int world_size);
+
+// Resident-set high-water mark of this process (CPU), in bytes.
+int64_t peak_host_memory_bytes();
+
+class MetricsWriter {
+ public:
+  explicit MetricsWriter(const std::string& path);  // empty path: write nothing
+  void write(const StepMetrics& m);
+
+ private:
+  std::ofstream out_;
+};
+
+std::string progress_line(const StepMetrics& m, int64_t total_steps);
+
+}  // namespace shardtrain

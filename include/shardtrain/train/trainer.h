@@ -1,0 +1,76 @@
+// The training loop. Single rank today; the FSDP engine replaces the WeightProvider and the
+// gradient/optimizer plumbing behind the same step().
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/data/token_dataset.h"
+#include "shardtrain/model/config.h"
+#include "shardtrain/model/llama.h"
+#include "shardtrain/model/params.h"
+#include "shardtrain/train/adamw.h"
+#include "shardtrain/train/lr_schedule.h"
+#include "shardtrain/train/metrics.h"
+
+namespace shardtrain {
+
+struct TrainConfig {
+  int64_t steps = 0;   // optimizer steps; 0: derive from epochs
+  int64_t epochs = 1;
+  int64_t batch_size = 8;  // micro-batch per rank
+  int64_t seq_len = 64;
+  int64_t grad_accum = 1;
+  uint64_t seed = 1234;
+  LrSchedule schedule;
+  AdamWConfig adamw;
+  double grad_clip = 1.0;  // <= 0 disables clipping
+  at::ScalarType param_dtype = at::kFloat;  // compute dtype; master weights stay fp32
+  int64_t val_every = 0;   // 0: validate only at the end
+  int64_t val_batches = 8;
+  int64_t log_every = 10;
+  std::string metrics_file;
+  double peak_tflops = 0;  // per device, for MFU
+};
+
+struct StepResult {
+  double loss = 0;       // mean over the global batch's loss tokens
+  double grad_norm = 0;  // before clipping
+  int64_t tokens = 0;
+};
+
+struct EvalResult {
+  double loss = 0;
+  double perplexity = 0;
+  int64_t tokens = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(ModelConfig model, TrainConfig cfg, ParamStore params);
+
+  // One optimizer step over grad_accum micro-batches; the loss is normalized by the global
+  // batch's token count so accumulation equals one big batch.
+  StepResult step(const std::vector<Batch>& micro_batches, double lr);
+  // Forward-only loss and perplexity, over at most max_batches (<= 0: all) in order.
+  EvalResult evaluate(const TokenDataset& ds, int64_t max_batches);
+  at::Tensor logits(const at::Tensor& tokens);
+
+  // The loop: steps, schedule, validation, metrics and progress lines.
+  void fit(const TokenDataset& train, const TokenDataset* val);
+
+  ParamStore& params() { return params_; }
+  const ModelConfig& model() const { return model_; }
+  AdamW& optimizer() { return opt_; }
+
+ private:
+  ModelConfig model_;
+  TrainConfig cfg_;
+  ParamStore params_;
+  Rotary rope_;
+  AdamW opt_;
+};
+
+}  // namespace shardtrain

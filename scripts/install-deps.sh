@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Installs everything shardtrain needs on Debian 12, idempotently: Debian packages system-wide,
+# LibTorch (the PyPI torch wheel) and the Python test tools into a project virtual environment.
+# Usage: scripts/install-deps.sh            (root, or a user with sudo)
+# Env:   SHARDTRAIN_VENV (default: <repo>/.venv), SHARDTRAIN_SKIP_APT=1 to skip apt.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${SHARDTRAIN_VENV:-$repo/.venv}
+
+# Pinned: 2.11.x matches the GPU machine's torch (+cu130).
+TORCH_VERSION=2.11.0
+PY_TEST_TOOLS=(transformers==5.23.0 safetensors==0.8.0 numpy sentencepiece==0.1.99 h5py==3.16.0)
+
+DEBIAN_PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  python3 python3-venv python3-dev
+  openmpi-bin libopenmpi-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libboost-program-options-dev
+  libfabric-dev
+  nlohmann-json3-dev
+  libsentencepiece-dev
+  libgtest-dev
+)
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+
+if [ "${SHARDTRAIN_SKIP_APT:-0}" != 1 ]; then
+  missing=()
+  for p in "${DEBIAN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "[install-deps] apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${sudo_cmd[@]}" apt-get update -q
+    "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+  else
+    echo "[install-deps] Debian packages present"
+  fi
+fi
+
+# Debian's own python3 (PEP 668 forbids system-wide pip); the venv isolates torch and test tools.
+py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3)
+if [ ! -x "$venv/bin/python" ]; then
+  echo "[install-deps] creating virtual environment $venv"
+  "$py" -m venv "$venv"
+fi
+have() { "$venv/bin/python" - "$@" <<'PY'
+import sys, importlib.metadata as m
+for spec in sys.argv[1:]:
+    name, _, ver = spec.partition("==")
+    try:
+        got = m.version(name)
+    except m.PackageNotFoundError:
+        sys.exit(1)
+    if ver and got.split("+")[0] != ver:
+        sys.exit(1)
+PY
+}
+if ! have "torch==$TORCH_VERSION" "${PY_TEST_TOOLS[@]}"; then
+  echo "[install-deps] pip install torch==$TORCH_VERSION ${PY_TEST_TOOLS[*]}"
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "${PY_TEST_TOOLS[@]}"
+else
+  echo "[install-deps] Python packages present in $venv"
+fi
+echo "[install-deps] LibTorch: $("$venv/bin/python" -c 'import torch; print(torch.__version__, torch.utils.cmake_prefix_path)')"

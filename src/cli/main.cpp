@@ -1,0 +1,40 @@
+// shardtrain <command> [options]. Any failure on any rank prints one line and aborts the whole
+// MPI job (exit 2 for a bad option or file, 1 otherwise), so no rank is left waiting.
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/cli/commands.h"
+#include "shardtrain/cli/options.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/mpi_env.h"
+
+using namespace shardtrain;
+
+int main(int argc, char** argv) {
+  std::unique_ptr<MpiEnv> env;
+  try {
+    env = std::make_unique<MpiEnv>(&argc, &argv);
+    const std::string cmd = argc > 1 ? argv[1] : "";
+    std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
+    if (cmd == "train") return cli::cmd_train(args, *env);
+    if (cmd == "eval") return cli::cmd_eval(args, *env);
+    if (cmd == "--version") {
+      std::cout << "shardtrain 0.1.0\n";
+      return 0;
+    }
+    if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {
+      if (!env || env->rank() == 0) std::cout << cli::top_level_help();
+      return cmd.empty() ? 2 : 0;
+    }
+    throw UsageError("unknown command '" + cmd + "'; run 'shardtrain --help' for the list");
+  } catch (const UsageError& e) {
+    std::cerr << "shardtrain: error: " << e.what() << std::endl;
+    MpiEnv::abort(2);
+  } catch (const std::exception& e) {
+    std::cerr << "shardtrain: fatal: " << e.what() << " (" << shardtrain::detail::identity() << ")" << std::endl;
+    MpiEnv::abort(1);
+  }
+}

@@ -1,0 +1,199 @@
+#include "shardtrain/cli/options.h"
+
+#include <boost/program_options.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shardtrain/runtime/error.h"
+
+namespace po = boost::program_options;
+namespace fs = std::filesystem;
+
+namespace shardtrain::cli {
+namespace {
+
+struct ModelArgs {
+  std::string spec = "tiny", weights;
+  int64_t n_layers = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0, max_pos = 0;
+};
+
+po::options_description common_desc(CommonOptions& c, std::string& config_file) {
+  po::options_description d("General");
+  d.add_options()("help,h", po::bool_switch(&c.help), "show this help")(
+      "config", po::value(&config_file), "read more options from FILE (key = value per line)")(
+      "threads", po::value(&c.threads)->default_value(0), "LibTorch CPU threads (0: all cores)");
+  return d;
+}
+
+po::options_description model_desc(ModelArgs& m) {
+  std::string presets;
+  for (const auto& n : model_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  po::options_description d("Model");
+  d.add_options()("model", po::value(&m.spec)->default_value("tiny"),
+                  ("preset (" + presets + ") or a Hugging Face config.json / model directory").c_str())(
+      "weights", po::value(&m.weights), "safetensors file, directory or model.safetensors.index.json")(
+      "n-layers", po::value(&m.n_layers), "override num_hidden_layers")(
+      "hidden-size", po::value(&m.hidden), "override hidden_size")(
+      "intermediate-size", po::value(&m.inter), "override intermediate_size")(
+      "n-heads", po::value(&m.heads), "override num_attention_heads")(
+      "n-kv-heads", po::value(&m.kv_heads), "override num_key_value_heads (GQA when < n-heads)")(
+      "vocab-size", po::value(&m.vocab), "override vocab_size")(
+      "max-seq-len", po::value(&m.max_pos), "override max_position_embeddings");
+  return d;
+}
+
+ModelConfig resolve(const ModelArgs& m) {
+  ModelConfig c = resolve_model(m.spec);
+  if (m.n_layers) c.num_layers = m.n_layers;
+  if (m.hidden) c.hidden_size = m.hidden;
+  if (m.inter) c.intermediate_size = m.inter;
+  if (m.heads) c.num_heads = m.heads;
+  if (m.kv_heads) c.num_kv_heads = m.kv_heads;
+  if (m.vocab) c.vocab_size = m.vocab;
+  if (m.max_pos) c.max_position_embeddings = m.max_pos;
+  c.validate();
+  return c;
+}
+
+void require_file(const std::string& opt, const std::string& path) {
+  if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
+}
+
+// Parses args (then --config) into the variables bound by `all`; --help short-circuits.
+bool parse_into(const std::vector<std::string>& args, const po::options_description& all,
+                const std::string& config_file_ref, const bool& help, std::string* help_text,
+                const std::string& usage) {
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(args).options(all).run(), vm);
+    if (vm.count("config")) {
+      const auto path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw UsageError("--config: cannot open " + path);
+      po::store(po::parse_config_file(in, all), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  (void)config_file_ref;
+  if (help && help_text) {
+    std::ostringstream os;
+    os << usage << "\n" << all;
+    *help_text = os.str();
+  }
+  return help;
+}
+
+void positive(const char* opt, double v, const char* hint) {
+  if (!(v > 0)) {
+    std::ostringstream os;
+    os << opt << " must be positive, got " << v << "; " << hint;
+    throw UsageError(os.str());
+  }
+}
+
+at::ScalarType parse_dtype(const std::string& s, const char* opt) {
+  if (s == "fp32" || s == "float32") return at::kFloat;
+  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
+  throw UsageError(std::string(opt) + " must be fp32 or bf16, got '" + s + "'");
+}
+
+}  // namespace
+
+TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text) {
+  TrainOptions o;
+  ModelArgs m;
+  std::string config_file, schedule = "cosine", param_dtype = "fp32";
+  auto& t = o.train;
+  po::options_description data("Data");
+  data.add_options()("data", po::value(&o.data), "token file (little-endian uint32) or *.txt; default: built-in corpus")(
+      "seq-len", po::value(&t.seq_len)->default_value(64), "tokens per sample")(
+      "batch-size", po::value(&t.batch_size)->default_value(8), "micro-batch size per rank")(
+      "val-fraction", po::value(&o.val_fraction)->default_value(0.1), "share of samples held out for validation");
+  po::options_description train("Training");
+  train.add_options()("steps", po::value(&t.steps)->default_value(0), "optimizer steps (0: --epochs worth)")(
+      "epochs", po::value(&t.epochs)->default_value(1), "epochs when --steps is 0")(
+      "lr", po::value(&t.schedule.base_lr)->default_value(3e-3), "peak learning rate")(
+      "lr-schedule", po::value(&schedule)->default_value("cosine"), "cosine (linear warmup + cosine), steplr (per epoch, --gamma) or constant")(
+      "warmup-steps", po::value(&t.schedule.warmup_steps)->default_value(10), "linear warmup steps")(
+      "min-lr-ratio", po::value(&t.schedule.min_lr_ratio)->default_value(0.1), "cosine floor as a fraction of --lr")(
+      "gamma", po::value(&t.schedule.gamma)->default_value(0.85), "steplr decay per epoch (llama-recipes: 0.85)")(
+      "weight-decay", po::value(&t.adamw.weight_decay)->default_value(0.1), "AdamW decoupled weight decay (not on norms)")(
+      "beta1", po::value(&t.adamw.beta1)->default_value(0.9), "AdamW beta1")(
+      "beta2", po::value(&t.adamw.beta2)->default_value(0.95), "AdamW beta2")(
+      "adam-eps", po::value(&t.adamw.eps)->default_value(1e-8), "AdamW epsilon")(
+      "grad-clip", po::value(&t.grad_clip)->default_value(1.0), "global gradient-norm clip (0: off)")(
+      "grad-accum", po::value(&t.grad_accum)->default_value(1), "micro-batches per optimizer step")(
+      "param-dtype", po::value(&param_dtype)->default_value("fp32"), "compute dtype: fp32 or bf16 (master weights stay fp32)")(
+      "seed", po::value(&t.seed)->default_value(1234), "seed for init and data order")(
+      "val-every", po::value(&t.val_every)->default_value(0), "validation every N steps (0: at the end)")(
+      "val-batches", po::value(&t.val_batches)->default_value(8), "validation batches")(
+      "log-every", po::value(&t.log_every)->default_value(10), "progress line every N steps")(
+      "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
+      "peak-tflops", po::value(&t.peak_tflops)->default_value(0.0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
+      "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end");
+  po::options_description all;
+  all.add(common_desc(o.common, config_file)).add(model_desc(m)).add(data).add(train);
+  if (parse_into(args, all, config_file, o.common.help, help_text, "Usage: shardtrain train [options]")) return o;
+
+  o.model = resolve(m);
+  o.weights = m.weights;
+  require_file("--weights", o.weights);
+  require_file("--data", o.data);
+  positive("--lr", t.schedule.base_lr, "try 3e-4 for fine-tuning");
+  positive("--batch-size", static_cast<double>(t.batch_size), "use 1 or more");
+  positive("--grad-accum", static_cast<double>(t.grad_accum), "use 1 or more");
+  if (t.seq_len < 2 || t.seq_len > o.model.max_position_embeddings)
+    throw UsageError("--seq-len must be in [2, " + std::to_string(o.model.max_position_embeddings) +
+                     "] (the model's max_position_embeddings), got " + std::to_string(t.seq_len));
+  if (t.steps < 0 || t.epochs < 1) throw UsageError("--steps must be >= 0 and --epochs >= 1");
+  if (schedule != "cosine" && schedule != "steplr" && schedule != "constant")
+    throw UsageError("--lr-schedule must be cosine, steplr or constant, got '" + schedule + "'");
+  t.schedule.kind = schedule;
+  if (t.schedule.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
+  if (t.schedule.gamma <= 0 || t.schedule.gamma > 1) throw UsageError("--gamma must be in (0, 1]");
+  if (t.adamw.weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
+  if (t.adamw.beta1 < 0 || t.adamw.beta1 >= 1 || t.adamw.beta2 < 0 || t.adamw.beta2 >= 1)
+    throw UsageError("--beta1 and --beta2 must be in [0, 1)");
+  if (o.val_fraction <= 0 || o.val_fraction >= 1) throw UsageError("--val-fraction must be in (0, 1)");
+  if (t.log_every < 1) throw UsageError("--log-every must be >= 1");
+  if (o.common.threads < 0) throw UsageError("--threads must be >= 0");
+  t.param_dtype = parse_dtype(param_dtype, "--param-dtype");
+  return o;
+}
+
+EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text) {
+  EvalOptions o;
+  ModelArgs m;
+  std::string config_file;
+  po::options_description data("Data");
+  data.add_options()("data", po::value(&o.data), "token file or *.txt; default: built-in corpus")(
+      "seq-len", po::value(&o.seq_len)->default_value(64), "tokens per sample")(
+      "batch-size", po::value(&o.batch_size)->default_value(8), "batch size")(
+      "max-batches", po::value(&o.max_batches)->default_value(0), "stop after N batches (0: all)")(
+      "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights");
+  po::options_description all;
+  all.add(common_desc(o.common, config_file)).add(model_desc(m)).add(data);
+  if (parse_into(args, all, config_file, o.common.help, help_text, "Usage: shardtrain eval [options]")) return o;
+  o.model = resolve(m);
+  o.weights = m.weights;
+  require_file("--weights", o.weights);
+  require_file("--data", o.data);
+  positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
+  if (o.seq_len < 2 || o.seq_len > o.model.max_position_embeddings)
+    throw UsageError("--seq-len must be in [2, " + std::to_string(o.model.max_position_embeddings) + "]");
+  return o;
+}
+
+std::string top_level_help() {
+  return "shardtrain: fully sharded fine-tuning of Llama-2 models\n\n"
+         "Usage: shardtrain <command> [options]\n\n"
+         "Commands:\n"
+         "  train    train or fine-tune a model\n"
+         "  eval     loss and perplexity of a model on a dataset\n\n"
+         "Run 'shardtrain <command> --help' for a command's options.\n";
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,61 @@
+#include "shardtrain/cuda/cuda_handles.h"
+
+#include <utility>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::cuda {
+
+Stream::Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+Stream::Stream(int priority) { CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority)); }
+Stream::Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+Stream& Stream::operator=(Stream&& o) noexcept {
+  if (this != &o) {
+    if (s_) cudaStreamDestroy(s_);
+    s_ = std::exchange(o.s_, nullptr);
+  }
+  return *this;
+}
+Stream::~Stream() {
+  if (s_) cudaStreamDestroy(s_);
+}
+void Stream::synchronize() const { CUDA_CHECK(cudaStreamSynchronize(s_)); }
+
+Event::Event(bool timing) {
+  CUDA_CHECK(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+Event::Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+Event& Event::operator=(Event&& o) noexcept {
+  if (this != &o) {
+    if (e_) cudaEventDestroy(e_);
+    e_ = std::exchange(o.e_, nullptr);
+  }
+  return *this;
+}
+Event::~Event() {
+  if (e_) cudaEventDestroy(e_);
+}
+void Event::record(cudaStream_t stream) { CUDA_CHECK(cudaEventRecord(e_, stream)); }
+void Event::wait_on(cudaStream_t stream) const { CUDA_CHECK(cudaStreamWaitEvent(stream, e_, 0)); }
+void Event::synchronize() const { CUDA_CHECK(cudaEventSynchronize(e_)); }
+float Event::elapsed_ms_since(const Event& start) const {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, e_));
+  return ms;
+}
+
+int device_count() {
+  int n = 0;
+  CUDA_CHECK(cudaGetDeviceCount(&n));
+  return n;
+}
+
+DeviceInfo device_info(int device) {
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return {p.name, p.totalGlobalMem, p.multiProcessorCount};
+}
+
+void set_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
+
+}  // namespace shardtrain::cuda

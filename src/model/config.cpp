@@ -1,0 +1,171 @@
+#include "shardtrain/model/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+namespace fs = std::filesystem;
+namespace {
+
+ModelConfig make(const std::string& name, int64_t vocab, int64_t hidden, int64_t inter,
+                 int64_t layers, int64_t heads, int64_t kv, int64_t max_pos) {
+  ModelConfig c;
+  c.name = name;
+  c.vocab_size = vocab;
+  c.hidden_size = hidden;
+  c.intermediate_size = inter;
+  c.num_layers = layers;
+  c.num_heads = heads;
+  c.num_kv_heads = kv;
+  c.max_position_embeddings = max_pos;
+  return c;
+}
+
+const std::map<std::string, ModelConfig>& presets() {
+  // Published Llama-2 shapes (Touvron et al. 2023; HF meta-llama/Llama-2-*-hf config.json).
+  static const std::map<std::string, ModelConfig> p = {
+      {"tiny", make("tiny", 512, 64, 176, 2, 4, 2, 512)},
+      {"small", make("small", 4096, 256, 688, 4, 8, 4, 1024)},
+      {"llama2-7b", make("llama2-7b", 32000, 4096, 11008, 32, 32, 32, 4096)},
+      {"llama2-13b", make("llama2-13b", 32000, 5120, 13824, 40, 40, 40, 4096)},
+      {"llama2-70b", make("llama2-70b", 32000, 8192, 28672, 80, 64, 8, 4096)},
+  };
+  return p;
+}
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) throw UsageError(msg);
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  auto pos = [&](int64_t v, const char* opt, const char* key) {
+    require(v > 0, std::string(opt) + " (" + key + ") must be positive, got " + std::to_string(v));
+  };
+  pos(vocab_size, "--vocab-size", "vocab_size");
+  pos(hidden_size, "--hidden-size", "hidden_size");
+  pos(intermediate_size, "--intermediate-size", "intermediate_size");
+  pos(num_layers, "--n-layers", "num_hidden_layers");
+  pos(num_heads, "--n-heads", "num_attention_heads");
+  pos(num_kv_heads, "--n-kv-heads", "num_key_value_heads");
+  pos(max_position_embeddings, "--max-seq-len", "max_position_embeddings");
+  require(hidden_size % num_heads == 0,
+          "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
+              " does not divide --hidden-size (hidden_size) = " + std::to_string(hidden_size) +
+              "; pick a head count that divides the width");
+  require(num_heads % num_kv_heads == 0,
+          "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
+              " is not a multiple of --n-kv-heads (num_key_value_heads) = " +
+              std::to_string(num_kv_heads) + "; pick n_kv_heads dividing n_heads");
+  require(head_dim() % 2 == 0, "--hidden-size / --n-heads must be even for rotary embeddings, got " +
+                                   std::to_string(head_dim()));
+  require(rms_norm_eps > 0, "rms_norm_eps must be positive");
+  require(rope_theta > 0, "rope_theta must be positive");
+}
+
+int64_t ModelConfig::num_params() const {
+  const int64_t h = hidden_size, kv = num_kv_heads * head_dim();
+  const int64_t attn = h * h * 2 + h * kv * 2;  // q, o: [h, h]; k, v: [kv, h]
+  const int64_t mlp = 3 * h * intermediate_size;
+  const int64_t layer = attn + mlp + 2 * h;
+  return num_layers * layer + 2 * vocab_size * h + h;  // embed + untied lm_head + final norm
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& kv : presets()) names.push_back(kv.first);
+  return names;
+}
+
+ModelConfig model_preset(const std::string& name) {
+  auto it = presets().find(name);
+  if (it == presets().end()) {
+    std::ostringstream os;
+    os << "--model: unknown preset '" << name << "'; choose one of";
+    for (const auto& n : model_preset_names()) os << " " << n;
+    os << ", or give a Hugging Face config.json";
+    throw UsageError(os.str());
+  }
+  return it->second;
+}
+
+ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origin) {
+  auto get = [&](const char* key, auto fallback, bool required) {
+    using T = decltype(fallback);
+    if (!j.contains(key) || j[key].is_null()) {
+      if (required) throw UsageError("--model " + origin + ": config.json lacks \"" + key + "\"");
+      return fallback;
+    }
+    try {
+      return j[key].get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw UsageError("--model " + origin + ": \"" + key + "\" has the wrong type");
+    }
+  };
+  if (j.contains("model_type") && j["model_type"].is_string() && j["model_type"] != "llama")
+    throw UsageError("--model " + origin + ": model_type is '" + j["model_type"].get<std::string>() +
+                     "', expected 'llama'");
+  if (j.value("tie_word_embeddings", false))
+    throw UsageError("--model " + origin + ": tie_word_embeddings=true; Llama-2 models have an untied lm_head");
+  ModelConfig c;
+  c.name = origin;
+  c.vocab_size = get("vocab_size", int64_t{32000}, true);
+  c.hidden_size = get("hidden_size", int64_t{0}, true);
+  c.intermediate_size = get("intermediate_size", int64_t{0}, true);
+  c.num_layers = get("num_hidden_layers", int64_t{0}, true);
+  c.num_heads = get("num_attention_heads", int64_t{0}, true);
+  c.num_kv_heads = get("num_key_value_heads", c.num_heads, false);
+  c.max_position_embeddings = get("max_position_embeddings", int64_t{4096}, false);
+  c.rms_norm_eps = get("rms_norm_eps", 1e-5, false);
+  c.rope_theta = get("rope_theta", 10000.0, false);
+  if (j.contains("head_dim") && j["head_dim"].is_number_integer() && c.num_heads > 0 &&
+      j["head_dim"].get<int64_t>() != c.hidden_size / c.num_heads)
+    throw UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");
+  return c;
+}
+
+nlohmann::json model_to_hf_json(const ModelConfig& c) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_hidden_layers", c.num_layers},
+          {"num_attention_heads", c.num_heads},
+          {"num_key_value_heads", c.num_kv_heads},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"rope_theta", c.rope_theta},
+          {"hidden_act", "silu"},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"tie_word_embeddings", false},
+          {"bos_token_id", 1},
+          {"eos_token_id", 2},
+          {"torch_dtype", "float32"}};
+}
+
+ModelConfig resolve_model(const std::string& spec) {
+  const bool looks_like_path = spec.find('/') != std::string::npos || (spec.size() > 5 &&
+                               spec.compare(spec.size() - 5, 5, ".json") == 0);
+  if (!looks_like_path && !fs::exists(spec)) return model_preset(spec);
+  fs::path p(spec);
+  if (fs::is_directory(p)) p /= "config.json";
+  std::ifstream in(p);
+  if (!in) throw UsageError("--model: cannot open " + p.string() + " (no such file)");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("--model " + p.string() + ": invalid JSON: " + e.what());
+  }
+  return model_from_hf_json(j, p.string());
+}
+
+}  // namespace shardtrain

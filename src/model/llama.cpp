@@ -1,0 +1,98 @@
+#include "shardtrain/model/llama.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace shardtrain {
+
+LocalWeights::LocalWeights(const ParamStore& params, at::ScalarType compute_dtype)
+    : params_(params), dtype_(compute_dtype) {}
+
+at::Tensor LocalWeights::w(const std::string& name) const { return params_.get(name).to(dtype_); }
+
+at::Tensor LocalWeights::embedding() { return w("model.embed_tokens.weight"); }
+
+LayerWeights LocalWeights::layer(int64_t i) {
+  const std::string p = "model.layers." + std::to_string(i) + ".";
+  return {w(p + "self_attn.q_proj.weight"), w(p + "self_attn.k_proj.weight"),
+          w(p + "self_attn.v_proj.weight"), w(p + "self_attn.o_proj.weight"),
+          w(p + "mlp.gate_proj.weight"),    w(p + "mlp.up_proj.weight"),
+          w(p + "mlp.down_proj.weight"),    w(p + "input_layernorm.weight"),
+          w(p + "post_attention_layernorm.weight")};
+}
+
+HeadWeights LocalWeights::head() { return {w("model.norm.weight"), w("lm_head.weight")}; }
+
+Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
+  const int64_t d = cfg.head_dim();
+  auto inv_freq = 1.0 / at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);  // [d/2]
+  auto pos = at::arange(max_pos, at::kLong).to(at::kFloat);                                         // [T]
+  auto freqs = at::outer(pos, inv_freq);                                                            // [T, d/2]
+  auto emb = at::cat({freqs, freqs}, -1);                                                           // [T, d]
+  cos = emb.cos();
+  sin = emb.sin();
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // Normalize in fp32 whatever the compute dtype, as Hugging Face's LlamaRMSNorm does.
+  auto xf = x.to(at::kFloat);
+  auto var = xf.pow(2).mean(-1, true);
+  xf = xf * at::rsqrt(var + eps);
+  return weight * xf.to(x.scalar_type());
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  // x: [B, heads, T, D]; cos/sin: [T, D]. rotate_half(x) = cat(-x2, x1).
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
+                         const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t B = x.size(0), T = x.size(1), D = cfg.head_dim();
+  const int64_t nh = cfg.num_heads, nkv = cfg.num_kv_heads, rep = nh / nkv;
+  auto h = rms_norm(x, w.input_norm, cfg.rms_norm_eps);
+  auto q = at::linear(h, w.q_proj).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
+  auto k = at::linear(h, w.k_proj).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
+  auto v = at::linear(h, w.v_proj).view({B, T, nkv, D}).transpose(1, 2);
+  auto c = cos.narrow(0, 0, T).to(x.scalar_type()), s = sin.narrow(0, 0, T).to(x.scalar_type());
+  q = apply_rotary(q, c, s);
+  k = apply_rotary(k, c, s);
+  if (rep > 1) {  // grouped-query attention: each kv head serves `rep` query heads (repeat_kv)
+    k = k.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nh, T, D});
+    v = v.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nh, T, D});
+  }
+  auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  attn = attn.transpose(1, 2).reshape({B, T, nh * D});
+  auto out = x + at::linear(attn, w.o_proj);
+  auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);
+  auto mlp = at::linear(at::silu(at::linear(m, w.gate_proj)) * at::linear(m, w.up_proj), w.down_proj);
+  return out + mlp;
+}
+
+at::Tensor llama_forward(const ModelConfig& cfg, WeightProvider& weights, const at::Tensor& tokens,
+                         const Rotary& rope, at::ScalarType compute_dtype) {
+  auto x = at::embedding(weights.embedding(), tokens).to(compute_dtype);  // [B, T, H]
+  for (int64_t i = 0; i < cfg.num_layers; ++i) x = decoder_layer(cfg, weights.layer(i), x, rope.cos, rope.sin);
+  auto hw = weights.head();
+  return at::linear(rms_norm(x, hw.norm, cfg.rms_norm_eps), hw.lm_head);
+}
+
+LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
+  const int64_t T = logits.size(1), V = logits.size(2);
+  auto lg = logits.narrow(1, 0, T - 1).to(at::kFloat).reshape({-1, V});
+  auto lb = labels.narrow(1, 1, T - 1).reshape({-1});
+  LossSum r;
+  r.sum = at::cross_entropy_loss(lg, lb, {}, at::Reduction::Sum, /*ignore_index=*/-100);
+  r.count = count_loss_tokens(labels);
+  return r;
+}
+
+int64_t count_loss_tokens(const at::Tensor& labels) {
+  return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<int64_t>();
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,97 @@
+#include "shardtrain/model/params.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, kv = c.num_kv_heads * c.head_dim(), f = c.intermediate_size;
+  std::vector<ParamSpec> s;
+  s.push_back({"model.embed_tokens.weight", {c.vocab_size, h}, false, 0});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const int64_t u = i + 1;
+    s.push_back({p + "self_attn.q_proj.weight", {h, h}, false, u});
+    s.push_back({p + "self_attn.k_proj.weight", {kv, h}, false, u});
+    s.push_back({p + "self_attn.v_proj.weight", {kv, h}, false, u});
+    s.push_back({p + "self_attn.o_proj.weight", {h, h}, false, u});
+    s.push_back({p + "mlp.gate_proj.weight", {f, h}, false, u});
+    s.push_back({p + "mlp.up_proj.weight", {f, h}, false, u});
+    s.push_back({p + "mlp.down_proj.weight", {h, f}, false, u});
+    s.push_back({p + "input_layernorm.weight", {h}, true, u});
+    s.push_back({p + "post_attention_layernorm.weight", {h}, true, u});
+  }
+  s.push_back({"model.norm.weight", {h}, true, c.num_layers + 1});
+  s.push_back({"lm_head.weight", {c.vocab_size, h}, false, c.num_layers + 1});
+  return s;
+}
+
+at::Tensor init_param(const ParamSpec& spec, uint64_t seed, double std) {
+  if (spec.is_norm) return at::ones(spec.shape, at::kFloat);
+  uint64_t hsh = 1469598103934665603ull;  // FNV-1a of the name, mixed with the seed
+  for (unsigned char ch : spec.name) hsh = (hsh ^ ch) * 1099511628211ull;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(hsh ^ (seed * 0x9E3779B97F4A7C15ull));
+  return at::normal(0.0, std, spec.shape, gen, at::TensorOptions().dtype(at::kFloat));
+}
+
+ParamStore ParamStore::initialize(const ModelConfig& cfg, uint64_t seed) {
+  ParamStore p;
+  p.specs_ = llama_param_specs(cfg);
+  for (const auto& s : p.specs_) {
+    p.index_[s.name] = p.tensors_.size();
+    p.tensors_.push_back(init_param(s, seed).set_requires_grad(true));
+  }
+  return p;
+}
+
+ParamStore ParamStore::load(const ModelConfig& cfg, const SafetensorsModel& weights) {
+  ParamStore p;
+  p.specs_ = llama_param_specs(cfg);
+  for (const auto& s : p.specs_) {
+    if (!weights.has(s.name))
+      throw Error("--weights: tensor '" + s.name + "' is missing from " + weights.file_of_any());
+    const auto& info = weights.info(s.name);
+    if (info.shape != s.shape) {
+      std::string want, got;
+      for (auto d : s.shape) want += std::to_string(d) + ",";
+      for (auto d : info.shape) got += std::to_string(d) + ",";
+      throw Error("--weights: tensor '" + s.name + "' in " + weights.file_of(s.name).path() + " has shape [" +
+                  got + "] but --model " + cfg.name + " needs [" + want + "]");
+    }
+    if (info.dtype != StDType::F32 && info.dtype != StDType::BF16 && info.dtype != StDType::F16)
+      throw Error("--weights: tensor '" + s.name + "' has dtype " + st_dtype_name(info.dtype) +
+                  "; expected F32, BF16 or F16");
+    p.index_[s.name] = p.tensors_.size();
+    p.tensors_.push_back(weights.read(s.name).to(at::kFloat).set_requires_grad(true));
+  }
+  return p;
+}
+
+const at::Tensor& ParamStore::get(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw Error("no parameter named '" + name + "'");
+  return tensors_[it->second];
+}
+
+NamedTensors ParamStore::named() const {
+  NamedTensors out;
+  for (size_t i = 0; i < specs_.size(); ++i) out.emplace_back(specs_[i].name, tensors_[i].detach());
+  return out;
+}
+
+int64_t ParamStore::numel() const {
+  int64_t n = 0;
+  for (const auto& t : tensors_) n += t.numel();
+  return n;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,66 @@
+#include "shardtrain/train/metrics.h"
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token, double peak_tflops,
+                     int world_size) {
+  if (m.step_time_s <= 0) return;
+  m.tokens_per_s = static_cast<double>(input_tokens) / m.step_time_s;
+  m.tflops_per_device = m.tokens_per_s * flops_per_token / world_size / 1e12;
+  m.mfu = peak_tflops > 0 ? m.tflops_per_device / peak_tflops : 0.0;
+}
+
+int64_t peak_host_memory_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  out_.open(path, std::ios::trunc);
+  if (!out_) throw UsageError("--metrics-file: cannot write " + path);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  if (!out_.is_open()) return;
+  nlohmann::json j = {{"step", m.step},
+                      {"epoch", m.epoch},
+                      {"loss", m.loss},
+                      {"lr", m.lr},
+                      {"grad_norm", m.grad_norm},
+                      {"tokens", m.tokens},
+                      {"tokens_per_s", m.tokens_per_s},
+                      {"tflops_per_device", m.tflops_per_device},
+                      {"mfu", m.mfu},
+                      {"step_time_s", m.step_time_s},
+                      {"peak_mem_bytes", m.peak_mem_bytes}};
+  if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
+  out_ << j.dump() << "\n";
+  out_.flush();
+}
+
+std::string progress_line(const StepMetrics& m, int64_t total_steps) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.3f TFLOP/s | "
+                "MFU %.2f%% | %.3f s/step | mem %.0f MiB",
+                static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr, m.grad_norm,
+                m.tokens_per_s, m.tflops_per_device, 100.0 * m.mfu, m.step_time_s,
+                static_cast<double>(m.peak_mem_bytes) / (1 << 20));
+  std::string s = buf;
+  if (m.val_loss >= 0) {
+    std::snprintf(buf, sizeof buf, " | val_loss %.4f", m.val_loss);
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace shardtrain
