@@ -37,5 +37,8 @@ else()
   separate_arguments(_st_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
   target_compile_options(shardtrain_torch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:${_st_torch_flags}>)
 endif()
+# The PyPI wheel's libtorch exports its own (partial) std::filesystem; put libstdc++ first in
+# DT_NEEDED so the dynamic linker resolves those symbols to the real library.
+target_link_options(shardtrain_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
 add_library(shardtrain::torch ALIAS shardtrain_torch)
 message(STATUS "shardtrain: LibTorch ${TORCH_ROOT}")

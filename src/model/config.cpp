@@ -124,6 +124,16 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   c.max_position_embeddings = get("max_position_embeddings", int64_t{4096}, false);
   c.rms_norm_eps = get("rms_norm_eps", 1e-5, false);
   c.rope_theta = get("rope_theta", 10000.0, false);
+  // transformers >= 5 nests it: "rope_parameters": {"rope_theta": ..., "rope_type": "default"}.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
+    const auto& rp = j["rope_parameters"];
+    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) c.rope_theta = rp["rope_theta"].get<double>();
+    if (rp.value("rope_type", std::string("default")) != "default")
+      throw UsageError("--model " + origin + ": rope_type '" + rp["rope_type"].get<std::string>() +
+                       "' is not Llama-2's plain RoPE");
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    throw UsageError("--model " + origin + ": rope_scaling is set; Llama-2 uses unscaled RoPE");
   if (j.contains("head_dim") && j["head_dim"].is_number_integer() && c.num_heads > 0 &&
       j["head_dim"].get<int64_t>() != c.hidden_size / c.num_heads)
     throw UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");

@@ -1,0 +1,94 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/model/config.h"
+#include "shardtrain/model/params.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/mpi_env.h"
+#include "shardtrain/train/flops.h"
+
+using namespace shardtrain;
+
+TEST(Config, PublishedLlama2ParameterCounts) {
+  // Counts of meta-llama/Llama-2-{7b,13b,70b}-hf, summed over their safetensors.
+  EXPECT_EQ(model_preset("llama2-7b").num_params(), 6738415616);
+  EXPECT_EQ(model_preset("llama2-13b").num_params(), 13015864320);
+  EXPECT_EQ(model_preset("llama2-70b").num_params(), 68976648192);
+  EXPECT_EQ(model_preset("llama2-70b").num_kv_heads, 8);
+}
+
+TEST(Config, ParamSpecsUseHuggingFaceNamesAndSumToCount) {
+  auto cfg = model_preset("tiny");
+  auto specs = llama_param_specs(cfg);
+  EXPECT_EQ(specs.front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(specs[1].name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(specs[2].shape, (std::vector<int64_t>{cfg.num_kv_heads * cfg.head_dim(), cfg.hidden_size}));
+  EXPECT_EQ(specs.back().name, "lm_head.weight");
+  EXPECT_EQ(specs.back().unit, cfg.num_layers + 1);
+  int64_t n = 0;
+  for (const auto& s : specs) n += s.numel();
+  EXPECT_EQ(n, cfg.num_params());
+}
+
+TEST(Config, UnknownPresetNamesTheOption) {
+  try {
+    model_preset("llama2-8b");
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--model"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("llama2-7b"), std::string::npos);
+  }
+}
+
+TEST(Config, ValidationCatchesBadHeads) {
+  auto c = model_preset("tiny");
+  c.num_heads = 5;
+  EXPECT_THROW(c.validate(), UsageError);
+  c = model_preset("tiny");
+  c.num_kv_heads = 3;
+  EXPECT_THROW(c.validate(), UsageError);
+  EXPECT_NO_THROW(model_preset("llama2-70b").validate());
+}
+
+TEST(Config, ReadsHuggingFaceJsonBothRopeLayouts) {
+  nlohmann::json j = model_to_hf_json(model_preset("small"));
+  auto c = model_from_hf_json(j, "x");
+  EXPECT_EQ(c.hidden_size, 256);
+  EXPECT_EQ(c.num_kv_heads, 4);
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
+  EXPECT_DOUBLE_EQ(model_from_hf_json(j, "x").rope_theta, 500000.0);
+  j["rope_parameters"]["rope_type"] = "llama3";
+  EXPECT_THROW(model_from_hf_json(j, "x"), UsageError);
+  j = model_to_hf_json(model_preset("small"));
+  j.erase("hidden_size");
+  EXPECT_THROW(model_from_hf_json(j, "x"), UsageError);
+}
+
+TEST(Config, DeterministicInitPerParameter) {
+  auto specs = llama_param_specs(model_preset("tiny"));
+  auto a = init_param(specs[1], 7), b = init_param(specs[1], 7), c = init_param(specs[1], 8);
+  EXPECT_TRUE(a.equal(b));
+  EXPECT_FALSE(a.equal(c));
+  EXPECT_FALSE(init_param(specs[2], 7).narrow(0, 0, 1).equal(a.narrow(0, 0, 1)));
+  EXPECT_NEAR(a.std().item<double>(), 0.02, 0.002);
+  EXPECT_TRUE(init_param(specs[8], 7).eq(1).all().item<bool>());  // input_layernorm
+}
+
+TEST(Flops, TorchtitanFormula) {
+  auto c = model_preset("llama2-7b");
+  const double n = 6738415616.0 - 32000.0 * 4096;
+  EXPECT_DOUBLE_EQ(flops_per_token(c, 4096), 6 * n + 12.0 * 32 * 32 * 128 * 4096);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA H100 80GB HBM3"), 989.0);
+  EXPECT_EQ(peak_tflops_for_device("NVIDIA A100-SXM4-80GB"), 312.0);
+  EXPECT_EQ(peak_tflops_for_device("cpu"), 0.0);
+}
+
+TEST(Topology, RanksPerNodeOverride) {
+  auto t = topology_from_ranks_per_node(5, 8, 2);
+  EXPECT_EQ(t.node, 2);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.num_nodes, 4);
+  EXPECT_THROW(topology_from_ranks_per_node(0, 6, 4), UsageError);
+}

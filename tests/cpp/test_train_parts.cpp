@@ -1,0 +1,116 @@
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "shardtrain/data/token_dataset.h"
+#include "shardtrain/train/lr_schedule.h"
+#include "shardtrain/train/trainer.h"
+
+using namespace shardtrain;
+
+TEST(LrSchedule, WarmupThenCosineToFloor) {
+  LrSchedule s;
+  s.base_lr = 1.0;
+  s.warmup_steps = 4;
+  s.total_steps = 104;
+  s.min_lr_ratio = 0.1;
+  EXPECT_DOUBLE_EQ(s.at(0, 0), 0.25);
+  EXPECT_DOUBLE_EQ(s.at(3, 0), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(4, 0), 1.0);
+  EXPECT_NEAR(s.at(54, 0), 0.55, 1e-12);  // halfway: floor + half the span
+  EXPECT_NEAR(s.at(104, 0), 0.1, 1e-12);
+}
+
+TEST(LrSchedule, StepLrPerEpoch) {
+  LrSchedule s;
+  s.kind = "steplr";
+  s.base_lr = 1e-4;
+  EXPECT_DOUBLE_EQ(s.at(0, 0), 1e-4);
+  EXPECT_NEAR(s.at(500, 2), 1e-4 * 0.85 * 0.85, 1e-18);
+}
+
+TEST(Data, EpochPermutationIsDeterministicPermutation) {
+  auto a = epoch_permutation(1000, 42, 3), b = epoch_permutation(1000, 42, 3);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, epoch_permutation(1000, 42, 4));
+  auto s = a;
+  std::sort(s.begin(), s.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(s[i], i);
+}
+
+TEST(Data, LoaderCoversEpochWithoutRepeats) {
+  std::vector<int32_t> toks(40);
+  for (int i = 0; i < 40; ++i) toks[i] = i;
+  TokenDataset ds(toks, 4, "t");  // 10 samples, sample k starts with token 4k
+  DataLoader dl(ds, 5, 9);
+  std::vector<int64_t> firsts;
+  for (int b = 0; b < 2; ++b) {
+    auto batch = dl.next();
+    for (int i = 0; i < 5; ++i) firsts.push_back(batch.tokens[i][0].item<int64_t>());
+  }
+  std::sort(firsts.begin(), firsts.end());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(firsts[i], 4 * i);
+  EXPECT_EQ(dl.epoch(), 0);
+  dl.next();
+  EXPECT_EQ(dl.epoch(), 1);
+}
+
+TEST(Data, BytesRoundTrip) {
+  const std::string s = "héllo\n12 + 3 = 15";
+  EXPECT_EQ(decode_bytes(encode_bytes(s)), s);
+  EXPECT_EQ(encode_bytes(s).front(), 1);  // BOS
+}
+
+namespace {
+Trainer tiny_trainer(int64_t accum, at::ScalarType dtype = at::kFloat) {
+  auto cfg = model_preset("tiny");
+  TrainConfig tc;
+  tc.grad_accum = accum;
+  tc.param_dtype = dtype;
+  return Trainer(cfg, tc, ParamStore::initialize(cfg, 5));
+}
+std::vector<Batch> split(const Batch& b, int64_t parts) {
+  std::vector<Batch> out;
+  const int64_t n = b.tokens.size(0) / parts;
+  for (int64_t i = 0; i < parts; ++i) out.push_back({b.tokens.narrow(0, i * n, n), b.labels.narrow(0, i * n, n)});
+  return out;
+}
+}  // namespace
+
+TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
+  auto ds = TokenDataset::builtin(32);
+  auto batch = ds.gather({0, 3, 5, 7});
+  batch.labels.narrow(1, 0, 9).fill_(-100);  // uneven masks across micro-batches
+  batch.labels[2].narrow(0, 0, 20).fill_(-100);
+  auto big = tiny_trainer(1), acc = tiny_trainer(4);
+  for (int s = 0; s < 3; ++s) {
+    auto r1 = big.step({batch}, 1e-3);
+    auto r4 = acc.step(split(batch, 4), 1e-3);
+    EXPECT_NEAR(r1.loss, r4.loss, 1e-6);
+    EXPECT_NEAR(r1.grad_norm, r4.grad_norm, 1e-5);
+  }
+  // Adam divides by sqrt(v): summation-order noise in near-zero gradients grows to ~1e-6.
+  for (size_t i = 0; i < big.params().tensors().size(); ++i)
+    EXPECT_LE((big.params().tensors()[i] - acc.params().tensors()[i]).abs().max().item<double>(), 1e-5);
+}
+
+TEST(Trainer, Bf16ComputeTracksFp32) {
+  auto ds = TokenDataset::builtin(32);
+  auto batch = ds.gather({1, 2, 3, 4});
+  auto f32 = tiny_trainer(1), b16 = tiny_trainer(1, at::kBFloat16);
+  for (int s = 0; s < 5; ++s) {
+    auto a = f32.step({batch}, 1e-3), b = b16.step({batch}, 1e-3);
+    EXPECT_NEAR(a.loss, b.loss, 0.02 * a.loss) << "step " << s;  // bf16 has ~3 significant digits
+  }
+  EXPECT_EQ(b16.params().tensors()[0].scalar_type(), at::kFloat);  // master weights stay fp32
+}
+
+TEST(Trainer, ClippingBoundsTheUpdateNorm) {
+  std::vector<at::Tensor> g = {at::full({4}, 3.0), at::full({2}, 4.0)};
+  const double n = std::sqrt(grad_sq_norm(g));
+  EXPECT_NEAR(n, std::sqrt(4 * 9.0 + 2 * 16.0), 1e-12);
+  scale_grads(g, n, 1.0);
+  EXPECT_NEAR(std::sqrt(grad_sq_norm(g)), 1.0, 1e-5);
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Reference tensors from Hugging Face transformers for the C++ parity test (llm.c's test_gpt2 idea).
+
+Builds a tiny random LlamaForCausalLM (fp32, CPU, grouped-query attention), saves it with
+save_pretrained (safetensors + config.json), and records on fixed tokens: the logits, the loss,
+every parameter's gradient, and the loss trajectory of 10 torch.optim.AdamW steps.
+
+Usage: make_reference.py OUT_DIR
+"""
+import os
+import sys
+
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
+
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+CLIP = 1.0
+STEPS = 10
+
+
+def build_model():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+        num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=64,
+        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+        initializer_range=0.1, attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).float()
+    with torch.no_grad():  # norms away from 1 so their gradients are exercised too
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+    return model
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.randint(3, 96, (2, 16), generator=g)
+    labels = tokens.clone()
+    labels[0, :5] = -100  # a masked prompt
+    labels[1, 10:] = -100  # masked padding
+    return tokens, labels
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    model = build_model()
+    model.save_pretrained(os.path.join(out, "model"), safe_serialization=True)
+    tokens, labels = batch()
+    res = model(input_ids=tokens, labels=labels)
+    res.loss.backward()
+    ref = {"tokens": tokens, "labels": labels, "logits": res.logits.detach().contiguous(),
+           "loss": res.loss.detach().reshape(1)}
+    for name, p in model.named_parameters():
+        ref["grad." + name] = p.grad.detach().clone()
+
+    model.zero_grad(set_to_none=True)
+    decay = [p for n, p in model.named_parameters() if "norm" not in n]
+    no_decay = [p for n, p in model.named_parameters() if "norm" in n]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}],
+                            foreach=False, **ADAMW)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=tokens, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        losses.append(loss.item())
+    ref["adamw_losses"] = torch.tensor(losses, dtype=torch.float64)
+    save_file(ref, os.path.join(out, "reference.safetensors"))
+    print(f"reference written to {out}: loss {res.loss.item():.6f}, adamw losses {losses[0]:.6f} -> {losses[-1]:.6f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "build/reference")
