@@ -34,8 +34,12 @@ if [ "${SHARDTRAIN_SKIP_APT:-0}" != 1 ]; then
   if [ ${#missing[@]} -gt 0 ]; then
     echo "[install-deps] apt-get install ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
-    "${sudo_cmd[@]}" apt-get update -q
-    "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+    log=$(mktemp)
+    if ! { "${sudo_cmd[@]}" apt-get update -q && \
+           "${sudo_cmd[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+      cat "$log"; exit 1
+    fi
+    rm -f "$log"
   else
     echo "[install-deps] Debian packages present"
   fi

@@ -28,18 +28,26 @@ std::string decode_bytes(const std::vector<int32_t>& ids) {
 }
 
 const std::string& builtin_corpus() {
+  // Arithmetic facts from a fixed LCG with a few prose lines woven in: the held-out tail has the
+  // same distribution as the training part, so validation loss is meaningful.
   static const std::string corpus = [] {
-    std::ostringstream os;
-    const char* lines[] = {
+    const char* prose[] = {
         "shardtrain fine-tunes Llama-2 models with fully sharded data parallelism.\n",
         "MPI starts every rank; NCCL moves the tensors; HDF5 keeps the checkpoints.\n",
         "Each decoder layer is one FSDP unit: gather, compute, then free the full weights.\n",
         "The quick brown fox jumps over the lazy dog while the loss goes down.\n",
     };
-    for (int rep = 0; rep < 8; ++rep)
-      for (const char* l : lines) os << l;
-    // Arithmetic facts give the model something exact to memorize.
-    for (int a = 1; a <= 24; ++a) os << a << " + " << (a * 7) % 19 << " = " << a + (a * 7) % 19 << "\n";
+    std::ostringstream os;
+    uint32_t state = 12345;
+    auto next = [&state](uint32_t mod) {
+      state = state * 1664525u + 1013904223u;
+      return (state >> 8) % mod;
+    };
+    for (int i = 0; i < 1600; ++i) {
+      if (i % 40 == 0) os << prose[(i / 40) % 4];
+      const uint32_t a = next(100), b = next(100);
+      os << a << " + " << b << " = " << a + b << "\n";
+    }
     return os.str();
   }();
   return corpus;
