@@ -15,6 +15,11 @@
 
 namespace shardtrain::cli {
 
+int print_help(const std::string& text, const MpiEnv& env) {
+  if (env.rank() == 0) std::cout << text;
+  return 0;
+}
+
 void setup_threads(int threads, const MpiEnv& env) {
   if (threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -22,8 +27,6 @@ void setup_threads(int threads, const MpiEnv& env) {
   }
   at::set_num_threads(threads);
 }
-
-namespace {
 
 TokenDataset load_dataset(const std::string& path, int64_t seq_len, const ModelConfig& model) {
   TokenDataset ds = path.empty() ? TokenDataset::builtin(seq_len) : TokenDataset::from_file(path, seq_len);
@@ -41,6 +44,8 @@ ParamStore load_or_init(const ModelConfig& model, const std::string& weights, ui
   return p;
 }
 
+namespace {
+
 void save_model(const std::string& dir, const ModelConfig& model, const ParamStore& params) {
   std::filesystem::create_directories(dir);
   write_safetensors_sharded(dir, params.named(), 5ull << 30);
@@ -53,10 +58,7 @@ void save_model(const std::string& dir, const ModelConfig& model, const ParamSto
 int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   TrainOptions o = parse_train(args, &help);
-  if (o.common.help) {
-    if (env.rank() == 0) std::cout << help;
-    return 0;
-  }
+  if (o.common.help) return print_help(help, env);
   if (env.size() > 1)
     throw UsageError("shardtrain train runs on one rank until the FSDP engine lands; launch with -np 1");
   setup_threads(o.common.threads, env);
@@ -68,28 +70,6 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   Trainer trainer(o.model, o.train, load_or_init(o.model, o.weights, o.train.seed));
   trainer.fit(train, &val);
   if (!o.save_model.empty()) save_model(o.save_model, o.model, trainer.params());
-  return 0;
-}
-
-int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
-  std::string help;
-  EvalOptions o = parse_eval(args, &help);
-  if (o.common.help) {
-    if (env.rank() == 0) std::cout << help;
-    return 0;
-  }
-  setup_threads(o.common.threads, env);
-  auto ds = load_dataset(o.data, o.seq_len, o.model);
-  TrainConfig tc;
-  tc.batch_size = o.batch_size;
-  tc.seq_len = o.seq_len;
-  tc.seed = o.seed;
-  Trainer trainer(o.model, tc, load_or_init(o.model, o.weights, o.seed));
-  auto r = trainer.evaluate(ds, o.max_batches);
-  if (env.rank() == 0) {
-    std::cout << nlohmann::json({{"loss", r.loss}, {"perplexity", r.perplexity}, {"tokens", r.tokens}}).dump() << "\n";
-    std::cout << "loss " << r.loss << " | perplexity " << r.perplexity << " | tokens " << r.tokens << std::endl;
-  }
   return 0;
 }
 
