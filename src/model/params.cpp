@@ -61,9 +61,12 @@ ParamStore ParamStore::load(const ModelConfig& cfg, const SafetensorsModel& weig
       throw Error("--weights: tensor '" + s.name + "' is missing from " + weights.file_of_any());
     const auto& info = weights.info(s.name);
     if (info.shape != s.shape) {
-      std::string want, got;
-      for (auto d : s.shape) want += std::to_string(d) + ",";
-      for (auto d : info.shape) got += std::to_string(d) + ",";
+      auto dims = [](const std::vector<int64_t>& v) {
+        std::string out;
+        for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+        return out;
+      };
+      const std::string want = dims(s.shape), got = dims(info.shape);
       throw Error("--weights: tensor '" + s.name + "' in " + weights.file_of(s.name).path() + " has shape [" +
                   got + "] but --model " + cfg.name + " needs [" + want + "]");
     }
