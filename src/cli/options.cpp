@@ -62,7 +62,7 @@ void require_file(const std::string& opt, const std::string& path) {
 
 // Parses args (then --config) into the variables bound by `all`; --help short-circuits.
 bool parse_into(const std::vector<std::string>& args, const po::options_description& all,
-                const std::string& config_file_ref, const bool& help, std::string* help_text,
+                const bool& help, std::string* help_text,
                 const std::string& usage) {
   po::variables_map vm;
   try {
@@ -77,7 +77,6 @@ bool parse_into(const std::vector<std::string>& args, const po::options_descript
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
-  (void)config_file_ref;
   if (help && help_text) {
     std::ostringstream os;
     os << usage << "\n" << all;
@@ -136,7 +135,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end");
   po::options_description all;
   all.add(common_desc(o.common, config_file)).add(model_desc(m)).add(data).add(train);
-  if (parse_into(args, all, config_file, o.common.help, help_text, "Usage: shardtrain train [options]")) return o;
+  if (parse_into(args, all, o.common.help, help_text, "Usage: shardtrain train [options]")) return o;
 
   o.model = resolve(m);
   o.weights = m.weights;
@@ -176,7 +175,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
       "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights");
   po::options_description all;
   all.add(common_desc(o.common, config_file)).add(model_desc(m)).add(data);
-  if (parse_into(args, all, config_file, o.common.help, help_text, "Usage: shardtrain eval [options]")) return o;
+  if (parse_into(args, all, o.common.help, help_text, "Usage: shardtrain eval [options]")) return o;
   o.model = resolve(m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
