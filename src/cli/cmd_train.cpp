@@ -12,6 +12,7 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/train/flops.h"
 
 namespace shardtrain::cli {
 
@@ -62,7 +63,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   if (env.size() > 1)
     throw UsageError("shardtrain train runs on one rank until the FSDP engine lands; launch with -np 1");
   setup_threads(o.common.threads, env);
-  if (o.train.peak_tflops <= 0) o.train.peak_tflops = 1.0;  // CPU: a nominal 1 TFLOP/s, see docs/metrics.md
+  o.train.peak_tflops = resolve_peak_tflops(o.train.peak_tflops, "cpu");  // training runs on CPU until the GPU issue
   auto all = load_dataset(o.data, o.train.seq_len, o.model);
   auto [train, val] = all.split(o.val_fraction);
   log::info("data: " + all.origin() + ", " + std::to_string(train.size()) + " train / " +

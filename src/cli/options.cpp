@@ -18,10 +18,10 @@ struct ModelArgs {
   int64_t n_layers = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0, max_pos = 0;
 };
 
-po::options_description common_desc(CommonOptions& c, std::string& config_file) {
+po::options_description common_desc(CommonOptions& c) {
   po::options_description d("General");
   d.add_options()("help,h", po::bool_switch(&c.help), "show this help")(
-      "config", po::value(&config_file), "read more options from FILE (key = value per line)")(
+      "config", po::value<std::string>(), "read more options from FILE (key = value per line)")(
       "threads", po::value(&c.threads)->default_value(0), "LibTorch CPU threads (0: all cores)");
   return d;
 }
@@ -60,10 +60,8 @@ void require_file(const std::string& opt, const std::string& path) {
   if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
 }
 
-// Parses args (then --config) into the variables bound by `all`; --help short-circuits.
-bool parse_into(const std::vector<std::string>& args, const po::options_description& all,
-                const bool& help, std::string* help_text,
-                const std::string& usage) {
+// Parses args, then --config FILE, into the variables bound by `all`.
+void parse_into(const std::vector<std::string>& args, const po::options_description& all) {
   po::variables_map vm;
   try {
     po::store(po::command_line_parser(args).options(all).run(), vm);
@@ -77,12 +75,12 @@ bool parse_into(const std::vector<std::string>& args, const po::options_descript
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
-  if (help && help_text) {
-    std::ostringstream os;
-    os << usage << "\n" << all;
-    *help_text = os.str();
-  }
-  return help;
+}
+
+std::string usage_text(const std::string& usage, const po::options_description& all) {
+  std::ostringstream os;
+  os << usage << "\n" << all;
+  return os.str();
 }
 
 void positive(const char* opt, double v, const char* hint) {
@@ -104,7 +102,7 @@ at::ScalarType parse_dtype(const std::string& s, const char* opt) {
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text) {
   TrainOptions o;
   ModelArgs m;
-  std::string config_file, schedule = "cosine", param_dtype = "fp32";
+  std::string schedule = "cosine", param_dtype = "fp32";
   auto& t = o.train;
   po::options_description data("Data");
   data.add_options()("data", po::value(&o.data), "token file (little-endian uint32) or *.txt; default: built-in corpus")(
@@ -134,8 +132,12 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "peak-tflops", po::value(&t.peak_tflops)->default_value(0.0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end");
   po::options_description all;
-  all.add(common_desc(o.common, config_file)).add(model_desc(m)).add(data).add(train);
-  if (parse_into(args, all, o.common.help, help_text, "Usage: shardtrain train [options]")) return o;
+  all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train);
+  parse_into(args, all);
+  if (o.common.help) {
+    if (help_text) *help_text = usage_text("Usage: shardtrain train [options]", all);
+    return o;
+  }
 
   o.model = resolve(m);
   o.weights = m.weights;
@@ -166,7 +168,6 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
 EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text) {
   EvalOptions o;
   ModelArgs m;
-  std::string config_file;
   po::options_description data("Data");
   data.add_options()("data", po::value(&o.data), "token file or *.txt; default: built-in corpus")(
       "seq-len", po::value(&o.seq_len)->default_value(64), "tokens per sample")(
@@ -174,8 +175,12 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
       "max-batches", po::value(&o.max_batches)->default_value(0), "stop after N batches (0: all)")(
       "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights");
   po::options_description all;
-  all.add(common_desc(o.common, config_file)).add(model_desc(m)).add(data);
-  if (parse_into(args, all, o.common.help, help_text, "Usage: shardtrain eval [options]")) return o;
+  all.add(common_desc(o.common)).add(model_desc(m)).add(data);
+  parse_into(args, all);
+  if (o.common.help) {
+    if (help_text) *help_text = usage_text("Usage: shardtrain eval [options]", all);
+    return o;
+  }
   o.model = resolve(m);
   o.weights = m.weights;
   require_file("--weights", o.weights);

@@ -16,41 +16,32 @@ namespace {
 
 constexpr uint64_t kMaxHeader = 100ull << 20;  // the limit Hugging Face's reader enforces
 
-const std::pair<const char*, StDType> kDTypes[] = {
-    {"F64", StDType::F64}, {"F32", StDType::F32}, {"F16", StDType::F16}, {"BF16", StDType::BF16},
-    {"I64", StDType::I64}, {"I32", StDType::I32}, {"I16", StDType::I16}, {"I8", StDType::I8},
-    {"U8", StDType::U8},   {"BOOL", StDType::BOOL}};
+// The one table of dtypes: safetensors name, our enum, LibTorch's type, bytes per element.
+struct DTypeRow {
+  const char* name;
+  StDType st;
+  at::ScalarType scalar;
+  size_t size;
+};
+const DTypeRow kDTypes[] = {
+    {"F64", StDType::F64, at::kDouble, 8},   {"F32", StDType::F32, at::kFloat, 4},
+    {"F16", StDType::F16, at::kHalf, 2},     {"BF16", StDType::BF16, at::kBFloat16, 2},
+    {"I64", StDType::I64, at::kLong, 8},     {"I32", StDType::I32, at::kInt, 4},
+    {"I16", StDType::I16, at::kShort, 2},    {"I8", StDType::I8, at::kChar, 1},
+    {"U8", StDType::U8, at::kByte, 1},       {"BOOL", StDType::BOOL, at::kBool, 1}};
 
-at::ScalarType to_scalar(StDType d) {
-  switch (d) {
-    case StDType::F64: return at::kDouble;
-    case StDType::F32: return at::kFloat;
-    case StDType::F16: return at::kHalf;
-    case StDType::BF16: return at::kBFloat16;
-    case StDType::I64: return at::kLong;
-    case StDType::I32: return at::kInt;
-    case StDType::I16: return at::kShort;
-    case StDType::I8: return at::kChar;
-    case StDType::U8: return at::kByte;
-    case StDType::BOOL: return at::kBool;
-  }
-  return at::kFloat;
+const DTypeRow& row(StDType d) {
+  for (const auto& r : kDTypes)
+    if (r.st == d) return r;
+  return kDTypes[1];
 }
 
+at::ScalarType to_scalar(StDType d) { return row(d).scalar; }
+
 StDType from_scalar(at::ScalarType s, const std::string& name) {
-  switch (s) {
-    case at::kDouble: return StDType::F64;
-    case at::kFloat: return StDType::F32;
-    case at::kHalf: return StDType::F16;
-    case at::kBFloat16: return StDType::BF16;
-    case at::kLong: return StDType::I64;
-    case at::kInt: return StDType::I32;
-    case at::kShort: return StDType::I16;
-    case at::kChar: return StDType::I8;
-    case at::kByte: return StDType::U8;
-    case at::kBool: return StDType::BOOL;
-    default: throw Error("safetensors: tensor '" + name + "' has a dtype safetensors cannot store");
-  }
+  for (const auto& r : kDTypes)
+    if (r.scalar == s) return r.st;
+  throw Error("safetensors: tensor '" + name + "' has a dtype safetensors cannot store");
 }
 
 [[noreturn]] void bad(const std::string& origin, const std::string& what) {
@@ -71,20 +62,9 @@ int64_t StTensorInfo::numel() const {
   return n;
 }
 
-size_t st_dtype_size(StDType d) {
-  switch (d) {
-    case StDType::F64: case StDType::I64: return 8;
-    case StDType::F32: case StDType::I32: return 4;
-    case StDType::F16: case StDType::BF16: case StDType::I16: return 2;
-    default: return 1;
-  }
-}
+size_t st_dtype_size(StDType d) { return row(d).size; }
 
-const char* st_dtype_name(StDType d) {
-  for (const auto& [n, v] : kDTypes)
-    if (v == d) return n;
-  return "?";
-}
+const char* st_dtype_name(StDType d) { return row(d).name; }
 
 StHeader parse_safetensors_header(const uint8_t* file, size_t file_size, const std::string& origin) {
   if (file_size < 8) bad(origin, "file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
@@ -121,9 +101,9 @@ StHeader parse_safetensors_header(const uint8_t* file, size_t file_size, const s
     t.name = name;
     if (!v["dtype"].is_string()) bad(origin, where + ": dtype is not a string");
     const std::string dt = v["dtype"].get<std::string>();
-    auto d = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const auto& p) { return dt == p.first; });
+    auto d = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DTypeRow& r) { return dt == r.name; });
     if (d == std::end(kDTypes)) bad(origin, where + ": unknown dtype '" + dt + "'");
-    t.dtype = d->second;
+    t.dtype = d->st;
     if (!v["shape"].is_array()) bad(origin, where + ": shape is not an array");
     unsigned __int128 numel = 1;
     for (const auto& s : v["shape"]) {

@@ -57,9 +57,7 @@ ParamStore ParamStore::load(const ModelConfig& cfg, const SafetensorsModel& weig
   ParamStore p;
   p.specs_ = llama_param_specs(cfg);
   for (const auto& s : p.specs_) {
-    if (!weights.has(s.name))
-      throw Error("--weights: tensor '" + s.name + "' is missing from " + weights.file_of_any());
-    const auto& info = weights.info(s.name);
+    const auto& info = weights.info(s.name);  // throws naming the tensor and the file
     if (info.shape != s.shape) {
       auto dims = [](const std::vector<int64_t>& v) {
         std::string out;

@@ -14,4 +14,10 @@ double peak_tflops_for_device(const std::string& name) {
   return 0.0;
 }
 
+double resolve_peak_tflops(double option, const std::string& device_name) {
+  if (option > 0) return option;
+  const double table = peak_tflops_for_device(device_name);
+  return table > 0 ? table : kNominalCpuPeakTflops;
+}
+
 }  // namespace shardtrain

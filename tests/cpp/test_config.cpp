@@ -83,6 +83,9 @@ TEST(Flops, TorchtitanFormula) {
   EXPECT_EQ(peak_tflops_for_device("NVIDIA H100 80GB HBM3"), 989.0);
   EXPECT_EQ(peak_tflops_for_device("NVIDIA A100-SXM4-80GB"), 312.0);
   EXPECT_EQ(peak_tflops_for_device("cpu"), 0.0);
+  EXPECT_EQ(resolve_peak_tflops(0, "NVIDIA H100 80GB HBM3"), 989.0);
+  EXPECT_EQ(resolve_peak_tflops(0, "cpu"), kNominalCpuPeakTflops);
+  EXPECT_EQ(resolve_peak_tflops(2.5, "NVIDIA A100-SXM4-80GB"), 2.5);
 }
 
 TEST(Topology, RanksPerNodeOverride) {

@@ -73,7 +73,6 @@ class SafetensorsModel {
   }
   uint64_t bytes_read() const;
   size_t num_files() const { return files_.size(); }
-  std::string file_of_any() const { return files_.empty() ? "(no file)" : files_[0]->path(); }
 
  private:
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
