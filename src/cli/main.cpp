@@ -19,8 +19,10 @@ int main(int argc, char** argv) {
     env = std::make_unique<MpiEnv>(&argc, &argv);
     const std::string cmd = argc > 1 ? argv[1] : "";
     std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
+    if (cmd == "prepare") return cli::cmd_prepare(args, *env);
     if (cmd == "train") return cli::cmd_train(args, *env);
     if (cmd == "eval") return cli::cmd_eval(args, *env);
+    if (cmd == "generate") return cli::cmd_generate(args, *env);
     if (cmd == "--version") {
       std::cout << "shardtrain 0.1.0\n";
       return 0;

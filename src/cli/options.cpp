@@ -1,22 +1,16 @@
 #include "shardtrain/cli/options.h"
 
-#include <boost/program_options.hpp>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "option_parts.h"
 #include "shardtrain/runtime/error.h"
 
-namespace po = boost::program_options;
 namespace fs = std::filesystem;
 
 namespace shardtrain::cli {
-namespace {
-
-struct ModelArgs {
-  std::string spec = "tiny", weights;
-  int64_t n_layers = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0, max_pos = 0;
-};
+namespace parts {
 
 po::options_description common_desc(CommonOptions& c) {
   po::options_description d("General");
@@ -60,7 +54,6 @@ void require_file(const std::string& opt, const std::string& path) {
   if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
 }
 
-// Parses args, then --config FILE, into the variables bound by `all`.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all) {
   po::variables_map vm;
   try {
@@ -97,18 +90,44 @@ at::ScalarType parse_dtype(const std::string& s, const char* opt) {
   throw UsageError(std::string(opt) + " must be fp32 or bf16, got '" + s + "'");
 }
 
-}  // namespace
+void check_threads(const CommonOptions& c) {
+  if (c.threads < 0) throw UsageError("--threads must be >= 0 (0: all of this rank's cores)");
+}
+
+po::options_description accuracy_desc(AccuracyOptions& a, AccuracyArgs& raw) {
+  po::options_description d("Task accuracy (exact match by greedy generation)");
+  d.add_options()("accuracy-file", po::value(&a.file), "JSONL with prompts and reference answers (alpaca or samsum)")(
+      "tokenizer", po::value(&a.tokenizer), "SentencePiece tokenizer.model (needed with --accuracy-file)")(
+      "accuracy-format", po::value(&raw.format)->default_value("auto"), "alpaca, samsum or auto")(
+      "accuracy-samples", po::value(&a.samples)->default_value(100), "first N records of the file (0: all)")(
+      "max-new-tokens", po::value(&a.max_new_tokens)->default_value(32), "generation limit per answer");
+  return d;
+}
+
+void check_accuracy(AccuracyOptions& a, const AccuracyArgs& raw) {
+  a.format = parse_format(raw.format);
+  if (a.format == DataFormat::kText) throw UsageError("--accuracy-format text has no answers to match; use alpaca or samsum");
+  require_file("--accuracy-file", a.file);
+  require_file("--tokenizer", a.tokenizer);
+  if (!a.file.empty() && a.tokenizer.empty()) throw UsageError("--accuracy-file needs --tokenizer (the model's tokenizer.model)");
+  if (a.samples < 0) throw UsageError("--accuracy-samples must be >= 0");
+  positive("--max-new-tokens", static_cast<double>(a.max_new_tokens), "use 1 or more");
+}
+
+}  // namespace parts
+
+using namespace parts;
 
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text) {
   TrainOptions o;
   ModelArgs m;
   std::string schedule = "cosine", param_dtype = "fp32";
   auto& t = o.train;
+  AccuracyArgs acc;
   po::options_description data("Data");
-  data.add_options()("data", po::value(&o.data), "token file (little-endian uint32) or *.txt; default: built-in corpus")(
-      "seq-len", po::value(&t.seq_len)->default_value(64), "tokens per sample")(
-      "batch-size", po::value(&t.batch_size)->default_value(8), "micro-batch size per rank")(
-      "val-fraction", po::value(&o.val_fraction)->default_value(0.1), "share of samples held out for validation");
+  data.add_options()("data", po::value(&o.data), "token file made by 'shardtrain prepare' (required)")(
+      "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)")(
+      "batch-size", po::value(&t.batch_size)->default_value(8), "micro-batch size per rank (rows of seq_len)");
   po::options_description train("Training");
   train.add_options()("steps", po::value(&t.steps)->default_value(0), "optimizer steps (0: --epochs worth)")(
       "epochs", po::value(&t.epochs)->default_value(1), "epochs when --steps is 0")(
@@ -132,23 +151,23 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "peak-tflops", po::value(&t.peak_tflops)->default_value(0.0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end");
   po::options_description all;
-  all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train);
+  all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(accuracy_desc(o.accuracy, acc));
   parse_into(args, all);
   if (o.common.help) {
-    if (help_text) *help_text = usage_text("Usage: shardtrain train [options]", all);
+    if (help_text) *help_text = usage_text("Usage: shardtrain train --data F.h5 [options]", all);
     return o;
   }
 
   o.model = resolve(m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
+  if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   require_file("--data", o.data);
+  require_file("--val-data", o.val_data);
+  check_accuracy(o.accuracy, acc);
   positive("--lr", t.schedule.base_lr, "try 3e-4 for fine-tuning");
   positive("--batch-size", static_cast<double>(t.batch_size), "use 1 or more");
   positive("--grad-accum", static_cast<double>(t.grad_accum), "use 1 or more");
-  if (t.seq_len < 2 || t.seq_len > o.model.max_position_embeddings)
-    throw UsageError("--seq-len must be in [2, " + std::to_string(o.model.max_position_embeddings) +
-                     "] (the model's max_position_embeddings), got " + std::to_string(t.seq_len));
   if (t.steps < 0 || t.epochs < 1) throw UsageError("--steps must be >= 0 and --epochs >= 1");
   if (schedule != "cosine" && schedule != "steplr" && schedule != "constant")
     throw UsageError("--lr-schedule must be cosine, steplr or constant, got '" + schedule + "'");
@@ -158,9 +177,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   if (t.adamw.weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
   if (t.adamw.beta1 < 0 || t.adamw.beta1 >= 1 || t.adamw.beta2 < 0 || t.adamw.beta2 >= 1)
     throw UsageError("--beta1 and --beta2 must be in [0, 1)");
-  if (o.val_fraction <= 0 || o.val_fraction >= 1) throw UsageError("--val-fraction must be in (0, 1)");
   if (t.log_every < 1) throw UsageError("--log-every must be >= 1");
-  if (o.common.threads < 0) throw UsageError("--threads must be >= 0");
+  check_threads(o.common);
   t.param_dtype = parse_dtype(param_dtype, "--param-dtype");
   return o;
 }
@@ -168,26 +186,28 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
 EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text) {
   EvalOptions o;
   ModelArgs m;
-  po::options_description data("Data");
-  data.add_options()("data", po::value(&o.data), "token file or *.txt; default: built-in corpus")(
-      "seq-len", po::value(&o.seq_len)->default_value(64), "tokens per sample")(
-      "batch-size", po::value(&o.batch_size)->default_value(8), "batch size")(
+  AccuracyArgs acc;
+  po::options_description data("Loss and perplexity");
+  data.add_options()("data", po::value(&o.data), "token file made by 'shardtrain prepare'")(
+      "batch-size", po::value(&o.batch_size)->default_value(8), "rows per forward pass")(
       "max-batches", po::value(&o.max_batches)->default_value(0), "stop after N batches (0: all)")(
       "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights");
   po::options_description all;
-  all.add(common_desc(o.common)).add(model_desc(m)).add(data);
+  all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(accuracy_desc(o.accuracy, acc));
   parse_into(args, all);
   if (o.common.help) {
-    if (help_text) *help_text = usage_text("Usage: shardtrain eval [options]", all);
+    if (help_text) *help_text = usage_text("Usage: shardtrain eval [--data F.h5] [--accuracy-file F.jsonl --tokenizer M] [options]", all);
     return o;
   }
   o.model = resolve(m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
   require_file("--data", o.data);
+  check_accuracy(o.accuracy, acc);
+  if (o.data.empty() && o.accuracy.file.empty())
+    throw UsageError("nothing to evaluate: pass --data (loss) and/or --accuracy-file with --tokenizer (exact match)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
-  if (o.seq_len < 2 || o.seq_len > o.model.max_position_embeddings)
-    throw UsageError("--seq-len must be in [2, " + std::to_string(o.model.max_position_embeddings) + "]");
+  check_threads(o.common);
   return o;
 }
 
@@ -195,8 +215,10 @@ std::string top_level_help() {
   return "shardtrain: fully sharded fine-tuning of Llama-2 models\n\n"
          "Usage: shardtrain <command> [options]\n\n"
          "Commands:\n"
+         "  prepare  tokenize JSONL (alpaca, samsum, text) into an HDF5 token file\n"
          "  train    train or fine-tune a model\n"
-         "  eval     loss and perplexity of a model on a dataset\n\n"
+         "  eval     loss/perplexity on a token file, exact-match accuracy on a JSONL file\n"
+         "  generate greedy or top-p text generation from a model\n\n"
          "Run 'shardtrain <command> --help' for a command's options.\n";
 }
 

@@ -43,6 +43,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                       {"step_time_s", m.step_time_s},
                       {"peak_mem_bytes", m.peak_mem_bytes}};
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
+  if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
   out_ << j.dump() << "\n";
   out_.flush();
 }
@@ -58,6 +59,10 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps) {
   std::string s = buf;
   if (m.val_loss >= 0) {
     std::snprintf(buf, sizeof buf, " | val_loss %.4f", m.val_loss);
+    s += buf;
+  }
+  if (m.val_accuracy >= 0) {
+    std::snprintf(buf, sizeof buf, " | exact_match %.1f%%", 100.0 * m.val_accuracy);
     s += buf;
   }
   return s;

@@ -1,23 +1,39 @@
 // Subcommands: each takes the arguments after its name and returns the process exit code.
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "shardtrain/data/token_dataset.h"
+#include "shardtrain/cli/options.h"
+#include "shardtrain/data/token_file.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/runtime/mpi_env.h"
+#include "shardtrain/train/accuracy.h"
 
 namespace shardtrain::cli {
 
+int cmd_prepare(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_train(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_eval(const std::vector<std::string>& args, MpiEnv& env);
+int cmd_generate(const std::vector<std::string>& args, MpiEnv& env);
 
 int print_help(const std::string& text, const MpiEnv& env);
-// Built-in corpus when path is empty; checks every token id fits the model's vocabulary.
-TokenDataset load_dataset(const std::string& path, int64_t seq_len, const ModelConfig& model);
+// Opens a token file and checks its ids fit the model's vocabulary and positions.
+std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model);
 // Safetensors weights when given, else the deterministic seeded init.
 ParamStore load_or_init(const ModelConfig& model, const std::string& weights, uint64_t seed);
 // Sets LibTorch's intra-op pool: 0 means this rank's share of the machine's cores.
 void setup_threads(int threads, const MpiEnv& env);
+
+// The exact-match task of --accuracy-file: its tokenizer and records, loaded once.
+struct AccuracyTask {
+  Tokenizer tokenizer;
+  std::vector<Record> records;
+  int64_t max_new_tokens;
+  AccuracyResult run(const LogitsFn& logits, const ModelConfig& model) const {
+    return exact_match(logits, tokenizer, records, max_new_tokens, model.max_position_embeddings);
+  }
+};
+std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyOptions& o, const ModelConfig& model);
 
 }  // namespace shardtrain::cli

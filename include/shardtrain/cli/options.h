@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/data/prepare.h"
 #include "shardtrain/model/config.h"
 #include "shardtrain/train/trainer.h"
 
@@ -14,12 +15,20 @@ struct CommonOptions {
   bool help = false;
 };
 
+// Exact-match accuracy by generation on a JSONL file (train's validation and eval).
+struct AccuracyOptions {
+  std::string file, tokenizer;
+  DataFormat format = DataFormat::kAuto;
+  int64_t samples = 100, max_new_tokens = 32;
+};
+
 struct TrainOptions {
   CommonOptions common;
   ModelConfig model;
   std::string weights;     // safetensors file, directory or index (optional)
-  std::string data;        // empty: the built-in corpus
-  double val_fraction = 0.1;
+  std::string data;        // token file from 'shardtrain prepare'
+  std::string val_data;    // optional validation token file
+  AccuracyOptions accuracy;
   std::string save_model;  // directory for model.safetensors + config.json
   TrainConfig train;
 };
@@ -28,15 +37,34 @@ struct EvalOptions {
   CommonOptions common;
   ModelConfig model;
   std::string weights;
-  std::string data;
-  int64_t seq_len = 64, batch_size = 8, max_batches = 0;
+  std::string data;  // token file: loss and perplexity
+  AccuracyOptions accuracy;
+  int64_t batch_size = 8, max_batches = 0;
   uint64_t seed = 1234;
+};
+
+struct PrepareCliOptions {
+  CommonOptions common;
+  PrepareOptions prepare;
+};
+
+struct GenerateOptions {
+  CommonOptions common;
+  ModelConfig model;
+  std::string weights, tokenizer;
+  std::vector<std::string> prompts;
+  std::string template_name = "none", input;  // alpaca: the prompt is the instruction
+  int64_t max_new_tokens = 64;
+  double temperature = 0, top_p = 1.0;
+  uint64_t seed = 0;
 };
 
 // Both throw UsageError (main exits 2) with one line naming the option to change.
 // A --help request sets common.help and leaves usage text in *help_text.
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text);
 EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text);
+PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text);
+GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text);
 
 std::string top_level_help();
 

@@ -11,7 +11,8 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;
-  double val_loss = -1;  // < 0: no validation this step
+  double val_loss = -1;      // < 0: no validation this step
+  double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
 };
 
 // Throughput figures from the step time. tokens_per_s counts every input token (B·T), as the

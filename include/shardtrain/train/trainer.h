@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/data/token_dataset.h"
+#include <functional>
+
+#include "shardtrain/data/loader.h"
+#include "shardtrain/data/token_file.h"
 #include "shardtrain/model/config.h"
+#include "shardtrain/model/generate.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/train/adamw.h"
@@ -21,7 +25,7 @@ struct TrainConfig {
   int64_t steps = 0;   // optimizer steps; 0: derive from epochs
   int64_t epochs = 1;
   int64_t batch_size = 8;  // micro-batch per rank
-  int64_t seq_len = 64;
+  int64_t seq_len = 64;    // from the data file
   int64_t grad_accum = 1;
   uint64_t seed = 1234;
   LrSchedule schedule;
@@ -29,7 +33,7 @@ struct TrainConfig {
   double grad_clip = 1.0;  // <= 0 disables clipping
   at::ScalarType param_dtype = at::kFloat;  // compute dtype; master weights stay fp32
   int64_t val_every = 0;   // 0: validate only at the end
-  int64_t val_batches = 8;
+  int64_t val_batches = 8;  // <= 0: the whole validation file
   int64_t log_every = 10;
   std::string metrics_file;
   double peak_tflops = 0;  // per device, for MFU
@@ -47,6 +51,12 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
+// What to measure at each validation: loss on a token file, and optionally task accuracy.
+struct Validation {
+  const TokenFile* data = nullptr;
+  std::function<double()> accuracy;  // exact match in [0, 1]
+};
+
 class Trainer {
  public:
   Trainer(ModelConfig model, TrainConfig cfg, ParamStore params);
@@ -55,11 +65,14 @@ class Trainer {
   // batch's token count so accumulation equals one big batch.
   StepResult step(const std::vector<Batch>& micro_batches, double lr);
   // Forward-only loss and perplexity, over at most max_batches (<= 0: all) in order.
-  EvalResult evaluate(const TokenDataset& ds, int64_t max_batches);
+  EvalResult evaluate(const TokenFile& data, int64_t max_batches);
   at::Tensor logits(const at::Tensor& tokens);
+  LogitsFn logits_fn() {
+    return [this](const at::Tensor& t) { return logits(t); };
+  }
 
   // The loop: steps, schedule, validation, metrics and progress lines.
-  void fit(const TokenDataset& train, const TokenDataset* val);
+  void fit(DataLoader& train, const Validation& val);
 
   ParamStore& params() { return params_; }
   const ModelConfig& model() const { return model_; }

@@ -1,0 +1,55 @@
+// Instruction-tuning records from JSONL (alpaca, samsum, plain text), with llama-recipes'
+// prompt templates, tokenized into ids plus a loss mask that hides the prompt.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shardtrain/data/tokenizer.h"
+
+namespace shardtrain {
+
+enum class DataFormat { kAuto, kAlpaca, kSamsum, kText };
+DataFormat parse_format(const std::string& s);  // throws UsageError naming --format
+const char* format_name(DataFormat f);
+
+bool valid_utf8(std::string_view s);
+
+// llama-recipes' templates (alpaca_dataset.py's PROMPT_DICT, samsum_dataset.py).
+std::string alpaca_prompt(const std::string& instruction, const std::string& input);
+std::string samsum_prompt(const std::string& dialogue);
+
+struct Record {
+  std::string prompt;  // masked out of the loss; empty for plain text
+  std::string answer;  // the trained-on part (the whole text for kText)
+  bool joint = false;  // alpaca: tokenize prompt + answer as one string, as alpaca_dataset.py does
+};
+
+struct ParsedLine {
+  bool ok = false;
+  std::string reason;  // skip reason: "invalid UTF-8", "malformed JSON", "missing field", ...
+  std::string detail;  // e.g. which field, or the JSON parser's message
+  Record record;
+};
+
+// Parses one non-blank JSONL line. A kAuto format is resolved from the first JSON object's
+// keys and written back, so the rest of the file is held to the same format.
+ParsedLine parse_line(const std::string& line, DataFormat& format);
+
+// The records of a JSONL file that parse, in file order, bad lines skipped; at most `limit`
+// (<= 0: all). Used for exact-match evaluation, where the answer must stay text.
+std::vector<Record> read_records(const std::string& path, DataFormat& format, int64_t limit);
+
+struct Sample {
+  std::vector<int32_t> ids;   // [len]
+  std::vector<uint8_t> mask;  // [len], 1 where the token is a training target
+};
+
+// [BOS] + prompt + answer + [EOS]; the mask covers the answer and EOS (and, for plain text,
+// every token, BOS included, since a packed BOS is a real prediction target). Like
+// llama-recipes, alpaca encodes prompt + answer together and masks len(encode(prompt)) tokens;
+// samsum encodes the two separately.
+Sample tokenize_record(const Record& r, const Tokenizer& tok);
+
+}  // namespace shardtrain

@@ -1,0 +1,65 @@
+// The training data loader: each step's global batch is fixed by (seed, epoch, step) alone, so
+// 1 rank and N ranks train on the same data; each rank reads only its own rows, and the next
+// step is read on a background thread while this one computes.
+#pragma once
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "shardtrain/data/token_file.h"
+
+namespace shardtrain {
+
+struct LoaderConfig {
+  int64_t micro_batch = 8;  // rows per micro-batch per rank
+  int64_t grad_accum = 1;
+  int rank = 0, world = 1;  // data-parallel position
+  uint64_t seed = 1234;
+  bool shuffle = true, drop_last = false, prefetch = true;
+};
+
+// Where the loader is: the next step it will return. Saved in checkpoints for exact resume.
+struct LoaderState {
+  int64_t epoch = 0, step = 0;
+  bool operator==(const LoaderState& o) const { return epoch == o.epoch && step == o.step; }
+};
+
+struct StepData {
+  LoaderState position;        // which step this is
+  std::vector<Batch> micro;    // [grad_accum] this rank's micro-batches (some may have 0 rows)
+  std::vector<int64_t> rows;   // this rank's row indices, micro-batches concatenated
+};
+
+class DataLoader {
+ public:
+  DataLoader(const TokenFile& file, LoaderConfig cfg);  // throws UsageError on a bad size
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  StepData next();
+  LoaderState state() const { return pos_; }
+  void restore(LoaderState s);  // discards any prefetched step
+
+  int64_t global_batch() const { return cfg_.micro_batch * cfg_.grad_accum * cfg_.world; }
+  int64_t steps_per_epoch() const;
+  // The global batch (all ranks) at a position; what every rank's next() is a slice of.
+  std::vector<int64_t> global_rows(LoaderState s) const;
+
+ private:
+  StepData load(LoaderState s) const;
+  LoaderState after(LoaderState s) const;
+  std::shared_ptr<const std::vector<int64_t>> order(int64_t epoch) const;
+
+  const TokenFile* file_;
+  LoaderConfig cfg_;
+  LoaderState pos_;
+  std::future<StepData> pending_;  // the prefetched step at pos_, when valid
+  mutable std::mutex order_mu_;
+  mutable int64_t order_epoch_ = -1;
+  mutable std::shared_ptr<const std::vector<int64_t>> order_;
+};
+
+}  // namespace shardtrain

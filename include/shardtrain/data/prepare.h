@@ -1,0 +1,68 @@
+// `shardtrain prepare`: JSONL → tokenized, masked, packed or padded rows in HDF5 token files
+// (/tokens [N, seq_len] int32, /loss_mask [N, seq_len] uint8, provenance in attributes).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "shardtrain/data/instruction.h"
+#include "shardtrain/data/tokenizer.h"
+
+namespace shardtrain {
+
+struct ReadStats {
+  int64_t read = 0, skipped = 0, truncated = 0;
+  std::map<std::string, int64_t> skipped_by_reason;
+  std::vector<std::string> examples;  // "file:line: reason (detail)" for the first few skips
+};
+
+struct ReadResult {
+  std::vector<Sample> samples;  // kept, truncated to seq_len, in file order
+  ReadStats stats;
+  DataFormat format = DataFormat::kAuto;
+  std::string sha256;  // of the source file's bytes
+};
+
+// Blank lines are ignored; bad lines are skipped and counted, or with strict, the first one
+// throws UsageError naming the line.
+ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok, int64_t seq_len,
+                      bool strict, size_t max_examples = 5);
+
+struct Rows {
+  int64_t rows = 0, seq_len = 0, tokens = 0, loss_tokens = 0;
+  std::vector<int32_t> tokens_data;  // [rows, seq_len]
+  std::vector<uint8_t> mask_data;    // [rows, seq_len]
+};
+
+// packing: samples are concatenated and cut every seq_len tokens, as llama-recipes' packing
+// does, except that the last partial row is padded instead of dropped. Padding: one row each.
+Rows make_rows(const std::vector<Sample>& samples, int64_t seq_len, bool packing, int32_t pad_id);
+
+// Which samples go to validation: a seeded choice of round(fraction * n), at least one each.
+std::vector<bool> validation_choice(int64_t n, double fraction, uint64_t seed);
+
+struct PrepareOptions {
+  std::string tokenizer, input, output;
+  DataFormat format = DataFormat::kAuto;
+  int64_t seq_len = 512;
+  bool packing = true, strict = false;
+  double val_fraction = 0;  // > 0: hold out this share of the input
+  std::string val_input;    // or: a second JSONL file for validation
+  std::string val_output;   // default: <output without .h5>.val.h5
+  uint64_t seed = 1234;
+  int64_t show_bad = 5;
+};
+
+struct PrepareReport {
+  ReadStats train_stats, val_stats;
+  Rows train, val;
+  std::string format, val_output;
+  int64_t train_samples = 0, val_samples = 0;
+};
+
+// Writes the file(s) atomically: on any failure nothing is left at the output paths.
+PrepareReport run_prepare(const PrepareOptions& o);
+std::string format_report(const PrepareOptions& o, const PrepareReport& r);
+
+}  // namespace shardtrain

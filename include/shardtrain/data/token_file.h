@@ -1,0 +1,50 @@
+// The prepared-data file: /tokens [N, seq_len] int32 and /loss_mask [N, seq_len] uint8, with
+// provenance in root attributes. Readers select only the rows they need (HDF5 hyperslabs).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/data/prepare.h"
+#include "shardtrain/io/h5.h"
+
+namespace shardtrain {
+
+constexpr int64_t kTokenFileVersion = 1;
+
+struct TokenFileMeta {
+  int64_t seq_len = 0, rows = 0, samples = 0, tokens = 0, loss_tokens = 0, max_token_id = 0;
+  int64_t samples_read = 0, samples_skipped = 0, samples_truncated = 0;
+  int32_t pad_id = 0;
+  std::string packing, format, split, skip_reasons_json;
+  std::string tokenizer_sha256, source_file, source_sha256;
+  int64_t tokenizer_vocab_size = 0;
+};
+
+// Writes path via a temporary name and a rename; a failure leaves nothing behind.
+void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta);
+
+struct Batch {
+  at::Tensor tokens;  // [B, T] int64
+  at::Tensor labels;  // [B, T] int64: the token where the mask is set, else -100 (HF convention)
+};
+
+class TokenFile {
+ public:
+  explicit TokenFile(const std::string& path);  // throws UsageError naming the file and what is wrong
+  const TokenFileMeta& meta() const { return meta_; }
+  int64_t rows() const { return meta_.rows; }
+  int64_t seq_len() const { return meta_.seq_len; }
+  const std::string& path() const { return path_; }
+  // Thread-safe: holds the HDF5 lock while reading.
+  Batch read(const std::vector<int64_t>& rows) const;
+
+ private:
+  std::string path_;
+  TokenFileMeta meta_;
+  h5::Handle file_, tokens_, mask_;
+};
+
+}  // namespace shardtrain

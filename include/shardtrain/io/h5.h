@@ -1,0 +1,59 @@
+// Move-only RAII handles and small helpers over the HDF5 C API: files, datasets, dataspaces,
+// attributes. Every call goes through H5_CHECK, so failures carry HDF5's own message.
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace shardtrain::h5 {
+
+// HDF5 here is not built thread-safe; every thread that calls it holds this lock.
+std::recursive_mutex& library_lock();
+// Silences HDF5's automatic stack printing once; H5_CHECK reports the stack itself.
+void quiet_errors();
+
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer close) : id_(id), close_(close) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
+  Handle& operator=(Handle&& o) noexcept {
+    if (this != &o) reset(), id_ = o.id_, close_ = o.close_, o.id_ = H5I_INVALID_HID;
+    return *this;
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  hid_t get() const { return id_; }
+  operator hid_t() const { return id_; }
+  void reset();
+
+ private:
+  hid_t id_ = H5I_INVALID_HID;
+  Closer close_ = nullptr;
+};
+
+Handle create_file(const std::string& path);  // truncates
+Handle open_file(const std::string& path);    // read-only; throws UsageError when not HDF5
+Handle open_dataset(hid_t file, const std::string& name);  // throws UsageError naming file+dataset
+std::vector<hsize_t> dataset_shape(hid_t dset);
+
+// A 2-D dataset, chunked by rows and written whole. T: int32_t or uint8_t.
+template <typename T>
+void write_matrix(hid_t file, const std::string& name, const std::vector<T>& data, hsize_t rows, hsize_t cols);
+// Reads the given rows (any order, duplicates allowed) through one hyperslab union selection.
+template <typename T>
+std::vector<T> read_rows(hid_t dset, const std::vector<int64_t>& rows, hsize_t cols);
+
+void write_attr(hid_t obj, const std::string& name, const std::string& value);
+void write_attr(hid_t obj, const std::string& name, int64_t value);
+void write_attr(hid_t obj, const std::string& name, double value);
+bool has_attr(hid_t obj, const std::string& name);
+std::string read_attr_string(hid_t obj, const std::string& name);
+int64_t read_attr_int(hid_t obj, const std::string& name);
+
+}  // namespace shardtrain::h5

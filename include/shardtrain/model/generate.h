@@ -1,0 +1,30 @@
+// Autoregressive decoding: greedy, or temperature + top-p (nucleus) sampling with Hugging
+// Face's TopPLogitsWarper semantics. The full context is re-run each token (no KV cache).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace shardtrain {
+
+using LogitsFn = std::function<at::Tensor(const at::Tensor& tokens)>;  // [B, T] int64 -> [B, T, V]
+
+struct GenerateConfig {
+  int64_t max_new_tokens = 64;
+  double temperature = 0;  // 0: greedy
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int32_t eos_id = 2;
+  int64_t max_context = 0;  // stop before the context exceeds this (the model's max positions)
+};
+
+// logits [V] with everything outside the smallest set whose probability reaches top_p set to
+// -inf; the most likely token is always kept.
+at::Tensor top_p_filter(const at::Tensor& logits, double top_p);
+
+// The generated ids after the prompt, stopping at EOS (not included) or max_new_tokens.
+std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt, const GenerateConfig& cfg);
+
+}  // namespace shardtrain

@@ -1,0 +1,38 @@
+// Pieces shared by every command's option description (internal to src/cli).
+#pragma once
+#include <ATen/core/ScalarType.h>
+
+#include <boost/program_options.hpp>
+#include <string>
+#include <vector>
+
+#include "shardtrain/cli/options.h"
+
+namespace shardtrain::cli::parts {
+
+namespace po = boost::program_options;
+
+struct ModelArgs {
+  std::string spec = "tiny", weights;
+  int64_t n_layers = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0, max_pos = 0;
+};
+
+po::options_description common_desc(CommonOptions& c);
+po::options_description model_desc(ModelArgs& m);
+ModelConfig resolve(const ModelArgs& m);
+
+struct AccuracyArgs {
+  std::string format = "auto";
+};
+po::options_description accuracy_desc(AccuracyOptions& a, AccuracyArgs& raw);
+void check_accuracy(AccuracyOptions& a, const AccuracyArgs& raw);
+
+void require_file(const std::string& opt, const std::string& path);
+// Parses args, then --config FILE, into the variables bound by `all`.
+void parse_into(const std::vector<std::string>& args, const po::options_description& all);
+std::string usage_text(const std::string& usage, const po::options_description& all);
+void positive(const char* opt, double v, const char* hint);
+at::ScalarType parse_dtype(const std::string& s, const char* opt);
+void check_threads(const CommonOptions& c);
+
+}  // namespace shardtrain::cli::parts

@@ -1,0 +1,85 @@
+// Options of the data-side commands: prepare and generate.
+#include "option_parts.h"
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::cli {
+
+using namespace parts;
+
+PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text) {
+  PrepareCliOptions o;
+  auto& p = o.prepare;
+  std::string format = "auto", mode = "packing";
+  po::options_description d("Prepare");
+  d.add_options()("tokenizer", po::value(&p.tokenizer), "SentencePiece tokenizer.model (Llama-2 format)")(
+      "input", po::value(&p.input), "JSONL input: one JSON object per line")(
+      "format", po::value(&format)->default_value("auto"), "alpaca (instruction/input/output), samsum (dialogue/summary), text, or auto")(
+      "output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
+      "seq-len", po::value(&p.seq_len)->default_value(512), "tokens per row; longer samples are truncated")(
+      "mode", po::value(&mode)->default_value("packing"), "packing (concatenate samples into full rows) or padding (one sample per row)")(
+      "val-fraction", po::value(&p.val_fraction)->default_value(0.0), "hold out this share of the samples for validation")(
+      "val-input", po::value(&p.val_input), "or: a second JSONL file for validation")(
+      "val-output", po::value(&p.val_output), "validation token file (default: <output>.val.h5)")(
+      "seed", po::value(&p.seed)->default_value(1234), "seed for the validation split")(
+      "strict", po::bool_switch(&p.strict), "fail on the first bad line instead of skipping it")(
+      "show-bad", po::value(&p.show_bad)->default_value(5), "how many skipped lines to print");
+  po::options_description all;
+  all.add(common_desc(o.common)).add(d);
+  parse_into(args, all);
+  if (o.common.help) {
+    if (help_text)
+      *help_text = usage_text("Usage: shardtrain prepare --tokenizer M --input F.jsonl --output F.h5 [options]", all);
+    return o;
+  }
+  if (p.tokenizer.empty() || p.input.empty() || p.output.empty())
+    throw UsageError("prepare needs --tokenizer, --input and --output");
+  require_file("--tokenizer", p.tokenizer);
+  require_file("--input", p.input);
+  require_file("--val-input", p.val_input);
+  p.format = parse_format(format);
+  if (mode != "packing" && mode != "padding") throw UsageError("--mode must be packing or padding, got '" + mode + "'");
+  p.packing = mode == "packing";
+  if (p.seq_len < 2) throw UsageError("--seq-len must be at least 2, got " + std::to_string(p.seq_len));
+  if (p.val_fraction < 0 || p.val_fraction >= 1) throw UsageError("--val-fraction must be in [0, 1)");
+  if (p.val_fraction > 0 && !p.val_input.empty()) throw UsageError("use --val-fraction or --val-input, not both");
+  if (p.show_bad < 0) throw UsageError("--show-bad must be >= 0");
+  if (!p.val_output.empty() && p.val_output == p.output) throw UsageError("--val-output must differ from --output");
+  return o;
+}
+
+GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text) {
+  GenerateOptions o;
+  ModelArgs m;
+  po::options_description d("Generation");
+  d.add_options()("tokenizer", po::value(&o.tokenizer), "SentencePiece tokenizer.model")(
+      "prompt", po::value(&o.prompts)->composing(), "prompt text (repeatable)")(
+      "template", po::value(&o.template_name)->default_value("none"), "none (raw prompt) or alpaca (prompt is the instruction)")(
+      "input", po::value(&o.input), "alpaca input field, with --template alpaca")(
+      "max-new-tokens", po::value(&o.max_new_tokens)->default_value(64), "tokens to generate at most")(
+      "temperature", po::value(&o.temperature)->default_value(0.0), "0: greedy; > 0: sample")(
+      "top-p", po::value(&o.top_p)->default_value(1.0), "nucleus sampling mass, with --temperature > 0")(
+      "seed", po::value(&o.seed)->default_value(0), "sampling seed");
+  po::options_description all;
+  all.add(common_desc(o.common)).add(model_desc(m)).add(d);
+  parse_into(args, all);
+  if (o.common.help) {
+    if (help_text)
+      *help_text = usage_text("Usage: shardtrain generate --model DIR --weights DIR --tokenizer M --prompt TEXT [options]", all);
+    return o;
+  }
+  o.model = resolve(m);
+  o.weights = m.weights;
+  require_file("--weights", o.weights);
+  if (o.tokenizer.empty()) throw UsageError("generate needs --tokenizer (the model's tokenizer.model)");
+  require_file("--tokenizer", o.tokenizer);
+  if (o.prompts.empty()) throw UsageError("generate needs at least one --prompt");
+  if (o.template_name != "none" && o.template_name != "alpaca")
+    throw UsageError("--template must be none or alpaca, got '" + o.template_name + "'");
+  positive("--max-new-tokens", static_cast<double>(o.max_new_tokens), "use 1 or more");
+  if (o.temperature < 0) throw UsageError("--temperature must be >= 0 (0 is greedy)");
+  if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
+  check_threads(o.common);
+  return o;
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,172 @@
+#include "shardtrain/data/instruction.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+DataFormat parse_format(const std::string& s) {
+  if (s == "auto") return DataFormat::kAuto;
+  if (s == "alpaca") return DataFormat::kAlpaca;
+  if (s == "samsum") return DataFormat::kSamsum;
+  if (s == "text") return DataFormat::kText;
+  throw UsageError("--format must be alpaca, samsum, text or auto, got '" + s + "'");
+}
+
+const char* format_name(DataFormat f) {
+  switch (f) {
+    case DataFormat::kAlpaca: return "alpaca";
+    case DataFormat::kSamsum: return "samsum";
+    case DataFormat::kText: return "text";
+    default: return "auto";
+  }
+}
+
+bool valid_utf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    int n = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
+    else return false;
+    if (i + n >= s.size()) return false;  // truncated sequence
+    for (int k = 1; k <= n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    static const uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
+    i += n + 1;
+  }
+  return true;
+}
+
+std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
+  if (input.find_first_not_of(" \t\r\n") == std::string::npos)
+    return "Below is an instruction that describes a task. Write a response that appropriately completes the "
+           "request.\n\n### Instruction:\n" + instruction + "\n\n### Response:";
+  return "Below is an instruction that describes a task, paired with an input that provides further context. "
+         "Write a response that appropriately completes the request.\n\n### Instruction:\n" + instruction +
+         "\n\n### Input:\n" + input + "\n\n### Response:";
+}
+
+std::string samsum_prompt(const std::string& dialogue) {
+  return "Summarize this dialog:\n" + dialogue + "\n---\nSummary:\n";
+}
+
+namespace {
+
+bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
+
+// Reads a required text field; on failure fills the skip reason.
+bool field(const nlohmann::json& j, const char* key, bool required_nonempty, std::string& out, ParsedLine& p) {
+  auto it = j.find(key);
+  if (it == j.end()) {
+    p.reason = "missing field", p.detail = std::string("no \"") + key + "\"";
+    return false;
+  }
+  if (!it->is_string()) {
+    p.reason = "not a string", p.detail = std::string("\"") + key + "\" is " + it->type_name();
+    return false;
+  }
+  out = it->get<std::string>();
+  if (required_nonempty && blank(out)) {
+    p.reason = "empty text", p.detail = std::string("\"") + key + "\" is empty";
+    return false;
+  }
+  return true;
+}
+
+DataFormat detect(const nlohmann::json& j) {
+  if (j.contains("instruction") || j.contains("output")) return DataFormat::kAlpaca;
+  if (j.contains("dialogue") || j.contains("summary")) return DataFormat::kSamsum;
+  if (j.contains("text")) return DataFormat::kText;
+  std::string keys;
+  for (auto it = j.begin(); it != j.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
+  throw UsageError("cannot detect the data format from the keys {" + keys +
+                   "}; expected alpaca (instruction/input/output), samsum (dialogue/summary) or text; pass --format");
+}
+
+}  // namespace
+
+ParsedLine parse_line(const std::string& line, DataFormat& format) {
+  ParsedLine p;
+  if (!valid_utf8(line)) {
+    p.reason = "invalid UTF-8";
+    return p;
+  }
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(line);
+  } catch (const nlohmann::json::parse_error& e) {
+    p.reason = "malformed JSON", p.detail = e.what();
+    return p;
+  }
+  if (!j.is_object()) {
+    p.reason = "malformed JSON", p.detail = std::string("a JSON ") + j.type_name() + ", not an object";
+    return p;
+  }
+  if (format == DataFormat::kAuto) format = detect(j);
+  Record& r = p.record;
+  if (format == DataFormat::kAlpaca) {
+    std::string instruction, input, output;
+    if (!field(j, "instruction", true, instruction, p) || !field(j, "output", true, output, p)) return p;
+    if (j.contains("input") && !field(j, "input", false, input, p)) return p;
+    r.prompt = alpaca_prompt(instruction, input), r.answer = output, r.joint = true;
+  } else if (format == DataFormat::kSamsum) {
+    std::string dialogue, summary;
+    if (!field(j, "dialogue", true, dialogue, p) || !field(j, "summary", true, summary, p)) return p;
+    r.prompt = samsum_prompt(dialogue), r.answer = summary;
+  } else {
+    if (!field(j, "text", true, r.answer, p)) return p;
+  }
+  p.ok = true;
+  return p;
+}
+
+std::vector<Record> read_records(const std::string& path, DataFormat& format, int64_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + " cannot be opened");
+  std::vector<Record> out;
+  std::string line;
+  while ((limit <= 0 || static_cast<int64_t>(out.size()) < limit) && std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    ParsedLine p = parse_line(line, format);
+    if (p.ok) out.push_back(std::move(p.record));
+  }
+  return out;
+}
+
+Sample tokenize_record(const Record& r, const Tokenizer& tok) {
+  Sample s;
+  if (r.prompt.empty()) {
+    s.ids = tok.encode(r.answer, /*add_bos=*/true, /*add_eos=*/true);
+    s.mask.assign(s.ids.size(), 1);
+    return s;
+  }
+  if (r.joint) {
+    s.ids = tok.encode(r.prompt + r.answer, /*add_bos=*/true, /*add_eos=*/true);
+    const size_t n = std::min(s.ids.size(), tok.encode(r.prompt, /*add_bos=*/true).size());
+    s.mask.assign(n, 0);
+    s.mask.resize(s.ids.size(), 1);
+    return s;
+  }
+  s.ids = tok.encode(r.prompt, /*add_bos=*/true);
+  s.mask.assign(s.ids.size(), 0);
+  const auto answer = tok.encode(r.answer, /*add_bos=*/false, /*add_eos=*/true);
+  s.ids.insert(s.ids.end(), answer.begin(), answer.end());
+  s.mask.resize(s.ids.size(), 1);
+  return s;
+}
+
+}  // namespace shardtrain

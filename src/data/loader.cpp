@@ -1,0 +1,72 @@
+#include "shardtrain/data/loader.h"
+
+#include "shardtrain/data/sampler.h"
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+DataLoader::DataLoader(const TokenFile& file, LoaderConfig cfg) : file_(&file), cfg_(cfg) {
+  if (cfg_.micro_batch <= 0 || cfg_.grad_accum <= 0) throw UsageError("--batch-size and --grad-accum must be positive");
+  if (cfg_.drop_last && file.rows() < global_batch())
+    throw UsageError(file.path() + " has " + std::to_string(file.rows()) + " rows, fewer than one global batch of " +
+                     std::to_string(global_batch()) + " (batch-size x grad-accum x ranks); lower --batch-size");
+}
+
+DataLoader::~DataLoader() {
+  if (pending_.valid()) pending_.wait();
+}
+
+int64_t DataLoader::steps_per_epoch() const {
+  return std::max<int64_t>(1, shardtrain::steps_per_epoch(file_->rows(), global_batch(), cfg_.drop_last));
+}
+
+std::shared_ptr<const std::vector<int64_t>> DataLoader::order(int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(order_mu_);
+  if (order_epoch_ != epoch || !order_) {
+    std::vector<int64_t> o;
+    if (cfg_.shuffle) {
+      o = epoch_permutation(file_->rows(), cfg_.seed, epoch);
+    } else {
+      o.resize(file_->rows());
+      for (int64_t i = 0; i < file_->rows(); ++i) o[i] = i;
+    }
+    order_ = std::make_shared<const std::vector<int64_t>>(std::move(o));
+    order_epoch_ = epoch;
+  }
+  return order_;
+}
+
+std::vector<int64_t> DataLoader::global_rows(LoaderState s) const {
+  return shardtrain::global_batch(*order(s.epoch), global_batch(), s.step);
+}
+
+LoaderState DataLoader::after(LoaderState s) const {
+  return s.step + 1 >= steps_per_epoch() ? LoaderState{s.epoch + 1, 0} : LoaderState{s.epoch, s.step + 1};
+}
+
+StepData DataLoader::load(LoaderState s) const {
+  StepData d;
+  d.position = s;
+  for (auto& idx : rank_micro_batches(global_rows(s), cfg_.rank, cfg_.world, cfg_.grad_accum)) {
+    d.rows.insert(d.rows.end(), idx.begin(), idx.end());
+    d.micro.push_back(file_->read(idx));
+  }
+  return d;
+}
+
+StepData DataLoader::next() {
+  StepData d = pending_.valid() ? pending_.get() : load(pos_);
+  pos_ = after(pos_);
+  if (cfg_.prefetch) pending_ = std::async(std::launch::async, [this, p = pos_] { return load(p); });
+  return d;
+}
+
+void DataLoader::restore(LoaderState s) {
+  if (pending_.valid()) pending_.wait(), pending_ = {};
+  if (s.epoch < 0 || s.step < 0 || s.step >= steps_per_epoch())
+    throw UsageError("data-loader position epoch " + std::to_string(s.epoch) + " step " + std::to_string(s.step) +
+                     " is outside this dataset's " + std::to_string(steps_per_epoch()) + " steps per epoch");
+  pos_ = s;
+}
+
+}  // namespace shardtrain

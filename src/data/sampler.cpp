@@ -1,0 +1,48 @@
+#include "shardtrain/data/sampler.h"
+
+#include <algorithm>
+
+namespace shardtrain {
+
+std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> p(n);
+  for (int64_t i = 0; i < n; ++i) p[i] = i;
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1;
+  auto next = [&state]() {  // splitmix64
+    uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t i = n - 1; i > 0; --i) std::swap(p[i], p[next() % static_cast<uint64_t>(i + 1)]);
+  return p;
+}
+
+int64_t steps_per_epoch(int64_t n, int64_t global_batch, bool drop_last) {
+  return drop_last ? n / global_batch : (n + global_batch - 1) / global_batch;
+}
+
+std::pair<int64_t, int64_t> balanced_part(int64_t count, int64_t parts, int64_t index) {
+  const int64_t base = count / parts, extra = count % parts;
+  const int64_t begin = index * base + std::min(index, extra);
+  return {begin, begin + base + (index < extra ? 1 : 0)};
+}
+
+std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t global_batch_size, int64_t step) {
+  const int64_t n = static_cast<int64_t>(order.size());
+  const int64_t b = std::min(n, step * global_batch_size), e = std::min(n, b + global_batch_size);
+  return {order.begin() + b, order.begin() + e};
+}
+
+std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>& batch, int rank, int world,
+                                                     int64_t grad_accum) {
+  const auto [rb, re] = balanced_part(static_cast<int64_t>(batch.size()), world, rank);
+  std::vector<std::vector<int64_t>> micro(grad_accum);
+  for (int64_t a = 0; a < grad_accum; ++a) {
+    const auto [mb, me] = balanced_part(re - rb, grad_accum, a);
+    micro[a].assign(batch.begin() + rb + mb, batch.begin() + rb + me);
+  }
+  return micro;
+}
+
+}  // namespace shardtrain

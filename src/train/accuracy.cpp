@@ -1,0 +1,30 @@
+#include "shardtrain/train/accuracy.h"
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+AccuracyResult exact_match(const LogitsFn& logits, const Tokenizer& tok, const std::vector<Record>& records,
+                           int64_t max_new_tokens, int64_t max_context, size_t max_examples) {
+  AccuracyResult r;
+  GenerateConfig g;
+  g.max_new_tokens = max_new_tokens, g.eos_id = tok.eos_id(), g.max_context = max_context;
+  for (const Record& rec : records) {
+    if (rec.prompt.empty()) throw UsageError("exact-match accuracy needs prompt/answer records (alpaca or samsum), not plain text");
+    const std::string got = trim(tok.decode(generate(logits, tok.encode(rec.prompt), g)));
+    const std::string want = trim(rec.answer);
+    r.correct += got == want;
+    ++r.total;
+    if (r.examples.size() < max_examples) r.examples.push_back("'" + want + "' -> '" + got + "'");
+  }
+  r.exact_match = r.total ? static_cast<double>(r.correct) / static_cast<double>(r.total) : 0.0;
+  return r;
+}
+
+}  // namespace shardtrain
