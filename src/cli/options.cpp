@@ -161,7 +161,6 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   o.model = resolve(m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
-  if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   require_file("--data", o.data);
   require_file("--val-data", o.val_data);
   check_accuracy(o.accuracy, acc);
@@ -180,6 +179,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   if (t.log_every < 1) throw UsageError("--log-every must be >= 1");
   check_threads(o.common);
   t.param_dtype = parse_dtype(param_dtype, "--param-dtype");
+  if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;
 }
 

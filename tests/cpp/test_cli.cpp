@@ -10,30 +10,23 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "run_binary.h"
+
 namespace fs = std::filesystem;
 
+using namespace testing_support;
+
 namespace {
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr
-};
+const std::string kDemo = std::string(SHARDTRAIN_TEST_TMP) + "/demo";
+const std::string kData = " --data " + kDemo + "/train.h5 --val-data " + kDemo + "/train.val.h5 ";
+const std::string kTok = source("data/demo/tokenizer.model");
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(SHARDTRAIN_BIN) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
-std::string tmp(const std::string& name) {
-  fs::create_directories(SHARDTRAIN_TEST_TMP);
-  return std::string(SHARDTRAIN_TEST_TMP) + "/" + name;
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::vector<nlohmann::json> rows;
+  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  return rows;
 }
 
 void expect_usage_error(const std::string& args, const std::string& option) {
@@ -49,7 +42,12 @@ TEST(Cli, NegativeLr) { expect_usage_error("train --model tiny --lr -1", "--lr")
 TEST(Cli, HeadsThatDoNotDivideWidth) { expect_usage_error("train --model tiny --n-heads 5", "--n-heads"); }
 TEST(Cli, HeadsNotMultipleOfKvHeads) { expect_usage_error("train --model tiny --n-kv-heads 3", "--n-kv-heads"); }
 TEST(Cli, MissingFiles) {
-  expect_usage_error("train --model tiny --data /nonexistent/train.bin", "--data");
+  expect_usage_error("train --model tiny --data /nonexistent/train.h5", "--data");
+  expect_usage_error("train --model tiny", "--data");
+  expect_usage_error("train --model tiny --data " + kTok, "not an HDF5 file");
+  expect_usage_error("eval --model tiny", "--accuracy-file");
+  expect_usage_error("eval --model tiny --accuracy-file " + source("data/demo/val.jsonl"), "--tokenizer");
+  expect_usage_error("generate --model tiny --tokenizer " + kTok, "--prompt");
   expect_usage_error("train --model tiny --weights /nonexistent/model.safetensors", "--weights");
   expect_usage_error("eval --model /nonexistent/config.json", "--model");
   expect_usage_error("train --config /nonexistent/run.cfg", "--config");
@@ -70,27 +68,26 @@ TEST(Cli, ConfigFileValuesAreValidatedToo) {
   expect_usage_error("train --config " + p, "--lr");
 }
 TEST(Cli, HelpForEachCommand) {
-  for (const char* c : {"train", "eval"}) {
+  for (const char* c : {"train", "eval", "generate"}) {
     auto r = run(std::string(c) + " --help");
     EXPECT_EQ(r.code, 0);
     EXPECT_NE(r.out.find("--model"), std::string::npos);
   }
   EXPECT_NE(run("train --help").out.find("--grad-accum"), std::string::npos);
+  EXPECT_NE(run("prepare --help").out.find("--val-fraction"), std::string::npos);
   EXPECT_EQ(run("frobnicate").code, 2);
 }
 
-// A tiny model on a small repeated corpus must at least halve its loss in 200 steps.
+// The tiny model on the shipped demo data must at least halve its loss in 200 steps.
 TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
   const auto metrics = tmp("metrics.jsonl"), out = tmp("trained");
   fs::remove_all(out);
-  auto r = run("train --model tiny --steps 200 --lr 3e-3 --threads 2 --log-every 50 --metrics-file " + metrics +
-               " --save-model " + out);
+  auto r = run("train --model tiny --steps 200 --lr 3e-3 --threads 2 --log-every 50 --val-batches 0 --metrics-file " + metrics +
+               kData + " --save-model " + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step 200/200"), std::string::npos) << r.out;
-  std::ifstream in(metrics);
-  std::string line;
-  std::vector<nlohmann::json> rows;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
+  EXPECT_NE(r.out.find("val_loss"), std::string::npos) << r.out;
+  const auto rows = read_jsonl(metrics);
   ASSERT_EQ(rows.size(), 200u);
   for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tflops_per_device", "mfu",
                         "step_time_s", "peak_mem_bytes"})
@@ -100,17 +97,44 @@ TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
   EXPECT_GT(rows.back()["tokens_per_s"].get<double>(), 0);
   EXPECT_GT(rows.back()["peak_mem_bytes"].get<int64_t>(), 0);
 
-  auto e = run("eval --model " + out + "/config.json --weights " + out + " --threads 2");
+  auto e = run("eval --model " + out + "/config.json --weights " + out + " --threads 2 --data " + kDemo + "/train.val.h5");
   ASSERT_EQ(e.code, 0) << e.out;
   const auto brace = e.out.find("\n{") + 1;
   auto j = nlohmann::json::parse(e.out.substr(brace, e.out.find('\n', brace) - brace));
   EXPECT_NE(e.out.find("loaded"), std::string::npos);
-  EXPECT_LT(j["loss"].get<double>(), first) << "the saved weights are the trained ones";
+  EXPECT_NEAR(j["loss"].get<double>(), rows.back()["val_loss"].get<double>(), 1e-4) << "eval sees the trained weights";
   EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-6 * j["perplexity"].get<double>());
 }
 
-TEST(Cli, DefaultRunNeedsNoArguments) {
-  auto r = run("train --model tiny");
-  EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("val_loss"), std::string::npos) << r.out;
+// Exact-match accuracy, measured by generation, climbs from ~0 during training, and eval and
+// generate reproduce it from the saved model.
+TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
+  const auto metrics = tmp("acc_metrics.jsonl"), out = tmp("acc_model");
+  fs::remove_all(out);
+  const std::string acc = " --accuracy-file " + source("data/demo/val.jsonl") + " --tokenizer " + kTok +
+                          " --accuracy-samples 50 --max-new-tokens 12 ";
+  auto r = run("train --model tiny --steps 800 --batch-size 32 --lr 4e-3 --warmup-steps 40 --threads 2 --val-every 800 "
+               "--log-every 400 --metrics-file " + metrics + kData + acc + " --save-model " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = read_jsonl(metrics);
+  ASSERT_EQ(rows.front()["step"], 0);
+  const double before = rows.front()["val_exact_match"], after = rows.back()["val_exact_match"];
+  EXPECT_LE(before, 0.05);
+  EXPECT_GE(after, 0.2) << r.out;
+  auto e = run("eval --model " + out + " --weights " + out + " --threads 2" + acc);
+  ASSERT_EQ(e.code, 0) << e.out;
+  const auto brace = e.out.find("\n{") + 1;
+  auto j = nlohmann::json::parse(e.out.substr(brace, e.out.find('\n', brace) - brace));
+  EXPECT_NEAR(j["exact_match"].get<double>(), after, 1e-9);
+  EXPECT_EQ(j["total"], 50);
+
+  const std::string gen = "generate --model " + out + " --weights " + out + " --tokenizer " + kTok +
+                          " --template alpaca --prompt 'Reverse the digits.' --input '1 2 3 4' --max-new-tokens 12";
+  auto g = run(gen);
+  ASSERT_EQ(g.code, 0) << g.out;
+  EXPECT_NE(g.out.find_first_of("0123456789"), std::string::npos) << g.out;
+  auto s1 = run(gen + " --temperature 1.0 --top-p 0.9 --seed 5"), s2 = run(gen + " --temperature 1.0 --top-p 0.9 --seed 5");
+  ASSERT_EQ(s1.code, 0) << s1.out;
+  auto last_line = [](const std::string& o) { return o.substr(o.rfind('\n', o.size() - 2) + 1); };
+  EXPECT_EQ(last_line(s1.out), last_line(s2.out)) << "sampling is reproducible from --seed";
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "shardtrain/io/safetensors.h"
+#include "shardtrain/model/generate.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/train/trainer.h"
 
@@ -79,4 +80,29 @@ TEST(HfParity, AdamWTrajectoryMatchesTorchOptim) {
     EXPECT_NEAR(r.loss, ref[s].item<double>(), 1e-5) << "step " << s;
   }
   EXPECT_LT(ref[9].item<double>(), ref[0].item<double>());
+}
+
+TEST(HfParity, GreedyGenerationMatchesGenerate) {
+  Fixture f;
+  auto tr = f.trainer();
+  const auto prompt_t = f.ref.read("generate.prompt").to(at::kInt).flatten();
+  std::vector<int32_t> prompt(prompt_t.data_ptr<int32_t>(), prompt_t.data_ptr<int32_t>() + prompt_t.numel());
+  GenerateConfig g;
+  g.max_new_tokens = 12, g.eos_id = 2, g.max_context = f.cfg.max_position_embeddings;
+  const auto got = generate(tr.logits_fn(), prompt, g);
+  const auto want_t = f.ref.read("generate.greedy").to(at::kInt).flatten();
+  std::vector<int32_t> want(want_t.data_ptr<int32_t>(), want_t.data_ptr<int32_t>() + want_t.numel());
+  EXPECT_EQ(got, want);
+}
+
+TEST(HfParity, TopPKeepsWhatTopPLogitsWarperKeeps) {
+  Fixture f;
+  const auto logits = f.ref.read("topp.logits");
+  for (const char* p : {"0.3", "0.8", "0.95"}) {
+    const auto kept = top_p_filter(logits, std::stod(p)).isfinite();
+    const auto want = f.ref.read(std::string("topp.keep_") + p).to(at::kBool);
+    EXPECT_TRUE(kept.equal(want)) << "top_p " << p << ": kept " << kept.sum().item<int64_t>() << ", HF kept "
+                                  << want.sum().item<int64_t>();
+  }
+  EXPECT_TRUE(top_p_filter(logits, 1.0).equal(logits));
 }

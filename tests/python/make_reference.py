@@ -3,7 +3,8 @@
 
 Builds a tiny random LlamaForCausalLM (fp32, CPU, grouped-query attention), saves it with
 save_pretrained (safetensors + config.json), and records on fixed tokens: the logits, the loss,
-every parameter's gradient, and the loss trajectory of 10 torch.optim.AdamW steps.
+every parameter's gradient, and the loss trajectory of 10 torch.optim.AdamW steps. Also greedy
+generate() ids and TopPLogitsWarper's kept-token masks, for the decoding code.
 
 Usage: make_reference.py OUT_DIR
 """
@@ -13,6 +14,7 @@ import sys
 import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
+from transformers.generation.logits_process import TopPLogitsWarper
 
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 CLIP = 1.0
@@ -56,6 +58,17 @@ def main(out):
         ref["grad." + name] = p.grad.detach().clone()
 
     model.zero_grad(set_to_none=True)
+    prompt = tokens[:1, :6]
+    with torch.no_grad():
+        gen = model.generate(prompt, max_new_tokens=12, do_sample=False, eos_token_id=2, pad_token_id=0)
+    ref["generate.prompt"] = prompt.clone()
+    ref["generate.greedy"] = gen[:, prompt.shape[1]:].contiguous()
+    logits = torch.randn(1, 96, generator=torch.Generator().manual_seed(2)) * 2
+    ref["topp.logits"] = logits[0].contiguous()
+    for p in (0.3, 0.8, 0.95):
+        kept = TopPLogitsWarper(top_p=p)(None, logits.clone())[0].isfinite()
+        ref[f"topp.keep_{p}"] = kept.to(torch.uint8).contiguous()
+
     decay = [p for n, p in model.named_parameters() if "norm" not in n]
     no_decay = [p for n, p in model.named_parameters() if "norm" in n]
     opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}],

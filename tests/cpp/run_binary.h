@@ -1,0 +1,36 @@
+// Runs the shardtrain binary as a user would, capturing exit code and output.
+#pragma once
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+namespace testing_support {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+inline Result run(const std::string& args, const std::string& prefix = "") {
+  const std::string cmd = prefix + std::string(SHARDTRAIN_BIN) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+inline std::string tmp(const std::string& name) {
+  std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
+  return std::string(SHARDTRAIN_TEST_TMP) + "/" + name;
+}
+
+inline std::string source(const std::string& rel) { return std::string(SHARDTRAIN_SOURCE_DIR) + "/" + rel; }
+
+}  // namespace testing_support

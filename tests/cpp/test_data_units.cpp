@@ -1,0 +1,142 @@
+// Pure data-side functions: hashing, UTF-8, JSONL records, row packing, the split, and the
+// shard arithmetic that decides which rank reads which sample.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <string>
+
+#include "shardtrain/data/instruction.h"
+#include "shardtrain/data/prepare.h"
+#include "shardtrain/data/sampler.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/sha256.h"
+
+using namespace shardtrain;
+
+TEST(Sha256, KnownDigests) {  // FIPS 180-4 examples, as hashlib prints them
+  EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  EXPECT_EQ(sha256_hex(two_blocks.data(), two_blocks.size()),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  Sha256 h;  // a million 'a' in odd-sized pieces crosses every buffer boundary
+  const std::string piece(977, 'a');
+  size_t left = 1000000;
+  while (left) {
+    const size_t n = std::min(left, piece.size());
+    h.update(piece.data(), n);
+    left -= n;
+  }
+  EXPECT_EQ(h.hex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST(Utf8, AcceptsValidRejectsInvalid) {
+  EXPECT_TRUE(valid_utf8(""));
+  EXPECT_TRUE(valid_utf8("naïve café 日本語 👍🏽"));
+  EXPECT_FALSE(valid_utf8("caf\xe9"));          // Latin-1
+  EXPECT_FALSE(valid_utf8("\xc3"));             // truncated
+  EXPECT_FALSE(valid_utf8("\xc0\xaf"));         // overlong '/'
+  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));     // UTF-16 surrogate
+  EXPECT_FALSE(valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(valid_utf8("\xff"));
+}
+
+TEST(Records, FormatsAndSkipReasons) {
+  auto parse = [](const std::string& line, DataFormat f = DataFormat::kAuto) { return parse_line(line, f); };
+  DataFormat f = DataFormat::kAuto;
+  auto a = parse_line(R"({"instruction":"Add.","input":"1 + 2","output":"3"})", f);
+  ASSERT_TRUE(a.ok);
+  EXPECT_EQ(f, DataFormat::kAlpaca);
+  EXPECT_EQ(a.record.prompt, alpaca_prompt("Add.", "1 + 2"));
+  EXPECT_NE(a.record.prompt.find("### Input:\n1 + 2\n\n### Response:"), std::string::npos);
+  EXPECT_EQ(parse_line(R"({"instruction":"Hi","output":"x"})", f).record.prompt.find("### Input"), std::string::npos);
+  EXPECT_EQ(parse(R"({"dialogue":"A: hi","summary":"greeting"})").record.prompt,
+            "Summarize this dialog:\nA: hi\n---\nSummary:\n");
+  EXPECT_EQ(parse(R"({"text":"plain"})").record.answer, "plain");
+  EXPECT_EQ(parse(R"({"text":"abc")").reason, "malformed JSON");
+  EXPECT_EQ(parse(R"([1,2])").reason, "malformed JSON");
+  EXPECT_EQ(parse("{\"text\":\"caf\xe9\"}").reason, "invalid UTF-8");
+  EXPECT_EQ(parse(R"({"instruction":"x"})", DataFormat::kAlpaca).reason, "missing field");
+  EXPECT_EQ(parse(R"({"text":"  "})", DataFormat::kText).reason, "empty text");
+  EXPECT_EQ(parse(R"({"text":5})", DataFormat::kText).reason, "not a string");
+  DataFormat unknown = DataFormat::kAuto;
+  EXPECT_THROW(parse_line(R"({"question":"?"})", unknown), UsageError);
+  EXPECT_THROW(parse_format("csv"), UsageError);
+}
+
+namespace {
+Sample sample(std::vector<int32_t> ids, std::vector<uint8_t> mask) { return {std::move(ids), std::move(mask)}; }
+}  // namespace
+
+TEST(Rows, PaddingPutsOneSamplePerRow) {
+  auto r = make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7}, {0, 1})}, 4, /*packing=*/false, 2);
+  EXPECT_EQ(r.rows, 2);
+  EXPECT_EQ(r.tokens_data, (std::vector<int32_t>{1, 5, 6, 2, 1, 7, 2, 2}));
+  EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 0, 0, 1, 0, 0}));
+  EXPECT_EQ(r.tokens, 5);
+  EXPECT_EQ(r.loss_tokens, 3);
+}
+
+TEST(Rows, PackingFillsRowsAndPadsOnlyTheLast) {
+  auto r = make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7, 8}, {1, 1, 1}), sample({1, 9}, {0, 1})}, 3, true, 2);
+  EXPECT_EQ(r.rows, 3);
+  EXPECT_EQ(r.tokens_data, (std::vector<int32_t>{1, 5, 6, 1, 7, 8, 1, 9, 2}));
+  EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 1, 1, 1, 0, 1, 0}));
+  auto spill = make_rows({sample({1, 5}, {0, 1}), sample({1, 7, 8}, {0, 1, 1})}, 4, true, 0);
+  EXPECT_EQ(spill.tokens_data, (std::vector<int32_t>{1, 5, 1, 7, 8, 0, 0, 0}));  // a sample crosses rows
+}
+
+TEST(Split, ValidationChoiceIsSeededAndSized) {
+  auto v = validation_choice(1000, 0.1, 7);
+  EXPECT_EQ(std::count(v.begin(), v.end(), true), 100);
+  EXPECT_EQ(v, validation_choice(1000, 0.1, 7));
+  EXPECT_NE(v, validation_choice(1000, 0.1, 8));
+  auto tiny = validation_choice(3, 0.01, 1);
+  EXPECT_EQ(std::count(tiny.begin(), tiny.end(), true), 1);  // at least one each side
+  auto most = validation_choice(3, 0.99, 1);
+  EXPECT_EQ(std::count(most.begin(), most.end(), true), 2);
+}
+
+TEST(Sampler, EpochPermutationIsDeterministicPermutation) {
+  auto a = epoch_permutation(1000, 42, 3), b = epoch_permutation(1000, 42, 3);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, epoch_permutation(1000, 42, 4));
+  auto s = a;
+  std::sort(s.begin(), s.end());
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(s[i], i);
+}
+
+TEST(Sampler, BalancedPartsTileTheRange) {
+  for (int64_t count : {0, 1, 5, 7, 12})
+    for (int64_t parts : {1, 2, 3, 5}) {
+      int64_t next = 0;
+      for (int64_t i = 0; i < parts; ++i) {
+        auto [b, e] = balanced_part(count, parts, i);
+        EXPECT_EQ(b, next);
+        EXPECT_LE(e - b, count / parts + 1);
+        EXPECT_GE(e - b, count / parts);
+        next = e;
+      }
+      EXPECT_EQ(next, count);
+    }
+  EXPECT_EQ(steps_per_epoch(50, 6, false), 9);
+  EXPECT_EQ(steps_per_epoch(50, 6, true), 8);
+}
+
+// Any world size partitions each global batch exactly; concatenated in rank order it is the batch.
+TEST(Sampler, RanksPartitionEveryGlobalBatchAtAnyWorldSize) {
+  const auto order = epoch_permutation(50, 3, 0);
+  for (int64_t step = 0; step < steps_per_epoch(50, 6, false); ++step) {
+    const auto batch = global_batch(order, 6, step);
+    for (int world : {1, 2, 3, 4})
+      for (int64_t accum : {1, 2}) {
+        std::vector<int64_t> joined;
+        for (int r = 0; r < world; ++r)
+          for (const auto& mb : rank_micro_batches(batch, r, world, accum)) joined.insert(joined.end(), mb.begin(), mb.end());
+        EXPECT_EQ(joined, batch) << "world " << world << " accum " << accum << " step " << step;
+      }
+  }
+  EXPECT_EQ(global_batch(order, 6, 8).size(), 2u);  // 50 = 8 * 6 + 2: the short last batch
+}
