@@ -119,11 +119,12 @@ template std::vector<uint8_t> read_rows<uint8_t>(hid_t, const std::vector<int64_
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value) {
   Handle type(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-  H5_CHECK(H5Tset_size(type, value.size() + 1));  // NULLTERM strings keep room for the terminator
+  H5_CHECK(H5Tset_size(type, H5T_VARIABLE));  // variable-length UTF-8: h5py reads it as str
   H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
   Handle space = scalar_space();
   Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
-  H5_CHECK(H5Awrite(attr, type, value.c_str()));
+  const char* p = value.c_str();
+  H5_CHECK(H5Awrite(attr, type, &p));
 }
 
 void write_attr(hid_t obj, const std::string& name, int64_t value) {
@@ -145,9 +146,7 @@ std::string read_attr_string(hid_t obj, const std::string& name) {
   Handle type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
   if (H5Tis_variable_str(type) > 0) {
     char* s = nullptr;
-    Handle mem(H5_CHECK(H5Tcopy(H5T_C_S1)), H5Tclose);
-    H5_CHECK(H5Tset_size(mem, H5T_VARIABLE));
-    H5_CHECK(H5Aread(attr, mem, &s));
+    H5_CHECK(H5Aread(attr, type, &s));  // the file's own string type: no charset conversion
     std::string out = s ? s : "";
     H5free_memory(s);
     return out;
