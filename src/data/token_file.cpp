@@ -11,27 +11,28 @@ namespace shardtrain {
 
 namespace {
 
+// Every attribute and the field it mirrors: one table serves writing and reading.
+using M = TokenFileMeta;
+const std::pair<const char*, int64_t M::*> kIntAttrs[] = {
+    {"seq_len", &M::seq_len}, {"rows", &M::rows}, {"samples", &M::samples}, {"tokens", &M::tokens},
+    {"loss_tokens", &M::loss_tokens}, {"max_token_id", &M::max_token_id}, {"samples_read", &M::samples_read},
+    {"samples_skipped", &M::samples_skipped}, {"samples_truncated", &M::samples_truncated}, {"pad_id", &M::pad_id},
+    {"tokenizer_vocab_size", &M::tokenizer_vocab_size}};
+const std::pair<const char*, std::string M::*> kStringAttrs[] = {
+    {"skip_reasons", &M::skip_reasons_json}, {"packing", &M::packing}, {"format", &M::format}, {"split", &M::split},
+    {"tokenizer_sha256", &M::tokenizer_sha256}, {"source_file", &M::source_file}, {"source_sha256", &M::source_sha256}};
+
 void write_meta(hid_t f, const TokenFileMeta& m) {
-  using h5::write_attr;
-  write_attr(f, "format_version", kTokenFileVersion);
-  write_attr(f, "seq_len", m.seq_len);
-  write_attr(f, "rows", m.rows);
-  write_attr(f, "samples", m.samples);
-  write_attr(f, "tokens", m.tokens);
-  write_attr(f, "loss_tokens", m.loss_tokens);
-  write_attr(f, "max_token_id", m.max_token_id);
-  write_attr(f, "samples_read", m.samples_read);
-  write_attr(f, "samples_skipped", m.samples_skipped);
-  write_attr(f, "samples_truncated", m.samples_truncated);
-  write_attr(f, "skip_reasons", m.skip_reasons_json);
-  write_attr(f, "pad_id", static_cast<int64_t>(m.pad_id));
-  write_attr(f, "packing", m.packing);
-  write_attr(f, "format", m.format);
-  write_attr(f, "split", m.split);
-  write_attr(f, "tokenizer_sha256", m.tokenizer_sha256);
-  write_attr(f, "tokenizer_vocab_size", m.tokenizer_vocab_size);
-  write_attr(f, "source_file", m.source_file);
-  write_attr(f, "source_sha256", m.source_sha256);
+  h5::write_attr(f, "format_version", kTokenFileVersion);
+  for (const auto& [name, field] : kIntAttrs) h5::write_attr(f, name, m.*field);
+  for (const auto& [name, field] : kStringAttrs) h5::write_attr(f, name, m.*field);
+}
+
+void read_meta(hid_t f, TokenFileMeta& m) {  // absent attributes keep their defaults
+  for (const auto& [name, field] : kIntAttrs)
+    if (h5::has_attr(f, name)) m.*field = h5::read_attr_int(f, name);
+  for (const auto& [name, field] : kStringAttrs)
+    if (h5::has_attr(f, name)) m.*field = h5::read_attr_string(f, name);
 }
 
 }  // namespace
@@ -72,19 +73,9 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   const auto shape = h5::dataset_shape(tokens_);
   if (shape.size() != 2 || h5::dataset_shape(mask_) != shape)
     throw UsageError(path + ": /tokens and /loss_mask must both be [rows, seq_len]");
-  meta_.rows = static_cast<int64_t>(shape[0]);
+  read_meta(file_, meta_);
+  meta_.rows = static_cast<int64_t>(shape[0]);  // the datasets, not the attributes, are the truth
   meta_.seq_len = static_cast<int64_t>(shape[1]);
-  auto int_attr = [&](const char* n) { return h5::has_attr(file_, n) ? h5::read_attr_int(file_, n) : 0; };
-  auto str_attr = [&](const char* n) { return h5::has_attr(file_, n) ? h5::read_attr_string(file_, n) : ""; };
-  meta_.samples = int_attr("samples"), meta_.tokens = int_attr("tokens"), meta_.loss_tokens = int_attr("loss_tokens");
-  meta_.max_token_id = int_attr("max_token_id"), meta_.pad_id = static_cast<int32_t>(int_attr("pad_id"));
-  meta_.samples_read = int_attr("samples_read"), meta_.samples_skipped = int_attr("samples_skipped");
-  meta_.samples_truncated = int_attr("samples_truncated");
-  meta_.tokenizer_vocab_size = int_attr("tokenizer_vocab_size");
-  meta_.packing = str_attr("packing"), meta_.format = str_attr("format"), meta_.split = str_attr("split");
-  meta_.skip_reasons_json = str_attr("skip_reasons");
-  meta_.tokenizer_sha256 = str_attr("tokenizer_sha256");
-  meta_.source_file = str_attr("source_file"), meta_.source_sha256 = str_attr("source_sha256");
   if (meta_.rows == 0) throw UsageError(path + " holds no rows");
 }
 

@@ -17,10 +17,9 @@ constexpr int64_t kTokenFileVersion = 1;
 struct TokenFileMeta {
   int64_t seq_len = 0, rows = 0, samples = 0, tokens = 0, loss_tokens = 0, max_token_id = 0;
   int64_t samples_read = 0, samples_skipped = 0, samples_truncated = 0;
-  int32_t pad_id = 0;
+  int64_t pad_id = 0, tokenizer_vocab_size = 0;
   std::string packing, format, split, skip_reasons_json;
   std::string tokenizer_sha256, source_file, source_sha256;
-  int64_t tokenizer_vocab_size = 0;
 };
 
 // Writes path via a temporary name and a rename; a failure leaves nothing behind.
