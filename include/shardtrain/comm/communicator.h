@@ -1,0 +1,73 @@
+// The collective interface the FSDP engine talks to: all-gather into a flat buffer,
+// reduce-scatter, all-reduce, broadcast and barrier, each with an async variant. MPI (CPU) and
+// NCCL (GPU) implement it; every call is counted per kind, in bytes of the full buffer.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace shardtrain::comm {
+
+enum class Op { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
+constexpr int kNumOps = 5;
+const char* op_name(Op op);
+
+struct OpStats {
+  int64_t calls = 0, bytes = 0;
+};
+
+// bytes: the unsharded buffer (all-gather output, reduce-scatter input, all-reduce and
+// broadcast tensor), as nccl-tests reports "size".
+struct CommStats {
+  std::array<OpStats, kNumOps> ops{};
+  void add(Op op, int64_t bytes) { ops[static_cast<int>(op)].calls++, ops[static_cast<int>(op)].bytes += bytes; }
+  const OpStats& operator[](Op op) const { return ops[static_cast<int>(op)]; }
+};
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;  // blocks until the collective is complete on this rank
+};
+using WorkPtr = std::unique_ptr<Work>;
+
+class Communicator {
+ public:
+  explicit Communicator(std::string name) : name_(std::move(name)) {}
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  const std::string& name() const { return name_; }
+
+  // out [size * in.numel()]: rank r's `in` lands at [r * n, (r + 1) * n). Same dtype.
+  virtual WorkPtr all_gather_async(const at::Tensor& in, const at::Tensor& out) = 0;
+  // out = the sum over ranks of in[rank * n, (rank + 1) * n), n = out.numel().
+  virtual WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) = 0;
+  virtual WorkPtr all_reduce_async(const at::Tensor& t) = 0;  // sum, in place
+  virtual WorkPtr broadcast_async(const at::Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+
+  void all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }
+  void reduce_scatter(const at::Tensor& in, const at::Tensor& out) { reduce_scatter_async(in, out)->wait(); }
+  void all_reduce(const at::Tensor& t) { all_reduce_async(t)->wait(); }
+  void broadcast(const at::Tensor& t, int root) { broadcast_async(t, root)->wait(); }
+  double all_reduce_sum(double v);  // a scalar convenience, counted like any all-reduce
+
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = CommStats{}; }
+
+ protected:
+  CommStats stats_;
+
+ private:
+  std::string name_;
+};
+
+// Checks shapes and dtypes shared by every backend; throws Error naming the collective.
+void check_all_gather(const Communicator& c, const at::Tensor& in, const at::Tensor& out);
+void check_reduce_scatter(const Communicator& c, const at::Tensor& in, const at::Tensor& out);
+
+}  // namespace shardtrain::comm

@@ -1,0 +1,46 @@
+// One FSDP unit at run time: this rank's fp32 master shard and gradient shard, and, only while
+// the unit computes, the all-gathered full parameters as one autograd leaf in the compute dtype.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "shardtrain/comm/communicator.h"
+#include "shardtrain/fsdp/flat_layout.h"
+
+namespace shardtrain::fsdp {
+
+class FlatUnit {
+ public:
+  FlatUnit(FlatLayout layout, int shard_rank, at::Tensor master);
+  const FlatLayout& layout() const { return layout_; }
+  at::Tensor& master() { return master_; }  // fp32 [shard_numel], persistent
+  at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], persistent
+
+  // A fresh leaf [padded] in `dtype`, filled by an async all-gather of the master shards.
+  void begin_gather(comm::Communicator& shard, at::ScalarType dtype);
+  // Refills the same leaf's freed storage (before backward), so autograd's saved views see it.
+  void begin_regather(comm::Communicator& shard);
+  void wait();
+  // Frees the leaf's storage but keeps the leaf and any graph built on it.
+  void free_storage();
+  bool gathered() const { return gathered_; }
+  bool active() const { return flat_.defined(); }
+  // The parameters as views of the leaf, in layout order, with their logical shapes.
+  std::vector<at::Tensor> views() const;
+  // The leaf's gradient [padded] (undefined if nothing flowed into it this pass).
+  at::Tensor leaf_grad() const { return flat_.defined() ? flat_.grad() : at::Tensor(); }
+  void release();  // drops the leaf, its gradient and its graph
+
+ private:
+  void start(comm::Communicator& shard);
+  FlatLayout layout_;
+  int shard_rank_;
+  at::Tensor master_, grad_;
+  at::Tensor flat_;  // [padded] leaf, requires grad; storage present only while gathered
+  at::Tensor send_;  // the master shard in the compute dtype, kept alive for the gather
+  comm::WorkPtr pending_;
+  bool gathered_ = false;
+};
+
+}  // namespace shardtrain::fsdp

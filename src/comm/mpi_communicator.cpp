@@ -1,0 +1,128 @@
+#include "shardtrain/comm/mpi_communicator.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <mutex>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::comm {
+namespace {
+
+template <typename T>
+void sum16(void* in, void* inout, int* len, MPI_Datatype*) {  // fp32 accumulate, one rounding
+  auto* a = static_cast<const T*>(in);
+  auto* b = static_cast<T*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<T>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+
+MPI_Op sum_op(at::ScalarType t) {
+  static MPI_Op bf16 = MPI_OP_NULL, fp16 = MPI_OP_NULL;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MPI_CHECK(MPI_Op_create(&sum16<c10::BFloat16>, /*commute=*/1, &bf16));
+    MPI_CHECK(MPI_Op_create(&sum16<c10::Half>, 1, &fp16));
+  });
+  if (t == at::kBFloat16) return bf16;
+  if (t == at::kHalf) return fp16;
+  return MPI_SUM;
+}
+
+MPI_Datatype mpi_type(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kBFloat16:
+    case at::kHalf: return MPI_UINT16_T;  // moved as 16-bit words; sums through sum_op
+    case at::kLong: return MPI_INT64_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kByte:
+    case at::kBool: return MPI_UINT8_T;
+    default: throw Error(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
+  }
+}
+
+int count_of(const at::Tensor& t) {
+  if (t.numel() > INT32_MAX) throw Error("MPI backend: a buffer over 2^31 elements needs chunking");
+  return static_cast<int>(t.numel());
+}
+
+class MpiWork : public Work {
+ public:
+  MpiWork(std::vector<at::Tensor> keep) : keep_(std::move(keep)) {}
+  MPI_Request* request() { return &req_; }
+  void wait() override {
+    if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
+  }
+  ~MpiWork() override {
+    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);  // never free buffers in flight
+  }
+
+ private:
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::vector<at::Tensor> keep_;  // the buffers stay alive until the collective completes
+};
+
+void require_cpu(const at::Tensor& t) {
+  if (!t.device().is_cpu()) throw Error("MPI backend takes CPU tensors; use the NCCL backend for CUDA");
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name)
+    : Communicator(std::move(name)), comm_(std::move(comm)), rank_(comm_.rank()), size_(comm_.size()) {}
+
+WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
+  check_all_gather(*this, in, out);
+  require_cpu(in), require_cpu(out);
+  stats_.add(Op::kAllGather, out.nbytes());
+  auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
+  const auto type = mpi_type(in.scalar_type());
+  MPI_CHECK(MPI_Iallgather(in.data_ptr(), count_of(in), type, out.data_ptr(), count_of(in), type, comm_.get(),
+                           w->request()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) {
+  check_reduce_scatter(*this, in, out);
+  require_cpu(in), require_cpu(out);
+  stats_.add(Op::kReduceScatter, in.nbytes());
+  auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
+  MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out), mpi_type(in.scalar_type()),
+                                      sum_op(in.scalar_type()), comm_.get(), w->request()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
+  require_cpu(t);
+  if (!t.is_contiguous()) throw Error("all_reduce: the tensor must be contiguous");
+  stats_.add(Op::kAllReduce, t.nbytes());
+  auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), sum_op(t.scalar_type()),
+                           comm_.get(), w->request()));
+  return w;
+}
+
+WorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
+  require_cpu(t);
+  if (!t.is_contiguous()) throw Error("broadcast: the tensor must be contiguous");
+  stats_.add(Op::kBroadcast, t.nbytes());
+  auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
+  MPI_CHECK(MPI_Ibcast(t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), root, comm_.get(), w->request()));
+  return w;
+}
+
+void MpiCommunicator::barrier() {
+  stats_.add(Op::kBarrier, 0);
+  MPI_CHECK(MPI_Barrier(comm_.get()));
+}
+
+std::unique_ptr<MpiCommunicator> mpi_world() {
+  MPI_Comm dup;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  return std::make_unique<MpiCommunicator>(MpiComm(dup), "world");
+}
+
+}  // namespace shardtrain::comm

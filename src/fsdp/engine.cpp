@@ -1,0 +1,254 @@
+#include "shardtrain/fsdp/engine.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <cmath>
+
+#include "shardtrain/data/loader.h"
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::fsdp {
+
+using comm::Communicator;
+
+namespace {
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+}  // namespace
+
+// Per micro-batch: the detached input leaf and the output of every unit, [units].
+struct FsdpEngine::Pass {
+  std::vector<at::Tensor> inputs, outputs;
+  bool empty = false;  // this rank has no rows: it still joins every collective
+};
+
+FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
+                       const SafetensorsModel* weights)
+    : model_(std::move(model)), cfg_(cfg), groups_(groups), rope_(model_, model_.max_position_embeddings),
+      opt_(cfg.adamw) {
+  const auto specs = llama_param_specs(model_);
+  const int S = groups_.shard->size(), sr = groups_.shard->rank();
+  for (int64_t u = 0; u < model_.num_layers + 2; ++u) {
+    FlatLayout layout = flat_layout(specs, u, S);
+    auto master = at::zeros({layout.shard_numel}, at::kFloat);
+    for (const Segment& s : shard_segments(layout, sr)) {
+      const auto& e = layout.entries[s.entry];
+      // Only this rank's bytes are read from the file; the seeded init is per parameter.
+      at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
+                                 : init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
+      master.narrow(0, s.shard_offset, s.numel).copy_(piece);
+      opt_.add(master.narrow(0, s.shard_offset, s.numel), !e.is_norm);
+    }
+    units_.emplace_back(std::move(layout), sr, master);
+    if (!cfg_.sync_each_microstep) no_sync_.push_back(at::zeros({units_.back().layout().padded}, at::kFloat));
+  }
+}
+
+void FsdpEngine::prefetch(int64_t u) {
+  if (u < 0 || u >= static_cast<int64_t>(units_.size())) return;
+  FlatUnit& unit = units_[u];
+  if (!unit.active()) unit.begin_gather(*groups_.shard, cfg_.param_dtype);
+  else if (!unit.gathered()) unit.begin_regather(*groups_.shard);
+}
+
+void FsdpEngine::ensure(int64_t u) {
+  prefetch(u);
+  units_[u].wait();
+}
+
+LayerWeights FsdpEngine::layer_weights(int64_t u) const {
+  const auto& l = units_[u].layout();
+  const auto v = units_[u].views();
+  LayerWeights w;
+  for (size_t i = 0; i < l.entries.size(); ++i) {
+    const auto& n = l.entries[i].name;
+    at::Tensor* slot = ends_with(n, "q_proj.weight") ? &w.q_proj : ends_with(n, "k_proj.weight") ? &w.k_proj
+                     : ends_with(n, "v_proj.weight") ? &w.v_proj : ends_with(n, "o_proj.weight") ? &w.o_proj
+                     : ends_with(n, "gate_proj.weight") ? &w.gate_proj : ends_with(n, "up_proj.weight") ? &w.up_proj
+                     : ends_with(n, "down_proj.weight") ? &w.down_proj
+                     : ends_with(n, "input_layernorm.weight") ? &w.input_norm : &w.post_norm;
+    *slot = v[i];
+  }
+  return w;
+}
+
+at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_graph) {
+  const int64_t L = model_.num_layers, head = L + 1;
+  const bool reshard = comm::reshard_after_forward(cfg_.sharding);
+  p.inputs.assign(units_.size(), at::Tensor());
+  p.outputs.assign(units_.size(), at::Tensor());
+  p.empty = tokens.size(0) == 0;
+  at::Tensor x;
+  for (int64_t u = 0; u <= head; ++u) {
+    ensure(u);
+    if (cfg_.prefetch) prefetch(u + 1);
+    at::Tensor out;
+    if (!p.empty) {
+      const bool grad_here = build_graph && !(cfg_.activation_checkpointing && u >= 1 && u <= L);
+      at::AutoGradMode mode(grad_here);
+      if (u > 0) p.inputs[u] = build_graph ? x.detach().requires_grad_(true) : x;
+      if (u == 0) {
+        out = at::embedding(units_[0].views()[0], tokens).to(cfg_.param_dtype);
+      } else if (u <= L) {
+        out = decoder_layer(model_, layer_weights(u), p.inputs[u], rope_.cos, rope_.sin);
+      } else {
+        const auto v = units_[head].views();  // model.norm.weight, lm_head.weight
+        out = at::linear(rms_norm(p.inputs[u], v[0], model_.rms_norm_eps), v[1]);
+      }
+      p.outputs[u] = out;
+      x = out;
+    }
+    // The head's backward follows at once, so keeping it gathered saves nothing; FSDP's
+    // reshard_after_forward still frees it, and we match that volume exactly.
+    if (reshard || !build_graph) units_[u].free_storage();
+  }
+  return x;
+}
+
+void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
+  const int64_t L = model_.num_layers;
+  at::Tensor grad_out;
+  for (int64_t u = L + 1; u >= 0; --u) {
+    ensure(u);
+    if (cfg_.prefetch) prefetch(u - 1);
+    if (!p.empty) {
+      if (u == L + 1) {
+        loss.backward();
+      } else {
+        at::Tensor out = p.outputs[u];
+        if (cfg_.activation_checkpointing && u >= 1 && u <= L) {  // recompute with the regathered weights
+          at::AutoGradMode on(true);
+          out = decoder_layer(model_, layer_weights(u), p.inputs[u], rope_.cos, rope_.sin);
+        }
+        torch::autograd::backward({out}, {grad_out});
+      }
+      if (u > 0) grad_out = p.inputs[u].grad();
+    }
+    at::Tensor g = units_[u].leaf_grad();
+    if (!g.defined()) g = at::zeros({units_[u].layout().padded}, cfg_.param_dtype);
+    if (reduce_now) reduce_unit(u, g);
+    else no_sync_[u].add_(g.to(at::kFloat));
+    p.outputs[u] = at::Tensor(), p.inputs[u] = at::Tensor();
+    units_[u].release();
+  }
+}
+
+void FsdpEngine::reduce_unit(int64_t u, const at::Tensor& full_grad) {
+  FlatUnit& unit = units_[u];
+  auto send = full_grad.to(cfg_.reduce_dtype).contiguous();
+  at::Tensor shard;
+  if (groups_.shard->size() == 1) {
+    shard = send;
+  } else {
+    shard = at::empty({unit.layout().shard_numel}, send.options());
+    groups_.shard->reduce_scatter(send, shard);
+  }
+  if (groups_.replicate->size() > 1) groups_.replicate->all_reduce(shard);
+  unit.grad().add_(shard.to(at::kFloat));
+}
+
+void FsdpEngine::reduce_accumulated() {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    reduce_unit(static_cast<int64_t>(u), no_sync_[u]);
+    no_sync_[u].zero_();
+  }
+}
+
+StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) {
+  StepResult r;
+  int64_t local_tokens = 0;
+  for (const auto& mb : micro_batches)
+    if (mb.tokens.size(0) > 0) local_tokens += count_loss_tokens(mb.labels);
+  r.tokens = static_cast<int64_t>(std::llround(groups_.world->all_reduce_sum(static_cast<double>(local_tokens))));
+  const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
+  for (auto& u : units_) u.grad().zero_();
+  double loss_sum = 0;
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    const Batch& mb = micro_batches[m];
+    Pass p;
+    auto logits = forward(p, mb.tokens, /*build_graph=*/true);
+    at::Tensor loss;
+    if (!p.empty) {
+      auto ls = causal_lm_loss(logits, mb.labels);
+      loss_sum += ls.sum.item<double>();
+      loss = ls.sum / denom;
+    }
+    backward(p, loss, cfg_.sync_each_microstep);
+  }
+  if (!cfg_.sync_each_microstep) reduce_accumulated();
+  r.loss = groups_.world->all_reduce_sum(loss_sum) / denom;
+  // Shards of one replica tile the model; replicas hold equal shards, so sum over the shard group.
+  std::vector<at::Tensor> grads;
+  double sq = 0;
+  for (auto& u : units_) sq += u.grad().to(at::kDouble).pow(2).sum().item<double>();
+  if (groups_.shard->size() > 1) sq = groups_.shard->all_reduce_sum(sq);
+  r.grad_norm = std::sqrt(sq);
+  for (auto& u : units_)
+    for (const Segment& s : shard_segments(u.layout(), groups_.shard->rank()))
+      grads.push_back(u.grad().narrow(0, s.shard_offset, s.numel));
+  scale_grads(grads, r.grad_norm, cfg_.grad_clip);
+  opt_.step(lr, grads);
+  return r;
+}
+
+at::Tensor FsdpEngine::logits(const at::Tensor& tokens) {
+  c10::NoGradGuard no_grad;
+  Pass p;
+  auto out = forward(p, tokens, /*build_graph=*/false);
+  for (auto& u : units_) u.release();
+  return out;
+}
+
+EvalResult FsdpEngine::evaluate(const TokenFile& data, int64_t batch_size, int64_t max_batches) {
+  LoaderConfig lc;
+  lc.micro_batch = batch_size, lc.shuffle = false, lc.prefetch = false;
+  lc.rank = groups_.world->rank(), lc.world = groups_.world->size();
+  DataLoader loader(data, lc);
+  int64_t n = loader.steps_per_epoch();
+  if (max_batches > 0) n = std::min(n, max_batches);
+  double sum = 0, count = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    const StepData d = loader.next();
+    const Batch& batch = d.micro.front();
+    auto lg = logits(batch.tokens);
+    if (batch.tokens.size(0) == 0) continue;
+    auto ls = causal_lm_loss(lg, batch.labels);
+    sum += ls.sum.item<double>(), count += static_cast<double>(ls.count);
+  }
+  EvalResult r;
+  sum = groups_.world->all_reduce_sum(sum), count = groups_.world->all_reduce_sum(count);
+  r.tokens = static_cast<int64_t>(count);
+  r.loss = sum / std::max(1.0, count);
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
+  std::map<std::string, at::Tensor> out;
+  for (auto& u : units_) {
+    auto full = at::empty({u.layout().padded}, at::kFloat);
+    if (groups_.shard->size() == 1) full.copy_(u.master());
+    else groups_.shard->all_gather(u.master().contiguous(), full);
+    for (const auto& e : u.layout().entries) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone();
+  }
+  return out;
+}
+
+MemoryReport FsdpEngine::memory() const {
+  MemoryReport m;
+  int64_t full = 0;
+  for (const auto& u : units_) {
+    const int64_t n = u.layout().shard_numel;
+    m.param_bytes += 4 * n, m.grad_bytes += 4 * n, m.optimizer_bytes += 8 * n;
+    m.padding_elements += u.layout().padded - u.layout().numel;
+    full += u.layout().numel;
+  }
+  for (const auto& t : no_sync_) m.no_sync_bytes += t.nbytes();
+  m.unsharded_bytes = 16 * full;
+  return m;
+}
+
+}  // namespace shardtrain::fsdp

@@ -1,0 +1,31 @@
+#include "shardtrain/fsdp/flat_layout.h"
+
+#include <algorithm>
+
+namespace shardtrain::fsdp {
+
+FlatLayout flat_layout(const std::vector<ParamSpec>& specs, int64_t unit, int shard_size) {
+  FlatLayout l;
+  l.shard_size = shard_size;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].unit != unit) continue;
+    l.entries.push_back({i, specs[i].name, specs[i].shape, l.numel, specs[i].numel(), specs[i].is_norm});
+    l.numel += specs[i].numel();
+  }
+  l.padded = (l.numel + shard_size - 1) / shard_size * shard_size;
+  l.shard_numel = l.padded / shard_size;
+  return l;
+}
+
+std::vector<Segment> shard_segments(const FlatLayout& l, int shard_rank) {
+  const auto [begin, end] = l.shard_range(shard_rank);
+  std::vector<Segment> out;
+  for (size_t e = 0; e < l.entries.size(); ++e) {
+    const auto& en = l.entries[e];
+    const int64_t b = std::max(begin, en.offset), x = std::min(end, en.offset + en.numel);
+    if (b < x) out.push_back({e, b - en.offset, b - begin, x - b});
+  }
+  return out;
+}
+
+}  // namespace shardtrain::fsdp

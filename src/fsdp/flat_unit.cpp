@@ -1,0 +1,72 @@
+#include "shardtrain/fsdp/flat_unit.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+
+#include <cstring>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::fsdp {
+
+FlatUnit::FlatUnit(FlatLayout layout, int shard_rank, at::Tensor master)
+    : layout_(std::move(layout)), shard_rank_(shard_rank), master_(std::move(master)) {
+  if (master_.numel() != layout_.shard_numel) throw Error("FSDP unit: master shard has the wrong size");
+  grad_ = at::zeros_like(master_);
+}
+
+void FlatUnit::start(comm::Communicator& shard) {
+  send_ = master_.to(flat_.scalar_type());
+  if (shard.size() == 1) {  // nothing to gather: copy bytes, bypassing autograd's version counter
+    std::memcpy(flat_.data_ptr(), send_.data_ptr(), send_.nbytes());
+    send_ = at::Tensor();
+  } else {
+    pending_ = shard.all_gather_async(send_, flat_);
+  }
+  gathered_ = true;
+}
+
+void FlatUnit::begin_gather(comm::Communicator& shard, at::ScalarType dtype) {
+  release();
+  flat_ = at::empty({layout_.padded}, at::TensorOptions().dtype(dtype)).requires_grad_(true);
+  start(shard);
+}
+
+void FlatUnit::begin_regather(comm::Communicator& shard) {
+  if (gathered_) return;
+  if (!flat_.defined()) throw Error("FSDP unit: regather without a forward");
+  auto* impl = flat_.storage().unsafeGetStorageImpl();
+  const size_t nbytes = static_cast<size_t>(layout_.padded) * flat_.element_size();
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+  start(shard);
+}
+
+void FlatUnit::wait() {
+  if (pending_) pending_->wait(), pending_.reset();
+  send_ = at::Tensor();
+}
+
+void FlatUnit::free_storage() {
+  wait();
+  if (!flat_.defined() || !gathered_) return;
+  auto* impl = flat_.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, flat_.device()));
+  impl->set_nbytes(0);
+  gathered_ = false;
+}
+
+std::vector<at::Tensor> FlatUnit::views() const {
+  std::vector<at::Tensor> v;
+  for (const auto& e : layout_.entries) v.push_back(flat_.narrow(0, e.offset, e.numel).view(e.shape));
+  return v;
+}
+
+void FlatUnit::release() {
+  wait();
+  if (flat_.defined() && gathered_) free_storage();
+  flat_ = at::Tensor();
+  gathered_ = false;
+}
+
+}  // namespace shardtrain::fsdp
