@@ -12,6 +12,8 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/train/fit.h"
 #include "shardtrain/train/flops.h"
 
 namespace shardtrain::cli {
@@ -64,11 +66,34 @@ ParamStore load_or_init(const ModelConfig& model, const std::string& weights, ui
 
 namespace {
 
-void save_model(const std::string& dir, const ModelConfig& model, const ParamStore& params) {
+void save_model(const std::string& dir, const ModelConfig& model, const NamedTensors& params) {
   std::filesystem::create_directories(dir);
-  write_safetensors_sharded(dir, params.named(), 5ull << 30);
+  write_safetensors_sharded(dir, params, 5ull << 30);
   std::ofstream(std::filesystem::path(dir) / "config.json") << model_to_hf_json(model).dump(2) << "\n";
   log::info("saved model to " + dir);
+}
+
+nlohmann::json comm_json(const comm::ProcessGroups& g) {
+  nlohmann::json j;
+  for (const comm::Communicator* c : {g.world.get(), g.shard.get(), g.replicate.get()})
+    for (int k = 0; k < comm::kNumOps; ++k) {
+      const auto& s = c->stats().ops[k];
+      if (s.calls) j[c->name()][comm::op_name(static_cast<comm::Op>(k))] = {{"calls", s.calls}, {"bytes", s.bytes}};
+    }
+  return j;
+}
+
+nlohmann::json memory_json(const fsdp::MemoryReport& m) {
+  return {{"param_bytes", m.param_bytes}, {"grad_bytes", m.grad_bytes}, {"optimizer_bytes", m.optimizer_bytes},
+          {"no_sync_bytes", m.no_sync_bytes}, {"persistent_bytes", m.persistent()}, {"unsharded_bytes", m.unsharded_bytes}};
+}
+
+fsdp::FsdpConfig engine_config(const TrainOptions& o) {
+  fsdp::FsdpConfig f;
+  f.sharding = o.fsdp.sharding, f.param_dtype = o.train.param_dtype, f.reduce_dtype = o.fsdp.reduce_dtype;
+  f.activation_checkpointing = o.fsdp.activation_checkpointing, f.sync_each_microstep = !o.fsdp.no_sync_accumulation;
+  f.grad_clip = o.train.grad_clip, f.adamw = o.train.adamw;
+  return f;
 }
 
 }  // namespace
@@ -77,14 +102,24 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   TrainOptions o = parse_train(args, &help);
   if (o.common.help) return print_help(help, env);
-  if (env.size() > 1)
-    throw UsageError("shardtrain train runs on one rank until the FSDP engine lands; launch with -np 1");
+  env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   o.train.peak_tflops = resolve_peak_tflops(o.train.peak_tflops, "cpu");  // training runs on CPU until the GPU issue
   auto train = open_token_file("--data", o.data, o.model);
   auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
   o.train.seq_len = train->seq_len();
+  auto groups = comm::make_mpi_groups(o.fsdp.sharding, env.topology(), o.fsdp.shard_group_size);
+  std::unique_ptr<SafetensorsModel> weights = o.weights.empty() ? nullptr : std::make_unique<SafetensorsModel>(o.weights);
+  fsdp::FsdpEngine engine(o.model, engine_config(o), groups, o.train.seed, weights.get());
+  const auto mem = engine.memory();
+  log::info("fsdp: " + std::string(comm::sharding_name(o.fsdp.sharding)) + " on " + std::to_string(env.size()) +
+            " ranks (" + std::to_string(env.topology().num_nodes) + " nodes x " + std::to_string(env.topology().local_size) +
+            "), shard groups of " + std::to_string(groups.shard->size()) + ", replicas " + std::to_string(groups.replicate->size()) +
+            "; persistent " + std::to_string(mem.persistent() >> 10) + " KiB per rank of " + std::to_string(mem.unsharded_bytes >> 10) +
+            " KiB unsharded" + (weights ? "; read " + std::to_string(weights->bytes_read()) + " bytes of " + o.weights : ""));
+  if (o.fsdp.fail_on_rank == env.rank())
+    throw Error("fault injected by --fail-on-rank " + std::to_string(env.rank()));
   LoaderConfig lc;
   lc.micro_batch = o.train.batch_size, lc.grad_accum = o.train.grad_accum, lc.seed = o.train.seed;
   lc.rank = env.rank(), lc.world = env.size();
@@ -92,12 +127,24 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   log::info("data: " + o.data + ": " + std::to_string(train->rows()) + " rows of " + std::to_string(train->seq_len()) +
             " tokens (" + train->meta().packing + ", " + train->meta().format + "), global batch " +
             std::to_string(loader.global_batch()) + (val ? "; validation " + o.val_data + ": " + std::to_string(val->rows()) + " rows" : ""));
-  Trainer trainer(o.model, o.train, load_or_init(o.model, o.weights, o.train.seed));
-  Validation v;
-  v.data = val.get();
-  if (accuracy) v.accuracy = [&] { return accuracy->run(trainer.logits_fn(), o.model).exact_match; };
-  trainer.fit(loader, v);
-  if (!o.save_model.empty()) save_model(o.save_model, o.model, trainer.params());
+  FitHooks h;
+  h.step = [&](const std::vector<Batch>& micro, double lr) {
+    for (auto* c : {groups.world.get(), groups.shard.get(), groups.replicate.get()}) c->reset_stats();
+    return engine.step(micro, lr);
+  };
+  if (val) h.val_loss = [&] { return engine.evaluate(*val, o.train.batch_size, o.train.val_batches).loss; };
+  if (accuracy) h.accuracy = [&] { return accuracy->run([&](const at::Tensor& t) { return engine.logits(t); }, o.model).exact_match; };
+  h.annotate = [&](StepMetrics& m) { m.extra = {{"comm", comm_json(groups)}, {"memory", memory_json(mem)}}; };
+  for (const auto& spec : llama_param_specs(o.model)) h.num_params += spec.numel();
+  h.world_size = env.size();
+  h.writes_metrics = env.rank() == 0;
+  fit(o.train, o.model, loader, h);
+  if (!o.save_model.empty()) {
+    const auto full = engine.full_parameters();  // collective: every rank takes part
+    NamedTensors named;
+    for (const auto& spec : llama_param_specs(o.model)) named.emplace_back(spec.name, full.at(spec.name));
+    if (env.rank() == 0) save_model(o.save_model, o.model, named);
+  }
   return 0;
 }
 

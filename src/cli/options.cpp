@@ -150,8 +150,19 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
       "peak-tflops", po::value(&t.peak_tflops)->default_value(0.0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end");
+  std::string sharding = "full_shard", reduce_dtype = "fp32";
+  po::options_description fsdp("Sharding (FSDP over MPI)");
+  fsdp.add_options()("sharding", po::value(&sharding)->default_value("full_shard"),
+                     "full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2")(
+      "reduce-dtype", po::value(&reduce_dtype)->default_value("fp32"), "gradient reduction dtype: fp32 or bf16")(
+      "activation-checkpointing", po::bool_switch(&o.fsdp.activation_checkpointing), "recompute each decoder layer in backward")(
+      "no-sync-accumulation", po::bool_switch(&o.fsdp.no_sync_accumulation),
+      "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters more per rank)")(
+      "shard-group-size", po::value(&o.fsdp.shard_group_size)->default_value(0), "hybrid: ranks per shard group (0: one node)")(
+      "ranks-per-node", po::value(&o.fsdp.ranks_per_node)->default_value(0), "treat every K consecutive ranks as a node (0: ask MPI)")(
+      "fail-on-rank", po::value(&o.fsdp.fail_on_rank)->default_value(-1), "fault injection for tests: rank R throws after setup");
   po::options_description all;
-  all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(accuracy_desc(o.accuracy, acc));
+  all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(fsdp).add(accuracy_desc(o.accuracy, acc));
   parse_into(args, all);
   if (o.common.help) {
     if (help_text) *help_text = usage_text("Usage: shardtrain train --data F.h5 [options]", all);
@@ -179,6 +190,9 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   if (t.log_every < 1) throw UsageError("--log-every must be >= 1");
   check_threads(o.common);
   t.param_dtype = parse_dtype(param_dtype, "--param-dtype");
+  o.fsdp.sharding = comm::parse_sharding(sharding);
+  o.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
+  if (o.fsdp.ranks_per_node < 0) throw UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
   if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;
 }

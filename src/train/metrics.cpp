@@ -44,6 +44,7 @@ void MetricsWriter::write(const StepMetrics& m) {
                       {"peak_mem_bytes", m.peak_mem_bytes}};
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
   if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
+  if (m.extra.is_object()) j.update(m.extra);
   out_ << j.dump() << "\n";
   out_.flush();
 }

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "shardtrain/runtime/logging.h"
-#include "shardtrain/train/flops.h"
+#include "shardtrain/train/fit.h"
 
 namespace shardtrain {
 
@@ -64,44 +64,12 @@ EvalResult Trainer::evaluate(const TokenFile& data, int64_t max_batches) {
 }
 
 void Trainer::fit(DataLoader& loader, const Validation& val) {
-  const int64_t per_epoch = loader.steps_per_epoch();
-  const int64_t total = cfg_.steps > 0 ? cfg_.steps : cfg_.epochs * per_epoch;
-  LrSchedule sched = cfg_.schedule;
-  sched.total_steps = total;
-  MetricsWriter metrics(cfg_.metrics_file);
-  const double fpt = flops_per_token(model_, cfg_.seq_len);
-  log::info("training " + model_.name + " (" + std::to_string(params_.numel()) + " parameters) for " +
-            std::to_string(total) + " steps, " + std::to_string(per_epoch) + " steps/epoch");
-  if (val.accuracy) {  // the starting point, so the climb is visible
-    StepMetrics m0;
-    m0.val_accuracy = val.accuracy();
-    if (val.data) m0.val_loss = evaluate(*val.data, cfg_.val_batches).loss;
-    log::info("before training: val_loss " + std::to_string(m0.val_loss) + " | exact_match " +
-              std::to_string(100.0 * m0.val_accuracy) + "%");
-    metrics.write(m0);
-  }
-  for (int64_t s = 0; s < total; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const StepData data = loader.next();
-    StepMetrics m;
-    m.step = s + 1;
-    m.epoch = data.position.epoch;
-    m.lr = sched.at(s, m.epoch);
-    const StepResult r = step(data.micro, m.lr);
-    m.step_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    m.loss = r.loss, m.grad_norm = r.grad_norm, m.tokens = r.tokens;
-    int64_t input_tokens = 0;
-    for (const auto& mb : data.micro) input_tokens += mb.tokens.numel();
-    fill_throughput(m, input_tokens, fpt, cfg_.peak_tflops, 1);
-    m.peak_mem_bytes = peak_host_memory_bytes();
-    const bool last = s + 1 == total;
-    if ((cfg_.val_every > 0 && m.step % cfg_.val_every == 0) || last) {
-      if (val.data) m.val_loss = evaluate(*val.data, cfg_.val_batches).loss;
-      if (val.accuracy) m.val_accuracy = val.accuracy();
-    }
-    metrics.write(m);
-    if (m.step == 1 || last || m.step % cfg_.log_every == 0 || m.val_loss >= 0 || m.val_accuracy >= 0) log::info(progress_line(m, total));
-  }
+  FitHooks h;
+  h.step = [this](const std::vector<Batch>& micro, double lr) { return step(micro, lr); };
+  if (val.data) h.val_loss = [this, &val] { return evaluate(*val.data, cfg_.val_batches).loss; };
+  h.accuracy = val.accuracy;
+  h.num_params = params_.numel();
+  shardtrain::fit(cfg_, model_, loader, h);
 }
 
 }  // namespace shardtrain

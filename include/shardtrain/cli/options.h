@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/comm/process_groups.h"
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/model/config.h"
 #include "shardtrain/train/trainer.h"
@@ -22,8 +23,20 @@ struct AccuracyOptions {
   int64_t samples = 100, max_new_tokens = 32;
 };
 
+// How the model is sharded across ranks (PyTorch FSDP's options, plus the topology override).
+struct FsdpOptions {
+  comm::Sharding sharding = comm::Sharding::kFullShard;
+  at::ScalarType reduce_dtype = at::kFloat;
+  bool activation_checkpointing = false;
+  bool no_sync_accumulation = false;  // keep unsharded grads across micro-steps, reduce once
+  int shard_group_size = 0;           // hybrid: 0 = one node
+  int ranks_per_node = 0;             // 0: ask MPI which ranks share memory
+  int fail_on_rank = -1;              // fault injection for tests: this rank throws after setup
+};
+
 struct TrainOptions {
   CommonOptions common;
+  FsdpOptions fsdp;
   ModelConfig model;
   std::string weights;     // safetensors file, directory or index (optional)
   std::string data;        // token file from 'shardtrain prepare'

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace shardtrain {
@@ -13,6 +14,7 @@ struct StepMetrics {
   int64_t peak_mem_bytes = 0;
   double val_loss = -1;      // < 0: no validation this step
   double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
+  nlohmann::json extra;      // engine figures (collectives, sharded memory), merged into the line
 };
 
 // Throughput figures from the step time. tokens_per_s counts every input token (B·T), as the
