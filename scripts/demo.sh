@@ -16,9 +16,13 @@ echo "== prepare: alpaca JSONL -> HDF5 token files ($out/train.h5, $out/train.va
 "$bin" prepare --tokenizer "$data/tokenizer.model" --input "$data/train.jsonl" --val-input "$data/val.jsonl" \
   --format alpaca --mode padding --seq-len 64 --output "$out/train.h5"
 
-# One rank until the FSDP engine lands; then this becomes mpirun -np 2.
-echo "== train: tiny Llama-2, exact match measured by greedy generation on data/demo/val.jsonl"
-"$bin" train --config "$repo/configs/tiny-demo.cfg" --data "$out/train.h5" --val-data "$out/train.val.h5" \
+# Two MPI ranks, fully sharded (each holds half of every unit); set DEMO_RANKS to change.
+ranks=${DEMO_RANKS:-2}
+mpi=(mpirun -np "$ranks" --oversubscribe)
+[ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
+echo "== train: tiny Llama-2 on $ranks MPI ranks (FSDP full_shard); exact match by greedy generation on data/demo/val.jsonl"
+"${mpi[@]}" "$bin" train --config "$repo/configs/tiny-demo.cfg" --batch-size $((32 / ranks)) --sharding full_shard \
+  --data "$out/train.h5" --val-data "$out/train.val.h5" \
   --accuracy-file "$data/val.jsonl" --tokenizer "$data/tokenizer.model" \
   --metrics-file "$out/metrics.jsonl" --save-model "$out/model"
 
