@@ -21,13 +21,6 @@ const std::string kDemo = std::string(SHARDTRAIN_TEST_TMP) + "/demo";
 const std::string kData = " --data " + kDemo + "/train.h5 --val-data " + kDemo + "/train.val.h5 ";
 const std::string kTok = source("data/demo/tokenizer.model");
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::vector<nlohmann::json> rows;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
 
 void expect_usage_error(const std::string& args, const std::string& option) {
   auto r = run(args);

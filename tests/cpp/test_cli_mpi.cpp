@@ -16,13 +16,6 @@ const std::string kTrain = "train --model tiny --threads 1 --data " + kDemo + "/
 
 std::string mpirun(int np) { return std::string(SHARDTRAIN_MPIEXEC) + std::to_string(np) + " "; }
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::vector<nlohmann::json> rows;
-  while (std::getline(in, line)) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
 }  // namespace
 
 // The same global batch (8 rows x 2 micro-steps) on 1 rank and on 4 ranks as 2 nodes x 2.
