@@ -5,7 +5,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$repo/scripts/install-deps.sh"
-"$repo/scripts/build.sh"
+BUILD_TARGET=shardtrain "$repo/scripts/build.sh"
 bin=${BUILD_DIR:-$repo/build}/src/shardtrain
 out=${DEMO_OUT:-$repo/out/demo}
 data=$repo/data/demo
