@@ -3,11 +3,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
-#include <chrono>
 #include <cmath>
 
-#include "shardtrain/runtime/logging.h"
-#include "shardtrain/train/fit.h"
 
 namespace shardtrain {
 
@@ -61,15 +58,6 @@ EvalResult Trainer::evaluate(const TokenFile& data, int64_t max_batches) {
   r.loss = sum / static_cast<double>(std::max<int64_t>(1, r.tokens));
   r.perplexity = std::exp(r.loss);
   return r;
-}
-
-void Trainer::fit(DataLoader& loader, const Validation& val) {
-  FitHooks h;
-  h.step = [this](const std::vector<Batch>& micro, double lr) { return step(micro, lr); };
-  if (val.data) h.val_loss = [this, &val] { return evaluate(*val.data, cfg_.val_batches).loss; };
-  h.accuracy = val.accuracy;
-  h.num_params = params_.numel();
-  shardtrain::fit(cfg_, model_, loader, h);
 }
 
 }  // namespace shardtrain

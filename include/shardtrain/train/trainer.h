@@ -1,13 +1,11 @@
-// The training loop. Single rank today; the FSDP engine replaces the WeightProvider and the
-// gradient/optimizer plumbing behind the same step().
+// The single-rank trainer: the reference the FSDP engine is tested against, and the model that
+// eval and generate run. `train` itself runs fsdp::FsdpEngine through train/fit.h.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include <functional>
 
 #include "shardtrain/data/loader.h"
 #include "shardtrain/data/token_file.h"
@@ -51,12 +49,6 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
-// What to measure at each validation: loss on a token file, and optionally task accuracy.
-struct Validation {
-  const TokenFile* data = nullptr;
-  std::function<double()> accuracy;  // exact match in [0, 1]
-};
-
 class Trainer {
  public:
   Trainer(ModelConfig model, TrainConfig cfg, ParamStore params);
@@ -70,9 +62,6 @@ class Trainer {
   LogitsFn logits_fn() {
     return [this](const at::Tensor& t) { return logits(t); };
   }
-
-  // The loop: steps, schedule, validation, metrics and progress lines.
-  void fit(DataLoader& train, const Validation& val);
 
   ParamStore& params() { return params_; }
   const ModelConfig& model() const { return model_; }
