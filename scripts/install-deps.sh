@@ -15,7 +15,7 @@ DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   python3 python3-venv python3-dev
   openmpi-bin libopenmpi-dev
-  libhdf5-openmpi-dev hdf5-tools
+  libhdf5-openmpi-dev hdf5-tools zlib1g-dev
   libboost-program-options-dev
   libfabric-dev
   nlohmann-json3-dev

@@ -12,6 +12,7 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/train/fit.h"
 #include "shardtrain/train/flops.h"
@@ -128,6 +129,27 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
             " tokens (" + train->meta().packing + ", " + train->meta().format + "), global batch " +
             std::to_string(loader.global_batch()) + (val ? "; validation " + o.val_data + ": " + std::to_string(val->rows()) + " rows" : ""));
   FitHooks h;
+  const std::string resume = o.resume.empty() ? "" : ckpt::resolve_resume(o.resume, o.checkpoint_dir);
+  if (!resume.empty()) {
+    const auto st = ckpt::load(resume, engine);
+    loader.restore(st.loader);
+    h.start_step = st.step;
+    log::info("resumed from " + resume + " at step " + std::to_string(st.step));
+  } else if (o.resume == "auto") {
+    log::info("no checkpoint in " + o.checkpoint_dir + " yet; starting fresh");
+  }
+  if (!o.checkpoint_dir.empty()) {
+    if (env.rank() == 0) std::filesystem::create_directories(o.checkpoint_dir);
+    h.after_step = [&](int64_t step, bool last) {
+      if (!last && (o.save_every <= 0 || step % o.save_every != 0)) return;
+      const std::string final_path = ckpt::step_path(o.checkpoint_dir, step), tmp = final_path + ".tmp";
+      ckpt::TrainState st{step, loader.state(), nlohmann::json{{"args", o.args}}, model_to_hf_json(o.model)};
+      ckpt::save(tmp, engine, st);
+      if (env.rank() == 0) ckpt::publish(tmp, final_path, o.keep_checkpoints);
+      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+      log::info("checkpoint " + final_path);
+    };
+  }
   h.step = [&](const std::vector<Batch>& micro, double lr) {
     for (auto* c : {groups.world.get(), groups.shard.get(), groups.replicate.get()}) c->reset_stats();
     return engine.step(micro, lr);

@@ -149,7 +149,11 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "log-every", po::value(&t.log_every)->default_value(10), "progress line every N steps")(
       "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
       "peak-tflops", po::value(&t.peak_tflops)->default_value(0.0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
-      "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end");
+      "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end")(
+      "checkpoint-dir", po::value(&o.checkpoint_dir), "write HDF5 checkpoints here (shared storage on a cluster)")(
+      "save-every", po::value(&o.save_every)->default_value(0), "checkpoint every N steps (0: only at the end)")(
+      "keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(0), "keep the newest K checkpoints (0: all)")(
+      "resume", po::value(&o.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path");
   std::string sharding = "full_shard", reduce_dtype = "fp32";
   po::options_description fsdp("Sharding (FSDP over MPI)");
   fsdp.add_options()("sharding", po::value(&sharding)->default_value("full_shard"),
@@ -193,6 +197,10 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   o.fsdp.sharding = comm::parse_sharding(sharding);
   o.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
   if (o.fsdp.ranks_per_node < 0) throw UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
+  if (o.save_every < 0 || o.keep_checkpoints < 0) throw UsageError("--save-every and --keep-checkpoints must be >= 0");
+  if (o.resume == "auto" && o.checkpoint_dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");
+  if (!o.resume.empty() && o.resume != "auto") require_file("--resume", o.resume);
+  o.args = args;
   if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;
 }

@@ -237,6 +237,18 @@ std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
   return out;
 }
 
+std::vector<StatePiece> FsdpEngine::state_pieces() {
+  std::vector<StatePiece> out;
+  size_t slot = 0;  // opt_.add ran in this same order: units, then their segments
+  for (auto& u : units_)
+    for (const Segment& s : shard_segments(u.layout(), groups_.shard->rank())) {
+      const auto& e = u.layout().entries[s.entry];
+      auto& st = opt_.slots()[slot++];
+      out.push_back({e.name, e.shape, s.param_offset, s.numel, st.param, st.exp_avg, st.exp_avg_sq});
+    }
+  return out;
+}
+
 MemoryReport FsdpEngine::memory() const {
   MemoryReport m;
   int64_t full = 0;

@@ -20,14 +20,14 @@ void fit(const TrainConfig& cfg, const ModelConfig& model, DataLoader& loader, c
     if (h.val_loss) m.val_loss = h.val_loss();
     if (h.accuracy) m.val_accuracy = h.accuracy();
   };
-  if (h.accuracy) {  // the starting point, so the climb is visible
+  if (h.accuracy && h.start_step == 0) {  // the starting point, so the climb is visible
     StepMetrics m0;
     validate(m0);
     log::info("before training: val_loss " + std::to_string(m0.val_loss) + " | exact_match " +
               std::to_string(100.0 * m0.val_accuracy) + "%");
     metrics.write(m0);
   }
-  for (int64_t s = 0; s < total; ++s) {
+  for (int64_t s = h.start_step; s < total; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     const StepData data = loader.next();
     StepMetrics m;
@@ -46,6 +46,7 @@ void fit(const TrainConfig& cfg, const ModelConfig& model, DataLoader& loader, c
     metrics.write(m);
     if (m.step == 1 || last || m.step % cfg.log_every == 0 || m.val_loss >= 0 || m.val_accuracy >= 0)
       log::info(progress_line(m, total));
+    if (h.after_step) h.after_step(m.step, last);
   }
 }
 

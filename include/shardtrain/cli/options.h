@@ -43,6 +43,10 @@ struct TrainOptions {
   std::string val_data;    // optional validation token file
   AccuracyOptions accuracy;
   std::string save_model;  // directory for model.safetensors + config.json
+  std::string checkpoint_dir, resume;  // resume: "", "auto" or a checkpoint path
+  int64_t save_every = 0;
+  int keep_checkpoints = 0;
+  std::vector<std::string> args;  // as given, stored in checkpoints
   TrainConfig train;
 };
 

@@ -42,6 +42,15 @@ struct MemoryReport {
   int64_t persistent() const { return param_bytes + grad_bytes + optimizer_bytes + no_sync_bytes; }
 };
 
+// A piece of one parameter held by this rank, with its optimizer state: what checkpoints save
+// and load. The tensors are views into the persistent shards.
+struct StatePiece {
+  std::string name;
+  std::vector<int64_t> shape;          // the parameter's logical shape
+  int64_t param_offset = 0, numel = 0;  // flat range of the parameter
+  at::Tensor master, exp_avg, exp_avg_sq;  // [numel] fp32 views
+};
+
 class FsdpEngine {
  public:
   // Weights: the seeded init (identical at any world size), or `weights` read shard by shard.
@@ -60,6 +69,8 @@ class FsdpEngine {
   const ModelConfig& model() const { return model_; }
   const FsdpConfig& config() const { return cfg_; }
   std::vector<FlatUnit>& units() { return units_; }
+  std::vector<StatePiece> state_pieces();  // this rank's pieces, every parameter in model order
+  AdamW& optimizer() { return opt_; }
 
  private:
   struct Pass;  // one forward/backward over a micro-batch

@@ -16,6 +16,8 @@ struct FitHooks {
   std::function<double()> val_loss;          // optional
   std::function<double()> accuracy;          // optional exact match in [0, 1]
   std::function<void(StepMetrics&)> annotate;  // optional: extra figures for the metrics line
+  std::function<void(int64_t step, bool last)> after_step;  // optional: checkpointing
+  int64_t start_step = 0;  // steps already done (resume)
   int64_t num_params = 0;
   int world_size = 1;
   bool writes_metrics = true;  // rank 0 only under MPI

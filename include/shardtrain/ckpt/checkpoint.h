@@ -1,0 +1,38 @@
+// Sharded checkpoints as one HDF5 file (docs/checkpoint-format.md): every parameter and its
+// AdamW state as a dataset in logical shape, written in parallel with collective MPI-IO by one
+// replica's ranks, each writing only its own slices; read back at any world size and strategy.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "shardtrain/data/loader.h"
+#include "shardtrain/fsdp/engine.h"
+
+namespace shardtrain::ckpt {
+
+constexpr int64_t kFormatVersion = 1;
+
+struct TrainState {
+  int64_t step = 0;  // optimizer steps done
+  LoaderState loader;
+  nlohmann::json run_config, model_config;
+};
+
+// Collective over the world. Writes `path` directly (callers write to a temporary name).
+void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& state);
+// Collective over the world: fills this rank's shards and the optimizer state, verifies every
+// dataset's CRC-32 across the shard group, and returns the training state. Errors name the
+// tensor and the file.
+TrainState load(const std::string& path, fsdp::FsdpEngine& engine);
+
+// Directory layout: DIR/step-00000010.h5, and DIR/latest holding the newest complete name.
+std::string step_path(const std::string& dir, int64_t step);
+// Rank 0 only: fsync + rename tmp -> final, then point `latest` at it (atomically), then keep
+// only the newest `keep` checkpoints (keep <= 0: all).
+void publish(const std::string& tmp, const std::string& final_path, int keep);
+// "auto": the newest checkpoint in dir that opens and carries a step (corrupt ones are skipped
+// with a warning); "" when there is none. Anything else is a path.
+std::string resolve_resume(const std::string& spec, const std::string& dir);
+
+}  // namespace shardtrain::ckpt

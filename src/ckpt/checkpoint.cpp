@@ -1,0 +1,262 @@
+#include "shardtrain/ckpt/checkpoint.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/io/h5.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain::ckpt {
+namespace {
+
+using h5::Handle;
+const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
+
+at::Tensor piece_tensor(const fsdp::StatePiece& p, int which) {
+  return which == 0 ? p.master : which == 1 ? p.exp_avg : p.exp_avg_sq;
+}
+
+uint32_t crc_of(const at::Tensor& t) {
+  auto c = t.contiguous();
+  const auto* p = static_cast<const Bytef*>(c.data_ptr());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t left = c.nbytes(); left > 0;) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+    crc = crc32(crc, p, n);
+    p += n, left -= n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+// Selects the row-major flat range [b, e) of a dataset of `shape` (1-D or 2-D) in `space`.
+void select_flat(hid_t space, const std::vector<int64_t>& shape, int64_t b, int64_t e) {
+  H5_CHECK(H5Sselect_none(space));
+  if (b >= e) return;
+  if (shape.size() == 1) {
+    const hsize_t start = b, count = e - b;
+    H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr));
+    return;
+  }
+  const int64_t C = shape[1];
+  auto block = [&](int64_t row, int64_t col, int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0) return;
+    const hsize_t start[2] = {static_cast<hsize_t>(row), static_cast<hsize_t>(col)};
+    const hsize_t count[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(cols)};
+    H5_CHECK(H5Sselect_hyperslab(space, H5S_SELECT_OR, start, nullptr, count, nullptr));
+  };
+  const int64_t r0 = b / C, c0 = b % C, r1 = e / C, c1 = e % C;
+  if (r0 == r1) return block(r0, c0, 1, c1 - c0);
+  block(r0, c0, 1, C - c0);            // the partial first row
+  block(r0 + 1, 0, r1 - r0 - 1, C);    // whole rows
+  block(r1, 0, 1, c1);                 // the partial last row
+}
+
+// Every rank's (offset, numel, crc) for each dataset, combined in offset order per dataset.
+std::vector<uint32_t> combined_crcs(MPI_Comm comm, const std::vector<fsdp::StatePiece>& pieces,
+                                    const std::vector<std::string>& names) {
+  const size_t D = names.size() * 3;
+  std::vector<int64_t> mine(D * 3, -1);
+  for (const auto& p : pieces) {
+    const size_t d = std::find(names.begin(), names.end(), p.name) - names.begin();
+    for (int w = 0; w < 3; ++w) {
+      auto* row = &mine[(d * 3 + w) * 3];
+      row[0] = p.param_offset, row[1] = p.numel, row[2] = crc_of(piece_tensor(p, w));
+    }
+  }
+  int n = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &n));
+  std::vector<int64_t> all(mine.size() * n);
+  MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
+                          static_cast<int>(mine.size()), MPI_INT64_T, comm));
+  std::vector<uint32_t> out(D);
+  for (size_t d = 0; d < D; ++d) {
+    std::vector<std::array<int64_t, 3>> parts;
+    for (int r = 0; r < n; ++r) {
+      const auto* row = &all[(r * D + d) * 3];
+      if (row[0] >= 0 && row[1] > 0) parts.push_back({row[0], row[1], row[2]});
+    }
+    std::sort(parts.begin(), parts.end());
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (const auto& p : parts) crc = crc32_combine(crc, static_cast<uLong>(p[2]), static_cast<z_off_t>(4 * p[1]));
+    out[d] = static_cast<uint32_t>(crc);
+  }
+  return out;
+}
+
+std::vector<std::string> param_names(const ModelConfig& m) {
+  std::vector<std::string> n;
+  for (const auto& s : llama_param_specs(m)) n.push_back(s.name);
+  return n;
+}
+
+MPI_Comm mpi_of(const comm::Communicator& c) {
+  auto* m = dynamic_cast<const comm::MpiCommunicator*>(&c);
+  if (!m) throw Error("checkpoints need the MPI communicator of each group");
+  return m->mpi();
+}
+
+}  // namespace
+
+void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& st) {
+  const auto& g = engine.groups();
+  MPI_Comm world = mpi_of(*g.world), writers = MPI_COMM_NULL;
+  // One replica writes: its shard group holds every byte exactly once.
+  const bool writer = g.layout.replicate_rank == 0;
+  MPI_CHECK(MPI_Comm_split(world, writer ? 0 : MPI_UNDEFINED, g.layout.shard_rank, &writers));
+  if (writer) {
+    MpiComm own(writers);
+    const auto pieces = engine.state_pieces();
+    const auto names = param_names(engine.model());
+    const auto crcs = combined_crcs(writers, pieces, names);
+    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+    h5::quiet_errors();
+    Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+    H5_CHECK(H5Pset_fapl_mpio(fapl, writers, MPI_INFO_NULL));
+    H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));  // large datasets start on 1 MiB boundaries
+    Handle file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)), H5Fclose);
+    Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
+    H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
+    const auto specs = llama_param_specs(engine.model());
+    for (int w = 0; w < 3; ++w) {
+      Handle grp(H5_CHECK(H5Gcreate2(file, kGroups[w], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      for (size_t d = 0; d < specs.size(); ++d) {
+        const auto& spec = specs[d];
+        std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
+        Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+        Handle dset(H5_CHECK(H5Dcreate2(grp, spec.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                        H5P_DEFAULT)), H5Dclose);
+        auto it = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return p.name == spec.name; });
+        at::Tensor data = it == pieces.end() ? at::empty({0}, at::kFloat) : piece_tensor(*it, w).contiguous();
+        const hsize_t n = data.numel();
+        Handle mem(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+        if (n == 0) H5_CHECK(H5Sselect_none(mem));
+        select_flat(space, spec.shape, it == pieces.end() ? 0 : it->param_offset,
+                    it == pieces.end() ? 0 : it->param_offset + it->numel);
+        H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data.data_ptr()));  // collective
+        h5::write_attr(dset, "crc32", static_cast<int64_t>(crcs[d * 3 + w]));
+      }
+    }
+    h5::write_attr(file, "format_version", kFormatVersion);
+    h5::write_attr(file, "step", st.step);
+    h5::write_attr(file, "loader_epoch", st.loader.epoch);
+    h5::write_attr(file, "loader_step", st.loader.step);
+    h5::write_attr(file, "adam_step", engine.optimizer().step_count());
+    h5::write_attr(file, "world_size", static_cast<int64_t>(g.world->size()));
+    h5::write_attr(file, "sharding", std::string(comm::sharding_name(engine.config().sharding)));
+    h5::write_attr(file, "run_config", st.run_config.dump());
+    h5::write_attr(file, "model_config", st.model_config.dump());
+  }
+  MPI_CHECK(MPI_Barrier(world));
+}
+
+TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
+  auto pieces = engine.state_pieces();
+  TrainState st;
+  {
+    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+    Handle file = h5::open_file(path);
+    if (!h5::has_attr(file, "format_version")) throw UsageError(path + " is not a shardtrain checkpoint");
+    const int64_t v = h5::read_attr_int(file, "format_version");
+    if (v > kFormatVersion)
+      throw UsageError(path + " has checkpoint format " + std::to_string(v) + ", newer than this build's " +
+                       std::to_string(kFormatVersion) + "; upgrade shardtrain");
+    for (int w = 0; w < 3; ++w)
+      for (auto& p : pieces) {
+        const std::string name = std::string("/") + kGroups[w] + "/" + p.name;
+        Handle dset = h5::open_dataset(file, name);  // names the file and the tensor when missing
+        const auto dims = h5::dataset_shape(dset);
+        if (std::vector<int64_t>(dims.begin(), dims.end()) != p.shape)
+          throw UsageError(path + ": tensor " + name + " has a different shape from the model's; check --model");
+        Handle type(H5_CHECK(H5Dget_type(dset)), H5Tclose);
+        if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4)
+          throw UsageError(path + ": tensor " + name + " is not float32");
+        Handle space(H5_CHECK(H5Dget_space(dset)), H5Sclose);
+        select_flat(space, p.shape, p.param_offset, p.param_offset + p.numel);
+        const hsize_t n = p.numel;
+        Handle mem(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+        auto buf = at::empty({p.numel}, at::kFloat);
+        H5_CHECK(H5Dread(dset, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, buf.data_ptr()));
+        piece_tensor(p, w).copy_(buf);
+      }
+    st.step = h5::read_attr_int(file, "step");
+    st.loader = {h5::read_attr_int(file, "loader_epoch"), h5::read_attr_int(file, "loader_step")};
+    engine.optimizer().set_step_count(h5::read_attr_int(file, "adam_step"));
+    st.run_config = nlohmann::json::parse(h5::read_attr_string(file, "run_config"));
+    st.model_config = nlohmann::json::parse(h5::read_attr_string(file, "model_config"));
+  }
+  // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
+  const auto names = param_names(engine.model());
+  const auto crcs = combined_crcs(mpi_of(*engine.groups().shard), pieces, names);
+  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+  Handle file = h5::open_file(path);
+  for (int w = 0; w < 3; ++w)
+    for (size_t d = 0; d < names.size(); ++d) {
+      const std::string name = std::string("/") + kGroups[w] + "/" + names[d];
+      Handle dset = h5::open_dataset(file, name);
+      if (h5::read_attr_int(dset, "crc32") != static_cast<int64_t>(crcs[d * 3 + w]))
+        throw Error(path + ": tensor " + name + " fails its CRC-32 check; the checkpoint is corrupt");
+    }
+  return st;
+}
+
+std::string step_path(const std::string& dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld.h5", static_cast<long long>(step));
+  return (fs::path(dir) / name).string();
+}
+
+namespace {
+void fsync_path(const std::string& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  if (fd >= 0) ::fsync(fd), ::close(fd);
+}
+}  // namespace
+
+void publish(const std::string& tmp, const std::string& final_path, int keep) {
+  fsync_path(tmp);
+  fs::rename(tmp, final_path);
+  const auto dir = fs::path(final_path).parent_path();
+  {
+    std::ofstream(dir / "latest.tmp") << fs::path(final_path).filename().string() << "\n";
+  }
+  fsync_path((dir / "latest.tmp").string());
+  fs::rename(dir / "latest.tmp", dir / "latest");
+  fsync_path(dir.string());
+  if (keep <= 0) return;
+  std::vector<fs::path> all;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5" && e.path().filename().string().rfind("step-", 0) == 0) all.push_back(e.path());
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i]);
+}
+
+std::string resolve_resume(const std::string& spec, const std::string& dir) {
+  if (spec != "auto") return spec;
+  if (dir.empty() || !fs::is_directory(dir)) return "";
+  std::vector<fs::path> all;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5" && e.path().filename().string().rfind("step-", 0) == 0) all.push_back(e.path());
+  std::sort(all.rbegin(), all.rend());
+  for (const auto& p : all) {
+    try {
+      std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+      Handle f = h5::open_file(p.string());
+      if (h5::has_attr(f, "step")) return p.string();
+    } catch (const std::exception& e) {
+      log::warn("skipping unreadable checkpoint " + p.string() + ": " + e.what());
+    }
+  }
+  return "";
+}
+
+}  // namespace shardtrain::ckpt
