@@ -12,6 +12,7 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/runtime/signals.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/train/fit.h"
@@ -138,16 +139,23 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   } else if (o.resume == "auto") {
     log::info("no checkpoint in " + o.checkpoint_dir + " yet; starting fresh");
   }
+  bool signalled_exit = false;
   if (!o.checkpoint_dir.empty()) {
     if (env.rank() == 0) std::filesystem::create_directories(o.checkpoint_dir);
+    install_checkpoint_signal();
     h.after_step = [&](int64_t step, bool last) {
-      if (!last && (o.save_every <= 0 || step % o.save_every != 0)) return;
+      int signal = checkpoint_requested() ? 1 : 0;  // any rank's SIGUSR1 counts for all
+      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+      if (!signal && !last && (o.save_every <= 0 || step % o.save_every != 0)) return true;
       const std::string final_path = ckpt::step_path(o.checkpoint_dir, step), tmp = final_path + ".tmp";
       ckpt::TrainState st{step, loader.state(), nlohmann::json{{"args", o.args}}, model_to_hf_json(o.model)};
       ckpt::save(tmp, engine, st);
       if (env.rank() == 0) ckpt::publish(tmp, final_path, o.keep_checkpoints);
       MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-      log::info("checkpoint " + final_path);
+      log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : ""));
+      clear_checkpoint_request();
+      signalled_exit = signal && o.exit_on_signal && !last;
+      return !signalled_exit;
     };
   }
   h.step = [&](const std::vector<Batch>& micro, double lr) {
@@ -161,6 +169,10 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   h.world_size = env.size();
   h.writes_metrics = env.rank() == 0;
   fit(o.train, o.model, loader, h);
+  if (signalled_exit) {
+    log::info("exiting after the SIGUSR1 checkpoint with code " + std::to_string(kExitCheckpointed) + "; resume with --resume auto");
+    return kExitCheckpointed;
+  }
   if (!o.save_model.empty()) {
     const auto full = engine.full_parameters();  // collective: every rank takes part
     NamedTensors named;

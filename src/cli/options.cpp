@@ -121,7 +121,7 @@ using namespace parts;
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text) {
   TrainOptions o;
   ModelArgs m;
-  std::string schedule = "cosine", param_dtype = "fp32";
+  std::string schedule = "cosine", param_dtype = "fp32", on_signal = "continue";
   auto& t = o.train;
   AccuracyArgs acc;
   po::options_description data("Data");
@@ -153,7 +153,9 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "checkpoint-dir", po::value(&o.checkpoint_dir), "write HDF5 checkpoints here (shared storage on a cluster)")(
       "save-every", po::value(&o.save_every)->default_value(0), "checkpoint every N steps (0: only at the end)")(
       "keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(0), "keep the newest K checkpoints (0: all)")(
-      "resume", po::value(&o.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path");
+      "resume", po::value(&o.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path")(
+      "on-signal", po::value(&on_signal)->default_value("continue"),
+      "after the checkpoint SIGUSR1 asks for: continue, or exit with code 75 (for Slurm requeue)");
   std::string sharding = "full_shard", reduce_dtype = "fp32";
   po::options_description fsdp("Sharding (FSDP over MPI)");
   fsdp.add_options()("sharding", po::value(&sharding)->default_value("full_shard"),
@@ -200,6 +202,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   if (o.save_every < 0 || o.keep_checkpoints < 0) throw UsageError("--save-every and --keep-checkpoints must be >= 0");
   if (o.resume == "auto" && o.checkpoint_dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");
   if (!o.resume.empty() && o.resume != "auto") require_file("--resume", o.resume);
+  if (on_signal != "continue" && on_signal != "exit") throw UsageError("--on-signal must be continue or exit");
+  o.exit_on_signal = on_signal == "exit";
   o.args = args;
   if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;

@@ -46,7 +46,7 @@ void fit(const TrainConfig& cfg, const ModelConfig& model, DataLoader& loader, c
     metrics.write(m);
     if (m.step == 1 || last || m.step % cfg.log_every == 0 || m.val_loss >= 0 || m.val_accuracy >= 0)
       log::info(progress_line(m, total));
-    if (h.after_step) h.after_step(m.step, last);
+    if (h.after_step && !h.after_step(m.step, last)) return;
   }
 }
 

@@ -147,3 +147,57 @@ TEST(CliMpi, AFlippedByteIsCaughtByItsChecksum) {
   EXPECT_NE(r.out.find("/model/lm_head.weight fails its CRC-32 check"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(ckpt), std::string::npos) << r.out;
 }
+
+namespace {
+Result shell(const std::string& cmd) {  // a compound shell command, output captured
+  Result r;
+  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = p ? pclose(p) : -1;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+const std::string kBin = SHARDTRAIN_BIN;
+}  // namespace
+
+// SIGUSR1 (what Slurm's --signal=B:USR1@secs sends) checkpoints at the next step boundary; with
+// --on-signal exit the job ends with code 75, and --resume auto continues from that step.
+TEST(CliMpi, Sigusr1CheckpointsThenExits75AndAutoResumes) {
+  const auto dir = tmp("ckpt_signal");
+  std::filesystem::remove_all(dir);
+  auto r = shell(mpirun(2) + kBin + " " + kTrain + "--steps 100000 --log-every 100000 --checkpoint-dir " + dir +
+                 " --on-signal exit & pid=$!; sleep 3; kill -USR1 $pid; wait $pid; echo rc=$?");
+  EXPECT_NE(r.out.find("rc=75"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(SIGUSR1)"), std::string::npos) << r.out;
+  std::ifstream latest(dir + "/latest");
+  std::string name;
+  latest >> name;
+  ASSERT_FALSE(name.empty()) << r.out;
+  const int64_t step = std::stoll(name.substr(5, 8));
+  EXPECT_GT(step, 0);
+  auto resumed = run(kTrain + "--steps " + std::to_string(step + 2) + " --checkpoint-dir " + dir + " --resume auto", mpirun(2));
+  EXPECT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("at step " + std::to_string(step)), std::string::npos) << resumed.out;
+}
+
+// kill -9 of every rank at 20 moments while the job saves every step: after each, --resume auto
+// must load a complete checkpoint (its CRCs verified) or find none and start fresh.
+TEST(CliMpi, KillNineDuringSavesAlwaysLeavesALoadableCheckpoint) {
+  const auto dir = tmp("ckpt_crash");
+  std::filesystem::remove_all(dir);
+  int resumed = 0;
+  for (int i = 0; i < 20; ++i) {
+    const double delay = 0.9 + 0.07 * ((i * 7) % 20);  // spread over 0.9 .. 2.2 s: startup, then saves
+    auto k = shell(mpirun(2) + kBin + " " + kTrain + "--steps 100000 --log-every 100000 --save-every 1 "
+                   "--keep-checkpoints 3 --checkpoint-dir " + dir + " --resume auto & pid=$!; sleep " +
+                   std::to_string(delay) + "; pkill -9 -f '^" + kBin + " train.*ckpt_crash'; wait $pid; echo killed");
+    ASSERT_NE(k.out.find("killed"), std::string::npos) << k.out;
+    // --steps 1: a resumed run has nothing left to train, so it only loads and verifies.
+    auto r = run(kTrain + "--steps 1 --checkpoint-dir " + dir + " --resume auto", mpirun(2));
+    ASSERT_EQ(r.code, 0) << "after kill " << i << ":\n" << r.out;
+    resumed += r.out.find("resumed from") != std::string::npos;
+  }
+  EXPECT_GE(resumed, 15) << "most kills should land after the first checkpoint";
+}

@@ -16,7 +16,8 @@ struct FitHooks {
   std::function<double()> val_loss;          // optional
   std::function<double()> accuracy;          // optional exact match in [0, 1]
   std::function<void(StepMetrics&)> annotate;  // optional: extra figures for the metrics line
-  std::function<void(int64_t step, bool last)> after_step;  // optional: checkpointing
+  // optional: checkpointing; returning false ends training after this step
+  std::function<bool(int64_t step, bool last)> after_step;
   int64_t start_step = 0;  // steps already done (resume)
   int64_t num_params = 0;
   int world_size = 1;
