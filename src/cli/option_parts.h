@@ -29,7 +29,8 @@ void check_accuracy(AccuracyOptions& a, const AccuracyArgs& raw);
 
 void require_file(const std::string& opt, const std::string& path);
 // Parses args, then --config FILE, into the variables bound by `all`.
-void parse_into(const std::vector<std::string>& args, const po::options_description& all);
+void parse_into(const std::vector<std::string>& args, const po::options_description& all,
+                const po::positional_options_description* positional = nullptr);
 std::string usage_text(const std::string& usage, const po::options_description& all);
 void positive(const char* opt, double v, const char* hint);
 at::ScalarType parse_dtype(const std::string& s, const char* opt);

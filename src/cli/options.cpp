@@ -54,10 +54,14 @@ void require_file(const std::string& opt, const std::string& path) {
   if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
 }
 
-void parse_into(const std::vector<std::string>& args, const po::options_description& all) {
+void parse_into(const std::vector<std::string>& args, const po::options_description& all,
+                const po::positional_options_description* positional) {
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(args).options(all).run(), vm);
+    po::command_line_parser parser(args);
+    parser.options(all);
+    if (positional) parser.positional(*positional);
+    po::store(parser.run(), vm);
     if (vm.count("config")) {
       const auto path = vm["config"].as<std::string>();
       std::ifstream in(path);
@@ -244,7 +248,8 @@ std::string top_level_help() {
          "  prepare  tokenize JSONL (alpaca, samsum, text) into an HDF5 token file\n"
          "  train    train or fine-tune a model\n"
          "  eval     loss/perplexity on a token file, exact-match accuracy on a JSONL file\n"
-         "  generate greedy or top-p text generation from a model\n\n"
+         "  generate greedy or top-p text generation from a model\n"
+         "  inspect  a checkpoint's tensors, state and checksum status\n\n"
          "Run 'shardtrain <command> --help' for a command's options.\n";
 }
 

@@ -82,4 +82,22 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   return o;
 }
 
+InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text) {
+  InspectOptions o;
+  po::options_description d("Inspect");
+  d.add_options()("checkpoint", po::value(&o.checkpoint), "checkpoint file (step-N.h5)");
+  po::positional_options_description pos;
+  pos.add("checkpoint", 1);
+  po::options_description all;
+  all.add(common_desc(o.common)).add(d);
+  parse_into(args, all, &pos);
+  if (o.common.help) {
+    if (help_text) *help_text = usage_text("Usage: shardtrain inspect CHECKPOINT.h5", all);
+    return o;
+  }
+  if (o.checkpoint.empty()) throw UsageError("inspect needs a checkpoint file: shardtrain inspect DIR/step-N.h5");
+  require_file("checkpoint", o.checkpoint);
+  return o;
+}
+
 }  // namespace shardtrain::cli

@@ -110,6 +110,10 @@ TEST(CliMpi, ResumeIsExactAtTheSameLayoutAndCloseAtAnyOther) {
   std::string name;
   latest >> name;
   EXPECT_EQ(name, "step-00000020.h5");
+  auto inspect = run("inspect " + dir + "/" + name);
+  EXPECT_EQ(inspect.code, 0) << inspect.out;
+  EXPECT_NE(inspect.out.find("step 20 | loader epoch 0 step 20"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("63 datasets, all checksums ok"), std::string::npos) << inspect.out;
 
   auto same = resume_gap(ckpt, whole, 4, 3, "");
   EXPECT_EQ(same.second, 10) << "same world size and strategy: bit for bit";
@@ -146,6 +150,11 @@ TEST(CliMpi, AFlippedByteIsCaughtByItsChecksum) {
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("/model/lm_head.weight fails its CRC-32 check"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find(ckpt), std::string::npos) << r.out;
+  auto inspect = run("inspect " + ckpt);  // the tool agrees, tensor by tensor
+  EXPECT_EQ(inspect.code, 1) << inspect.out;
+  EXPECT_NE(inspect.out.find("/model/lm_head.weight"), std::string::npos);
+  EXPECT_NE(inspect.out.find("CORRUPT"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("63 datasets, 1 FAILED"), std::string::npos) << inspect.out;
 }
 
 namespace {

@@ -77,12 +77,18 @@ struct GenerateOptions {
   uint64_t seed = 0;
 };
 
+struct InspectOptions {
+  CommonOptions common;
+  std::string checkpoint;
+};
+
 // Both throw UsageError (main exits 2) with one line naming the option to change.
 // A --help request sets common.help and leaves usage text in *help_text.
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text);
 EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text);
 PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text);
 GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text);
+InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text);
 
 std::string top_level_help();
 
