@@ -107,7 +107,7 @@ MPI_Comm mpi_of(const comm::Communicator& c) {
 
 }  // namespace
 
-void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& st) {
+void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& st, const StripeOptions& stripe) {
   const auto& g = engine.groups();
   MPI_Comm world = mpi_of(*g.world), writers = MPI_COMM_NULL;
   // One replica writes: its shard group holds every byte exactly once.
@@ -121,8 +121,15 @@ void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& s
     std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
     h5::quiet_errors();
     Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
-    H5_CHECK(H5Pset_fapl_mpio(fapl, writers, MPI_INFO_NULL));
-    H5_CHECK(H5Pset_alignment(fapl, 1 << 20, 1 << 20));  // large datasets start on 1 MiB boundaries
+    MPI_Info info;
+    MPI_CHECK(MPI_Info_create(&info));
+    if (stripe.count > 0) MPI_CHECK(MPI_Info_set(info, "striping_factor", std::to_string(stripe.count).c_str()));
+    if (stripe.size > 0) MPI_CHECK(MPI_Info_set(info, "striping_unit", std::to_string(stripe.size).c_str()));
+    MPI_CHECK(MPI_Info_set(info, "romio_cb_write", "enable"));  // two-phase collective buffering
+    H5_CHECK(H5Pset_fapl_mpio(fapl, writers, info));
+    MPI_Info_free(&info);
+    const hsize_t align = stripe.size > 0 ? static_cast<hsize_t>(stripe.size) : hsize_t{1} << 20;
+    H5_CHECK(H5Pset_alignment(fapl, align, align));  // large datasets start on stripe boundaries
     Handle file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)), H5Fclose);
     Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
     H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));

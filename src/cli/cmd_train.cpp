@@ -149,7 +149,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
       if (!signal && !last && (o.save_every <= 0 || step % o.save_every != 0)) return true;
       const std::string final_path = ckpt::step_path(o.checkpoint_dir, step), tmp = final_path + ".tmp";
       ckpt::TrainState st{step, loader.state(), nlohmann::json{{"args", o.args}}, model_to_hf_json(o.model)};
-      ckpt::save(tmp, engine, st);
+      ckpt::save(tmp, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size});
       if (env.rank() == 0) ckpt::publish(tmp, final_path, o.keep_checkpoints);
       MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
       log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : ""));

@@ -157,6 +157,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "checkpoint-dir", po::value(&o.checkpoint_dir), "write HDF5 checkpoints here (shared storage on a cluster)")(
       "save-every", po::value(&o.save_every)->default_value(0), "checkpoint every N steps (0: only at the end)")(
       "keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(0), "keep the newest K checkpoints (0: all)")(
+      "ckpt-stripe-count", po::value(&o.ckpt_stripe_count)->default_value(0), "Lustre stripe count of new checkpoints (0: default)")(
+      "ckpt-stripe-size", po::value(&o.ckpt_stripe_size)->default_value(0), "Lustre stripe size in bytes, also the HDF5 alignment (0: default; 1 MiB alignment)")(
       "resume", po::value(&o.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path")(
       "on-signal", po::value(&on_signal)->default_value("continue"),
       "after the checkpoint SIGUSR1 asks for: continue, or exit with code 75 (for Slurm requeue)");
@@ -204,6 +206,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   o.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
   if (o.fsdp.ranks_per_node < 0) throw UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
   if (o.save_every < 0 || o.keep_checkpoints < 0) throw UsageError("--save-every and --keep-checkpoints must be >= 0");
+  if (o.ckpt_stripe_count < 0 || o.ckpt_stripe_size < 0) throw UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
   if (o.resume == "auto" && o.checkpoint_dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");
   if (!o.resume.empty() && o.resume != "auto") require_file("--resume", o.resume);
   if (on_signal != "continue" && on_signal != "exit") throw UsageError("--on-signal must be continue or exit");

@@ -19,8 +19,15 @@ struct TrainState {
   nlohmann::json run_config, model_config;
 };
 
+// Lustre layout of new checkpoint files, passed as MPI-IO hints (striping_factor/_unit); the
+// stripe size is also the HDF5 alignment of large datasets. 0: the file system's default.
+struct StripeOptions {
+  int count = 0;
+  int64_t size = 0;  // bytes
+};
+
 // Collective over the world. Writes `path` directly (callers write to a temporary name).
-void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& state);
+void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& state, const StripeOptions& stripe = {});
 // Collective over the world: fills this rank's shards and the optimizer state, verifies every
 // dataset's CRC-32 across the shard group, and returns the training state. Errors name the
 // tensor and the file.

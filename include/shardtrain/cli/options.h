@@ -46,6 +46,8 @@ struct TrainOptions {
   std::string checkpoint_dir, resume;  // resume: "", "auto" or a checkpoint path
   int64_t save_every = 0;
   int keep_checkpoints = 0;
+  int ckpt_stripe_count = 0;
+  int64_t ckpt_stripe_size = 0;
   bool exit_on_signal = false;  // --on-signal exit: checkpoint on SIGUSR1, then exit 75
   std::vector<std::string> args;  // as given, stored in checkpoints
   TrainConfig train;
