@@ -252,7 +252,8 @@ std::string top_level_help() {
          "  train    train or fine-tune a model\n"
          "  eval     loss/perplexity on a token file, exact-match accuracy on a JSONL file\n"
          "  generate greedy or top-p text generation from a model\n"
-         "  inspect  a checkpoint's tensors, state and checksum status\n\n"
+         "  inspect  a checkpoint's tensors, state and checksum status\n"
+         "  convert  checkpoint <-> Hugging Face safetensors, with any number of ranks\n\n"
          "Run 'shardtrain <command> --help' for a command's options.\n";
 }
 

@@ -82,6 +82,27 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   return o;
 }
 
+ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* help_text) {
+  ConvertOptions o;
+  std::string dtype = "fp32";
+  po::options_description d("Convert");
+  d.add_options()("input", po::value(&o.input), "a checkpoint (step-N.h5), or a Hugging Face model directory")(
+      "output", po::value(&o.output), "a Hugging Face model directory, or a checkpoint file")(
+      "dtype", po::value(&dtype)->default_value("fp32"), "dtype of exported safetensors: fp32 or bf16");
+  po::options_description all;
+  all.add(common_desc(o.common)).add(d);
+  parse_into(args, all);
+  if (o.common.help) {
+    if (help_text) *help_text = usage_text("Usage: [mpirun -np N] shardtrain convert --input A --output B", all);
+    return o;
+  }
+  if (o.input.empty() || o.output.empty()) throw UsageError("convert needs --input and --output");
+  require_file("--input", o.input);
+  o.dtype = parse_dtype(dtype, "--dtype");
+  check_threads(o.common);
+  return o;
+}
+
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text) {
   InspectOptions o;
   po::options_description d("Inspect");

@@ -16,6 +16,7 @@ int cmd_prepare(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_train(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_eval(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_generate(const std::vector<std::string>& args, MpiEnv& env);
+int cmd_convert(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env);
 
 int print_help(const std::string& text, const MpiEnv& env);

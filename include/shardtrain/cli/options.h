@@ -79,6 +79,12 @@ struct GenerateOptions {
   uint64_t seed = 0;
 };
 
+struct ConvertOptions {
+  CommonOptions common;
+  std::string input, output;  // a checkpoint .h5 <-> a Hugging Face model directory
+  at::ScalarType dtype = at::kFloat;  // of the exported safetensors
+};
+
 struct InspectOptions {
   CommonOptions common;
   std::string checkpoint;
@@ -90,6 +96,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
 EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text);
 PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text);
 GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text);
+ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* help_text);
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text);
 
 std::string top_level_help();
