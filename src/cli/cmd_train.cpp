@@ -2,6 +2,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -90,6 +91,14 @@ nlohmann::json memory_json(const fsdp::MemoryReport& m) {
           {"no_sync_bytes", m.no_sync_bytes}, {"persistent_bytes", m.persistent()}, {"unsharded_bytes", m.unsharded_bytes}};
 }
 
+// "1.23 s, 0.85 GB/s" for a file of the given path written or read in secs.
+std::string seconds_and_rate(double secs, const std::string& path) {
+  const double gb = static_cast<double>(std::filesystem::file_size(path)) / 1e9;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.3f s, %.3f GB, %.2f GB/s", secs, gb, gb / std::max(secs, 1e-9));
+  return buf;
+}
+
 fsdp::FsdpConfig engine_config(const TrainOptions& o) {
   fsdp::FsdpConfig f;
   f.sharding = o.fsdp.sharding, f.param_dtype = o.train.param_dtype, f.reduce_dtype = o.fsdp.reduce_dtype;
@@ -132,10 +141,12 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   FitHooks h;
   const std::string resume = o.resume.empty() ? "" : ckpt::resolve_resume(o.resume, o.checkpoint_dir);
   if (!resume.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
     const auto st = ckpt::load(resume, engine);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     loader.restore(st.loader);
     h.start_step = st.step;
-    log::info("resumed from " + resume + " at step " + std::to_string(st.step));
+    log::info("resumed from " + resume + " at step " + std::to_string(st.step) + " (" + seconds_and_rate(secs, resume) + ")");
   } else if (o.resume == "auto") {
     log::info("no checkpoint in " + o.checkpoint_dir + " yet; starting fresh");
   }
@@ -149,10 +160,12 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
       if (!signal && !last && (o.save_every <= 0 || step % o.save_every != 0)) return true;
       const std::string final_path = ckpt::step_path(o.checkpoint_dir, step), tmp = final_path + ".tmp";
       ckpt::TrainState st{step, loader.state(), nlohmann::json{{"args", o.args}}, model_to_hf_json(o.model)};
+      const auto t0 = std::chrono::steady_clock::now();
       ckpt::save(tmp, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size});
       if (env.rank() == 0) ckpt::publish(tmp, final_path, o.keep_checkpoints);
       MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-      log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : ""));
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : "") + " (" + seconds_and_rate(secs, final_path) + ")");
       clear_checkpoint_request();
       signalled_exit = signal && o.exit_on_signal && !last;
       return !signalled_exit;
