@@ -107,18 +107,33 @@ MPI_Comm mpi_of(const comm::Communicator& c) {
 
 }  // namespace
 
-void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& st, const StripeOptions& stripe) {
+Snapshot snapshot(fsdp::FsdpEngine& engine, const TrainState& state, bool copy) {
+  Snapshot snap;
+  snap.pieces = engine.state_pieces();
+  if (copy)  // host copies, so training may update the shards while a thread writes these
+    for (auto& p : snap.pieces) p.master = p.master.clone(), p.exp_avg = p.exp_avg.clone(), p.exp_avg_sq = p.exp_avg_sq.clone();
   const auto& g = engine.groups();
-  MPI_Comm world = mpi_of(*g.world), writers = MPI_COMM_NULL;
-  // One replica writes: its shard group holds every byte exactly once.
-  const bool writer = g.layout.replicate_rank == 0;
-  MPI_CHECK(MPI_Comm_split(world, writer ? 0 : MPI_UNDEFINED, g.layout.shard_rank, &writers));
-  if (writer) {
+  snap.model = engine.model();
+  snap.state = state;
+  snap.adam_step = engine.optimizer().step_count();
+  snap.world_size = g.world->size();
+  snap.sharding = comm::sharding_name(engine.config().sharding);
+  snap.writer = g.layout.replicate_rank == 0;  // one replica writes: its shard group holds every byte once
+  snap.shard_rank = g.layout.shard_rank;
+  return snap;
+}
+
+void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
+  MPI_Comm writers = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(comm, snap.writer ? 0 : MPI_UNDEFINED, snap.shard_rank, &writers));
+  if (snap.writer) {
     MpiComm own(writers);
-    const auto pieces = engine.state_pieces();
-    const auto names = param_names(engine.model());
+    const auto& pieces = snap.pieces;
+    const auto names = param_names(snap.model);
     const auto crcs = combined_crcs(writers, pieces, names);
-    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+    // The HDF5 lock is taken per call group, not for the whole save, so the data loader's
+    // prefetch thread keeps reading while an asynchronous save writes.
+    std::unique_lock<std::recursive_mutex> lock(h5::library_lock());
     h5::quiet_errors();
     Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
     MPI_Info info;
@@ -133,17 +148,21 @@ void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& s
     Handle file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)), H5Fclose);
     Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
     H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
-    const auto specs = llama_param_specs(engine.model());
+    lock.unlock();
+    const auto specs = llama_param_specs(snap.model);
     for (int w = 0; w < 3; ++w) {
+      lock.lock();
       Handle grp(H5_CHECK(H5Gcreate2(file, kGroups[w], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+      lock.unlock();
       for (size_t d = 0; d < specs.size(); ++d) {
         const auto& spec = specs[d];
+        auto it = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return p.name == spec.name; });
+        at::Tensor data = it == pieces.end() ? at::empty({0}, at::kFloat) : piece_tensor(*it, w).contiguous();
+        std::lock_guard<std::recursive_mutex> per_dataset(h5::library_lock());
         std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
         Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
         Handle dset(H5_CHECK(H5Dcreate2(grp, spec.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
                                         H5P_DEFAULT)), H5Dclose);
-        auto it = std::find_if(pieces.begin(), pieces.end(), [&](const auto& p) { return p.name == spec.name; });
-        at::Tensor data = it == pieces.end() ? at::empty({0}, at::kFloat) : piece_tensor(*it, w).contiguous();
         const hsize_t n = data.numel();
         Handle mem(H5_CHECK(H5Screate_simple(1, &n, nullptr)), H5Sclose);
         if (n == 0) H5_CHECK(H5Sselect_none(mem));
@@ -152,18 +171,27 @@ void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& s
         H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data.data_ptr()));  // collective
         h5::write_attr(dset, "crc32", static_cast<int64_t>(crcs[d * 3 + w]));
       }
+      lock.lock();
+      grp.reset();
+      lock.unlock();
     }
+    lock.lock();
     h5::write_attr(file, "format_version", kFormatVersion);
-    h5::write_attr(file, "step", st.step);
-    h5::write_attr(file, "loader_epoch", st.loader.epoch);
-    h5::write_attr(file, "loader_step", st.loader.step);
-    h5::write_attr(file, "adam_step", engine.optimizer().step_count());
-    h5::write_attr(file, "world_size", static_cast<int64_t>(g.world->size()));
-    h5::write_attr(file, "sharding", std::string(comm::sharding_name(engine.config().sharding)));
-    h5::write_attr(file, "run_config", st.run_config.dump());
-    h5::write_attr(file, "model_config", st.model_config.dump());
+    h5::write_attr(file, "step", snap.state.step);
+    h5::write_attr(file, "loader_epoch", snap.state.loader.epoch);
+    h5::write_attr(file, "loader_step", snap.state.loader.step);
+    h5::write_attr(file, "adam_step", snap.adam_step);
+    h5::write_attr(file, "world_size", static_cast<int64_t>(snap.world_size));
+    h5::write_attr(file, "sharding", snap.sharding);
+    h5::write_attr(file, "run_config", snap.state.run_config.dump());
+    h5::write_attr(file, "model_config", snap.state.model_config.dump());
+    dxpl.reset(), file.reset(), fapl.reset();
   }
-  MPI_CHECK(MPI_Barrier(world));
+  MPI_CHECK(MPI_Barrier(comm));
+}
+
+void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& st, const StripeOptions& stripe) {
+  write(path, mpi_of(*engine.groups().world), snapshot(engine, st, /*copy=*/false), stripe);
 }
 
 TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {

@@ -14,6 +14,7 @@
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/signals.h"
+#include "shardtrain/ckpt/async_saver.h"
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/train/fit.h"
@@ -151,6 +152,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
     log::info("no checkpoint in " + o.checkpoint_dir + " yet; starting fresh");
   }
   bool signalled_exit = false;
+  std::unique_ptr<ckpt::AsyncSaver> saver = o.async_save && !o.checkpoint_dir.empty() ? std::make_unique<ckpt::AsyncSaver>() : nullptr;
   if (!o.checkpoint_dir.empty()) {
     if (env.rank() == 0) std::filesystem::create_directories(o.checkpoint_dir);
     install_checkpoint_signal();
@@ -160,14 +162,21 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
       if (!signal && !last && (o.save_every <= 0 || step % o.save_every != 0)) return true;
       const std::string final_path = ckpt::step_path(o.checkpoint_dir, step), tmp = final_path + ".tmp";
       ckpt::TrainState st{step, loader.state(), nlohmann::json{{"args", o.args}}, model_to_hf_json(o.model)};
-      const auto t0 = std::chrono::steady_clock::now();
-      ckpt::save(tmp, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size});
-      if (env.rank() == 0) ckpt::publish(tmp, final_path, o.keep_checkpoints);
-      MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : "") + " (" + seconds_and_rate(secs, final_path) + ")");
-      clear_checkpoint_request();
       signalled_exit = signal && o.exit_on_signal && !last;
+      if (saver) {
+        const double blocked = saver->start(final_path, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size}, o.keep_checkpoints);
+        log::info("checkpoint " + final_path + " started in the background; the loop was blocked " +
+                  std::to_string(blocked) + " s" + (signal ? " (SIGUSR1)" : ""));
+        if (last || signalled_exit) saver->wait();
+      } else {
+        const auto t0 = std::chrono::steady_clock::now();
+        ckpt::save(tmp, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size});
+        if (env.rank() == 0) ckpt::publish(tmp, final_path, o.keep_checkpoints);
+        MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : "") + " (" + seconds_and_rate(secs, final_path) + ")");
+      }
+      clear_checkpoint_request();
       return !signalled_exit;
     };
   }

@@ -160,6 +160,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "ckpt-stripe-count", po::value(&o.ckpt_stripe_count)->default_value(0), "Lustre stripe count of new checkpoints (0: default)")(
       "ckpt-stripe-size", po::value(&o.ckpt_stripe_size)->default_value(0), "Lustre stripe size in bytes, also the HDF5 alignment (0: default; 1 MiB alignment)")(
       "resume", po::value(&o.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path")(
+      "async-save", po::bool_switch(&o.async_save), "copy shards to host memory and write checkpoints on a background thread")(
       "on-signal", po::value(&on_signal)->default_value("continue"),
       "after the checkpoint SIGUSR1 asks for: continue, or exit with code 75 (for Slurm requeue)");
   std::string sharding = "full_shard", reduce_dtype = "fp32";

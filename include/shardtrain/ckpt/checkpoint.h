@@ -26,6 +26,21 @@ struct StripeOptions {
   int64_t size = 0;  // bytes
 };
 
+// What a save writes, taken from the engine: views of the live shards, or host copies that an
+// asynchronous save can write while training goes on.
+struct Snapshot {
+  std::vector<fsdp::StatePiece> pieces;
+  ModelConfig model;
+  TrainState state;
+  int64_t adam_step = 0;
+  int world_size = 1, shard_rank = 0;
+  std::string sharding;
+  bool writer = false;  // this rank belongs to the replica that writes
+};
+Snapshot snapshot(fsdp::FsdpEngine& engine, const TrainState& state, bool copy);
+// Collective over `comm` (every rank of the world, in any communicator that spans it).
+void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe = {});
+
 // Collective over the world. Writes `path` directly (callers write to a temporary name).
 void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& state, const StripeOptions& stripe = {});
 // Collective over the world: fills this rank's shards and the optimizer state, verifies every

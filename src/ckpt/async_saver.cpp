@@ -1,0 +1,53 @@
+#include "shardtrain/ckpt/async_saver.h"
+
+#include <chrono>
+
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
+
+namespace shardtrain::ckpt {
+
+AsyncSaver::AsyncSaver() {
+  int level = 0;
+  MPI_CHECK(MPI_Query_thread(&level));
+  if (level < MPI_THREAD_MULTIPLE)
+    throw UsageError("--async-save needs an MPI with MPI_THREAD_MULTIPLE; drop --async-save to save synchronously");
+  MPI_Comm dup;
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  comm_ = MpiComm(dup);
+}
+
+AsyncSaver::~AsyncSaver() {
+  if (!thread_.joinable()) return;
+  // Unwinding after a failure: the write may wait on a dead rank; main's MPI_Abort ends it.
+  if (std::uncaught_exceptions() > 0) thread_.detach();
+  else thread_.join();
+}
+
+void AsyncSaver::wait() {
+  if (thread_.joinable()) thread_.join();
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+}
+
+double AsyncSaver::start(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& state,
+                         const StripeOptions& stripe, int keep) {
+  const auto t0 = std::chrono::steady_clock::now();
+  wait();
+  auto snap = snapshot(engine, state, /*copy=*/true);
+  const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  thread_ = std::thread([this, snap = std::move(snap), final_path, stripe, keep, t0] {
+    try {
+      const std::string tmp = final_path + ".tmp";
+      write(tmp, comm_.get(), snap, stripe);
+      if (comm_.rank() == 0) publish(tmp, final_path, keep);
+      MPI_CHECK(MPI_Barrier(comm_.get()));
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log::info("checkpoint " + final_path + " written in the background (" + std::to_string(secs) + " s)");
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  });
+  return blocked;
+}
+
+}  // namespace shardtrain::ckpt
