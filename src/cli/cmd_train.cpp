@@ -140,17 +140,24 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
             " tokens (" + train->meta().packing + ", " + train->meta().format + "), global batch " +
             std::to_string(loader.global_batch()) + (val ? "; validation " + o.val_data + ": " + std::to_string(val->rows()) + " rows" : ""));
   FitHooks h;
-  const std::string resume = o.resume.empty() ? "" : ckpt::resolve_resume(o.resume, o.checkpoint_dir);
-  if (!resume.empty()) {
+  bool resumed = false;
+  for (const auto& path : o.resume.empty() ? std::vector<std::string>{} : ckpt::resume_candidates(o.resume, o.checkpoint_dir)) {
     const auto t0 = std::chrono::steady_clock::now();
-    const auto st = ckpt::load(resume, engine);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    loader.restore(st.loader);
-    h.start_step = st.step;
-    log::info("resumed from " + resume + " at step " + std::to_string(st.step) + " (" + seconds_and_rate(secs, resume) + ")");
-  } else if (o.resume == "auto") {
-    log::info("no checkpoint in " + o.checkpoint_dir + " yet; starting fresh");
+    try {
+      const auto st = ckpt::load(path, engine);  // every rank reaches the same verdict
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      loader.restore(st.loader);
+      h.start_step = st.step;
+      log::info("resumed from " + path + " at step " + std::to_string(st.step) + " (" + seconds_and_rate(secs, path) + ")");
+      resumed = true;
+      break;
+    } catch (const Error& e) {
+      if (o.resume != "auto") throw;
+      if (env.rank() == 0) log::warn("skipping checkpoint " + path + ": " + e.what());
+    }
   }
+  if (o.resume == "auto" && !resumed)
+    log::info("no loadable checkpoint in " + o.checkpoint_dir + "; starting fresh from the seeded init");
   bool signalled_exit = false;
   std::unique_ptr<ckpt::AsyncSaver> saver = o.async_save && !o.checkpoint_dir.empty() ? std::make_unique<ckpt::AsyncSaver>() : nullptr;
   if (!o.checkpoint_dir.empty()) {

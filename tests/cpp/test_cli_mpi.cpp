@@ -130,7 +130,7 @@ TEST(CliMpi, ResumeIsExactAtTheSameLayoutAndCloseAtAnyOther) {
 TEST(CliMpi, AFlippedByteIsCaughtByItsChecksum) {
   const auto dir = tmp("ckpt_corrupt");
   std::filesystem::remove_all(dir);
-  ASSERT_EQ(run(kTrain + "--steps 2 --checkpoint-dir " + dir, mpirun(2)).code, 0);
+  ASSERT_EQ(run(kTrain + "--steps 2 --save-every 1 --checkpoint-dir " + dir, mpirun(2)).code, 0);
   const std::string ckpt = dir + "/step-00000002.h5";
   shardtrain::h5::Handle f = shardtrain::h5::open_file(ckpt);
   shardtrain::h5::Handle d = shardtrain::h5::open_dataset(f, "/model/lm_head.weight");
@@ -155,6 +155,11 @@ TEST(CliMpi, AFlippedByteIsCaughtByItsChecksum) {
   EXPECT_NE(inspect.out.find("/model/lm_head.weight"), std::string::npos);
   EXPECT_NE(inspect.out.find("CORRUPT"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("63 datasets, 1 FAILED"), std::string::npos) << inspect.out;
+  // --resume auto skips the corrupt newest checkpoint, says so, and takes the one before it.
+  auto a = run(kTrain + "--steps 2 --checkpoint-dir " + dir + " --resume auto", mpirun(2));
+  EXPECT_EQ(a.code, 0) << a.out;
+  EXPECT_NE(a.out.find("skipping checkpoint " + ckpt), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("resumed from " + dir + "/step-00000001.h5 at step 1"), std::string::npos) << a.out;
 }
 
 namespace {

@@ -53,8 +53,8 @@ std::string step_path(const std::string& dir, int64_t step);
 // Rank 0 only: fsync + rename tmp -> final, then point `latest` at it (atomically), then keep
 // only the newest `keep` checkpoints (keep <= 0: all).
 void publish(const std::string& tmp, const std::string& final_path, int keep);
-// "auto": the newest checkpoint in dir that opens and carries a step (corrupt ones are skipped
-// with a warning); "" when there is none. Anything else is a path.
-std::string resolve_resume(const std::string& spec, const std::string& dir);
+// The checkpoints to try for --resume: "auto" gives every step-*.h5 in dir, newest first (the
+// caller loads them in turn and skips, with a warning, any that fails); a path gives itself.
+std::vector<std::string> resume_candidates(const std::string& spec, const std::string& dir);
 
 }  // namespace shardtrain::ckpt
