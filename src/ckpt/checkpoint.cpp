@@ -282,23 +282,15 @@ void publish(const std::string& tmp, const std::string& final_path, int keep) {
   for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i]);
 }
 
-std::string resolve_resume(const std::string& spec, const std::string& dir) {
-  if (spec != "auto") return spec;
-  if (dir.empty() || !fs::is_directory(dir)) return "";
-  std::vector<fs::path> all;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".h5" && e.path().filename().string().rfind("step-", 0) == 0) all.push_back(e.path());
+std::vector<std::string> resume_candidates(const std::string& spec, const std::string& dir) {
+  if (spec != "auto") return {spec};
+  std::vector<std::string> all;
+  if (dir.empty() || !fs::is_directory(dir)) return all;
+  for (const auto& e : fs::directory_iterator(dir))  // *.h5.tmp (unfinished saves) never match
+    if (e.path().extension() == ".h5" && e.path().filename().string().rfind("step-", 0) == 0)
+      all.push_back(e.path().string());
   std::sort(all.rbegin(), all.rend());
-  for (const auto& p : all) {
-    try {
-      std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-      Handle f = h5::open_file(p.string());
-      if (h5::has_attr(f, "step")) return p.string();
-    } catch (const std::exception& e) {
-      log::warn("skipping unreadable checkpoint " + p.string() + ": " + e.what());
-    }
-  }
-  return "";
+  return all;
 }
 
 }  // namespace shardtrain::ckpt
