@@ -37,10 +37,7 @@ double AsyncSaver::start(const std::string& final_path, fsdp::FsdpEngine& engine
   const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   thread_ = std::thread([this, snap = std::move(snap), final_path, stripe, keep, t0] {
     try {
-      const std::string tmp = final_path + ".tmp";
-      write(tmp, comm_.get(), snap, stripe);
-      if (comm_.rank() == 0) publish(tmp, final_path, keep);
-      MPI_CHECK(MPI_Barrier(comm_.get()));
+      write_and_publish(final_path, comm_.get(), snap, stripe, keep);
       const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       log::info("checkpoint " + final_path + " written in the background (" + std::to_string(secs) + " s)");
     } catch (...) {

@@ -12,7 +12,6 @@
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
-#include "shardtrain/runtime/logging.h"
 
 namespace fs = std::filesystem;
 
@@ -191,12 +190,25 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
   MPI_CHECK(MPI_Barrier(comm));
 }
 
-void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& st, const StripeOptions& stripe) {
-  write(path, mpi_of(*engine.groups().world), snapshot(engine, st, /*copy=*/false), stripe);
+void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe,
+                       int keep) {
+  const std::string tmp = final_path + ".tmp";
+  write(tmp, comm, snap, stripe);
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  if (rank == 0) publish(tmp, final_path, keep);
+  MPI_CHECK(MPI_Barrier(comm));  // nobody moves on before `latest` names the new file
+}
+
+void save(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& st, const StripeOptions& stripe,
+          int keep) {
+  write_and_publish(final_path, mpi_of(*engine.groups().world), snapshot(engine, st, /*copy=*/false), stripe, keep);
 }
 
 TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
   auto pieces = engine.state_pieces();
+  const auto names = param_names(engine.model());
+  std::vector<int64_t> stored(names.size() * 3);  // every dataset's crc32 attribute
   TrainState st;
   std::string failure;  // a read can fail on some ranks only; all must learn it before the CRC collectives
   try {
@@ -230,6 +242,11 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
     engine.optimizer().set_step_count(h5::read_attr_int(file, "adam_step"));
     st.run_config = nlohmann::json::parse(h5::read_attr_string(file, "run_config"));
     st.model_config = nlohmann::json::parse(h5::read_attr_string(file, "model_config"));
+    for (int w = 0; w < 3; ++w)
+      for (size_t d = 0; d < names.size(); ++d) {
+        Handle dset = h5::open_dataset(file, std::string("/") + kGroups[w] + "/" + names[d]);
+        stored[d * 3 + w] = h5::read_attr_int(dset, "crc32");
+      }
   } catch (const std::exception& e) {
     failure = e.what();
   }
@@ -237,17 +254,11 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, mpi_of(*engine.groups().world)));
   if (bad) throw Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
   // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
-  const auto names = param_names(engine.model());
   const auto crcs = combined_crcs(mpi_of(*engine.groups().shard), pieces, names);
-  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-  Handle file = h5::open_file(path);
   for (int w = 0; w < 3; ++w)
-    for (size_t d = 0; d < names.size(); ++d) {
-      const std::string name = std::string("/") + kGroups[w] + "/" + names[d];
-      Handle dset = h5::open_dataset(file, name);
-      if (h5::read_attr_int(dset, "crc32") != static_cast<int64_t>(crcs[d * 3 + w]))
-        throw Error(path + ": tensor " + name + " fails its CRC-32 check; the checkpoint is corrupt");
-    }
+    for (size_t d = 0; d < names.size(); ++d)
+      if (stored[d * 3 + w] != static_cast<int64_t>(crcs[d * 3 + w]))
+        throw Error(path + ": tensor /" + kGroups[w] + "/" + names[d] + " fails its CRC-32 check; the checkpoint is corrupt");
   return st;
 }
 
@@ -258,6 +269,17 @@ std::string step_path(const std::string& dir, int64_t step) {
 }
 
 namespace {
+// step-*.h5 in dir, oldest first; *.h5.tmp (unfinished saves) never match.
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::string> all;
+  if (dir.empty() || !fs::is_directory(dir)) return all;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".h5" && e.path().filename().string().rfind("step-", 0) == 0)
+      all.push_back(e.path().string());
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
 void fsync_path(const std::string& p) {
   const int fd = ::open(p.c_str(), O_RDONLY);
   if (fd >= 0) ::fsync(fd), ::close(fd);
@@ -275,21 +297,14 @@ void publish(const std::string& tmp, const std::string& final_path, int keep) {
   fs::rename(dir / "latest.tmp", dir / "latest");
   fsync_path(dir.string());
   if (keep <= 0) return;
-  std::vector<fs::path> all;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".h5" && e.path().filename().string().rfind("step-", 0) == 0) all.push_back(e.path());
-  std::sort(all.begin(), all.end());
+  const auto all = list_checkpoints(dir.string());
   for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i]);
 }
 
 std::vector<std::string> resume_candidates(const std::string& spec, const std::string& dir) {
   if (spec != "auto") return {spec};
-  std::vector<std::string> all;
-  if (dir.empty() || !fs::is_directory(dir)) return all;
-  for (const auto& e : fs::directory_iterator(dir))  // *.h5.tmp (unfinished saves) never match
-    if (e.path().extension() == ".h5" && e.path().filename().string().rfind("step-", 0) == 0)
-      all.push_back(e.path().string());
-  std::sort(all.rbegin(), all.rend());
+  auto all = list_checkpoints(dir);
+  std::reverse(all.begin(), all.end());
   return all;
 }
 

@@ -48,7 +48,8 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
     }
   } else {
     const std::string tmp = o.output + ".tmp";
-    ckpt::save(tmp, engine, ckpt::TrainState{0, {}, nlohmann::json{{"converted_from", o.input}}, model_to_hf_json(model)});
+    const ckpt::TrainState st{0, {}, nlohmann::json{{"converted_from", o.input}}, model_to_hf_json(model)};
+    ckpt::write(tmp, MPI_COMM_WORLD, ckpt::snapshot(engine, st, /*copy=*/false));  // no `latest`: a lone file
     if (env.rank() == 0) fs::rename(tmp, o.output);
   }
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

@@ -167,7 +167,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
       int signal = checkpoint_requested() ? 1 : 0;  // any rank's SIGUSR1 counts for all
       MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
       if (!signal && !last && (o.save_every <= 0 || step % o.save_every != 0)) return true;
-      const std::string final_path = ckpt::step_path(o.checkpoint_dir, step), tmp = final_path + ".tmp";
+      const std::string final_path = ckpt::step_path(o.checkpoint_dir, step);
       ckpt::TrainState st{step, loader.state(), nlohmann::json{{"args", o.args}}, model_to_hf_json(o.model)};
       signalled_exit = signal && o.exit_on_signal && !last;
       if (saver) {
@@ -177,9 +177,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
         if (last || signalled_exit) saver->wait();
       } else {
         const auto t0 = std::chrono::steady_clock::now();
-        ckpt::save(tmp, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size});
-        if (env.rank() == 0) ckpt::publish(tmp, final_path, o.keep_checkpoints);
-        MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        ckpt::save(final_path, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size}, o.keep_checkpoints);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : "") + " (" + seconds_and_rate(secs, final_path) + ")");
       }

@@ -203,27 +203,9 @@ at::Tensor FsdpEngine::logits(const at::Tensor& tokens) {
 }
 
 EvalResult FsdpEngine::evaluate(const TokenFile& data, int64_t batch_size, int64_t max_batches) {
-  LoaderConfig lc;
-  lc.micro_batch = batch_size, lc.shuffle = false, lc.prefetch = false;
-  lc.rank = groups_.world->rank(), lc.world = groups_.world->size();
-  DataLoader loader(data, lc);
-  int64_t n = loader.steps_per_epoch();
-  if (max_batches > 0) n = std::min(n, max_batches);
-  double sum = 0, count = 0;
-  for (int64_t b = 0; b < n; ++b) {
-    const StepData d = loader.next();
-    const Batch& batch = d.micro.front();
-    auto lg = logits(batch.tokens);
-    if (batch.tokens.size(0) == 0) continue;
-    auto ls = causal_lm_loss(lg, batch.labels);
-    sum += ls.sum.item<double>(), count += static_cast<double>(ls.count);
-  }
-  EvalResult r;
-  sum = groups_.world->all_reduce_sum(sum), count = groups_.world->all_reduce_sum(count);
-  r.tokens = static_cast<int64_t>(count);
-  r.loss = sum / std::max(1.0, count);
-  r.perplexity = std::exp(r.loss);
-  return r;
+  return evaluate_loss(data, batch_size, max_batches, groups_.world->rank(), groups_.world->size(),
+                       [this](const at::Tensor& t) { return logits(t); },
+                       [this](double v) { return groups_.world->all_reduce_sum(v); });
 }
 
 std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {

@@ -39,25 +39,33 @@ StepResult Trainer::step(const std::vector<Batch>& micro_batches, double lr) {
   return r;
 }
 
-EvalResult Trainer::evaluate(const TokenFile& data, int64_t max_batches) {
+EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
+                         const LogitsFn& logits, const std::function<double(double)>& sum_all) {
   c10::NoGradGuard no_grad;
   LoaderConfig lc;
-  lc.micro_batch = cfg_.batch_size, lc.shuffle = false, lc.prefetch = false;
+  lc.micro_batch = batch_size, lc.shuffle = false, lc.prefetch = false, lc.rank = rank, lc.world = world;
   DataLoader loader(data, lc);
   int64_t n = loader.steps_per_epoch();
   if (max_batches > 0) n = std::min(n, max_batches);
-  double sum = 0;
-  EvalResult r;
+  double sum = 0, count = 0;
   for (int64_t b = 0; b < n; ++b) {
     const StepData d = loader.next();
     const Batch& batch = d.micro.front();
-    auto ls = causal_lm_loss(logits(batch.tokens), batch.labels);
-    sum += ls.sum.item<double>();
-    r.tokens += ls.count;
+    auto lg = logits(batch.tokens);
+    if (batch.tokens.size(0) == 0) continue;
+    auto ls = causal_lm_loss(lg, batch.labels);
+    sum += ls.sum.item<double>(), count += static_cast<double>(ls.count);
   }
-  r.loss = sum / static_cast<double>(std::max<int64_t>(1, r.tokens));
+  if (sum_all) sum = sum_all(sum), count = sum_all(count);
+  EvalResult r;
+  r.tokens = static_cast<int64_t>(count);
+  r.loss = sum / std::max(1.0, count);
   r.perplexity = std::exp(r.loss);
   return r;
+}
+
+EvalResult Trainer::evaluate(const TokenFile& data, int64_t max_batches) {
+  return evaluate_loss(data, cfg_.batch_size, max_batches, 0, 1, logits_fn());
 }
 
 }  // namespace shardtrain

@@ -16,10 +16,10 @@ struct Result {
   std::string out;  // stdout and stderr
 };
 
-inline Result run(const std::string& args, const std::string& prefix = "") {
-  const std::string cmd = prefix + std::string(SHARDTRAIN_BIN) + " " + args + " 2>&1";
+// Any shell command, stdout and stderr together.
+inline Result shell(const std::string& cmd) {
   Result r;
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
   if (!p) return r;
   char buf[4096];
   size_t n;
@@ -27,6 +27,11 @@ inline Result run(const std::string& args, const std::string& prefix = "") {
   const int status = pclose(p);
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// The shardtrain binary with these arguments, after `prefix` (e.g. an mpirun command).
+inline Result run(const std::string& args, const std::string& prefix = "") {
+  return shell(prefix + std::string(SHARDTRAIN_BIN) + " " + args);
 }
 
 inline std::string tmp(const std::string& name) {

@@ -163,16 +163,6 @@ TEST(CliMpi, AFlippedByteIsCaughtByItsChecksum) {
 }
 
 namespace {
-Result shell(const std::string& cmd) {  // a compound shell command, output captured
-  Result r;
-  FILE* p = popen(("(" + cmd + ") 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = p ? pclose(p) : -1;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 const std::string kBin = SHARDTRAIN_BIN;
 }  // namespace
 

@@ -41,8 +41,12 @@ Snapshot snapshot(fsdp::FsdpEngine& engine, const TrainState& state, bool copy);
 // Collective over `comm` (every rank of the world, in any communicator that spans it).
 void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe = {});
 
-// Collective over the world. Writes `path` directly (callers write to a temporary name).
-void save(const std::string& path, fsdp::FsdpEngine& engine, const TrainState& state, const StripeOptions& stripe = {});
+// Collective over `comm`: writes final_path + ".tmp", then rank 0 publishes it (below).
+void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe,
+                       int keep);
+// Collective over the world: a synchronous write_and_publish of the engine's live shards.
+void save(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& state,
+          const StripeOptions& stripe = {}, int keep = 0);
 // Collective over the world: fills this rank's shards and the optimizer state, verifies every
 // dataset's CRC-32 across the shard group, and returns the training state. Errors name the
 // tensor and the file.

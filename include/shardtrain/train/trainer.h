@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,12 @@ struct EvalResult {
   double perplexity = 0;
   int64_t tokens = 0;
 };
+
+// Forward-only loss over a token file, in file order. Each rank takes its part of every batch
+// and runs every batch, even an empty part (a sharded forward is collective); `sum_all` totals
+// across ranks (none: one rank).
+EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
+                         const LogitsFn& logits, const std::function<double(double)>& sum_all = {});
 
 class Trainer {
  public:
