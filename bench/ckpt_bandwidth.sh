@@ -18,29 +18,45 @@ data=$dir/train.h5
 drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo dropped || echo kept; }
 field() { sed -n "s/.*$1 .*(\([0-9.]*\) s, \([0-9.]*\) GB, \([0-9.]*\) GB\/s).*/\1 \2 \3/p" | tail -n 1; }
 
-raw=$(dd if=/dev/zero of="$dir/dd.bin" bs=1M count=1024 conv=fdatasync 2>&1 | sed -n 's/.*, \([0-9.]*\) \([GM]\)B\/s.*/\1 \2/p')
-rm -f "$dir/dd.bin"
-raw_gbs=$(awk -v v="${raw% *}" -v u="${raw#* }" 'BEGIN { printf "%.3f", (u == "M") ? v / 1000 : v }')
-echo "raw write (dd, 1 GiB, conv=fdatasync): $raw_gbs GB/s"
+# Each save is paired with a dd run just before it, three times per rank count, and the medians
+# are reported. dd copies random bytes of the checkpoint's size (zeros can be cheaper on virtual
+# disks).
+reps=${REPS:-3}
+src=/dev/shm/shardtrain-bench-random.bin
+head -c 1134559232 /dev/urandom > "$src"
+trap 'rm -f "$src"' EXIT
+raw_gbs() {
+  local r
+  r=$(dd if="$src" of="$dir/dd.bin" bs=1M conv=fdatasync 2>&1 | sed -n 's/.*, \([0-9.]*\) \([GM]\)B\/s.*/\1 \2/p')
+  rm -f "$dir/dd.bin"
+  awk -v v="${r% *}" -v u="${r#* }" 'BEGIN { printf "%.3f", (u == "M") ? v / 1000 : v }'
+}
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 rows=""
 for np in 1 2 4; do
-  rm -rf "$dir/ckpt"
-  save=$("${mpi[@]}" -np "$np" "$bin" train "${model[@]}" --threads 1 --data "$data" --batch-size 1 --steps 1 \
-    --checkpoint-dir "$dir/ckpt" 2>&1 | field checkpoint)
-  cache=$(drop_caches)
-  load=$("${mpi[@]}" -np "$np" "$bin" train "${model[@]}" --threads 1 --data "$data" --batch-size 1 --steps 1 \
-    --checkpoint-dir "$dir/ckpt" --resume auto 2>&1 | field "at step")
-  read -r s_t s_gb s_bw <<< "$save"
-  read -r l_t _ l_bw <<< "$load"
+  raws="" saves="" save_bws="" loads="" load_bws="" ratios=""
+  for rep in $(seq "$reps"); do
+    raw=$(raw_gbs)
+    rm -rf "$dir/ckpt"
+    save=$("${mpi[@]}" -np "$np" "$bin" train "${model[@]}" --threads 1 --data "$data" --batch-size 1 --steps 1 \
+      --checkpoint-dir "$dir/ckpt" 2>&1 | field checkpoint)
+    cache=$(drop_caches)
+    load=$("${mpi[@]}" -np "$np" "$bin" train "${model[@]}" --threads 1 --data "$data" --batch-size 1 --steps 1 \
+      --checkpoint-dir "$dir/ckpt" --resume auto 2>&1 | field "at step")
+    read -r s_t s_gb s_bw <<< "$save"
+    read -r l_t _ l_bw <<< "$load"
+    ratio=$(awk -v a="$s_bw" -v b="$raw" 'BEGIN { printf "%.2f", a / b }')
+    echo "np $np run $rep: raw $raw GB/s, save $s_t s ($s_bw GB/s, $ratio of raw), load $l_t s ($l_bw GB/s, page cache $cache)"
+    raws+=" $raw" saves+=" $s_t" save_bws+=" $s_bw" loads+=" $l_t" load_bws+=" $l_bw" ratios+=" $ratio"
+  done
   rm -rf "$dir/ckpt"
   # --async-save: the longest time the loop was blocked over two saves (copying shards to host).
   blocked=$("${mpi[@]}" -np "$np" "$bin" train "${model[@]}" --threads 1 --data "$data" --batch-size 1 --steps 2 \
     --save-every 1 --async-save --checkpoint-dir "$dir/ckpt" 2>&1 \
     | sed -n 's/.*the loop was blocked \([0-9.]*\) s.*/\1/p' | sort -g | tail -n 1)
-  ratio=$(awk -v a="$s_bw" -v b="$raw_gbs" 'BEGIN { printf "%.2f", a / b }')
-  echo "np $np: save $s_t s ($s_bw GB/s, $ratio of raw), load $l_t s ($l_bw GB/s, page cache $cache), async blocked $blocked s"
-  rows+="| $np | $s_gb | $s_t | $s_bw | $ratio | $l_t | $l_bw | $cache | $blocked |"$'\n'
+  rows+="| $np | $s_gb | $(echo "$raws" | median) | $(echo "$saves" | median) | $(echo "$save_bws" | median) |"
+  rows+=" $(echo "$ratios" | median) |$ratios | $(echo "$loads" | median) | $(echo "$load_bws" | median) | $cache | $blocked |"$'\n'
 done
 rm -rf "$dir/ckpt"
 
@@ -50,10 +66,12 @@ rm -rf "$dir/ckpt"
   echo
   echo "bench/ckpt_bandwidth.sh: a 91M-parameter model (a 1.13 GB file: fp32 weights + AdamW state, 1 MiB-aligned),"
   echo "saved synchronously at the end of one step (write + fsync + rename), then loaded by --resume."
-  echo "Raw write bandwidth of the same disk: $raw_gbs GB/s (dd bs=1M count=1024 conv=fdatasync)."
+  echo "Each of $reps runs per rank count measures the disk's raw write bandwidth first (dd of 1.13 GB of random"
+  echo "bytes from tmpfs, bs=1M conv=fdatasync), then saves. The table gives medians,"
+  echo "and every run's save/raw ratio."
   echo
-  echo "| ranks | GB | save s | save GB/s | save / raw | load s | load GB/s | page cache before load | async: loop blocked s |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| ranks | GB | raw GB/s | save s | save GB/s | save / raw (median) | save / raw (each run) | load s | load GB/s | page cache before load | async: loop blocked s |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|"
   printf "%s" "$rows"
 } >> "$repo/docs/performance.md"
 echo "appended to docs/performance.md"

@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <future>
 #include <filesystem>
 #include <fstream>
 
@@ -60,11 +61,9 @@ void select_flat(hid_t space, const std::vector<int64_t>& shape, int64_t b, int6
   block(r1, 0, 1, c1);                 // the partial last row
 }
 
-// Every rank's (offset, numel, crc) for each dataset, combined in offset order per dataset.
-std::vector<uint32_t> combined_crcs(MPI_Comm comm, const std::vector<fsdp::StatePiece>& pieces,
-                                    const std::vector<std::string>& names) {
-  const size_t D = names.size() * 3;
-  std::vector<int64_t> mine(D * 3, -1);
+// This rank's (offset, numel, crc) row for each of the 3 x names datasets; -1 where it holds nothing.
+std::vector<int64_t> local_crc_rows(const std::vector<fsdp::StatePiece>& pieces, const std::vector<std::string>& names) {
+  std::vector<int64_t> mine(names.size() * 3 * 3, -1);
   for (const auto& p : pieces) {
     const size_t d = std::find(names.begin(), names.end(), p.name) - names.begin();
     for (int w = 0; w < 3; ++w) {
@@ -72,6 +71,12 @@ std::vector<uint32_t> combined_crcs(MPI_Comm comm, const std::vector<fsdp::State
       row[0] = p.param_offset, row[1] = p.numel, row[2] = crc_of(piece_tensor(p, w));
     }
   }
+  return mine;
+}
+
+// Every rank's rows, combined in offset order per dataset into the CRC-32 of the whole dataset.
+std::vector<uint32_t> combine_crc_rows(MPI_Comm comm, const std::vector<int64_t>& mine) {
+  const size_t D = mine.size() / 3;
   int n = 1;
   MPI_CHECK(MPI_Comm_size(comm, &n));
   std::vector<int64_t> all(mine.size() * n);
@@ -90,6 +95,11 @@ std::vector<uint32_t> combined_crcs(MPI_Comm comm, const std::vector<fsdp::State
     out[d] = static_cast<uint32_t>(crc);
   }
   return out;
+}
+
+std::vector<uint32_t> combined_crcs(MPI_Comm comm, const std::vector<fsdp::StatePiece>& pieces,
+                                    const std::vector<std::string>& names) {
+  return combine_crc_rows(comm, local_crc_rows(pieces, names));
 }
 
 std::vector<std::string> param_names(const ModelConfig& m) {
@@ -129,7 +139,8 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
     MpiComm own(writers);
     const auto& pieces = snap.pieces;
     const auto names = param_names(snap.model);
-    const auto crcs = combined_crcs(writers, pieces, names);
+    // Checksums are computed on a second thread while the datasets are written, then attached.
+    auto crc_rows = std::async(std::launch::async, [&] { return local_crc_rows(pieces, names); });
     // The HDF5 lock is taken per call group, not for the whole save, so the data loader's
     // prefetch thread keeps reading while an asynchronous save writes.
     std::unique_lock<std::recursive_mutex> lock(h5::library_lock());
@@ -140,6 +151,7 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
     if (stripe.count > 0) MPI_CHECK(MPI_Info_set(info, "striping_factor", std::to_string(stripe.count).c_str()));
     if (stripe.size > 0) MPI_CHECK(MPI_Info_set(info, "striping_unit", std::to_string(stripe.size).c_str()));
     MPI_CHECK(MPI_Info_set(info, "romio_cb_write", "enable"));  // two-phase collective buffering
+    MPI_CHECK(MPI_Info_set(info, "cb_buffer_size", "1048576"));
     H5_CHECK(H5Pset_fapl_mpio(fapl, writers, info));
     MPI_Info_free(&info);
     const hsize_t align = stripe.size > 0 ? static_cast<hsize_t>(stripe.size) : hsize_t{1} << 20;
@@ -169,13 +181,18 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
         select_flat(space, spec.shape, it == pieces.end() ? 0 : it->param_offset,
                     it == pieces.end() ? 0 : it->param_offset + it->numel);
         H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data.data_ptr()));  // collective
-        h5::write_attr(dset, "crc32", static_cast<int64_t>(crcs[d * 3 + w]));
       }
       lock.lock();
       grp.reset();
       lock.unlock();
     }
+    const auto crcs = combine_crc_rows(writers, crc_rows.get());
     lock.lock();
+    for (int w = 0; w < 3; ++w)
+      for (size_t d = 0; d < names.size(); ++d) {
+        Handle dset = h5::open_dataset(file, std::string(kGroups[w]) + "/" + names[d]);
+        h5::write_attr(dset, "crc32", static_cast<int64_t>(crcs[d * 3 + w]));
+      }
     h5::write_attr(file, "format_version", kFormatVersion);
     h5::write_attr(file, "step", snap.state.step);
     h5::write_attr(file, "loader_epoch", snap.state.loader.epoch);
