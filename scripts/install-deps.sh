@@ -17,7 +17,7 @@ DEBIAN_PACKAGES=(
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools zlib1g-dev
   libboost-program-options-dev
-  libfabric-dev
+  libfabric-dev libfabric-bin
   nlohmann-json3-dev
   libsentencepiece-dev
   libgtest-dev

@@ -254,7 +254,8 @@ std::string top_level_help() {
          "  eval     loss/perplexity on a token file, exact-match accuracy on a JSONL file\n"
          "  generate greedy or top-p text generation from a model\n"
          "  inspect  a checkpoint's tensors, state and checksum status\n"
-         "  convert  checkpoint <-> Hugging Face safetensors, with any number of ranks\n\n"
+         "  convert  checkpoint <-> Hugging Face safetensors, with any number of ranks\n"
+         "  preflight  hosts, GPUs, NCCL/libfabric (EFA) and collective bandwidth, pass/fail\n\n"
          "Run 'shardtrain <command> --help' for a command's options.\n";
 }
 

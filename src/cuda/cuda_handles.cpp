@@ -46,15 +46,23 @@ float Event::elapsed_ms_since(const Event& start) const {
 
 int device_count() {
   int n = 0;
-  CUDA_CHECK(cudaGetDeviceCount(&n));
+  // No driver or no device is an answer (zero GPUs), not an error: CPU machines run everything else.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
   return n;
 }
 
 DeviceInfo device_info(int device) {
   cudaDeviceProp p{};
   CUDA_CHECK(cudaGetDeviceProperties(&p, device));
-  return {p.name, p.totalGlobalMem, p.multiProcessorCount};
+  char bus[32] = {};
+  CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
+  return {p.name, p.totalGlobalMem, p.multiProcessorCount, bus};
 }
+
+void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void set_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
 

@@ -91,6 +91,18 @@ struct InspectOptions {
   std::string checkpoint;
 };
 
+// Preflight: what each rank runs on, the network stack, and collective bandwidth sweeps.
+struct PreflightOptions {
+  CommonOptions common;
+  std::string device = "auto";  // auto: cuda when a GPU is visible, else cpu (MPI)
+  double min_busbw = 0;         // GB/s; 0 reports without a pass/fail threshold
+  int64_t min_bytes = 1 << 20, max_bytes = int64_t{1} << 30;
+  int step_factor = 2, iters = 5, warmup = 1;
+  std::vector<std::string> ops{"all_gather", "reduce_scatter", "all_reduce"};
+  bool intra = true, inter = true, sweep = true;
+  int ranks_per_node = 0;
+};
+
 // Both throw UsageError (main exits 2) with one line naming the option to change.
 // A --help request sets common.help and leaves usage text in *help_text.
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text);
@@ -99,6 +111,8 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
 GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text);
 ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* help_text);
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text);
+PreflightOptions parse_preflight(const std::vector<std::string>& args, std::string* help_text);
+int64_t parse_bytes(const std::string& s, const char* opt);  // 4096, 64K, 1M, 2G (powers of 1024)
 
 std::string top_level_help();
 

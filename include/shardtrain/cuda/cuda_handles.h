@@ -46,10 +46,12 @@ struct DeviceInfo {
   std::string name;
   size_t total_memory = 0;
   int multiprocessors = 0;
+  std::string pci_bus_id;  // e.g. 0000:53:00.0, to match nvidia-smi and DCGM
 };
 
-int device_count();
+int device_count();  // 0 when there is no driver or no device
 DeviceInfo device_info(int device);
 void set_device(int device);
+void device_synchronize();
 
 }  // namespace shardtrain::cuda

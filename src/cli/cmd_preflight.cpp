@@ -1,0 +1,242 @@
+// shardtrain preflight: run before training (the Slurm script does) to fail fast on a bad node.
+// Reports every rank's host and device, NCCL and its net plugin, libfabric's EFA devices (or
+// the tcp/shm fallbacks), then sweeps all-gather, reduce-scatter and all-reduce inside a node
+// and across nodes, printing algbw/busbw as nccl-tests does, against --min-busbw.
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "shardtrain/cli/commands.h"
+#include "shardtrain/comm/bus_bandwidth.h"
+#include "shardtrain/comm/mpi_communicator.h"
+#include "shardtrain/net/fabric_probe.h"
+#include "shardtrain/runtime/error.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/comm/nccl_communicator.h"
+#include "shardtrain/cuda/cuda_handles.h"
+#endif
+
+namespace shardtrain::cli {
+namespace {
+
+using comm::Op;
+
+// What one rank runs on, in a fixed-size record so MPI_Gather can collect it.
+struct RankRecord {
+  char host[64];
+  char device[192];
+};
+
+int visible_gpus() {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
+}
+
+std::string device_line(bool use_cuda, int device) {
+  char buf[192];
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (use_cuda) {
+    const auto d = cuda::device_info(device);
+    std::snprintf(buf, sizeof buf, "GPU %d: %s, %.1f GiB, PCI %s", device, d.name.c_str(),
+                  static_cast<double>(d.total_memory) / (1u << 30), d.pci_bus_id.c_str());
+    return buf;
+  }
+#endif
+  (void)use_cuda, (void)device;
+  std::snprintf(buf, sizeof buf, "cpu (%ld cores online)", sysconf(_SC_NPROCESSORS_ONLN));
+  return buf;
+}
+
+// A group of ranks to sweep: the MPI communicator, and the backend's communicator over it.
+struct Scope {
+  std::string name;
+  MpiComm mpi;
+  std::unique_ptr<comm::Communicator> comm;
+};
+
+Scope make_scope(const std::string& name, int color, int key, bool use_cuda) {
+  MPI_Comm c;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+  Scope s{name, MpiComm(c), nullptr};
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(cuda::NcclComm::bootstrap(c), name);
+#endif
+  if (!s.comm) {
+    MPI_Comm dup;
+    MPI_CHECK(MPI_Comm_dup(c, &dup));
+    s.comm = std::make_unique<comm::MpiCommunicator>(MpiComm(dup), name);
+  }
+  return s;
+}
+
+Op op_of(const std::string& name) {
+  return name == "all_gather" ? Op::kAllGather : name == "reduce_scatter" ? Op::kReduceScatter : Op::kAllReduce;
+}
+
+struct Row {
+  int64_t bytes = 0, count = 0;
+  double seconds = 0, algbw = 0, busbw = 0;  // of the slowest group
+  int64_t wrong = 0;
+  int slowest_rank = 0;
+};
+
+void sync_device(bool use_cuda) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (use_cuda) cuda::device_synchronize();
+#endif
+  (void)use_cuda;
+}
+
+// Times one collective of `bytes` on the scope; every group of the scope runs at once.
+Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at::TensorOptions& opt, bool use_cuda) {
+  auto& c = *s.comm;
+  const int n = c.size(), r = c.rank();
+  Row row;
+  row.count = comm::sweep_elements(bytes, 4, n);
+  row.bytes = row.count * 4;
+  const int64_t per = row.count / n;
+  at::Tensor in = at::full({op == Op::kAllGather ? per : row.count}, static_cast<double>(r + 1), opt);
+  at::Tensor out = at::empty({op == Op::kAllGather ? row.count : per}, opt);
+  auto run = [&] {
+    if (op == Op::kAllGather) c.all_gather_async(in, out)->wait();
+    else if (op == Op::kReduceScatter) c.reduce_scatter_async(in, out)->wait();
+    else c.all_reduce_async(in)->wait();
+  };
+  for (int i = 0; i < o.warmup; ++i) run();
+  sync_device(use_cuda);
+  MPI_CHECK(MPI_Barrier(s.mpi.get()));
+  const double t0 = MPI_Wtime();
+  for (int i = 0; i < o.iters; ++i) run();
+  sync_device(use_cuda);
+  // The slowest group sets the row: a bad node shows up as the scope's bandwidth.
+  struct {
+    double secs;
+    int rank;
+  } mine{(MPI_Wtime() - t0) / o.iters, 0}, slowest{};
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &mine.rank));
+  MPI_CHECK(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD));
+  // Correctness on a fresh input (all-reduce works in place, so the timed runs changed it).
+  in.fill_(static_cast<double>(r + 1));
+  run();
+  at::Tensor expect;
+  if (op == Op::kAllGather) expect = at::arange(1, n + 1, opt).repeat_interleave(per);
+  else expect = at::full({op == Op::kReduceScatter ? per : row.count}, n * (n + 1) / 2.0, opt);
+  row.wrong = (op == Op::kAllReduce ? in : out).ne(expect).sum().item<int64_t>();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &row.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+  row.seconds = slowest.secs, row.slowest_rank = slowest.rank;
+  row.algbw = row.bytes / row.seconds / 1e9, row.busbw = row.algbw * comm::bus_factor(op, n);
+  return row;
+}
+
+}  // namespace
+
+int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
+  std::string help;
+  PreflightOptions o = parse_preflight(args, &help);
+  if (o.common.help) return print_help(help, env);
+  env.set_ranks_per_node(o.ranks_per_node);
+  setup_threads(o.common.threads, env);
+  const auto& t = env.topology();
+  const int gpus = visible_gpus();
+  if (o.device == "cuda" && gpus == 0)
+    throw UsageError("--device cuda: no CUDA device is visible on " + env.host() + "; use --device cpu");
+  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
+  const int device = use_cuda ? t.local_rank % gpus : -1;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (use_cuda) cuda::set_device(device);
+#endif
+  const bool root = env.rank() == 0;
+
+  RankRecord mine{};
+  std::snprintf(mine.host, sizeof mine.host, "%s", env.host().c_str());
+  std::snprintf(mine.device, sizeof mine.device, "%s", device_line(use_cuda, device).c_str());
+  std::vector<RankRecord> all(root ? env.size() : 0);
+  MPI_CHECK(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD));
+  const auto fabric = net::probe_fabric();
+  const auto plugin = net::probe_nccl_net_plugin();
+  if (root) {
+    std::ostringstream os;
+    os << "preflight: " << t.world << " ranks on " << t.num_nodes << " nodes x " << t.local_size << " ranks per node, "
+       << (use_cuda ? "cuda + NCCL" : "cpu + MPI") << "\n";
+    for (int r = 0; r < t.world; ++r)
+      os << "  rank " << r << "  node " << r / t.local_size << "  " << all[r].host << "  " << all[r].device << "\n";
+#ifdef SHARDTRAIN_HAVE_CUDA
+    const int v = cuda::nccl_version();
+    os << "NCCL " << v / 10000 << "." << (v / 100) % 100 << "." << v % 100 << "; ";
+#else
+    os << "NCCL: not compiled in (no nvcc/nccl.h at build time); ";
+#endif
+    os << "net plugin: " << (plugin.library.empty() ? "none found (NCCL uses its own IB/socket transport)"
+                                                    : plugin.library + " (" + plugin.net_name + ")")
+       << (plugin.aws_ofi_nccl ? ", aws-ofi-nccl" : "") << "\n";
+    os << "libfabric " << fabric.libfabric_version << ": efa ";
+    if (fabric.efa_devices > 0) {
+      os << fabric.efa_devices << " device(s):";
+      for (const auto& d : fabric.efa_domains) os << " " << d;
+    } else {
+      os << "not found; fallback tcp " << (fabric.has("tcp") ? "yes" : "no") << ", shm " << (fabric.has("shm") ? "yes" : "no");
+    }
+    os << "; providers:";
+    for (const auto& p : fabric.providers) os << " " << p;
+    os << "\n";
+    std::cout << os.str() << std::flush;
+  }
+  if (!o.sweep) return 0;
+
+  const auto opt = at::TensorOptions().dtype(at::kFloat).device(use_cuda ? at::Device(at::kCUDA, device) : at::Device(at::kCPU));
+  std::vector<Scope> scopes;
+  if (o.intra) scopes.push_back(make_scope("intra-node", t.node, t.local_rank, use_cuda));
+  if (o.inter) scopes.push_back(make_scope("inter-node", t.local_rank, t.node, use_cuda));
+  std::vector<std::string> failures;
+  for (auto& s : scopes) {
+    if (s.comm->size() < 2) {
+      if (root) std::cout << "# " << s.name << ": skipped, groups of one rank (" << t.num_nodes << " nodes x "
+                          << t.local_size << " ranks per node)\n";
+      continue;
+    }
+    for (const auto& name : o.ops) {
+      const Op op = op_of(name);
+      if (root) {
+        std::printf("# %s, %s: %d groups of %d ranks, %s, float32\n", name.c_str(), s.name.c_str(),
+                    t.world / s.comm->size(), s.comm->size(), use_cuda ? "nccl" : "mpi");
+        std::printf("# %12s %12s %10s %12s %12s %7s  %s\n", "size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
+                    "#wrong", "slowest group");
+      }
+      double sum = 0;
+      int rows = 0;
+      int64_t wrong = 0;
+      for (int64_t b : comm::sweep_sizes(o.min_bytes, o.max_bytes, o.step_factor)) {
+        const Row row = measure(s, op, b, o, opt, use_cuda);
+        sum += row.busbw, ++rows, wrong += row.wrong;
+        if (root)
+          std::printf("  %12lld %12lld %10.1f %12.2f %12.2f %7lld  rank %d (%s)\n", static_cast<long long>(row.bytes),
+                      static_cast<long long>(row.count), row.seconds * 1e6, row.algbw, row.busbw,
+                      static_cast<long long>(row.wrong), row.slowest_rank, all[row.slowest_rank].host);
+      }
+      const double avg = sum / rows;
+      const bool ok = wrong == 0 && (o.min_busbw <= 0 || avg >= o.min_busbw);
+      if (root) std::printf("# avg busbw %.2f GB/s%s\n", avg, o.min_busbw > 0 ? (ok ? ": PASS" : ": FAIL") : "");
+      if (!ok) {
+        char msg[200];
+        std::snprintf(msg, sizeof msg, "%s %s: avg busbw %.2f GB/s < --min-busbw %.2f, %lld wrong elements",
+                      name.c_str(), s.name.c_str(), avg, o.min_busbw, static_cast<long long>(wrong));
+        failures.push_back(msg);
+      }
+    }
+  }
+  std::fflush(stdout);
+  if (root) {
+    if (failures.empty()) std::cout << "preflight: PASS" << std::endl;
+    for (const auto& f : failures) std::cout << "preflight: FAIL: " << f << std::endl;
+  }
+  return failures.empty() ? 0 : 1;
+}
+
+}  // namespace shardtrain::cli

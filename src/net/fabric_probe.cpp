@@ -1,0 +1,81 @@
+#include "shardtrain/net/fabric_probe.h"
+
+#include <dlfcn.h>
+#include <rdma/fabric.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace shardtrain::net {
+
+bool FabricReport::has(const std::string& prov) const {
+  return std::find(providers.begin(), providers.end(), prov) != providers.end();
+}
+
+namespace {
+// Every fi_info libfabric returns for `prov` ("" for all providers); the caller frees it.
+fi_info* getinfo(const char* prov) {
+  fi_info* hints = fi_allocinfo();
+  if (!hints) return nullptr;
+  hints->ep_attr->type = FI_EP_RDM;  // the endpoint type aws-ofi-nccl uses
+  if (prov) hints->fabric_attr->prov_name = strdup(prov);
+  fi_info* info = nullptr;
+  const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info);
+  fi_freeinfo(hints);
+  return rc == 0 ? info : nullptr;
+}
+
+void add_unique(std::vector<std::string>& v, const std::string& s) {
+  if (std::find(v.begin(), v.end(), s) == v.end()) v.push_back(s);
+}
+}  // namespace
+
+FabricReport probe_fabric() {
+  FabricReport r;
+  const uint32_t v = fi_version();
+  r.libfabric_version = std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
+  if (fi_info* efa = getinfo("efa")) {
+    for (fi_info* i = efa; i; i = i->next)
+      if (i->domain_attr && i->domain_attr->name) add_unique(r.efa_domains, i->domain_attr->name);
+    fi_freeinfo(efa);
+  }
+  r.efa_devices = static_cast<int>(r.efa_domains.size());
+  if (fi_info* all = getinfo(nullptr)) {
+    for (fi_info* i = all; i; i = i->next)
+      if (i->fabric_attr && i->fabric_attr->prov_name) {
+        std::string name = i->fabric_attr->prov_name;  // layered providers read "tcp;ofi_rxm"
+        add_unique(r.providers, name.substr(0, name.find(';')));
+      }
+    fi_freeinfo(all);
+  }
+  return r;
+}
+
+NetPluginReport probe_nccl_net_plugin() {
+  NetPluginReport r;
+  if (const char* p = std::getenv("NCCL_NET_PLUGIN")) r.requested = p;
+  std::vector<std::string> names;
+  if (!r.requested.empty() && r.requested != "none") {
+    names.push_back(r.requested);  // NCCL accepts a full library name or a suffix
+    names.push_back("libnccl-net-" + r.requested + ".so");
+  }
+  if (r.requested != "none") names.push_back("libnccl-net.so"), names.push_back("libnccl-net-ofi.so");
+  for (const auto& n : names) {
+    void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) continue;
+    r.library = n;
+    // Every ncclNet_vN_t starts with `const char* name`; newest version first.
+    for (int ver = 10; ver >= 2 && r.net_name.empty(); --ver) {
+      auto* sym = dlsym(h, ("ncclNetPlugin_v" + std::to_string(ver)).c_str());
+      if (sym) r.net_name = *static_cast<const char* const*>(sym);
+    }
+    Dl_info info{};
+    if (void* any = dlsym(h, "ncclNetPlugin_v6"); any && dladdr(any, &info) && info.dli_fname) r.library = info.dli_fname;
+    break;  // NCCL keeps the first plugin that loads
+  }
+  r.aws_ofi_nccl = r.net_name.find("Libfabric") != std::string::npos || r.net_name.find("AWS") != std::string::npos;
+  return r;
+}
+
+}  // namespace shardtrain::net
