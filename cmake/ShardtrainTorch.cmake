@@ -40,5 +40,8 @@ endif()
 # The PyPI wheel's libtorch exports its own (partial) std::filesystem; put libstdc++ first in
 # DT_NEEDED so the dynamic linker resolves those symbols to the real library.
 target_link_options(shardtrain_torch INTERFACE "LINKER:--push-state,--no-as-needed" "-lstdc++" "LINKER:--pop-state")
+if(_st_torch_cuda AND SHARDTRAIN_HAVE_CUDA)  # c10_cuda is linked: the caching allocator's statistics
+  target_compile_definitions(shardtrain_torch INTERFACE SHARDTRAIN_TORCH_CUDA=1)
+endif()
 add_library(shardtrain::torch ALIAS shardtrain_torch)
 message(STATUS "shardtrain: LibTorch ${TORCH_ROOT}")

@@ -27,7 +27,7 @@ at::Tensor piece_tensor(const fsdp::StatePiece& p, int which) {
 }
 
 uint32_t crc_of(const at::Tensor& t) {
-  auto c = t.contiguous();
+  auto c = t.to(at::kCPU).contiguous();
   const auto* p = static_cast<const Bytef*>(c.data_ptr());
   uLong crc = crc32(0L, Z_NULL, 0);
   for (size_t left = c.nbytes(); left > 0;) {
@@ -108,19 +108,17 @@ std::vector<std::string> param_names(const ModelConfig& m) {
   return n;
 }
 
-MPI_Comm mpi_of(const comm::Communicator& c) {
-  auto* m = dynamic_cast<const comm::MpiCommunicator*>(&c);
-  if (!m) throw Error("checkpoints need the MPI communicator of each group");
-  return m->mpi();
-}
+MPI_Comm mpi_of(const comm::Communicator& c) { return c.mpi(); }
 
 }  // namespace
 
 Snapshot snapshot(fsdp::FsdpEngine& engine, const TrainState& state, bool copy) {
   Snapshot snap;
   snap.pieces = engine.state_pieces();
-  if (copy)  // host copies, so training may update the shards while a thread writes these
-    for (auto& p : snap.pieces) p.master = p.master.clone(), p.exp_avg = p.exp_avg.clone(), p.exp_avg_sq = p.exp_avg_sq.clone();
+  // Host copies, so training may update the shards while a thread writes these; GPU shards are
+  // always copied, since MPI-IO and the checksums read host memory.
+  auto host = [&](const at::Tensor& t) { return t.is_cpu() && !copy ? t : t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
+  for (auto& p : snap.pieces) p.master = host(p.master), p.exp_avg = host(p.exp_avg), p.exp_avg_sq = host(p.exp_avg_sq);
   const auto& g = engine.groups();
   snap.model = engine.model();
   snap.state = state;

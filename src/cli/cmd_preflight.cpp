@@ -31,14 +31,6 @@ struct RankRecord {
   char device[192];
 };
 
-int visible_gpus() {
-#ifdef SHARDTRAIN_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
-}
-
 std::string device_line(bool use_cuda, int device) {
   char buf[192];
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -64,15 +56,13 @@ struct Scope {
 Scope make_scope(const std::string& name, int color, int key, bool use_cuda) {
   MPI_Comm c;
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+  MPI_Comm dup;  // the backend gets its own communicator; the scope's carries the timing reductions
+  MPI_CHECK(MPI_Comm_dup(c, &dup));
   Scope s{name, MpiComm(c), nullptr};
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(cuda::NcclComm::bootstrap(c), name);
+  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(MpiComm(dup), name);
 #endif
-  if (!s.comm) {
-    MPI_Comm dup;
-    MPI_CHECK(MPI_Comm_dup(c, &dup));
-    s.comm = std::make_unique<comm::MpiCommunicator>(MpiComm(dup), name);
-  }
+  if (!s.comm) s.comm = std::make_unique<comm::MpiCommunicator>(MpiComm(dup), name);
   return s;
 }
 
@@ -144,14 +134,9 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
   env.set_ranks_per_node(o.ranks_per_node);
   setup_threads(o.common.threads, env);
   const auto& t = env.topology();
-  const int gpus = visible_gpus();
-  if (o.device == "cuda" && gpus == 0)
-    throw UsageError("--device cuda: no CUDA device is visible on " + env.host() + "; use --device cpu");
-  const bool use_cuda = o.device == "cuda" || (o.device == "auto" && gpus > 0);
-  const int device = use_cuda ? t.local_rank % gpus : -1;
-#ifdef SHARDTRAIN_HAVE_CUDA
-  if (use_cuda) cuda::set_device(device);
-#endif
+  const auto choice = choose_device(o.device, env);
+  const bool use_cuda = choice.cuda;
+  const int device = choice.index;
   const bool root = env.rank() == 0;
 
   RankRecord mine{};

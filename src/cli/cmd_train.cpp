@@ -10,6 +10,10 @@
 #include <thread>
 
 #include "shardtrain/cli/commands.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/comm/nccl_communicator.h"
+#include "shardtrain/cuda/device_memory.h"
+#endif
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
@@ -100,11 +104,21 @@ std::string seconds_and_rate(double secs, const std::string& path) {
   return buf;
 }
 
+// MPI groups on CPU; on GPUs, NCCL communicators bootstrapped over the same MPI groups.
+comm::ProcessGroups make_groups(const FsdpOptions& f, const MpiEnv& env, const DeviceChoice& device) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (device.cuda) return comm::make_nccl_groups(f.sharding, env.topology(), f.shard_group_size, env.host());
+#endif
+  (void)device;
+  return comm::make_mpi_groups(f.sharding, env.topology(), f.shard_group_size);
+}
+
 fsdp::FsdpConfig engine_config(const TrainOptions& o) {
   fsdp::FsdpConfig f;
   f.sharding = o.fsdp.sharding, f.param_dtype = o.train.param_dtype, f.reduce_dtype = o.fsdp.reduce_dtype;
   f.activation_checkpointing = o.fsdp.activation_checkpointing, f.sync_each_microstep = !o.fsdp.no_sync_accumulation;
   f.grad_clip = o.train.grad_clip, f.adamw = o.train.adamw;
+  f.max_inflight_gathers = o.fsdp.max_inflight_gathers;
   return f;
 }
 
@@ -116,19 +130,24 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   if (o.common.help) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  o.train.peak_tflops = resolve_peak_tflops(o.train.peak_tflops, "cpu");  // training runs on CPU until the GPU issue
+  const auto device = choose_device(o.fsdp.device, env);
+  o.train.peak_tflops = resolve_peak_tflops(o.train.peak_tflops, device.name);
   auto train = open_token_file("--data", o.data, o.model);
   auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
   o.train.seq_len = train->seq_len();
-  auto groups = comm::make_mpi_groups(o.fsdp.sharding, env.topology(), o.fsdp.shard_group_size);
+  auto groups = make_groups(o.fsdp, env, device);
   std::unique_ptr<SafetensorsModel> weights = o.weights.empty() ? nullptr : std::make_unique<SafetensorsModel>(o.weights);
-  fsdp::FsdpEngine engine(o.model, engine_config(o), groups, o.train.seed, weights.get());
+  auto cfg = engine_config(o);
+  if (device.cuda) cfg.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index));
+  fsdp::FsdpEngine engine(o.model, cfg, groups, o.train.seed, weights.get());
   const auto mem = engine.memory();
-  log::info("fsdp: " + std::string(comm::sharding_name(o.fsdp.sharding)) + " on " + std::to_string(env.size()) +
-            " ranks (" + std::to_string(env.topology().num_nodes) + " nodes x " + std::to_string(env.topology().local_size) +
-            "), shard groups of " + std::to_string(groups.shard->size()) + ", replicas " + std::to_string(groups.replicate->size()) +
-            "; persistent " + std::to_string(mem.persistent() >> 10) + " KiB per rank of " + std::to_string(mem.unsharded_bytes >> 10) +
+  const auto& topo = env.topology();
+  log::info("fsdp: " + std::string(comm::sharding_name(o.fsdp.sharding)) + " on " + std::to_string(env.size()) + " ranks (" +
+            std::to_string(topo.num_nodes) + " nodes x " + std::to_string(topo.local_size) + "), shard groups of " +
+            std::to_string(groups.shard->size()) + ", replicas " + std::to_string(groups.replicate->size()) + "; " +
+            (device.cuda ? device.name + " + NCCL" : std::string("cpu + MPI")) + "; persistent " +
+            std::to_string(mem.persistent() >> 10) + " KiB per rank of " + std::to_string(mem.unsharded_bytes >> 10) +
             " KiB unsharded" + (weights ? "; read " + std::to_string(weights->bytes_read()) + " bytes of " + o.weights : ""));
   if (o.fsdp.fail_on_rank == env.rank())
     throw Error("fault injected by --fail-on-rank " + std::to_string(env.rank()));
@@ -191,7 +210,18 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   };
   if (val) h.val_loss = [&] { return engine.evaluate(*val, o.train.batch_size, o.train.val_batches).loss; };
   if (accuracy) h.accuracy = [&] { return accuracy->run([&](const at::Tensor& t) { return engine.logits(t); }, o.model).exact_match; };
-  h.annotate = [&](StepMetrics& m) { m.extra = {{"comm", comm_json(groups)}, {"memory", memory_json(mem)}}; };
+  h.annotate = [&](StepMetrics& m) {
+    m.extra = {{"comm", comm_json(groups)}, {"memory", memory_json(mem)}};
+    m.extra["memory"]["peak_gathered_units"] = engine.peak_gathered_units();
+#ifdef SHARDTRAIN_HAVE_CUDA
+    if (device.cuda) {
+      const auto g = cuda::device_memory(device.index);
+      m.extra["memory"]["gpu_peak_allocated_bytes"] = g.peak_allocated;
+      m.extra["memory"]["gpu_peak_reserved_bytes"] = g.peak_reserved;
+      m.extra["memory"]["gpu_total_bytes"] = g.total;
+    }
+#endif
+  };
   for (const auto& spec : llama_param_specs(o.model)) h.num_params += spec.numel();
   h.world_size = env.size();
   h.writes_metrics = env.rank() == 0;

@@ -35,5 +35,6 @@ std::string usage_text(const std::string& usage, const po::options_description& 
 void positive(const char* opt, double v, const char* hint);
 at::ScalarType parse_dtype(const std::string& s, const char* opt);
 void check_threads(const CommonOptions& c);
+void check_device(const std::string& device);  // auto, cpu or cuda
 
 }  // namespace shardtrain::cli::parts

@@ -50,6 +50,10 @@ ModelConfig resolve(const ModelArgs& m) {
   return c;
 }
 
+void check_device(const std::string& device) {
+  if (device != "auto" && device != "cpu" && device != "cuda") throw UsageError("--device must be auto, cpu or cuda");
+}
+
 void require_file(const std::string& opt, const std::string& path) {
   if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
 }
@@ -173,7 +177,11 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters more per rank)")(
       "shard-group-size", po::value(&o.fsdp.shard_group_size)->default_value(0), "hybrid: ranks per shard group (0: one node)")(
       "ranks-per-node", po::value(&o.fsdp.ranks_per_node)->default_value(0), "treat every K consecutive ranks as a node (0: ask MPI)")(
-      "fail-on-rank", po::value(&o.fsdp.fail_on_rank)->default_value(-1), "fault injection for tests: rank R throws after setup");
+      "fail-on-rank", po::value(&o.fsdp.fail_on_rank)->default_value(-1), "fault injection for tests: rank R throws after setup")(
+      "max-inflight-gathers", po::value(&o.fsdp.max_inflight_gathers)->default_value(2),
+      "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)")(
+      "device", po::value(&o.fsdp.device)->default_value("auto"),
+      "auto (GPU local_rank % visible GPUs, else cpu), cuda (NCCL groups) or cpu (MPI groups)");
   po::options_description all;
   all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(fsdp).add(accuracy_desc(o.accuracy, acc));
   parse_into(args, all);
@@ -206,6 +214,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   o.fsdp.sharding = comm::parse_sharding(sharding);
   o.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
   if (o.fsdp.ranks_per_node < 0) throw UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
+  if (o.fsdp.max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
+  check_device(o.fsdp.device);
   if (o.save_every < 0 || o.keep_checkpoints < 0) throw UsageError("--save-every and --keep-checkpoints must be >= 0");
   if (o.ckpt_stripe_count < 0 || o.ckpt_stripe_size < 0) throw UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
   if (o.resume == "auto" && o.checkpoint_dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");

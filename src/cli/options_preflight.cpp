@@ -46,8 +46,7 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
     if (help_text) *help_text = usage_text("Usage: shardtrain preflight [--min-busbw GB/s] [options]   (run with mpirun or srun)", all);
     return o;
   }
-  if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
-    throw UsageError("--device must be auto, cpu or cuda");
+  check_device(o.device);
   if (o.min_busbw < 0) throw UsageError("--min-busbw must be >= 0 (GB/s)");
   o.min_bytes = parse_bytes(min_b, "--min-bytes");
   o.max_bytes = parse_bytes(max_b, "--max-bytes");

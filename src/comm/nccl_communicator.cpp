@@ -39,8 +39,9 @@ class NcclWork : public Work {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(cuda::NcclComm comm, std::string name, cudaStream_t compute)
-    : Communicator(std::move(name)), comm_(std::move(comm)), compute_(compute) {}
+NcclCommunicator::NcclCommunicator(MpiComm group, std::string name, cudaStream_t compute)
+    : Communicator(std::move(name)), mpi_(std::move(group)), comm_(cuda::NcclComm::bootstrap(mpi_.get())),
+      compute_(compute) {}
 
 cudaStream_t NcclCommunicator::begin() {
   cuda::Event produced;

@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "shardtrain/data/loader.h"
@@ -29,21 +30,24 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
                        const SafetensorsModel* weights)
     : model_(std::move(model)), cfg_(cfg), groups_(groups), rope_(model_, model_.max_position_embeddings),
       opt_(cfg.adamw) {
+  if (cfg_.max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be 1 or more");
+  rope_.cos = rope_.cos.to(cfg_.device), rope_.sin = rope_.sin.to(cfg_.device);
+  const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(cfg_.device);
   const auto specs = llama_param_specs(model_);
   const int S = groups_.shard->size(), sr = groups_.shard->rank();
   for (int64_t u = 0; u < model_.num_layers + 2; ++u) {
     FlatLayout layout = flat_layout(specs, u, S);
-    auto master = at::zeros({layout.shard_numel}, at::kFloat);
+    auto master = at::zeros({layout.shard_numel}, fp32);
     for (const Segment& s : shard_segments(layout, sr)) {
       const auto& e = layout.entries[s.entry];
       // Only this rank's bytes are read from the file; the seeded init is per parameter.
       at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
                                  : init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
-      master.narrow(0, s.shard_offset, s.numel).copy_(piece);
+      master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
       opt_.add(master.narrow(0, s.shard_offset, s.numel), !e.is_norm);
     }
     units_.emplace_back(std::move(layout), sr, master);
-    if (!cfg_.sync_each_microstep) no_sync_.push_back(at::zeros({units_.back().layout().padded}, at::kFloat));
+    if (!cfg_.sync_each_microstep) no_sync_.push_back(at::zeros({units_.back().layout().padded}, fp32));
   }
 }
 
@@ -57,6 +61,19 @@ void FsdpEngine::prefetch(int64_t u) {
 void FsdpEngine::ensure(int64_t u) {
   prefetch(u);
   units_[u].wait();
+  note_gathered();
+}
+
+void FsdpEngine::prefetch_from(int64_t u, int direction) {
+  if (!cfg_.prefetch) return;
+  for (int k = 1; k < cfg_.max_inflight_gathers; ++k) prefetch(u + direction * k);
+  note_gathered();
+}
+
+void FsdpEngine::note_gathered() {
+  int n = 0;
+  for (const auto& unit : units_) n += unit.gathered();
+  peak_gathered_ = std::max(peak_gathered_, n);
 }
 
 LayerWeights FsdpEngine::layer_weights(int64_t u) const {
@@ -84,7 +101,7 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
   at::Tensor x;
   for (int64_t u = 0; u <= head; ++u) {
     ensure(u);
-    if (cfg_.prefetch) prefetch(u + 1);
+    prefetch_from(u, +1);
     at::Tensor out;
     if (!p.empty) {
       const bool grad_here = build_graph && !(cfg_.activation_checkpointing && u >= 1 && u <= L);
@@ -113,7 +130,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
   at::Tensor grad_out;
   for (int64_t u = L + 1; u >= 0; --u) {
     ensure(u);
-    if (cfg_.prefetch) prefetch(u - 1);
+    prefetch_from(u, -1);
     if (!p.empty) {
       if (u == L + 1) {
         loss.backward();
@@ -128,7 +145,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
       if (u > 0) grad_out = p.inputs[u].grad();
     }
     at::Tensor g = units_[u].leaf_grad();
-    if (!g.defined()) g = at::zeros({units_[u].layout().padded}, cfg_.param_dtype);
+    if (!g.defined()) g = at::zeros({units_[u].layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(cfg_.device));
     if (reduce_now) reduce_unit(u, g);
     else no_sync_[u].add_(g.to(at::kFloat));
     p.outputs[u] = at::Tensor(), p.inputs[u] = at::Tensor();
@@ -169,10 +186,10 @@ StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) 
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     const Batch& mb = micro_batches[m];
     Pass p;
-    auto logits = forward(p, mb.tokens, /*build_graph=*/true);
+    auto logits = forward(p, mb.tokens.to(cfg_.device), /*build_graph=*/true);
     at::Tensor loss;
     if (!p.empty) {
-      auto ls = causal_lm_loss(logits, mb.labels);
+      auto ls = causal_lm_loss(logits, mb.labels.to(cfg_.device));
       loss_sum += ls.sum.item<double>();
       loss = ls.sum / denom;
     }
@@ -197,9 +214,9 @@ StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) 
 at::Tensor FsdpEngine::logits(const at::Tensor& tokens) {
   c10::NoGradGuard no_grad;
   Pass p;
-  auto out = forward(p, tokens, /*build_graph=*/false);
+  auto out = forward(p, tokens.to(cfg_.device), /*build_graph=*/false);
   for (auto& u : units_) u.release();
-  return out;
+  return out.to(at::kCPU);  // evaluation and decoding run their arithmetic on the host
 }
 
 EvalResult FsdpEngine::evaluate(const TokenFile& data, int64_t batch_size, int64_t max_batches) {
@@ -211,9 +228,10 @@ EvalResult FsdpEngine::evaluate(const TokenFile& data, int64_t batch_size, int64
 std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
   std::map<std::string, at::Tensor> out;
   for (auto& u : units_) {
-    auto full = at::empty({u.layout().padded}, at::kFloat);
+    auto full = at::empty({u.layout().padded}, u.master().options());
     if (groups_.shard->size() == 1) full.copy_(u.master());
     else groups_.shard->all_gather(u.master().contiguous(), full);
+    full = full.to(at::kCPU);  // exports and conversions are written from host memory
     for (const auto& e : u.layout().entries) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone();
   }
   return out;

@@ -17,8 +17,8 @@ FlatUnit::FlatUnit(FlatLayout layout, int shard_rank, at::Tensor master)
 
 void FlatUnit::start(comm::Communicator& shard) {
   send_ = master_.to(flat_.scalar_type());
-  if (shard.size() == 1) {  // nothing to gather: copy bytes, bypassing autograd's version counter
-    std::memcpy(flat_.data_ptr(), send_.data_ptr(), send_.nbytes());
+  if (shard.size() == 1) {  // nothing to gather: copy through an alias with its own version counter
+    at::from_blob(flat_.data_ptr(), {layout_.padded}, flat_.options().requires_grad(false)).copy_(send_);
     send_ = at::Tensor();
   } else {
     pending_ = shard.all_gather_async(send_, flat_);
@@ -28,7 +28,7 @@ void FlatUnit::start(comm::Communicator& shard) {
 
 void FlatUnit::begin_gather(comm::Communicator& shard, at::ScalarType dtype) {
   release();
-  flat_ = at::empty({layout_.padded}, at::TensorOptions().dtype(dtype)).requires_grad_(true);
+  flat_ = at::empty({layout_.padded}, master_.options().dtype(dtype)).requires_grad_(true);
   start(shard);
 }
 

@@ -215,6 +215,23 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
   }
 }
 
+// limit_all_gathers: at most N units are gathered at once, and prefetch depth never changes the math.
+TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
+  std::vector<double> reference;
+  for (int limit : {1, 2, 3}) {
+    auto groups = comm::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+    auto cfg = fsdp_config({});
+    cfg.max_inflight_gathers = limit;
+    fsdp::FsdpEngine eng(tiny(), cfg, groups, kSeed);
+    std::vector<double> losses;
+    for (int64_t step = 0; step < 3; ++step)
+      losses.push_back(eng.step(take(global_batch(step), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)), 1e-3).loss);
+    EXPECT_EQ(eng.peak_gathered_units(), limit) << "tiny has " << eng.units().size() << " units";
+    if (reference.empty()) reference = losses;
+    EXPECT_EQ(losses, reference) << "limit " << limit;
+  }
+}
+
 TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {
   auto groups = comm::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);

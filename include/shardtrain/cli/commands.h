@@ -25,6 +25,16 @@ int print_help(const std::string& text, const MpiEnv& env);
 std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model);
 // Safetensors weights when given, else the deterministic seeded init.
 ParamStore load_or_init(const ModelConfig& model, const std::string& weights, uint64_t seed);
+// One CUDA device per rank, picked by node-local rank among the visible ones (CUDA_VISIBLE_DEVICES
+// applies), for --device auto|cuda; cpu otherwise. Selects the device. Throws UsageError for
+// --device cuda on a node without GPUs.
+struct DeviceChoice {
+  bool cuda = false;
+  int index = -1;
+  std::string name = "cpu";  // the GPU's name, for the FLOP/s peak table
+};
+DeviceChoice choose_device(const std::string& spec, const MpiEnv& env);
+
 // Sets LibTorch's intra-op pool: 0 means this rank's share of the machine's cores.
 void setup_threads(int threads, const MpiEnv& env);
 

@@ -32,6 +32,8 @@ struct FsdpOptions {
   int shard_group_size = 0;           // hybrid: 0 = one node
   int ranks_per_node = 0;             // 0: ask MPI which ranks share memory
   int fail_on_rank = -1;              // fault injection for tests: this rank throws after setup
+  int max_inflight_gathers = 2;       // PyTorch FSDP's limit_all_gathers: units gathered at once
+  std::string device = "auto";        // auto: this node's GPU for the local rank, else cpu
 };
 
 struct TrainOptions {

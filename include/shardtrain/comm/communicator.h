@@ -3,6 +3,7 @@
 // NCCL (GPU) implement it; every call is counted per kind, in bytes of the full buffer.
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <mpi.h>
 
 #include <array>
 #include <cstdint>
@@ -49,6 +50,9 @@ class Communicator {
   virtual WorkPtr all_reduce_async(const at::Tensor& t) = 0;  // sum, in place
   virtual WorkPtr broadcast_async(const at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
+  // The MPI communicator over the same ranks: every group is bootstrapped from MPI, and
+  // checkpoints (MPI-IO) and watchdogs use it beside NCCL.
+  virtual MPI_Comm mpi() const = 0;
 
   void all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }
   void reduce_scatter(const at::Tensor& in, const at::Tensor& out) { reduce_scatter_async(in, out)->wait(); }

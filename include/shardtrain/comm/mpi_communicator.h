@@ -11,7 +11,7 @@ class MpiCommunicator : public Communicator {
   MpiCommunicator(MpiComm comm, std::string name);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  MPI_Comm mpi() const { return comm_.get(); }
+  MPI_Comm mpi() const override { return comm_.get(); }
 
   WorkPtr all_gather_async(const at::Tensor& in, const at::Tensor& out) override;
   WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) override;

@@ -6,15 +6,18 @@
 #include <cuda_runtime.h>
 
 #include "shardtrain/comm/communicator.h"
+#include "shardtrain/comm/process_groups.h"
 #include "shardtrain/cuda/cuda_handles.h"
 #include "shardtrain/cuda/nccl_comm.h"
+#include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::comm {
 
 class NcclCommunicator : public Communicator {
  public:
-  // compute: the stream that produces inputs and consumes outputs (LibTorch's current stream).
-  NcclCommunicator(cuda::NcclComm comm, std::string name, cudaStream_t compute = nullptr);
+  // Bootstraps NCCL over `group` (collective over it). compute: the stream that produces inputs
+  // and consumes outputs; LibTorch's default current stream is the legacy stream (nullptr).
+  NcclCommunicator(MpiComm group, std::string name, cudaStream_t compute = nullptr);
   int rank() const override { return comm_.rank(); }
   int size() const override { return comm_.size(); }
 
@@ -24,14 +27,22 @@ class NcclCommunicator : public Communicator {
   WorkPtr broadcast_async(const at::Tensor& t, int root) override;
   void barrier() override;
 
+  MPI_Comm mpi() const override { return mpi_.get(); }
   cudaStream_t stream() const { return stream_.get(); }
+  ncclComm_t nccl() const { return comm_.get(); }
 
  private:
   cudaStream_t begin();                                   // comm stream waits for compute
   WorkPtr finish(std::vector<at::Tensor> keep);           // event the compute stream can wait on
+  MpiComm mpi_;
   cuda::NcclComm comm_;
   cuda::Stream stream_;
   cudaStream_t compute_;
 };
+
+// The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,
+// then rank 0 of each broadcasts its ncclUniqueId over that group's MPI communicator. A watchdog
+// thread polls every communicator's async error and aborts the job naming rank and host.
+ProcessGroups make_nccl_groups(Sharding s, const Topology& topo, int shard_group_size, const std::string& host);
 
 }  // namespace shardtrain::comm

@@ -29,6 +29,7 @@ GroupLayout group_layout(Sharding s, const Topology& topo, int shard_group_size)
 struct ProcessGroups {
   GroupLayout layout;
   std::unique_ptr<Communicator> world, shard, replicate;
+  std::shared_ptr<void> watchdog;  // declared last: stops before the communicators are destroyed
 };
 
 ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size);

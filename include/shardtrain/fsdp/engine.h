@@ -5,6 +5,7 @@
 // weights, the gradients and the AdamW state.
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <map>
 #include <memory>
@@ -30,6 +31,10 @@ struct FsdpConfig {
   // 4 bytes x all parameters per rank (the unsharded gradient), like PyTorch FSDP's no_sync.
   bool sync_each_microstep = true;
   bool prefetch = true;  // gather the next unit (forward) / previous unit (backward) early
+  // Units gathered at once, the one computing included, like PyTorch FSDP's limit_all_gathers:
+  // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
+  int max_inflight_gathers = 2;
+  at::Device device = at::kCPU;  // where shards, gathers and compute live (cuda: NCCL groups)
   double grad_clip = 1.0;
   AdamWConfig adamw;
 };
@@ -71,6 +76,7 @@ class FsdpEngine {
   std::vector<FlatUnit>& units() { return units_; }
   std::vector<StatePiece> state_pieces();  // this rank's pieces, every parameter in model order
   AdamW& optimizer() { return opt_; }
+  int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
 
  private:
   struct Pass;  // one forward/backward over a micro-batch
@@ -78,6 +84,8 @@ class FsdpEngine {
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
   void ensure(int64_t unit);
   void prefetch(int64_t unit);
+  void prefetch_from(int64_t unit, int direction);  // up to the in-flight limit, ahead of `unit`
+  void note_gathered();
   void reduce_unit(int64_t unit, const at::Tensor& full_grad);
   void reduce_accumulated();
   LayerWeights layer_weights(int64_t unit) const;
@@ -89,6 +97,7 @@ class FsdpEngine {
   std::vector<FlatUnit> units_;      // [num_layers + 2]
   std::vector<at::Tensor> no_sync_;  // [units] fp32 [padded], when !sync_each_microstep
   AdamW opt_;
+  int peak_gathered_ = 0;
 };
 
 }  // namespace shardtrain::fsdp

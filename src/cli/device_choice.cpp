@@ -1,0 +1,32 @@
+#include "shardtrain/cli/commands.h"
+#include "shardtrain/runtime/error.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/cuda/cuda_handles.h"
+#endif
+
+namespace shardtrain::cli {
+
+DeviceChoice choose_device(const std::string& spec, const MpiEnv& env) {
+  DeviceChoice d;
+  int gpus = 0;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  gpus = cuda::device_count();
+#endif
+  if (spec == "cuda" && gpus == 0)
+    throw UsageError("--device cuda: no CUDA device is visible on " + env.host() +
+#ifdef SHARDTRAIN_HAVE_CUDA
+                     " (check CUDA_VISIBLE_DEVICES and the driver); use --device cpu");
+#else
+                     " (this build has no CUDA: nvcc and nccl.h were not found at configure time); use --device cpu");
+#endif
+  if (spec == "cpu" || gpus == 0) return d;
+  d.cuda = true;
+  d.index = env.topology().local_rank % gpus;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  cuda::set_device(d.index);
+  d.name = cuda::device_info(d.index).name;
+#endif
+  return d;
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,34 @@
+#include "shardtrain/cuda/nccl_watchdog.h"
+
+#include <iostream>
+
+#include "shardtrain/runtime/mpi_env.h"
+
+namespace shardtrain::cuda {
+
+NcclWatchdog::NcclWatchdog(std::vector<ncclComm_t> comms, int rank, std::string host, std::chrono::milliseconds period)
+    : comms_(std::move(comms)), rank_(rank), host_(std::move(host)), period_(period), thread_([this] { run(); }) {}
+
+NcclWatchdog::~NcclWatchdog() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void NcclWatchdog::run() {
+  while (!stop_) {
+    for (ncclComm_t c : comms_) {
+      ncclResult_t async = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(c, &async);
+      const ncclResult_t bad = rc != ncclSuccess ? rc : async;
+      if (bad == ncclSuccess || bad == ncclInProgress) continue;
+      std::cerr << "shardtrain: fatal: NCCL asynchronous error on rank " << rank_ << " (" << host_
+                << "): " << ncclGetErrorString(bad) << "; " << ncclGetLastError(c)
+                << ". Aborting the NCCL communicators and the job." << std::endl;
+      for (ncclComm_t other : comms_) ncclCommAbort(other);  // unblocks kernels waiting on peers
+      MpiEnv::abort(1);
+    }
+    std::this_thread::sleep_for(period_);
+  }
+}
+
+}  // namespace shardtrain::cuda
