@@ -8,17 +8,15 @@ namespace shardtrain::cli {
 
 DeviceChoice choose_device(const std::string& spec, const MpiEnv& env) {
   DeviceChoice d;
-  int gpus = 0;
 #ifdef SHARDTRAIN_HAVE_CUDA
-  gpus = cuda::device_count();
+  const int gpus = cuda::device_count();
+  const char* why = " (check CUDA_VISIBLE_DEVICES and the driver)";
+#else
+  const int gpus = 0;
+  const char* why = " (this build has no CUDA: nvcc and nccl.h were not found at configure time)";
 #endif
   if (spec == "cuda" && gpus == 0)
-    throw UsageError("--device cuda: no CUDA device is visible on " + env.host() +
-#ifdef SHARDTRAIN_HAVE_CUDA
-                     " (check CUDA_VISIBLE_DEVICES and the driver); use --device cpu");
-#else
-                     " (this build has no CUDA: nvcc and nccl.h were not found at configure time); use --device cpu");
-#endif
+    throw UsageError("--device cuda: no CUDA device is visible on " + env.host() + why + "; use --device cpu");
   if (spec == "cpu" || gpus == 0) return d;
   d.cuda = true;
   d.index = env.topology().local_rank % gpus;

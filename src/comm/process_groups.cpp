@@ -61,23 +61,28 @@ GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_size) {
 }
 
 namespace {
-std::unique_ptr<Communicator> split(MPI_Comm parent, int color, int key, const char* name) {
+MpiComm split(int color, int key) {
   MPI_Comm c;
-  MPI_CHECK(MPI_Comm_split(parent, color, key, &c));
-  return std::make_unique<MpiCommunicator>(MpiComm(c), name);
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
+  return MpiComm(c);
 }
 }  // namespace
 
-ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size) {
+ProcessGroups make_groups(Sharding s, const Topology& topo, int shard_group_size, const Backend& backend) {
   ProcessGroups pg;
   pg.layout = group_layout(s, topo, shard_group_size);
-  pg.world = split(MPI_COMM_WORLD, 0, topo.rank, "world");
-  pg.shard = split(MPI_COMM_WORLD, pg.layout.shard_color, pg.layout.shard_rank, "shard");
-  pg.replicate = split(MPI_COMM_WORLD, pg.layout.replicate_color, pg.layout.replicate_rank, "replicate");
+  pg.world = backend(split(0, topo.rank), "world");
+  pg.shard = backend(split(pg.layout.shard_color, pg.layout.shard_rank), "shard");
+  pg.replicate = backend(split(pg.layout.replicate_color, pg.layout.replicate_rank), "replicate");
   if (pg.shard->size() != pg.layout.shard_size || pg.replicate->size() != pg.layout.replicate_size)
     throw Error("process groups disagree with the layout: MPI made shard " + std::to_string(pg.shard->size()) +
                 " / replicate " + std::to_string(pg.replicate->size()) + " ranks");
   return pg;
+}
+
+ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size) {
+  return make_groups(s, topo, shard_group_size,
+                     [](MpiComm c, const char* name) { return std::make_unique<MpiCommunicator>(std::move(c), name); });
 }
 
 }  // namespace shardtrain::comm

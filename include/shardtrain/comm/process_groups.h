@@ -1,6 +1,7 @@
 // Process groups for each sharding strategy, made from MPI alone (MPI_Comm_split): the world,
 // the shard group (parameters are split across it) and the replicate group (holds copies).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -32,6 +33,9 @@ struct ProcessGroups {
   std::shared_ptr<void> watchdog;  // declared last: stops before the communicators are destroyed
 };
 
+// The groups split from MPI_COMM_WORLD by the layout, each wrapped by `backend` (MPI or NCCL).
+using Backend = std::function<std::unique_ptr<Communicator>(MpiComm group, const char* name)>;
+ProcessGroups make_groups(Sharding s, const Topology& topo, int shard_group_size, const Backend& backend);
 ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size);
 
 }  // namespace shardtrain::comm
