@@ -265,7 +265,8 @@ std::string top_level_help() {
          "  generate greedy or top-p text generation from a model\n"
          "  inspect  a checkpoint's tensors, state and checksum status\n"
          "  convert  checkpoint <-> Hugging Face safetensors, with any number of ranks\n"
-         "  preflight  hosts, GPUs, NCCL/libfabric (EFA) and collective bandwidth, pass/fail\n\n"
+         "  preflight  hosts, GPUs, NCCL/libfabric (EFA) and collective bandwidth, pass/fail\n"
+         "  scaling  throughput and scaling efficiency across node counts from metrics files\n\n"
          "Run 'shardtrain <command> --help' for a command's options.\n";
 }
 

@@ -12,7 +12,7 @@ void fit(const TrainConfig& cfg, const ModelConfig& model, DataLoader& loader, c
   const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
   LrSchedule sched = cfg.schedule;
   sched.total_steps = total;
-  MetricsWriter metrics(h.writes_metrics ? cfg.metrics_file : "");
+  MetricsWriter metrics(h.writes_metrics ? cfg.metrics_file : "", h.start_step);
   const double fpt = flops_per_token(model, cfg.seq_len);
   log::info("training " + model.name + " (" + std::to_string(h.num_params) + " parameters) for " +
             std::to_string(total) + " steps, " + std::to_string(per_epoch) + " steps/epoch");

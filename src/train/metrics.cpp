@@ -23,9 +23,18 @@ int64_t peak_host_memory_bytes() {
   return static_cast<int64_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step) {
   if (path.empty()) return;
+  std::string kept;
+  if (keep_through_step > 0) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.value("step", int64_t{0}) <= keep_through_step) kept += line + "\n";
+    }
+  }
   out_.open(path, std::ios::trunc);
+  out_ << kept;
   if (!out_) throw UsageError("--metrics-file: cannot write " + path);
 }
 

@@ -105,6 +105,18 @@ struct PreflightOptions {
   int ranks_per_node = 0;
 };
 
+// `shardtrain scaling`: one metrics file per node count, reduced to a table and a chart.
+struct ScalingRun {
+  int nodes = 0;
+  std::string metrics;  // JSONL written by train --metrics-file
+};
+struct ScalingOptions {
+  CommonOptions common;
+  std::vector<ScalingRun> runs;
+  std::string out_dir, title;
+  int skip_steps = 2;  // warmup steps left out of the medians
+};
+
 // Both throw UsageError (main exits 2) with one line naming the option to change.
 // A --help request sets common.help and leaves usage text in *help_text.
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text);
@@ -114,6 +126,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
 ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* help_text);
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text);
 PreflightOptions parse_preflight(const std::vector<std::string>& args, std::string* help_text);
+ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* help_text);
 int64_t parse_bytes(const std::string& s, const char* opt);  // 4096, 64K, 1M, 2G (powers of 1024)
 
 std::string top_level_help();

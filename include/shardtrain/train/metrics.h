@@ -27,7 +27,9 @@ int64_t peak_host_memory_bytes();
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // empty path: write nothing
+  // Empty path: write nothing. keep_through_step > 0 (a resumed run): keep the file's lines up to
+  // that step and append, so a requeued job has one history without the lines it redoes.
+  explicit MetricsWriter(const std::string& path, int64_t keep_through_step = 0);
   void write(const StepMetrics& m);
 
  private:

@@ -1,0 +1,137 @@
+# Shared by slurm/train.sbatch and launch/mpirun.sh: options, the instance profile, and the
+# preflight and train command lines. Source it with SHARDTRAIN_HOME set to the repository.
+# Every option also reads an environment variable (in brackets), so `sbatch --export` works too.
+
+shardtrain_usage() {
+  cat <<'EOF'
+Options (environment variable in brackets):
+  --profile P          auto, p4de, p5 or cpu [PROFILE]; auto: by nvidia-smi's GPU name
+  --model M            preset or config.json [MODEL] (default tiny)
+  --strategy S         full_shard, shard_grad_op, no_shard, hybrid_shard [STRATEGY]
+  --data F             token file from 'shardtrain prepare' [DATA] (required)
+  --out-dir D          metrics, logs and the exit code [OUT_DIR] (default runs/<job id>)
+  --ckpt-dir D         HDF5 checkpoints, on shared storage [CKPT_DIR] (default OUT_DIR/checkpoints)
+  --steps N            optimizer steps, 0: one epoch [STEPS]
+  --save-every N       periodic checkpoints [SAVE_EVERY] (default 100)
+  --max-restarts N     requeues after a preemption checkpoint (or a failure) [MAX_RESTARTS] (default 3)
+  --restart-on-failure requeue after a failed run too, from the last checkpoint [RESTART_ON_FAILURE=1]
+  --ranks-per-node K   simulate nodes of K ranks on fewer machines [RANKS_PER_NODE]
+  --container SIF      run inside Apptainer (apptainer exec --nv) [CONTAINER]
+  --bind PATHS         Apptainer bind mounts, e.g. /fsx [BIND] (default /fsx when it exists)
+  --skip-preflight     train without the preflight check [SKIP_PREFLIGHT=1]
+  --                   everything after goes to 'shardtrain train' unchanged
+EOF
+}
+
+# Fills the variables above from "$@"; leaves the trainer's extra arguments in TRAIN_EXTRA.
+shardtrain_parse() {
+  TRAIN_EXTRA=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --profile) PROFILE=$2; shift 2 ;;
+      --model) MODEL=$2; shift 2 ;;
+      --strategy) STRATEGY=$2; shift 2 ;;
+      --data) DATA=$2; shift 2 ;;
+      --out-dir) OUT_DIR=$2; shift 2 ;;
+      --ckpt-dir) CKPT_DIR=$2; shift 2 ;;
+      --steps) STEPS=$2; shift 2 ;;
+      --save-every) SAVE_EVERY=$2; shift 2 ;;
+      --max-restarts) MAX_RESTARTS=$2; shift 2 ;;
+      --restart-on-failure) RESTART_ON_FAILURE=1; shift ;;
+      --ranks-per-node) RANKS_PER_NODE=$2; shift 2 ;;
+      --container) CONTAINER=$2; shift 2 ;;
+      --bind) BIND=$2; shift 2 ;;
+      --skip-preflight) SKIP_PREFLIGHT=1; shift ;;
+      -h|--help) shardtrain_usage; exit 0 ;;
+      --) shift; TRAIN_EXTRA=("$@"); break ;;
+      *) echo "error: unknown option '$1'; put trainer options after --" >&2; shardtrain_usage >&2; exit 2 ;;
+    esac
+  done
+  : "${DATA:?set --data (or DATA) to a token file made by 'shardtrain prepare'}"
+  MODEL=${MODEL:-tiny} STRATEGY=${STRATEGY:-full_shard} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
+  MAX_RESTARTS=${MAX_RESTARTS:-3} RESTART_ON_FAILURE=${RESTART_ON_FAILURE:-0} RANKS_PER_NODE=${RANKS_PER_NODE:-0}
+  SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
+}
+
+# Sources launch/profiles/$PROFILE.env; "auto" reads the first GPU's name.
+shardtrain_profile() {
+  PROFILE=${PROFILE:-auto}
+  if [ "$PROFILE" = auto ]; then
+    local gpu
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)
+    case "$gpu" in
+      *A100*) PROFILE=p4de ;;
+      *H100*|*H200*) PROFILE=p5 ;;
+      "") PROFILE=cpu ;;
+      *) echo "warning: no profile for GPU '$gpu'; using p5's EFA settings" >&2; PROFILE=p5 ;;
+    esac
+  fi
+  local f="$SHARDTRAIN_HOME/launch/profiles/$PROFILE.env"
+  [ -f "$f" ] || { echo "error: --profile $PROFILE: no $f; use auto, p4de, p5 or cpu" >&2; exit 2; }
+  # shellcheck disable=SC1090
+  source "$f"
+  echo "[shardtrain] profile $PROFILE: device $DEVICE, $GPUS_PER_NODE GPUs and $EFA_DEVICES EFA devices per node"
+}
+
+# LAUNCH_PREFIX: the Apptainer wrapper, or nothing; BIN: the shardtrain binary to run.
+shardtrain_container() {
+  LAUNCH_PREFIX=()
+  if [ -n "${CONTAINER:-}" ]; then
+    [ -f "$CONTAINER" ] || { echo "error: --container $CONTAINER does not exist" >&2; exit 2; }
+    BIND=${BIND:-$([ -d /fsx ] && echo /fsx || true)}
+    LAUNCH_PREFIX=(apptainer exec --nv)
+    [ -n "$BIND" ] && LAUNCH_PREFIX+=(--bind "$BIND")
+    LAUNCH_PREFIX+=("$CONTAINER")
+    BIN=${SHARDTRAIN_BIN:-shardtrain}
+  else
+    BIN=${SHARDTRAIN_BIN:-$SHARDTRAIN_HOME/build/src/shardtrain}
+    [ -x "$BIN" ] || { echo "error: $BIN is not built; run scripts/build.sh or set SHARDTRAIN_BIN" >&2; exit 2; }
+  fi
+}
+
+# PREFLIGHT_ARGS and TRAIN_ARGS for "$BIN", from the options and the profile.
+shardtrain_commands() {
+  local rpn=()
+  [ "$RANKS_PER_NODE" -gt 0 ] && rpn=(--ranks-per-node "$RANKS_PER_NODE")
+  PREFLIGHT_ARGS=(preflight --device "$DEVICE" --min-busbw "$MIN_BUSBW" --max-bytes "$PREFLIGHT_MAX_BYTES" "${rpn[@]}")
+  TRAIN_ARGS=(train --model "$MODEL" --sharding "$STRATEGY" --data "$DATA" --device "$DEVICE"
+    --threads "$CPUS_PER_RANK" --steps "$STEPS" --metrics-file "$OUT_DIR/metrics.jsonl"
+    --checkpoint-dir "$CKPT_DIR" --save-every "$SAVE_EVERY" --resume auto --on-signal exit "${rpn[@]}")
+  [ "$PEAK_TFLOPS" != 0 ] && TRAIN_ARGS+=(--peak-tflops "$PEAK_TFLOPS")
+  TRAIN_ARGS+=("${TRAIN_EXTRA[@]}")
+}
+
+# Trainer exit codes the launchers requeue on: 75 = checkpointed after SIGUSR1 (preemption).
+SHARDTRAIN_REQUEUE_CODES=${SHARDTRAIN_REQUEUE_CODES:-75}
+
+# Whether exit code $1 after $2 restarts earns another run.
+shardtrain_should_restart() {
+  local rc=$1 restarts=$2 code
+  [ "$rc" -eq 0 ] && return 1
+  if [ "$restarts" -ge "$MAX_RESTARTS" ]; then
+    echo "[shardtrain] exit code $rc after $restarts restarts: --max-restarts $MAX_RESTARTS reached, giving up" >&2
+    return 1
+  fi
+  for code in $SHARDTRAIN_REQUEUE_CODES; do [ "$rc" -eq "$code" ] && return 0; done
+  [ "$RESTART_ON_FAILURE" = 1 ]
+}
+
+# Runs a command in the background so that a USR1 sent to this script (Slurm's --signal=B:USR1, a
+# spot-interruption hook) reaches it: srun and mpirun forward USR1 to every rank. Returns its code.
+shardtrain_step_pid=
+shardtrain_forward_usr1() {
+  echo "[shardtrain $(date +%H:%M:%S)] USR1: asking the trainer to checkpoint and exit"
+  [ -n "$shardtrain_step_pid" ] && kill -USR1 "$shardtrain_step_pid" 2>/dev/null
+}
+shardtrain_run() {
+  trap shardtrain_forward_usr1 USR1
+  "$@" &
+  shardtrain_step_pid=$!
+  local rc
+  while :; do
+    wait "$shardtrain_step_pid"; rc=$?
+    kill -0 "$shardtrain_step_pid" 2>/dev/null || break  # the trap interrupted wait; the step still runs
+  done
+  shardtrain_step_pid=
+  return "$rc"
+}

@@ -1,0 +1,19 @@
+# Cluster integration: a real Slurm on localhost (munge + slurmctld + slurmd, started and stopped by
+# PID by the fixture), the real slurm/train.sbatch, slurm/sweep.sh and launch/mpirun.sh.
+set(SLURM_DIR ${TEST_TMP}/slurm)
+add_test(NAME slurm_up COMMAND bash ${PROJECT_SOURCE_DIR}/tests/slurm/local_slurm.sh start ${SLURM_DIR})
+add_test(NAME slurm_down COMMAND bash ${PROJECT_SOURCE_DIR}/tests/slurm/local_slurm.sh stop ${SLURM_DIR})
+set_tests_properties(slurm_up PROPERTIES FIXTURES_SETUP slurm SKIP_RETURN_CODE 77 RESOURCE_LOCK slurm)
+set_tests_properties(slurm_down PROPERTIES FIXTURES_CLEANUP slurm RESOURCE_LOCK slurm)
+set(cluster_args --repo ${PROJECT_SOURCE_DIR} --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5
+    --tmp ${TEST_TMP}/cluster --slurm-dir ${SLURM_DIR})
+foreach(case training requeue sweep)
+  add_test(NAME Slurm.${case} COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_tests.py ${case} ${cluster_args})
+  # One Slurm node: the jobs of different tests would otherwise share (and time) it.
+  set_tests_properties(Slurm.${case} PROPERTIES FIXTURES_REQUIRED "slurm;demo_data" RESOURCE_LOCK slurm
+                       SKIP_RETURN_CODE 77 TIMEOUT 900)
+endforeach()
+add_test(NAME Launch.mpirun_hostfile COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_tests.py mpirun ${cluster_args})
+set_tests_properties(Launch.mpirun_hostfile PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300)
+add_test(NAME Containers.pinned_and_complete COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/python/check_containers.py
+         --self-test ${PROJECT_SOURCE_DIR})

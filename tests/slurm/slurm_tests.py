@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Integration tests of slurm/train.sbatch, slurm/sweep.sh and launch/mpirun.sh against a real
+Slurm on localhost (tests/slurm/local_slurm.sh, started by the ctest fixture) and a real mpirun.
+
+Usage: slurm_tests.py CASE --repo R --bin B --data D --tmp T [--slurm-dir S]
+CASE: training | requeue | sweep | mpirun. Exit 0 pass, 1 fail, 77 skipped (with the reason).
+"""
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+SKIP = 77
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def check(cond, msg):
+    if not cond:
+        fail(msg)
+    print("ok: " + msg)
+
+
+def run(cmd, env, cwd=None, timeout=600):
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, env=env, cwd=cwd, timeout=timeout, text=True, capture_output=True)
+    print(p.stdout + p.stderr, flush=True)
+    return p
+
+
+def metrics(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def job_field(job, field, env):
+    out = subprocess.run(["scontrol", "show", "job", "-o", str(job)], env=env, text=True, capture_output=True).stdout
+    m = re.search(r"\b%s=(\S+)" % field, out)
+    return m.group(1) if m else None
+
+
+def wait_job(job, env, timeout=600):
+    """Waits until the job has ended for good (requeued jobs pass through PENDING again)."""
+    end = time.time() + timeout
+    while time.time() < end:
+        state = job_field(job, "JobState", env)
+        if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            return state
+        time.sleep(1)
+    fail("job %s did not end within %d s (state %s)" % (job, timeout, job_field(job, "JobState", env)))
+
+
+def sbatch(args, a, env, extra_train, sbatch_opts=()):
+    cmd = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", *sbatch_opts,
+           "slurm/train.sbatch", "--profile", "cpu", "--data", a.data, *args, "--", *extra_train]
+    p = run(cmd, env, cwd=a.repo)
+    if p.returncode != 0:
+        fail("sbatch exited %d" % p.returncode)
+    return p.stdout.strip().split(";")[0]
+
+
+def final_loss(path):
+    m = metrics(path)
+    return m[-1]["step"], m[-1]["loss"]
+
+
+TRAIN_EXTRA = ["--batch-size", "2", "--log-every", "5", "--lr", "1e-3"]
+
+
+def case_training(a, env):
+    out = os.path.join(a.tmp, "training")
+    shutil.rmtree(out, ignore_errors=True)
+    job = sbatch(["--out-dir", out, "--steps", "8", "--save-every", "4"], a, env, TRAIN_EXTRA,
+                 ["--wait", "--output", os.path.join(a.tmp, "training-%j.out")])
+    log = open(os.path.join(a.tmp, "training-%s.out" % job)).read()
+    print(log)
+    check(job_field(job, "JobState", env) == "COMPLETED", "job %s completed" % job)
+    check("preflight: PASS" in log, "preflight ran first and passed")
+    check(re.search(r"on 2 ranks \(1 nodes x 2\)", log) is not None, "the trainer ran as 2 srun --mpi=pmix ranks")
+    m = metrics(os.path.join(out, "metrics.jsonl"))
+    check([x["step"] for x in m] == list(range(1, 9)), "metrics has steps 1..8")
+    check(all(math.isfinite(x["loss"]) and x["tokens_per_s"] > 0 for x in m), "losses finite, tokens/s positive")
+    ckpts = sorted(os.listdir(os.path.join(out, "checkpoints")))
+    check(any("000008" in c and c.endswith(".h5") for c in ckpts), "final checkpoint written: %s" % ckpts)
+    check(open(os.path.join(out, "exit_code")).read().strip() == "0", "exit code 0 recorded")
+
+
+def case_requeue(a, env):
+    steps = "40"
+    extra = ["--batch-size", "8", "--log-every", "10", "--lr", "1e-3"]
+    ref_out = os.path.join(a.tmp, "requeue-ref")
+    out = os.path.join(a.tmp, "requeue")
+    for d in (ref_out, out):
+        shutil.rmtree(d, ignore_errors=True)
+    ref = sbatch(["--out-dir", ref_out, "--steps", steps, "--save-every", "1000", "--skip-preflight", "--model", "small"], a, env,
+                 extra, ["--wait", "--output", os.path.join(a.tmp, "requeue-ref-%j.out")])
+    check(job_field(ref, "JobState", env) == "COMPLETED", "uninterrupted job %s completed" % ref)
+    job = sbatch(["--out-dir", out, "--steps", steps, "--save-every", "1000", "--skip-preflight", "--model", "small"], a, env, extra,
+                 ["--output", os.path.join(a.tmp, "requeue-%j.out")])
+    mfile = os.path.join(out, "metrics.jsonl")
+    end = time.time() + 300
+    while time.time() < end:  # signal mid-run: after some steps, well before the last
+        if os.path.exists(mfile) and len(metrics(mfile)) >= 5:
+            break
+        time.sleep(0.2)
+    else:
+        fail("the job never reached step 5")
+    at = len(metrics(mfile))
+    check(at < int(steps) - 5, "signalling at step %d of %s" % (at, steps))
+    run(["scancel", "--signal=USR1", "--batch", job], env)
+    state = wait_job(job, env)
+    log = open(os.path.join(a.tmp, "requeue-%s.out" % job)).read()
+    print(log)
+    check(state == "COMPLETED", "requeued job completed (%s)" % state)
+    check(job_field(job, "Restarts", env) == "1", "Slurm counted one restart")
+    check("trainer exit code 75" in log and "requeueing" in log, "trainer checkpointed, exited 75, the script requeued")
+    resumed = re.search(r"resumed from \S+ at step (\d+)", log)
+    check(resumed is not None and 0 < int(resumed.group(1)) < int(steps), "second run resumed mid-way: %s" %
+          (resumed.group(0) if resumed else None))
+    m = metrics(mfile)
+    check([x["step"] for x in m] == list(range(1, int(steps) + 1)), "metrics hold each step once across both runs")
+    s_ref, l_ref = final_loss(os.path.join(ref_out, "metrics.jsonl"))
+    s, l = final_loss(mfile)
+    print("final loss: uninterrupted %.9f, requeued %.9f" % (l_ref, l))
+    check(s == s_ref == int(steps) and l == l_ref, "final loss equals the uninterrupted run's (%.9f)" % l)
+
+
+def png_ok(path, python):
+    checker = os.path.join(os.path.dirname(__file__), "..", "python", "check_png.py")
+    return subprocess.run([python, checker, path]).returncode == 0
+
+
+def case_sweep(a, env):
+    out = os.path.join(a.tmp, "sweep")
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = ["slurm/sweep.sh", "--nodes", "1 2", "--simulate-ranks-per-node", "2", "--out", out, "--sbatch-args",
+           "--cpus-per-task=1", "--", "--data", a.data, "--profile", "cpu", "--steps", "12", "--", *TRAIN_EXTRA]
+    p = run(cmd, env, cwd=a.repo, timeout=900)
+    check(p.returncode == 0, "sweep.sh exited 0")
+    table = open(os.path.join(out, "scaling.md")).read()
+    print(table)
+    rows = [r for r in table.splitlines() if re.match(r"^\|\s*\d+\s*\|", r)]
+    check([int(r.split("|")[1]) for r in rows] == [1, 2], "table has rows for 1 and 2 nodes")
+    for n in (1, 2):
+        log = open([os.path.join(out, "nodes-%d" % n, f) for f in os.listdir(os.path.join(out, "nodes-%d" % n))
+                    if f.startswith("slurm-")][0]).read()
+        check("(%d nodes x 2)" % n in log, "%d simulated node(s) of 2 ranks ran" % n)
+    cells = [[c.strip() for c in r.split("|")[1:-1]] for r in rows]
+    check(all(float(c[1]) > 0 for c in cells), "tokens/s measured for both")
+    check(cells[0][4] == "100.0%", "1 node is the 100% efficiency baseline")
+    expect = 100.0 * float(cells[1][1]) / 2 / float(cells[0][1])
+    check(abs(float(cells[1][4].rstrip("%")) - expect) < 0.1, "2-node efficiency = tokens/s per node ratio (%.1f%%)" % expect)
+    check(png_ok(os.path.join(out, "scaling.png"), a.python), "scaling.png is a valid, non-blank PNG")
+
+
+def case_mpirun(a, env):
+    """launch/mpirun.sh over a hostfile; USR1 to the launcher mid-run -> checkpoint, exit 75, restart."""
+    out = os.path.join(a.tmp, "mpirun")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    hostfile = os.path.join(out, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("# one line per instance\nlocalhost slots=2\n")
+    cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2",
+           "--mpirun-args", "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "30", "--save-every", "1000",
+           "--model", "small", "--", "--batch-size", "8", "--log-every", "10", "--lr", "1e-3"]
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.Popen(cmd, env=env, cwd=a.repo, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    mfile = os.path.join(out, "metrics.jsonl")
+    end = time.time() + 240
+    while time.time() < end and not (os.path.exists(mfile) and len(metrics(mfile)) >= 4):
+        time.sleep(0.2)
+    at = len(metrics(mfile)) if os.path.exists(mfile) else 0
+    check(4 <= at < 25, "signalling the launcher at step %d of 30" % at)
+    p.send_signal(signal.SIGUSR1)
+    log, _ = p.communicate(timeout=300)
+    print(log)
+    check(p.returncode == 0, "launch/mpirun.sh exited 0")
+    check("preflight: PASS" in log, "preflight passed first")
+    check(re.search(r"on 2 ranks", log) is not None, "2 ranks from the hostfile")
+    check(re.search(r"MCW rank 1 bound to", log) is not None, "ranks were bound (--report-bindings)")
+    check("trainer exit code 75" in log and "restarting (restart 1" in log, "USR1 -> checkpoint, exit 75, restart")
+    check(re.search(r"resumed from \S+ at step [1-9]", log) is not None, "the restart resumed from the checkpoint")
+    check([x["step"] for x in metrics(mfile)] == list(range(1, 31)), "metrics hold steps 1..30 once")
+    check(any("000030" in c for c in os.listdir(os.path.join(out, "checkpoints"))), "final checkpoint written")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=["training", "requeue", "sweep", "mpirun"])
+    for opt in ("--repo", "--bin", "--data", "--tmp"):
+        ap.add_argument(opt, required=True)
+    ap.add_argument("--slurm-dir")
+    a = ap.parse_args()
+    a.python = sys.executable
+    env = dict(os.environ, SHARDTRAIN_HOME=a.repo, SHARDTRAIN_BIN=a.bin)
+    if a.case != "mpirun":
+        envfile = os.path.join(a.slurm_dir or "", "env")
+        if not os.path.exists(envfile):
+            print("SKIP: local Slurm is not up (%s missing): see the slurm_up test's output" % envfile)
+            sys.exit(SKIP)
+        env["SLURM_CONF"] = open(envfile).read().split("SLURM_CONF=")[1].split()[0]
+    os.makedirs(a.tmp, exist_ok=True)
+    globals()["case_" + a.case](a, env)
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
