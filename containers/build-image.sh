@@ -44,7 +44,7 @@ curl -fsSL "https://github.com/aws/aws-ofi-nccl/releases/download/v${AWS_OFI_NCC
 rm -rf "/tmp/aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}"
 
 # shardtrain with the CUDA/NCCL path: NCCL is the torch wheel's, so one libnccl.so.2 is loaded.
-PATH=/usr/local/cuda/bin:$PATH NCCL_HOME=$nccl_home BUILD_TARGET=shardtrain scripts/build.sh -DCMAKE_CUDA_ARCHITECTURES="80;90"
+PATH=/usr/local/cuda/bin:$PATH NCCL_HOME=$nccl_home TORCH_CUDA_ARCH_LIST="8.0;9.0" BUILD_TARGET=shardtrain scripts/build.sh
 ln -sf /opt/shardtrain/build/src/shardtrain /usr/local/bin/shardtrain
 echo "$nccl_home/lib" >/etc/ld.so.conf.d/nccl-wheel.conf && ldconfig
 apt-get clean && rm -rf /var/lib/apt/lists/*

@@ -7,7 +7,7 @@ set_tests_properties(slurm_up PROPERTIES FIXTURES_SETUP slurm SKIP_RETURN_CODE 7
 set_tests_properties(slurm_down PROPERTIES FIXTURES_CLEANUP slurm RESOURCE_LOCK slurm)
 set(cluster_args --repo ${PROJECT_SOURCE_DIR} --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5
     --tmp ${TEST_TMP}/cluster --slurm-dir ${SLURM_DIR})
-foreach(case training requeue sweep)
+foreach(case training requeue failfast sweep)
   add_test(NAME Slurm.${case} COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_tests.py ${case} ${cluster_args})
   # One Slurm node: the jobs of different tests would otherwise share (and time) it.
   set_tests_properties(Slurm.${case} PROPERTIES FIXTURES_REQUIRED "slurm;demo_data" RESOURCE_LOCK slurm

@@ -134,6 +134,24 @@ def case_requeue(a, env):
     check(s == s_ref == int(steps) and l == l_ref, "final loss equals the uninterrupted run's (%.9f)" % l)
 
 
+def case_failfast(a, env):
+    """A rank that fails ends the job at once; --restart-on-failure retries, bounded by --max-restarts."""
+    out = os.path.join(a.tmp, "failfast")
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.time()
+    job = sbatch(["--out-dir", out, "--steps", "50", "--skip-preflight", "--restart-on-failure", "--max-restarts", "1"],
+                 a, env, TRAIN_EXTRA + ["--fail-on-rank", "1"], ["--output", os.path.join(a.tmp, "failfast-%j.out")])
+    state = wait_job(job, env, timeout=180)
+    took = time.time() - t0
+    log = open(os.path.join(a.tmp, "failfast-%s.out" % job)).read()
+    print(log)
+    check(state == "FAILED", "the job failed (%s) instead of hanging" % state)
+    check(took < 120, "it ended in %.0f s, one retry included" % took)
+    check("fault injected by --fail-on-rank 1" in log, "the log names the failing rank's error")
+    check(job_field(job, "Restarts", env) == "1" and "max-restarts 1 reached" in log, "one restart, then it gave up")
+    check(open(os.path.join(out, "exit_code")).read().strip() not in ("0", "75"), "a failure exit code recorded")
+
+
 def png_ok(path, python):
     checker = os.path.join(os.path.dirname(__file__), "..", "python", "check_png.py")
     return subprocess.run([python, checker, path]).returncode == 0
@@ -196,7 +214,7 @@ def case_mpirun(a, env):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["training", "requeue", "sweep", "mpirun"])
+    ap.add_argument("case", choices=["training", "requeue", "failfast", "sweep", "mpirun"])
     for opt in ("--repo", "--bin", "--data", "--tmp"):
         ap.add_argument(opt, required=True)
     ap.add_argument("--slurm-dir")
