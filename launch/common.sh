@@ -101,8 +101,9 @@ shardtrain_commands() {
   TRAIN_ARGS+=("${TRAIN_EXTRA[@]}")
 }
 
-# Trainer exit codes the launchers requeue on: 75 = checkpointed after SIGUSR1 (preemption).
-SHARDTRAIN_REQUEUE_CODES=${SHARDTRAIN_REQUEUE_CODES:-75}
+# Trainer exit codes the launchers requeue on: 75 = checkpointed after SIGUSR1 (preemption),
+# 76 = the collective watchdog found a hang (the next run resumes from the last checkpoint).
+SHARDTRAIN_REQUEUE_CODES=${SHARDTRAIN_REQUEUE_CODES:-75 76}
 
 # Whether exit code $1 after $2 restarts earns another run.
 shardtrain_should_restart() {

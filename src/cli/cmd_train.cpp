@@ -9,7 +9,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "shardtrain/cli/banner.h"
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/obs/collective_watchdog.h"
+#include "shardtrain/obs/node_exporter.h"
+#include "shardtrain/obs/rank_summary.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/cuda/device_memory.h"
@@ -113,6 +117,26 @@ comm::ProcessGroups make_groups(const FsdpOptions& f, const MpiEnv& env, const D
   return comm::make_mpi_groups(f.sharding, env.topology(), f.shard_group_size);
 }
 
+// This rank's Prometheus series from a step's metrics; collective counters accumulate.
+void fill_series(obs::RankSeries& r, const StepMetrics& m, const comm::ProcessGroups& g, const MpiEnv& env,
+                 double last_checkpoint_s) {
+  r.rank = env.rank(), r.host = env.host();
+  r.step = static_cast<double>(m.step), r.loss = m.loss, r.lr = m.lr, r.tokens_per_s = m.tokens_per_s;
+  r.tflops_per_device = m.tflops_per_device, r.mfu = m.mfu, r.step_seconds = m.step_time_s, r.phases = m.phases;
+  r.host_peak_rss = static_cast<double>(m.peak_mem_bytes);
+  if (m.extra.contains("memory") && m.extra["memory"].contains("gpu_peak_allocated_bytes")) {
+    r.gpu_peak_allocated = m.extra["memory"]["gpu_peak_allocated_bytes"].get<double>();
+    r.gpu_peak_reserved = m.extra["memory"]["gpu_peak_reserved_bytes"].get<double>();
+  }
+  r.checkpoint_seconds = last_checkpoint_s;
+  const comm::Communicator* groups[] = {g.world.get(), g.shard.get(), g.replicate.get()};
+  for (int k = 0; k < obs::RankSeries::kGroups; ++k)
+    for (int op = 0; op < comm::kNumOps; ++op) {
+      r.calls[k][op] += static_cast<double>(groups[k]->stats().ops[op].calls);
+      r.bytes[k][op] += static_cast<double>(groups[k]->stats().ops[op].bytes);
+    }
+}
+
 fsdp::FsdpConfig engine_config(const TrainOptions& o) {
   fsdp::FsdpConfig f;
   f.sharding = o.fsdp.sharding, f.param_dtype = o.train.param_dtype, f.reduce_dtype = o.fsdp.reduce_dtype;
@@ -178,19 +202,23 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   if (o.resume == "auto" && !resumed)
     log::info("no loadable checkpoint in " + o.checkpoint_dir + "; starting fresh from the seeded init");
   bool signalled_exit = false;
+  double last_checkpoint_s = 0;  // the last save's duration (async: how long the loop was blocked)
   std::unique_ptr<ckpt::AsyncSaver> saver = o.async_save && !o.checkpoint_dir.empty() ? std::make_unique<ckpt::AsyncSaver>() : nullptr;
   if (!o.checkpoint_dir.empty()) {
     if (env.rank() == 0) std::filesystem::create_directories(o.checkpoint_dir);
     install_checkpoint_signal();
     h.after_step = [&](int64_t step, bool last) {
       int signal = checkpoint_requested() ? 1 : 0;  // any rank's SIGUSR1 counts for all
-      MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &signal, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+      groups.world->host_collective(comm::Op::kAllReduce, sizeof signal, [&] {
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &signal, 1, MPI_INT, MPI_MAX, groups.world->mpi()));
+      });
       if (!signal && !last && (o.save_every <= 0 || step % o.save_every != 0)) return true;
       const std::string final_path = ckpt::step_path(o.checkpoint_dir, step);
       ckpt::TrainState st{step, loader.state(), nlohmann::json{{"args", o.args}}, model_to_hf_json(o.model)};
       signalled_exit = signal && o.exit_on_signal && !last;
       if (saver) {
         const double blocked = saver->start(final_path, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size}, o.keep_checkpoints);
+        last_checkpoint_s = blocked;
         log::info("checkpoint " + final_path + " started in the background; the loop was blocked " +
                   std::to_string(blocked) + " s" + (signal ? " (SIGUSR1)" : ""));
         if (last || signalled_exit) saver->wait();
@@ -198,12 +226,20 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
         const auto t0 = std::chrono::steady_clock::now();
         ckpt::save(final_path, engine, st, {o.ckpt_stripe_count, o.ckpt_stripe_size}, o.keep_checkpoints);
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        last_checkpoint_s = secs;
         log::info("checkpoint " + final_path + (signal ? " (SIGUSR1)" : "") + " (" + seconds_and_rate(secs, final_path) + ")");
       }
       clear_checkpoint_request();
       return !signalled_exit;
     };
   }
+  h.before_step = [&](int64_t step) {  // inside the data_wait window: a slow input pipeline
+    if (o.obs.sleep_rank == env.rank() && (o.obs.sleep_step == 0 || o.obs.sleep_step == step)) {
+      if (o.obs.sleep_step != 0)
+        log::warn("--debug-sleep: sleeping " + std::to_string(o.obs.sleep_seconds) + " s before step " + std::to_string(step));
+      std::this_thread::sleep_for(std::chrono::duration<double>(o.obs.sleep_seconds));
+    }
+  };
   h.step = [&](const std::vector<Batch>& micro, double lr) {
     for (auto* c : {groups.world.get(), groups.shard.get(), groups.replicate.get()}) c->reset_stats();
     return engine.step(micro, lr);
@@ -225,7 +261,32 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   for (const auto& spec : llama_param_specs(o.model)) h.num_params += spec.numel();
   h.world_size = env.size();
   h.writes_metrics = env.rank() == 0;
+  const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);
+  log::info(start_banner(o, topo, hosts, groups, device, h.num_params, loader.global_batch(), at::get_num_threads()));
+  h.across_ranks = [&](StepMetrics& m) {
+    std::string line;
+    groups.world->host_collective(comm::Op::kAllGather, 0, [&] { line = obs::summarize_across_ranks(m, groups.world->mpi(), hosts); });
+    return line;
+  };
+  std::unique_ptr<obs::NodeExporter> exporter;
+  if (o.obs.metrics_port > 0) {
+    exporter = std::make_unique<obs::NodeExporter>(o.obs.metrics_port, o.obs.metrics_job, topo, hosts);
+    h.publish = [&, series = obs::RankSeries{}](const StepMetrics& m) mutable {
+      fill_series(series, m, groups, env, last_checkpoint_s);
+      groups.world->host_collective(comm::Op::kAllGather, 0, [&] { exporter->publish(series); });
+    };
+  }
+  std::unique_ptr<obs::CollectiveWatchdog> watchdog;  // declared after groups: stops before them
+  if (o.obs.collective_timeout > 0) {
+    if (env.thread_level() >= MPI_THREAD_MULTIPLE)
+      watchdog = std::make_unique<obs::CollectiveWatchdog>(
+          std::vector<const comm::Communicator*>{groups.world.get(), groups.shard.get(), groups.replicate.get()}, hosts,
+          o.obs.collective_timeout, o.obs.collective_dump);
+    else if (env.rank() == 0)
+      log::warn("--collective-timeout needs MPI_THREAD_MULTIPLE, which this MPI does not provide; no hang watchdog");
+  }
   fit(o.train, o.model, loader, h);
+  watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats
   if (signalled_exit) {
     log::info("exiting after the SIGUSR1 checkpoint with code " + std::to_string(kExitCheckpointed) + "; resume with --resume auto");
     return kExitCheckpointed;

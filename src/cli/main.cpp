@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     if (cmd == "convert") return cli::cmd_convert(args, *env);
     if (cmd == "preflight") return cli::cmd_preflight(args, *env);
     if (cmd == "scaling") return cli::cmd_scaling(args, *env);
+    if (cmd == "report") return cli::cmd_report(args, *env);
     if (cmd == "--version") {
       std::cout << "shardtrain 0.1.0\n";
       return 0;

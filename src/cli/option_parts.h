@@ -37,4 +37,7 @@ at::ScalarType parse_dtype(const std::string& s, const char* opt);
 void check_threads(const CommonOptions& c);
 void check_device(const std::string& device);  // auto, cpu or cuda
 
+po::options_description observability_desc(ObsOptions& o, std::string& debug_sleep);
+void check_observability(ObsOptions& o, const std::string& debug_sleep);
+
 }  // namespace shardtrain::cli::parts

@@ -182,8 +182,10 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)")(
       "device", po::value(&o.fsdp.device)->default_value("auto"),
       "auto (GPU local_rank % visible GPUs, else cpu), cuda (NCCL groups) or cpu (MPI groups)");
+  std::string debug_sleep;
   po::options_description all;
   all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(fsdp).add(accuracy_desc(o.accuracy, acc));
+  all.add(observability_desc(o.obs, debug_sleep));
   parse_into(args, all);
   if (o.common.help) {
     if (help_text) *help_text = usage_text("Usage: shardtrain train --data F.h5 [options]", all);
@@ -222,6 +224,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   if (!o.resume.empty() && o.resume != "auto") require_file("--resume", o.resume);
   if (on_signal != "continue" && on_signal != "exit") throw UsageError("--on-signal must be continue or exit");
   o.exit_on_signal = on_signal == "exit";
+  check_observability(o.obs, debug_sleep);
   o.args = args;
   if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;
@@ -266,7 +269,8 @@ std::string top_level_help() {
          "  inspect  a checkpoint's tensors, state and checksum status\n"
          "  convert  checkpoint <-> Hugging Face safetensors, with any number of ranks\n"
          "  preflight  hosts, GPUs, NCCL/libfabric (EFA) and collective bandwidth, pass/fail\n"
-         "  scaling  throughput and scaling efficiency across node counts from metrics files\n\n"
+         "  scaling  throughput and scaling efficiency across node counts from metrics files\n"
+         "  report   loss, throughput and step-time breakdown charts and a summary from metrics files\n\n"
          "Run 'shardtrain <command> --help' for a command's options.\n";
 }
 

@@ -11,8 +11,49 @@ const char* op_name(Op op) {
   return names[static_cast<int>(op)];
 }
 
+namespace {
+class TrackedWork : public Work {
+ public:
+  TrackedWork(std::shared_ptr<CollectiveLog> log, int64_t seq, WorkPtr inner, bool probed)
+      : log_(std::move(log)), seq_(seq), inner_(std::move(inner)), probed_(probed) {}
+  void wait() override {
+    if (!probed_) log_->waiting(seq_);
+    const double t0 = CollectiveLog::now();
+    inner_->wait();
+    log_->add_wait(CollectiveLog::now() - t0);
+    if (!probed_) log_->finished(seq_);
+  }
+  ~TrackedWork() override {
+    inner_.reset();  // a backend's Work completes (or orders) its collective when destroyed
+    if (!probed_) log_->finished(seq_);
+  }
+
+ private:
+  std::shared_ptr<CollectiveLog> log_;
+  int64_t seq_;
+  WorkPtr inner_;
+  bool probed_;
+};
+}  // namespace
+
+WorkPtr Communicator::tracked(Op op, int64_t bytes, WorkPtr issued, std::function<bool()> done) {
+  const bool probed = static_cast<bool>(done);
+  const int64_t seq = log_->started(op, bytes, std::move(done));
+  return std::make_unique<TrackedWork>(log_, seq, std::move(issued), probed);
+}
+
+void Communicator::host_collective(Op op, int64_t bytes, const std::function<void()>& call) {
+  // Not in stats_: these are the trainer's bookkeeping (signals, summaries), not model traffic.
+  const int64_t seq = log_->started(op, bytes);
+  log_->waiting(seq);
+  const double t0 = CollectiveLog::now();
+  call();
+  log_->add_wait(CollectiveLog::now() - t0);
+  log_->finished(seq);
+}
+
 double Communicator::all_reduce_sum(double v) {
-  auto t = at::full({1}, v, at::kDouble);
+  auto t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(device()));  // NCCL: a device tensor
   all_reduce(t);
   return t.item<double>();
 }

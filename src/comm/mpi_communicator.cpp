@@ -82,7 +82,7 @@ WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor
   const auto type = mpi_type(in.scalar_type());
   MPI_CHECK(MPI_Iallgather(in.data_ptr(), count_of(in), type, out.data_ptr(), count_of(in), type, comm_.get(),
                            w->request()));
-  return w;
+  return tracked(Op::kAllGather, out.nbytes(), std::move(w));
 }
 
 WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) {
@@ -92,7 +92,7 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Te
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
   MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out), mpi_type(in.scalar_type()),
                                       sum_op(in.scalar_type()), comm_.get(), w->request()));
-  return w;
+  return tracked(Op::kReduceScatter, in.nbytes(), std::move(w));
 }
 
 WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
@@ -102,7 +102,7 @@ WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), sum_op(t.scalar_type()),
                            comm_.get(), w->request()));
-  return w;
+  return tracked(Op::kAllReduce, t.nbytes(), std::move(w));
 }
 
 WorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
@@ -111,12 +111,14 @@ WorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
   stats_.add(Op::kBroadcast, t.nbytes());
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
   MPI_CHECK(MPI_Ibcast(t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), root, comm_.get(), w->request()));
-  return w;
+  return tracked(Op::kBroadcast, t.nbytes(), std::move(w));
 }
 
 void MpiCommunicator::barrier() {
   stats_.add(Op::kBarrier, 0);
-  MPI_CHECK(MPI_Barrier(comm_.get()));
+  auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{});
+  MPI_CHECK(MPI_Ibarrier(comm_.get(), w->request()));
+  tracked(Op::kBarrier, 0, std::move(w))->wait();
 }
 
 std::unique_ptr<MpiCommunicator> mpi_world() {

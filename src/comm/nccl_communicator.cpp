@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "shardtrain/cuda/nvtx.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::comm {
@@ -41,54 +42,62 @@ class NcclWork : public Work {
 
 NcclCommunicator::NcclCommunicator(MpiComm group, std::string name, cudaStream_t compute)
     : Communicator(std::move(name)), mpi_(std::move(group)), comm_(cuda::NcclComm::bootstrap(mpi_.get())),
-      compute_(compute) {}
+      compute_(compute), device_(at::kCUDA, static_cast<c10::DeviceIndex>(cuda::current_device())) {}
 
-cudaStream_t NcclCommunicator::begin() {
+cudaStream_t NcclCommunicator::begin() {  // callers open an NVTX range named after the collective
   cuda::Event produced;
   produced.record(compute_);
   produced.wait_on(stream_.get());
   return stream_.get();
 }
 
-WorkPtr NcclCommunicator::finish(std::vector<at::Tensor> keep) {
+WorkPtr NcclCommunicator::finish(Op op, int64_t bytes, std::vector<at::Tensor> keep) {
   cuda::Event done;
   done.record(stream_.get());
-  return std::make_unique<NcclWork>(std::move(done), compute_, std::move(keep));
+  // A second event for the watchdog thread: it polls completion without touching the Work.
+  auto probe = std::make_shared<cuda::Event>();
+  probe->record(stream_.get());
+  return tracked(op, bytes, std::make_unique<NcclWork>(std::move(done), compute_, std::move(keep)),
+                 [probe] { return cudaEventQuery(probe->get()) == cudaSuccess; });
 }
 
 WorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
   check_all_gather(*this, in, out);
   require_cuda(in), require_cuda(out);
   stats_.add(Op::kAllGather, out.nbytes());
+  cuda::NvtxRange range("all_gather " + name());
   auto s = begin();
   NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.scalar_type()), comm_.get(), s));
-  return finish({in, out});
+  return finish(Op::kAllGather, out.nbytes(), {in, out});
 }
 
 WorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) {
   check_reduce_scatter(*this, in, out);
   require_cuda(in), require_cuda(out);
   stats_.add(Op::kReduceScatter, in.nbytes());
+  cuda::NvtxRange range("reduce_scatter " + name());
   auto s = begin();
   NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.scalar_type()), ncclSum,
                                comm_.get(), s));
-  return finish({in, out});
+  return finish(Op::kReduceScatter, in.nbytes(), {in, out});
 }
 
 WorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t) {
   require_cuda(t);
   stats_.add(Op::kAllReduce, t.nbytes());
+  cuda::NvtxRange range("all_reduce " + name());
   auto s = begin();
   NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()), ncclSum, comm_.get(), s));
-  return finish({t});
+  return finish(Op::kAllReduce, t.nbytes(), {t});
 }
 
 WorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
   require_cuda(t);
   stats_.add(Op::kBroadcast, t.nbytes());
+  cuda::NvtxRange range("broadcast " + name());
   auto s = begin();
   NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()), root, comm_.get(), s));
-  return finish({t});
+  return finish(Op::kBroadcast, t.nbytes(), {t});
 }
 
 void NcclCommunicator::barrier() {  // a one-element all-reduce, completed on the host
@@ -98,7 +107,11 @@ void NcclCommunicator::barrier() {  // a one-element all-reduce, completed on th
   CUDA_CHECK(cudaMemsetAsync(buf, 0, sizeof(float), stream_.get()));
   NCCL_CHECK(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm_.get(), stream_.get()));
   CUDA_CHECK(cudaFreeAsync(buf, stream_.get()));
+  const int64_t seq = log_->started(Op::kBarrier, 0);
+  const double t0 = CollectiveLog::now();
   stream_.synchronize();
+  log_->add_wait(CollectiveLog::now() - t0);
+  log_->finished(seq);
 }
 
 }  // namespace shardtrain::comm

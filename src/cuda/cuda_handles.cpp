@@ -64,6 +64,12 @@ DeviceInfo device_info(int device) {
 
 void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }
 
+int current_device() {
+  int d = 0;
+  CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
 void set_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
 
 }  // namespace shardtrain::cuda

@@ -1,5 +1,7 @@
 #include "shardtrain/fsdp/engine.h"
 
+#include "shardtrain/cuda/nvtx.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -36,6 +38,7 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
   const auto specs = llama_param_specs(model_);
   const int S = groups_.shard->size(), sr = groups_.shard->rank();
   for (int64_t u = 0; u < model_.num_layers + 2; ++u) {
+    nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
     FlatLayout layout = flat_layout(specs, u, S);
     auto master = at::zeros({layout.shard_numel}, fp32);
     for (const Segment& s : shard_segments(layout, sr)) {
@@ -100,6 +103,7 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
   p.empty = tokens.size(0) == 0;
   at::Tensor x;
   for (int64_t u = 0; u <= head; ++u) {
+    cuda::NvtxRange range(nvtx_names_[u].first);
     ensure(u);
     prefetch_from(u, +1);
     at::Tensor out;
@@ -129,6 +133,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
   const int64_t L = model_.num_layers;
   at::Tensor grad_out;
   for (int64_t u = L + 1; u >= 0; --u) {
+    cuda::NvtxRange range(nvtx_names_[u].second);
     ensure(u);
     prefetch_from(u, -1);
     if (!p.empty) {
@@ -174,8 +179,23 @@ void FsdpEngine::reduce_accumulated() {
   }
 }
 
+double FsdpEngine::comm_wait_seconds() const {
+  double w = 0;  // the three groups are distinct communicators
+  for (const comm::Communicator* c : {groups_.world.get(), groups_.shard.get(), groups_.replicate.get()})
+    w += c->log().wait_seconds();
+  return w;
+}
+
 StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) {
   StepResult r;
+  // Each phase's wall time, less the host time blocked on collectives within it.
+  double mark = comm::CollectiveLog::now(), wait_mark = comm_wait_seconds();
+  auto close_phase = [&](Phase p) {
+    const double now = comm::CollectiveLog::now(), wait = comm_wait_seconds();
+    r.phases[p] += (now - mark) - (wait - wait_mark);
+    r.phases[Phase::kExposedComm] += wait - wait_mark;
+    mark = now, wait_mark = wait;
+  };
   int64_t local_tokens = 0;
   for (const auto& mb : micro_batches)
     if (mb.tokens.size(0) > 0) local_tokens += count_loss_tokens(mb.labels);
@@ -193,7 +213,9 @@ StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) 
       loss_sum += ls.sum.item<double>();
       loss = ls.sum / denom;
     }
+    close_phase(Phase::kForward);
     backward(p, loss, cfg_.sync_each_microstep);
+    close_phase(Phase::kBackward);
   }
   if (!cfg_.sync_each_microstep) reduce_accumulated();
   r.loss = groups_.world->all_reduce_sum(loss_sum) / denom;
@@ -208,6 +230,7 @@ StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) 
       grads.push_back(u.grad().narrow(0, s.shard_offset, s.numel));
   scale_grads(grads, r.grad_norm, cfg_.grad_clip);
   opt_.step(lr, grads);
+  close_phase(Phase::kOptimizer);
   return r;
 }
 

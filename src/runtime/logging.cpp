@@ -31,6 +31,7 @@ void set_rank(int rank) { g_rank = rank; }
 void info(const std::string& msg) {
   if (g_rank == 0) emit(stdout, "INFO", msg);
 }
+void info_all(const std::string& msg) { emit(stdout, "INFO", msg); }
 void warn(const std::string& msg) { emit(stderr, "WARN", msg); }
 void error(const std::string& msg) { emit(stderr, "ERROR", msg); }
 

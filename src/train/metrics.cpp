@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/runtime/error.h"
@@ -33,6 +34,9 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
       if (j.is_object() && j.value("step", int64_t{0}) <= keep_through_step) kept += line + "\n";
     }
   }
+  const auto parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;  // runs/<job>/metrics.jsonl: make the directory, as --checkpoint-dir does
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   out_.open(path, std::ios::trunc);
   out_ << kept;
   if (!out_) throw UsageError("--metrics-file: cannot write " + path);
@@ -51,6 +55,10 @@ void MetricsWriter::write(const StepMetrics& m) {
                       {"mfu", m.mfu},
                       {"step_time_s", m.step_time_s},
                       {"peak_mem_bytes", m.peak_mem_bytes}};
+  if (m.step > 0) {
+    j["eta_s"] = m.eta_s;
+    for (int p = 0; p < kNumPhases; ++p) j["phases"][phase_name(static_cast<Phase>(p))] = m.phases.s[p];
+  }
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
   if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
   if (m.extra.is_object()) j.update(m.extra);
@@ -58,13 +66,22 @@ void MetricsWriter::write(const StepMetrics& m) {
   out_.flush();
 }
 
+std::string format_duration(double secs) {
+  char buf[32];
+  const long long t = static_cast<long long>(secs + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+
 std::string progress_line(const StepMetrics& m, int64_t total_steps) {
-  char buf[320];
+  char buf[384];
   std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.3f TFLOP/s | "
-                "MFU %.2f%% | %.3f s/step | mem %.0f MiB",
+                "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.3f TFLOP/s/device | "
+                "MFU %.2f%% | %.3f s/step | ETA %s | mem %.0f MiB",
                 static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_s, m.tflops_per_device, 100.0 * m.mfu, m.step_time_s,
+                m.tokens_per_s, m.tflops_per_device, 100.0 * m.mfu, m.step_time_s, format_duration(m.eta_s).c_str(),
                 static_cast<double>(m.peak_mem_bytes) / (1 << 20));
   std::string s = buf;
   if (m.val_loss >= 0) {

@@ -194,9 +194,13 @@ TEST(CliMpi, KillNineDuringSavesAlwaysLeavesALoadableCheckpoint) {
   int resumed = 0;
   for (int i = 0; i < 20; ++i) {
     const double delay = 0.9 + 0.07 * ((i * 7) % 20);  // spread over 0.9 .. 2.2 s: startup, then saves
-    auto k = shell(mpirun(2) + kBin + " " + kTrain + "--steps 100000 --log-every 100000 --save-every 1 "
-                   "--keep-checkpoints 3 --checkpoint-dir " + dir + " --resume auto & pid=$!; sleep " +
-                   std::to_string(delay) + "; pkill -9 -f '^" + kBin + " train.*ckpt_crash'; wait $pid; echo killed");
+    // Kill only once both ranks exist: a rank killed while mpirun is still spawning the other
+    // can leave mpirun waiting forever (seen once under load), which `timeout` also bounds.
+    const std::string ranks = "pgrep -fc '^" + kBin + " train.*ckpt_crash'";
+    auto k = shell("timeout -s KILL 120 " + mpirun(2) + kBin + " " + kTrain + "--steps 100000 --log-every 100000 "
+                   "--save-every 1 --keep-checkpoints 3 --checkpoint-dir " + dir + " --resume auto & pid=$!; "
+                   "for t in $(seq 200); do [ \"$(" + ranks + ")\" -ge 2 ] && break; sleep 0.05; done; sleep " +
+                   std::to_string(delay - 0.2) + "; pkill -9 -f '^" + kBin + " train.*ckpt_crash'; wait $pid; echo killed");
     ASSERT_NE(k.out.find("killed"), std::string::npos) << k.out;
     // --steps 1: a resumed run has nothing left to train, so it only loads and verifies.
     auto r = run(kTrain + "--steps 1 --checkpoint-dir " + dir + " --resume auto", mpirun(2));

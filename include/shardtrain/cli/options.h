@@ -36,6 +36,16 @@ struct FsdpOptions {
   std::string device = "auto";        // auto: this node's GPU for the local rank, else cpu
 };
 
+// Observability and hang detection (train).
+struct ObsOptions {
+  int metrics_port = 0;            // 0: off; node-local rank 0 serves /metrics
+  std::string metrics_job;         // the job label: --metrics-job, else $SLURM_JOB_ID, else "shardtrain"
+  double collective_timeout = 600;  // seconds; 0: no watchdog
+  int collective_dump = 8;         // collectives per group each rank prints on a timeout
+  int sleep_rank = -1, sleep_step = 0;  // fault injection (--debug-sleep): rank, step (0: every step)
+  double sleep_seconds = 0;
+};
+
 struct TrainOptions {
   CommonOptions common;
   FsdpOptions fsdp;
@@ -54,6 +64,7 @@ struct TrainOptions {
   bool async_save = false;  // --on-signal exit: checkpoint on SIGUSR1, then exit 75
   std::vector<std::string> args;  // as given, stored in checkpoints
   TrainConfig train;
+  ObsOptions obs;
 };
 
 struct EvalOptions {
@@ -117,6 +128,14 @@ struct ScalingOptions {
   int skip_steps = 2;  // warmup steps left out of the medians
 };
 
+// `shardtrain report`: per-step metrics files reduced to loss, throughput and breakdown charts.
+struct ReportOptions {
+  CommonOptions common;
+  std::vector<std::string> metrics;  // JSONL files written by train --metrics-file
+  std::string out_dir, title;
+  int smooth = 0;  // trailing mean of the loss over K steps; 0 or 1: none
+};
+
 // Both throw UsageError (main exits 2) with one line naming the option to change.
 // A --help request sets common.help and leaves usage text in *help_text.
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text);
@@ -127,6 +146,7 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text);
 PreflightOptions parse_preflight(const std::vector<std::string>& args, std::string* help_text);
 ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* help_text);
+ReportOptions parse_report(const std::vector<std::string>& args, std::string* help_text);
 int64_t parse_bytes(const std::string& s, const char* opt);  // 4096, 64K, 1M, 2G (powers of 1024)
 
 std::string top_level_help();

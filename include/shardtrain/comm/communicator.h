@@ -7,8 +7,11 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+
+#include "shardtrain/comm/collective_log.h"
 
 namespace shardtrain::comm {
 
@@ -53,6 +56,7 @@ class Communicator {
   // The MPI communicator over the same ranks: every group is bootstrapped from MPI, and
   // checkpoints (MPI-IO) and watchdogs use it beside NCCL.
   virtual MPI_Comm mpi() const = 0;
+  virtual at::Device device() const { return at::kCPU; }  // where its tensors live
 
   void all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }
   void reduce_scatter(const at::Tensor& in, const at::Tensor& out) { reduce_scatter_async(in, out)->wait(); }
@@ -62,9 +66,18 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
   void reset_stats() { stats_ = CommStats{}; }
+  // Sequence-numbered history and blocked time; the watchdog reads it from its own thread.
+  CollectiveLog& log() const { return *log_; }
+  // A blocking host-side collective on mpi() (or a subset of its ranks, all calling at the same
+  // point), numbered and timed like the others so the watchdog sees a hang inside it.
+  void host_collective(Op op, int64_t bytes, const std::function<void()>& call);
 
  protected:
+  // Called right after a backend issued a collective: numbers it, and times the host's wait.
+  // done: an asynchronous completion probe (NCCL's event); without it, completion is the wait.
+  WorkPtr tracked(Op op, int64_t bytes, WorkPtr issued, std::function<bool()> done = nullptr);
   CommStats stats_;
+  std::shared_ptr<CollectiveLog> log_ = std::make_shared<CollectiveLog>();
 
  private:
   std::string name_;

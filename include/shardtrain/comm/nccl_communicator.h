@@ -28,16 +28,18 @@ class NcclCommunicator : public Communicator {
   void barrier() override;
 
   MPI_Comm mpi() const override { return mpi_.get(); }
+  at::Device device() const override { return device_; }
   cudaStream_t stream() const { return stream_.get(); }
   ncclComm_t nccl() const { return comm_.get(); }
 
  private:
   cudaStream_t begin();                                   // comm stream waits for compute
-  WorkPtr finish(std::vector<at::Tensor> keep);           // event the compute stream can wait on
+  WorkPtr finish(Op op, int64_t bytes, std::vector<at::Tensor> keep);  // event the compute stream waits on
   MpiComm mpi_;
   cuda::NcclComm comm_;
   cuda::Stream stream_;
   cudaStream_t compute_;
+  at::Device device_;  // the current device when the communicator was made
 };
 
 // The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,

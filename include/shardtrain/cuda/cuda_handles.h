@@ -52,6 +52,7 @@ struct DeviceInfo {
 int device_count();  // 0 when there is no driver or no device
 DeviceInfo device_info(int device);
 void set_device(int device);
+int current_device();
 void device_synchronize();
 
 }  // namespace shardtrain::cuda

@@ -63,6 +63,7 @@ class FsdpEngine {
              const SafetensorsModel* weights = nullptr);
 
   StepResult step(const std::vector<Batch>& micro_batches, double lr);
+  double comm_wait_seconds() const;  // host time blocked on collectives so far, all groups
   // Forward only, every rank on its part of the batch; sums across the world.
   EvalResult evaluate(const TokenFile& data, int64_t batch_size, int64_t max_batches);
   at::Tensor logits(const at::Tensor& tokens);  // forward only, on this rank's tokens
@@ -95,6 +96,7 @@ class FsdpEngine {
   comm::ProcessGroups& groups_;
   Rotary rope_;
   std::vector<FlatUnit> units_;      // [num_layers + 2]
+  std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::vector<at::Tensor> no_sync_;  // [units] fp32 [padded], when !sync_each_microstep
   AdamW opt_;
   int peak_gathered_ = 0;

@@ -6,6 +6,8 @@ namespace shardtrain {
 
 // Exit code after a signal-requested checkpoint with --on-signal exit (EX_TEMPFAIL: requeue me).
 constexpr int kExitCheckpointed = 75;
+// The collective watchdog found a collective stuck past --collective-timeout (requeue-able).
+constexpr int kExitCollectiveTimeout = 76;
 
 void install_checkpoint_signal();
 bool checkpoint_requested();  // on this rank, since the last clear

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "shardtrain/train/phases.h"
+
 namespace shardtrain {
 
 struct StepMetrics {
@@ -12,6 +14,8 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;
+  PhaseTimes phases;         // this rank's step-time breakdown
+  double eta_s = 0;          // remaining steps x this run's mean step (+ checkpoint) time
   double val_loss = -1;      // < 0: no validation this step
   double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
   nlohmann::json extra;      // engine figures (collectives, sharded memory), merged into the line
@@ -37,5 +41,6 @@ class MetricsWriter {
 };
 
 std::string progress_line(const StepMetrics& m, int64_t total_steps);
+std::string format_duration(double secs);  // 42s, 3m05s, 2h14m
 
 }  // namespace shardtrain

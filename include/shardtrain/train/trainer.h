@@ -16,6 +16,7 @@
 #include "shardtrain/model/params.h"
 #include "shardtrain/train/adamw.h"
 #include "shardtrain/train/lr_schedule.h"
+#include "shardtrain/train/phases.h"
 #include "shardtrain/train/metrics.h"
 
 namespace shardtrain {
@@ -42,6 +43,7 @@ struct StepResult {
   double loss = 0;       // mean over the global batch's loss tokens
   double grad_norm = 0;  // before clipping
   int64_t tokens = 0;
+  PhaseTimes phases;     // forward, backward, optimizer, exposed_comm (the loop adds the rest)
 };
 
 struct EvalResult {

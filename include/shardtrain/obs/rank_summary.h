@@ -1,0 +1,23 @@
+// Cross-rank views for rank 0's output: every rank's host, and each progress step's phase
+// breakdown as min / median / max over ranks with the straggler named.
+#pragma once
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "shardtrain/train/metrics.h"
+
+namespace shardtrain::obs {
+
+// Collective over comm: every rank gets every rank's host name, by rank.
+std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm);
+
+// Collective over comm: gathers m.phases to rank 0, which adds "phases_across_ranks" and
+// "straggler" to m.extra and returns the log line; other ranks return "".
+std::string summarize_across_ranks(StepMetrics& m, MPI_Comm comm, const std::vector<std::string>& hosts);
+
+// The log line for a summary (pure): "step time by phase over 4 ranks (min/median/max s): ..."
+std::string breakdown_line(const PhaseSummary& s, int ranks, const std::vector<std::string>& hosts);
+
+}  // namespace shardtrain::obs

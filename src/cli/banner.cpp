@@ -1,0 +1,77 @@
+#include "shardtrain/cli/banner.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdio>
+
+namespace shardtrain::cli {
+namespace {
+const char* dtype_label(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "fp16" : "fp32"; }
+}  // namespace
+
+std::string host_ranges(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (size_t i = 0; i < hosts.size();) {
+    size_t j = i;
+    while (j + 1 < hosts.size() && hosts[j + 1] == hosts[i]) ++j;
+    out += (out.empty() ? "" : "; ") + hosts[i] + ": " + (i == j ? "rank " + std::to_string(i)
+                                                                 : "ranks " + std::to_string(i) + "-" + std::to_string(j));
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string start_banner(const TrainOptions& o, const Topology& topo, const std::vector<std::string>& hosts,
+                         const comm::ProcessGroups& g, const DeviceChoice& device, int64_t num_params,
+                         int64_t global_batch, int threads) {
+  const auto& m = o.model;
+  const auto& t = o.train;
+  char buf[512];
+  std::string b = "shardtrain train: job " + o.obs.metrics_job + "\n";
+  std::snprintf(buf, sizeof buf, "  topology    %d ranks on %d nodes x %d ranks per node (%s)\n", topo.world,
+                topo.num_nodes, topo.local_size, host_ranges(hosts).c_str());
+  b += buf;
+  std::snprintf(buf, sizeof buf,
+                "  strategy    %s: shard groups of %d, %d replicas | param %s, reduce %s | activation checkpointing %s | "
+                "in-flight gathers %d\n",
+                comm::sharding_name(o.fsdp.sharding), g.shard->size(), g.replicate->size(), dtype_label(t.param_dtype),
+                dtype_label(o.fsdp.reduce_dtype), o.fsdp.activation_checkpointing ? "on" : "off",
+                o.fsdp.max_inflight_gathers);
+  b += buf;
+  std::snprintf(buf, sizeof buf, "  device      %s, %d CPU threads per rank\n",
+                device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI", threads);
+  b += buf;
+  std::snprintf(buf, sizeof buf,
+                "  model       %s: %lld layers, hidden %lld, ffn %lld, %lld heads (%lld kv), vocab %lld, %lld parameters%s\n",
+                m.name.c_str(), static_cast<long long>(m.num_layers), static_cast<long long>(m.hidden_size),
+                static_cast<long long>(m.intermediate_size), static_cast<long long>(m.num_heads),
+                static_cast<long long>(m.num_kv_heads), static_cast<long long>(m.vocab_size),
+                static_cast<long long>(num_params), o.weights.empty() ? ", seeded init" : (", weights " + o.weights).c_str());
+  b += buf;
+  std::snprintf(buf, sizeof buf,
+                "  data        %s, seq %lld, global batch %lld rows (%lld per rank x %lld accumulation x %d ranks)%s\n",
+                o.data.c_str(), static_cast<long long>(t.seq_len), static_cast<long long>(global_batch),
+                static_cast<long long>(t.batch_size), static_cast<long long>(t.grad_accum), topo.world,
+                o.val_data.empty() ? "" : (", validation " + o.val_data).c_str());
+  b += buf;
+  std::snprintf(buf, sizeof buf,
+                "  optimizer   AdamW lr %g (%s, warmup %lld), betas %g/%g, weight decay %g, clip %g | steps %lld | seed %llu\n",
+                t.schedule.base_lr, t.schedule.kind.c_str(), static_cast<long long>(t.schedule.warmup_steps),
+                t.adamw.beta1, t.adamw.beta2, t.adamw.weight_decay, t.grad_clip, static_cast<long long>(t.steps),
+                static_cast<unsigned long long>(t.seed));
+  b += buf;
+  const std::string ckpt = o.checkpoint_dir.empty() ? "off"
+                           : o.checkpoint_dir + " (every " + std::to_string(o.save_every) + " steps, resume " +
+                                 (o.resume.empty() ? "off" : o.resume) + ")";
+  std::snprintf(buf, sizeof buf, "  outputs     checkpoints %s | metrics %s\n", ckpt.c_str(),
+                t.metrics_file.empty() ? "off" : t.metrics_file.c_str());
+  b += buf;
+  std::snprintf(buf, sizeof buf, "  observe     progress every %lld steps | Prometheus %s | collective timeout %s",
+                static_cast<long long>(t.log_every),
+                o.obs.metrics_port ? (":" + std::to_string(o.obs.metrics_port) + "/metrics").c_str() : "off",
+                o.obs.collective_timeout > 0 ? (std::to_string(static_cast<int>(o.obs.collective_timeout)) + " s").c_str()
+                                             : "off");
+  return b + buf;
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,60 @@
+#include "shardtrain/obs/rank_summary.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::obs {
+
+std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm) {
+  constexpr int kLen = 256;  // HOST_NAME_MAX + 1 on Linux
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  char mine[kLen] = {};
+  std::strncpy(mine, host.c_str(), kLen - 1);
+  std::vector<char> all(static_cast<size_t>(size) * kLen);
+  MPI_CHECK(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, comm));
+  std::vector<std::string> out;
+  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kLen);
+  return out;
+}
+
+std::string breakdown_line(const PhaseSummary& s, int ranks, const std::vector<std::string>& hosts) {
+  std::string line = "step time by phase over " + std::to_string(ranks) + " ranks (min/median/max s):";
+  char buf[128];
+  for (int p = 0; p < kNumPhases; ++p) {
+    std::snprintf(buf, sizeof buf, " %s %.3f/%.3f/%.3f", phase_name(static_cast<Phase>(p)), s.min[p], s.median[p],
+                  s.max[p]);
+    line += buf;
+    if (p + 1 < kNumPhases) line += ",";
+  }
+  const std::string host = s.straggler < static_cast<int>(hosts.size()) ? hosts[s.straggler] : "?";
+  std::snprintf(buf, sizeof buf, " | straggler: rank %d (%s), busy %.3f s vs median %.3f s", s.straggler, host.c_str(),
+                s.straggler_busy_s, s.median_busy_s);
+  return line + buf;
+}
+
+std::string summarize_across_ranks(StepMetrics& m, MPI_Comm comm, const std::vector<std::string>& hosts) {
+  int rank = 0, size = 1;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  MPI_CHECK(MPI_Comm_size(comm, &size));
+  std::vector<double> all(rank == 0 ? static_cast<size_t>(size) * kNumPhases : 0);
+  MPI_CHECK(MPI_Gather(m.phases.s.data(), kNumPhases, MPI_DOUBLE, all.data(), kNumPhases, MPI_DOUBLE, 0, comm));
+  if (rank != 0) return "";
+  std::vector<PhaseTimes> per_rank(size);
+  for (int r = 0; r < size; ++r)
+    for (int p = 0; p < kNumPhases; ++p) per_rank[r].s[p] = all[static_cast<size_t>(r) * kNumPhases + p];
+  const PhaseSummary s = summarize_phases(per_rank);
+  for (int p = 0; p < kNumPhases; ++p)
+    m.extra["phases_across_ranks"][phase_name(static_cast<Phase>(p))] = {
+        {"min", s.min[p]}, {"median", s.median[p]}, {"max", s.max[p]}};
+  m.extra["straggler"] = {{"rank", s.straggler},
+                          {"host", s.straggler < static_cast<int>(hosts.size()) ? hosts[s.straggler] : ""},
+                          {"busy_s", s.straggler_busy_s},
+                          {"median_busy_s", s.median_busy_s},
+                          {"step_time_s", per_rank[s.straggler].total()}};
+  return breakdown_line(s, size, hosts);
+}
+
+}  // namespace shardtrain::obs

@@ -1,0 +1,9 @@
+# Observability: unit tests of the parts, then real runs (mpirun, curl, promtool) end to end.
+shardtrain_test(test_observe SOURCES cpp/test_observe.cpp)
+set(observe_args --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --tmp ${TEST_TMP}/observe
+    --repo ${PROJECT_SOURCE_DIR})
+foreach(case endpoint watchdog)
+  add_test(NAME Observe.${case} COMMAND ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/observe_tests.py ${case}
+           ${observe_args})
+  set_tests_properties(Observe.${case} PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300)
+endforeach()
