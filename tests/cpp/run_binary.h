@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,21 @@ inline std::string tmp(const std::string& name) {
 inline std::string source(const std::string& rel) { return std::string(SHARDTRAIN_SOURCE_DIR) + "/" + rel; }
 
 // One JSON object per line, as --metrics-file writes them.
+inline std::string slurp(const std::string& path) {  // a whole text file; "" when missing
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+#ifdef SHARDTRAIN_PYTHON
+// Pillow (tests/python/check_png.py) decodes the PNG and checks its size and that it is not blank.
+inline Result check_png(const std::string& path, int w, int h) {
+  return shell("'" SHARDTRAIN_PYTHON "' '" + source("tests/python/check_png.py") + "' '" + path + "' " +
+               std::to_string(w) + " " + std::to_string(h));
+}
+#endif
+
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::ifstream in(path);
   std::string line;

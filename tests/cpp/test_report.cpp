@@ -25,18 +25,6 @@ namespace {
 
 const double kNaN = std::nan("");
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Result check_png(const std::string& path, int w, int h) {
-  return shell("'" SHARDTRAIN_PYTHON "' '" + source("tests/python/check_png.py") + "' '" + path + "' " +
-               std::to_string(w) + " " + std::to_string(h));
-}
-
 void expect_ticks(double lo, double hi, int max_ticks, const std::vector<double>& want) {
   const auto got = nice_ticks(lo, hi, max_ticks);
   ASSERT_EQ(got.size(), want.size()) << lo << ".." << hi << " max " << max_ticks;

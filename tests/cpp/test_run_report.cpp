@@ -25,18 +25,6 @@ namespace {
 
 const double kNaN = std::nan("");
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Result check_png(const std::string& path, int w, int h) {
-  return shell("'" SHARDTRAIN_PYTHON "' '" + source("tests/python/check_png.py") + "' '" + path + "' " +
-               std::to_string(w) + " " + std::to_string(h));
-}
-
 json phases(double data, double fwd, double bwd, double opt, double comm, double ckpt) {
   return {{"data_wait", data}, {"forward", fwd}, {"backward", bwd}, {"optimizer", opt}, {"exposed_comm", comm}, {"checkpoint", ckpt}};
 }
