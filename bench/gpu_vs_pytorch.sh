@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Single-GPU benchmark: shardtrain against Hugging Face LlamaForCausalLM (sdpa) under torch FSDP2
+# fully_shard at world size 1, in the same run, on the same GPU: the Llama-2 7B shape with
+# BENCH_LAYERS layers (default 4: 1.07B parameters, full fine-tuning with AdamW), bf16 compute,
+# seq 2048 and 4096, activation checkpointing off and on. Reports tokens/s, MFU and peak memory
+# for both and their ratio, into OUT/results.md and docs/performance.md.
+#
+#   bash bench/gpu_vs_pytorch.sh                       # on the GPU machine, after scripts/build.sh
+#   BENCH_DEVICE=cpu bash bench/gpu_vs_pytorch.sh      # smoke test of the script: tiny shape on CPU
+# Env: BENCH_LAYERS, BENCH_STEPS (20), BENCH_BATCH (1), BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=${SHARDTRAIN_BIN:-$repo/build/src/shardtrain}
+py=${PYTHON:-$repo/.venv/bin/python}
+device=${BENCH_DEVICE:-cuda}
+out=${OUT:-$repo/build/bench-gpu}
+steps=${BENCH_STEPS:-20} batch=${BENCH_BATCH:-1} skip=3
+mkdir -p "$out"
+if [ "$device" = cuda ]; then
+  shape=(--layers "${BENCH_LAYERS:-4}")  # the 7B shape: hidden 4096, ffn 11008, 32 heads, vocab 32000
+  st_model=(--model llama2-7b --n-layers "${BENCH_LAYERS:-4}")
+  seqs=${BENCH_SEQS:-2048 4096} dtype=bf16 peak=989
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+else  # a shape that runs in seconds on 2 cores; checks the script, measures nothing useful
+  shape=(--layers 2 --hidden 128 --ffn 352 --heads 4 --kv-heads 4 --vocab 512)
+  st_model=(--model tiny --n-layers 2 --hidden-size 128 --intermediate-size 352 --n-heads 4 --n-kv-heads 4)
+  seqs=${BENCH_SEQS:-128} dtype=fp32 peak=1 gpu="cpu ($(nproc) cores)"
+fi
+
+median() {  # median of FIELD over a metrics JSONL after the warm-up steps; FIELD may be a.b
+  "$py" - "$1" "$2" "$skip" <<'PY'
+import json, statistics, sys
+path, field, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
+vals = []
+for line in open(path):
+    j = json.loads(line)
+    if j.get("step", 0) <= skip: continue
+    for k in field.split("."): j = j.get(k, {}) if isinstance(j, dict) else {}
+    if isinstance(j, (int, float)): vals.append(j)
+print(statistics.median(vals) if vals else 0)
+PY
+}
+
+rows=()
+for seq in $seqs; do
+  data="$out/bench-$seq.h5"
+  [ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
+    --output "$data" --seq-len "$seq" --mode packing > "$out/prepare-$seq.log"
+  for ac in off on; do
+    acflag=(); pyac=()
+    [ "$ac" = on ] && acflag=(--activation-checkpointing) && pyac=(--ac)
+    m="$out/shardtrain-$seq-$ac.jsonl"
+    "$bin" train "${st_model[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" \
+      --steps "$steps" --lr 3e-5 --warmup-steps 0 --log-every 5 --metrics-file "$m" --peak-tflops "$peak" \
+      --collective-timeout 0 "${acflag[@]}" > "$out/shardtrain-$seq-$ac.log" 2>&1
+    st_tps=$(median "$m" tokens_per_s) st_mfu=$(median "$m" mfu)
+    st_mem=$(median "$m" memory.gpu_peak_allocated_bytes)
+    [ "$device" = cuda ] || st_mem=$(median "$m" peak_mem_bytes)
+    ref=$("$py" "$repo/bench/fsdp2_reference.py" --data "$data" "${shape[@]}" --batch-size "$batch" --steps "$steps" \
+          --skip "$skip" --device "$device" --dtype "$dtype" --peak-tflops "$peak" "${pyac[@]}" 2> "$out/pytorch-$seq-$ac.log" | tail -1)
+    read -r pt_tps pt_mfu pt_mem < <("$py" -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["tokens_per_s"], j["mfu"], j["peak_allocated_bytes"])' "$ref")
+    rows+=("$("$py" -c 'import sys
+seq, ac, st_tps, st_mfu, st_mem, pt_tps, pt_mfu, pt_mem = sys.argv[1:]
+st_tps, st_mfu, st_mem, pt_tps, pt_mfu, pt_mem = map(float, (st_tps, st_mfu, st_mem, pt_tps, pt_mfu, pt_mem))
+mem = lambda b: "%.1f GiB" % (b / 2**30) if b else "n/a"
+print("| %s | %s | %.0f | %.0f | %.2fx | %.1f%% | %.1f%% | %s | %s |" % (seq, ac, st_tps, pt_tps, st_tps / pt_tps, 100 * st_mfu, 100 * pt_mfu, mem(st_mem), mem(pt_mem)))
+' "$seq" "$ac" "$st_tps" "$st_mfu" "$st_mem" "$pt_tps" "$pt_mfu" "$pt_mem")")
+    echo "${rows[-1]}"
+  done
+done
+
+{
+  echo "### Single GPU: shardtrain vs PyTorch FSDP2 ($gpu, $(date +%Y-%m-%d))"
+  echo
+  echo "\`bash bench/gpu_vs_pytorch.sh\` (device $device, ${st_model[*]}, batch $batch, $steps steps, medians after $skip; $dtype compute, fp32 master and reduction; torch $("$py" -c 'import torch; print(torch.__version__)'))."
+  echo
+  echo "| seq | activation ckpt | shardtrain tok/s | PyTorch FSDP2 tok/s | ratio | shardtrain MFU | PyTorch MFU | shardtrain peak mem | PyTorch peak mem |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+  printf '%s\n' "${rows[@]}"
+} > "$out/results.md"
+cat "$out/results.md"
+if [ "$device" = cuda ]; then
+  { echo; cat "$out/results.md"; } >> "$repo/docs/performance.md"
+  echo "appended to docs/performance.md"
+fi
