@@ -31,6 +31,12 @@ void expect_usage_error(const std::string& args, const std::string& option) {
 }  // namespace
 
 TEST(Cli, UnknownPreset) { expect_usage_error("train --model llama2-8b", "--model"); }
+TEST(Cli, BadObservabilityOptions) {
+  expect_usage_error("train --model tiny --metrics-port 70000", "--metrics-port");
+  expect_usage_error("train --model tiny --collective-timeout -5", "--collective-timeout");
+  expect_usage_error("train --model tiny --collective-dump 0", "--collective-dump");
+  expect_usage_error("train --model tiny --debug-sleep 1:two:3", "--debug-sleep");
+}
 TEST(Cli, NegativeLr) { expect_usage_error("train --model tiny --lr -1", "--lr"); }
 TEST(Cli, HeadsThatDoNotDivideWidth) { expect_usage_error("train --model tiny --n-heads 5", "--n-heads"); }
 TEST(Cli, HeadsNotMultipleOfKvHeads) { expect_usage_error("train --model tiny --n-kv-heads 3", "--n-kv-heads"); }
