@@ -21,6 +21,7 @@ DEBIAN_PACKAGES=(
   nlohmann-json3-dev
   libsentencepiece-dev
   libgtest-dev
+  curl procps  # test tools: the tests scrape /metrics with curl and find ranks with pgrep
 )
 
 sudo_cmd=()
