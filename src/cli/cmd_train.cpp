@@ -87,7 +87,7 @@ void save_model(const std::string& dir, const ModelConfig& model, const NamedTen
 
 nlohmann::json comm_json(const comm::ProcessGroups& g) {
   nlohmann::json j;
-  for (const comm::Communicator* c : {g.world.get(), g.shard.get(), g.replicate.get()})
+  for (const comm::Communicator* c : g.all())
     for (int k = 0; k < comm::kNumOps; ++k) {
       const auto& s = c->stats().ops[k];
       if (s.calls) j[c->name()][comm::op_name(static_cast<comm::Op>(k))] = {{"calls", s.calls}, {"bytes", s.bytes}};
@@ -129,7 +129,7 @@ void fill_series(obs::RankSeries& r, const StepMetrics& m, const comm::ProcessGr
     r.gpu_peak_reserved = m.extra["memory"]["gpu_peak_reserved_bytes"].get<double>();
   }
   r.checkpoint_seconds = last_checkpoint_s;
-  const comm::Communicator* groups[] = {g.world.get(), g.shard.get(), g.replicate.get()};
+  const auto groups = g.all();
   for (int k = 0; k < obs::RankSeries::kGroups; ++k)
     for (int op = 0; op < comm::kNumOps; ++op) {
       r.calls[k][op] += static_cast<double>(groups[k]->stats().ops[op].calls);
@@ -241,7 +241,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
     }
   };
   h.step = [&](const std::vector<Batch>& micro, double lr) {
-    for (auto* c : {groups.world.get(), groups.shard.get(), groups.replicate.get()}) c->reset_stats();
+    for (auto* c : groups.all()) c->reset_stats();
     return engine.step(micro, lr);
   };
   if (val) h.val_loss = [&] { return engine.evaluate(*val, o.train.batch_size, o.train.val_batches).loss; };
@@ -279,9 +279,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   std::unique_ptr<obs::CollectiveWatchdog> watchdog;  // declared after groups: stops before them
   if (o.obs.collective_timeout > 0) {
     if (env.thread_level() >= MPI_THREAD_MULTIPLE)
-      watchdog = std::make_unique<obs::CollectiveWatchdog>(
-          std::vector<const comm::Communicator*>{groups.world.get(), groups.shard.get(), groups.replicate.get()}, hosts,
-          o.obs.collective_timeout, o.obs.collective_dump);
+      watchdog = std::make_unique<obs::CollectiveWatchdog>(groups, hosts, o.obs.collective_timeout, o.obs.collective_dump);
     else if (env.rank() == 0)
       log::warn("--collective-timeout needs MPI_THREAD_MULTIPLE, which this MPI does not provide; no hang watchdog");
   }

@@ -13,6 +13,7 @@ double CollectiveLog::now() {
 
 int64_t CollectiveLog::started(Op op, int64_t bytes, std::function<bool()> done) {
   std::lock_guard<std::mutex> lock(mu_);
+  poll_locked();  // completed probes free their events even when no watchdog reads the log
   CollectiveRecord r;
   r.seq = ++next_, r.op = static_cast<int>(op), r.bytes = bytes, r.started_s = now(), r.probed = static_cast<bool>(done);
   recent_.push_back(r);
@@ -22,16 +23,20 @@ int64_t CollectiveLog::started(Op op, int64_t bytes, std::function<bool()> done)
   return r.seq;
 }
 
+CollectiveRecord* CollectiveLog::find_locked(int64_t seq) {
+  // Records are consecutive by seq (appended at the back, dropped only from the front).
+  if (recent_.empty() || seq < recent_.front().seq || seq > recent_.back().seq) return nullptr;
+  return &recent_[static_cast<size_t>(seq - recent_.front().seq)];
+}
+
 void CollectiveLog::finished(int64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : recent_)
-    if (r.seq == seq && r.finished_s < 0) r.finished_s = now();
+  if (auto* r = find_locked(seq); r && r->finished_s < 0) r->finished_s = now();
 }
 
 void CollectiveLog::waiting(int64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& r : recent_)
-    if (r.seq == seq && r.finished_s < 0) r.wait_started_s = now();
+  if (auto* r = find_locked(seq); r && r->finished_s < 0) r->wait_started_s = now();
 }
 
 void CollectiveLog::add_wait(double seconds) {
@@ -46,10 +51,8 @@ double CollectiveLog::wait_seconds() const {
 
 void CollectiveLog::poll_locked() {
   while (!probes_.empty() && probes_.front().second()) {  // in order: a stream completes in order
-    const int64_t seq = probes_.front().first;
+    if (auto* r = find_locked(probes_.front().first); r && r->finished_s < 0) r->finished_s = now();
     probes_.pop_front();
-    for (auto& r : recent_)
-      if (r.seq == seq && r.finished_s < 0) r.finished_s = now();
   }
 }
 

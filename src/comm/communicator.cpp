@@ -34,6 +34,15 @@ class TrackedWork : public Work {
   WorkPtr inner_;
   bool probed_;
 };
+
+class CallWork : public Work {  // a blocking host call, run when waited on
+ public:
+  explicit CallWork(const std::function<void()>& call) : call_(call) {}
+  void wait() override { call_(); }
+
+ private:
+  const std::function<void()>& call_;
+};
 }  // namespace
 
 WorkPtr Communicator::tracked(Op op, int64_t bytes, WorkPtr issued, std::function<bool()> done) {
@@ -44,12 +53,7 @@ WorkPtr Communicator::tracked(Op op, int64_t bytes, WorkPtr issued, std::functio
 
 void Communicator::host_collective(Op op, int64_t bytes, const std::function<void()>& call) {
   // Not in stats_: these are the trainer's bookkeeping (signals, summaries), not model traffic.
-  const int64_t seq = log_->started(op, bytes);
-  log_->waiting(seq);
-  const double t0 = CollectiveLog::now();
-  call();
-  log_->add_wait(CollectiveLog::now() - t0);
-  log_->finished(seq);
+  tracked(op, bytes, std::make_unique<CallWork>(call))->wait();
 }
 
 double Communicator::all_reduce_sum(double v) {

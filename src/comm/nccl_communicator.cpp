@@ -107,11 +107,7 @@ void NcclCommunicator::barrier() {  // a one-element all-reduce, completed on th
   CUDA_CHECK(cudaMemsetAsync(buf, 0, sizeof(float), stream_.get()));
   NCCL_CHECK(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, comm_.get(), stream_.get()));
   CUDA_CHECK(cudaFreeAsync(buf, stream_.get()));
-  const int64_t seq = log_->started(Op::kBarrier, 0);
-  const double t0 = CollectiveLog::now();
-  stream_.synchronize();
-  log_->add_wait(CollectiveLog::now() - t0);
-  log_->finished(seq);
+  host_collective(Op::kBarrier, 0, [&] { stream_.synchronize(); });
 }
 
 }  // namespace shardtrain::comm

@@ -11,7 +11,7 @@ ProcessGroups make_nccl_groups(Sharding s, const Topology& topo, int shard_group
     return std::make_unique<NcclCommunicator>(std::move(c), name);  // ncclUniqueId over this group
   });
   std::vector<ncclComm_t> comms;
-  for (const Communicator* c : {pg.world.get(), pg.shard.get(), pg.replicate.get()})
+  for (const Communicator* c : pg.all())
     comms.push_back(static_cast<const NcclCommunicator*>(c)->nccl());
   pg.watchdog = std::make_shared<cuda::NcclWatchdog>(std::move(comms), topo.rank, host);
   return pg;

@@ -181,7 +181,7 @@ void FsdpEngine::reduce_accumulated() {
 
 double FsdpEngine::comm_wait_seconds() const {
   double w = 0;  // the three groups are distinct communicators
-  for (const comm::Communicator* c : {groups_.world.get(), groups_.shard.get(), groups_.replicate.get()})
+  for (const comm::Communicator* c : groups_.all())
     w += c->log().wait_seconds();
   return w;
 }

@@ -68,13 +68,13 @@ std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beat
   return msg + "Exiting with code " + std::to_string(exit_code) + ".";
 }
 
-CollectiveWatchdog::CollectiveWatchdog(std::vector<const comm::Communicator*> groups, std::vector<std::string> hosts,
-                                       double timeout_s, int dump_last)
-    : groups_(std::move(groups)), hosts_(std::move(hosts)), timeout_s_(timeout_s),
+CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups, std::vector<std::string> hosts, double timeout_s,
+                                       int dump_last)
+    : groups_{groups.world.get(), groups.shard.get(), groups.replicate.get()}, hosts_(std::move(hosts)), timeout_s_(timeout_s),
       interval_s_(std::clamp(timeout_s / 5, 0.1, 5.0)), dump_last_(dump_last) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
-  for (int g = 0; g < kWatchedGroups && g < static_cast<int>(groups_.size()); ++g) {
+  for (int g = 0; g < kWatchedGroups; ++g) {
     int lowest = rank_;  // names the group instance: members of one shard group agree on it
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, groups_[g]->mpi()));
     group_ids_[g] = lowest;
@@ -95,7 +95,7 @@ CollectiveWatchdog::~CollectiveWatchdog() {
 
 Heartbeat CollectiveWatchdog::beat() const {
   Heartbeat b;
-  for (int g = 0; g < kWatchedGroups && g < static_cast<int>(groups_.size()); ++g) {
+  for (int g = 0; g < kWatchedGroups; ++g) {
     const auto s = groups_[g]->log().state();
     b.groups[g] = {group_ids_[g],         static_cast<double>(s.started), static_cast<double>(s.finished),
                    static_cast<double>(s.oldest_in_flight), static_cast<double>(s.oldest_op), s.oldest_age_s};
@@ -105,35 +105,22 @@ Heartbeat CollectiveWatchdog::beat() const {
 }
 
 void CollectiveWatchdog::run() {
-  std::vector<double> all(static_cast<size_t>(world_) * Heartbeat::kDoubles);
+  std::vector<Heartbeat> beats(world_);  // plain doubles: gathered as bytes, the same layout everywhere
   while (true) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(interval_s_);
     while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (abandon_) return;
     const Heartbeat mine = beat();
-    std::vector<double> packed;
-    for (const auto& g : mine.groups)
-      packed.insert(packed.end(), {g.group_id, g.started, g.finished, g.oldest_in_flight, g.oldest_op, g.oldest_age_s});
-    packed.push_back(mine.stopping);
     MPI_Request req;
-    if (MPI_Iallgather(packed.data(), Heartbeat::kDoubles, MPI_DOUBLE, all.data(), Heartbeat::kDoubles, MPI_DOUBLE,
-                       side_.get(), &req) != MPI_SUCCESS)
+    if (MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, beats.data(), sizeof mine, MPI_BYTE, side_.get(), &req) != MPI_SUCCESS)
       return;
     int done = 0;
     while (!done) {  // poll, so this thread never sits inside MPI for long
       if (abandon_ || MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
       if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    std::vector<Heartbeat> beats(world_);
-    bool all_stopping = true;
-    for (int r = 0; r < world_; ++r) {
-      const double* v = all.data() + static_cast<size_t>(r) * Heartbeat::kDoubles;
-      for (int g = 0; g < kWatchedGroups; ++g)
-        beats[r].groups[g] = {v[g * 6], v[g * 6 + 1], v[g * 6 + 2], v[g * 6 + 3], v[g * 6 + 4], v[g * 6 + 5]};
-      beats[r].stopping = v[kWatchedGroups * 6];
-      all_stopping = all_stopping && beats[r].stopping != 0;
-    }
-    if (all_stopping) return;  // every rank leaves after the same round
+    if (std::all_of(beats.begin(), beats.end(), [](const Heartbeat& b) { return b.stopping != 0; }))
+      return;  // every rank leaves after the same round
     const Verdict v = judge(beats, timeout_s_);
     if (v.stuck) report_and_exit(v, beats);
   }

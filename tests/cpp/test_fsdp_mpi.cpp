@@ -193,7 +193,7 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
     auto groups = comm::make_mpi_groups(s, g_env->topology(), 0);
     fsdp::FsdpEngine eng(tiny(), fsdp_config(c), groups, kSeed);
     eng.step(take(global_batch(0), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
-    for (auto* g : {groups.world.get(), groups.shard.get(), groups.replicate.get()}) g->reset_stats();
+    for (auto* g : groups.all()) g->reset_stats();
     eng.step(take(global_batch(1), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
     int64_t padded = 0, shard = 0;
     for (auto& u : eng.units()) padded += u.layout().padded, shard += u.layout().shard_numel;

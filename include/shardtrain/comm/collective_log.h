@@ -48,6 +48,7 @@ class CollectiveLog {
 
  private:
   void poll_locked();
+  CollectiveRecord* find_locked(int64_t seq);  // nullptr once dropped
   mutable std::mutex mu_;
   size_t keep_;
   int64_t next_ = 0;

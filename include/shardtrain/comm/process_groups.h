@@ -1,6 +1,7 @@
 // Process groups for each sharding strategy, made from MPI alone (MPI_Comm_split): the world,
 // the shard group (parameters are split across it) and the replicate group (holds copies).
 #pragma once
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,6 +31,7 @@ GroupLayout group_layout(Sharding s, const Topology& topo, int shard_group_size)
 struct ProcessGroups {
   GroupLayout layout;
   std::unique_ptr<Communicator> world, shard, replicate;
+  std::array<Communicator*, 3> all() const { return {world.get(), shard.get(), replicate.get()}; }  // in that order
   std::shared_ptr<void> watchdog;  // declared last: stops before the communicators are destroyed
 };
 

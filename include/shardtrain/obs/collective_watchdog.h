@@ -10,9 +10,10 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
-#include "shardtrain/comm/communicator.h"
+#include "shardtrain/comm/process_groups.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::obs {
@@ -26,8 +27,8 @@ struct GroupBeat {
 struct Heartbeat {
   std::array<GroupBeat, kWatchedGroups> groups{};
   double stopping = 0;  // this rank has finished training
-  static constexpr int kDoubles = kWatchedGroups * 6 + 1;
 };
+static_assert(std::is_trivially_copyable_v<Heartbeat>, "heartbeats travel as raw bytes");
 
 struct Verdict {
   bool stuck = false;
@@ -47,9 +48,8 @@ std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beat
 
 class CollectiveWatchdog {
  public:
-  // Collective over MPI_COMM_WORLD. groups: this rank's world, shard and replicate communicators.
-  CollectiveWatchdog(std::vector<const comm::Communicator*> groups, std::vector<std::string> hosts, double timeout_s,
-                     int dump_last);
+  // Collective over MPI_COMM_WORLD; watches this rank's world, shard and replicate groups.
+  CollectiveWatchdog(const comm::ProcessGroups& groups, std::vector<std::string> hosts, double timeout_s, int dump_last);
   ~CollectiveWatchdog();  // keeps exchanging until every rank has stopped, then joins
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;
@@ -58,7 +58,7 @@ class CollectiveWatchdog {
   void run();
   Heartbeat beat() const;
   [[noreturn]] void report_and_exit(const Verdict& v, const std::vector<Heartbeat>& beats);
-  std::vector<const comm::Communicator*> groups_;
+  std::array<const comm::Communicator*, kWatchedGroups> groups_;
   std::vector<std::string> hosts_;
   std::array<double, kWatchedGroups> group_ids_{};
   double timeout_s_, interval_s_;
