@@ -12,9 +12,7 @@ AsyncSaver::AsyncSaver() {
   MPI_CHECK(MPI_Query_thread(&level));
   if (level < MPI_THREAD_MULTIPLE)
     throw UsageError("--async-save needs an MPI with MPI_THREAD_MULTIPLE; drop --async-save to save synchronously");
-  MPI_Comm dup;
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  comm_ = MpiComm(dup);
+  comm_ = MpiComm::dup();
 }
 
 AsyncSaver::~AsyncSaver() {

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/cli/commands.h"
@@ -118,16 +120,14 @@ comm::ProcessGroups make_groups(const FsdpOptions& f, const MpiEnv& env, const D
 }
 
 // This rank's Prometheus series from a step's metrics; collective counters accumulate.
+// gpu_peaks: {allocated, reserved} bytes, or {-1, -1} on a CPU rank.
 void fill_series(obs::RankSeries& r, const StepMetrics& m, const comm::ProcessGroups& g, const MpiEnv& env,
-                 double last_checkpoint_s) {
+                 double last_checkpoint_s, std::pair<double, double> gpu_peaks) {
   r.rank = env.rank(), r.host = env.host();
   r.step = static_cast<double>(m.step), r.loss = m.loss, r.lr = m.lr, r.tokens_per_s = m.tokens_per_s;
   r.tflops_per_device = m.tflops_per_device, r.mfu = m.mfu, r.step_seconds = m.step_time_s, r.phases = m.phases;
   r.host_peak_rss = static_cast<double>(m.peak_mem_bytes);
-  if (m.extra.contains("memory") && m.extra["memory"].contains("gpu_peak_allocated_bytes")) {
-    r.gpu_peak_allocated = m.extra["memory"]["gpu_peak_allocated_bytes"].get<double>();
-    r.gpu_peak_reserved = m.extra["memory"]["gpu_peak_reserved_bytes"].get<double>();
-  }
+  std::tie(r.gpu_peak_allocated, r.gpu_peak_reserved) = gpu_peaks;
   r.checkpoint_seconds = last_checkpoint_s;
   const auto groups = g.all();
   for (int k = 0; k < obs::RankSeries::kGroups; ++k)
@@ -246,6 +246,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   };
   if (val) h.val_loss = [&] { return engine.evaluate(*val, o.train.batch_size, o.train.val_batches).loss; };
   if (accuracy) h.accuracy = [&] { return accuracy->run([&](const at::Tensor& t) { return engine.logits(t); }, o.model).exact_match; };
+  std::pair<double, double> gpu_peaks{-1, -1};  // the last step's, for the Prometheus series
   h.annotate = [&](StepMetrics& m) {
     m.extra = {{"comm", comm_json(groups)}, {"memory", memory_json(mem)}};
     m.extra["memory"]["peak_gathered_units"] = engine.peak_gathered_units();
@@ -255,6 +256,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
       m.extra["memory"]["gpu_peak_allocated_bytes"] = g.peak_allocated;
       m.extra["memory"]["gpu_peak_reserved_bytes"] = g.peak_reserved;
       m.extra["memory"]["gpu_total_bytes"] = g.total;
+      gpu_peaks = {static_cast<double>(g.peak_allocated), static_cast<double>(g.peak_reserved)};
     }
 #endif
   };
@@ -272,7 +274,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   if (o.obs.metrics_port > 0) {
     exporter = std::make_unique<obs::NodeExporter>(o.obs.metrics_port, o.obs.metrics_job, topo, hosts);
     h.publish = [&, series = obs::RankSeries{}](const StepMetrics& m) mutable {
-      fill_series(series, m, groups, env, last_checkpoint_s);
+      fill_series(series, m, groups, env, last_checkpoint_s, gpu_peaks);
       groups.world->host_collective(comm::Op::kAllGather, 0, [&] { exporter->publish(series); });
     };
   }

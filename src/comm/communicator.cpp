@@ -22,17 +22,18 @@ class TrackedWork : public Work {
     inner_->wait();
     log_->add_wait(CollectiveLog::now() - t0);
     if (!probed_) log_->finished(seq_);
+    waited_ = true;
   }
   ~TrackedWork() override {
     inner_.reset();  // a backend's Work completes (or orders) its collective when destroyed
-    if (!probed_) log_->finished(seq_);
+    if (!probed_ && !waited_) log_->finished(seq_);
   }
 
  private:
   std::shared_ptr<CollectiveLog> log_;
   int64_t seq_;
   WorkPtr inner_;
-  bool probed_;
+  bool probed_, waited_ = false;
 };
 
 class CallWork : public Work {  // a blocking host call, run when waited on
@@ -46,13 +47,13 @@ class CallWork : public Work {  // a blocking host call, run when waited on
 }  // namespace
 
 WorkPtr Communicator::tracked(Op op, int64_t bytes, WorkPtr issued, std::function<bool()> done) {
+  stats_.add(op, bytes);
   const bool probed = static_cast<bool>(done);
   const int64_t seq = log_->started(op, bytes, std::move(done));
   return std::make_unique<TrackedWork>(log_, seq, std::move(issued), probed);
 }
 
 void Communicator::host_collective(Op op, int64_t bytes, const std::function<void()>& call) {
-  // Not in stats_: these are the trainer's bookkeeping (signals, summaries), not model traffic.
   tracked(op, bytes, std::make_unique<CallWork>(call))->wait();
 }
 

@@ -77,7 +77,6 @@ MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name)
 WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
   check_all_gather(*this, in, out);
   require_cpu(in), require_cpu(out);
-  stats_.add(Op::kAllGather, out.nbytes());
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
   const auto type = mpi_type(in.scalar_type());
   MPI_CHECK(MPI_Iallgather(in.data_ptr(), count_of(in), type, out.data_ptr(), count_of(in), type, comm_.get(),
@@ -88,7 +87,6 @@ WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor
 WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) {
   check_reduce_scatter(*this, in, out);
   require_cpu(in), require_cpu(out);
-  stats_.add(Op::kReduceScatter, in.nbytes());
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
   MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out), mpi_type(in.scalar_type()),
                                       sum_op(in.scalar_type()), comm_.get(), w->request()));
@@ -98,7 +96,6 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Te
 WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
   require_cpu(t);
   if (!t.is_contiguous()) throw Error("all_reduce: the tensor must be contiguous");
-  stats_.add(Op::kAllReduce, t.nbytes());
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), sum_op(t.scalar_type()),
                            comm_.get(), w->request()));
@@ -108,23 +105,19 @@ WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
 WorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
   require_cpu(t);
   if (!t.is_contiguous()) throw Error("broadcast: the tensor must be contiguous");
-  stats_.add(Op::kBroadcast, t.nbytes());
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
   MPI_CHECK(MPI_Ibcast(t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), root, comm_.get(), w->request()));
   return tracked(Op::kBroadcast, t.nbytes(), std::move(w));
 }
 
 void MpiCommunicator::barrier() {
-  stats_.add(Op::kBarrier, 0);
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{});
   MPI_CHECK(MPI_Ibarrier(comm_.get(), w->request()));
   tracked(Op::kBarrier, 0, std::move(w))->wait();
 }
 
 std::unique_ptr<MpiCommunicator> mpi_world() {
-  MPI_Comm dup;
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  return std::make_unique<MpiCommunicator>(MpiComm(dup), "world");
+  return std::make_unique<MpiCommunicator>(MpiComm::dup(), "world");
 }
 
 }  // namespace shardtrain::comm

@@ -79,9 +79,7 @@ CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups, std::v
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, groups_[g]->mpi()));
     group_ids_[g] = lowest;
   }
-  MPI_Comm side;
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &side));
-  side_ = MpiComm(side);
+  side_ = MpiComm::dup();
   thread_ = std::thread([this] { run(); });
 }
 

@@ -30,7 +30,7 @@ NodeExporter::NodeExporter(int port, std::string job, const Topology& topo, cons
 
 std::string NodeExporter::text() {
   std::lock_guard<std::mutex> lock(mu_);
-  return text_;
+  return latest_.empty() ? "" : exposition(job_, latest_);  // nothing before the first step
 }
 
 void NodeExporter::publish(const RankSeries& mine) {
@@ -42,9 +42,8 @@ void NodeExporter::publish(const RankSeries& mine) {
   std::vector<RankSeries> ranks;
   for (size_t i = 0; i < members_.size(); ++i)
     ranks.push_back(RankSeries::unpack(all.data() + i * n, members_[i], hosts_[members_[i]]));
-  const std::string t = exposition(job_, ranks);
   std::lock_guard<std::mutex> lock(mu_);
-  text_ = t;
+  latest_ = std::move(ranks);
 }
 
 }  // namespace shardtrain::obs

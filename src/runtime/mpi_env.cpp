@@ -24,6 +24,12 @@ MpiComm::~MpiComm() {
     MPI_Comm_free(&comm_);
 }
 
+MpiComm MpiComm::dup(MPI_Comm c) {
+  MPI_Comm d;
+  MPI_CHECK(MPI_Comm_dup(c, &d));
+  return MpiComm(d);
+}
+
 int MpiComm::rank() const {
   int r = 0;
   MPI_CHECK(MPI_Comm_rank(comm_, &r));

@@ -69,11 +69,11 @@ class Communicator {
   // Sequence-numbered history and blocked time; the watchdog reads it from its own thread.
   CollectiveLog& log() const { return *log_; }
   // A blocking host-side collective on mpi() (or a subset of its ranks, all calling at the same
-  // point), numbered and timed like the others so the watchdog sees a hang inside it.
+  // point), numbered, timed and counted like the others so the watchdog sees a hang inside it.
   void host_collective(Op op, int64_t bytes, const std::function<void()>& call);
 
  protected:
-  // Called right after a backend issued a collective: numbers it, and times the host's wait.
+  // Called right after a backend issued a collective: counts and numbers it, times the host's wait.
   // done: an asynchronous completion probe (NCCL's event); without it, completion is the wait.
   WorkPtr tracked(Op op, int64_t bytes, WorkPtr issued, std::function<bool()> done = nullptr);
   CommStats stats_;

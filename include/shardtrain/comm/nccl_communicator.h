@@ -5,6 +5,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <array>
+#include <string>
+
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/comm/process_groups.h"
 #include "shardtrain/cuda/cuda_handles.h"
@@ -39,7 +42,9 @@ class NcclCommunicator : public Communicator {
   cuda::NcclComm comm_;
   cuda::Stream stream_;
   cudaStream_t compute_;
-  at::Device device_;  // the current device when the communicator was made
+  at::Device device_;                       // the current device when the communicator was made
+  cuda::Event produced_;                    // compute -> comm stream ordering, reused per collective
+  std::array<std::string, kNumOps> nvtx_;   // "all_gather shard", ... built once
 };
 
 // The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,

@@ -27,7 +27,7 @@ class NodeExporter {
   std::vector<int> members_;  // world ranks of this node, by node-local rank
   std::vector<std::string> hosts_;
   std::mutex mu_;
-  std::string text_;
+  std::vector<RankSeries> latest_;  // formatted only when scraped, not every step
   std::unique_ptr<HttpServer> server_;
 };
 

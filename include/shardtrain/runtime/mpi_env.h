@@ -17,6 +17,7 @@ class MpiComm {
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;
   ~MpiComm();
+  static MpiComm dup(MPI_Comm c = MPI_COMM_WORLD);  // a private channel over the same ranks
   MPI_Comm get() const { return comm_; }
   int rank() const;
   int size() const;
