@@ -1,7 +1,5 @@
 #include "shardtrain/fsdp/engine.h"
 
-#include "shardtrain/cuda/nvtx.h"
-
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -9,18 +7,13 @@
 #include <algorithm>
 #include <cmath>
 
+#include "shardtrain/cuda/nvtx.h"
 #include "shardtrain/data/loader.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::fsdp {
 
 using comm::Communicator;
-
-namespace {
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-}  // namespace
 
 // Per micro-batch: the detached input leaf and the output of every unit, [units].
 struct FsdpEngine::Pass {
@@ -49,7 +42,11 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
       master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
       opt_.add(master.narrow(0, s.shard_offset, s.numel), !e.is_norm);
     }
-    units_.emplace_back(std::move(layout), sr, master);
+    units_.emplace_back(std::move(layout), master);
+    // The matching views of the persistent gradient shard, in opt_.add's order.
+    for (const Segment& s : shard_segments(units_.back().layout(), sr))
+      grad_views_.push_back(units_.back().grad().narrow(0, s.shard_offset, s.numel));
+    unit_grads_.push_back(units_.back().grad());
     if (!cfg_.sync_each_microstep) no_sync_.push_back(at::zeros({units_.back().layout().padded}, fp32));
   }
 }
@@ -80,19 +77,8 @@ void FsdpEngine::note_gathered() {
 }
 
 LayerWeights FsdpEngine::layer_weights(int64_t u) const {
-  const auto& l = units_[u].layout();
-  const auto v = units_[u].views();
-  LayerWeights w;
-  for (size_t i = 0; i < l.entries.size(); ++i) {
-    const auto& n = l.entries[i].name;
-    at::Tensor* slot = ends_with(n, "q_proj.weight") ? &w.q_proj : ends_with(n, "k_proj.weight") ? &w.k_proj
-                     : ends_with(n, "v_proj.weight") ? &w.v_proj : ends_with(n, "o_proj.weight") ? &w.o_proj
-                     : ends_with(n, "gate_proj.weight") ? &w.gate_proj : ends_with(n, "up_proj.weight") ? &w.up_proj
-                     : ends_with(n, "down_proj.weight") ? &w.down_proj
-                     : ends_with(n, "input_layernorm.weight") ? &w.input_norm : &w.post_norm;
-    *slot = v[i];
-  }
-  return w;
+  const auto v = units_[u].views();  // llama_param_specs order, which is LayerWeights' field order
+  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
 }
 
 at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_graph) {
@@ -220,16 +206,11 @@ StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) 
   if (!cfg_.sync_each_microstep) reduce_accumulated();
   r.loss = groups_.world->all_reduce_sum(loss_sum) / denom;
   // Shards of one replica tile the model; replicas hold equal shards, so sum over the shard group.
-  std::vector<at::Tensor> grads;
-  double sq = 0;
-  for (auto& u : units_) sq += u.grad().to(at::kDouble).pow(2).sum().item<double>();
+  double sq = grad_sq_norm(unit_grads_);  // padding is zero, so whole shards are exact
   if (groups_.shard->size() > 1) sq = groups_.shard->all_reduce_sum(sq);
   r.grad_norm = std::sqrt(sq);
-  for (auto& u : units_)
-    for (const Segment& s : shard_segments(u.layout(), groups_.shard->rank()))
-      grads.push_back(u.grad().narrow(0, s.shard_offset, s.numel));
-  scale_grads(grads, r.grad_norm, cfg_.grad_clip);
-  opt_.step(lr, grads);
+  scale_grads(grad_views_, r.grad_norm, cfg_.grad_clip);
+  opt_.step(lr, grad_views_);
   close_phase(Phase::kOptimizer);
   return r;
 }

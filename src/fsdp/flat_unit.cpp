@@ -9,8 +9,7 @@
 
 namespace shardtrain::fsdp {
 
-FlatUnit::FlatUnit(FlatLayout layout, int shard_rank, at::Tensor master)
-    : layout_(std::move(layout)), shard_rank_(shard_rank), master_(std::move(master)) {
+FlatUnit::FlatUnit(FlatLayout layout, at::Tensor master) : layout_(std::move(layout)), master_(std::move(master)) {
   if (master_.numel() != layout_.shard_numel) throw Error("FSDP unit: master shard has the wrong size");
   grad_ = at::zeros_like(master_);
 }
@@ -63,10 +62,8 @@ std::vector<at::Tensor> FlatUnit::views() const {
 }
 
 void FlatUnit::release() {
-  wait();
-  if (flat_.defined() && gathered_) free_storage();
+  free_storage();  // waits, and frees only what is gathered
   flat_ = at::Tensor();
-  gathered_ = false;
 }
 
 }  // namespace shardtrain::fsdp

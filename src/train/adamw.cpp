@@ -30,10 +30,13 @@ void AdamW::step(double lr, const std::vector<at::Tensor>& grads) {
 }
 
 double grad_sq_norm(const std::vector<at::Tensor>& grads) {
-  double total = 0.0;
+  at::Tensor total;  // summed where the gradients live: one host sync, not one per tensor
   for (const auto& g : grads)
-    if (g.defined() && g.numel() > 0) total += g.to(at::kDouble).pow(2).sum().item<double>();
-  return total;
+    if (g.defined() && g.numel() > 0) {
+      auto t = g.to(at::kDouble).pow(2).sum();
+      total = total.defined() ? total + t : t;
+    }
+  return total.defined() ? total.item<double>() : 0.0;
 }
 
 void scale_grads(const std::vector<at::Tensor>& grads, double total_norm, double max_norm) {

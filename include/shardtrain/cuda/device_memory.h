@@ -12,6 +12,5 @@ struct DeviceMemory {
 };
 
 DeviceMemory device_memory(int device);
-void reset_peak_memory(int device);
 
 }  // namespace shardtrain::cuda

@@ -96,6 +96,8 @@ class FsdpEngine {
   comm::ProcessGroups& groups_;
   Rotary rope_;
   std::vector<FlatUnit> units_;      // [num_layers + 2]
+  std::vector<at::Tensor> unit_grads_;  // [units]: each unit's persistent fp32 gradient shard
+  std::vector<at::Tensor> grad_views_;  // this rank's pieces of those, in the optimizer's order
   std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::vector<at::Tensor> no_sync_;  // [units] fp32 [padded], when !sync_each_microstep
   AdamW opt_;

@@ -12,7 +12,7 @@ namespace shardtrain::fsdp {
 
 class FlatUnit {
  public:
-  FlatUnit(FlatLayout layout, int shard_rank, at::Tensor master);
+  FlatUnit(FlatLayout layout, at::Tensor master);
   const FlatLayout& layout() const { return layout_; }
   at::Tensor& master() { return master_; }  // fp32 [shard_numel], persistent
   at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], persistent
@@ -35,7 +35,6 @@ class FlatUnit {
  private:
   void start(comm::Communicator& shard);
   FlatLayout layout_;
-  int shard_rank_;
   at::Tensor master_, grad_;
   at::Tensor flat_;  // [padded] leaf, requires grad; storage present only while gathered
   at::Tensor send_;  // the master shard in the compute dtype, kept alive for the gather
