@@ -22,8 +22,7 @@ std::string host_ranges(const std::vector<std::string>& hosts) {
 }
 
 std::string start_banner(const TrainOptions& o, const Topology& topo, const std::vector<std::string>& hosts,
-                         const comm::ProcessGroups& g, const DeviceChoice& device, int64_t num_params,
-                         int64_t global_batch, int threads) {
+                         const comm::ProcessGroups& g, const DeviceChoice& device, const BannerFacts& f) {
   const auto& m = o.model;
   const auto& t = o.train;
   char buf[512];
@@ -33,26 +32,32 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
   b += buf;
   std::snprintf(buf, sizeof buf,
                 "  strategy    %s: shard groups of %d, %d replicas | param %s, reduce %s | activation checkpointing %s | "
-                "in-flight gathers %d\n",
+                "in-flight gathers %d | persistent %lld KiB per rank of %lld KiB unsharded\n",
                 comm::sharding_name(o.fsdp.sharding), g.shard->size(), g.replicate->size(), dtype_label(t.param_dtype),
                 dtype_label(o.fsdp.reduce_dtype), o.fsdp.activation_checkpointing ? "on" : "off",
-                o.fsdp.max_inflight_gathers);
+                o.fsdp.max_inflight_gathers, static_cast<long long>(f.persistent_bytes >> 10),
+                static_cast<long long>(f.unsharded_bytes >> 10));
   b += buf;
   std::snprintf(buf, sizeof buf, "  device      %s, %d CPU threads per rank\n",
-                device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI", threads);
+                device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI", f.threads);
   b += buf;
   std::snprintf(buf, sizeof buf,
                 "  model       %s: %lld layers, hidden %lld, ffn %lld, %lld heads (%lld kv), vocab %lld, %lld parameters%s\n",
                 m.name.c_str(), static_cast<long long>(m.num_layers), static_cast<long long>(m.hidden_size),
                 static_cast<long long>(m.intermediate_size), static_cast<long long>(m.num_heads),
                 static_cast<long long>(m.num_kv_heads), static_cast<long long>(m.vocab_size),
-                static_cast<long long>(num_params), o.weights.empty() ? ", seeded init" : (", weights " + o.weights).c_str());
+                static_cast<long long>(f.num_params),
+                o.weights.empty() ? ", seeded init"
+                                  : (", weights " + o.weights + " (" + std::to_string(f.weights_bytes_read) +
+                                     " bytes read by rank 0)").c_str());
   b += buf;
   std::snprintf(buf, sizeof buf,
-                "  data        %s, seq %lld, global batch %lld rows (%lld per rank x %lld accumulation x %d ranks)%s\n",
-                o.data.c_str(), static_cast<long long>(t.seq_len), static_cast<long long>(global_batch),
-                static_cast<long long>(t.batch_size), static_cast<long long>(t.grad_accum), topo.world,
-                o.val_data.empty() ? "" : (", validation " + o.val_data).c_str());
+                "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %lld rows (%lld per rank x %lld "
+                "accumulation x %d ranks)%s\n",
+                o.data.c_str(), static_cast<long long>(f.train_rows), static_cast<long long>(t.seq_len), f.packing.c_str(),
+                f.format.c_str(), static_cast<long long>(f.global_batch), static_cast<long long>(t.batch_size),
+                static_cast<long long>(t.grad_accum), topo.world,
+                o.val_data.empty() ? "" : ("; validation " + o.val_data + ": " + std::to_string(f.val_rows) + " rows").c_str());
   b += buf;
   std::snprintf(buf, sizeof buf,
                 "  optimizer   AdamW lr %g (%s, warmup %lld), betas %g/%g, weight decay %g, clip %g | steps %lld | seed %llu\n",

@@ -23,6 +23,19 @@ ModelConfig checkpoint_model(const std::string& path) {
 
 }  // namespace
 
+void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
+               int rank) {
+  const auto full = engine.full_parameters();  // collective: every rank takes part
+  if (rank != 0) return;
+  NamedTensors named;
+  for (const auto& spec : llama_param_specs(model)) named.emplace_back(spec.name, full.at(spec.name).to(dtype));
+  fs::create_directories(dir);
+  write_safetensors_sharded(dir, named, 5ull << 30);
+  auto cfg = model_to_hf_json(model);
+  cfg["torch_dtype"] = dtype == at::kBFloat16 ? "bfloat16" : "float32";
+  std::ofstream(fs::path(dir) / "config.json") << cfg.dump(2) << "\n";
+}
+
 int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   ConvertOptions o = parse_convert(args, &help);
@@ -36,16 +49,7 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   fsdp::FsdpEngine engine(model, fc, groups, /*seed=*/0, weights.get());
   if (to_hf) {
     ckpt::load(o.input, engine);  // verifies every checksum on the way
-    const auto full = engine.full_parameters();
-    if (env.rank() == 0) {
-      NamedTensors named;
-      for (const auto& spec : llama_param_specs(model)) named.emplace_back(spec.name, full.at(spec.name).to(o.dtype));
-      fs::create_directories(o.output);
-      write_safetensors_sharded(o.output, named, 5ull << 30);
-      auto cfg = model_to_hf_json(model);
-      cfg["torch_dtype"] = o.dtype == at::kBFloat16 ? "bfloat16" : "float32";
-      std::ofstream(fs::path(o.output) / "config.json") << cfg.dump(2) << "\n";
-    }
+    export_hf(o.output, model, engine, o.dtype, env.rank());
   } else {
     const std::string tmp = o.output + ".tmp";
     const ckpt::TrainState st{0, {}, nlohmann::json{{"converted_from", o.input}}, model_to_hf_json(model)};

@@ -67,6 +67,9 @@ std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyOptions& o, const
                      std::to_string(model.vocab_size));
   task->records = read_records(o.file, fmt, o.samples);
   if (task->records.empty()) throw UsageError("--accuracy-file " + o.file + " has no usable records");
+  for (const Record& r : task->records)  // checked here, before training, not at the first validation
+    if (r.prompt.empty())
+      throw UsageError("--accuracy-file " + o.file + ": exact-match accuracy needs prompt/answer records (alpaca or samsum), not plain text");
   return task;
 }
 
@@ -79,13 +82,6 @@ ParamStore load_or_init(const ModelConfig& model, const std::string& weights, ui
 }
 
 namespace {
-
-void save_model(const std::string& dir, const ModelConfig& model, const NamedTensors& params) {
-  std::filesystem::create_directories(dir);
-  write_safetensors_sharded(dir, params, 5ull << 30);
-  std::ofstream(std::filesystem::path(dir) / "config.json") << model_to_hf_json(model).dump(2) << "\n";
-  log::info("saved model to " + dir);
-}
 
 nlohmann::json comm_json(const comm::ProcessGroups& g) {
   nlohmann::json j;
@@ -167,22 +163,22 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   fsdp::FsdpEngine engine(o.model, cfg, groups, o.train.seed, weights.get());
   const auto mem = engine.memory();
   const auto& topo = env.topology();
-  log::info("fsdp: " + std::string(comm::sharding_name(o.fsdp.sharding)) + " on " + std::to_string(env.size()) + " ranks (" +
-            std::to_string(topo.num_nodes) + " nodes x " + std::to_string(topo.local_size) + "), shard groups of " +
-            std::to_string(groups.shard->size()) + ", replicas " + std::to_string(groups.replicate->size()) + "; " +
-            (device.cuda ? device.name + " + NCCL" : std::string("cpu + MPI")) + "; persistent " +
-            std::to_string(mem.persistent() >> 10) + " KiB per rank of " + std::to_string(mem.unsharded_bytes >> 10) +
-            " KiB unsharded" + (weights ? "; read " + std::to_string(weights->bytes_read()) + " bytes of " + o.weights : ""));
-  if (o.fsdp.fail_on_rank == env.rank())
-    throw Error("fault injected by --fail-on-rank " + std::to_string(env.rank()));
   LoaderConfig lc;
   lc.micro_batch = o.train.batch_size, lc.grad_accum = o.train.grad_accum, lc.seed = o.train.seed;
   lc.rank = env.rank(), lc.world = env.size();
   DataLoader loader(*train, lc);
-  log::info("data: " + o.data + ": " + std::to_string(train->rows()) + " rows of " + std::to_string(train->seq_len()) +
-            " tokens (" + train->meta().packing + ", " + train->meta().format + "), global batch " +
-            std::to_string(loader.global_batch()) + (val ? "; validation " + o.val_data + ": " + std::to_string(val->rows()) + " rows" : ""));
   FitHooks h;
+  for (const auto& spec : llama_param_specs(o.model)) h.num_params += spec.numel();
+  const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);
+  BannerFacts facts;
+  facts.num_params = h.num_params, facts.global_batch = loader.global_batch(), facts.threads = at::get_num_threads();
+  facts.persistent_bytes = mem.persistent(), facts.unsharded_bytes = mem.unsharded_bytes;
+  facts.weights_bytes_read = weights ? static_cast<int64_t>(weights->bytes_read()) : 0;
+  facts.train_rows = train->rows(), facts.val_rows = val ? val->rows() : 0;
+  facts.packing = train->meta().packing, facts.format = train->meta().format;
+  log::info(start_banner(o, topo, hosts, groups, device, facts));
+  if (o.fsdp.fail_on_rank == env.rank())
+    throw Error("fault injected by --fail-on-rank " + std::to_string(env.rank()));
   bool resumed = false;
   for (const auto& path : o.resume.empty() ? std::vector<std::string>{} : ckpt::resume_candidates(o.resume, o.checkpoint_dir)) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -260,11 +256,8 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
     }
 #endif
   };
-  for (const auto& spec : llama_param_specs(o.model)) h.num_params += spec.numel();
   h.world_size = env.size();
   h.writes_metrics = env.rank() == 0;
-  const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);
-  log::info(start_banner(o, topo, hosts, groups, device, h.num_params, loader.global_batch(), at::get_num_threads()));
   h.across_ranks = [&](StepMetrics& m) {
     std::string line;
     groups.world->host_collective(comm::Op::kAllGather, 0, [&] { line = obs::summarize_across_ranks(m, groups.world->mpi(), hosts); });
@@ -292,10 +285,8 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
     return kExitCheckpointed;
   }
   if (!o.save_model.empty()) {
-    const auto full = engine.full_parameters();  // collective: every rank takes part
-    NamedTensors named;
-    for (const auto& spec : llama_param_specs(o.model)) named.emplace_back(spec.name, full.at(spec.name));
-    if (env.rank() == 0) save_model(o.save_model, o.model, named);
+    export_hf(o.save_model, o.model, engine, at::kFloat, env.rank());
+    log::info("saved model to " + o.save_model);
   }
   return 0;
 }

@@ -28,7 +28,8 @@ TEST(CliMpi, FourRanksHybridTrainLikeOneRank) {
   auto b = run(kTrain + "--steps 15 --batch-size 2 --grad-accum 2 --sharding hybrid_shard --ranks-per-node 2 "
                "--activation-checkpointing --metrics-file " + four, mpirun(4));
   ASSERT_EQ(b.code, 0) << b.out;
-  EXPECT_NE(b.out.find("hybrid_shard on 4 ranks (2 nodes x 2), shard groups of 2, replicas 2"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("topology    4 ranks on 2 nodes x 2 ranks per node"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("strategy    hybrid_shard: shard groups of 2, 2 replicas"), std::string::npos) << b.out;
   const auto ra = read_jsonl(one), rb = read_jsonl(four);
   ASSERT_EQ(ra.size(), 15u);
   ASSERT_EQ(rb.size(), 15u);

@@ -85,7 +85,7 @@ def case_training(a, env):
     print(log)
     check(job_field(job, "JobState", env) == "COMPLETED", "job %s completed" % job)
     check("preflight: PASS" in log, "preflight ran first and passed")
-    check(re.search(r"on 2 ranks \(1 nodes x 2\)", log) is not None, "the trainer ran as 2 srun --mpi=pmix ranks")
+    check("2 ranks on 1 nodes x 2 ranks per node" in log, "the trainer ran as 2 srun --mpi=pmix ranks")
     m = metrics(os.path.join(out, "metrics.jsonl"))
     check([x["step"] for x in m] == list(range(1, 9)), "metrics has steps 1..8")
     check(all(math.isfinite(x["loss"]) and x["tokens_per_s"] > 0 for x in m), "losses finite, tokens/s positive")
@@ -171,7 +171,7 @@ def case_sweep(a, env):
     for n in (1, 2):
         log = open([os.path.join(out, "nodes-%d" % n, f) for f in os.listdir(os.path.join(out, "nodes-%d" % n))
                     if f.startswith("slurm-")][0]).read()
-        check("(%d nodes x 2)" % n in log, "%d simulated node(s) of 2 ranks ran" % n)
+        check("%d ranks on %d nodes x 2 ranks per node" % (2 * n, n) in log, "%d simulated node(s) of 2 ranks ran" % n)
     cells = [[c.strip() for c in r.split("|")[1:-1]] for r in rows]
     check(all(float(c[1]) > 0 for c in cells), "tokens/s measured for both")
     check(cells[0][4] == "100.0%", "1 node is the 100% efficiency baseline")
@@ -204,7 +204,7 @@ def case_mpirun(a, env):
     print(log)
     check(p.returncode == 0, "launch/mpirun.sh exited 0")
     check("preflight: PASS" in log, "preflight passed first")
-    check(re.search(r"on 2 ranks", log) is not None, "2 ranks from the hostfile")
+    check("2 ranks on 1 nodes x 2 ranks per node" in log, "2 ranks from the hostfile")
     check(re.search(r"MCW rank 1 bound to", log) is not None, "ranks were bound (--report-bindings)")
     check("trainer exit code 75" in log and "restarting (restart 1" in log, "USR1 -> checkpoint, exit 75, restart")
     check(re.search(r"resumed from \S+ at step [1-9]", log) is not None, "the restart resumed from the checkpoint")

@@ -10,10 +10,19 @@
 
 namespace shardtrain::cli {
 
+// What the run measured at setup, beside the options.
+struct BannerFacts {
+  int64_t num_params = 0, global_batch = 0;
+  int threads = 1;
+  int64_t persistent_bytes = 0, unsharded_bytes = 0;  // per rank: sharded state vs the whole model's
+  int64_t weights_bytes_read = 0;                     // by this rank, from --weights
+  int64_t train_rows = 0, val_rows = 0;
+  std::string packing, format;                        // of the training token file
+};
+
 // hosts: every rank's host, by rank. Pure apart from formatting.
 std::string start_banner(const TrainOptions& o, const Topology& topo, const std::vector<std::string>& hosts,
-                         const comm::ProcessGroups& g, const DeviceChoice& device, int64_t num_params,
-                         int64_t global_batch, int threads);
+                         const comm::ProcessGroups& g, const DeviceChoice& device, const BannerFacts& f);
 
 // "vm: ranks 0-1; vm2: ranks 2-3" (consecutive ranks on one host collapse into a range).
 std::string host_ranges(const std::vector<std::string>& hosts);

@@ -10,6 +10,10 @@
 #include "shardtrain/runtime/mpi_env.h"
 #include "shardtrain/train/accuracy.h"
 
+namespace shardtrain::fsdp {
+class FsdpEngine;
+}
+
 namespace shardtrain::cli {
 
 int cmd_prepare(const std::vector<std::string>& args, MpiEnv& env);
@@ -26,6 +30,11 @@ int print_help(const std::string& text, const MpiEnv& env);
 // Opens a token file and checks its ids fit the model's vocabulary and positions.
 std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model);
 // Safetensors weights when given, else the deterministic seeded init.
+// Collective: every rank gathers the full parameters; rank 0 writes Hugging Face safetensors
+// (5 GiB shards) and config.json with torch_dtype into dir.
+void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
+               int rank);
+
 ParamStore load_or_init(const ModelConfig& model, const std::string& weights, uint64_t seed);
 // One CUDA device per rank, picked by node-local rank among the visible ones (CUDA_VISIBLE_DEVICES
 // applies), for --device auto|cuda; cpu otherwise. Selects the device. Throws UsageError for
