@@ -20,11 +20,12 @@ namespace shardtrain::ckpt {
 namespace {
 
 using h5::Handle;
-const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
 
 at::Tensor piece_tensor(const fsdp::StatePiece& p, int which) {
   return which == 0 ? p.master : which == 1 ? p.exp_avg : p.exp_avg_sq;
 }
+
+}  // namespace
 
 uint32_t crc_of(const at::Tensor& t) {
   auto c = t.to(at::kCPU).contiguous();
@@ -37,6 +38,8 @@ uint32_t crc_of(const at::Tensor& t) {
   }
   return static_cast<uint32_t>(crc);
 }
+
+namespace {
 
 // Selects the row-major flat range [b, e) of a dataset of `shape` (1-D or 2-D) in `space`.
 void select_flat(hid_t space, const std::vector<int64_t>& shape, int64_t b, int64_t e) {

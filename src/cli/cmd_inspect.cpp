@@ -1,12 +1,13 @@
 // `shardtrain inspect CKPT`: what a checkpoint holds, and whether every dataset's bytes still
 // match its CRC-32. Reads serially; run it without mpirun.
-#include <zlib.h>
+#include <ATen/ATen.h>
 
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
@@ -46,9 +47,9 @@ Row check(hid_t file, const std::string& path) {
   shape << "]";
   std::vector<float> buf(n);
   H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
-  const uLong crc = crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(4 * n));
+  const uint32_t crc = ckpt::crc_of(at::from_blob(buf.data(), {static_cast<int64_t>(n)}, at::kFloat));
   const bool has = h5::has_attr(d, "crc32");
-  const bool ok = has && static_cast<uLong>(h5::read_attr_int(d, "crc32")) == crc;
+  const bool ok = has && h5::read_attr_int(d, "crc32") == static_cast<int64_t>(crc);
   return {path, shape.str(), !has ? "no checksum" : ok ? "ok" : "CORRUPT"};
 }
 
@@ -70,7 +71,7 @@ int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env) {
             << nlohmann::json::parse(h5::read_attr_string(f, "model_config")).dump() << "\n  run "
             << nlohmann::json::parse(h5::read_attr_string(f, "run_config")).dump() << "\n";
   int bad = 0, total = 0;
-  for (const char* group : {"model", "exp_avg", "exp_avg_sq"})
+  for (const char* group : ckpt::kGroups)
     for (const auto& name : children(f, group)) {
       const Row r = check(f, std::string("/") + group + "/" + name);
       bad += r.status != "ok", ++total;

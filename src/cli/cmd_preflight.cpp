@@ -14,6 +14,7 @@
 #include "shardtrain/comm/bus_bandwidth.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/net/fabric_probe.h"
+#include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/runtime/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_communicator.h"
@@ -24,12 +25,6 @@ namespace shardtrain::cli {
 namespace {
 
 using comm::Op;
-
-// What one rank runs on, in a fixed-size record so MPI_Gather can collect it.
-struct RankRecord {
-  char host[64];
-  char device[192];
-};
 
 std::string device_line(bool use_cuda, int device) {
   char buf[192];
@@ -139,11 +134,9 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
   const int device = choice.index;
   const bool root = env.rank() == 0;
 
-  RankRecord mine{};
-  std::snprintf(mine.host, sizeof mine.host, "%s", env.host().c_str());
-  std::snprintf(mine.device, sizeof mine.device, "%s", device_line(use_cuda, device).c_str());
-  std::vector<RankRecord> all(root ? env.size() : 0);
-  MPI_CHECK(MPI_Gather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD));
+  // What every rank runs on, for the table below and the sweep's slowest-group column.
+  const auto hosts = obs::allgather_strings(env.host(), MPI_COMM_WORLD);
+  const auto devices = obs::allgather_strings(device_line(use_cuda, device), MPI_COMM_WORLD);
   const auto fabric = net::probe_fabric();
   const auto plugin = net::probe_nccl_net_plugin();
   if (root) {
@@ -151,7 +144,7 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
     os << "preflight: " << t.world << " ranks on " << t.num_nodes << " nodes x " << t.local_size << " ranks per node, "
        << (use_cuda ? "cuda + NCCL" : "cpu + MPI") << "\n";
     for (int r = 0; r < t.world; ++r)
-      os << "  rank " << r << "  node " << r / t.local_size << "  " << all[r].host << "  " << all[r].device << "\n";
+      os << "  rank " << r << "  node " << r / t.local_size << "  " << hosts[r] << "  " << devices[r] << "\n";
 #ifdef SHARDTRAIN_HAVE_CUDA
     const int v = cuda::nccl_version();
     os << "NCCL " << v / 10000 << "." << (v / 100) % 100 << "." << v % 100 << "; ";
@@ -203,7 +196,7 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
         if (root)
           std::printf("  %12lld %12lld %10.1f %12.2f %12.2f %7lld  rank %d (%s)\n", static_cast<long long>(row.bytes),
                       static_cast<long long>(row.count), row.seconds * 1e6, row.algbw, row.busbw,
-                      static_cast<long long>(row.wrong), row.slowest_rank, all[row.slowest_rank].host);
+                      static_cast<long long>(row.wrong), row.slowest_rank, hosts[row.slowest_rank].c_str());
       }
       const double avg = sum / rows;
       const bool ok = wrong == 0 && (o.min_busbw <= 0 || avg >= o.min_busbw);

@@ -1,33 +1,16 @@
 // `shardtrain report`: reads one or more metrics files and writes loss, throughput and step-time
 // breakdown charts and summary.md. Serial work; under mpirun rank 0 does it.
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/report/files.h"
 #include "shardtrain/report/run_report.h"
-#include "shardtrain/runtime/error.h"
 
 namespace fs = std::filesystem;
 
 namespace shardtrain::cli {
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(path + ": cannot open the file; pass a readable JSONL from train --metrics-file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw Error("cannot write " + path.string());
-}
 
 void draw(const fs::path& path, const report::ChartSpec& c) {
   report::draw_chart_png(path.string(), c.panels, c.columns, c.panel_w, c.panel_h);
@@ -44,21 +27,17 @@ int cmd_report(const std::vector<std::string>& args, MpiEnv& env) {
   std::vector<report::RunData> runs;
   const auto labels = report::run_labels(o.metrics);
   for (size_t i = 0; i < o.metrics.size(); ++i) {
-    runs.push_back(report::parse_metrics(read_text(o.metrics[i]), o.metrics[i], notes));
+    runs.push_back(report::parse_metrics(report::read_text(o.metrics[i]), o.metrics[i], notes));
     runs.back().label = labels[i];
   }
   std::vector<report::RunStats> stats;
   for (const auto& r : runs) stats.push_back(report::run_stats(r));
-  std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
-  if (!fs::is_directory(o.out_dir))
-    throw UsageError("--out-dir " + o.out_dir + ": cannot create the directory" + (ec ? " (" + ec.message() + ")" : ""));
-  const fs::path dir(o.out_dir);
+  const fs::path dir = report::make_out_dir(o.out_dir);
   draw(dir / "loss.png", report::loss_chart(runs, o.smooth, o.title));
   draw(dir / "throughput.png", report::throughput_chart(runs, o.title));
-  draw(dir / "breakdown.png", report::breakdown_chart(runs, o.title));
+  draw(dir / "breakdown.png", report::breakdown_chart(runs, stats, o.title));
   const std::string md = report::report_markdown(stats, o.title, notes);
-  write_text(dir / "summary.md", md);
+  report::write_text(dir / "summary.md", md);
   std::cout << md << "\nwrote " << (dir / "summary.md").string() << ", loss.png, throughput.png and breakdown.png"
             << std::endl;
   return 0;

@@ -1,24 +1,28 @@
 #include "shardtrain/obs/rank_summary.h"
 
+#include <algorithm>
 #include <cstdio>
-#include <cstring>
 
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::obs {
 
-std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm) {
-  constexpr int kLen = 256;  // HOST_NAME_MAX + 1 on Linux
+std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm) {
   int size = 1;
   MPI_CHECK(MPI_Comm_size(comm, &size));
-  char mine[kLen] = {};
-  std::strncpy(mine, host.c_str(), kLen - 1);
-  std::vector<char> all(static_cast<size_t>(size) * kLen);
-  MPI_CHECK(MPI_Allgather(mine, kLen, MPI_CHAR, all.data(), kLen, MPI_CHAR, comm));
+  const int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size), offsets(size);
+  MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  int total = 0;
+  for (int r = 0; r < size; ++r) offsets[r] = total, total += lens[r];
+  std::vector<char> all(std::max(total, 1));
+  MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, comm));
   std::vector<std::string> out;
-  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + static_cast<size_t>(r) * kLen);
+  for (int r = 0; r < size; ++r) out.emplace_back(all.data() + offsets[r], static_cast<size_t>(lens[r]));
   return out;
 }
+
+std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm) { return allgather_strings(host, comm); }
 
 std::string breakdown_line(const PhaseSummary& s, int ranks, const std::vector<std::string>& hosts) {
   std::string line = "step time by phase over " + std::to_string(ranks) + " ranks (min/median/max s):";

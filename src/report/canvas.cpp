@@ -48,8 +48,6 @@ void Canvas::fill(uint32_t color) {
     rgb_[i + 2] = static_cast<uint8_t>(color);
 }
 
-void Canvas::set_pixel(int x, int y, uint32_t color) { blend(x, y, color, 1.0); }
-
 void Canvas::blend(int x, int y, uint32_t color, double alpha) {
   if (x < clip_x0_ || y < clip_y0_ || x >= clip_x1_ || y >= clip_y1_ || !(alpha > 0)) return;
   alpha = std::min(alpha, 1.0);

@@ -4,6 +4,8 @@
 #include <cstdio>
 
 #include "shardtrain/report/run_report.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/stats.h"
 
 namespace shardtrain::report {
 namespace {
@@ -39,21 +41,6 @@ Series series_of(const RunData& run, const std::string& name, uint32_t color, F 
   return s;
 }
 
-// The phases a run reports: phase_names() order, then any others.
-std::vector<std::string> phases_of(const RunData& run) {
-  std::vector<std::string> out;
-  for (const auto& name : phase_names())
-    for (const auto& r : run.steps)
-      if (r.phases.count(name)) {
-        out.push_back(name);
-        break;
-      }
-  for (const auto& r : run.steps)
-    for (const auto& [name, v] : r.phases)
-      if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
-  return out;
-}
-
 // Fixes the top of the y axis at the larger of `headroom` x the highest series median and 1.25x
 // the highest 90th percentile, so rare spikes (checkpoints, warmup) do not flatten the steady
 // state and the legend has room above it. A series cut off names its peak in the legend.
@@ -71,15 +58,15 @@ void cap_spikes(Panel& p, double headroom) {
   }
 }
 
-Panel phase_panel(const RunData& run, const std::string& title) {
+Panel phase_panel(const RunData& run, const std::string& title, const RunStats& stats) {
   Panel p{prefixed(title, run.label + ": step time by phase"), "step", "seconds", {}, 0.0, std::nullopt, false};
-  const auto phases = phases_of(run);
-  if (phases.empty()) p.title = prefixed(title, run.label + ": step time (no per-phase timings in this file)");
+  if (stats.phases.empty()) p.title = prefixed(title, run.label + ": step time (no per-phase timings in this file)");
   p.series.push_back(series_of(run, "step total", kGrey, [](const StepRecord& r) { return r.step_time_s; }));
   p.series.back().dashed = true;
   const auto& known = phase_names();
   size_t extra = 0;
-  for (const auto& name : phases) {
+  for (const PhaseStat& phase : stats.phases) {  // the phases the run reports, in their usual order
+    const std::string& name = phase.phase;
     const size_t k = std::find(known.begin(), known.end(), name) - known.begin();
     const uint32_t color = palette_color(k < known.size() ? k : 8 + extra++);  // a phase keeps its colour; 7 is grey
     p.series.push_back(series_of(run, name, color, [&](const StepRecord& r) {
@@ -156,16 +143,15 @@ ChartSpec throughput_chart(const std::vector<RunData>& runs, const std::string& 
   return {{tps, mfu}, 2, 640, 400};
 }
 
-ChartSpec breakdown_chart(const std::vector<RunData>& runs, const std::string& title) {
-  std::vector<RunStats> stats;
-  bool spread = false;
-  for (const auto& r : runs) {
-    stats.push_back(run_stats(r));
-    spread = spread || stats.back().spread_steps > 0;
-  }
+ChartSpec breakdown_chart(const std::vector<RunData>& runs, const std::vector<RunStats>& stats,
+                          const std::string& title) {
+  if (stats.size() != runs.size())
+    throw Error("breakdown_chart: " + std::to_string(stats.size()) + " RunStats for " + std::to_string(runs.size()) +
+                " runs");
+  const bool spread = std::any_of(stats.begin(), stats.end(), [](const RunStats& s) { return s.spread_steps > 0; });
   ChartSpec spec;
   for (size_t i = 0; i < runs.size(); ++i) {
-    spec.panels.push_back(phase_panel(runs[i], title));
+    spec.panels.push_back(phase_panel(runs[i], title, stats[i]));
     if (spread) spec.panels.push_back(spread_panel(runs[i], title, stats[i]));  // one row per run
   }
   spec.columns = spread ? 2 : std::min<int>(2, static_cast<int>(runs.size()));

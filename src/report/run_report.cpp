@@ -8,8 +8,10 @@
 #include <set>
 #include <sstream>
 
-#include "shardtrain/report/scaling.h"
+#include "format.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/stats.h"
+#include "shardtrain/train/phases.h"
 
 namespace fs = std::filesystem;
 
@@ -23,13 +25,6 @@ double num(const nlohmann::json& j, const char* key) {
   return it != j.end() && it->is_number() ? it->get<double>() : kNaN;  // null (a NaN written by json) too
 }
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-std::string fmt_or_na(const char* format, double v) { return std::isfinite(v) ? fmt(format, v) : "n/a"; }
 // Seconds with 4 significant digits and never an exponent: 0.0000551 reads better than 5.51e-05.
 std::string fmt_seconds(double v) {
   if (!std::isfinite(v)) return "n/a";
@@ -42,16 +37,12 @@ std::string fmt_seconds(double v) {
   s.erase(s.find_last_not_of('0') + 1);
   return s;
 }
-std::string fmt_rate(double v) {
-  return std::isfinite(v) ? fmt(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v) : "n/a";
-}
-std::string fmt_percent(double fraction) { return std::isfinite(fraction) ? fmt("%.1f%%", 100 * fraction) : "n/a"; }
 
 StepRecord to_record(const nlohmann::json& j) {
   StepRecord r;
   r.step = static_cast<int64_t>(num(j, "step"));
-  r.loss = num(j, "loss"), r.lr = num(j, "lr"), r.tokens_per_s = num(j, "tokens_per_s");
-  r.tflops_per_device = num(j, "tflops_per_device"), r.mfu = num(j, "mfu"), r.step_time_s = num(j, "step_time_s");
+  r.loss = num(j, "loss"), r.tokens_per_s = num(j, "tokens_per_s"), r.mfu = num(j, "mfu");
+  r.step_time_s = num(j, "step_time_s");
   r.val_loss = num(j, "val_loss");
   if (const auto p = j.find("phases"); p != j.end() && p->is_object())
     for (const auto& [name, v] : p->items())
@@ -74,14 +65,17 @@ StepRecord to_record(const nlohmann::json& j) {
 }  // namespace
 
 const std::vector<std::string>& phase_names() {
-  static const std::vector<std::string> names = {"data_wait", "forward",      "backward",
-                                                 "optimizer", "exposed_comm", "checkpoint"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (int p = 0; p < kNumPhases; ++p) out.push_back(phase_name(static_cast<Phase>(p)));
+    return out;
+  }();
   return names;
 }
 
 StepRecord::StepRecord()
-    : loss(kNaN), lr(kNaN), tokens_per_s(kNaN), tflops_per_device(kNaN), mfu(kNaN), step_time_s(kNaN),
-      val_loss(kNaN), straggler_step_s(kNaN), straggler_busy_s(kNaN), median_busy_s(kNaN) {}
+    : loss(kNaN), tokens_per_s(kNaN), mfu(kNaN), step_time_s(kNaN), val_loss(kNaN), straggler_step_s(kNaN),
+      straggler_busy_s(kNaN), median_busy_s(kNaN) {}
 
 RunData parse_metrics(const std::string& text, const std::string& source, std::vector<std::string>& notes) {
   RunData run;
@@ -153,14 +147,6 @@ RankSpread rank_spread(const StepRecord& s) {
   double max_sum = 0, median_sum = 0;
   for (const auto& [name, spread] : s.across_ranks) max_sum += spread.max, median_sum += spread.median;
   return {std::isfinite(s.straggler_step_s) ? s.straggler_step_s : max_sum, median_sum, false};
-}
-
-double quantile(std::vector<double> values, double q) {
-  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }), values.end());
-  if (values.empty()) return kNaN;
-  std::sort(values.begin(), values.end());
-  const double rank = std::ceil(std::clamp(q, 0.0, 1.0) * values.size());
-  return values[static_cast<size_t>(std::max(rank, 1.0)) - 1];
 }
 
 RunStats run_stats(const RunData& run) {

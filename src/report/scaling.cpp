@@ -2,38 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <sstream>
 
+#include "format.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/stats.h"
 
 namespace shardtrain::report {
 namespace {
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
-// Throughput with as many decimals as a value of its size needs to be read at a glance.
-std::string fmt_rate(double v) { return fmt(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v); }
-
-std::string fmt_percent(double fraction) { return std::isfinite(fraction) ? fmt("%.1f%%", 100 * fraction) : "n/a"; }
-
 bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 }  // namespace
-
-double median(std::vector<double> values) {
-  values.erase(std::remove_if(values.begin(), values.end(), [](double v) { return !std::isfinite(v); }), values.end());
-  if (values.empty()) return std::nan("");
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  if (values.size() % 2) return values[mid];
-  const double upper = values[mid];
-  return (upper + *std::max_element(values.begin(), values.begin() + mid)) / 2;
-}
 
 RunSummary summarize_run(const RunSteps& run, int skip_steps) {
   RunSummary s;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "shardtrain/runtime/stats.h"
+
 namespace shardtrain {
 
 const char* phase_name(Phase p) {
@@ -15,14 +17,6 @@ double PhaseTimes::total() const {
   return t;
 }
 
-namespace {
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-}  // namespace
-
 PhaseSummary summarize_phases(const std::vector<PhaseTimes>& per_rank) {
   PhaseSummary out;
   if (per_rank.empty()) return out;
@@ -31,7 +25,7 @@ PhaseSummary summarize_phases(const std::vector<PhaseTimes>& per_rank) {
     for (const auto& r : per_rank) v.push_back(r.s[p]);
     out.min[p] = *std::min_element(v.begin(), v.end());
     out.max[p] = *std::max_element(v.begin(), v.end());
-    out.median[p] = median_of(v);
+    out.median[p] = median(v);
   }
   std::vector<double> busy;
   for (size_t r = 0; r < per_rank.size(); ++r) {
@@ -39,7 +33,7 @@ PhaseSummary summarize_phases(const std::vector<PhaseTimes>& per_rank) {
     if (busy.back() > busy[out.straggler]) out.straggler = static_cast<int>(r);  // first rank on ties
   }
   out.straggler_busy_s = busy[out.straggler];
-  out.median_busy_s = median_of(busy);
+  out.median_busy_s = median(busy);
   return out;
 }
 

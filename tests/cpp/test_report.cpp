@@ -15,6 +15,7 @@
 #include "shardtrain/report/png.h"
 #include "shardtrain/report/scaling.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/stats.h"
 
 namespace fs = std::filesystem;
 using namespace shardtrain;
@@ -145,6 +146,8 @@ TEST(Scaling, MedianOfFiniteValues) {
   EXPECT_EQ(median({4, 1, 3, 2}), 2.5);
   EXPECT_EQ(median({kNaN, 7, INFINITY}), 7);
   EXPECT_TRUE(std::isnan(median({})));
+  EXPECT_EQ(quantile({4, 1, 3, 2}, 0.5), 2);  // nearest rank: a value of the sample, not the mean of two
+  EXPECT_EQ(quantile({4, kNaN, 1, 3, 2}, 0), 1);
 }
 
 TEST(Scaling, SummarySkipsWarmupStepsUnlessThatLeavesNone) {
@@ -262,6 +265,19 @@ TEST(ScalingCli, RunsTooShortForSkipStepsAreUsedWholeWithANote) {
   EXPECT_NE(r.out.find("only 2 measured steps"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("ignored its last line"), std::string::npos) << r.out;
   EXPECT_NE(slurp(dir + "/scaling.md").find("only 2 measured steps"), std::string::npos);
+}
+
+// A run resumed from a checkpoint writes some steps twice: each step counts once, with its last line.
+TEST(ScalingCli, AResumedRunCountsARepeatedStepOnceWithItsLastLine) {
+  const std::string dir = scaling_dir("scaling_cli_resumed");
+  std::ofstream out(dir + "/m.jsonl");
+  for (const auto& [step, tps] : std::vector<std::pair<int, double>>{{1, 100}, {2, 200}, {3, 300}, {4, 400},
+                                                                     {3, 1000}, {4, 1000}, {5, 1000}})
+    out << nlohmann::json{{"step", step}, {"tokens_per_s", tps}}.dump() << "\n";
+  out.close();
+  const auto r = run("scaling --run 1:" + dir + "/m.jsonl --skip-steps 0 --out-dir " + dir + "/out");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| 1 | 1000 | 1000 | 1.00x | 100.0% | n/a | 5 |"), std::string::npos) << r.out;
 }
 
 TEST(ScalingCli, BadInputIsAUsageErrorSayingWhatToChange) {

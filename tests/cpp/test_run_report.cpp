@@ -14,6 +14,7 @@
 #include "run_binary.h"
 #include "shardtrain/report/run_report.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/stats.h"
 
 namespace fs = std::filesystem;
 using namespace shardtrain;
@@ -214,7 +215,8 @@ TEST(RunReport, ChartsHaveTheExpectedPanelsAndCutSpikesOff) {
   const ChartSpec tput = throughput_chart(runs, "");
   ASSERT_EQ(tput.panels.size(), 2u);
   EXPECT_DOUBLE_EQ(tput.panels[1].series[0].y[1], 40);  // MFU in percent
-  const ChartSpec br = breakdown_chart(runs, "");
+  const std::vector<RunStats> stats = {run_stats(runs[0]), run_stats(runs[1])};
+  const ChartSpec br = breakdown_chart(runs, stats, "");
   ASSERT_EQ(br.panels.size(), 4u);  // per run: phases, then across ranks
   EXPECT_EQ(br.columns, 2);
   const Panel& ph = br.panels[0];
@@ -224,7 +226,8 @@ TEST(RunReport, ChartsHaveTheExpectedPanelsAndCutSpikesOff) {
   EXPECT_NE(br.panels[1].xlabel.find("rank 3 on node-b"), std::string::npos) << br.panels[1].xlabel;
   EXPECT_NE(br.panels[2].title.find("no per-phase timings"), std::string::npos) << br.panels[2].title;
   EXPECT_NE(br.panels[3].title.find("no phases_across_ranks"), std::string::npos) << br.panels[3].title;
-  EXPECT_EQ(breakdown_chart({runs[1]}, "").panels.size(), 1u);
+  EXPECT_EQ(breakdown_chart({runs[1]}, {stats[1]}, "").panels.size(), 1u);
+  EXPECT_THROW(breakdown_chart(runs, {stats[0]}, ""), Error);  // stats must match runs one to one
 }
 
 namespace {

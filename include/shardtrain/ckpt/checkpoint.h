@@ -2,6 +2,8 @@
 // AdamW state as a dataset in logical shape, written in parallel with collective MPI-IO by one
 // replica's ranks, each writing only its own slices; read back at any world size and strategy.
 #pragma once
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,6 +14,14 @@
 namespace shardtrain::ckpt {
 
 constexpr int64_t kFormatVersion = 1;
+
+// The HDF5 groups of a checkpoint, each holding one dataset per parameter: the fp32 master
+// weights, then AdamW's first and second moments.
+inline constexpr const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
+
+// CRC-32 (zlib's) of a tensor's bytes, as the "crc32" attribute of each dataset stores it: the
+// tensor is made contiguous on the CPU first, and any size is fine (zlib gets it in 1 GiB pieces).
+uint32_t crc_of(const at::Tensor& t);
 
 struct TrainState {
   int64_t step = 0;  // optimizer steps done

@@ -1,5 +1,5 @@
-// Cross-rank views for rank 0's output: every rank's host, and each progress step's phase
-// breakdown as min / median / max over ranks with the straggler named.
+// Cross-rank views for rank 0's output: every rank's host (or any string), and each progress
+// step's phase breakdown as min / median / max over ranks with the straggler named.
 #pragma once
 #include <mpi.h>
 
@@ -10,7 +10,9 @@
 
 namespace shardtrain::obs {
 
-// Collective over comm: every rank gets every rank's host name, by rank.
+// Collective over comm: every rank gets every rank's string, by rank (any length, any bytes).
+std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm);
+// Collective over comm: every rank gets every rank's host name, by rank (allgather_strings).
 std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm);
 
 // Collective over comm: gathers m.phases to rank 0, which adds "phases_across_ranks" and

@@ -23,7 +23,6 @@ class Canvas {
   void reset_clip();
 
   void fill(uint32_t color);
-  void set_pixel(int x, int y, uint32_t color);
   // Pixel (i, j) covers [i, i+1) x [j, j+1), so (i + 0.5, j + 0.5) is its centre. dash > 0 draws
   // dash-pixel strokes with gaps of 0.7 x dash, the pattern continuing along a polyline.
   void line(double x0, double y0, double x1, double y1, uint32_t color, double thickness = 1, double dash = 0);

@@ -11,17 +11,18 @@
 
 namespace shardtrain::report {
 
-// The phases of a step, in the order they happen (the "phases" object of a metrics line).
+// The phases of a step, in the order they happen (the "phases" object of a metrics line):
+// shardtrain::phase_name() of each Phase.
 const std::vector<std::string>& phase_names();
 
 struct Spread {  // one phase over all ranks, in seconds
   double min = 0, median = 0, max = 0;
 };
 
-// One metrics line. Numbers a line lacks (or holds as null) are NaN.
+// One metrics line, the fields the report uses. Numbers a line lacks (or holds as null) are NaN.
 struct StepRecord {
   int64_t step = 0;
-  double loss, lr, tokens_per_s, tflops_per_device, mfu, step_time_s, val_loss;
+  double loss, tokens_per_s, mfu, step_time_s, val_loss;
   std::map<std::string, double> phases;        // this rank's seconds per phase
   std::map<std::string, Spread> across_ranks;  // phases_across_ranks
   int straggler_rank = -1;                     // -1: no "straggler" on this line
@@ -70,7 +71,7 @@ struct RunStats {
   int64_t first_step = 0, last_step = 0;
   double final_loss = 0, final_val_loss = 0;  // of the last step that has one; NaN if none
   double tokens_per_s = 0, mfu = 0, step_time_s = 0;  // medians over all steps; NaN if none
-  std::vector<PhaseStat> phases;  // phases present in the file: phase_names() order, then others
+  std::vector<PhaseStat> phases;  // phases present in the file: phase_names() order, then others by name
   size_t spread_steps = 0;        // steps with cross-rank data
   bool spread_busy = false;       // the ratios are of busy time (else of step time)
   double spread_ratio = 0, worst_ratio = 0;  // median and max of slowest/median; NaN if none
@@ -80,8 +81,7 @@ struct RunStats {
   size_t straggler_count = 0, straggler_steps = 0;  // steps it was slowest; steps naming one
 };
 
-double quantile(std::vector<double> values, double q);  // nearest rank over finite values; NaN if none
-RunStats run_stats(const RunData& run);
+RunStats run_stats(const RunData& run);  // medians: shardtrain::median (runtime/stats.h)
 std::string report_markdown(const std::vector<RunStats>& runs, const std::string& title,
                             const std::vector<std::string>& notes);
 
@@ -97,7 +97,9 @@ ChartSpec loss_chart(const std::vector<RunData>& runs, int smooth, const std::st
 ChartSpec throughput_chart(const std::vector<RunData>& runs, const std::string& title);
 // Per run: each phase's seconds against step; when any run has cross-rank data, a second column
 // with the max and median step time over ranks. Rare spikes (checkpoints, warmup) are cut off
-// at the top and named in the legend so that the steady state stays readable.
-ChartSpec breakdown_chart(const std::vector<RunData>& runs, const std::string& title);
+// at the top and named in the legend so that the steady state stays readable. stats[i] is
+// run_stats(runs[i]); throws shardtrain::Error when the sizes differ.
+ChartSpec breakdown_chart(const std::vector<RunData>& runs, const std::vector<RunStats>& stats,
+                          const std::string& title);
 
 }  // namespace shardtrain::report

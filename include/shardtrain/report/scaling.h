@@ -16,7 +16,8 @@ struct RunSteps {
   std::vector<double> tokens_per_s, mfu;
 };
 
-// A run reduced to medians over the steps after the first skip_steps.
+// A run reduced to medians (shardtrain::median, runtime/stats.h) over the steps after the first
+// skip_steps.
 struct RunSummary {
   int nodes = 0;
   std::string source;
@@ -34,7 +35,6 @@ struct ScalingRow {
   size_t steps_used = 0;
 };
 
-double median(std::vector<double> values);  // of the finite values; NaN when there are none
 RunSummary summarize_run(const RunSteps& run, int skip_steps);
 // Rows sorted by node count. Throws shardtrain::UsageError for two runs with the same node count
 // or a non-positive node count or throughput.
