@@ -50,8 +50,13 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+namespace {
+// Empty or only spaces, tabs, CRs and LFs.
+bool blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+}  // namespace
+
 std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
-  if (input.find_first_not_of(" \t\r\n") == std::string::npos)
+  if (blank(input))
     return "Below is an instruction that describes a task. Write a response that appropriately completes the "
            "request.\n\n### Instruction:\n" + instruction + "\n\n### Response:";
   return "Below is an instruction that describes a task, paired with an input that provides further context. "
@@ -64,8 +69,6 @@ std::string samsum_prompt(const std::string& dialogue) {
 }
 
 namespace {
-
-bool blank(const std::string& s) { return s.find_first_not_of(" \t\r\n") == std::string::npos; }
 
 // Reads a required text field; on failure fills the skip reason.
 bool field(const nlohmann::json& j, const char* key, bool required_nonempty, std::string& out, ParsedLine& p) {
@@ -133,17 +136,25 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
   return p;
 }
 
+void for_each_record(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn) {
+  std::string line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    // Not blank(): a stray inner \r is left for parse_line to reject and count, not dropped.
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    ParsedLine p = parse_line(line, format);
+    if (!fn(lineno, p)) return;
+  }
+}
+
 std::vector<Record> read_records(const std::string& path, DataFormat& format, int64_t limit) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(path + " cannot be opened");
   std::vector<Record> out;
-  std::string line;
-  while ((limit <= 0 || static_cast<int64_t>(out.size()) < limit) && std::getline(in, line)) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
-    ParsedLine p = parse_line(line, format);
+  for_each_record(in, format, [&](int64_t, ParsedLine& p) {
     if (p.ok) out.push_back(std::move(p.record));
-  }
+    return limit <= 0 || static_cast<int64_t>(out.size()) < limit;
+  });
   return out;
 }
 

@@ -20,34 +20,33 @@ int64_t DataLoader::steps_per_epoch() const {
   return std::max<int64_t>(1, shardtrain::steps_per_epoch(file_->rows(), global_batch(), cfg_.drop_last));
 }
 
-std::shared_ptr<const std::vector<int64_t>> DataLoader::order(int64_t epoch) const {
-  std::lock_guard<std::mutex> lock(order_mu_);
-  if (order_epoch_ != epoch || !order_) {
-    std::vector<int64_t> o;
+const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
+  if (order_epoch_ != epoch) {
     if (cfg_.shuffle) {
-      o = epoch_permutation(file_->rows(), cfg_.seed, epoch);
+      order_ = epoch_permutation(file_->rows(), cfg_.seed, epoch);
     } else {
-      o.resize(file_->rows());
-      for (int64_t i = 0; i < file_->rows(); ++i) o[i] = i;
+      order_.resize(file_->rows());
+      for (int64_t i = 0; i < file_->rows(); ++i) order_[i] = i;
     }
-    order_ = std::make_shared<const std::vector<int64_t>>(std::move(o));
     order_epoch_ = epoch;
   }
   return order_;
 }
 
-std::vector<int64_t> DataLoader::global_rows(LoaderState s) const {
-  return shardtrain::global_batch(*order(s.epoch), global_batch(), s.step);
+std::vector<int64_t> DataLoader::global_rows(LoaderState s) {
+  return shardtrain::global_batch(order(s.epoch), global_batch(), s.step);
 }
 
 LoaderState DataLoader::after(LoaderState s) const {
   return s.step + 1 >= steps_per_epoch() ? LoaderState{s.epoch + 1, 0} : LoaderState{s.epoch, s.step + 1};
 }
 
-StepData DataLoader::load(LoaderState s) const {
+StepData DataLoader::load(LoaderState s) {
   StepData d;
   d.position = s;
-  for (auto& idx : rank_micro_batches(global_rows(s), cfg_.rank, cfg_.world, cfg_.grad_accum)) {
+  const std::vector<int64_t> rows = global_rows(s);
+  d.global_rows = static_cast<int64_t>(rows.size());
+  for (auto& idx : rank_micro_batches(rows, cfg_.rank, cfg_.world, cfg_.grad_accum)) {
     d.rows.insert(d.rows.end(), idx.begin(), idx.end());
     d.micro.push_back(file_->read(idx));
   }

@@ -19,12 +19,8 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
   if (!in) throw UsageError("--input " + path + " cannot be opened");
   ReadResult res;
   res.sha256 = sha256_file(path);
-  std::string line;
-  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  for_each_record(in, format, [&](int64_t lineno, ParsedLine& p) {
     ++res.stats.read;
-    ParsedLine p = parse_line(line, format);
     if (!p.ok) {
       const std::string where = path + ":" + std::to_string(lineno) + ": " + p.reason +
                                 (p.detail.empty() ? "" : " (" + p.detail + ")");
@@ -32,7 +28,7 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       ++res.stats.skipped;
       ++res.stats.skipped_by_reason[p.reason];
       if (res.stats.examples.size() < max_examples) res.stats.examples.push_back(where);
-      continue;
+      return true;
     }
     Sample s = tokenize_record(p.record, tok);
     if (static_cast<int64_t>(s.ids.size()) > seq_len) {
@@ -40,7 +36,8 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       ++res.stats.truncated;
     }
     res.samples.push_back(std::move(s));
-  }
+    return true;
+  });
   res.format = format;
   return res;
 }

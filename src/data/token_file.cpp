@@ -92,8 +92,8 @@ Batch TokenFile::read(const std::vector<int64_t>& rows) const {
   const int64_t b = static_cast<int64_t>(rows.size());
   Batch out;
   out.tokens = at::from_blob(toks.data(), {b, meta_.seq_len}, at::kInt).to(at::kLong);
-  auto m = at::from_blob(mask.data(), {b, meta_.seq_len}, at::kByte).to(at::kBool);
-  out.labels = at::where(m, out.tokens, at::full_like(out.tokens, -100));
+  const auto ignored = at::from_blob(mask.data(), {b, meta_.seq_len}, at::kByte).eq(0);  // outside the loss
+  out.labels = out.tokens.masked_fill(ignored, -100);
   return out;
 }
 

@@ -35,9 +35,9 @@ Handle scalar_space() { return Handle(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose)
 
 }  // namespace
 
-Handle create_file(const std::string& path) {
+Handle create_file(const std::string& path, hid_t fapl) {
   quiet_errors();
-  return Handle(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)), H5Fclose);
+  return Handle(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)), H5Fclose);
 }
 
 Handle open_file(const std::string& path) {
@@ -77,7 +77,7 @@ void write_matrix(hid_t file, const std::string& name, const std::vector<T>& dat
   Handle dcpl(H5_CHECK(H5Pcreate(H5P_DATASET_CREATE)), H5Pclose);
   // Row-aligned chunks of ~256 KiB keep a random batch of rows to a few chunk reads each.
   const hsize_t chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(rows, (256 * 1024) / (sizeof(T) * cols + 1)));
-  const hsize_t chunk[2] = {std::max<hsize_t>(1, chunk_rows), cols};
+  const hsize_t chunk[2] = {chunk_rows, cols};
   if (rows > 0) H5_CHECK(H5Pset_chunk(dcpl, 2, chunk));
   Handle dset(H5_CHECK(H5Dcreate2(file, name.c_str(), native_type<T>(), space, H5P_DEFAULT, dcpl, H5P_DEFAULT)),
               H5Dclose);
@@ -131,12 +131,6 @@ void write_attr(hid_t obj, const std::string& name, int64_t value) {
   Handle space = scalar_space();
   Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
   H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &value));
-}
-
-void write_attr(hid_t obj, const std::string& name, double value) {
-  Handle space = scalar_space();
-  Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
-  H5_CHECK(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value));
 }
 
 bool has_attr(hid_t obj, const std::string& name) { return H5_CHECK(H5Aexists(obj, name.c_str())) > 0; }

@@ -47,8 +47,7 @@ void fit(const TrainConfig& cfg, const ModelConfig& model, DataLoader& loader, c
     m.loss = r.loss, m.grad_norm = r.grad_norm, m.tokens = r.tokens;
     m.phases = r.phases;
     m.phases[Phase::kDataWait] = data_wait;
-    const auto global_rows = static_cast<int64_t>(loader.global_rows(data.position).size());
-    fill_throughput(m, global_rows * cfg.seq_len, fpt, cfg.peak_tflops, h.world_size);
+    fill_throughput(m, data.global_rows * cfg.seq_len, fpt, cfg.peak_tflops, h.world_size);
     m.peak_mem_bytes = peak_host_memory_bytes();
     if (h.annotate) h.annotate(m);  // before the checkpoint: the step's own collectives only
     const bool last = s + 1 == total;

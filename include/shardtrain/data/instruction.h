@@ -2,6 +2,8 @@
 // prompt templates, tokenized into ids plus a loss mask that hides the prompt.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <istream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +38,11 @@ struct ParsedLine {
 // Parses one non-blank JSONL line. A kAuto format is resolved from the first JSON object's
 // keys and written back, so the rest of the file is held to the same format.
 ParsedLine parse_line(const std::string& line, DataFormat& format);
+
+// The JSONL reading loop: each line of `in`, less a trailing \r, that is not empty or only
+// spaces and tabs goes through parse_line and then to fn(line_number, parsed), 1-based;
+// fn returns false to stop. The caller opens the file, so its error names the right option.
+void for_each_record(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn);
 
 // The records of a JSONL file that parse, in file order, bad lines skipped; at most `limit`
 // (<= 0: all). Used for exact-match evaluation, where the answer must stay text.

@@ -4,8 +4,6 @@
 #pragma once
 #include <cstdint>
 #include <future>
-#include <memory>
-#include <mutex>
 #include <vector>
 
 #include "shardtrain/data/token_file.h"
@@ -30,6 +28,7 @@ struct StepData {
   LoaderState position;        // which step this is
   std::vector<Batch> micro;    // [grad_accum] this rank's micro-batches (some may have 0 rows)
   std::vector<int64_t> rows;   // this rank's row indices, micro-batches concatenated
+  int64_t global_rows = 0;     // rows in the global batch (all ranks) at this step
 };
 
 class DataLoader {
@@ -45,21 +44,23 @@ class DataLoader {
 
   int64_t global_batch() const { return cfg_.micro_batch * cfg_.grad_accum * cfg_.world; }
   int64_t steps_per_epoch() const;
-  // The global batch (all ranks) at a position; what every rank's next() is a slice of.
-  std::vector<int64_t> global_rows(LoaderState s) const;
 
  private:
-  StepData load(LoaderState s) const;
+  // load() and the epoch-order cache it uses run on the prefetch thread or, with no prefetch
+  // in flight, on the caller's; next(), restore() and the destructor join any prefetch before
+  // starting another, so at most one load() runs at a time and the cache needs no lock.
+  StepData load(LoaderState s);
   LoaderState after(LoaderState s) const;
-  std::shared_ptr<const std::vector<int64_t>> order(int64_t epoch) const;
+  const std::vector<int64_t>& order(int64_t epoch);
+  // The global batch (all ranks) at a position; what every rank's next() is a slice of.
+  std::vector<int64_t> global_rows(LoaderState s);
 
   const TokenFile* file_;
   LoaderConfig cfg_;
   LoaderState pos_;
   std::future<StepData> pending_;  // the prefetched step at pos_, when valid
-  mutable std::mutex order_mu_;
-  mutable int64_t order_epoch_ = -1;
-  mutable std::shared_ptr<const std::vector<int64_t>> order_;
+  int64_t order_epoch_ = -1;       // the epoch order_ holds, -1 before the first load
+  std::vector<int64_t> order_;
 };
 
 }  // namespace shardtrain

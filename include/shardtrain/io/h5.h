@@ -28,7 +28,6 @@ class Handle {
   }
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
   operator hid_t() const { return id_; }
   void reset();
 
@@ -37,7 +36,8 @@ class Handle {
   Closer close_ = nullptr;
 };
 
-Handle create_file(const std::string& path);  // truncates
+// Truncates. fapl: a file-access property list (e.g. MPI-IO and alignment for checkpoints).
+Handle create_file(const std::string& path, hid_t fapl = H5P_DEFAULT);
 Handle open_file(const std::string& path);    // read-only; throws UsageError when not HDF5
 Handle open_dataset(hid_t file, const std::string& name);  // throws UsageError naming file+dataset
 std::vector<hsize_t> dataset_shape(hid_t dset);
@@ -51,7 +51,6 @@ std::vector<T> read_rows(hid_t dset, const std::vector<int64_t>& rows, hsize_t c
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
 void write_attr(hid_t obj, const std::string& name, int64_t value);
-void write_attr(hid_t obj, const std::string& name, double value);
 bool has_attr(hid_t obj, const std::string& name);
 std::string read_attr_string(hid_t obj, const std::string& name);
 int64_t read_attr_int(hid_t obj, const std::string& name);

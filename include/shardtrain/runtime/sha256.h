@@ -1,5 +1,6 @@
-// SHA-256 (FIPS 180-4), for the tokenizer and source-file fingerprints stored with prepared
-// data and for checkpoint checksums. Small and dependency-free; verified against hashlib.
+// SHA-256 (FIPS 180-4), for the tokenizer and source-file fingerprints that prepare stores in
+// token files (tokenizer_sha256, source_sha256); checkpoints use CRC-32 instead. Small and
+// dependency-free; verified against hashlib.
 #pragma once
 #include <array>
 #include <cstddef>
