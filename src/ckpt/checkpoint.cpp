@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
 
@@ -100,18 +99,11 @@ std::vector<uint32_t> combine_crc_rows(MPI_Comm comm, const std::vector<int64_t>
   return out;
 }
 
-std::vector<uint32_t> combined_crcs(MPI_Comm comm, const std::vector<fsdp::StatePiece>& pieces,
-                                    const std::vector<std::string>& names) {
-  return combine_crc_rows(comm, local_crc_rows(pieces, names));
-}
-
 std::vector<std::string> param_names(const ModelConfig& m) {
   std::vector<std::string> n;
   for (const auto& s : llama_param_specs(m)) n.push_back(s.name);
   return n;
 }
-
-MPI_Comm mpi_of(const comm::Communicator& c) { return c.mpi(); }
 
 }  // namespace
 
@@ -145,7 +137,6 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
     // The HDF5 lock is taken per call group, not for the whole save, so the data loader's
     // prefetch thread keeps reading while an asynchronous save writes.
     std::unique_lock<std::recursive_mutex> lock(h5::library_lock());
-    h5::quiet_errors();
     Handle fapl(H5_CHECK(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
     MPI_Info info;
     MPI_CHECK(MPI_Info_create(&info));
@@ -158,7 +149,7 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
     const hsize_t align = stripe.size > 0 ? static_cast<hsize_t>(stripe.size) : hsize_t{1} << 20;
     H5_CHECK(H5Pset_alignment(fapl, align, align));  // large datasets start on stripe boundaries
     // Datasets stay contiguous (see docs/checkpoint-format.md: chunking measured 3-10x slower).
-    Handle file(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)), H5Fclose);
+    Handle file = h5::create_file(path, fapl);
     Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
     H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     lock.unlock();
@@ -220,7 +211,7 @@ void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snaps
 
 void save(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& st, const StripeOptions& stripe,
           int keep) {
-  write_and_publish(final_path, mpi_of(*engine.groups().world), snapshot(engine, st, /*copy=*/false), stripe, keep);
+  write_and_publish(final_path, engine.groups().world->mpi(), snapshot(engine, st, /*copy=*/false), stripe, keep);
 }
 
 TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
@@ -269,10 +260,10 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
     failure = e.what();
   }
   int bad = failure.empty() ? 0 : 1;
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, mpi_of(*engine.groups().world)));
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, engine.groups().world->mpi()));
   if (bad) throw Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
   // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
-  const auto crcs = combined_crcs(mpi_of(*engine.groups().shard), pieces, names);
+  const auto crcs = combine_crc_rows(engine.groups().shard->mpi(), local_crc_rows(pieces, names));
   for (int w = 0; w < 3; ++w)
     for (size_t d = 0; d < names.size(); ++d)
       if (stored[d * 3 + w] != static_cast<int64_t>(crcs[d * 3 + w]))
