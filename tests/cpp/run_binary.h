@@ -42,7 +42,6 @@ inline std::string tmp(const std::string& name) {
 
 inline std::string source(const std::string& rel) { return std::string(SHARDTRAIN_SOURCE_DIR) + "/" + rel; }
 
-// One JSON object per line, as --metrics-file writes them.
 inline std::string slurp(const std::string& path) {  // a whole text file; "" when missing
   std::ifstream in(path);
   std::stringstream ss;
@@ -58,6 +57,7 @@ inline Result check_png(const std::string& path, int w, int h) {
 }
 #endif
 
+// One JSON object per line, as --metrics-file writes them.
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   std::ifstream in(path);
   std::string line;

@@ -60,8 +60,8 @@ struct TrainOptions {
   int keep_checkpoints = 0;
   int ckpt_stripe_count = 0;
   int64_t ckpt_stripe_size = 0;
-  bool exit_on_signal = false;
-  bool async_save = false;  // --on-signal exit: checkpoint on SIGUSR1, then exit 75
+  bool exit_on_signal = false;  // --on-signal exit: checkpoint on SIGUSR1, then exit 75
+  bool async_save = false;      // write checkpoints on a background thread
   std::vector<std::string> args;  // as given, stored in checkpoints
   TrainConfig train;
   ObsOptions obs;
