@@ -1,5 +1,7 @@
 #include "shardtrain/ckpt/async_saver.h"
 
+#include "shardtrain/runtime/clock.h"
+
 #include <chrono>
 
 #include "shardtrain/runtime/error.h"
@@ -27,17 +29,16 @@ void AsyncSaver::wait() {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-double AsyncSaver::start(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& state,
-                         const StripeOptions& stripe, int keep) {
-  const auto t0 = std::chrono::steady_clock::now();
+double AsyncSaver::start(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& optimizer,
+                         const TrainState& state, const StripeOptions& stripe, int keep) {
+  const Stopwatch clock;
   wait();
-  auto snap = snapshot(engine, state, /*copy=*/true);
-  const double blocked = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  thread_ = std::thread([this, snap = std::move(snap), final_path, stripe, keep, t0] {
+  auto snap = snapshot(engine, optimizer, state, /*copy=*/true);
+  const double blocked = clock.seconds();
+  thread_ = std::thread([this, snap = std::move(snap), final_path, stripe, keep, clock] {
     try {
       write_and_publish(final_path, comm_.get(), snap, stripe, keep);
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      log::info("checkpoint " + final_path + " written in the background (" + std::to_string(secs) + " s)");
+      log::info("checkpoint " + final_path + " written in the background (" + std::to_string(clock.seconds()) + " s)");
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -20,7 +20,7 @@ namespace {
 
 using h5::Handle;
 
-at::Tensor piece_tensor(const fsdp::StatePiece& p, int which) {
+at::Tensor piece_tensor(const StatePiece& p, int which) {
   return which == 0 ? p.master : which == 1 ? p.exp_avg : p.exp_avg_sq;
 }
 
@@ -64,7 +64,7 @@ void select_flat(hid_t space, const std::vector<int64_t>& shape, int64_t b, int6
 }
 
 // This rank's (offset, numel, crc) row for each of the 3 x names datasets; -1 where it holds nothing.
-std::vector<int64_t> local_crc_rows(const std::vector<fsdp::StatePiece>& pieces, const std::vector<std::string>& names) {
+std::vector<int64_t> local_crc_rows(const std::vector<StatePiece>& pieces, const std::vector<std::string>& names) {
   std::vector<int64_t> mine(names.size() * 3 * 3, -1);
   for (const auto& p : pieces) {
     const size_t d = std::find(names.begin(), names.end(), p.name) - names.begin();
@@ -107,9 +107,21 @@ std::vector<std::string> param_names(const ModelConfig& m) {
 
 }  // namespace
 
-Snapshot snapshot(fsdp::FsdpEngine& engine, const TrainState& state, bool copy) {
+std::vector<StatePiece> state_pieces(fsdp::FsdpEngine& engine, Optimizer& optimizer) {
+  const auto& pieces = engine.pieces();
+  auto& slots = optimizer.adamw().slots();
+  if (slots.size() != pieces.size()) throw Error("checkpoint: the optimizer does not hold this engine's shards");
+  std::vector<StatePiece> out;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const auto& p = pieces[i];
+    out.push_back({p.name, p.shape, p.param_offset, p.numel, slots[i].param, slots[i].exp_avg, slots[i].exp_avg_sq});
+  }
+  return out;
+}
+
+Snapshot snapshot(fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainState& state, bool copy) {
   Snapshot snap;
-  snap.pieces = engine.state_pieces();
+  snap.pieces = state_pieces(engine, optimizer);
   // Host copies, so training may update the shards while a thread writes these; GPU shards are
   // always copied, since MPI-IO and the checksums read host memory.
   auto host = [&](const at::Tensor& t) { return t.is_cpu() && !copy ? t : t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
@@ -117,9 +129,9 @@ Snapshot snapshot(fsdp::FsdpEngine& engine, const TrainState& state, bool copy) 
   const auto& g = engine.groups();
   snap.model = engine.model();
   snap.state = state;
-  snap.adam_step = engine.optimizer().step_count();
+  snap.adam_step = optimizer.adamw().step_count();
   snap.world_size = g.world->size();
-  snap.sharding = comm::sharding_name(engine.config().sharding);
+  snap.sharding = fsdp::sharding_name(engine.config().sharding);
   snap.writer = g.layout.replicate_rank == 0;  // one replica writes: its shard group holds every byte once
   snap.shard_rank = g.layout.shard_rank;
   return snap;
@@ -209,13 +221,13 @@ void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snaps
   MPI_CHECK(MPI_Barrier(comm));  // nobody moves on before `latest` names the new file
 }
 
-void save(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& st, const StripeOptions& stripe,
-          int keep) {
-  write_and_publish(final_path, engine.groups().world->mpi(), snapshot(engine, st, /*copy=*/false), stripe, keep);
+void save(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainState& st,
+          const StripeOptions& stripe, int keep) {
+  write_and_publish(final_path, engine.groups().world->mpi(), snapshot(engine, optimizer, st, /*copy=*/false), stripe, keep);
 }
 
-TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
-  auto pieces = engine.state_pieces();
+TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& optimizer) {
+  auto pieces = state_pieces(engine, optimizer);
   const auto names = param_names(engine.model());
   std::vector<int64_t> stored(names.size() * 3);  // every dataset's crc32 attribute
   TrainState st;
@@ -248,7 +260,7 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine) {
       }
     st.step = h5::read_attr_int(file, "step");
     st.loader = {h5::read_attr_int(file, "loader_epoch"), h5::read_attr_int(file, "loader_step")};
-    engine.optimizer().set_step_count(h5::read_attr_int(file, "adam_step"));
+    optimizer.adamw().set_step_count(h5::read_attr_int(file, "adam_step"));
     st.run_config = nlohmann::json::parse(h5::read_attr_string(file, "run_config"));
     st.model_config = nlohmann::json::parse(h5::read_attr_string(file, "model_config"));
     for (int w = 0; w < 3; ++w)

@@ -25,6 +25,7 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
                          const comm::ProcessGroups& g, const DeviceChoice& device, const BannerFacts& f) {
   const auto& m = o.model;
   const auto& t = o.train;
+  const auto& op = o.optim;
   char buf[512];
   std::string b = "shardtrain train: job " + o.obs.metrics_job + "\n";
   std::snprintf(buf, sizeof buf, "  topology    %d ranks on %d nodes x %d ranks per node (%s)\n", topo.world,
@@ -33,7 +34,7 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
   std::snprintf(buf, sizeof buf,
                 "  strategy    %s: shard groups of %d, %d replicas | param %s, reduce %s | activation checkpointing %s | "
                 "in-flight gathers %d | persistent %lld KiB per rank of %lld KiB unsharded\n",
-                comm::sharding_name(o.fsdp.sharding), g.shard->size(), g.replicate->size(), dtype_label(t.param_dtype),
+                fsdp::sharding_name(o.fsdp.sharding), g.shard->size(), g.replicate->size(), dtype_label(o.fsdp.param_dtype),
                 dtype_label(o.fsdp.reduce_dtype), o.fsdp.activation_checkpointing ? "on" : "off",
                 o.fsdp.max_inflight_gathers, static_cast<long long>(f.persistent_bytes >> 10),
                 static_cast<long long>(f.unsharded_bytes >> 10));
@@ -54,20 +55,20 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
   std::snprintf(buf, sizeof buf,
                 "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %lld rows (%lld per rank x %lld "
                 "accumulation x %d ranks)%s\n",
-                o.data.c_str(), static_cast<long long>(f.train_rows), static_cast<long long>(t.seq_len), f.packing.c_str(),
+                o.data.c_str(), static_cast<long long>(f.train_rows), static_cast<long long>(f.seq_len), f.packing.c_str(),
                 f.format.c_str(), static_cast<long long>(f.global_batch), static_cast<long long>(t.batch_size),
                 static_cast<long long>(t.grad_accum), topo.world,
                 o.val_data.empty() ? "" : ("; validation " + o.val_data + ": " + std::to_string(f.val_rows) + " rows").c_str());
   b += buf;
   std::snprintf(buf, sizeof buf,
                 "  optimizer   AdamW lr %g (%s, warmup %lld), betas %g/%g, weight decay %g, clip %g | steps %lld | seed %llu\n",
-                t.schedule.base_lr, t.schedule.kind.c_str(), static_cast<long long>(t.schedule.warmup_steps),
-                t.adamw.beta1, t.adamw.beta2, t.adamw.weight_decay, t.grad_clip, static_cast<long long>(t.steps),
+                op.schedule.base_lr, op.schedule.kind.c_str(), static_cast<long long>(op.schedule.warmup_steps),
+                op.adamw.beta1, op.adamw.beta2, op.adamw.weight_decay, op.grad_clip, static_cast<long long>(t.steps),
                 static_cast<unsigned long long>(t.seed));
   b += buf;
-  const std::string ckpt = o.checkpoint_dir.empty() ? "off"
-                           : o.checkpoint_dir + " (every " + std::to_string(o.save_every) + " steps, resume " +
-                                 (o.resume.empty() ? "off" : o.resume) + ")";
+  const std::string ckpt = o.ckpt.dir.empty() ? "off"
+                           : o.ckpt.dir + " (every " + std::to_string(o.ckpt.save_every) + " steps, resume " +
+                                 (o.ckpt.resume.empty() ? "off" : o.ckpt.resume) + ")";
   std::snprintf(buf, sizeof buf, "  outputs     checkpoints %s | metrics %s\n", ckpt.c_str(),
                 t.metrics_file.empty() ? "off" : t.metrics_file.c_str());
   b += buf;

@@ -39,21 +39,21 @@ void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngin
 int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   ConvertOptions o = parse_convert(args, &help);
-  if (o.common.help) return print_help(help, env);
+  if (o.common.wants_help()) return print_help(help, env);
   setup_threads(o.common.threads, env);
   const bool to_hf = fs::is_regular_file(o.input) && fs::path(o.input).extension() == ".h5";
   const ModelConfig model = to_hf ? checkpoint_model(o.input) : resolve_model(o.input);
-  auto groups = comm::make_mpi_groups(comm::Sharding::kFullShard, env.topology(), 0);
-  fsdp::FsdpConfig fc;
+  auto groups = fsdp::make_mpi_groups(fsdp::Sharding::kFullShard, env.topology(), 0);
   std::unique_ptr<SafetensorsModel> weights = to_hf ? nullptr : std::make_unique<SafetensorsModel>(o.input);
-  fsdp::FsdpEngine engine(model, fc, groups, /*seed=*/0, weights.get());
+  fsdp::FsdpEngine engine(model, fsdp::FsdpConfig{}, groups, /*seed=*/0, weights.get());
+  Optimizer optimizer = fsdp::make_optimizer(engine, OptimizerConfig{});  // a checkpoint holds its (empty) state
   if (to_hf) {
-    ckpt::load(o.input, engine);  // verifies every checksum on the way
+    ckpt::load(o.input, engine, optimizer);  // verifies every checksum on the way
     export_hf(o.output, model, engine, o.dtype, env.rank());
   } else {
     const std::string tmp = o.output + ".tmp";
     const ckpt::TrainState st{0, {}, nlohmann::json{{"converted_from", o.input}}, model_to_hf_json(model)};
-    ckpt::write(tmp, MPI_COMM_WORLD, ckpt::snapshot(engine, st, /*copy=*/false));  // no `latest`: a lone file
+    ckpt::write(tmp, MPI_COMM_WORLD, ckpt::snapshot(engine, optimizer, st, /*copy=*/false));  // no `latest`: a lone file
     if (env.rank() == 0) fs::rename(tmp, o.output);
   }
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

@@ -1,7 +1,10 @@
+// `shardtrain eval`: loss/perplexity on a token file and exact match on prompt/answer records,
+// through the FSDP engine on any device, strategy and number of ranks.
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/options.h"
 
 namespace shardtrain::cli {
@@ -9,25 +12,25 @@ namespace shardtrain::cli {
 int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   EvalOptions o = parse_eval(args, &help);
-  if (o.common.help) return print_help(help, env);
+  if (o.common.wants_help()) return print_help(help, env);
+  env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
-  TrainConfig tc;
-  tc.batch_size = o.batch_size;
-  tc.seed = o.seed;
-  if (data) tc.seq_len = data->seq_len();
-  Trainer trainer(o.model, tc, load_or_init(o.model, o.weights, o.seed));
+  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed);
+  // --batch-size counts rows across all ranks, so any world size reads the same batches.
+  const int64_t per_rank = (o.batch_size + env.size() - 1) / env.size();
+  Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
   nlohmann::json j;
   std::string line;
   if (data) {
-    auto r = trainer.evaluate(*data, o.max_batches);
+    const auto r = validator.loss();
     j["loss"] = r.loss, j["perplexity"] = r.perplexity, j["tokens"] = r.tokens;
     line += "loss " + std::to_string(r.loss) + " | perplexity " + std::to_string(r.perplexity) + " | tokens " +
             std::to_string(r.tokens);
   }
   if (accuracy) {
-    auto r = accuracy->run(trainer.logits_fn(), o.model);
+    const auto r = validator.accuracy();
     j["exact_match"] = r.exact_match, j["correct"] = r.correct, j["total"] = r.total;
     line += std::string(line.empty() ? "" : " | ") + "exact_match " + std::to_string(100.0 * r.exact_match) + "% (" +
             std::to_string(r.correct) + "/" + std::to_string(r.total) + ")";

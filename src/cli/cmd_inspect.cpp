@@ -58,7 +58,7 @@ Row check(hid_t file, const std::string& path) {
 int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   InspectOptions o = parse_inspect(args, &help);
-  if (o.common.help) return print_help(help, env);
+  if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
   h5::Handle f = h5::open_file(o.checkpoint);

@@ -21,7 +21,7 @@ void draw(const fs::path& path, const report::ChartSpec& c) {
 int cmd_report(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   ReportOptions o = parse_report(args, &help);
-  if (o.common.help) return print_help(help, env);
+  if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::vector<std::string> notes;
   std::vector<report::RunData> runs;

@@ -45,7 +45,7 @@ report::RunSteps read_run(const ScalingRun& run, std::vector<std::string>& notes
 int cmd_scaling(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
   ScalingOptions o = parse_scaling(args, &help);
-  if (o.common.help) return print_help(help, env);
+  if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::vector<std::string> notes;
   std::vector<report::RunSummary> runs;

@@ -10,6 +10,7 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
+#include "shardtrain/runtime/version.h"
 
 using namespace shardtrain;
 
@@ -29,7 +30,7 @@ int main(int argc, char** argv) {
     if (cmd == "scaling") return cli::cmd_scaling(args, *env);
     if (cmd == "report") return cli::cmd_report(args, *env);
     if (cmd == "--version") {
-      std::cout << "shardtrain 0.1.0\n";
+      std::cout << "shardtrain " SHARDTRAIN_VERSION "\n";
       return 0;
     }
     if (cmd.empty() || cmd == "--help" || cmd == "-h" || cmd == "help") {

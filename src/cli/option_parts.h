@@ -13,7 +13,7 @@ namespace shardtrain::cli::parts {
 namespace po = boost::program_options;
 
 struct ModelArgs {
-  std::string spec = "tiny", weights;
+  std::string spec, weights;  // spec empty: the config.json beside the weights, else tiny
   int64_t n_layers = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0, max_pos = 0;
 };
 
@@ -24,8 +24,15 @@ ModelConfig resolve(const ModelArgs& m);
 struct AccuracyArgs {
   std::string format = "auto";
 };
-po::options_description accuracy_desc(AccuracyOptions& a, AccuracyArgs& raw);
-void check_accuracy(AccuracyOptions& a, const AccuracyArgs& raw);
+po::options_description accuracy_desc(AccuracyConfig& a, AccuracyArgs& raw);
+void check_accuracy(AccuracyConfig& a, const AccuracyArgs& raw);
+
+// The sharding group shared by train, eval and generate (training adds the backward's options).
+struct FsdpArgs {
+  std::string sharding = "full_shard", param_dtype = "fp32", reduce_dtype = "fp32";
+};
+po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training);
+void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw);
 
 void require_file(const std::string& opt, const std::string& path);
 // Parses args, then --config FILE, into the variables bound by `all`.
@@ -35,9 +42,8 @@ std::string usage_text(const std::string& usage, const po::options_description& 
 void positive(const char* opt, double v, const char* hint);
 at::ScalarType parse_dtype(const std::string& s, const char* opt);
 void check_threads(const CommonOptions& c);
-void check_device(const std::string& device);  // auto, cpu or cuda
 
-po::options_description observability_desc(ObsOptions& o, std::string& debug_sleep);
-void check_observability(ObsOptions& o, const std::string& debug_sleep);
+po::options_description observability_desc(obs::ObsConfig& o);
+void check_debug_sleep(FaultConfig& f, const std::string& debug_sleep);  // RANK:STEP:SECONDS
 
 }  // namespace shardtrain::cli::parts

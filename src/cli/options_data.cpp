@@ -26,7 +26,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
-  if (o.common.help) {
+  if (o.common.wants_help()) {
     if (help_text)
       *help_text = usage_text("Usage: shardtrain prepare --tokenizer M --input F.jsonl --output F.h5 [options]", all);
     return o;
@@ -50,6 +50,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
 GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text) {
   GenerateOptions o;
   ModelArgs m;
+  FsdpArgs fa;
   po::options_description d("Generation");
   d.add_options()("tokenizer", po::value(&o.tokenizer), "SentencePiece tokenizer.model")(
       "prompt", po::value(&o.prompts)->composing(), "prompt text (repeatable)")(
@@ -60,11 +61,11 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
       "top-p", po::value(&o.top_p)->default_value(1.0), "nucleus sampling mass, with --temperature > 0")(
       "seed", po::value(&o.seed)->default_value(0), "sampling seed");
   po::options_description all;
-  all.add(common_desc(o.common)).add(model_desc(m)).add(d);
+  all.add(common_desc(o.common)).add(model_desc(m)).add(d).add(fsdp_desc(o.fsdp, fa, false));
   parse_into(args, all);
-  if (o.common.help) {
+  if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text("Usage: shardtrain generate --model DIR --weights DIR --tokenizer M --prompt TEXT [options]", all);
+      *help_text = usage_text("Usage: [mpirun -np N] shardtrain generate --weights DIR --tokenizer M --prompt TEXT [options]", all);
     return o;
   }
   o.model = resolve(m);
@@ -79,6 +80,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   if (o.temperature < 0) throw UsageError("--temperature must be >= 0 (0 is greedy)");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
   check_threads(o.common);
+  check_fsdp(o.fsdp, fa);
   return o;
 }
 
@@ -92,7 +94,7 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
-  if (o.common.help) {
+  if (o.common.wants_help()) {
     if (help_text) *help_text = usage_text("Usage: [mpirun -np N] shardtrain convert --input A --output B", all);
     return o;
   }
@@ -112,7 +114,7 @@ InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* 
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all, &pos);
-  if (o.common.help) {
+  if (o.common.wants_help()) {
     if (help_text) *help_text = usage_text("Usage: shardtrain inspect CHECKPOINT.h5", all);
     return o;
   }

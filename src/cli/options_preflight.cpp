@@ -42,11 +42,11 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
-  if (o.common.help) {
+  if (o.common.wants_help()) {
     if (help_text) *help_text = usage_text("Usage: shardtrain preflight [--min-busbw GB/s] [options]   (run with mpirun or srun)", all);
     return o;
   }
-  check_device(o.device);
+  fsdp::check_device_option(o.device);
   if (o.min_busbw < 0) throw UsageError("--min-busbw must be >= 0 (GB/s)");
   o.min_bytes = parse_bytes(min_b, "--min-bytes");
   o.max_bytes = parse_bytes(max_b, "--max-bytes");

@@ -22,7 +22,7 @@ ReportOptions parse_report(const std::vector<std::string>& args, std::string* he
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all, &pos);
-  if (o.common.help) {
+  if (o.common.wants_help()) {
     if (help_text)
       *help_text = usage_text(
           "Usage: shardtrain report METRICS.jsonl [METRICS.jsonl ...] --out-dir DIR [--title T] [--smooth K]\n"

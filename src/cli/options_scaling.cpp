@@ -40,7 +40,7 @@ ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* 
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
-  if (o.common.help) {
+  if (o.common.wants_help()) {
     if (help_text)
       *help_text = usage_text(
           "Usage: shardtrain scaling --run NODES:METRICS.jsonl [--run ...] --out-dir DIR [--skip-steps K] [--title T]\n"

@@ -1,15 +1,13 @@
 #include "shardtrain/comm/collective_log.h"
 
-#include <chrono>
 #include <cstdio>
 
 #include "shardtrain/comm/communicator.h"
+#include "shardtrain/runtime/clock.h"
 
 namespace shardtrain::comm {
 
-double CollectiveLog::now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double CollectiveLog::now() { return monotonic_seconds(); }
 
 int64_t CollectiveLog::started(Op op, int64_t bytes, std::function<bool()> done) {
   std::lock_guard<std::mutex> lock(mu_);

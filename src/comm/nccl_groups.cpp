@@ -6,8 +6,8 @@
 
 namespace shardtrain::comm {
 
-ProcessGroups make_nccl_groups(Sharding s, const Topology& topo, int shard_group_size, const std::string& host) {
-  ProcessGroups pg = make_groups(s, topo, shard_group_size, [](MpiComm c, const char* name) {
+ProcessGroups make_nccl_groups(const GroupLayout& layout, const Topology& topo, const std::string& host) {
+  ProcessGroups pg = make_groups(layout, topo, [](MpiComm c, const char* name) {
     return std::make_unique<NcclCommunicator>(std::move(c), name);  // ncclUniqueId over this group
   });
   std::vector<ncclComm_t> comms;

@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "shardtrain/cuda/nvtx.h"
-#include "shardtrain/data/loader.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::fsdp {
@@ -22,15 +21,16 @@ struct FsdpEngine::Pass {
 };
 
 FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-                       const SafetensorsModel* weights)
-    : model_(std::move(model)), cfg_(cfg), groups_(groups), rope_(model_, model_.max_position_embeddings),
-      opt_(cfg.adamw) {
-  if (cfg_.max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be 1 or more");
-  rope_.cos = rope_.cos.to(cfg_.device), rope_.sin = rope_.sin.to(cfg_.device);
-  const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(cfg_.device);
+                       const SafetensorsModel* weights, at::Device device)
+    : model_(std::move(model)), cfg_(std::move(cfg)), groups_(groups), device_(device),
+      rope_(model_, model_.max_position_embeddings) {
+  cfg_.validate();
+  rope_.to(device_);
+  const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
   const auto specs = llama_param_specs(model_);
+  const auto unit_specs = model_units(model_);
   const int S = groups_.shard->size(), sr = groups_.shard->rank();
-  for (int64_t u = 0; u < model_.num_layers + 2; ++u) {
+  for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
     FlatLayout layout = flat_layout(specs, u, S);
     auto master = at::zeros({layout.shard_numel}, fp32);
@@ -40,14 +40,15 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
       at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
                                  : init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
       master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
-      opt_.add(master.narrow(0, s.shard_offset, s.numel), !e.is_norm);
     }
-    units_.emplace_back(std::move(layout), master);
-    // The matching views of the persistent gradient shard, in opt_.add's order.
-    for (const Segment& s : shard_segments(units_.back().layout(), sr))
-      grad_views_.push_back(units_.back().grad().narrow(0, s.shard_offset, s.numel));
-    unit_grads_.push_back(units_.back().grad());
-    if (!cfg_.sync_each_microstep) no_sync_.push_back(at::zeros({units_.back().layout().padded}, fp32));
+    units_.emplace_back(unit_specs[u], std::move(layout), master);
+    FlatUnit& unit = units_.back();
+    for (const Segment& s : shard_segments(unit.layout(), sr)) {
+      const auto& e = unit.layout().entries[s.entry];
+      pieces_.push_back({e.name, e.shape, s.param_offset, s.numel, !e.is_norm, unit.master().narrow(0, s.shard_offset, s.numel),
+                         unit.grad().narrow(0, s.shard_offset, s.numel)});
+    }
+    if (cfg_.no_sync_accumulation) no_sync_.push_back(at::zeros({unit.layout().padded}, fp32));
   }
 }
 
@@ -76,37 +77,31 @@ void FsdpEngine::note_gathered() {
   peak_gathered_ = std::max(peak_gathered_, n);
 }
 
-LayerWeights FsdpEngine::layer_weights(int64_t u) const {
-  const auto v = units_[u].views();  // llama_param_specs order, which is LayerWeights' field order
-  return {v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]};
+bool FsdpEngine::recomputes(int64_t u) const {
+  return cfg_.activation_checkpointing && units_[u].kind() == UnitKind::kDecoderLayer;
+}
+
+at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x) {
+  const auto views = units_[u].named_views();
+  return unit_forward(model_, units_[u].spec(), [&views](const std::string& name) { return views.at(name); }, x, rope_,
+                      cfg_.param_dtype);
 }
 
 at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_graph) {
-  const int64_t L = model_.num_layers, head = L + 1;
-  const bool reshard = comm::reshard_after_forward(cfg_.sharding);
+  const bool reshard = reshard_after_forward(cfg_.sharding);
   p.inputs.assign(units_.size(), at::Tensor());
   p.outputs.assign(units_.size(), at::Tensor());
   p.empty = tokens.size(0) == 0;
-  at::Tensor x;
-  for (int64_t u = 0; u <= head; ++u) {
+  at::Tensor x = tokens;
+  for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);
     ensure(u);
     prefetch_from(u, +1);
-    at::Tensor out;
     if (!p.empty) {
-      const bool grad_here = build_graph && !(cfg_.activation_checkpointing && u >= 1 && u <= L);
-      at::AutoGradMode mode(grad_here);
-      if (u > 0) p.inputs[u] = build_graph ? x.detach().requires_grad_(true) : x;
-      if (u == 0) {
-        out = at::embedding(units_[0].views()[0], tokens).to(cfg_.param_dtype);
-      } else if (u <= L) {
-        out = decoder_layer(model_, layer_weights(u), p.inputs[u], rope_.cos, rope_.sin);
-      } else {
-        const auto v = units_[head].views();  // model.norm.weight, lm_head.weight
-        out = at::linear(rms_norm(p.inputs[u], v[0], model_.rms_norm_eps), v[1]);
-      }
-      p.outputs[u] = out;
-      x = out;
+      at::AutoGradMode mode(build_graph && !recomputes(u));
+      // The graph is cut here: the unit's input is a leaf whose gradient backward hands on.
+      if (units_[u].kind() != UnitKind::kEmbedding) x = p.inputs[u] = build_graph ? x.detach().requires_grad_(true) : x;
+      x = p.outputs[u] = run_unit(u, x);
     }
     // The head's backward follows at once, so keeping it gathered saves nothing; FSDP's
     // reshard_after_forward still frees it, and we match that volume exactly.
@@ -116,27 +111,26 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
 }
 
 void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
-  const int64_t L = model_.num_layers;
   at::Tensor grad_out;
-  for (int64_t u = L + 1; u >= 0; --u) {
+  for (int64_t u = static_cast<int64_t>(units_.size()) - 1; u >= 0; --u) {
     cuda::NvtxRange range(nvtx_names_[u].second);
     ensure(u);
     prefetch_from(u, -1);
     if (!p.empty) {
-      if (u == L + 1) {
+      if (units_[u].kind() == UnitKind::kHead) {
         loss.backward();
       } else {
         at::Tensor out = p.outputs[u];
-        if (cfg_.activation_checkpointing && u >= 1 && u <= L) {  // recompute with the regathered weights
+        if (recomputes(u)) {  // recompute with the regathered weights
           at::AutoGradMode on(true);
-          out = decoder_layer(model_, layer_weights(u), p.inputs[u], rope_.cos, rope_.sin);
+          out = run_unit(u, p.inputs[u]);
         }
         torch::autograd::backward({out}, {grad_out});
       }
-      if (u > 0) grad_out = p.inputs[u].grad();
+      if (units_[u].kind() != UnitKind::kEmbedding) grad_out = p.inputs[u].grad();
     }
     at::Tensor g = units_[u].leaf_grad();
-    if (!g.defined()) g = at::zeros({units_[u].layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(cfg_.device));
+    if (!g.defined()) g = at::zeros({units_[u].layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
     if (reduce_now) reduce_unit(u, g);
     else no_sync_[u].add_(g.to(at::kFloat));
     p.outputs[u] = at::Tensor(), p.inputs[u] = at::Tensor();
@@ -172,8 +166,8 @@ double FsdpEngine::comm_wait_seconds() const {
   return w;
 }
 
-StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) {
-  StepResult r;
+GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches) {
+  GradResult r;
   // Each phase's wall time, less the host time blocked on collectives within it.
   double mark = comm::CollectiveLog::now(), wait_mark = comm_wait_seconds();
   auto close_phase = [&](Phase p) {
@@ -185,48 +179,41 @@ StepResult FsdpEngine::step(const std::vector<Batch>& micro_batches, double lr) 
   int64_t local_tokens = 0;
   for (const auto& mb : micro_batches)
     if (mb.tokens.size(0) > 0) local_tokens += count_loss_tokens(mb.labels);
-  r.tokens = static_cast<int64_t>(std::llround(groups_.world->all_reduce_sum(static_cast<double>(local_tokens))));
+  r.tokens = static_cast<int64_t>(std::llround(sum_world(static_cast<double>(local_tokens))));
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
   for (auto& u : units_) u.grad().zero_();
   double loss_sum = 0;
-  for (size_t m = 0; m < micro_batches.size(); ++m) {
-    const Batch& mb = micro_batches[m];
+  for (const Batch& mb : micro_batches) {
     Pass p;
-    auto logits = forward(p, mb.tokens.to(cfg_.device), /*build_graph=*/true);
+    auto logits = forward(p, mb.tokens.to(device_), /*build_graph=*/true);
     at::Tensor loss;
     if (!p.empty) {
-      auto ls = causal_lm_loss(logits, mb.labels.to(cfg_.device));
+      auto ls = causal_lm_loss(logits, mb.labels.to(device_));
       loss_sum += ls.sum.item<double>();
       loss = ls.sum / denom;
     }
     close_phase(Phase::kForward);
-    backward(p, loss, cfg_.sync_each_microstep);
+    backward(p, loss, !cfg_.no_sync_accumulation);
     close_phase(Phase::kBackward);
   }
-  if (!cfg_.sync_each_microstep) reduce_accumulated();
-  r.loss = groups_.world->all_reduce_sum(loss_sum) / denom;
-  // Shards of one replica tile the model; replicas hold equal shards, so sum over the shard group.
-  double sq = grad_sq_norm(unit_grads_);  // padding is zero, so whole shards are exact
-  if (groups_.shard->size() > 1) sq = groups_.shard->all_reduce_sum(sq);
-  r.grad_norm = std::sqrt(sq);
-  scale_grads(grad_views_, r.grad_norm, cfg_.grad_clip);
-  opt_.step(lr, grad_views_);
-  close_phase(Phase::kOptimizer);
+  if (cfg_.no_sync_accumulation) reduce_accumulated();
+  r.loss = sum_world(loss_sum) / denom;
+  close_phase(Phase::kBackward);
   return r;
+}
+
+std::vector<at::Tensor> FsdpEngine::grad_shards() const {
+  std::vector<at::Tensor> g;
+  for (const auto& p : pieces_) g.push_back(p.grad);
+  return g;
 }
 
 at::Tensor FsdpEngine::logits(const at::Tensor& tokens) {
   c10::NoGradGuard no_grad;
   Pass p;
-  auto out = forward(p, tokens.to(cfg_.device), /*build_graph=*/false);
+  auto out = forward(p, tokens.to(device_), /*build_graph=*/false);
   for (auto& u : units_) u.release();
   return out.to(at::kCPU);  // evaluation and decoding run their arithmetic on the host
-}
-
-EvalResult FsdpEngine::evaluate(const TokenFile& data, int64_t batch_size, int64_t max_batches) {
-  return evaluate_loss(data, batch_size, max_batches, groups_.world->rank(), groups_.world->size(),
-                       [this](const at::Tensor& t) { return logits(t); },
-                       [this](double v) { return groups_.world->all_reduce_sum(v); });
 }
 
 std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
@@ -238,18 +225,6 @@ std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
     full = full.to(at::kCPU);  // exports and conversions are written from host memory
     for (const auto& e : u.layout().entries) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone();
   }
-  return out;
-}
-
-std::vector<StatePiece> FsdpEngine::state_pieces() {
-  std::vector<StatePiece> out;
-  size_t slot = 0;  // opt_.add ran in this same order: units, then their segments
-  for (auto& u : units_)
-    for (const Segment& s : shard_segments(u.layout(), groups_.shard->rank())) {
-      const auto& e = u.layout().entries[s.entry];
-      auto& st = opt_.slots()[slot++];
-      out.push_back({e.name, e.shape, s.param_offset, s.numel, st.param, st.exp_avg, st.exp_avg_sq});
-    }
   return out;
 }
 
@@ -265,6 +240,13 @@ MemoryReport FsdpEngine::memory() const {
   for (const auto& t : no_sync_) m.no_sync_bytes += t.nbytes();
   m.unsharded_bytes = 16 * full;
   return m;
+}
+
+Optimizer make_optimizer(FsdpEngine& engine, const OptimizerConfig& cfg) {
+  comm::Communicator& shard = *engine.groups().shard;
+  Optimizer opt(cfg, [&shard](double sq) { return shard.size() > 1 ? shard.all_reduce_sum(sq) : sq; });
+  for (const ShardPiece& p : engine.pieces()) opt.add(p.master, p.decay);  // padding is zero: pieces cover the norm
+  return opt;
 }
 
 }  // namespace shardtrain::fsdp

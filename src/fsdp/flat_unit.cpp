@@ -9,7 +9,8 @@
 
 namespace shardtrain::fsdp {
 
-FlatUnit::FlatUnit(FlatLayout layout, at::Tensor master) : layout_(std::move(layout)), master_(std::move(master)) {
+FlatUnit::FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master)
+    : spec_(spec), layout_(std::move(layout)), master_(std::move(master)) {
   if (master_.numel() != layout_.shard_numel) throw Error("FSDP unit: master shard has the wrong size");
   grad_ = at::zeros_like(master_);
 }
@@ -55,9 +56,9 @@ void FlatUnit::free_storage() {
   gathered_ = false;
 }
 
-std::vector<at::Tensor> FlatUnit::views() const {
-  std::vector<at::Tensor> v;
-  for (const auto& e : layout_.entries) v.push_back(flat_.narrow(0, e.offset, e.numel).view(e.shape));
+std::map<std::string, at::Tensor> FlatUnit::named_views() const {
+  std::map<std::string, at::Tensor> v;
+  for (const auto& e : layout_.entries) v.emplace(e.name, flat_.narrow(0, e.offset, e.numel).view(e.shape));
   return v;
 }
 

@@ -6,23 +6,10 @@
 
 namespace shardtrain {
 
-LocalWeights::LocalWeights(const ParamStore& params, at::ScalarType compute_dtype)
-    : params_(params), dtype_(compute_dtype) {}
-
-at::Tensor LocalWeights::w(const std::string& name) const { return params_.get(name).to(dtype_); }
-
-at::Tensor LocalWeights::embedding() { return w("model.embed_tokens.weight"); }
-
-LayerWeights LocalWeights::layer(int64_t i) {
-  const std::string p = "model.layers." + std::to_string(i) + ".";
-  return {w(p + "self_attn.q_proj.weight"), w(p + "self_attn.k_proj.weight"),
-          w(p + "self_attn.v_proj.weight"), w(p + "self_attn.o_proj.weight"),
-          w(p + "mlp.gate_proj.weight"),    w(p + "mlp.up_proj.weight"),
-          w(p + "mlp.down_proj.weight"),    w(p + "input_layernorm.weight"),
-          w(p + "post_attention_layernorm.weight")};
+LayerWeights LayerWeights::bind(const WeightLookup& w, int64_t i) {
+  const auto n = [&](int k) { return w(names::layer(i, names::kLayer[k])); };
+  return {n(0), n(1), n(2), n(3), n(4), n(5), n(6), n(7), n(8)};  // names::kLayer's order is the fields' order
 }
-
-HeadWeights LocalWeights::head() { return {w("model.norm.weight"), w("lm_head.weight")}; }
 
 Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
   const int64_t d = cfg.head_dim();
@@ -32,6 +19,11 @@ Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
   auto emb = at::cat({freqs, freqs}, -1);                                                           // [T, d]
   cos = emb.cos();
   sin = emb.sin();
+}
+
+Rotary& Rotary::to(const at::Device& device) {
+  cos = cos.to(device), sin = sin.to(device);
+  return *this;
 }
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -73,12 +65,21 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   return out + mlp;
 }
 
-at::Tensor llama_forward(const ModelConfig& cfg, WeightProvider& weights, const at::Tensor& tokens,
-                         const Rotary& rope, at::ScalarType compute_dtype) {
-  auto x = at::embedding(weights.embedding(), tokens).to(compute_dtype);  // [B, T, H]
-  for (int64_t i = 0; i < cfg.num_layers; ++i) x = decoder_layer(cfg, weights.layer(i), x, rope.cos, rope.sin);
-  auto hw = weights.head();
-  return at::linear(rms_norm(x, hw.norm, cfg.rms_norm_eps), hw.lm_head);
+at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
+                        const Rotary& rope, at::ScalarType compute_dtype) {
+  switch (unit.kind) {
+    case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
+    case UnitKind::kDecoderLayer: return decoder_layer(cfg, LayerWeights::bind(w, unit.layer), x, rope.cos, rope.sin);
+    case UnitKind::kHead: break;
+  }
+  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::kLmHead));
+}
+
+at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
+                         at::ScalarType compute_dtype) {
+  at::Tensor x = tokens;
+  for (const UnitSpec& u : model_units(cfg)) x = unit_forward(cfg, u, w, x, rope, compute_dtype);
+  return x;
 }
 
 LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {

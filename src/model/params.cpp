@@ -13,25 +13,25 @@ int64_t ParamSpec::numel() const {
   return n;
 }
 
+std::vector<UnitSpec> model_units(const ModelConfig& c) {
+  std::vector<UnitSpec> u{{UnitKind::kEmbedding, -1}};
+  for (int64_t i = 0; i < c.num_layers; ++i) u.push_back({UnitKind::kDecoderLayer, i});
+  u.push_back({UnitKind::kHead, -1});
+  return u;
+}
+
+std::string names::layer(int64_t i, const char* local) { return "model.layers." + std::to_string(i) + "." + local; }
+
 std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
   const int64_t h = c.hidden_size, kv = c.num_kv_heads * c.head_dim(), f = c.intermediate_size;
+  // Shapes in names::kLayer's order: q k v o gate up down, then the two norms.
+  const std::vector<int64_t> layer_shapes[9] = {{h, h}, {kv, h}, {kv, h}, {h, h}, {f, h}, {f, h}, {h, f}, {h}, {h}};
   std::vector<ParamSpec> s;
-  s.push_back({"model.embed_tokens.weight", {c.vocab_size, h}, false, 0});
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    const int64_t u = i + 1;
-    s.push_back({p + "self_attn.q_proj.weight", {h, h}, false, u});
-    s.push_back({p + "self_attn.k_proj.weight", {kv, h}, false, u});
-    s.push_back({p + "self_attn.v_proj.weight", {kv, h}, false, u});
-    s.push_back({p + "self_attn.o_proj.weight", {h, h}, false, u});
-    s.push_back({p + "mlp.gate_proj.weight", {f, h}, false, u});
-    s.push_back({p + "mlp.up_proj.weight", {f, h}, false, u});
-    s.push_back({p + "mlp.down_proj.weight", {h, f}, false, u});
-    s.push_back({p + "input_layernorm.weight", {h}, true, u});
-    s.push_back({p + "post_attention_layernorm.weight", {h}, true, u});
-  }
-  s.push_back({"model.norm.weight", {h}, true, c.num_layers + 1});
-  s.push_back({"lm_head.weight", {c.vocab_size, h}, false, c.num_layers + 1});
+  s.push_back({names::kEmbed, {c.vocab_size, h}, false, 0});
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    for (int k = 0; k < 9; ++k) s.push_back({names::layer(i, names::kLayer[k]), layer_shapes[k], k >= 7, i + 1});
+  s.push_back({names::kNorm, {h}, true, c.num_layers + 1});
+  s.push_back({names::kLmHead, {c.vocab_size, h}, false, c.num_layers + 1});
   return s;
 }
 

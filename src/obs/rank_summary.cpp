@@ -39,21 +39,22 @@ std::string breakdown_line(const PhaseSummary& s, int ranks, const std::vector<s
   return line + buf;
 }
 
-std::string summarize_across_ranks(StepMetrics& m, MPI_Comm comm, const std::vector<std::string>& hosts) {
+std::string summarize_across_ranks(const PhaseTimes& mine, nlohmann::json& extra, MPI_Comm comm,
+                                   const std::vector<std::string>& hosts) {
   int rank = 0, size = 1;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   MPI_CHECK(MPI_Comm_size(comm, &size));
   std::vector<double> all(rank == 0 ? static_cast<size_t>(size) * kNumPhases : 0);
-  MPI_CHECK(MPI_Gather(m.phases.s.data(), kNumPhases, MPI_DOUBLE, all.data(), kNumPhases, MPI_DOUBLE, 0, comm));
+  MPI_CHECK(MPI_Gather(mine.s.data(), kNumPhases, MPI_DOUBLE, all.data(), kNumPhases, MPI_DOUBLE, 0, comm));
   if (rank != 0) return "";
   std::vector<PhaseTimes> per_rank(size);
   for (int r = 0; r < size; ++r)
     for (int p = 0; p < kNumPhases; ++p) per_rank[r].s[p] = all[static_cast<size_t>(r) * kNumPhases + p];
   const PhaseSummary s = summarize_phases(per_rank);
   for (int p = 0; p < kNumPhases; ++p)
-    m.extra["phases_across_ranks"][phase_name(static_cast<Phase>(p))] = {
+    extra["phases_across_ranks"][phase_name(static_cast<Phase>(p))] = {
         {"min", s.min[p]}, {"median", s.median[p]}, {"max", s.max[p]}};
-  m.extra["straggler"] = {{"rank", s.straggler},
+  extra["straggler"] = {{"rank", s.straggler},
                           {"host", s.straggler < static_cast<int>(hosts.size()) ? hosts[s.straggler] : ""},
                           {"busy_s", s.straggler_busy_s},
                           {"median_busy_s", s.median_busy_s},

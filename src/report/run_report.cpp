@@ -11,7 +11,7 @@
 #include "format.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/stats.h"
-#include "shardtrain/train/phases.h"
+#include "shardtrain/runtime/phases.h"
 
 namespace fs = std::filesystem;
 

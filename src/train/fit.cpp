@@ -1,75 +1,59 @@
 #include "shardtrain/train/fit.h"
 
-#include <chrono>
-
+#include "shardtrain/runtime/clock.h"
 #include "shardtrain/runtime/logging.h"
-#include "shardtrain/train/flops.h"
 
 namespace shardtrain {
 namespace {
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+// Wall time of one phase less the host time blocked on collectives in it, which is exposed comm.
+void close_phase(PhaseTimes& t, Phase p, const Stopwatch& clock, double wait_before, const fsdp::FsdpEngine& e) {
+  const double waited = e.comm_wait_seconds() - wait_before;
+  t[p] += clock.seconds() - waited;
+  t[Phase::kExposedComm] += waited;
 }
 }  // namespace
 
-void fit(const TrainConfig& cfg, const ModelConfig& model, DataLoader& loader, const FitHooks& h) {
-  const int64_t per_epoch = loader.steps_per_epoch();
-  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * per_epoch;
-  LrSchedule sched = cfg.schedule;
+FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents& c, int64_t start) {
+  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * c.loader.steps_per_epoch();
+  LrSchedule sched = optim.schedule;
   sched.total_steps = total;
-  MetricsWriter metrics(h.writes_metrics ? cfg.metrics_file : "", h.start_step);
-  const double fpt = flops_per_token(model, cfg.seq_len);
-  log::info("training " + model.name + " (" + std::to_string(h.num_params) + " parameters) for " +
-            std::to_string(total) + " steps, " + std::to_string(per_epoch) + " steps/epoch");
-  auto validate = [&](StepMetrics& m) {
-    if (h.val_loss) m.val_loss = h.val_loss();
-    if (h.accuracy) m.val_accuracy = h.accuracy();
-  };
-  if (h.accuracy && h.start_step == 0) {  // the starting point, so the climb is visible
+  log::info("training " + c.engine.model().name + " (" + std::to_string(c.engine.model().num_params()) +
+            " parameters) for " + std::to_string(total) + " steps, " + std::to_string(c.loader.steps_per_epoch()) +
+            " steps/epoch");
+  if (c.validator.has_accuracy() && start == 0) {  // the starting point, so the climb is visible
     StepMetrics m0;
-    validate(m0);
-    log::info("before training: val_loss " + std::to_string(m0.val_loss) + " | exact_match " +
-              std::to_string(100.0 * m0.val_accuracy) + "%");
-    metrics.write(m0);
+    c.validator.run(m0);
+    c.metrics.write_initial(m0);
   }
-  double timed_s = 0;  // this run's step + checkpoint time, for the ETA
-  for (int64_t s = h.start_step; s < total; ++s) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (h.before_step) h.before_step(s + 1);
-    const StepData data = loader.next();
-    const double data_wait = seconds_since(t0);
+  for (int64_t s = start; s < total; ++s) {
+    const Stopwatch step_clock;
+    c.faults.before_step(s + 1);
+    const StepData data = c.loader.next();
+    const double data_wait = step_clock.seconds();
     StepMetrics m;
-    m.step = s + 1;
-    m.epoch = data.position.epoch;
-    m.lr = sched.at(s, m.epoch);
-    const StepResult r = h.step(data.micro, m.lr);
-    m.step_time_s = seconds_since(t0);
-    m.loss = r.loss, m.grad_norm = r.grad_norm, m.tokens = r.tokens;
-    m.phases = r.phases;
-    m.phases[Phase::kDataWait] = data_wait;
-    fill_throughput(m, data.global_rows * cfg.seq_len, fpt, cfg.peak_tflops, h.world_size);
-    m.peak_mem_bytes = peak_host_memory_bytes();
-    if (h.annotate) h.annotate(m);  // before the checkpoint: the step's own collectives only
-    const bool last = s + 1 == total;
-    if ((cfg.val_every > 0 && m.step % cfg.val_every == 0) || last) validate(m);
-    bool go_on = true;
-    if (h.after_step) {  // checkpoints: timed as their own phase
-      const auto tc = std::chrono::steady_clock::now();
-      go_on = h.after_step(m.step, last);
-      m.phases[Phase::kCheckpoint] = seconds_since(tc);
-    }
-    timed_s += m.step_time_s + m.phases[Phase::kCheckpoint];
-    m.eta_s = timed_s / static_cast<double>(m.step - h.start_step) * static_cast<double>(total - m.step);
-    // Every rank reaches the same verdict (go_on comes from an all-reduce), so the
-    // cross-rank summary below is a collective all of them join.
-    const bool log_step = m.step == 1 || last || m.step % cfg.log_every == 0 || !go_on;
-    const std::string breakdown = log_step && h.across_ranks ? h.across_ranks(m) : "";
-    metrics.write(m);
-    if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) log::info(progress_line(m, total));
-    if (!breakdown.empty()) log::info(breakdown);
-    if (h.publish) h.publish(m);
-    if (!go_on) return;
+    m.step = s + 1, m.epoch = data.position.epoch, m.lr = sched.at(s, m.epoch);
+    c.metrics.begin_step();
+    const fsdp::GradResult g = c.engine.forward_backward(data.micro);
+    m.loss = g.loss, m.tokens = g.tokens, m.phases = g.phases, m.phases[Phase::kDataWait] = data_wait;
+    const Stopwatch opt_clock;
+    const double wait_before = c.engine.comm_wait_seconds();
+    m.grad_norm = c.optimizer.step(m.lr, c.engine.grad_shards());
+    close_phase(m.phases, Phase::kOptimizer, opt_clock, wait_before, c.engine);
+    m.step_time_s = step_clock.seconds();
+    c.metrics.measure(m, data.global_rows);
+    const bool last = m.step == total;
+    if (c.validator.due(m.step, last)) c.validator.run(m);
+    const Stopwatch ckpt_clock;  // the signal vote and the save: the checkpoint phase
+    const SignalHandler::Verdict signal = c.signals.poll();
+    const bool stop = signal.stop && !last;
+    const double saved_s = c.checkpoints.after_step(m.step, signal.save, last || stop, c.loader.state());
+    m.phases[Phase::kCheckpoint] = ckpt_clock.seconds();
+    const bool log_step = m.step == 1 || last || m.step % cfg.log_every == 0 || stop;
+    c.metrics.publish(m, log_step, total, saved_s);
+    if (stop) return FitEnd::kStoppedBySignal;
   }
+  c.checkpoints.finish();
+  return FitEnd::kCompleted;
 }
 
 }  // namespace shardtrain

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "run_binary.h"
 #include "shardtrain/io/h5.h"
@@ -230,4 +231,74 @@ TEST(CliMpi, AsyncSaveWritesWhatSyncSaveWrites) {
       auto d = shell("h5diff -q " + as + "/" + step + " " + ss + "/" + step + " " + group + " " + group);
       EXPECT_EQ(d.code, 0) << step << " " << group << ": " << d.out;
     }
+}
+
+namespace {
+// The first JSON object eval prints (rank 0's result line).
+nlohmann::json eval_json(const std::string& out) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("{\"", 0) == 0) return nlohmann::json::parse(line);
+  return {};
+}
+}  // namespace
+
+// eval and generate run through the FSDP engine: 4 ranks (full_shard, and hybrid as 2 nodes x 2)
+// give 1 rank's loss and the same greedy tokens.
+TEST(CliMpi, EvalAndGenerateAtFourRanksEqualOneRank) {
+  const auto model = tmp("evalgen_model");
+  auto t = run(kTrain + "--steps 40 --batch-size 16 --lr 3e-3 --save-model " + model, mpirun(1));
+  ASSERT_EQ(t.code, 0) << t.out;
+  const std::string eval = "eval --threads 1 --weights " + model + " --data " + kDemo + "/train.val.h5 --batch-size 8" +
+                           " --accuracy-file " + source("data/demo/val.jsonl") + " --tokenizer " +
+                           source("data/demo/tokenizer.model") + " --accuracy-samples 6 --max-new-tokens 6";
+  auto one = run(eval, mpirun(1));
+  ASSERT_EQ(one.code, 0) << one.out;
+  const auto j1 = eval_json(one.out);
+  ASSERT_TRUE(j1.contains("loss")) << one.out;
+  for (const std::string layout : {"--sharding full_shard", "--sharding hybrid_shard --ranks-per-node 2"}) {
+    auto four = run(eval + " " + layout, mpirun(4));
+    ASSERT_EQ(four.code, 0) << four.out;
+    const auto j4 = eval_json(four.out);
+    ASSERT_TRUE(j4.contains("loss")) << four.out;
+    EXPECT_NEAR(j4["loss"].get<double>(), j1["loss"].get<double>(), 1e-6 * j1["loss"].get<double>()) << layout;
+    EXPECT_EQ(j4["tokens"], j1["tokens"]) << layout;
+    EXPECT_EQ(j4["correct"], j1["correct"]) << layout;
+    // The decoded answers, in order: identical greedy tokens.
+    const auto answers = [](const std::string& out) { return out.substr(std::min(out.size(), out.find("answer '"))); };
+    EXPECT_EQ(answers(four.out).substr(0, 200), answers(one.out).substr(0, 200)) << layout;
+  }
+  const std::string gen = "generate --threads 1 --weights " + model + " --tokenizer " + source("data/demo/tokenizer.model") +
+                          " --template alpaca --prompt 'Reverse the digits.' --input '9 0 5 3 1' --max-new-tokens 10";
+  auto g1 = run(gen, mpirun(1)), g4 = run(gen + " --sharding full_shard", mpirun(4));
+  ASSERT_EQ(g1.code, 0) << g1.out;
+  ASSERT_EQ(g4.code, 0) << g4.out;
+  const auto last_line = [](const std::string& out) {
+    const auto end = out.find_last_not_of('\n');
+    return out.substr(out.rfind('\n', end) + 1, end - out.rfind('\n', end));
+  };
+  EXPECT_EQ(last_line(g4.out), last_line(g1.out));
+  EXPECT_FALSE(last_line(g1.out).empty());
+}
+
+// A checkpoint written by the build before the module split (tests/data/ckpt_v1, 2 ranks) loads
+// at 1 rank and continues with that build's own losses.
+TEST(CliMpi, CheckpointWrittenBeforeTheModuleSplitResumes) {
+  const auto dir = tmp("ckpt_v1");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(source("tests/data/ckpt_v1/step-00000002.h5"), dir + "/step-00000002.h5");
+  const auto expected = nlohmann::json::parse(slurp(source("tests/data/ckpt_v1/expected.json")));
+  const auto metrics = tmp("ckpt_v1.jsonl");
+  auto r = run("train --threads 1 --model tiny --n-layers 2 --hidden-size 32 --intermediate-size 64 --n-heads 2 "
+               "--n-kv-heads 1 --vocab-size 512 --data " + kDemo + "/train.h5 --steps 4 --batch-size 8 --lr 1e-3 "
+               "--seed 7 --resume " + dir + "/step-00000002.h5 --metrics-file " + metrics, mpirun(1));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("resumed from " + dir + "/step-00000002.h5 at step 2"), std::string::npos) << r.out;
+  const auto rows = read_jsonl(metrics);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& row : rows) {
+    const double want = expected["losses"][std::to_string(row["step"].get<int>())];
+    EXPECT_NEAR(row["loss"].get<double>(), want, 1e-6 * want) << "step " << row["step"];
+  }
 }

@@ -88,10 +88,3 @@ TEST(Flops, TorchtitanFormula) {
   EXPECT_EQ(resolve_peak_tflops(2.5, "NVIDIA A100-SXM4-80GB"), 2.5);
 }
 
-TEST(Topology, RanksPerNodeOverride) {
-  auto t = topology_from_ranks_per_node(5, 8, 2);
-  EXPECT_EQ(t.node, 2);
-  EXPECT_EQ(t.local_rank, 1);
-  EXPECT_EQ(t.num_nodes, 4);
-  EXPECT_THROW(topology_from_ranks_per_node(0, 6, 4), UsageError);
-}

@@ -1,4 +1,4 @@
-// Pure data-side functions: hashing, UTF-8, JSONL records, row packing, the split, and the
+// Pure data-side functions: UTF-8, JSONL records, row packing, the split, and the
 // shard arithmetic that decides which rank reads which sample.
 #include <gtest/gtest.h>
 
@@ -11,26 +11,8 @@
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/runtime/error.h"
-#include "shardtrain/runtime/sha256.h"
 
 using namespace shardtrain;
-
-TEST(Sha256, KnownDigests) {  // FIPS 180-4 examples, as hashlib prints them
-  EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-  EXPECT_EQ(sha256_hex(two_blocks.data(), two_blocks.size()),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  Sha256 h;  // a million 'a' in odd-sized pieces crosses every buffer boundary
-  const std::string piece(977, 'a');
-  size_t left = 1000000;
-  while (left) {
-    const size_t n = std::min(left, piece.size());
-    h.update(piece.data(), n);
-    left -= n;
-  }
-  EXPECT_EQ(h.hex(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
 
 TEST(Utf8, AcceptsValidRejectsInvalid) {
   EXPECT_TRUE(valid_utf8(""));

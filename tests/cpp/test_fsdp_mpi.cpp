@@ -11,13 +11,14 @@
 #include <cstring>
 #include <filesystem>
 
+#include "oracle/trainer.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 using namespace shardtrain;
 using comm::Op;
-using comm::Sharding;
+using fsdp::Sharding;
 
 namespace {
 MpiEnv* g_env = nullptr;
@@ -61,7 +62,7 @@ struct Case {
 };
 
 std::string describe(const Case& c) {
-  return std::string(comm::sharding_name(c.sharding)) + " sgs=" + std::to_string(c.shard_group_size) +
+  return std::string(fsdp::sharding_name(c.sharding)) + " sgs=" + std::to_string(c.shard_group_size) +
          " ac=" + std::to_string(c.ac) + " accum=" + std::to_string(c.accum) +
          " dtype=" + c10::toString(c.dtype) + " sync=" + std::to_string(c.sync) +
          " world=" + std::to_string(g_env->size());
@@ -69,15 +70,32 @@ std::string describe(const Case& c) {
 
 fsdp::FsdpConfig fsdp_config(const Case& c) {
   fsdp::FsdpConfig f;
+  f.sharding = c.sharding, f.activation_checkpointing = c.ac, f.param_dtype = c.dtype, f.no_sync_accumulation = !c.sync;
+  return f;
+}
+
+OptimizerConfig optim_config() {
+  OptimizerConfig o;
   // Adam's update is lr * g / (sqrt(v) + eps). An element whose gradient is pure summation-order
   // noise (|g| ~ 1e-9, sign arbitrary) moves by up to lr * |g| / eps, so with eps = 1e-8 a
   // different (sharded) summation order alone moved one embedding element by 8e-4 in 20 steps
   // while every loss agreed to 2e-6; eps = 1e-6 still left 1.1e-5. eps = 1e-5 bounds it 1000x
   // lower, which is what a comparison at 1e-5 needs.
-  f.adamw.eps = 1e-5;
-  f.sharding = c.sharding, f.activation_checkpointing = c.ac, f.param_dtype = c.dtype, f.sync_each_microstep = c.sync;
-  return f;
+  o.adamw.eps = 1e-5;
+  return o;
 }
+
+// The engine and its optimizer component: one training step as train's loop takes it.
+struct Stepper {
+  fsdp::FsdpEngine& eng;
+  Optimizer opt;
+  explicit Stepper(fsdp::FsdpEngine& e) : eng(e), opt(fsdp::make_optimizer(e, optim_config())) {}
+  fsdp::GradResult step(const std::vector<Batch>& micro, double lr) {
+    const fsdp::GradResult g = eng.forward_backward(micro);
+    opt.step(lr, eng.grad_shards());
+    return g;
+  }
+};
 
 struct Gaps {
   double loss = 0;       // worst relative loss gap over the steps
@@ -87,18 +105,19 @@ struct Gaps {
 
 // Runs the case against the single-rank Trainer.
 Gaps compare(const Case& c) {
-  auto groups = comm::make_mpi_groups(c.sharding, g_env->topology(), c.shard_group_size);
+  auto groups = fsdp::make_mpi_groups(c.sharding, g_env->topology(), c.shard_group_size);
   fsdp::FsdpEngine eng(tiny(), fsdp_config(c), groups, kSeed);
-  TrainConfig tc;
+  Stepper run(eng);
+  oracle::TrainConfig tc;
   tc.param_dtype = c.dtype;
-  tc.adamw = fsdp_config(c).adamw;
-  Trainer ref(tiny(), tc, ParamStore::initialize(tiny(), kSeed));
+  tc.adamw = optim_config().adamw;
+  oracle::Trainer ref(tiny(), tc, ParamStore::initialize(tiny(), kSeed));
   const int rank = g_env->rank(), world = g_env->size();
   double worst_loss = 0;
   for (int64_t s = 0; s < kSteps; ++s) {
     const Batch b = global_batch(s);
     const double lr = 3e-3;
-    const auto mine = eng.step(take(b, rank_micro_batches(all_rows(), rank, world, c.accum)), lr);
+    const auto mine = run.step(take(b, rank_micro_batches(all_rows(), rank, world, c.accum)), lr);
     const auto want = ref.step(take(b, rank_micro_batches(all_rows(), 0, 1, c.accum)), lr);
     EXPECT_EQ(mine.tokens, want.tokens);
     worst_loss = std::max(worst_loss, std::abs(mine.loss - want.loss) / std::abs(want.loss));
@@ -150,10 +169,10 @@ TEST(FsdpMpi, ShardGroupSizeTwo) {
 
 // bf16's own error, as a yardstick: single-rank bf16 against single-rank fp32 on the same data.
 Gaps bf16_vs_fp32() {
-  TrainConfig t16, t32;
+  oracle::TrainConfig t16, t32;
   t16.param_dtype = at::kBFloat16;
-  t16.adamw = t32.adamw = fsdp_config({}).adamw;
-  Trainer a(tiny(), t16, ParamStore::initialize(tiny(), kSeed)), b(tiny(), t32, ParamStore::initialize(tiny(), kSeed));
+  t16.adamw = t32.adamw = optim_config().adamw;
+  oracle::Trainer a(tiny(), t16, ParamStore::initialize(tiny(), kSeed)), b(tiny(), t32, ParamStore::initialize(tiny(), kSeed));
   Gaps g;
   for (int64_t s = 0; s < kSteps; ++s) {
     const Batch batch = global_batch(s);
@@ -190,16 +209,17 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
   for (Sharding s : strategies()) {
     const int64_t accum = 2;
     Case c{s, 0, false, accum};
-    auto groups = comm::make_mpi_groups(s, g_env->topology(), 0);
+    auto groups = fsdp::make_mpi_groups(s, g_env->topology(), 0);
     fsdp::FsdpEngine eng(tiny(), fsdp_config(c), groups, kSeed);
-    eng.step(take(global_batch(0), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
+    Stepper run(eng);
+    run.step(take(global_batch(0), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
     for (auto* g : groups.all()) g->reset_stats();
-    eng.step(take(global_batch(1), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
+    run.step(take(global_batch(1), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
     int64_t padded = 0, shard = 0;
     for (auto& u : eng.units()) padded += u.layout().padded, shard += u.layout().shard_numel;
     const int64_t units = static_cast<int64_t>(eng.units().size());
     const bool sharded = groups.shard->size() > 1, replicated = groups.replicate->size() > 1;
-    const int64_t gathers = comm::reshard_after_forward(s) ? 2 : 1;  // forward, and again for backward
+    const int64_t gathers = fsdp::reshard_after_forward(s) ? 2 : 1;  // forward, and again for backward
     const auto& sh = groups.shard->stats();
     EXPECT_EQ(sh[Op::kAllGather].bytes, sharded ? gathers * accum * padded * 4 : 0) << describe(c);
     EXPECT_EQ(sh[Op::kAllGather].calls, sharded ? gathers * accum * units : 0) << describe(c);
@@ -219,13 +239,14 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
 TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
   std::vector<double> reference;
   for (int limit : {1, 2, 3}) {
-    auto groups = comm::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+    auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
     auto cfg = fsdp_config({});
     cfg.max_inflight_gathers = limit;
     fsdp::FsdpEngine eng(tiny(), cfg, groups, kSeed);
+    Stepper run(eng);
     std::vector<double> losses;
     for (int64_t step = 0; step < 3; ++step)
-      losses.push_back(eng.step(take(global_batch(step), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)), 1e-3).loss);
+      losses.push_back(run.step(take(global_batch(step), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)), 1e-3).loss);
     EXPECT_EQ(eng.peak_gathered_units(), limit) << "tiny has " << eng.units().size() << " units";
     if (reference.empty()) reference = losses;
     EXPECT_EQ(losses, reference) << "limit " << limit;
@@ -233,7 +254,7 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
 }
 
 TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {
-  auto groups = comm::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+  auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
   const auto m = eng.memory();
   const int w = g_env->size();
@@ -251,7 +272,7 @@ TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   SafetensorsModel st(dir + "/model.safetensors");
-  auto groups = comm::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+  auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed, &st);
   const double total = 4.0 * ref.numel(), w = g_env->size();
   EXPECT_LE(st.bytes_read(), total / w + 4.0 * eng.memory().padding_elements);

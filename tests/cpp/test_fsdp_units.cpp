@@ -3,12 +3,12 @@
 
 #include <set>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/runtime/error.h"
 
 using namespace shardtrain;
-using namespace shardtrain::comm;
+using namespace shardtrain::fsdp;
 
 namespace {
 Topology topo(int rank, int world, int per_node) { return topology_from_ranks_per_node(rank, world, per_node); }

@@ -7,7 +7,7 @@
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/generate.h"
 #include "shardtrain/model/llama.h"
-#include "shardtrain/train/trainer.h"
+#include "oracle/trainer.h"
 
 using namespace shardtrain;
 
@@ -19,12 +19,12 @@ struct Fixture {
   SafetensorsFile ref{kRef + "/reference.safetensors"};
   Batch batch{ref.read("tokens"), ref.read("labels")};
 
-  Trainer trainer() const {
-    TrainConfig tc;
+  oracle::Trainer trainer() const {
+    oracle::TrainConfig tc;
     tc.grad_clip = 1.0;
     tc.adamw = {0.9, 0.95, 1e-8, 0.1};
     SafetensorsModel w(kRef + "/model");
-    return Trainer(cfg, tc, ParamStore::load(cfg, w));
+    return oracle::Trainer(cfg, tc, ParamStore::load(cfg, w));
   }
 };
 }  // namespace

@@ -10,7 +10,7 @@
 #include "shardtrain/obs/prometheus.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/train/metrics.h"
-#include "shardtrain/train/phases.h"
+#include "shardtrain/runtime/phases.h"
 
 using namespace shardtrain;
 

@@ -141,15 +141,6 @@ TEST(Report, ChartsSurviveEmptyNaNAndOddPanels) {
   EXPECT_THROW(draw_chart_png("/nonexistent-dir/c.png", {empty}, 1), Error);
 }
 
-TEST(Scaling, MedianOfFiniteValues) {
-  EXPECT_EQ(median({3, 1, 2}), 2);
-  EXPECT_EQ(median({4, 1, 3, 2}), 2.5);
-  EXPECT_EQ(median({kNaN, 7, INFINITY}), 7);
-  EXPECT_TRUE(std::isnan(median({})));
-  EXPECT_EQ(quantile({4, 1, 3, 2}, 0.5), 2);  // nearest rank: a value of the sample, not the mean of two
-  EXPECT_EQ(quantile({4, kNaN, 1, 3, 2}, 0), 1);
-}
-
 TEST(Scaling, SummarySkipsWarmupStepsUnlessThatLeavesNone) {
   RunSteps run{4, "m.jsonl", {10, 50, 100, 104, 98}, {0.01, 0.05, 0.30, 0.31, kNaN}};
   RunSummary s = summarize_run(run, 2);

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "shardtrain/train/lr_schedule.h"
-#include "shardtrain/train/trainer.h"
+#include "shardtrain/optim/lr_schedule.h"
+#include "oracle/trainer.h"
 
 using namespace shardtrain;
 
@@ -32,12 +32,11 @@ TEST(LrSchedule, StepLrPerEpoch) {
 }
 
 namespace {
-Trainer tiny_trainer(int64_t accum, at::ScalarType dtype = at::kFloat) {
+oracle::Trainer tiny_trainer(at::ScalarType dtype = at::kFloat) {
   auto cfg = model_preset("tiny");
-  TrainConfig tc;
-  tc.grad_accum = accum;
+  oracle::TrainConfig tc;
   tc.param_dtype = dtype;
-  return Trainer(cfg, tc, ParamStore::initialize(cfg, 5));
+  return oracle::Trainer(cfg, tc, ParamStore::initialize(cfg, 5));
 }
 // Token ids in the tiny vocabulary, deterministic; labels = tokens (HF convention).
 Batch synthetic_batch(int64_t rows, uint64_t seed) {
@@ -57,7 +56,7 @@ TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
   auto batch = synthetic_batch(4, 1);
   batch.labels.narrow(1, 0, 9).fill_(-100);  // uneven masks across micro-batches
   batch.labels[2].narrow(0, 0, 20).fill_(-100);
-  auto big = tiny_trainer(1), acc = tiny_trainer(4);
+  auto big = tiny_trainer(), acc = tiny_trainer();
   for (int s = 0; s < 3; ++s) {
     auto r1 = big.step({batch}, 1e-3);
     auto r4 = acc.step(split(batch, 4), 1e-3);
@@ -71,7 +70,7 @@ TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
 
 TEST(Trainer, Bf16ComputeTracksFp32) {
   auto batch = synthetic_batch(4, 2);
-  auto f32 = tiny_trainer(1), b16 = tiny_trainer(1, at::kBFloat16);
+  auto f32 = tiny_trainer(), b16 = tiny_trainer(at::kBFloat16);
   for (int s = 0; s < 5; ++s) {
     auto a = f32.step({batch}, 1e-3), b = b16.step({batch}, 1e-3);
     EXPECT_NEAR(a.loss, b.loss, 0.02 * a.loss) << "step " << s;  // bf16 has ~3 significant digits

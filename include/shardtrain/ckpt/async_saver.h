@@ -21,7 +21,7 @@ class AsyncSaver {
 
   // Waits for the previous save, copies the shards, starts the write; returns the seconds the
   // caller was blocked.
-  double start(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& state,
+  double start(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainState& state,
                const StripeOptions& stripe, int keep);
   void wait();  // rethrows a failure of the background write
 

@@ -10,6 +10,7 @@
 
 #include "shardtrain/data/loader.h"
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/optim/optimizer.h"
 
 namespace shardtrain::ckpt {
 
@@ -22,6 +23,17 @@ inline constexpr const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
 // CRC-32 (zlib's) of a tensor's bytes, as the "crc32" attribute of each dataset stores it: the
 // tensor is made contiguous on the CPU first, and any size is fine (zlib gets it in 1 GiB pieces).
 uint32_t crc_of(const at::Tensor& t);
+
+// A piece of one parameter held by this rank with its optimizer state: what a checkpoint
+// writes and reads. The tensors are views into the live shards, or host copies.
+struct StatePiece {
+  std::string name;
+  std::vector<int64_t> shape;              // the parameter's logical shape
+  int64_t param_offset = 0, numel = 0;     // flat range of the parameter
+  at::Tensor master, exp_avg, exp_avg_sq;  // [numel] fp32
+};
+// The engine's pieces beside the optimizer's state for them (make_optimizer's slot order).
+std::vector<StatePiece> state_pieces(fsdp::FsdpEngine& engine, Optimizer& optimizer);
 
 struct TrainState {
   int64_t step = 0;  // optimizer steps done
@@ -39,7 +51,7 @@ struct StripeOptions {
 // What a save writes, taken from the engine: views of the live shards, or host copies that an
 // asynchronous save can write while training goes on.
 struct Snapshot {
-  std::vector<fsdp::StatePiece> pieces;
+  std::vector<StatePiece> pieces;
   ModelConfig model;
   TrainState state;
   int64_t adam_step = 0;
@@ -47,7 +59,7 @@ struct Snapshot {
   std::string sharding;
   bool writer = false;  // this rank belongs to the replica that writes
 };
-Snapshot snapshot(fsdp::FsdpEngine& engine, const TrainState& state, bool copy);
+Snapshot snapshot(fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainState& state, bool copy);
 // Collective over `comm` (every rank of the world, in any communicator that spans it).
 void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe = {});
 
@@ -55,12 +67,12 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
 void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe,
                        int keep);
 // Collective over the world: a synchronous write_and_publish of the engine's live shards.
-void save(const std::string& final_path, fsdp::FsdpEngine& engine, const TrainState& state,
+void save(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainState& state,
           const StripeOptions& stripe = {}, int keep = 0);
 // Collective over the world: fills this rank's shards and the optimizer state, verifies every
 // dataset's CRC-32 across the shard group, and returns the training state. Errors name the
 // tensor and the file.
-TrainState load(const std::string& path, fsdp::FsdpEngine& engine);
+TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& optimizer);
 
 // Directory layout: DIR/step-00000010.h5, and DIR/latest holding the newest complete name.
 std::string step_path(const std::string& dir, int64_t step);

@@ -16,7 +16,7 @@ struct BannerFacts {
   int threads = 1;
   int64_t persistent_bytes = 0, unsharded_bytes = 0;  // per rank: sharded state vs the whole model's
   int64_t weights_bytes_read = 0;                     // by this rank, from --weights
-  int64_t train_rows = 0, val_rows = 0;
+  int64_t train_rows = 0, val_rows = 0, seq_len = 0;
   std::string packing, format;                        // of the training token file
 };
 

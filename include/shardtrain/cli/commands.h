@@ -6,9 +6,7 @@
 
 #include "shardtrain/cli/options.h"
 #include "shardtrain/data/token_file.h"
-#include "shardtrain/model/params.h"
 #include "shardtrain/runtime/mpi_env.h"
-#include "shardtrain/train/accuracy.h"
 
 namespace shardtrain::fsdp {
 class FsdpEngine;
@@ -29,13 +27,11 @@ int cmd_report(const std::vector<std::string>& args, MpiEnv& env);
 int print_help(const std::string& text, const MpiEnv& env);
 // Opens a token file and checks its ids fit the model's vocabulary and positions.
 std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model);
-// Safetensors weights when given, else the deterministic seeded init.
 // Collective: every rank gathers the full parameters; rank 0 writes Hugging Face safetensors
 // (5 GiB shards) and config.json with torch_dtype into dir.
 void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
                int rank);
 
-ParamStore load_or_init(const ModelConfig& model, const std::string& weights, uint64_t seed);
 // One CUDA device per rank, picked by node-local rank among the visible ones (CUDA_VISIBLE_DEVICES
 // applies), for --device auto|cuda; cpu otherwise. Selects the device. Throws UsageError for
 // --device cuda on a node without GPUs.
@@ -48,16 +44,5 @@ DeviceChoice choose_device(const std::string& spec, const MpiEnv& env);
 
 // Sets LibTorch's intra-op pool: 0 means this rank's share of the machine's cores.
 void setup_threads(int threads, const MpiEnv& env);
-
-// The exact-match task of --accuracy-file: its tokenizer and records, loaded once.
-struct AccuracyTask {
-  Tokenizer tokenizer;
-  std::vector<Record> records;
-  int64_t max_new_tokens;
-  AccuracyResult run(const LogitsFn& logits, const ModelConfig& model) const {
-    return exact_match(logits, tokenizer, records, max_new_tokens, model.max_position_embeddings);
-  }
-};
-std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyOptions& o, const ModelConfig& model);
 
 }  // namespace shardtrain::cli

@@ -4,75 +4,52 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/ckpt/manager.h"
 #include "shardtrain/data/prepare.h"
+#include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/model/config.h"
-#include "shardtrain/train/trainer.h"
+#include "shardtrain/obs/config.h"
+#include "shardtrain/optim/optimizer.h"
+#include "shardtrain/train/config.h"
+#include "shardtrain/train/faults.h"
+#include "shardtrain/train/validator.h"
 
 namespace shardtrain::cli {
 
 struct CommonOptions {
   int threads = 0;  // LibTorch intra-op threads; 0: all cores of this rank's share
   bool help = false;
+  bool help_all = false;  // --help-all: also the hidden groups (fault injection)
+  bool wants_help() const { return help || help_all; }
 };
 
-// Exact-match accuracy by generation on a JSONL file (train's validation and eval).
-struct AccuracyOptions {
-  std::string file, tokenizer;
-  DataFormat format = DataFormat::kAuto;
-  int64_t samples = 100, max_new_tokens = 32;
-};
-
-// How the model is sharded across ranks (PyTorch FSDP's options, plus the topology override).
-struct FsdpOptions {
-  comm::Sharding sharding = comm::Sharding::kFullShard;
-  at::ScalarType reduce_dtype = at::kFloat;
-  bool activation_checkpointing = false;
-  bool no_sync_accumulation = false;  // keep unsharded grads across micro-steps, reduce once
-  int shard_group_size = 0;           // hybrid: 0 = one node
-  int ranks_per_node = 0;             // 0: ask MPI which ranks share memory
-  int fail_on_rank = -1;              // fault injection for tests: this rank throws after setup
-  int max_inflight_gathers = 2;       // PyTorch FSDP's limit_all_gathers: units gathered at once
-  std::string device = "auto";        // auto: this node's GPU for the local rank, else cpu
-};
-
-// Observability and hang detection (train).
-struct ObsOptions {
-  int metrics_port = 0;            // 0: off; node-local rank 0 serves /metrics
-  std::string metrics_job;         // the job label: --metrics-job, else $SLURM_JOB_ID, else "shardtrain"
-  double collective_timeout = 600;  // seconds; 0: no watchdog
-  int collective_dump = 8;         // collectives per group each rank prints on a timeout
-  int sleep_rank = -1, sleep_step = 0;  // fault injection (--debug-sleep): rank, step (0: every step)
-  double sleep_seconds = 0;
-};
-
+// Each concern's struct comes from its own module and is filled by the parser directly: what
+// the user typed reaches the component without being copied by hand.
 struct TrainOptions {
   CommonOptions common;
-  FsdpOptions fsdp;
   ModelConfig model;
   std::string weights;     // safetensors file, directory or index (optional)
   std::string data;        // token file from 'shardtrain prepare'
   std::string val_data;    // optional validation token file
-  AccuracyOptions accuracy;
   std::string save_model;  // directory for model.safetensors + config.json
-  std::string checkpoint_dir, resume;  // resume: "", "auto" or a checkpoint path
-  int64_t save_every = 0;
-  int keep_checkpoints = 0;
-  int ckpt_stripe_count = 0;
-  int64_t ckpt_stripe_size = 0;
-  bool exit_on_signal = false;  // --on-signal exit: checkpoint on SIGUSR1, then exit 75
-  bool async_save = false;      // write checkpoints on a background thread
   std::vector<std::string> args;  // as given, stored in checkpoints
   TrainConfig train;
-  ObsOptions obs;
+  fsdp::FsdpConfig fsdp;
+  OptimizerConfig optim;
+  ckpt::CheckpointConfig ckpt;
+  AccuracyConfig accuracy;
+  obs::ObsConfig obs;
+  FaultConfig faults;
 };
 
+// eval and generate run through the FSDP engine: any device, strategy and number of ranks.
 struct EvalOptions {
   CommonOptions common;
   ModelConfig model;
   std::string weights;
   std::string data;  // token file: loss and perplexity
-  AccuracyOptions accuracy;
+  AccuracyConfig accuracy;
+  fsdp::FsdpConfig fsdp;
   int64_t batch_size = 8, max_batches = 0;
   uint64_t seed = 1234;
 };
@@ -84,6 +61,7 @@ struct PrepareCliOptions {
 
 struct GenerateOptions {
   CommonOptions common;
+  fsdp::FsdpConfig fsdp;
   ModelConfig model;
   std::string weights, tokenizer;
   std::vector<std::string> prompts;

@@ -50,6 +50,6 @@ class NcclCommunicator : public Communicator {
 // The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,
 // then rank 0 of each broadcasts its ncclUniqueId over that group's MPI communicator. A watchdog
 // thread polls every communicator's async error and aborts the job naming rank and host.
-ProcessGroups make_nccl_groups(Sharding s, const Topology& topo, int shard_group_size, const std::string& host);
+ProcessGroups make_nccl_groups(const GroupLayout& layout, const Topology& topo, const std::string& host);
 
 }  // namespace shardtrain::comm

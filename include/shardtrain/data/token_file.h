@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/model/batch.h"
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/io/h5.h"
 
@@ -24,11 +25,6 @@ struct TokenFileMeta {
 
 // Writes path via a temporary name and a rename; a failure leaves nothing behind.
 void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta);
-
-struct Batch {
-  at::Tensor tokens;  // [B, T] int64
-  at::Tensor labels;  // [B, T] int64: the token where the mask is set, else -100 (HF convention)
-};
 
 class TokenFile {
  public:

@@ -1,8 +1,12 @@
-// The FSDP engine: PyTorch FSDP's semantics over the Communicator interface. Each decoder layer
-// is a unit, and so are the embeddings and the final norm + lm_head. Forward and backward run
-// unit by unit: gather, compute, free (or keep), and in backward gather again, compute,
-// reduce-scatter the gradient, free. Each rank keeps only its shards of the fp32 master
-// weights, the gradients and the AdamW state.
+// The FSDP engine: PyTorch FSDP's semantics over the Communicator interface.
+//
+// Design in brief. Each model unit (embedding, decoder layer, head) is one FSDP unit whose
+// parameters live flat and sharded (FlatUnit). The autograd graph is cut at unit boundaries:
+// each unit's input is a fresh leaf, so forward runs unit by unit (gather, compute, free) and
+// backward is run by hand in reverse (gather again, recompute under activation checkpointing,
+// autograd within the unit, reduce-scatter the gradient, free). The model's math is
+// model/llama.h's unit_forward, the same code single-rank runs use. The engine only produces
+// sharded gradients; the optimizer component (make_optimizer) clips and steps the shards.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -13,95 +17,92 @@
 #include <vector>
 
 #include "shardtrain/comm/process_groups.h"
-#include "shardtrain/data/token_file.h"
 #include "shardtrain/fsdp/flat_unit.h"
+#include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/io/safetensors.h"
+#include "shardtrain/model/batch.h"
 #include "shardtrain/model/llama.h"
-#include "shardtrain/train/adamw.h"
-#include "shardtrain/train/trainer.h"
+#include "shardtrain/optim/optimizer.h"
+#include "shardtrain/runtime/phases.h"
 
 namespace shardtrain::fsdp {
-
-struct FsdpConfig {
-  comm::Sharding sharding = comm::Sharding::kFullShard;
-  at::ScalarType param_dtype = at::kFloat;   // compute and all-gather dtype
-  at::ScalarType reduce_dtype = at::kFloat;  // gradient reduction dtype
-  bool activation_checkpointing = false;     // recompute each decoder layer in backward
-  // false: keep unsharded fp32 gradients across micro-steps and reduce once per step; costs
-  // 4 bytes x all parameters per rank (the unsharded gradient), like PyTorch FSDP's no_sync.
-  bool sync_each_microstep = true;
-  bool prefetch = true;  // gather the next unit (forward) / previous unit (backward) early
-  // Units gathered at once, the one computing included, like PyTorch FSDP's limit_all_gathers:
-  // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
-  int max_inflight_gathers = 2;
-  at::Device device = at::kCPU;  // where shards, gathers and compute live (cuda: NCCL groups)
-  double grad_clip = 1.0;
-  AdamWConfig adamw;
-};
 
 // Persistent bytes per rank (fp32 master, gradient, exp_avg, exp_avg_sq) beside the figure
 // one unsharded replica would need.
 struct MemoryReport {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, unsharded_bytes = 0, padding_elements = 0;
-  int64_t no_sync_bytes = 0;  // the unsharded gradient buffers of sync_each_microstep = false
+  int64_t no_sync_bytes = 0;  // the unsharded gradient buffers of no_sync_accumulation
   int64_t persistent() const { return param_bytes + grad_bytes + optimizer_bytes + no_sync_bytes; }
 };
 
-// A piece of one parameter held by this rank, with its optimizer state: what checkpoints save
-// and load. The tensors are views into the persistent shards.
-struct StatePiece {
+// What a step's forward and backward produced; the gradients stay in the shards (pieces()).
+struct GradResult {
+  double loss = 0;     // mean over the global batch's loss tokens
+  int64_t tokens = 0;  // loss tokens in the global batch
+  PhaseTimes phases;   // forward, backward and the exposed communication inside them
+};
+
+// A piece of one parameter held by this rank: what the optimizer steps and checkpoints save.
+struct ShardPiece {
   std::string name;
-  std::vector<int64_t> shape;          // the parameter's logical shape
+  std::vector<int64_t> shape;           // the parameter's logical shape
   int64_t param_offset = 0, numel = 0;  // flat range of the parameter
-  at::Tensor master, exp_avg, exp_avg_sq;  // [numel] fp32 views
+  bool decay = true;                    // false for norm weights
+  at::Tensor master, grad;              // [numel] fp32 views of the persistent shards
 };
 
 class FsdpEngine {
  public:
   // Weights: the seeded init (identical at any world size), or `weights` read shard by shard.
   FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-             const SafetensorsModel* weights = nullptr);
+             const SafetensorsModel* weights = nullptr, at::Device device = at::kCPU);
 
-  StepResult step(const std::vector<Batch>& micro_batches, double lr);
+  // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
+  // every collective). Leaves the reduced, sharded fp32 gradient in each piece's grad.
+  GradResult forward_backward(const std::vector<Batch>& micro_batches);
+  at::Tensor logits(const at::Tensor& tokens);  // forward only, on this rank's tokens; on the host
+  double sum_world(double v) { return groups_.world->all_reduce_sum(v); }
   double comm_wait_seconds() const;  // host time blocked on collectives so far, all groups
-  // Forward only, every rank on its part of the batch; sums across the world.
-  EvalResult evaluate(const TokenFile& data, int64_t batch_size, int64_t max_batches);
-  at::Tensor logits(const at::Tensor& tokens);  // forward only, on this rank's tokens
 
   // Every parameter, unsharded (an all-gather per unit over the shard group).
   std::map<std::string, at::Tensor> full_parameters();
+  const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's, in model order
+  std::vector<at::Tensor> grad_shards() const;                       // pieces()' grads, same order
   MemoryReport memory() const;
   const comm::ProcessGroups& groups() const { return groups_; }
   const ModelConfig& model() const { return model_; }
   const FsdpConfig& config() const { return cfg_; }
+  const at::Device& device() const { return device_; }
   std::vector<FlatUnit>& units() { return units_; }
-  std::vector<StatePiece> state_pieces();  // this rank's pieces, every parameter in model order
-  AdamW& optimizer() { return opt_; }
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
 
  private:
   struct Pass;  // one forward/backward over a micro-batch
   at::Tensor forward(Pass& p, const at::Tensor& tokens, bool build_graph);
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
+  at::Tensor run_unit(int64_t u, const at::Tensor& x);
+  bool recomputes(int64_t u) const;  // activation checkpointing: a decoder layer keeps no graph
   void ensure(int64_t unit);
   void prefetch(int64_t unit);
   void prefetch_from(int64_t unit, int direction);  // up to the in-flight limit, ahead of `unit`
   void note_gathered();
   void reduce_unit(int64_t unit, const at::Tensor& full_grad);
   void reduce_accumulated();
-  LayerWeights layer_weights(int64_t unit) const;
 
   ModelConfig model_;
   FsdpConfig cfg_;
   comm::ProcessGroups& groups_;
+  at::Device device_;
   Rotary rope_;
-  std::vector<FlatUnit> units_;      // [num_layers + 2]
-  std::vector<at::Tensor> unit_grads_;  // [units]: each unit's persistent fp32 gradient shard
-  std::vector<at::Tensor> grad_views_;  // this rank's pieces of those, in the optimizer's order
+  std::vector<FlatUnit> units_;         // [num_layers + 2], model_units() order
+  std::vector<ShardPiece> pieces_;      // this rank's pieces of every unit's shard
   std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
-  std::vector<at::Tensor> no_sync_;  // [units] fp32 [padded], when !sync_each_microstep
-  AdamW opt_;
+  std::vector<at::Tensor> no_sync_;     // [units] fp32 [padded], with no_sync_accumulation
   int peak_gathered_ = 0;
 };
+
+// The optimizer component for an engine: AdamW over this rank's master shards, the gradient
+// norm summed across the shard group (whose shards tile the model; replicas hold equal ones).
+Optimizer make_optimizer(FsdpEngine& engine, const OptimizerConfig& cfg);
 
 }  // namespace shardtrain::fsdp

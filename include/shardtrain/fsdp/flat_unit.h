@@ -3,6 +3,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <map>
+#include <string>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
@@ -12,7 +14,9 @@ namespace shardtrain::fsdp {
 
 class FlatUnit {
  public:
-  FlatUnit(FlatLayout layout, at::Tensor master);
+  FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master);
+  const UnitSpec& spec() const { return spec_; }
+  UnitKind kind() const { return spec_.kind; }
   const FlatLayout& layout() const { return layout_; }
   at::Tensor& master() { return master_; }  // fp32 [shard_numel], persistent
   at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], persistent
@@ -26,14 +30,15 @@ class FlatUnit {
   void free_storage();
   bool gathered() const { return gathered_; }
   bool active() const { return flat_.defined(); }
-  // The parameters as views of the leaf, in layout order, with their logical shapes.
-  std::vector<at::Tensor> views() const;
+  // The parameters by name, as views of the leaf with their logical shapes.
+  std::map<std::string, at::Tensor> named_views() const;
   // The leaf's gradient [padded] (undefined if nothing flowed into it this pass).
   at::Tensor leaf_grad() const { return flat_.defined() ? flat_.grad() : at::Tensor(); }
   void release();  // drops the leaf, its gradient and its graph
 
  private:
   void start(comm::Communicator& shard);
+  UnitSpec spec_;
   FlatLayout layout_;
   at::Tensor master_, grad_;
   at::Tensor flat_;  // [padded] leaf, requires grad; storage present only while gathered

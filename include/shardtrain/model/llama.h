@@ -1,53 +1,33 @@
-// Llama-2 forward pass, written as functions of the weights so that the FSDP engine can hand
-// each unit's parameters over just in time (all-gathered) and take them back afterwards.
+// The Llama-2 forward pass, written once, unit by unit. Each unit reads its weights by Hugging
+// Face name through a lookup, so the FSDP engine hands over all-gathered views just in time
+// and single-rank code hands over its own tensors; both run these same functions.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/params.h"
 
 namespace shardtrain {
 
+// A weight by full Hugging Face name, already in the compute dtype.
+using WeightLookup = std::function<at::Tensor(const std::string& name)>;
+
 struct LayerWeights {
   at::Tensor q_proj, k_proj, v_proj, o_proj;  // [H, H], [KV, H], [KV, H], [H, H]
   at::Tensor gate_proj, up_proj, down_proj;   // [F, H], [F, H], [H, F]
   at::Tensor input_norm, post_norm;           // [H]
-};
-struct HeadWeights {
-  at::Tensor norm;     // [H]
-  at::Tensor lm_head;  // [V, H]
-};
-
-// Forward asks for weights unit by unit, in order.
-class WeightProvider {
- public:
-  virtual ~WeightProvider() = default;
-  virtual at::Tensor embedding() = 0;  // [V, H]
-  virtual LayerWeights layer(int64_t i) = 0;
-  virtual HeadWeights head() = 0;
-};
-
-// Single-rank provider: the fp32 master parameters, cast to the compute dtype (autograd
-// carries gradients back to the fp32 leaves).
-class LocalWeights : public WeightProvider {
- public:
-  LocalWeights(const ParamStore& params, at::ScalarType compute_dtype);
-  at::Tensor embedding() override;
-  LayerWeights layer(int64_t i) override;
-  HeadWeights head() override;
-
- private:
-  at::Tensor w(const std::string& name) const;
-  const ParamStore& params_;
-  at::ScalarType dtype_;
+  static LayerWeights bind(const WeightLookup& w, int64_t layer);  // by names::kLayer
 };
 
 // cos/sin tables in Hugging Face's rotate-half layout, fp32.
 struct Rotary {
   at::Tensor cos, sin;  // [max_pos, head_dim]
   Rotary(const ModelConfig& cfg, int64_t max_pos);
+  Rotary& to(const at::Device& device);
 };
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
@@ -55,9 +35,14 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // x: [B, T, H] -> [B, T, H]
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
                          const at::Tensor& cos, const at::Tensor& sin);
-// tokens: [B, T] int64 -> logits [B, T, V] in the compute dtype.
-at::Tensor llama_forward(const ModelConfig& cfg, WeightProvider& weights, const at::Tensor& tokens,
-                         const Rotary& rope, at::ScalarType compute_dtype);
+
+// One unit's forward. Embedding: tokens [B, T] int64 -> hidden [B, T, H] in compute_dtype;
+// decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V].
+at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
+                        const Rotary& rope, at::ScalarType compute_dtype);
+// Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype.
+at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
+                         at::ScalarType compute_dtype);
 
 // Sum of token cross-entropies (fp32) over positions whose next-token label is not -100, and
 // their count: labels[:, 1:] against logits[:, :-1], Hugging Face's shift.

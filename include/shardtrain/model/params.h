@@ -12,11 +12,34 @@
 
 namespace shardtrain {
 
+// The model's units, which are also its FSDP units: the embedding, each decoder layer, and the
+// head (final norm + lm_head).
+enum class UnitKind { kEmbedding, kDecoderLayer, kHead };
+struct UnitSpec {
+  UnitKind kind = UnitKind::kEmbedding;
+  int64_t layer = -1;  // decoder layers only: 0-based
+};
+std::vector<UnitSpec> model_units(const ModelConfig& cfg);  // [num_layers + 2], in forward order
+
+// Hugging Face LlamaForCausalLM's parameter names: one table that specs, weight binding and
+// checkpoints all read.
+namespace names {
+inline constexpr const char* kEmbed = "model.embed_tokens.weight";
+inline constexpr const char* kNorm = "model.norm.weight";
+inline constexpr const char* kLmHead = "lm_head.weight";
+// Inside "model.layers.<i>.", in Hugging Face's order.
+inline constexpr const char* kLayer[9] = {
+    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+    "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
+std::string layer(int64_t i, const char* local);  // "model.layers.<i>.<local>"
+}  // namespace names
+
 struct ParamSpec {
   std::string name;            // e.g. model.layers.3.self_attn.q_proj.weight
   std::vector<int64_t> shape;  // logical shape, as in Hugging Face
   bool is_norm = false;        // RMSNorm weights: initialized to 1, no weight decay
-  int64_t unit = 0;            // FSDP unit: 0 embeddings, 1..L decoder layers, L+1 norm + lm_head
+  int64_t unit = 0;            // index into model_units(): 0 embedding, 1..L layers, L+1 head
   int64_t numel() const;
 };
 

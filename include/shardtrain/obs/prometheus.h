@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
-#include "shardtrain/train/phases.h"
+#include "shardtrain/runtime/phases.h"
 
 namespace shardtrain::obs {
 

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/train/metrics.h"
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/runtime/phases.h"
 
 namespace shardtrain::obs {
 
@@ -15,9 +17,10 @@ std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm com
 // Collective over comm: every rank gets every rank's host name, by rank (allgather_strings).
 std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm);
 
-// Collective over comm: gathers m.phases to rank 0, which adds "phases_across_ranks" and
-// "straggler" to m.extra and returns the log line; other ranks return "".
-std::string summarize_across_ranks(StepMetrics& m, MPI_Comm comm, const std::vector<std::string>& hosts);
+// Collective over comm: gathers every rank's phases to rank 0, which adds "phases_across_ranks"
+// and "straggler" to `extra` (the metrics line) and returns the log line; other ranks return "".
+std::string summarize_across_ranks(const PhaseTimes& mine, nlohmann::json& extra, MPI_Comm comm,
+                                   const std::vector<std::string>& hosts);
 
 // The log line for a summary (pure): "step time by phase over 4 ranks (min/median/max s): ..."
 std::string breakdown_line(const PhaseSummary& s, int ranks, const std::vector<std::string>& hosts);

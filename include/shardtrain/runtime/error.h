@@ -25,7 +25,7 @@ void set_identity(int rank, const std::string& host);
 [[noreturn]] void fail(const char* lib, const std::string& message, const char* expr,
                        const char* file, int line);
 std::string mpi_error_string(int code);
-std::string h5_error_string();  // walks the HDF5 error stack (src/io/h5_error.cpp)
+std::string h5_error_string();  // walks the HDF5 error stack (defined in io: src/io/h5_error.cpp, the only module that links HDF5)
 }  // namespace detail
 
 }  // namespace shardtrain

@@ -1,35 +1,39 @@
-// The training loop, shared by the single-rank Trainer and the FSDP engine: steps, schedule,
-// periodic validation, metrics lines and progress. The engine-specific parts come as hooks.
+// The training loop, built from named components in the manner of torchtitan's train(): the
+// engine (forward and backward, sharded gradients), the optimizer (clip + AdamW on the shards),
+// the data loader, the validator, the checkpoint manager, the signal handler and the metrics
+// publisher. Each has a small interface of its own; the loop only calls them in order.
+//   a new optimizer:          optim/ (the Optimizer the engine's shards are handed to)
+//   a new checkpoint trigger: ckpt::Manager::due(), or a new reason to pass `requested`
+//   a new metric or sink:     MetricsPublisher::measure() / publish()
 #pragma once
-#include <functional>
-#include <string>
-#include <vector>
+#include <cstdint>
 
+#include "shardtrain/ckpt/manager.h"
 #include "shardtrain/data/loader.h"
-#include "shardtrain/model/config.h"
-#include "shardtrain/train/metrics.h"
-#include "shardtrain/train/trainer.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/optim/optimizer.h"
+#include "shardtrain/train/config.h"
+#include "shardtrain/train/faults.h"
+#include "shardtrain/train/publisher.h"
+#include "shardtrain/train/signal_handler.h"
+#include "shardtrain/train/validator.h"
 
 namespace shardtrain {
 
-struct FitHooks {
-  std::function<StepResult(const std::vector<Batch>&, double lr)> step;
-  std::function<void(int64_t step)> before_step;  // optional: runs in the step's data_wait phase
-  std::function<double()> val_loss;          // optional
-  std::function<double()> accuracy;          // optional exact match in [0, 1]
-  std::function<void(StepMetrics&)> annotate;  // optional: extra figures for the metrics line
-  // optional: checkpointing; returning false ends training after this step
-  std::function<bool(int64_t step, bool last)> after_step;
-  // optional, collective: on progress steps, summarizes every rank's phases into the metrics line
-  // and returns a log line (empty on other ranks)
-  std::function<std::string(StepMetrics&)> across_ranks;
-  std::function<void(const StepMetrics&)> publish;  // optional: every step, every rank (Prometheus)
-  int64_t start_step = 0;  // steps already done (resume)
-  int64_t num_params = 0;
-  int world_size = 1;
-  bool writes_metrics = true;  // rank 0 only under MPI
+struct TrainComponents {
+  fsdp::FsdpEngine& engine;
+  Optimizer& optimizer;
+  DataLoader& loader;
+  Validator& validator;
+  ckpt::Manager& checkpoints;
+  SignalHandler& signals;
+  MetricsPublisher& metrics;
+  const FaultInjector& faults;
 };
 
-void fit(const TrainConfig& cfg, const ModelConfig& model, DataLoader& loader, const FitHooks& hooks);
+enum class FitEnd { kCompleted, kStoppedBySignal };
+
+// Trains from start_step (a resumed run's) to the configured number of steps.
+FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents& c, int64_t start_step);
 
 }  // namespace shardtrain

@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "shardtrain/train/phases.h"
+#include "shardtrain/runtime/phases.h"
 
 namespace shardtrain {
 

@@ -1,4 +1,4 @@
-#include "shardtrain/train/lr_schedule.h"
+#include "shardtrain/optim/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

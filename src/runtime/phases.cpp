@@ -1,4 +1,4 @@
-#include "shardtrain/train/phases.h"
+#include "shardtrain/runtime/phases.h"
 
 #include <algorithm>
 

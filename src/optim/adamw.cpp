@@ -1,4 +1,4 @@
-#include "shardtrain/train/adamw.h"
+#include "shardtrain/optim/adamw.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>

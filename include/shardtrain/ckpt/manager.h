@@ -1,0 +1,50 @@
+// The checkpoint manager: the training loop's one contact with checkpoints. It owns the save
+// policy (every N steps, the last step, a signal's request), --resume auto|PATH, synchronous
+// or background saves, and keeping the newest K. A new trigger is one more reason to pass
+// `requested` to after_step; a new policy belongs in due().
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "shardtrain/ckpt/async_saver.h"
+#include "shardtrain/ckpt/checkpoint.h"
+
+namespace shardtrain::ckpt {
+
+struct CheckpointConfig {
+  std::string dir;       // --checkpoint-dir; empty: no checkpoints
+  std::string resume;    // "", "auto" (newest loadable in dir) or a checkpoint path
+  int64_t save_every = 0;  // 0: only at the end (and on request)
+  int keep = 0;            // keep the newest K (0: all)
+  StripeOptions stripe;    // Lustre striping hints for new files
+  bool async = false;      // host copy at the step boundary, write on a background thread
+  bool exit_on_signal = false;  // --on-signal exit: after a requested save, exit 75
+  void validate() const;        // throws UsageError naming the option
+};
+
+class Manager {
+ public:
+  // Collective over the world. run_config goes into every checkpoint (the arguments as given).
+  Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config);
+  bool enabled() const { return !cfg_.dir.empty(); }
+  // Collective: loads the checkpoint --resume names (auto: the newest that loads, skipping bad
+  // ones with a warning). Empty when there is nothing to resume from.
+  std::optional<TrainState> resume();
+  // Collective, at a step boundary: saves when the policy or `requested` asks. `final`: the
+  // loop ends after this step, so a background save is waited for. Returns the seconds the
+  // loop was blocked (0: no save).
+  double after_step(int64_t step, bool requested, bool final, const LoaderState& loader);
+  void finish();  // waits for a background save; rethrows its failure
+
+ private:
+  bool due(int64_t step, bool requested, bool final) const;
+  CheckpointConfig cfg_;
+  fsdp::FsdpEngine& engine_;
+  Optimizer& optimizer_;
+  nlohmann::json run_config_;
+  std::unique_ptr<AsyncSaver> saver_;
+};
+
+}  // namespace shardtrain::ckpt

@@ -1,0 +1,25 @@
+// What train, eval and generate build before they run: the device for this rank, the process
+// groups of the strategy (MPI on CPU, NCCL on GPUs), the weights file and the FSDP engine.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "shardtrain/cli/commands.h"
+#include "shardtrain/fsdp/engine.h"
+
+namespace shardtrain::cli {
+
+class EngineSetup {
+ public:
+  // Collective over the world. weights: a safetensors path, or "" for the seeded init.
+  EngineSetup(const ModelConfig& model, const fsdp::FsdpConfig& cfg, MpiEnv& env, const std::string& weights, uint64_t seed);
+  EngineSetup(const EngineSetup&) = delete;  // the engine refers to the groups in place
+  EngineSetup& operator=(const EngineSetup&) = delete;
+
+  DeviceChoice device;
+  comm::ProcessGroups groups;
+  std::unique_ptr<SafetensorsModel> weights;  // null: seeded init
+  std::unique_ptr<fsdp::FsdpEngine> engine;
+};
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,53 @@
+// The sharding concern: PyTorch FSDP's strategies and mixed-precision options, parsed by the
+// CLI straight into FsdpConfig and checked once by validate(); and which ranks form the shard
+// and replicate groups under each strategy (pure arithmetic, unit-tested).
+#pragma once
+#include <ATen/core/ScalarType.h>
+
+#include <string>
+
+#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/runtime/mpi_env.h"
+
+namespace shardtrain::fsdp {
+
+enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
+Sharding parse_sharding(const std::string& s);  // throws UsageError naming --sharding
+const char* sharding_name(Sharding s);
+// PyTorch FSDP's reshard_after_forward: free the gathered parameters after each unit's forward.
+bool reshard_after_forward(Sharding s);
+bool is_hybrid(Sharding s);
+
+struct FsdpConfig {
+  Sharding sharding = Sharding::kFullShard;
+  int shard_group_size = 0;  // hybrid: ranks per shard group; 0: one node
+  int ranks_per_node = 0;    // topology override (simulated nodes); 0: ask MPI
+  std::string device = "auto";               // auto: local_rank's GPU if any, else cpu; cuda; cpu
+  at::ScalarType param_dtype = at::kFloat;   // compute and all-gather dtype (master stays fp32)
+  at::ScalarType reduce_dtype = at::kFloat;  // gradient reduction dtype
+  bool activation_checkpointing = false;     // recompute each decoder layer in backward
+  // Keep unsharded fp32 gradients across micro-steps and reduce once per step; costs 4 bytes x
+  // all parameters per rank (the unsharded gradient), like PyTorch FSDP's no_sync.
+  bool no_sync_accumulation = false;
+  bool prefetch = true;  // gather the next unit (forward) / previous unit (backward) early
+  // Units gathered at once, the one computing included, like PyTorch FSDP's limit_all_gathers:
+  // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
+  int max_inflight_gathers = 2;
+  void validate() const;  // throws UsageError naming the option to change
+};
+
+// --device (train, eval, generate, preflight): auto, cpu or cuda; throws UsageError otherwise.
+void check_device_option(const std::string& spec);
+
+// Pure: the groups of `rank`. Hybrid strategies shard within a node (topology.local_size ranks)
+// unless shard_group_size > 0 picks contiguous blocks of that size. Throws UsageError, with
+// the same message on every rank, when the sizes do not divide.
+comm::GroupLayout group_layout(Sharding s, const Topology& topo, int shard_group_size);
+
+// The strategy's groups as MPI communicators (CPU), or NCCL ones bootstrapped over the same MPI
+// groups (CUDA builds, nccl = true).
+comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const Topology& topo, bool nccl = false,
+                                        const std::string& host = "");
+comm::ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size);
+
+}  // namespace shardtrain::fsdp

@@ -1,0 +1,38 @@
+// The optimizer component: global-norm clipping and AdamW over whatever tensors it is given,
+// whole parameters on one rank or this rank's shards under FSDP. It knows nothing of sharding:
+// `sum_across` totals a squared norm over the ranks whose gradients tile the model.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <vector>
+
+#include "shardtrain/optim/adamw.h"
+#include "shardtrain/optim/lr_schedule.h"
+
+namespace shardtrain {
+
+// Everything the user sets about optimization (parsed once, validated once).
+struct OptimizerConfig {
+  AdamWConfig adamw;
+  double grad_clip = 1.0;  // global-norm clip; <= 0 disables clipping
+  LrSchedule schedule;     // total_steps is filled in by the training loop
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(const OptimizerConfig& cfg, std::function<double(double)> sum_across = {});
+  // params[i] is stepped with the i-th gradient given to step(); decay: false for norm weights.
+  void add(const at::Tensor& param, bool decay) { adamw_.add(param, decay); }
+  // Clips grads by the global norm, then takes an AdamW step. Returns the norm before clipping.
+  double step(double lr, const std::vector<at::Tensor>& grads);
+  AdamW& adamw() { return adamw_; }
+  const OptimizerConfig& config() const { return cfg_; }
+
+ private:
+  OptimizerConfig cfg_;
+  std::function<double(double)> sum_across_;
+  AdamW adamw_;
+};
+
+}  // namespace shardtrain

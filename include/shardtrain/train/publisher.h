@@ -1,0 +1,48 @@
+// The metrics-publisher component: per-step figures (throughput, MFU, memory, collectives),
+// the JSONL line (rank 0), progress and cross-rank breakdown lines, and the Prometheus
+// endpoint. A new figure goes in measure(); a new sink goes in publish().
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/obs/config.h"
+#include "shardtrain/obs/node_exporter.h"
+#include "shardtrain/runtime/mpi_env.h"
+#include "shardtrain/train/config.h"
+#include "shardtrain/train/metrics.h"
+
+namespace shardtrain {
+
+class MetricsPublisher {
+ public:
+  // Collective over the world (the exporter's node communicator). start_step: a resumed run
+  // keeps its metrics file's lines up to there.
+  MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine, const MpiEnv& env,
+                   std::vector<std::string> hosts, int64_t seq_len, int64_t start_step);
+  void begin_step();  // zeroes the collectives' per-step counts
+  // After the step's compute: throughput from m.step_time_s, memory and this step's collectives.
+  void measure(StepMetrics& m, int64_t global_rows);
+  // Collective on log steps (the cross-rank breakdown): the line, the logs, Prometheus.
+  // checkpoint_s: the save's duration, or 0 when this step saved nothing.
+  void publish(StepMetrics& m, bool log_step, int64_t total_steps, double checkpoint_s);
+  void write_initial(const StepMetrics& m);  // the step-0 validation line, before training
+
+ private:
+  TrainConfig cfg_;
+  fsdp::FsdpEngine& engine_;
+  const MpiEnv& env_;
+  std::vector<std::string> hosts_;
+  int64_t seq_len_;
+  double flops_per_token_;
+  int64_t start_step_;
+  double timed_s_ = 0;  // this run's step + checkpoint time, for the ETA
+  double last_checkpoint_s_ = 0;
+  std::pair<double, double> gpu_peaks_{-1, -1};  // allocated, reserved; -1 on a CPU rank
+  MetricsWriter writer_;
+  std::unique_ptr<obs::NodeExporter> exporter_;
+  obs::RankSeries series_;  // collective counters accumulate across steps
+};
+
+}  // namespace shardtrain

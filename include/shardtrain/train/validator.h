@@ -1,0 +1,71 @@
+// The validator component: loss and perplexity on a token file, and exact-match accuracy by
+// greedy generation on prompt/answer records, both through the FSDP engine at any world size.
+// train runs it every --val-every steps and at the end; eval runs it once.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shardtrain/data/instruction.h"
+#include "shardtrain/data/token_file.h"
+#include "shardtrain/data/tokenizer.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/model/generate.h"
+#include "shardtrain/train/accuracy.h"
+#include "shardtrain/train/metrics.h"
+
+namespace shardtrain {
+
+struct EvalResult {
+  double loss = 0;
+  double perplexity = 0;
+  int64_t tokens = 0;
+};
+
+// Forward-only loss over a token file, in file order. Each rank takes its part of every batch
+// and runs every batch, even an empty part (a sharded forward is collective); `sum_all` totals
+// across ranks (none: one rank).
+EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
+                         const LogitsFn& logits, const std::function<double(double)>& sum_all = {});
+
+// --accuracy-file and its companions (train's validation, and eval).
+struct AccuracyConfig {
+  std::string file, tokenizer;
+  DataFormat format = DataFormat::kAuto;
+  int64_t samples = 100, max_new_tokens = 32;
+};
+
+// The exact-match task: its tokenizer and records, loaded and checked once, before training.
+struct AccuracyTask {
+  Tokenizer tokenizer;
+  std::vector<Record> records;
+  int64_t max_new_tokens;
+  AccuracyResult run(const LogitsFn& logits, const ModelConfig& model) const {
+    return exact_match(logits, tokenizer, records, max_new_tokens, model.max_position_embeddings);
+  }
+};
+std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& cfg, const ModelConfig& model);  // null: no file
+
+class Validator {
+ public:
+  // val and accuracy may be null. every: validate every N steps (0: at the end only).
+  Validator(fsdp::FsdpEngine& engine, const TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
+            int64_t max_batches, int64_t every = 0);
+  bool has_loss() const { return val_ != nullptr; }
+  bool has_accuracy() const { return accuracy_ != nullptr; }
+  bool due(int64_t step, bool last) const { return last || (every_ > 0 && step % every_ == 0); }
+  EvalResult loss();          // collective
+  AccuracyResult accuracy();  // collective: every rank decodes every record
+  void run(StepMetrics& m);   // collective: whatever is configured, into m
+  LogitsFn logits_fn();       // the engine's forward, for generation
+
+ private:
+  fsdp::FsdpEngine& engine_;
+  const TokenFile* val_;
+  const AccuracyTask* accuracy_;
+  int64_t batch_size_, max_batches_, every_;
+};
+
+}  // namespace shardtrain

@@ -1,0 +1,82 @@
+#include "shardtrain/ckpt/manager.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "shardtrain/runtime/clock.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
+
+namespace shardtrain::ckpt {
+namespace {
+// "1.23 s, 0.85 GB, 0.69 GB/s" for a file written or read in secs.
+std::string seconds_and_rate(double secs, const std::string& path) {
+  const double gb = static_cast<double>(std::filesystem::file_size(path)) / 1e9;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.3f s, %.3f GB, %.2f GB/s", secs, gb, gb / std::max(secs, 1e-9));
+  return buf;
+}
+}  // namespace
+
+void CheckpointConfig::validate() const {
+  if (save_every < 0 || keep < 0) throw UsageError("--save-every and --keep-checkpoints must be >= 0");
+  if (stripe.count < 0 || stripe.size < 0) throw UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
+  if (resume == "auto" && dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");
+  if (!resume.empty() && resume != "auto" && !std::filesystem::exists(resume))
+    throw UsageError("--resume: " + resume + " does not exist");
+}
+
+Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config)
+    : cfg_(std::move(cfg)), engine_(engine), optimizer_(optimizer), run_config_(std::move(run_config)) {
+  if (!enabled()) return;
+  if (engine_.groups().world->rank() == 0) std::filesystem::create_directories(cfg_.dir);
+  if (cfg_.async) saver_ = std::make_unique<AsyncSaver>();
+}
+
+std::optional<TrainState> Manager::resume() {
+  if (cfg_.resume.empty()) return std::nullopt;
+  for (const auto& path : resume_candidates(cfg_.resume, cfg_.dir)) {
+    const Stopwatch clock;
+    try {
+      TrainState st = load(path, engine_, optimizer_);  // every rank reaches the same verdict
+      log::info("resumed from " + path + " at step " + std::to_string(st.step) + " (" +
+                seconds_and_rate(clock.seconds(), path) + ")");
+      return st;
+    } catch (const Error& e) {
+      if (cfg_.resume != "auto") throw;
+      if (engine_.groups().world->rank() == 0) log::warn("skipping checkpoint " + path + ": " + e.what());
+    }
+  }
+  log::info("no loadable checkpoint in " + cfg_.dir + "; starting fresh from the seeded init");
+  return std::nullopt;
+}
+
+bool Manager::due(int64_t step, bool requested, bool final) const {
+  if (!enabled()) return false;
+  return requested || final || (cfg_.save_every > 0 && step % cfg_.save_every == 0);
+}
+
+double Manager::after_step(int64_t step, bool requested, bool final, const LoaderState& loader) {
+  if (!due(step, requested, final)) return 0;
+  const std::string path = step_path(cfg_.dir, step);
+  const TrainState st{step, loader, run_config_, model_to_hf_json(engine_.model())};
+  const std::string why = requested ? " (SIGUSR1)" : "";
+  if (saver_) {
+    const double blocked = saver_->start(path, engine_, optimizer_, st, cfg_.stripe, cfg_.keep);
+    log::info("checkpoint " + path + " started in the background; the loop was blocked " + std::to_string(blocked) +
+              " s" + why);
+    if (final) saver_->wait();
+    return blocked;
+  }
+  const Stopwatch clock;
+  save(path, engine_, optimizer_, st, cfg_.stripe, cfg_.keep);
+  const double secs = clock.seconds();
+  log::info("checkpoint " + path + why + " (" + seconds_and_rate(secs, path) + ")");
+  return secs;
+}
+
+void Manager::finish() {
+  if (saver_) saver_->wait();
+}
+
+}  // namespace shardtrain::ckpt

@@ -1,0 +1,93 @@
+#include "shardtrain/fsdp/sharding.h"
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/comm/nccl_communicator.h"
+#endif
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::fsdp {
+
+Sharding parse_sharding(const std::string& s) {
+  if (s == "full_shard") return Sharding::kFullShard;
+  if (s == "shard_grad_op") return Sharding::kShardGradOp;
+  if (s == "no_shard") return Sharding::kNoShard;
+  if (s == "hybrid_shard") return Sharding::kHybridShard;
+  if (s == "hybrid_shard_zero2") return Sharding::kHybridShardZero2;
+  throw UsageError("--sharding must be full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2, got '" +
+                   s + "'");
+}
+
+const char* sharding_name(Sharding s) {
+  switch (s) {
+    case Sharding::kFullShard: return "full_shard";
+    case Sharding::kShardGradOp: return "shard_grad_op";
+    case Sharding::kNoShard: return "no_shard";
+    case Sharding::kHybridShard: return "hybrid_shard";
+    default: return "hybrid_shard_zero2";
+  }
+}
+
+bool reshard_after_forward(Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; }
+bool is_hybrid(Sharding s) { return s == Sharding::kHybridShard || s == Sharding::kHybridShardZero2; }
+
+comm::GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_size) {
+  comm::GroupLayout g;
+  const int r = t.rank, w = t.world;
+  if (shard_group_size < 0) throw UsageError("--shard-group-size must be >= 0 (0: one node)");
+  if (shard_group_size > 0 && !is_hybrid(s))
+    throw UsageError("--shard-group-size applies to hybrid_shard and hybrid_shard_zero2, not " +
+                     std::string(sharding_name(s)));
+  if (s == Sharding::kFullShard || s == Sharding::kShardGradOp) {
+    g.shard_size = w, g.shard_rank = r, g.replicate_color = r;
+    return g;
+  }
+  if (s == Sharding::kNoShard) {
+    g.shard_color = r, g.replicate_size = w, g.replicate_rank = r;
+    return g;
+  }
+  if (shard_group_size > 0) {
+    if (w % shard_group_size != 0)
+      throw UsageError("--shard-group-size " + std::to_string(shard_group_size) + " does not divide the " +
+                       std::to_string(w) + " ranks; pick a divisor of the world size");
+    const int S = shard_group_size;
+    g.shard_size = S, g.shard_color = r / S, g.shard_rank = r % S;
+    g.replicate_size = w / S, g.replicate_color = r % S, g.replicate_rank = r / S;
+    return g;
+  }
+  if (t.local_size * t.num_nodes != w)
+    throw UsageError("hybrid sharding needs the same number of ranks on every node (" + std::to_string(w) + " ranks on " +
+                     std::to_string(t.num_nodes) + " nodes); set --ranks-per-node or --shard-group-size");
+  g.shard_size = t.local_size, g.shard_color = t.node, g.shard_rank = t.local_rank;
+  g.replicate_size = t.num_nodes, g.replicate_color = t.local_rank, g.replicate_rank = t.node;
+  return g;
+}
+
+void check_device_option(const std::string& spec) {
+  if (spec != "auto" && spec != "cpu" && spec != "cuda") throw UsageError("--device must be auto, cpu or cuda");
+}
+
+void FsdpConfig::validate() const {
+  // --shard-group-size is checked against the world by group_layout, the one place that knows it.
+  if (ranks_per_node < 0) throw UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
+  if (max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
+  check_device_option(device);
+  const auto dtype_ok = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
+  if (!dtype_ok(param_dtype)) throw UsageError("--param-dtype must be fp32 or bf16");
+  if (!dtype_ok(reduce_dtype)) throw UsageError("--reduce-dtype must be fp32 or bf16");
+}
+
+comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const Topology& topo, bool nccl, const std::string& host) {
+  const comm::GroupLayout layout = group_layout(cfg.sharding, topo, cfg.shard_group_size);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (nccl) return comm::make_nccl_groups(layout, topo, host);
+#endif
+  if (nccl) throw UsageError("--device cuda: this build has no NCCL (rebuild where nvcc and nccl.h are found)");
+  (void)host;
+  return comm::make_mpi_groups(layout, topo);
+}
+
+comm::ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size) {
+  return comm::make_mpi_groups(group_layout(s, topo, shard_group_size), topo);
+}
+
+}  // namespace shardtrain::fsdp

@@ -1,0 +1,30 @@
+#include "shardtrain/obs/config.h"
+
+#include <cstdlib>
+
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
+
+namespace shardtrain::obs {
+
+void ObsConfig::validate() {
+  if (metrics_port < 0 || metrics_port > 65535) throw UsageError("--metrics-port must be in 1..65535, or 0 for off");
+  if (collective_timeout < 0) throw UsageError("--collective-timeout must be >= 0 seconds (0: off)");
+  if (collective_dump < 1 || collective_dump > 64) throw UsageError("--collective-dump must be in 1..64");
+  if (metrics_job.empty()) {
+    const char* id = std::getenv("SLURM_JOB_ID");
+    metrics_job = id && *id ? id : "shardtrain";
+  }
+}
+
+std::unique_ptr<CollectiveWatchdog> start_watchdog(const ObsConfig& cfg, const comm::ProcessGroups& groups,
+                                                   const std::vector<std::string>& hosts, const MpiEnv& env) {
+  if (cfg.collective_timeout <= 0) return nullptr;
+  if (env.thread_level() >= MPI_THREAD_MULTIPLE)
+    return std::make_unique<CollectiveWatchdog>(groups, hosts, cfg.collective_timeout, cfg.collective_dump);
+  if (env.rank() == 0)
+    log::warn("--collective-timeout needs MPI_THREAD_MULTIPLE, which this MPI does not provide; no hang watchdog");
+  return nullptr;
+}
+
+}  // namespace shardtrain::obs

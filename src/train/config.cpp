@@ -1,0 +1,14 @@
+#include "shardtrain/train/config.h"
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+void TrainConfig::validate() const {
+  if (batch_size < 1) throw UsageError("--batch-size must be positive, got " + std::to_string(batch_size) + "; use 1 or more");
+  if (grad_accum < 1) throw UsageError("--grad-accum must be positive, got " + std::to_string(grad_accum) + "; use 1 or more");
+  if (steps < 0 || epochs < 1) throw UsageError("--steps must be >= 0 and --epochs >= 1");
+  if (log_every < 1) throw UsageError("--log-every must be >= 1");
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,98 @@
+#include "shardtrain/train/publisher.h"
+
+#include <tuple>
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/cuda/device_memory.h"
+#endif
+#include "shardtrain/obs/rank_summary.h"
+#include "shardtrain/runtime/logging.h"
+#include "shardtrain/train/flops.h"
+
+namespace shardtrain {
+namespace {
+
+nlohmann::json comm_json(const comm::ProcessGroups& g) {
+  nlohmann::json j;
+  for (const comm::Communicator* c : g.all())
+    for (int k = 0; k < comm::kNumOps; ++k) {
+      const auto& s = c->stats().ops[k];
+      if (s.calls) j[c->name()][comm::op_name(static_cast<comm::Op>(k))] = {{"calls", s.calls}, {"bytes", s.bytes}};
+    }
+  return j;
+}
+
+nlohmann::json memory_json(const fsdp::MemoryReport& m) {
+  return {{"param_bytes", m.param_bytes}, {"grad_bytes", m.grad_bytes}, {"optimizer_bytes", m.optimizer_bytes},
+          {"no_sync_bytes", m.no_sync_bytes}, {"persistent_bytes", m.persistent()}, {"unsharded_bytes", m.unsharded_bytes}};
+}
+
+}  // namespace
+
+MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine,
+                                   const MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len, int64_t start_step)
+    : cfg_(cfg), engine_(engine), env_(env), hosts_(std::move(hosts)),
+      seq_len_(seq_len), flops_per_token_(flops_per_token(engine.model(), seq_len)), start_step_(start_step),
+      writer_(env.rank() == 0 ? cfg.metrics_file : "", start_step) {
+  if (obs.metrics_port > 0)
+    exporter_ = std::make_unique<obs::NodeExporter>(obs.metrics_port, obs.metrics_job, env.topology(), hosts_);
+}
+
+void MetricsPublisher::begin_step() {
+  for (auto* c : engine_.groups().all()) c->reset_stats();
+}
+
+void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
+  fill_throughput(m, global_rows * seq_len_, flops_per_token_, cfg_.peak_tflops, env_.size());
+  m.peak_mem_bytes = peak_host_memory_bytes();
+  // Before validation and the checkpoint: the step's own collectives only.
+  m.extra = {{"comm", comm_json(engine_.groups())}, {"memory", memory_json(engine_.memory())}};
+  m.extra["memory"]["peak_gathered_units"] = engine_.peak_gathered_units();
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (engine_.device().is_cuda()) {
+    const auto g = cuda::device_memory(engine_.device().index());
+    m.extra["memory"]["gpu_peak_allocated_bytes"] = g.peak_allocated;
+    m.extra["memory"]["gpu_peak_reserved_bytes"] = g.peak_reserved;
+    m.extra["memory"]["gpu_total_bytes"] = g.total;
+    gpu_peaks_ = {static_cast<double>(g.peak_allocated), static_cast<double>(g.peak_reserved)};
+  }
+#endif
+}
+
+void MetricsPublisher::publish(StepMetrics& m, bool log_step, int64_t total, double checkpoint_s) {
+  if (checkpoint_s > 0) last_checkpoint_s_ = checkpoint_s;
+  timed_s_ += m.step_time_s + m.phases[Phase::kCheckpoint];
+  m.eta_s = timed_s_ / static_cast<double>(m.step - start_step_) * static_cast<double>(total - m.step);
+  // Every rank reaches the same log_step verdict, so the summary is a collective all join.
+  std::string breakdown;
+  comm::Communicator& world = *engine_.groups().world;
+  if (log_step)
+    world.host_collective(comm::Op::kAllGather, 0,
+                          [&] { breakdown = obs::summarize_across_ranks(m.phases, m.extra, world.mpi(), hosts_); });
+  writer_.write(m);
+  if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) log::info(progress_line(m, total));
+  if (!breakdown.empty()) log::info(breakdown);
+  if (!exporter_) return;
+  auto& r = series_;
+  r.rank = env_.rank(), r.host = env_.host();
+  r.step = static_cast<double>(m.step), r.loss = m.loss, r.lr = m.lr, r.tokens_per_s = m.tokens_per_s;
+  r.tflops_per_device = m.tflops_per_device, r.mfu = m.mfu, r.step_seconds = m.step_time_s, r.phases = m.phases;
+  r.host_peak_rss = static_cast<double>(m.peak_mem_bytes);
+  std::tie(r.gpu_peak_allocated, r.gpu_peak_reserved) = gpu_peaks_;
+  r.checkpoint_seconds = last_checkpoint_s_;
+  const auto groups = engine_.groups().all();
+  for (int k = 0; k < obs::RankSeries::kGroups; ++k)
+    for (int op = 0; op < comm::kNumOps; ++op) {
+      r.calls[k][op] += static_cast<double>(groups[k]->stats().ops[op].calls);
+      r.bytes[k][op] += static_cast<double>(groups[k]->stats().ops[op].bytes);
+    }
+  world.host_collective(comm::Op::kAllGather, 0, [&] { exporter_->publish(r); });
+}
+
+void MetricsPublisher::write_initial(const StepMetrics& m) {
+  log::info("before training: val_loss " + std::to_string(m.val_loss) + " | exact_match " +
+            std::to_string(100.0 * m.val_accuracy) + "%");
+  writer_.write(m);
+}
+
+}  // namespace shardtrain

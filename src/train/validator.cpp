@@ -1,0 +1,74 @@
+#include "shardtrain/train/validator.h"
+
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+
+#include "shardtrain/data/loader.h"
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
+                         const LogitsFn& logits, const std::function<double(double)>& sum_all) {
+  c10::NoGradGuard no_grad;
+  LoaderConfig lc;
+  lc.micro_batch = batch_size, lc.shuffle = false, lc.prefetch = false, lc.rank = rank, lc.world = world;
+  DataLoader loader(data, lc);
+  int64_t n = loader.steps_per_epoch();
+  if (max_batches > 0) n = std::min(n, max_batches);
+  double sum = 0, count = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    const StepData d = loader.next();
+    const Batch& batch = d.micro.front();
+    auto lg = logits(batch.tokens);
+    if (batch.tokens.size(0) == 0) continue;
+    auto ls = causal_lm_loss(lg, batch.labels);
+    sum += ls.sum.item<double>(), count += static_cast<double>(ls.count);
+  }
+  if (sum_all) sum = sum_all(sum), count = sum_all(count);
+  EvalResult r;
+  r.tokens = static_cast<int64_t>(count);
+  r.loss = sum / std::max(1.0, count);
+  r.perplexity = std::exp(r.loss);
+  return r;
+}
+
+std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& o, const ModelConfig& model) {
+  if (o.file.empty()) return nullptr;
+  DataFormat fmt = o.format;
+  auto task = std::make_unique<AccuracyTask>(AccuracyTask{Tokenizer(o.tokenizer), {}, o.max_new_tokens});
+  if (task->tokenizer.vocab_size() > model.vocab_size)
+    throw UsageError("--tokenizer has " + std::to_string(task->tokenizer.vocab_size()) +
+                     " pieces but the model's vocab_size is " + std::to_string(model.vocab_size));
+  task->records = read_records(o.file, fmt, o.samples);
+  if (task->records.empty()) throw UsageError("--accuracy-file " + o.file + " has no usable records");
+  for (const Record& r : task->records)  // checked here, before training, not at the first validation
+    if (r.prompt.empty())
+      throw UsageError("--accuracy-file " + o.file +
+                       ": exact-match accuracy needs prompt/answer records (alpaca or samsum), not plain text");
+  return task;
+}
+
+Validator::Validator(fsdp::FsdpEngine& engine, const TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
+                     int64_t max_batches, int64_t every)
+    : engine_(engine), val_(val), accuracy_(accuracy), batch_size_(batch_size), max_batches_(max_batches), every_(every) {}
+
+LogitsFn Validator::logits_fn() {
+  return [this](const at::Tensor& t) { return engine_.logits(t); };
+}
+
+EvalResult Validator::loss() {
+  const auto& world = *engine_.groups().world;
+  return evaluate_loss(*val_, batch_size_, max_batches_, world.rank(), world.size(), logits_fn(),
+                       [this](double v) { return engine_.sum_world(v); });
+}
+
+AccuracyResult Validator::accuracy() { return accuracy_->run(logits_fn(), engine_.model()); }
+
+void Validator::run(StepMetrics& m) {
+  if (val_) m.val_loss = loss().loss;
+  if (accuracy_) m.val_accuracy = accuracy().exact_match;
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,59 @@
+// The single-rank trainer: the test oracle the FSDP engine is compared with. It is checked
+// against Hugging Face transformers + torch.optim.AdamW (test_hf_parity), and runs the same
+// model code (llama_forward) and the same optimizer component as the engine, over whole
+// parameters with plain autograd and no sharding at all.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "shardtrain/data/token_file.h"
+#include "shardtrain/model/config.h"
+#include "shardtrain/model/generate.h"
+#include "shardtrain/model/llama.h"
+#include "shardtrain/model/params.h"
+#include "shardtrain/optim/optimizer.h"
+#include "shardtrain/train/validator.h"
+
+namespace shardtrain::oracle {
+
+struct TrainConfig {
+  int64_t batch_size = 8;  // for evaluate()
+  at::ScalarType param_dtype = at::kFloat;  // compute dtype; master weights stay fp32
+  AdamWConfig adamw;
+  double grad_clip = 1.0;  // <= 0 disables clipping
+};
+
+struct StepResult {
+  double loss = 0;       // mean over the batch's loss tokens
+  double grad_norm = 0;  // before clipping
+  int64_t tokens = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(ModelConfig model, TrainConfig cfg, ParamStore params);
+
+  // One optimizer step over the micro-batches; the loss is normalized by their total token
+  // count so accumulation equals one big batch.
+  StepResult step(const std::vector<Batch>& micro_batches, double lr);
+  EvalResult evaluate(const TokenFile& data, int64_t max_batches);
+  at::Tensor logits(const at::Tensor& tokens);
+  LogitsFn logits_fn() {
+    return [this](const at::Tensor& t) { return logits(t); };
+  }
+
+  ParamStore& params() { return params_; }
+  const ModelConfig& model() const { return model_; }
+  AdamW& optimizer() { return opt_.adamw(); }
+
+ private:
+  ModelConfig model_;
+  TrainConfig cfg_;
+  ParamStore params_;
+  Rotary rope_;
+  Optimizer opt_;
+};
+
+}  // namespace shardtrain::oracle

@@ -1,0 +1,101 @@
+// The checkpoint module's file-level logic, without MPI: names, publishing with `latest` and
+// keep-N, the resume order, the CRC that each dataset stores (against zlib's crc32 directly),
+// and the checkpoint options' validation.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/manager.h"
+#include "shardtrain/runtime/error.h"
+
+using namespace shardtrain;
+namespace fs = std::filesystem;
+
+namespace {
+std::string fresh_dir(const std::string& name) {
+  const fs::path d = fs::path(SHARDTRAIN_TEST_TMP) / name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d.string();
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A finished save: write tmp, then publish it as step N.
+void fake_save(const std::string& dir, int64_t step, int keep) {
+  const std::string final_path = ckpt::step_path(dir, step);
+  std::ofstream(final_path + ".tmp") << "step " << step;
+  ckpt::publish(final_path + ".tmp", final_path, keep);
+}
+}  // namespace
+
+TEST(CkptFiles, StepPathsSortByStep) {
+  EXPECT_EQ(ckpt::step_path("/fsx/ck", 500), "/fsx/ck/step-00000500.h5");
+  EXPECT_LT(ckpt::step_path("d", 99), ckpt::step_path("d", 100));  // zero-padded: names sort as numbers
+}
+
+TEST(CkptFiles, PublishPointsLatestAtTheNewestAndKeepsK) {
+  const std::string dir = fresh_dir("ckpt_units_keep");
+  for (int64_t s : {10, 20, 30, 40}) fake_save(dir, s, /*keep=*/2);
+  EXPECT_EQ(slurp(fs::path(dir) / "latest"), "step-00000040.h5\n");
+  EXPECT_FALSE(fs::exists(ckpt::step_path(dir, 10)));
+  EXPECT_FALSE(fs::exists(ckpt::step_path(dir, 20)));
+  EXPECT_TRUE(fs::exists(ckpt::step_path(dir, 30)));
+  EXPECT_EQ(slurp(ckpt::step_path(dir, 40)), "step 40");
+  EXPECT_FALSE(fs::exists(ckpt::step_path(dir, 40) + ".tmp"));
+}
+
+TEST(CkptFiles, ResumeTriesNewestFirstAndIgnoresUnfinishedSaves) {
+  const std::string dir = fresh_dir("ckpt_units_resume");
+  for (int64_t s : {5, 15, 10}) fake_save(dir, s, 0);
+  std::ofstream(ckpt::step_path(dir, 20) + ".tmp") << "a save that never finished";
+  std::ofstream(fs::path(dir) / "notes.h5") << "not a checkpoint name";
+  const auto c = ckpt::resume_candidates("auto", dir);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0], ckpt::step_path(dir, 15));
+  EXPECT_EQ(c[2], ckpt::step_path(dir, 5));
+  EXPECT_EQ(ckpt::resume_candidates("/some/step-7.h5", dir), std::vector<std::string>{"/some/step-7.h5"});
+  EXPECT_TRUE(ckpt::resume_candidates("auto", fresh_dir("ckpt_units_empty")).empty());
+}
+
+TEST(CkptFiles, CrcIsZlibsOverTheCanonicalBytes) {
+  auto t = at::arange(1000, at::kFloat).reshape({10, 100});
+  const auto contiguous = t.contiguous();
+  const uLong want = crc32(0L, reinterpret_cast<const Bytef*>(contiguous.data_ptr()), 4000);
+  EXPECT_EQ(ckpt::crc_of(t), want);
+  EXPECT_EQ(ckpt::crc_of(t.t().contiguous().t()), want) << "a strided view of the same values has the same CRC";
+  auto changed = t.clone();
+  changed[3][7] = 0.5f;
+  EXPECT_NE(ckpt::crc_of(changed), want);
+}
+
+TEST(CkptConfig, BadValuesNameTheOption) {
+  auto message = [](ckpt::CheckpointConfig c) {
+    try {
+      c.validate();
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ckpt::CheckpointConfig ok;
+  EXPECT_EQ(message(ok), "");
+  ckpt::CheckpointConfig c = ok;
+  c.resume = "auto";
+  EXPECT_NE(message(c).find("--checkpoint-dir"), std::string::npos);
+  c = ok, c.save_every = -1;
+  EXPECT_NE(message(c).find("--save-every"), std::string::npos);
+  c = ok, c.stripe.size = -4;
+  EXPECT_NE(message(c).find("--ckpt-stripe-size"), std::string::npos);
+  c = ok, c.resume = "/nonexistent/step-1.h5";
+  EXPECT_NE(message(c).find("--resume"), std::string::npos);
+}
