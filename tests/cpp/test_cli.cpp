@@ -11,6 +11,7 @@
 #include <string>
 
 #include "run_binary.h"
+#include "shardtrain/runtime/version.h"
 
 namespace fs = std::filesystem;
 
@@ -75,6 +76,30 @@ TEST(Cli, HelpForEachCommand) {
   EXPECT_NE(run("train --help").out.find("--grad-accum"), std::string::npos);
   EXPECT_NE(run("prepare --help").out.find("--val-fraction"), std::string::npos);
   EXPECT_EQ(run("frobnicate").code, 2);
+}
+
+// Groups hold what their titles say; fault injection is only in --help-all; eval and generate
+// take the sharding options.
+TEST(Cli, HelpGroupsAndTheHiddenFaultInjection) {
+  const std::string help = run("train --help").out, all = run("train --help-all").out;
+  const auto checkpoints = help.find("Checkpoints:");
+  ASSERT_NE(checkpoints, std::string::npos) << help;
+  const auto next_group = help.find(":\n", checkpoints + 13);
+  for (const char* opt : {"--checkpoint-dir", "--save-every", "--resume", "--async-save", "--on-signal"}) {
+    const auto at = help.find(opt);
+    EXPECT_GT(at, checkpoints) << opt;
+    EXPECT_LT(at, next_group) << opt << " is outside the Checkpoints group";
+  }
+  EXPECT_EQ(help.find("--fail-on-rank"), std::string::npos);
+  EXPECT_EQ(help.find("--debug-sleep"), std::string::npos);
+  EXPECT_NE(all.find("Fault injection"), std::string::npos) << all;
+  EXPECT_NE(all.find("--fail-on-rank"), std::string::npos);
+  for (const char* c : {"eval", "generate"}) {
+    const std::string h = run(std::string(c) + " --help").out;
+    EXPECT_NE(h.find("--sharding"), std::string::npos) << c;
+    EXPECT_NE(h.find("--device"), std::string::npos) << c;
+  }
+  EXPECT_EQ(run("--version").out, "shardtrain " + std::string(SHARDTRAIN_VERSION) + "\n");
 }
 
 // The tiny model on the shipped demo data must at least halve its loss in 200 steps.
