@@ -55,7 +55,7 @@ Scope make_scope(const std::string& name, int color, int key, bool use_cuda) {
   MPI_CHECK(MPI_Comm_dup(c, &dup));
   Scope s{name, MpiComm(c), nullptr};
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(MpiComm(dup), name);
+  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(MpiComm(dup), name, cuda::NcclComm::bootstrap(dup));
 #endif
   if (!s.comm) s.comm = std::make_unique<comm::MpiCommunicator>(MpiComm(dup), name);
   return s;

@@ -7,13 +7,30 @@
 namespace shardtrain::comm {
 
 ProcessGroups make_nccl_groups(const GroupLayout& layout, const Topology& topo, const std::string& host) {
-  ProcessGroups pg = make_groups(layout, topo, [](MpiComm c, const char* name) {
-    return std::make_unique<NcclCommunicator>(std::move(c), name);  // ncclUniqueId over this group
+  // The world is bootstrapped once over MPI; the shard and replicate groups are split from it
+  // (collective over the world, in this order on every rank) and share its resources.
+  const NcclCommunicator* world = nullptr;
+  ProcessGroups pg = make_groups(layout, topo, [&](MpiComm c, const char* name) {
+    const std::string n = name;
+    std::unique_ptr<NcclCommunicator> made;
+    if (n == "world") {
+      cuda::NcclComm nccl = cuda::NcclComm::bootstrap(c.get());
+      made = std::make_unique<NcclCommunicator>(std::move(c), n, std::move(nccl));
+      world = made.get();
+    } else {
+      const bool shard = n == "shard";
+      const int color = shard ? layout.shard_color : layout.replicate_color;
+      const int key = shard ? layout.shard_rank : layout.replicate_rank;
+      made = std::make_unique<NcclCommunicator>(std::move(c), n, world->split(color, key));
+    }
+    return made;
   });
   std::vector<ncclComm_t> comms;
-  for (const Communicator* c : pg.all())
-    comms.push_back(static_cast<const NcclCommunicator*>(c)->nccl());
-  pg.watchdog = std::make_shared<cuda::NcclWatchdog>(std::move(comms), topo.rank, host);
+  for (const Communicator* c : pg.all()) {
+    const auto* nc = static_cast<const NcclCommunicator*>(c);
+    comms.push_back(nc->nccl()), comms.push_back(nc->nccl_reduce());
+  }
+  pg.watchdog = std::make_shared<cuda::NcclWatchdog>(std::move(comms), cuda::current_device(), topo.rank, host);
   return pg;
 }
 

@@ -38,6 +38,16 @@ Event::~Event() {
 void Event::record(cudaStream_t stream) { CUDA_CHECK(cudaEventRecord(e_, stream)); }
 void Event::wait_on(cudaStream_t stream) const { CUDA_CHECK(cudaStreamWaitEvent(stream, e_, 0)); }
 void Event::synchronize() const { CUDA_CHECK(cudaEventSynchronize(e_)); }
+bool Event::query() const {
+  const cudaError_t rc = cudaEventQuery(e_);
+  if (rc == cudaSuccess) return true;
+  if (rc == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: do not leave it for the next launch check
+    return false;
+  }
+  CUDA_CHECK(rc);
+  return false;
+}
 float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, e_));

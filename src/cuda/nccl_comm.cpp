@@ -17,6 +17,16 @@ NcclComm NcclComm::bootstrap(MPI_Comm group) {
   return c;
 }
 
+NcclComm NcclComm::split(const NcclComm& parent, int color, int key) {
+  NcclComm c;
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.splitShare = 1;
+  NCCL_CHECK(ncclCommSplit(parent.comm_, color, key, &c.comm_, &config));
+  NCCL_CHECK(ncclCommCount(c.comm_, &c.size_));
+  NCCL_CHECK(ncclCommUserRank(c.comm_, &c.rank_));
+  return c;
+}
+
 NcclComm::NcclComm(NcclComm&& o) noexcept
     : comm_(std::exchange(o.comm_, nullptr)), rank_(o.rank_), size_(o.size_) {}
 

@@ -2,12 +2,15 @@
 
 #include <iostream>
 
+#include "shardtrain/cuda/cuda_handles.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::cuda {
 
-NcclWatchdog::NcclWatchdog(std::vector<ncclComm_t> comms, int rank, std::string host, std::chrono::milliseconds period)
-    : comms_(std::move(comms)), rank_(rank), host_(std::move(host)), period_(period), thread_([this] { run(); }) {}
+NcclWatchdog::NcclWatchdog(std::vector<ncclComm_t> comms, int device, int rank, std::string host,
+                           std::chrono::milliseconds period)
+    : comms_(std::move(comms)), device_(device), rank_(rank), host_(std::move(host)), period_(period),
+      thread_([this] { run(); }) {}
 
 NcclWatchdog::~NcclWatchdog() {
   stop_ = true;
@@ -15,6 +18,7 @@ NcclWatchdog::~NcclWatchdog() {
 }
 
 void NcclWatchdog::run() {
+  set_device(device_);  // before any CUDA call on this thread
   while (!stop_) {
     for (ncclComm_t c : comms_) {
       ncclResult_t async = ncclSuccess;

@@ -103,6 +103,7 @@ Heartbeat CollectiveWatchdog::beat() const {
 }
 
 void CollectiveWatchdog::run() {
+  groups_[0]->bind_thread();  // its probes query this rank's GPU events: select that GPU first
   std::vector<Heartbeat> beats(world_);  // plain doubles: gathered as bytes, the same layout everywhere
   while (true) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(interval_s_);

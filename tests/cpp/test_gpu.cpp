@@ -6,6 +6,10 @@
 
 #include "run_binary.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <ATen/ATen.h>
+
 #include "shardtrain/cuda/cuda_handles.h"
 #endif
 
@@ -54,4 +58,34 @@ TEST(Gpu, CudaWithoutAGpuIsAUsageError) {
   auto r = run("train --model tiny --data " + kDemo + "/train.h5 --steps 1 --device cuda");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--device cuda: no CUDA device is visible"), std::string::npos) << r.out;
+}
+
+// A completion probe that finds a collective still running must not leave cudaErrorNotReady
+// behind: LibTorch's next kernel-launch check would report it as "device not ready". Only a
+// query that finds work unfinished shows this, so the test keeps a copy engine busy first.
+TEST(Gpu, NotReadyQueryLeavesNoStickyError) {
+  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  shardtrain::cuda::set_device(0);
+  const size_t bytes = size_t{1} << 30;
+  void *a = nullptr, *b = nullptr;
+  ASSERT_EQ(cudaMalloc(&a, bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&b, bytes), cudaSuccess);
+  shardtrain::cuda::Stream stream;
+  shardtrain::cuda::Event done;
+  int not_ready = 0;
+  for (int attempt = 0; attempt < 5 && not_ready == 0; ++attempt) {
+    for (int k = 0; k < 8; ++k) ASSERT_EQ(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream.get()), cudaSuccess);
+    done.record(stream.get());
+    while (!done.query()) {
+      ++not_ready;
+      EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "a not-ready query left an error behind";
+    }
+  }
+  EXPECT_GT(not_ready, 0) << "every query found the copies finished: the case was not exercised";
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  // LibTorch's own launch check after the queries.
+  EXPECT_NO_THROW((at::ones({1024}, at::TensorOptions().device(at::kCUDA)) * 2).sum().item<float>());
+  cudaFree(a), cudaFree(b);
+#endif
 }

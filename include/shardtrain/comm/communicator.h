@@ -57,6 +57,9 @@ class Communicator {
   // checkpoints (MPI-IO) and watchdogs use it beside NCCL.
   virtual MPI_Comm mpi() const = 0;
   virtual at::Device device() const { return at::kCPU; }  // where its tensors live
+  // For threads that poll this communicator (watchdogs): select its device before any device
+  // call, so a GPU rank's helper threads never create a context on GPU 0. A no-op on CPU.
+  virtual void bind_thread() const {}
 
   void all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }
   void reduce_scatter(const at::Tensor& in, const at::Tensor& out) { reduce_scatter_async(in, out)->wait(); }

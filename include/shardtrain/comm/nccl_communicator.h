@@ -1,7 +1,8 @@
-// The NCCL backend behind the same Communicator interface, for CUDA tensors. Collectives run on
-// the communicator's own stream: it first waits for the compute stream (the producer), and
-// Work::wait() makes the compute stream wait for the collective, so the host never blocks.
-// Compiled whenever nvcc and nccl.h are found; the GPU issue wires it into training.
+// The NCCL backend behind the same Communicator interface, for CUDA tensors. All-gathers (and
+// broadcasts) run on one NCCL communicator and stream, reduce-scatters and all-reduces on a
+// second one split from it over the same ranks, so a prefetch never queues behind a gradient
+// reduction. Each collective first waits for the caller's current CUDA stream (the producer),
+// and Work::wait() makes the then-current stream wait for it, so the host never blocks.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -18,11 +19,9 @@ namespace shardtrain::comm {
 
 class NcclCommunicator : public Communicator {
  public:
-  // Bootstraps NCCL over `group` (collective over it). compute: the stream that produces inputs
-  // and consumes outputs; LibTorch's default current stream is the legacy stream (nullptr).
-  NcclCommunicator(MpiComm group, std::string name, cudaStream_t compute = nullptr);
-  int rank() const override { return comm_.rank(); }
-  int size() const override { return comm_.size(); }
+  // comm: NCCL over the same ranks as `group` (bootstrapped over it, or split from a parent).
+  // Collective over the group: splits the reduction communicator from comm.
+  NcclCommunicator(MpiComm group, std::string name, cuda::NcclComm comm);
 
   WorkPtr all_gather_async(const at::Tensor& in, const at::Tensor& out) override;
   WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) override;
@@ -32,19 +31,27 @@ class NcclCommunicator : public Communicator {
 
   MPI_Comm mpi() const override { return mpi_.get(); }
   at::Device device() const override { return device_; }
-  cudaStream_t stream() const { return stream_.get(); }
-  ncclComm_t nccl() const { return comm_.get(); }
+  void bind_thread() const override;
+  int rank() const override { return gather_.comm.rank(); }
+  int size() const override { return gather_.comm.size(); }
+  ncclComm_t nccl() const { return gather_.comm.get(); }
+  ncclComm_t nccl_reduce() const { return reduce_.comm.get(); }
+  // Collective over this communicator's ranks: a new one over those passing the same color.
+  cuda::NcclComm split(int color, int key) const { return cuda::NcclComm::split(gather_.comm, color, key); }
 
  private:
-  cudaStream_t begin();                                   // comm stream waits for compute
-  WorkPtr finish(Op op, int64_t bytes, std::vector<at::Tensor> keep);  // event the compute stream waits on
+  struct Lane {  // one NCCL communicator and the stream its collectives run on
+    cuda::NcclComm comm;
+    cuda::Stream stream;
+    cuda::Event produced;  // caller's stream -> this stream, reused per collective
+  };
+  Lane& lane(Op op) { return op == Op::kReduceScatter || op == Op::kAllReduce ? reduce_ : gather_; }
+  cudaStream_t begin(Lane& l);  // the lane's stream waits for the caller's current stream
+  WorkPtr finish(Lane& l, Op op, int64_t bytes, std::vector<at::Tensor> keep);
   MpiComm mpi_;
-  cuda::NcclComm comm_;
-  cuda::Stream stream_;
-  cudaStream_t compute_;
-  at::Device device_;                       // the current device when the communicator was made
-  cuda::Event produced_;                    // compute -> comm stream ordering, reused per collective
-  std::array<std::string, kNumOps> nvtx_;   // "all_gather shard", ... built once
+  at::Device device_;  // the current device when the communicator was made
+  Lane gather_, reduce_;
+  std::array<std::string, kNumOps> nvtx_;  // "all_gather shard", ... built once
 };
 
 // The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,

@@ -36,6 +36,10 @@ class Event {
   void record(cudaStream_t stream);
   void wait_on(cudaStream_t stream) const;  // stream waits for this event
   void synchronize() const;
+  // Has the work before the record finished? A not-ready answer leaves cudaErrorNotReady as
+  // the thread's last error, which the next kernel-launch check would report as a failure, so
+  // it is cleared here (as PyTorch's CUDAEvent::query does); any other error throws.
+  bool query() const;
   float elapsed_ms_since(const Event& start) const;
 
  private:

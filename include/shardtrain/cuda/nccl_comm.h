@@ -11,6 +11,9 @@ class NcclComm {
   NcclComm() = default;
   // Collective over `group`; the caller has already selected its CUDA device.
   static NcclComm bootstrap(MPI_Comm group);
+  // Collective over parent's ranks: the ranks that pass the same color form a new communicator,
+  // ordered by key, sharing the parent's resources (no new bootstrap, no new buffers).
+  static NcclComm split(const NcclComm& parent, int color, int key);
   NcclComm(NcclComm&& o) noexcept;
   NcclComm& operator=(NcclComm&& o) noexcept;
   NcclComm(const NcclComm&) = delete;

@@ -14,7 +14,8 @@ namespace shardtrain::cuda {
 
 class NcclWatchdog {
  public:
-  NcclWatchdog(std::vector<ncclComm_t> comms, int rank, std::string host,
+  // device: the rank's GPU; the thread selects it first, so it never makes a context on GPU 0.
+  NcclWatchdog(std::vector<ncclComm_t> comms, int device, int rank, std::string host,
                std::chrono::milliseconds period = std::chrono::milliseconds(100));
   ~NcclWatchdog();
   NcclWatchdog(const NcclWatchdog&) = delete;
@@ -23,7 +24,7 @@ class NcclWatchdog {
  private:
   void run();
   std::vector<ncclComm_t> comms_;
-  int rank_;
+  int device_, rank_;
   std::string host_;
   std::chrono::milliseconds period_;
   std::atomic<bool> stop_{false};
