@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""The PyTorch side of bench/gpu_vs_pytorch.sh: Hugging Face LlamaForCausalLM (sdpa attention)
-trained with torch FSDP2 `fully_shard` at world size 1, with the same shape, batch, sequence
-length, optimizer (AdamW, betas 0.9/0.95, eps 1e-8, weight decay 0.1, clip 1.0) and precision
-(fp32 master weights, bf16 compute, fp32 reduction) as `shardtrain train --param-dtype bf16`.
-Rows come from the same token file. Prints one JSON object: median tokens/s, MFU, peak memory.
+"""The PyTorch side of bench/gpu_vs_pytorch.sh and bench/cpu_vs_pytorch.sh: Hugging Face
+LlamaForCausalLM (sdpa attention) trained with torch FSDP2 `fully_shard` on every decoder layer
+and the root, with the same shape, batch per rank, sequence length, optimizer (fused AdamW,
+betas 0.9/0.95, eps 1e-8, weight decay 0.1, clip 1.0) and precision (fp32 master weights, the
+given compute dtype, fp32 reduction) as `shardtrain train`. Rows come from the same token file;
+each rank takes its own rows of every global batch. Runs alone (world 1) or under torchrun
+(gloo on CPU, NCCL on GPUs). Rank 0 prints one JSON object: median tokens/s over all ranks,
+MFU, and peak memory (GPU allocator, and this process's peak resident set).
 """
 import argparse
 import json
 import os
+import resource
 import statistics
 import time
 
@@ -42,11 +46,25 @@ def main():
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--lr", type=float, default=3e-5)
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads per rank (0: torch's default)")
     a = ap.parse_args()
 
+    # The reference must run the LibTorch that shardtrain links, or the comparison is of versions.
+    want = os.environ.get("SHARDTRAIN_TORCH_VERSION", "2.11")
+    if not torch.__version__.startswith(want):
+        raise SystemExit(f"fsdp2_reference: torch {torch.__version__}, but shardtrain is built against {want}.x; "
+                         f"pip install 'torch=={want}.*'")
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("nccl" if a.device == "cuda" else "gloo", rank=0, world_size=1)
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    backend = "nccl" if a.device == "cuda" else "gloo"
+    dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if a.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     with h5py.File(a.data) as f:
@@ -66,17 +84,19 @@ def main():
     for layer in model.model.layers:  # one FSDP unit per decoder layer, as shardtrain does
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
     if a.device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()  # after the model is built, as shardtrain does
     times, losses = [], []
+    rows = a.batch_size * world
     for step in range(a.steps):
-        i = (step * a.batch_size) % (tokens.shape[0] - a.batch_size + 1)
-        x = tokens[i:i + a.batch_size].to(dev)
-        labels = x.masked_fill(~mask[i:i + a.batch_size].to(dev), -100)
         if a.device == "cuda":
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = time.perf_counter()  # the batch's copy to the device is in the step, as in shardtrain's
+        i = (step * rows + rank * a.batch_size) % (tokens.shape[0] - a.batch_size + 1)
+        x = tokens[i:i + a.batch_size].to(dev, non_blocking=True)
+        labels = x.masked_fill(~mask[i:i + a.batch_size].to(dev, non_blocking=True), -100)
         loss = model(input_ids=x, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -86,14 +106,16 @@ def main():
         times.append(time.perf_counter() - t0)
     kept = times[a.skip:] or times
     step_s = statistics.median(kept)
-    tps = a.batch_size * seq / step_s
-    out = {"side": "pytorch_fsdp2", "tokens_per_s": tps, "step_s": step_s,
-           "mfu": tps * flops_per_token(cfg, seq) / 1e12 / a.peak_tflops if a.peak_tflops > 0 else 0,
+    tps = rows * seq / step_s  # every rank's tokens, as shardtrain's tokens_per_s counts them
+    out = {"side": "pytorch_fsdp2", "tokens_per_s": tps, "step_s": step_s, "world": world,
+           "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,  # rank 0's, as shardtrain reports
+           "mfu": tps / world * flops_per_token(cfg, seq) / 1e12 / a.peak_tflops if a.peak_tflops > 0 else 0,
            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if a.device == "cuda" else 0,
            "peak_reserved_bytes": torch.cuda.max_memory_reserved() if a.device == "cuda" else 0,
            "seq": seq, "batch": a.batch_size, "ac": a.ac, "first_loss": losses[0], "last_loss": losses[-1],
            "torch": torch.__version__, "device_name": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
-    print(json.dumps(out))
+    if rank == 0:
+        print(json.dumps(out))
     dist.destroy_process_group()
 
 

@@ -25,4 +25,12 @@ DeviceMemory device_memory(int device) {
   return m;
 }
 
+void reset_peak_memory(int device) {
+#ifdef SHARDTRAIN_TORCH_CUDA
+  c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
+#else
+  (void)device;
+#endif
+}
+
 }  // namespace shardtrain::cuda

@@ -8,6 +8,9 @@
 #include <cmath>
 
 #include "shardtrain/cuda/nvtx.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/cuda/device_memory.h"
+#endif
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::fsdp {
@@ -46,7 +49,7 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
     for (const Segment& s : shard_segments(unit.layout(), sr)) {
       const auto& e = unit.layout().entries[s.entry];
       pieces_.push_back({e.name, e.shape, s.param_offset, s.numel, !e.is_norm, unit.master().narrow(0, s.shard_offset, s.numel),
-                         unit.grad().narrow(0, s.shard_offset, s.numel)});
+                         u, s.shard_offset});
     }
     if (cfg_.no_sync_accumulation) no_sync_.push_back(at::zeros({unit.layout().padded}, fp32));
   }
@@ -75,6 +78,36 @@ void FsdpEngine::note_gathered() {
   int n = 0;
   for (const auto& unit : units_) n += unit.gathered();
   peak_gathered_ = std::max(peak_gathered_, n);
+  note_memory();
+}
+
+int64_t FsdpEngine::held_bytes() const {
+  int64_t b = memory().persistent();
+  const int64_t elt = c10::elementSize(cfg_.param_dtype);
+  for (const auto& u : units_) {
+    if (u.gathered()) b += u.layout().padded * elt;
+    if (u.grad().defined()) b += u.grad().nbytes();
+  }
+  for (const auto& r : pending_) b += r.send.nbytes() + (r.shard.is_same(r.send) ? 0 : r.shard.nbytes());
+  return b;
+}
+
+void FsdpEngine::note_memory() {
+  if (!device_.is_cuda()) phase_peak_ = std::max(phase_peak_, held_bytes());
+}
+
+int64_t FsdpEngine::take_phase_peak() {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (device_.is_cuda()) {
+    const int64_t peak = cuda::device_memory(device_.index()).peak_allocated;
+    cuda::reset_peak_memory(device_.index());
+    return peak;
+  }
+#endif
+  note_memory();
+  const int64_t peak = phase_peak_;
+  phase_peak_ = held_bytes();
+  return peak;
 }
 
 bool FsdpEngine::recomputes(int64_t u) const {
@@ -103,9 +136,9 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
       if (units_[u].kind() != UnitKind::kEmbedding) x = p.inputs[u] = build_graph ? x.detach().requires_grad_(true) : x;
       x = p.outputs[u] = run_unit(u, x);
     }
-    // The head's backward follows at once, so keeping it gathered saves nothing; FSDP's
-    // reshard_after_forward still frees it, and we match that volume exactly.
-    if (reshard || !build_graph) units_[u].free_storage();
+    // The head's backward follows at once: like FSDP2's root, it stays gathered until then.
+    const bool head = units_[u].kind() == UnitKind::kHead;
+    if (!build_graph || (reshard && !head)) units_[u].free_storage();
   }
   return x;
 }
@@ -131,32 +164,68 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
     }
     at::Tensor g = units_[u].leaf_grad();
     if (!g.defined()) g = at::zeros({units_[u].layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
-    if (reduce_now) reduce_unit(u, g);
+    if (reduce_now) reduce_unit(u, g, /*owned=*/true);
     else no_sync_[u].add_(g.to(at::kFloat));
     p.outputs[u] = at::Tensor(), p.inputs[u] = at::Tensor();
     units_[u].release();
   }
 }
 
-void FsdpEngine::reduce_unit(int64_t u, const at::Tensor& full_grad) {
-  FlatUnit& unit = units_[u];
-  auto send = full_grad.to(cfg_.reduce_dtype).contiguous();
-  at::Tensor shard;
+void FsdpEngine::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned) {
+  PendingReduce r;
+  r.unit = u;
+  r.send = full_grad.to(cfg_.reduce_dtype).contiguous();
   if (groups_.shard->size() == 1) {
-    shard = send;
+    r.shard = r.send;
+    r.owned = owned || !r.send.is_same(full_grad);  // a converted copy is ours to keep
   } else {
-    shard = at::empty({unit.layout().shard_numel}, send.options());
-    groups_.shard->reduce_scatter(send, shard);
+    r.shard = at::empty({units_[u].layout().shard_numel}, r.send.options());
+    r.work = groups_.shard->reduce_scatter_async(r.send, r.shard);
   }
-  if (groups_.replicate->size() > 1) groups_.replicate->all_reduce(shard);
-  unit.grad().add_(shard.to(at::kFloat));
+  pending_.push_back(std::move(r));
+  note_memory();
+  // Waited on only when needed: before the optimizer, or when more than kMaxPendingReductions
+  // units' buffers are in flight (the oldest completes first).
+  while (pending_.size() > kMaxPendingReductions) {
+    while (!advance(pending_.front())) {
+    }
+    pending_.pop_front();
+  }
+}
+
+bool FsdpEngine::advance(PendingReduce& r) {
+  if (r.work) r.work->wait(), r.work.reset();
+  if (r.stage == PendingReduce::kScattering && groups_.replicate->size() > 1) {
+    r.work = groups_.replicate->all_reduce_async(r.shard);  // hybrid: then across replicas
+    r.stage = PendingReduce::kReplicating;
+    return false;
+  }
+  at::Tensor add = r.shard.to(at::kFloat);
+  at::Tensor& grad = units_[r.unit].grad();
+  if (!grad.defined()) grad = add.is_same(r.shard) && !r.owned ? add.clone() : add;
+  else grad.add_(add);
+  r.stage = PendingReduce::kDone;
+  note_memory();
+  return true;
+}
+
+void FsdpEngine::finish_reductions() {
+  // Every hybrid all-reduce starts before any is waited on, in the order issued on every rank.
+  for (auto& r : pending_)
+    if (r.stage == PendingReduce::kScattering) advance(r);
+  for (auto& r : pending_)
+    while (r.stage != PendingReduce::kDone) advance(r);
+  pending_.clear();
 }
 
 void FsdpEngine::reduce_accumulated() {
-  for (size_t u = 0; u < units_.size(); ++u) {
-    reduce_unit(static_cast<int64_t>(u), no_sync_[u]);
-    no_sync_[u].zero_();
-  }
+  for (size_t u = 0; u < units_.size(); ++u) reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
+  finish_reductions();  // the buffers are read by the reductions until they complete
+  for (auto& b : no_sync_) b.zero_();
+}
+
+void FsdpEngine::release_grads() {
+  for (auto& u : units_) u.grad() = at::Tensor();
 }
 
 double FsdpEngine::comm_wait_seconds() const {
@@ -170,10 +239,13 @@ GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches)
   GradResult r;
   // Each phase's wall time, less the host time blocked on collectives within it.
   double mark = comm::CollectiveLog::now(), wait_mark = comm_wait_seconds();
+  take_phase_peak();  // the step's phases start from what is held now
   auto close_phase = [&](Phase p) {
     const double now = comm::CollectiveLog::now(), wait = comm_wait_seconds();
     r.phases[p] += (now - mark) - (wait - wait_mark);
     r.phases[Phase::kExposedComm] += wait - wait_mark;
+    auto& peak = r.peak_bytes[static_cast<int>(p)];
+    peak = std::max(peak, take_phase_peak());
     mark = now, wait_mark = wait;
   };
   int64_t local_tokens = 0;
@@ -181,31 +253,41 @@ GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches)
     if (mb.tokens.size(0) > 0) local_tokens += count_loss_tokens(mb.labels);
   r.tokens = static_cast<int64_t>(std::llround(sum_world(static_cast<double>(local_tokens))));
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
-  for (auto& u : units_) u.grad().zero_();
-  double loss_sum = 0;
+  release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
+  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
   for (const Batch& mb : micro_batches) {
     Pass p;
-    auto logits = forward(p, mb.tokens.to(device_), /*build_graph=*/true);
+    auto logits = forward(p, to_device(mb.tokens), /*build_graph=*/true);
     at::Tensor loss;
     if (!p.empty) {
-      auto ls = causal_lm_loss(logits, mb.labels.to(device_));
-      loss_sum += ls.sum.item<double>();
+      auto ls = causal_lm_loss(logits, to_device(mb.labels), /*count=*/false);
+      loss_sum += ls.sum.detach();
       loss = ls.sum / denom;
     }
+    logits = at::Tensor(), p.outputs.back() = at::Tensor();  // autograd keeps only what backward needs
     close_phase(Phase::kForward);
     backward(p, loss, !cfg_.no_sync_accumulation);
     close_phase(Phase::kBackward);
   }
   if (cfg_.no_sync_accumulation) reduce_accumulated();
-  r.loss = sum_world(loss_sum) / denom;
+  finish_reductions();
+  r.loss = sum_world(loss_sum.item<double>()) / denom;
   close_phase(Phase::kBackward);
   return r;
 }
 
-std::vector<at::Tensor> FsdpEngine::grad_shards() const {
+std::vector<at::Tensor> FsdpEngine::grad_shards() {
   std::vector<at::Tensor> g;
-  for (const auto& p : pieces_) g.push_back(p.grad);
+  for (const auto& p : pieces_) {
+    const at::Tensor& shard = units_[p.unit].grad();
+    g.push_back(shard.defined() ? shard.narrow(0, p.shard_offset, p.numel) : at::Tensor());
+  }
   return g;
+}
+
+at::Tensor FsdpEngine::to_device(const at::Tensor& host) const {
+  if (!device_.is_cuda()) return host;
+  return host.pin_memory().to(device_, /*non_blocking=*/true);  // no host sync per micro-batch
 }
 
 at::Tensor FsdpEngine::logits(const at::Tensor& tokens) {
@@ -233,7 +315,7 @@ MemoryReport FsdpEngine::memory() const {
   int64_t full = 0;
   for (const auto& u : units_) {
     const int64_t n = u.layout().shard_numel;
-    m.param_bytes += 4 * n, m.grad_bytes += 4 * n, m.optimizer_bytes += 8 * n;
+    m.param_bytes += 4 * n, m.grad_bytes += 4 * n, m.optimizer_bytes += 8 * n;  // grads: during the step only
     m.padding_elements += u.layout().padded - u.layout().numel;
     full += u.layout().numel;
   }

@@ -12,7 +12,6 @@ namespace shardtrain::fsdp {
 FlatUnit::FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master)
     : spec_(spec), layout_(std::move(layout)), master_(std::move(master)) {
   if (master_.numel() != layout_.shard_numel) throw Error("FSDP unit: master shard has the wrong size");
-  grad_ = at::zeros_like(master_);
 }
 
 void FlatUnit::start(comm::Communicator& shard) {
@@ -57,8 +56,15 @@ void FlatUnit::free_storage() {
 }
 
 std::map<std::string, at::Tensor> FlatUnit::named_views() const {
+  // One split_with_sizes, not a narrow per parameter: narrow's backward allocates a zero-filled
+  // tensor the size of the whole unit for each parameter and autograd adds them all up, where
+  // split's backward concatenates the pieces' gradients once.
+  std::vector<int64_t> sizes;
+  for (const auto& e : layout_.entries) sizes.push_back(e.numel);
+  if (layout_.padded > layout_.numel) sizes.push_back(layout_.padded - layout_.numel);
+  const auto parts = flat_.split_with_sizes(sizes);
   std::map<std::string, at::Tensor> v;
-  for (const auto& e : layout_.entries) v.emplace(e.name, flat_.narrow(0, e.offset, e.numel).view(e.shape));
+  for (size_t i = 0; i < layout_.entries.size(); ++i) v.emplace(layout_.entries[i].name, parts[i].view(layout_.entries[i].shape));
   return v;
 }
 

@@ -82,13 +82,13 @@ at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at
   return x;
 }
 
-LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels) {
+LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, bool count) {
   const int64_t T = logits.size(1), V = logits.size(2);
   auto lg = logits.narrow(1, 0, T - 1).to(at::kFloat).reshape({-1, V});
   auto lb = labels.narrow(1, 1, T - 1).reshape({-1});
   LossSum r;
   r.sum = at::cross_entropy_loss(lg, lb, {}, at::Reduction::Sum, /*ignore_index=*/-100);
-  r.count = count_loss_tokens(labels);
+  if (count) r.count = count_loss_tokens(labels);
   return r;
 }
 

@@ -35,9 +35,12 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     c.metrics.begin_step();
     const fsdp::GradResult g = c.engine.forward_backward(data.micro);
     m.loss = g.loss, m.tokens = g.tokens, m.phases = g.phases, m.phases[Phase::kDataWait] = data_wait;
+    m.peak_bytes = g.peak_bytes;
     const Stopwatch opt_clock;
     const double wait_before = c.engine.comm_wait_seconds();
     m.grad_norm = c.optimizer.step(m.lr, c.engine.grad_shards());
+    m.peak_bytes[static_cast<int>(Phase::kOptimizer)] = c.engine.take_phase_peak();
+    c.engine.release_grads();
     close_phase(m.phases, Phase::kOptimizer, opt_clock, wait_before, c.engine);
     m.step_time_s = step_clock.seconds();
     c.metrics.measure(m, data.global_rows);

@@ -48,6 +48,10 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   // Before validation and the checkpoint: the step's own collectives only.
   m.extra = {{"comm", comm_json(engine_.groups())}, {"memory", memory_json(engine_.memory())}};
   m.extra["memory"]["peak_gathered_units"] = engine_.peak_gathered_units();
+  auto& by_phase = m.extra["memory"]["peak_bytes_by_phase"];
+  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer})
+    by_phase[phase_name(p)] = m.peak_bytes[static_cast<int>(p)];
+  m.extra["memory"]["peak_bytes_by_phase_counts"] = engine_.phase_peak_is_device() ? "cuda_allocator" : "engine_tensors";
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (engine_.device().is_cuda()) {
     const auto g = cuda::device_memory(engine_.device().index());

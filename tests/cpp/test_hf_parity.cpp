@@ -82,6 +82,33 @@ TEST(HfParity, AdamWTrajectoryMatchesTorchOptim) {
   EXPECT_LT(ref[9].item<double>(), ref[0].item<double>());
 }
 
+// The optimizer component against torch.optim.AdamW(fused=True) on the same gradients: the same
+// kernel, so the parameters and both moments agree to float rounding.
+TEST(HfParity, FusedAdamWEqualsTorchFused) {
+  Fixture f;
+  OptimizerConfig cfg;
+  cfg.adamw = {0.9, 0.95, 1e-8, 0.1};
+  cfg.grad_clip = 0;  // torch's step alone
+  Optimizer opt(cfg);
+  std::vector<at::Tensor> params;
+  for (int i = 0; i < 3; ++i) {
+    params.push_back(f.ref.read("fused.init." + std::to_string(i)).clone());
+    opt.add(params.back(), /*decay=*/i != 1);
+  }
+  for (int step = 0; step < 5; ++step) {
+    std::vector<at::Tensor> grads;
+    for (int i = 0; i < 3; ++i) grads.push_back(f.ref.read("fused.grad." + std::to_string(step) + "." + std::to_string(i)));
+    opt.step(2e-2, grads);
+  }
+  for (int i = 0; i < 3; ++i) {
+    const auto n = std::to_string(i);
+    EXPECT_LE((params[i] - f.ref.read("fused.final." + n)).abs().max().item<double>(), 1e-6) << i;
+    EXPECT_LE((opt.adamw().slots()[i].exp_avg - f.ref.read("fused.exp_avg." + n)).abs().max().item<double>(), 1e-7) << i;
+    EXPECT_LE((opt.adamw().slots()[i].exp_avg_sq - f.ref.read("fused.exp_avg_sq." + n)).abs().max().item<double>(), 1e-7) << i;
+    EXPECT_GT((params[i] - f.ref.read("fused.init." + n)).abs().max().item<double>(), 1e-3) << "the steps moved it";
+  }
+}
+
 TEST(HfParity, GreedyGenerationMatchesGenerate) {
   Fixture f;
   auto tr = f.trainer();

@@ -81,7 +81,7 @@ TEST(Trainer, Bf16ComputeTracksFp32) {
 TEST(Trainer, ClippingBoundsTheUpdateNorm) {
   std::vector<at::Tensor> g = {at::full({4}, 3.0), at::full({2}, 4.0)};
   const double n = std::sqrt(grad_sq_norm(g));
-  EXPECT_NEAR(n, std::sqrt(4 * 9.0 + 2 * 16.0), 1e-12);
+  EXPECT_NEAR(n, std::sqrt(4 * 9.0 + 2 * 16.0), 1e-6 * n);  // fp32 per-tensor norms (foreach kernel)
   scale_grads(g, n, 1.0);
   EXPECT_NEAR(std::sqrt(grad_sq_norm(g)), 1.0, 1e-5);
 }

@@ -45,6 +45,27 @@ def batch():
     return tokens, labels
 
 
+def fused_optimizer_case(ref):
+    """torch.optim.AdamW(fused=True) alone: three parameters (one without weight decay), five
+    steps of recorded gradients, and the final parameters and moments."""
+    gen = torch.Generator().manual_seed(11)
+    shapes = [(7, 5), (33,), (4, 3, 2)]
+    params = [torch.nn.Parameter(torch.randn(s, generator=gen)) for s in shapes]
+    for i, p in enumerate(params):
+        ref[f"fused.init.{i}"] = p.detach().clone()
+    opt = torch.optim.AdamW([{"params": [params[0], params[2]]}, {"params": [params[1]], "weight_decay": 0.0}],
+                            lr=2e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    for step in range(5):
+        for i, p in enumerate(params):
+            p.grad = torch.randn(p.shape, generator=gen) * (0.1 + step)
+            ref[f"fused.grad.{step}.{i}"] = p.grad.clone()
+        opt.step()
+    for i, p in enumerate(params):
+        ref[f"fused.final.{i}"] = p.detach().clone()
+        ref[f"fused.exp_avg.{i}"] = opt.state[p]["exp_avg"].clone()
+        ref[f"fused.exp_avg_sq.{i}"] = opt.state[p]["exp_avg_sq"].clone()
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     model = build_model()
@@ -82,6 +103,7 @@ def main(out):
         opt.step()
         losses.append(loss.item())
     ref["adamw_losses"] = torch.tensor(losses, dtype=torch.float64)
+    fused_optimizer_case(ref)
     save_file(ref, os.path.join(out, "reference.safetensors"))
     print(f"reference written to {out}: loss {res.loss.item():.6f}, adamw losses {losses[0]:.6f} -> {losses[-1]:.6f}")
 

@@ -135,7 +135,8 @@ def case_endpoint(a):
     named = [j["straggler"]["rank"] for j in summaries]
     print("stragglers named on progress steps:", named)
     check(len(summaries) >= 10, "%d progress steps carry the cross-rank breakdown" % len(summaries))
-    check(named.count(3) >= 0.8 * len(named) and named[-1] == 3, "rank 3 (slow data) is named the straggler")
+    # 80%, not every step: on a loaded 2-core machine another rank can be descheduled for one step.
+    check(len(named) >= 10 and named.count(3) >= 0.8 * len(named), "rank 3 (slow data) is named the straggler")
     check(re.search(r"straggler: rank 3 \(", log) is not None, "rank 0's log names it")
     check(re.search(r"step 60/60 \| loss .* ETA 0s \| mem", log) is not None, "progress lines carry ETA and memory")
     check("topology    4 ranks on 2 nodes x 2 ranks per node" in log, "the start banner shows the topology")

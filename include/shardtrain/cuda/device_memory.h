@@ -12,5 +12,7 @@ struct DeviceMemory {
 };
 
 DeviceMemory device_memory(int device);
+// Starts the allocator's peaks afresh from what is allocated now (per-phase peaks).
+void reset_peak_memory(int device);
 
 }  // namespace shardtrain::cuda

@@ -11,6 +11,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include <array>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,12 +29,13 @@
 
 namespace shardtrain::fsdp {
 
-// Persistent bytes per rank (fp32 master, gradient, exp_avg, exp_avg_sq) beside the figure
-// one unsharded replica would need.
+// Bytes per rank: persistent (fp32 master, exp_avg, exp_avg_sq, no-sync buffers) and the fp32
+// gradient shards, which exist only from the step's first reduction to the optimizer step,
+// beside the figure one unsharded replica would need (16 bytes per parameter).
 struct MemoryReport {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, unsharded_bytes = 0, padding_elements = 0;
   int64_t no_sync_bytes = 0;  // the unsharded gradient buffers of no_sync_accumulation
-  int64_t persistent() const { return param_bytes + grad_bytes + optimizer_bytes + no_sync_bytes; }
+  int64_t persistent() const { return param_bytes + optimizer_bytes + no_sync_bytes; }
 };
 
 // What a step's forward and backward produced; the gradients stay in the shards (pieces()).
@@ -40,6 +43,7 @@ struct GradResult {
   double loss = 0;     // mean over the global batch's loss tokens
   int64_t tokens = 0;  // loss tokens in the global batch
   PhaseTimes phases;   // forward, backward and the exposed communication inside them
+  std::array<int64_t, kNumPhases> peak_bytes{};  // forward and backward: see take_phase_peak()
 };
 
 // A piece of one parameter held by this rank: what the optimizer steps and checkpoints save.
@@ -48,7 +52,8 @@ struct ShardPiece {
   std::vector<int64_t> shape;           // the parameter's logical shape
   int64_t param_offset = 0, numel = 0;  // flat range of the parameter
   bool decay = true;                    // false for norm weights
-  at::Tensor master, grad;              // [numel] fp32 views of the persistent shards
+  at::Tensor master;                    // [numel] fp32 view of the persistent master shard
+  int64_t unit = 0, shard_offset = 0;   // where its gradient sits in that unit's gradient shard
 };
 
 class FsdpEngine {
@@ -58,16 +63,22 @@ class FsdpEngine {
              const SafetensorsModel* weights = nullptr, at::Device device = at::kCPU);
 
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
-  // every collective). Leaves the reduced, sharded fp32 gradient in each piece's grad.
+  // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
   GradResult forward_backward(const std::vector<Batch>& micro_batches);
   at::Tensor logits(const at::Tensor& tokens);  // forward only, on this rank's tokens; on the host
   double sum_world(double v) { return groups_.world->all_reduce_sum(v); }
   double comm_wait_seconds() const;  // host time blocked on collectives so far, all groups
+  // The most memory held since the last call. On a GPU, the caching allocator's peak (every
+  // tensor); on CPU, the bytes the engine itself holds: shards, optimizer state, gathered units,
+  // gradient shards and reductions in flight (activations are not counted there).
+  int64_t take_phase_peak();
+  bool phase_peak_is_device() const { return device_.is_cuda(); }
 
   // Every parameter, unsharded (an all-gather per unit over the shard group).
   std::map<std::string, at::Tensor> full_parameters();
   const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's, in model order
-  std::vector<at::Tensor> grad_shards() const;                       // pieces()' grads, same order
+  std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
+  void release_grads();                   // frees the gradient shards (after the optimizer step)
   MemoryReport memory() const;
   const comm::ProcessGroups& groups() const { return groups_; }
   const ModelConfig& model() const { return model_; }
@@ -86,8 +97,23 @@ class FsdpEngine {
   void prefetch(int64_t unit);
   void prefetch_from(int64_t unit, int direction);  // up to the in-flight limit, ahead of `unit`
   void note_gathered();
-  void reduce_unit(int64_t unit, const at::Tensor& full_grad);
+  void note_memory();       // updates the phase peak from what the engine holds now
+  int64_t held_bytes() const;
+  // A unit's gradient reduction in flight: reduce-scatter over the shard group, then (hybrid)
+  // all-reduce across replicas, then added into the unit's gradient shard.
+  struct PendingReduce {
+    enum Stage { kScattering, kReplicating, kDone } stage = kScattering;
+    int64_t unit = 0;
+    at::Tensor send, shard;  // [padded] and [shard_numel] in the reduce dtype
+    bool owned = true;       // shard may become the gradient without a copy
+    comm::WorkPtr work;
+  };
+  static constexpr size_t kMaxPendingReductions = 2;
+  void reduce_unit(int64_t unit, const at::Tensor& full_grad, bool owned);  // issues, does not wait
+  bool advance(PendingReduce& r);  // waits for its current stage; true once added to the gradient
+  void finish_reductions();
   void reduce_accumulated();
+  at::Tensor to_device(const at::Tensor& host) const;
 
   ModelConfig model_;
   FsdpConfig cfg_;
@@ -98,7 +124,9 @@ class FsdpEngine {
   std::vector<ShardPiece> pieces_;      // this rank's pieces of every unit's shard
   std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::vector<at::Tensor> no_sync_;     // [units] fp32 [padded], with no_sync_accumulation
+  std::deque<PendingReduce> pending_;   // reductions issued and not yet added, oldest first
   int peak_gathered_ = 0;
+  int64_t phase_peak_ = 0;  // CPU: the most held_bytes() since take_phase_peak()
 };
 
 // The optimizer component for an engine: AdamW over this rank's master shards, the gradient

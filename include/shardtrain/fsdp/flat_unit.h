@@ -19,7 +19,8 @@ class FlatUnit {
   UnitKind kind() const { return spec_.kind; }
   const FlatLayout& layout() const { return layout_; }
   at::Tensor& master() { return master_; }  // fp32 [shard_numel], persistent
-  at::Tensor& grad() { return grad_; }      // fp32 [shard_numel], persistent
+  at::Tensor& grad() { return grad_; }      // fp32 [shard_numel] during a step; undefined otherwise
+  const at::Tensor& grad() const { return grad_; }
 
   // A fresh leaf [padded] in `dtype`, filled by an async all-gather of the master shards.
   void begin_gather(comm::Communicator& shard, at::ScalarType dtype);

@@ -48,9 +48,10 @@ at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at
 // their count: labels[:, 1:] against logits[:, :-1], Hugging Face's shift.
 struct LossSum {
   at::Tensor sum;     // scalar fp32, differentiable
-  int64_t count = 0;  // tokens that contributed
+  int64_t count = 0;  // tokens that contributed (0 when not counted)
 };
-LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels);
+// count = false skips the token count, which would read the labels back from the device.
+LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, bool count = true);
 int64_t count_loss_tokens(const at::Tensor& labels);
 
 }  // namespace shardtrain

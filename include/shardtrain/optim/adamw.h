@@ -1,5 +1,5 @@
-// AdamW on fp32 master weights with decoupled weight decay, step for step what
-// torch.optim.AdamW (single-tensor path) computes. Works on whole tensors or on shards.
+// AdamW on fp32 master weights with decoupled weight decay, through the same fused kernel as
+// torch.optim.AdamW(fused=True) (CPU and CUDA). Works on whole tensors or on shards.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -34,9 +34,11 @@ class AdamW {
   AdamWConfig cfg_;
   std::vector<AdamWSlot> slots_;
   int64_t step_ = 0;
+  at::Tensor step_t_;  // scalar fp32 on the parameters' device: the fused kernel's step
 };
 
-// Squared L2 norm of all grads, accumulated in fp64 so shards can be summed across ranks.
+// Squared L2 norm of all grads: fp32 per-tensor norms, summed in fp64 so shards can be summed
+// across ranks.
 double grad_sq_norm(const std::vector<at::Tensor>& grads);
 // torch.nn.utils.clip_grad_norm_'s rule: scale by min(1, max_norm / (norm + 1e-6)).
 void scale_grads(const std::vector<at::Tensor>& grads, double total_norm, double max_norm);

@@ -1,5 +1,6 @@
 // Per-step metrics: one JSON object per line in --metrics-file, and rank-0 progress lines.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@ struct StepMetrics {
   double step_time_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;
   PhaseTimes phases;         // this rank's step-time breakdown
+  std::array<int64_t, kNumPhases> peak_bytes{};  // the most memory held in each phase (0: not measured)
   double eta_s = 0;          // remaining steps x this run's mean step (+ checkpoint) time
   double val_loss = -1;      // < 0: no validation this step
   double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
