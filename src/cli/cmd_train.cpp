@@ -77,6 +77,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed);
   fsdp::FsdpEngine& engine = *setup.engine;
+  o.fsdp = engine.config();  // as resolved for the device (--param-dtype auto), for the banner
   o.train.peak_tflops = resolve_peak_tflops(o.train.peak_tflops, setup.device.name);
   Optimizer optimizer = fsdp::make_optimizer(engine, o.optim);
   DataLoader loader(*train, loader_config(o.train, env));

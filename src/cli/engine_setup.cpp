@@ -1,6 +1,11 @@
 #include "shardtrain/cli/engine_setup.h"
 
 #include "shardtrain/runtime/logging.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/cuda/device_memory.h"
+#endif
+
+#include <ATen/Context.h>
 
 namespace shardtrain::cli {
 
@@ -10,7 +15,12 @@ EngineSetup::EngineSetup(const ModelConfig& model, const fsdp::FsdpConfig& cfg, 
       groups(fsdp::make_process_groups(cfg, env.topology(), device.cuda, env.host())),
       weights(path.empty() ? nullptr : std::make_unique<SafetensorsModel>(path)) {
   const at::Device dev = device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
+  // TF32 for fp32 matmuls on CUDA, as torch.set_float32_matmul_precision("high"); CPU untouched.
+  if (device.cuda) at::globalContext().setFloat32MatmulPrecision(cfg.tf32 ? "high" : "highest");
   engine = std::make_unique<fsdp::FsdpEngine>(model, cfg, groups, seed, weights.get(), dev);
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (device.cuda) cuda::reset_peak_memory(device.index);  // peaks count training, not the build
+#endif
   if (weights) log::info("loaded " + std::to_string(weights->bytes_read()) + " bytes of weights from " + path);
 }
 

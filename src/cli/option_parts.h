@@ -29,7 +29,8 @@ void check_accuracy(AccuracyConfig& a, const AccuracyArgs& raw);
 
 // The sharding group shared by train, eval and generate (training adds the backward's options).
 struct FsdpArgs {
-  std::string sharding = "full_shard", param_dtype = "fp32", reduce_dtype = "fp32";
+  std::string sharding = "full_shard", param_dtype = "auto", reduce_dtype = "fp32";
+  bool no_tf32 = false;
 };
 po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training);
 void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw);

@@ -99,7 +99,8 @@ void positive(const char* opt, double v, const char* hint) {
 at::ScalarType parse_dtype(const std::string& s, const char* opt) {
   if (s == "fp32" || s == "float32") return at::kFloat;
   if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
-  throw UsageError(std::string(opt) + " must be fp32 or bf16, got '" + s + "'");
+  throw UsageError(std::string(opt) + " must be fp32 or bf16" + (std::string(opt) == "--param-dtype" ? " (or auto)" : "") +
+                   ", got '" + s + "'");
 }
 
 void check_threads(const CommonOptions& c) {
@@ -114,8 +115,9 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "ranks-per-node", po::value(&f.ranks_per_node)->default_value(0), "treat every K consecutive ranks as a node (0: ask MPI)")(
       "device", po::value(&f.device)->default_value("auto"),
       "auto (GPU local_rank % visible GPUs, else cpu), cuda (NCCL groups) or cpu (MPI groups)")(
-      "param-dtype", po::value(&raw.param_dtype)->default_value("fp32"),
-      "compute and all-gather dtype: fp32 or bf16 (master weights stay fp32)")(
+      "param-dtype", po::value(&raw.param_dtype)->default_value("auto"),
+      "compute and all-gather dtype: auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16 (master weights stay fp32)")(
+      "no-tf32", po::bool_switch(&raw.no_tf32), "CUDA: keep fp32 matmuls in full fp32 (TF32 tensor cores are on by default)")(
       "max-inflight-gathers", po::value(&f.max_inflight_gathers)->default_value(2),
       "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)");
   if (training)
@@ -128,7 +130,8 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
 
 void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
   f.sharding = fsdp::parse_sharding(raw.sharding);
-  f.param_dtype = parse_dtype(raw.param_dtype, "--param-dtype");
+  f.param_dtype = raw.param_dtype == "auto" ? at::ScalarType::Undefined : parse_dtype(raw.param_dtype, "--param-dtype");
+  f.tf32 = !raw.no_tf32;
   f.reduce_dtype = parse_dtype(raw.reduce_dtype, "--reduce-dtype");
   f.validate();
 }

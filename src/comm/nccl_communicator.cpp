@@ -1,9 +1,6 @@
 #include "shardtrain/comm/nccl_communicator.h"
 
 #include <ATen/ATen.h>
-#ifdef SHARDTRAIN_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 #include "shardtrain/cuda/nvtx.h"
 #include "shardtrain/runtime/error.h"
@@ -25,14 +22,7 @@ ncclDataType_t nccl_type(at::ScalarType t) {
   }
 }
 
-// The stream LibTorch launches on now (the caller's current stream), not the legacy default.
-cudaStream_t current_stream() {
-#ifdef SHARDTRAIN_TORCH_CUDA
-  return c10::cuda::getCurrentCUDAStream().stream();
-#else
-  return cudaStreamPerThread;  // a CPU-only LibTorch launches no kernels of its own
-#endif
-}
+using cuda::current_stream;  // LibTorch's current stream, not the legacy default
 
 void require_cuda(const at::Tensor& t) {
   if (!t.is_cuda() || !t.is_contiguous()) throw Error("NCCL backend takes contiguous CUDA tensors");

@@ -3,6 +3,9 @@
 #include <utility>
 
 #include "shardtrain/runtime/error.h"
+#ifdef SHARDTRAIN_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace shardtrain::cuda {
 
@@ -52,6 +55,14 @@ float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, start.e_, e_));
   return ms;
+}
+
+cudaStream_t current_stream() {
+#ifdef SHARDTRAIN_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream().stream();
+#else
+  return cudaStreamPerThread;
+#endif
 }
 
 int device_count() {

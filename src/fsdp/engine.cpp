@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "shardtrain/cuda/nvtx.h"
+#include "shardtrain/fsdp/phase_clock.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/device_memory.h"
 #endif
@@ -28,6 +29,7 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
     : model_(std::move(model)), cfg_(std::move(cfg)), groups_(groups), device_(device),
       rope_(model_, model_.max_position_embeddings) {
   cfg_.validate();
+  if (cfg_.param_dtype == at::ScalarType::Undefined) cfg_.param_dtype = device_.is_cuda() ? at::kBFloat16 : at::kFloat;
   rope_.to(device_);
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
   const auto specs = llama_param_specs(model_);
@@ -237,16 +239,12 @@ double FsdpEngine::comm_wait_seconds() const {
 
 GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches) {
   GradResult r;
-  // Each phase's wall time, less the host time blocked on collectives within it.
-  double mark = comm::CollectiveLog::now(), wait_mark = comm_wait_seconds();
+  PhaseClock clock(*this);
   take_phase_peak();  // the step's phases start from what is held now
   auto close_phase = [&](Phase p) {
-    const double now = comm::CollectiveLog::now(), wait = comm_wait_seconds();
-    r.phases[p] += (now - mark) - (wait - wait_mark);
-    r.phases[Phase::kExposedComm] += wait - wait_mark;
+    clock.close(p);
     auto& peak = r.peak_bytes[static_cast<int>(p)];
     peak = std::max(peak, take_phase_peak());
-    mark = now, wait_mark = wait;
   };
   int64_t local_tokens = 0;
   for (const auto& mb : micro_batches)
@@ -272,7 +270,8 @@ GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches)
   if (cfg_.no_sync_accumulation) reduce_accumulated();
   finish_reductions();
   r.loss = sum_world(loss_sum.item<double>()) / denom;
-  close_phase(Phase::kBackward);
+  close_phase(Phase::kBackward);  // the reductions' completion and the loss's all-reduce
+  r.phases = clock.finish();
   return r;
 }
 

@@ -72,7 +72,8 @@ void FsdpConfig::validate() const {
   if (max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
   check_device_option(device);
   const auto dtype_ok = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
-  if (!dtype_ok(param_dtype)) throw UsageError("--param-dtype must be fp32 or bf16");
+  if (!dtype_ok(param_dtype) && param_dtype != at::ScalarType::Undefined)
+    throw UsageError("--param-dtype must be auto, fp32 or bf16");
   if (!dtype_ok(reduce_dtype)) throw UsageError("--reduce-dtype must be fp32 or bf16");
 }
 

@@ -1,17 +1,10 @@
 #include "shardtrain/train/fit.h"
 
+#include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/runtime/clock.h"
 #include "shardtrain/runtime/logging.h"
 
 namespace shardtrain {
-namespace {
-// Wall time of one phase less the host time blocked on collectives in it, which is exposed comm.
-void close_phase(PhaseTimes& t, Phase p, const Stopwatch& clock, double wait_before, const fsdp::FsdpEngine& e) {
-  const double waited = e.comm_wait_seconds() - wait_before;
-  t[p] += clock.seconds() - waited;
-  t[Phase::kExposedComm] += waited;
-}
-}  // namespace
 
 FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents& c, int64_t start) {
   const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * c.loader.steps_per_epoch();
@@ -36,12 +29,13 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     const fsdp::GradResult g = c.engine.forward_backward(data.micro);
     m.loss = g.loss, m.tokens = g.tokens, m.phases = g.phases, m.phases[Phase::kDataWait] = data_wait;
     m.peak_bytes = g.peak_bytes;
-    const Stopwatch opt_clock;
-    const double wait_before = c.engine.comm_wait_seconds();
+    fsdp::PhaseClock opt_clock(c.engine);
     m.grad_norm = c.optimizer.step(m.lr, c.engine.grad_shards());
+    opt_clock.close(Phase::kOptimizer);
     m.peak_bytes[static_cast<int>(Phase::kOptimizer)] = c.engine.take_phase_peak();
     c.engine.release_grads();
-    close_phase(m.phases, Phase::kOptimizer, opt_clock, wait_before, c.engine);
+    const PhaseTimes opt = opt_clock.finish();
+    m.phases[Phase::kOptimizer] += opt[Phase::kOptimizer], m.phases[Phase::kExposedComm] += opt[Phase::kExposedComm];
     m.step_time_s = step_clock.seconds();
     c.metrics.measure(m, data.global_rows);
     const bool last = m.step == total;

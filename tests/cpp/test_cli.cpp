@@ -94,6 +94,8 @@ TEST(Cli, HelpGroupsAndTheHiddenFaultInjection) {
   EXPECT_EQ(help.find("--debug-sleep"), std::string::npos);
   EXPECT_NE(all.find("Fault injection"), std::string::npos) << all;
   EXPECT_NE(all.find("--fail-on-rank"), std::string::npos);
+  EXPECT_NE(help.find("--param-dtype arg (=auto)"), std::string::npos) << help;
+  EXPECT_NE(help.find("--no-tf32"), std::string::npos) << help;
   for (const char* c : {"eval", "generate"}) {
     const std::string h = run(std::string(c) + " --help").out;
     EXPECT_NE(h.find("--sharding"), std::string::npos) << c;

@@ -30,7 +30,8 @@ TEST(CliMpi, FourRanksHybridTrainLikeOneRank) {
                "--activation-checkpointing --metrics-file " + four, mpirun(4));
   ASSERT_EQ(b.code, 0) << b.out;
   EXPECT_NE(b.out.find("topology    4 ranks on 2 nodes x 2 ranks per node"), std::string::npos) << b.out;
-  EXPECT_NE(b.out.find("strategy    hybrid_shard: shard groups of 2, 2 replicas"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("strategy    hybrid_shard: shard groups of 2, 2 replicas | param fp32"), std::string::npos)
+      << "--param-dtype auto is fp32 on CPU\n" << b.out;
   const auto ra = read_jsonl(one), rb = read_jsonl(four);
   ASSERT_EQ(ra.size(), 15u);
   ASSERT_EQ(rb.size(), 15u);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -257,6 +258,36 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
     if (reference.empty()) reference = losses;
     EXPECT_EQ(losses, reference) << "limit " << limit;
   }
+}
+
+// FSDP2's set_to_none: gradient shards exist from the step's first reduction to the optimizer
+// step, and the per-phase peaks say so (CPU: the bytes the engine holds).
+TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
+  auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+  fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
+  Optimizer opt = fsdp::make_optimizer(eng, optim_config());
+  for (auto& u : eng.units()) EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
+  const auto g = eng.forward_backward(take(global_batch(0), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
+  int64_t grads = 0, two_largest = 0;
+  std::vector<int64_t> sizes;
+  for (auto& u : eng.units()) {
+    ASSERT_TRUE(u.grad().defined());
+    grads += u.grad().nbytes();
+    sizes.push_back(u.layout().padded * 4);
+  }
+  std::sort(sizes.rbegin(), sizes.rend());
+  two_largest = sizes[0] + sizes[1];
+  const int64_t persistent = eng.memory().persistent();
+  const auto fwd = g.peak_bytes[static_cast<int>(Phase::kForward)], bwd = g.peak_bytes[static_cast<int>(Phase::kBackward)];
+  EXPECT_GE(fwd, persistent + sizes.back()) << "a unit is gathered in forward";
+  EXPECT_LE(fwd, persistent + two_largest) << "forward holds no gradient and at most two gathered units";
+  EXPECT_GE(bwd, persistent + grads) << "every gradient shard exists by the end of backward";
+  opt.step(1e-3, eng.grad_shards());
+  EXPECT_EQ(eng.take_phase_peak(), persistent + grads) << "the optimizer phase holds the gradients";
+  eng.release_grads();
+  for (auto& u : eng.units()) EXPECT_FALSE(u.grad().defined()) << "freed after the optimizer step";
+  eng.take_phase_peak();  // the phase that began with the gradients still held
+  EXPECT_EQ(eng.take_phase_peak(), persistent) << "nothing but the shards and the optimizer state is left";
 }
 
 TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {

@@ -53,6 +53,10 @@ struct DeviceInfo {
   std::string pci_bus_id;  // e.g. 0000:53:00.0, to match nvidia-smi and DCGM
 };
 
+// The stream LibTorch launches on now on this thread (its current stream; a CPU-only LibTorch
+// launches nothing, and this is the per-thread default stream).
+cudaStream_t current_stream();
+
 int device_count();  // 0 when there is no driver or no device
 DeviceInfo device_info(int device);
 void set_device(int device);

@@ -23,7 +23,9 @@ struct FsdpConfig {
   int shard_group_size = 0;  // hybrid: ranks per shard group; 0: one node
   int ranks_per_node = 0;    // topology override (simulated nodes); 0: ask MPI
   std::string device = "auto";               // auto: local_rank's GPU if any, else cpu; cuda; cpu
-  at::ScalarType param_dtype = at::kFloat;   // compute and all-gather dtype (master stays fp32)
+  // Compute and all-gather dtype (master stays fp32). Undefined (--param-dtype auto, the CLI's
+  // default): bf16 on CUDA, fp32 on CPU, resolved by the engine for its device.
+  at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;  // gradient reduction dtype
   bool activation_checkpointing = false;     // recompute each decoder layer in backward
   // Keep unsharded fp32 gradients across micro-steps and reduce once per step; costs 4 bytes x
@@ -33,6 +35,7 @@ struct FsdpConfig {
   // Units gathered at once, the one computing included, like PyTorch FSDP's limit_all_gathers:
   // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
   int max_inflight_gathers = 2;
+  bool tf32 = true;  // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
   void validate() const;  // throws UsageError naming the option to change
 };
 

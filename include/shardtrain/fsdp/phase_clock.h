@@ -1,0 +1,34 @@
+// Where a step's time goes, phase by phase. On CPU: wall time, less the host's time blocked in
+// collectives, which is booked as exposed communication. On CUDA: events recorded on the
+// compute stream at each boundary, so a phase gets the GPU time of the work it launched (the
+// host returns from a launch long before the GPU is done: wall time would book forward's GPU
+// time as backward and backward's as optimizer).
+#pragma once
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "shardtrain/runtime/phases.h"
+
+namespace shardtrain::fsdp {
+
+class FsdpEngine;
+
+class PhaseClock {
+ public:
+  explicit PhaseClock(const FsdpEngine& engine);  // starts now
+  ~PhaseClock();
+  PhaseClock(const PhaseClock&) = delete;
+  PhaseClock& operator=(const PhaseClock&) = delete;
+  void close(Phase p);  // the time since the last boundary goes to p
+  PhaseTimes finish();  // CUDA: waits for the last event; call once
+
+ private:
+  const FsdpEngine& engine_;
+  PhaseTimes times_;
+  double mark_, wait_mark_;
+  struct Events;                    // CUDA only: one event per boundary, and the phase it closes
+  std::unique_ptr<Events> events_;  // null on CPU
+};
+
+}  // namespace shardtrain::fsdp

@@ -1,0 +1,64 @@
+#include "shardtrain/fsdp/phase_clock.h"
+
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/runtime/clock.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include "shardtrain/cuda/cuda_handles.h"
+#endif
+
+namespace shardtrain::fsdp {
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+struct PhaseClock::Events {
+  std::vector<cuda::Event> marks;  // [boundaries + 1], timing events
+  std::vector<Phase> phases;       // the phase each interval closes
+  void record() {
+    marks.emplace_back(/*timing=*/true);
+    marks.back().record(cuda::current_stream());
+  }
+};
+#else
+struct PhaseClock::Events {};
+#endif
+
+PhaseClock::PhaseClock(const FsdpEngine& engine)
+    : engine_(engine), mark_(monotonic_seconds()), wait_mark_(engine.comm_wait_seconds()) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (engine_.device().is_cuda()) {
+    events_ = std::make_unique<Events>();
+    events_->record();
+  }
+#endif
+}
+
+PhaseClock::~PhaseClock() = default;
+
+void PhaseClock::close(Phase p) {
+  const double now = monotonic_seconds(), wait = engine_.comm_wait_seconds();
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (events_) {  // the GPU's time, read in finish(); collectives wait on the device, not the host
+    events_->record();
+    events_->phases.push_back(p);
+    times_[Phase::kExposedComm] += wait - wait_mark_;
+    mark_ = now, wait_mark_ = wait;
+    return;
+  }
+#endif
+  times_[p] += (now - mark_) - (wait - wait_mark_);
+  times_[Phase::kExposedComm] += wait - wait_mark_;
+  mark_ = now, wait_mark_ = wait;
+}
+
+PhaseTimes PhaseClock::finish() {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (events_ && !events_->phases.empty()) {
+    events_->marks.back().synchronize();
+    for (size_t i = 0; i < events_->phases.size(); ++i)
+      times_[events_->phases[i]] += events_->marks[i + 1].elapsed_ms_since(events_->marks[i]) / 1e3;
+    events_->phases.clear();
+  }
+#endif
+  return times_;
+}
+
+}  // namespace shardtrain::fsdp
