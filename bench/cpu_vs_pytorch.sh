@@ -27,19 +27,7 @@ data="$out/bench-$seq.h5"
 [ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
   --output "$data" --seq-len "$seq" --mode packing > "$out/prepare.log"
 
-stat() {  # median of FIELD (a.b for nested) over a metrics JSONL after the warm-up steps
-  "$py" - "$1" "$2" "$skip" <<'PY'
-import json, statistics, sys
-path, field, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
-vals = []
-for line in open(path):
-    j = json.loads(line)
-    if j.get("step", 0) <= skip: continue
-    for k in field.split("."): j = j.get(k, {}) if isinstance(j, dict) else {}
-    if isinstance(j, (int, float)): vals.append(j)
-print(statistics.median(vals) if vals else 0)
-PY
-}
+stat() { "$py" "$repo/bench/metrics_median.py" "$1" "$2" "$skip"; }  # FILE FIELD
 
 run_shardtrain() {  # BIN WORLD AC TAG -> "tokens/s peak_rss exposed_comm_s persistent_bytes"
   local b=$1 w=$2 ac=$3 tag=$4 m="$out/$4.jsonl" acflag=()

@@ -35,19 +35,7 @@ else  # a shape that runs in seconds on 2 cores; checks the script, measures not
   seqs=${BENCH_SEQS:-128} dtype=fp32 peak=1 gpu="cpu ($(nproc) cores)"
 fi
 
-median() {  # median of FIELD over a metrics JSONL after the warm-up steps; FIELD may be a.b
-  "$py" - "$1" "$2" "$skip" <<'PY'
-import json, statistics, sys
-path, field, skip = sys.argv[1], sys.argv[2], int(sys.argv[3])
-vals = []
-for line in open(path):
-    j = json.loads(line)
-    if j.get("step", 0) <= skip: continue
-    for k in field.split("."): j = j.get(k, {}) if isinstance(j, dict) else {}
-    if isinstance(j, (int, float)): vals.append(j)
-print(statistics.median(vals) if vals else 0)
-PY
-}
+median() { "$py" "$repo/bench/metrics_median.py" "$1" "$2" "$skip"; }  # FILE FIELD
 
 rows=()
 for seq in $seqs; do
