@@ -55,6 +55,7 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
     }
     if (cfg_.no_sync_accumulation) no_sync_.push_back(at::zeros({unit.layout().padded}, fp32));
   }
+  persistent_bytes_ = memory().persistent();
 }
 
 void FsdpEngine::prefetch(int64_t u) {
@@ -84,7 +85,7 @@ void FsdpEngine::note_gathered() {
 }
 
 int64_t FsdpEngine::held_bytes() const {
-  int64_t b = memory().persistent();
+  int64_t b = persistent_bytes_;  // fixed after construction; this runs at every gather and reduction
   const int64_t elt = c10::elementSize(cfg_.param_dtype);
   for (const auto& u : units_) {
     if (u.gathered()) b += u.layout().padded * elt;

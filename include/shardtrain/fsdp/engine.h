@@ -127,6 +127,7 @@ class FsdpEngine {
   std::deque<PendingReduce> pending_;   // reductions issued and not yet added, oldest first
   int peak_gathered_ = 0;
   int64_t phase_peak_ = 0;  // CPU: the most held_bytes() since take_phase_peak()
+  int64_t persistent_bytes_ = 0;  // memory().persistent(), which does not change after construction
 };
 
 // The optimizer component for an engine: AdamW over this rank's master shards, the gradient
