@@ -73,6 +73,12 @@ shardtrain_profile() {
   echo "[shardtrain] profile $PROFILE: device $DEVICE, $GPUS_PER_NODE GPUs and $EFA_DEVICES EFA devices per node"
 }
 
+# The unpacked bundle's launcher (scripts/bundle.sh) when SHARDTRAIN_HOME is a bundle, else the build.
+shardtrain_default_bin() {
+  if [ -x "$SHARDTRAIN_HOME/libexec/shardtrain" ]; then echo "$SHARDTRAIN_HOME/bin/shardtrain"
+  else echo "$SHARDTRAIN_HOME/build/src/shardtrain"; fi
+}
+
 # LAUNCH_PREFIX: the Apptainer wrapper, or nothing; BIN: the shardtrain binary to run.
 shardtrain_container() {
   LAUNCH_PREFIX=()
@@ -84,7 +90,7 @@ shardtrain_container() {
     LAUNCH_PREFIX+=("$CONTAINER")
     BIN=${SHARDTRAIN_BIN:-shardtrain}
   else
-    BIN=${SHARDTRAIN_BIN:-$SHARDTRAIN_HOME/build/src/shardtrain}
+    BIN=${SHARDTRAIN_BIN:-$(shardtrain_default_bin)}
     [ -x "$BIN" ] || { echo "error: $BIN is not built; run scripts/build.sh or set SHARDTRAIN_BIN" >&2; exit 2; }
   fi
 }

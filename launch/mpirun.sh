@@ -33,7 +33,8 @@ CKPT_DIR=${CKPT_DIR:-$OUT_DIR/checkpoints}
 mkdir -p "$OUT_DIR" "$CKPT_DIR"
 shardtrain_commands
 
-MPIRUN=(mpirun --hostfile "$hostfile" -np $((hosts * ranks_per_host))
+mpirun=mpirun; [ -x "$SHARDTRAIN_HOME/bin/mpirun" ] && mpirun=$SHARDTRAIN_HOME/bin/mpirun  # the bundle's, relocated
+MPIRUN=("$mpirun" --hostfile "$hostfile" -np $((hosts * ranks_per_host))
   # ppr: the same number of ranks on every host; PE: that many cores each, so ranks never share cores.
   --map-by "ppr:$ranks_per_host:node:PE=$CPUS_PER_RANK" --bind-to core --report-bindings
   # MPI carries only the bootstrap and MPI-IO; NCCL moves the tensors over EFA.

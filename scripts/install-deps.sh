@@ -21,6 +21,7 @@ DEBIAN_PACKAGES=(
   nlohmann-json3-dev
   libsentencepiece-dev
   libgtest-dev
+  patchelf  # scripts/bundle.sh sets the bundle's RUNPATHs
   curl procps  # test tools: the tests scrape /metrics with curl and find ranks with pgrep
 )
 

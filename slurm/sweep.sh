@@ -28,7 +28,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "error: --out DIR is required (the sweep's table, chart and runs go there)" >&2; exit 2; }
 for n in $nodes; do [[ "$n" =~ ^[1-9][0-9]*$ ]] || { echo "error: --nodes '$nodes': counts must be positive integers" >&2; exit 2; }; done
-bin=${SHARDTRAIN_BIN:-$SHARDTRAIN_HOME/build/src/shardtrain}
+source "$SHARDTRAIN_HOME/launch/common.sh"
+bin=${SHARDTRAIN_BIN:-$(shardtrain_default_bin)}
 mkdir -p "$out"; out=$(cd "$out" && pwd)
 
 declare -A job_of
