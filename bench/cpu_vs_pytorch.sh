@@ -10,10 +10,8 @@
 #   BEFORE_BIN=/path/old/shardtrain bash bench/cpu_vs_pytorch.sh
 # Env: REPS (3), STEPS (8), SKIP (2), WORLDS ("1 2"), OUT, SHARDTRAIN_BIN, PYTHON, APPEND (1).
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=${SHARDTRAIN_BIN:-$repo/build/src/shardtrain}
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 before=${BEFORE_BIN:-}
-py=${PYTHON:-$repo/.venv/bin/python}
 out=${OUT:-$repo/build/bench-cpu}
 reps=${REPS:-3} steps=${STEPS:-8} skip=${SKIP:-2} worlds=${WORLDS:-1 2}
 cores=$(nproc)

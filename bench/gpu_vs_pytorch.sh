@@ -8,11 +8,9 @@
 #   bash bench/gpu_vs_pytorch.sh                       # on the GPU machine, after scripts/build.sh
 #   BENCH_DEVICE=cpu bash bench/gpu_vs_pytorch.sh      # smoke test of the script: tiny shape on CPU
 # Env: BENCH_LAYERS, BENCH_STEPS (20), BENCH_BATCH (4: the optimizer does not dominate the step),
-#      BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON.
+#      BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md).
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=${SHARDTRAIN_BIN:-$repo/build/src/shardtrain}
-py=${PYTHON:-$repo/.venv/bin/python}
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=${BENCH_DEVICE:-cuda}
 out=${OUT:-$repo/build/bench-gpu}
 steps=${BENCH_STEPS:-20} batch=${BENCH_BATCH:-4} skip=3
@@ -75,7 +73,7 @@ done
   printf '%s\n' "${rows[@]}"
 } > "$out/results.md"
 cat "$out/results.md"
-if [ "$device" = cuda ]; then
+if [ "$device" = cuda ] && [ "${BENCH_APPEND_DOCS:-1}" = 1 ] && [ -f "$repo/docs/performance.md" ]; then
   { echo; cat "$out/results.md"; } >> "$repo/docs/performance.md"
   echo "appended to docs/performance.md"
 fi

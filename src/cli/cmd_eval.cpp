@@ -1,13 +1,36 @@
 // `shardtrain eval`: loss/perplexity on a token file and exact match on prompt/answer records,
 // through the FSDP engine on any device, strategy and number of ranks.
+#include <ATen/ATen.h>
 #include <iostream>
+#include <numeric>
 #include <nlohmann/json.hpp>
+
+#include "shardtrain/io/h5.h"
 
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/options.h"
 
 namespace shardtrain::cli {
+namespace {
+
+// Every rank runs the same first rows (the gathers are collective); rank 0 writes tokens [B, T]
+// as int32 and logits as fp32 [B*T, vocab], with the shape in attributes.
+void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const TokenFile& data, int64_t batch, int rank) {
+  std::vector<int64_t> rows(std::min(batch, data.rows()));
+  std::iota(rows.begin(), rows.end(), 0);
+  const Batch b = data.read(rows);
+  const at::Tensor logits = engine.logits(b.tokens).to(at::kFloat).contiguous();  // [B, T, V]
+  if (rank != 0) return;
+  const at::Tensor tokens = b.tokens.to(at::kInt).contiguous();
+  const int64_t n = tokens.size(0), t = tokens.size(1), v = logits.size(2);
+  auto file = h5::create_file(path);
+  h5::write_matrix(file, "tokens", std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n * t), n, t);
+  h5::write_matrix(file, "logits", std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + n * t * v), n * t, v);
+  h5::write_attr(file, "rows", n), h5::write_attr(file, "seq_len", t), h5::write_attr(file, "vocab_size", v);
+}
+
+}  // namespace
 
 int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
   std::string help;
@@ -35,6 +58,10 @@ int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
     line += std::string(line.empty() ? "" : " | ") + "exact_match " + std::to_string(100.0 * r.exact_match) + "% (" +
             std::to_string(r.correct) + "/" + std::to_string(r.total) + ")";
     for (const auto& e : r.examples) line += "\n  answer " + e;
+  }
+  if (!o.save_logits.empty()) {
+    save_logits(o.save_logits, *setup.engine, *data, o.batch_size, env.rank());
+    line += "\nlogits of the first " + std::to_string(std::min(o.batch_size, data->rows())) + " rows -> " + o.save_logits;
   }
   if (env.rank() == 0) std::cout << j.dump() << "\n" << line << std::endl;
   return 0;

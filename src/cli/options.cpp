@@ -256,7 +256,8 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   data.add_options()("data", po::value(&o.data), "token file made by 'shardtrain prepare'")(
       "batch-size", po::value(&o.batch_size)->default_value(8), "rows per forward pass, across all ranks")(
       "max-batches", po::value(&o.max_batches)->default_value(0), "stop after N batches (0: all)")(
-      "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights");
+      "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights")(
+      "save-logits", po::value(&o.save_logits), "write the first --batch-size rows of --data and their fp32 logits to this HDF5 file");
   po::options_description all;
   all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(accuracy_desc(o.accuracy, acc)).add(fsdp_desc(o.fsdp, fa, false));
   parse_into(args, all);
@@ -272,6 +273,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   check_accuracy(o.accuracy, acc);
   if (o.data.empty() && o.accuracy.file.empty())
     throw UsageError("nothing to evaluate: pass --data (loss) and/or --accuracy-file with --tokenizer (exact match)");
+  if (!o.save_logits.empty() && o.data.empty()) throw UsageError("--save-logits needs --data (the rows to run)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
   check_threads(o.common);
   check_fsdp(o.fsdp, fa);

@@ -30,6 +30,8 @@ template <>
 hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
 template <>
 hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
+template <>
+hid_t native_type<float>() { return H5T_NATIVE_FLOAT; }
 
 Handle scalar_space() { return Handle(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose); }
 
@@ -114,6 +116,7 @@ std::vector<T> read_rows(hid_t dset, const std::vector<int64_t>& rows, hsize_t c
 
 template void write_matrix<int32_t>(hid_t, const std::string&, const std::vector<int32_t>&, hsize_t, hsize_t);
 template void write_matrix<uint8_t>(hid_t, const std::string&, const std::vector<uint8_t>&, hsize_t, hsize_t);
+template void write_matrix<float>(hid_t, const std::string&, const std::vector<float>&, hsize_t, hsize_t);
 template std::vector<int32_t> read_rows<int32_t>(hid_t, const std::vector<int64_t>&, hsize_t);
 template std::vector<uint8_t> read_rows<uint8_t>(hid_t, const std::vector<int64_t>&, hsize_t);
 

@@ -48,6 +48,7 @@ struct EvalOptions {
   ModelConfig model;
   std::string weights;
   std::string data;  // token file: loss and perplexity
+  std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other implementations
   AccuracyConfig accuracy;
   fsdp::FsdpConfig fsdp;
   int64_t batch_size = 8, max_batches = 0;

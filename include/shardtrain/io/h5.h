@@ -42,7 +42,7 @@ Handle open_file(const std::string& path);    // read-only; throws UsageError wh
 Handle open_dataset(hid_t file, const std::string& name);  // throws UsageError naming file+dataset
 std::vector<hsize_t> dataset_shape(hid_t dset);
 
-// A 2-D dataset, chunked by rows and written whole. T: int32_t or uint8_t.
+// A 2-D dataset, chunked by rows and written whole. T: int32_t, uint8_t or float.
 template <typename T>
 void write_matrix(hid_t file, const std::string& name, const std::vector<T>& data, hsize_t rows, hsize_t cols);
 // Reads the given rows (any order, duplicates allowed) through one hyperslab union selection.

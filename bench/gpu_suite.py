@@ -1,0 +1,125 @@
+"""Helpers of bench/gpu_suite.sh, one sub-command each; every check prints one line and exits 1
+when it fails.
+  env                                     the GPU, driver, CUDA, NCCL and torch, as markdown lines
+  make-model DIR --layers ...             a random GQA Llama in Hugging Face format (safetensors)
+  logits DIR SHARDTRAIN.h5 --device D --dtype T --tol X
+                                          transformers' logits and loss on the same rows, against shardtrain's
+  curves A.jsonl B.jsonl --first N --max-rel X --tail-rel Y
+                                          two runs' per-step losses
+  fits LOG                                'fits', 'oom' or 'error' for a training log
+"""
+import argparse
+import json
+import math
+import re
+import subprocess
+import sys
+
+import torch
+
+
+def cmd_env(_):
+    lines = [f"- torch {torch.__version__}"]
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True).stdout.strip().splitlines()
+        nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        lines = [f"- GPU: {p.name}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs",
+                 f"- driver {smi[0] if smi else 'unknown'}, CUDA (torch) {torch.version.cuda}, NCCL (torch) {nccl}"] + lines
+    else:
+        lines.insert(0, "- no GPU: CPU smoke test")
+    print("\n".join(lines))
+
+
+def cmd_make_model(a):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(a.seed)
+    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn, num_hidden_layers=a.layers,
+                      num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, max_position_embeddings=4096,
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, torch_dtype="float32")
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # wider than the init's 0.02, so the logits are far from uniform and differences show
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0, 0.05)
+    model.save_pretrained(a.dir, safe_serialization=True)
+    print(f"random Llama: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {a.dir}")
+
+
+def next_token_loss(logits, tokens):
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                             tokens[:, 1:].reshape(-1)).item()
+
+
+def cmd_logits(a):
+    import h5py
+    from transformers import LlamaForCausalLM
+    with h5py.File(a.shardtrain, "r") as f:
+        tokens = torch.from_numpy(f["tokens"][()]).long()
+        ours = torch.from_numpy(f["logits"][()]).view(tokens.shape[0], tokens.shape[1], -1)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
+    model = LlamaForCausalLM.from_pretrained(a.dir, torch_dtype=dtype, attn_implementation="sdpa").to(a.device).eval()
+    with torch.no_grad():
+        ref = model(tokens.to(a.device)).logits.float().cpu()
+    rel = ((ours - ref).norm() / ref.norm()).item()  # relative RMS error over every logit
+    lo, lr = next_token_loss(ours, tokens), next_token_loss(ref, tokens)
+    ok = rel <= a.tol and abs(lo - lr) <= a.tol * abs(lr)
+    print(f"{'PASS' if ok else 'FAIL'}: logits vs transformers ({a.dtype}, {a.device}): relative RMS error {rel:.2e}, "
+          f"loss {lo:.5f} vs {lr:.5f} (bound {a.tol:g})")
+    sys.exit(0 if ok else 1)
+
+
+def losses(path):
+    return [json.loads(line)["loss"] for line in open(path) if '"loss"' in line]
+
+
+def cmd_curves(a):
+    x, y = losses(a.a)[:a.first], losses(a.b)[:a.first]
+    if len(x) < a.first or len(y) < a.first:
+        print(f"FAIL: {a.name}: expected {a.first} steps, got {len(x)} and {len(y)}")
+        sys.exit(1)
+    rel = [abs(p - q) / abs(q) for p, q in zip(x, y)]
+    tail = min(10, a.first)
+    tail_rel = abs(sum(x[-tail:]) - sum(y[-tail:])) / abs(sum(y[-tail:]))
+    ok = max(rel) <= a.max_rel and tail_rel <= a.tail_rel and all(map(math.isfinite, x))
+    print(f"{'PASS' if ok else 'FAIL'}: {a.name}: {a.first} steps, largest per-step difference {max(rel):.2e} "
+          f"(bound {a.max_rel:g}), last {tail} steps' mean {tail_rel:.2e} (bound {a.tail_rel:g}); "
+          f"loss {y[0]:.4f} -> {y[-1]:.4f} vs {x[0]:.4f} -> {x[-1]:.4f}")
+    sys.exit(0 if ok else 1)
+
+
+def cmd_fits(a):
+    text = open(a.log, errors="replace").read()
+    if re.search(r"out of memory|OutOfMemoryError|CUDA error: out of memory", text, re.I):
+        print("oom")
+    elif a.rc == 0:
+        print("fits")
+    else:
+        print("error")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("env")
+    m = sub.add_parser("make-model")
+    m.add_argument("dir")
+    for k, v in dict(layers=4, hidden=512, ffn=1376, heads=8, kv_heads=4, vocab=512, seed=7).items():
+        m.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    lg = sub.add_parser("logits")
+    lg.add_argument("dir"), lg.add_argument("shardtrain")
+    lg.add_argument("--device", default="cuda"), lg.add_argument("--dtype", default="bf16")
+    lg.add_argument("--tol", type=float, required=True)
+    c = sub.add_parser("curves")
+    c.add_argument("a"), c.add_argument("b"), c.add_argument("--name", required=True)
+    c.add_argument("--first", type=int, required=True)
+    c.add_argument("--max-rel", type=float, required=True), c.add_argument("--tail-rel", type=float, required=True)
+    f = sub.add_parser("fits")
+    f.add_argument("log"), f.add_argument("--rc", type=int, required=True)
+    a = ap.parse_args()
+    {"env": cmd_env, "make-model": cmd_make_model, "logits": cmd_logits, "curves": cmd_curves, "fits": cmd_fits}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
