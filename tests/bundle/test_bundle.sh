@@ -21,6 +21,12 @@ size=$(stat -c %s "$tarball")
 tar -C "$work" -xzf "$tarball"
 root=$(ls -d "$work"/shardtrain-*-linux-x86_64)
 
+# A torch of another release series is refused with what to install (exit 2).
+mkdir -p "$work/torch-2.10/torch"; echo "__version__ = '2.10.0+cu128'" > "$work/torch-2.10/torch/version.py"
+set +e; msg=$(SHARDTRAIN_TORCH=$work/torch-2.10/torch "$root/bin/shardtrain" --version 2>&1); rc=$?; set -e
+[ "$rc" = 2 ] && [[ $msg == *"built against torch 2.11"*"has torch 2.10.0+cu128"*"pip install torch==2.11"* ]] \
+  || fail "a torch 2.10 gave exit $rc: $msg"
+
 # The packages to hide: those the bundled files came from, less what minbase + python3 has
 # (glibc, libstdc++, zlib, libssl: the bundle's copies must still win there, which LD_DEBUG checks).
 mapfile -t hide < <(cut -f2 "$root/share/shardtrain/origins.tsv" | python3 "$repo/tests/bundle/packages_to_hide.py")
