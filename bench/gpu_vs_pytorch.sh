@@ -48,17 +48,19 @@ for seq in $seqs; do
       --steps "$steps" --lr 3e-5 --warmup-steps 0 --log-every 5 --metrics-file "$m" --peak-tflops "$peak" \
       --collective-timeout 0 "${acflag[@]}" > "$out/shardtrain-$seq-$ac.log" 2>&1
     st_tps=$(median "$m" tokens_per_s) st_mfu=$(median "$m" mfu)
-    st_mem=$(median "$m" memory.gpu_peak_allocated_bytes)
-    [ "$device" = cuda ] || st_mem=$(median "$m" peak_mem_bytes)
+    st_mem=$(median "$m" memory.gpu_peak_allocated_bytes) st_res=$(median "$m" memory.gpu_peak_reserved_bytes)
+    [ "$device" = cuda ] || st_mem=$(median "$m" peak_mem_bytes) st_res=0
     ref=$("$py" "$repo/bench/fsdp2_reference.py" --data "$data" "${shape[@]}" --batch-size "$batch" --steps "$steps" \
           --skip "$skip" --device "$device" --dtype "$dtype" --peak-tflops "$peak" "${pyac[@]}" 2> "$out/pytorch-$seq-$ac.log" | tail -1)
-    read -r pt_tps pt_mfu pt_mem < <("$py" -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["tokens_per_s"], j["mfu"], j["peak_allocated_bytes"])' "$ref")
+    read -r pt_tps pt_mfu pt_mem pt_res < <("$py" -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["tokens_per_s"], j["mfu"], j["peak_allocated_bytes"], j["peak_reserved_bytes"])' "$ref")
     rows+=("$("$py" -c 'import sys
-seq, ac, st_tps, st_mfu, st_mem, pt_tps, pt_mfu, pt_mem = sys.argv[1:]
-st_tps, st_mfu, st_mem, pt_tps, pt_mfu, pt_mem = map(float, (st_tps, st_mfu, st_mem, pt_tps, pt_mfu, pt_mem))
+seq, ac = sys.argv[1:3]
+st_tps, st_mfu, st_mem, st_res, pt_tps, pt_mfu, pt_mem, pt_res = map(float, sys.argv[3:])
 mem = lambda b: "%.1f GiB" % (b / 2**30) if b else "n/a"
-print("| %s | %s | %.0f | %.0f | %.2fx | %.1f%% | %.1f%% | %s | %s |" % (seq, ac, st_tps, pt_tps, st_tps / pt_tps, 100 * st_mfu, 100 * pt_mfu, mem(st_mem), mem(pt_mem)))
-' "$seq" "$ac" "$st_tps" "$st_mfu" "$st_mem" "$pt_tps" "$pt_mfu" "$pt_mem")")
+ratio = lambda a, b: "%.2fx" % (a / b) if a and b else "n/a"
+print("| %s | %s | %.0f | %.0f | %s | %.1f%% | %.1f%% | %s | %s | %s | %s | %s | %s |" % (seq, ac, st_tps, pt_tps, ratio(st_tps, pt_tps),
+      100 * st_mfu, 100 * pt_mfu, mem(st_mem), mem(pt_mem), ratio(st_mem, pt_mem), mem(st_res), mem(pt_res), ratio(st_res, pt_res)))
+' "$seq" "$ac" "$st_tps" "$st_mfu" "$st_mem" "$st_res" "$pt_tps" "$pt_mfu" "$pt_mem" "$pt_res")")
     echo "${rows[-1]}"
   done
 done
@@ -68,8 +70,8 @@ done
   echo
   echo "\`bash bench/gpu_vs_pytorch.sh\` (device $device, ${st_model[*]}, batch $batch, $steps steps, medians after $skip; $dtype compute, fp32 master and reduction; torch $("$py" -c 'import torch; print(torch.__version__)'))."
   echo
-  echo "| seq | activation ckpt | shardtrain tok/s | PyTorch FSDP2 tok/s | ratio | shardtrain MFU | PyTorch MFU | shardtrain peak mem | PyTorch peak mem |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| seq | activation ckpt | shardtrain tok/s | PyTorch FSDP2 tok/s | ratio | shardtrain MFU | PyTorch MFU | shardtrain peak allocated | PyTorch peak allocated | ratio | shardtrain peak reserved | PyTorch peak reserved | ratio |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
 } > "$out/results.md"
 cat "$out/results.md"
