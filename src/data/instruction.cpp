@@ -136,7 +136,9 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
   return p;
 }
 
-void for_each_record(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn) {
+namespace {
+
+void for_each_line(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn) {
   std::string line;
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -145,6 +147,66 @@ void for_each_record(std::istream& in, DataFormat& format, const std::function<b
     ParsedLine p = parse_line(line, format);
     if (!fn(lineno, p)) return;
   }
+}
+
+bool json_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// One JSON array of records (Stanford Alpaca's alpaca_data.json), streamed: each top-level
+// element's text is cut out by tracking strings and nesting, so memory holds one record at a time.
+void for_each_element(std::istream& in, int64_t line, DataFormat& format,
+                      const std::function<bool(int64_t, ParsedLine&)>& fn) {
+  std::string elem;
+  int64_t start_line = line;
+  int depth = 0;
+  bool in_string = false, escaped = false, closed = false;
+  in.get();  // the opening '['
+  char c;
+  while (in.get(c)) {
+    if (c == '\n') ++line;
+    if (!in_string && depth <= 0 && (c == ',' || c == ']')) {
+      if (!elem.empty() || c == ',') {  // "[a,,b]" gives an empty element, which parse_line rejects
+        ParsedLine p = parse_line(elem, format);
+        if (!fn(start_line, p)) return;
+      }
+      elem.clear(), depth = 0;
+      if (c == ']') { closed = true; break; }
+      continue;
+    }
+    if (!in_string && json_space(c)) continue;  // insignificant outside strings, \r\n included
+    if (elem.empty()) start_line = line;
+    elem += c;
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  if (!closed) {  // a truncated file: its unfinished last record is counted as bad, not dropped silently
+    ParsedLine p;
+    p.reason = "truncated JSON array", p.detail = "no closing ]";
+    fn(start_line, p);
+  }
+}
+
+}  // namespace
+
+void for_each_record(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn) {
+  // The first byte that is not space (after a UTF-8 BOM) chooses: '[' is one JSON array, else JSONL,
+  // read from the start again so that its line numbers stay right.
+  const auto start = in.tellg();
+  char bom[3];
+  if (!(in.read(bom, 3) && std::string(bom, 3) == "\xEF\xBB\xBF")) in.clear(), in.seekg(start);
+  int64_t line = 1;
+  while (json_space(static_cast<char>(in.peek()))) line += in.get() == '\n';
+  if (in.peek() == '[') return for_each_element(in, line, format, fn);
+  in.clear(), in.seekg(start);
+  for_each_line(in, format, fn);
 }
 
 std::vector<Record> read_records(const std::string& path, DataFormat& format, int64_t limit) {

@@ -39,9 +39,11 @@ struct ParsedLine {
 // keys and written back, so the rest of the file is held to the same format.
 ParsedLine parse_line(const std::string& line, DataFormat& format);
 
-// The JSONL reading loop: each line of `in`, less a trailing \r, that is not empty or only
-// spaces and tabs goes through parse_line and then to fn(line_number, parsed), 1-based;
-// fn returns false to stop. The caller opens the file, so its error names the right option.
+// The reading loop. JSONL: each line of `in`, less a trailing \r, that is not empty or only
+// spaces and tabs goes through parse_line and then to fn(line_number, parsed), 1-based. A file
+// whose first non-space byte is '[' is one JSON array instead (alpaca_data.json): each element
+// goes through parse_line, with the line it starts on. fn returns false to stop. The caller
+// opens the file, so its error names the right option.
 void for_each_record(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn);
 
 // The records of a JSONL file that parse, in file order, bad lines skipped; at most `limit`
