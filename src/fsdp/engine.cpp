@@ -4,6 +4,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -40,6 +42,7 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
   // A LoRA run's base is frozen: no fp32 master, only the compute dtype.
   const auto base_options = lora() ? fp32.dtype(cfg_.param_dtype) : fp32;
   trainable_specs_ = lora() ? lora_param_specs(model_, cfg_.lora) : specs;
+  if (lora()) base_crc_rows_.assign(specs.size() * 3, -1);
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
     FlatLayout layout = flat_layout(specs, u, S);
@@ -50,6 +53,16 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
       at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
                                  : init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
       master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
+      if (lora()) {  // the frozen base's checksum is taken in fp32, before any conversion
+        const auto c = piece.contiguous();
+        int64_t* row = &base_crc_rows_[e.spec * 3];
+        row[0] = s.param_offset, row[1] = s.numel;
+        uLong crc = crc32(0L, Z_NULL, 0);
+        const auto* b = static_cast<const Bytef*>(c.data_ptr());
+        for (size_t left = c.nbytes(), n = 0; left > 0; b += n, left -= n)  // zlib takes at most 4 GiB a call
+          crc = crc32(crc, b, static_cast<uInt>(n = std::min<size_t>(left, size_t{1} << 30)));
+        row[2] = static_cast<int64_t>(crc);
+      }
     }
     units_.emplace_back(unit_specs[u], std::move(layout), master, /*frozen=*/lora());
     if (lora()) {  // the unit's adapters: a second, small flat unit, sharded like the base

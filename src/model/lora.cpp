@@ -27,8 +27,8 @@ bool LoraConfig::targets_proj(int k) const {
 }
 
 void LoraConfig::validate() const {
+  // Checked even with LoRA off, so a typo in a config file is never silently ignored.
   if (rank < 0) throw UsageError("--lora-rank must be >= 0 (0: LoRA off), got " + std::to_string(rank));
-  if (!enabled()) return;
   if (!(alpha > 0)) {
     std::ostringstream os;
     os << "--lora-alpha must be positive, got " << alpha;

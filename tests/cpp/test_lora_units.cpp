@@ -29,9 +29,10 @@ TEST(LoraUnits, BadOptionsNameTheOption) {
   EXPECT_THROW(parse_lora_targets("q_proj,lm_head"), UsageError);
   EXPECT_THROW(parse_lora_targets("q_proj,q_proj"), UsageError);
   EXPECT_EQ(parse_lora_targets("v_proj,down_proj"), (std::vector<std::string>{"v_proj", "down_proj"}));
-  LoraConfig off;  // rank 0 is off, whatever the other settings
-  off.dropout = 5;
+  LoraConfig off;  // rank 0 is off, and its other settings are still checked
   EXPECT_NO_THROW(off.validate());
+  off.dropout = 5;
+  expect_usage(off, "--lora-dropout");
 }
 
 TEST(LoraUnits, SpecsHavePeftShapesAndNames) {

@@ -87,6 +87,10 @@ class FsdpEngine {
   bool lora() const { return cfg_.lora.enabled(); }
   // What trains and what checkpoints hold: the model's parameters, or a LoRA run's adapters.
   const std::vector<ParamSpec>& trainable_specs() const { return trainable_specs_; }
+  // LoRA: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each base
+  // parameter as read at construction, [llama_param_specs x 3], -1 where it holds none; combined
+  // over the shard group into one checksum of the base (ckpt::base_crc32).
+  const std::vector<int64_t>& base_crc_rows() const { return base_crc_rows_; }
   const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's trainable ones, in model order
   std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
   void release_grads();                   // frees the gradient shards (after the optimizer step)
@@ -138,6 +142,7 @@ class FsdpEngine {
   std::vector<FlatUnit> units_;         // [num_layers + 2], model_units() order
   std::vector<FlatUnit> adapters_;      // LoRA: [num_layers + 2]; empty otherwise
   std::vector<ParamSpec> trainable_specs_;
+  std::vector<int64_t> base_crc_rows_;
   bool backward_ = false;               // in backward(): a LoRA run skips the frozen embedding
   uint64_t seed_ = 0, passes_ = 0;      // LoRA dropout: each training pass draws its own masks
   std::vector<ShardPiece> pieces_;      // this rank's pieces of every unit's shard
