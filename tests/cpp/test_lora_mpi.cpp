@@ -90,8 +90,11 @@ TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
   for (bool ac : {false, true})
-    for (int64_t accum : {1, 2}) {
-      fsdp::FsdpEngine eng(f.cfg, config(ac), groups, 1, &f.base, at::kCPU, &f.adapters);
+    for (int64_t accum : {1, 2, -2}) {  // -2: two micro-steps reduced once (no_sync_accumulation)
+      auto c = config(ac);
+      c.no_sync_accumulation = accum < 0;
+      accum = std::abs(accum);
+      fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
       const auto r = eng.forward_backward(my_rows(f.batch, accum));
       EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
       EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << ac << " accum=" << accum;
