@@ -3,7 +3,7 @@
 # the digits), then LoRA on another (sort the digits) with the base frozen. Prints the sort
 # task's exact match before and after, and checks that the base's weights are byte-identical
 # before and after the LoRA run. CPU only; run scripts/demo.sh (or install-deps + build) first.
-#   Env: DEMO_OUT (out/lora-demo), DEMO_RANKS (2), BASE_STEPS (1000), LORA_STEPS (800), LORA_LR (1e-2).
+#   Env: DEMO_OUT (out/lora-demo), DEMO_RANKS (2), BASE_STEPS (1000), LORA_STEPS (2000), LORA_LR (1e-2).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${BUILD_DIR:-$repo/build}/src/shardtrain
@@ -32,8 +32,8 @@ echo "== 1. base: full fine-tuning on reverse (${BASE_STEPS:-1000} steps)"
   --accuracy-file "$out/reverse.val.jsonl" --val-every 500 --log-every 500 --save-model "$out/base" 2>&1 | grep -E "val_loss|saved"
 before=$(sha256sum "$out/base/model.safetensors" | cut -d' ' -f1)
 
-echo "== 2. LoRA r=16 on all seven projections, on sort (${LORA_STEPS:-800} steps); the base stays frozen"
-"${mpi[@]}" "$bin" train "${common[@]}" --steps "${LORA_STEPS:-800}" --weights "$out/base" --data "$out/sort.h5" \
+echo "== 2. LoRA r=16 on all seven projections, on sort (${LORA_STEPS:-2000} steps); the base stays frozen"
+"${mpi[@]}" "$bin" train "${common[@]}" --steps "${LORA_STEPS:-2000}" --weights "$out/base" --data "$out/sort.h5" \
   --val-data "$out/sort.val.h5" --accuracy-file "$out/sort.val.jsonl" --val-every 200 --log-every 200 --lr "${LORA_LR:-1e-2}" \
   --lora-rank 16 --lora-alpha 32 --lora-dropout 0.05 \
   --lora-targets q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj \
