@@ -99,13 +99,42 @@ std::vector<uint32_t> combine_crc_rows(MPI_Comm comm, const std::vector<int64_t>
   return out;
 }
 
-std::vector<std::string> param_names(const ModelConfig& m) {
+std::vector<std::string> spec_names(const std::vector<ParamSpec>& specs) {
   std::vector<std::string> n;
-  for (const auto& s : llama_param_specs(m)) n.push_back(s.name);
+  for (const auto& s : specs) n.push_back(s.name);
   return n;
 }
 
+// A LoRA run's settings and base against the checkpoint's; throws ResumeRefused naming the difference.
+void check_lora_resume(const std::string& path, hid_t file, fsdp::FsdpEngine& engine, int64_t want_crc) {
+  const auto& l = engine.config().lora;
+  const int64_t rank = h5::has_attr(file, "lora_rank") ? h5::read_attr_int(file, "lora_rank") : 0;
+  const std::string targets = rank > 0 ? h5::read_attr_string(file, "lora_targets") : "";
+  if (rank != l.rank || (rank > 0 && targets != join_lora_targets(l.targets)))
+    throw ResumeRefused("--resume: " + path + " holds " +
+                        (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets : std::string("a full fine-tune")) +
+                        " but this run asks for " +
+                        (l.enabled() ? "LoRA rank " + std::to_string(l.rank) + " on " + join_lora_targets(l.targets)
+                                     : std::string("a full fine-tune")) + "; resume with the checkpoint's --lora-* options");
+  if (rank == 0) return;
+  const int64_t crc = h5::read_attr_int(file, "base_crc32");
+  if (crc != want_crc) {
+    const std::string base = h5::read_attr_string(file, "base_weights");
+    throw ResumeRefused("--resume: " + path + " was trained on base weights " + (base.empty() ? "(seeded init)" : base) +
+                        " (CRC-32 " + std::to_string(crc) + ") but this run's base has CRC-32 " + std::to_string(want_crc) +
+                        "; pass the same --weights as the run that saved it");
+  }
+}
+
 }  // namespace
+
+int64_t base_crc32(fsdp::FsdpEngine& engine) {
+  const auto specs = llama_param_specs(engine.model());
+  const auto per_tensor = combine_crc_rows(engine.groups().shard->mpi(), engine.base_crc_rows());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t d = 0; d < specs.size(); ++d) crc = crc32_combine(crc, per_tensor[d], static_cast<z_off_t>(4 * specs[d].numel()));
+  return static_cast<int64_t>(crc);
+}
 
 std::vector<StatePiece> state_pieces(fsdp::FsdpEngine& engine, Optimizer& optimizer) {
   const auto& pieces = engine.pieces();
@@ -122,6 +151,8 @@ std::vector<StatePiece> state_pieces(fsdp::FsdpEngine& engine, Optimizer& optimi
 Snapshot snapshot(fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainState& state, bool copy) {
   Snapshot snap;
   snap.pieces = state_pieces(engine, optimizer);
+  snap.specs = engine.trainable_specs();
+  snap.lora = engine.config().lora;
   // Host copies, so training may update the shards while a thread writes these; GPU shards are
   // always copied, since MPI-IO and the checksums read host memory.
   auto host = [&](const at::Tensor& t) { return t.is_cpu() && !copy ? t : t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
@@ -143,7 +174,7 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
   if (snap.writer) {
     MpiComm own(writers);
     const auto& pieces = snap.pieces;
-    const auto names = param_names(snap.model);
+    const auto names = spec_names(snap.specs);
     // Checksums are computed on a second thread while the datasets are written, then attached.
     auto crc_rows = std::async(std::launch::async, [&] { return local_crc_rows(pieces, names); });
     // The HDF5 lock is taken per call group, not for the whole save, so the data loader's
@@ -165,7 +196,7 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
     Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
     H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
     lock.unlock();
-    const auto specs = llama_param_specs(snap.model);
+    const auto& specs = snap.specs;
     for (int w = 0; w < 3; ++w) {
       lock.lock();
       Handle grp(H5_CHECK(H5Gcreate2(file, kGroups[w], H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
@@ -206,6 +237,14 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
     h5::write_attr(file, "sharding", snap.sharding);
     h5::write_attr(file, "run_config", snap.state.run_config.dump());
     h5::write_attr(file, "model_config", snap.state.model_config.dump());
+    if (snap.lora.enabled()) {  // the adapters' settings, and the base they belong to
+      h5::write_attr(file, "lora_rank", snap.lora.rank);
+      h5::write_attr_double(file, "lora_alpha", snap.lora.alpha);
+      h5::write_attr_double(file, "lora_dropout", snap.lora.dropout);
+      h5::write_attr(file, "lora_targets", join_lora_targets(snap.lora.targets));
+      h5::write_attr(file, "base_weights", snap.state.base_weights);
+      h5::write_attr(file, "base_crc32", snap.state.base_crc32);
+    }
     dxpl.reset(), file.reset(), fapl.reset();
   }
   MPI_CHECK(MPI_Barrier(comm));
@@ -228,10 +267,11 @@ void save(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& op
 
 TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& optimizer) {
   auto pieces = state_pieces(engine, optimizer);
-  const auto names = param_names(engine.model());
+  const auto names = spec_names(engine.trainable_specs());
+  const int64_t want_base = engine.lora() ? base_crc32(engine) : -1;  // collective, before any rank may fail
   std::vector<int64_t> stored(names.size() * 3);  // every dataset's crc32 attribute
   TrainState st;
-  std::string failure;  // a read can fail on some ranks only; all must learn it before the CRC collectives
+  std::string failure, refused;  // a read can fail on some ranks only; all must learn it before the CRC collectives
   try {
     std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
     Handle file = h5::open_file(path);
@@ -240,6 +280,7 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
     if (v > kFormatVersion)
       throw UsageError(path + " has checkpoint format " + std::to_string(v) + ", newer than this build's " +
                        std::to_string(kFormatVersion) + "; upgrade shardtrain");
+    check_lora_resume(path, file, engine, want_base);
     for (int w = 0; w < 3; ++w)
       for (auto& p : pieces) {
         const std::string name = std::string("/") + kGroups[w] + "/" + p.name;
@@ -268,11 +309,14 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
         Handle dset = h5::open_dataset(file, std::string("/") + kGroups[w] + "/" + names[d]);
         stored[d * 3 + w] = h5::read_attr_int(dset, "crc32");
       }
+  } catch (const ResumeRefused& e) {
+    refused = e.what();  // every rank reads the same attributes: all refuse alike
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  int bad = failure.empty() ? 0 : 1;
+  int bad = failure.empty() && refused.empty() ? 0 : 1;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, engine.groups().world->mpi()));
+  if (!refused.empty()) throw ResumeRefused(refused);
   if (bad) throw Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
   // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
   const auto crcs = combine_crc_rows(engine.groups().shard->mpi(), local_crc_rows(pieces, names));

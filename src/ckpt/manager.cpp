@@ -29,6 +29,7 @@ void CheckpointConfig::validate() const {
 Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config)
     : cfg_(std::move(cfg)), engine_(engine), optimizer_(optimizer), run_config_(std::move(run_config)) {
   if (!enabled()) return;
+  if (engine_.lora()) base_crc_ = base_crc32(engine_);  // collective: every rank builds the manager
   if (engine_.groups().world->rank() == 0) std::filesystem::create_directories(cfg_.dir);
   if (cfg_.async) saver_ = std::make_unique<AsyncSaver>();
 }
@@ -42,6 +43,8 @@ std::optional<TrainState> Manager::resume() {
       log::info("resumed from " + path + " at step " + std::to_string(st.step) + " (" +
                 seconds_and_rate(clock.seconds(), path) + ")");
       return st;
+    } catch (const ResumeRefused&) {
+      throw;  // another base or other LoRA settings: an older checkpoint would be just as wrong
     } catch (const Error& e) {
       if (cfg_.resume != "auto") throw;
       if (engine_.groups().world->rank() == 0) log::warn("skipping checkpoint " + path + ": " + e.what());
@@ -59,7 +62,7 @@ bool Manager::due(int64_t step, bool requested, bool final) const {
 double Manager::after_step(int64_t step, bool requested, bool final, const LoaderState& loader) {
   if (!due(step, requested, final)) return 0;
   const std::string path = step_path(cfg_.dir, step);
-  const TrainState st{step, loader, run_config_, model_to_hf_json(engine_.model())};
+  const TrainState st{step, loader, run_config_, model_to_hf_json(engine_.model()), cfg_.base_weights, base_crc_};
   const std::string why = requested ? " (SIGUSR1)" : "";
   if (saver_) {
     const double blocked = saver_->start(path, engine_, optimizer_, st, cfg_.stripe, cfg_.keep);

@@ -39,6 +39,16 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
                 o.fsdp.max_inflight_gathers, static_cast<long long>(f.persistent_bytes >> 10),
                 static_cast<long long>(f.unsharded_bytes >> 10));
   b += buf;
+  if (o.fsdp.lora.enabled()) {
+    const auto& l = o.fsdp.lora;
+    std::snprintf(buf, sizeof buf,
+                  "  lora        rank %lld, alpha %g, dropout %g, targets %s: %lld trainable parameters | per rank: "
+                  "frozen base %lld KiB (%s), adapters %lld KiB (fp32 master + AdamW)\n",
+                  static_cast<long long>(l.rank), l.alpha, l.dropout, join_lora_targets(l.targets).c_str(),
+                  static_cast<long long>(f.adapter_params), static_cast<long long>(f.base_bytes >> 10),
+                  dtype_label(o.fsdp.param_dtype), static_cast<long long>(f.adapter_bytes >> 10));
+    b += buf;
+  }
   std::snprintf(buf, sizeof buf, "  device      %s, %d CPU threads per rank\n",
                 device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI", f.threads);
   b += buf;

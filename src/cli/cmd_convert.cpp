@@ -21,11 +21,26 @@ ModelConfig checkpoint_model(const std::string& path) {
   return model_from_hf_json(nlohmann::json::parse(h5::read_attr_string(f, "model_config")), path);
 }
 
+// A LoRA checkpoint's settings (rank 0: not LoRA) and the base path it records.
+LoraConfig checkpoint_lora(const std::string& path, std::string* base) {
+  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+  h5::Handle f = h5::open_file(path);
+  LoraConfig l;
+  if (!h5::has_attr(f, "lora_rank")) return l;
+  l.rank = h5::read_attr_int(f, "lora_rank");
+  l.alpha = h5::read_attr_double(f, "lora_alpha");
+  l.dropout = h5::read_attr_double(f, "lora_dropout");
+  l.targets = parse_lora_targets(h5::read_attr_string(f, "lora_targets"));
+  *base = h5::read_attr_string(f, "base_weights");
+  return l;
+}
+
 }  // namespace
 
 void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
                int rank) {
-  const auto full = engine.full_parameters();  // collective: every rank takes part
+  auto full = engine.full_parameters();  // collective: every rank takes part
+  if (engine.lora()) merge_adapters(full, engine.full_adapters(), model, engine.config().lora);
   if (rank != 0) return;
   NamedTensors named;
   for (const auto& spec : llama_param_specs(model)) named.emplace_back(spec.name, full.at(spec.name).to(dtype));
@@ -44,12 +59,20 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   const bool to_hf = fs::is_regular_file(o.input) && fs::path(o.input).extension() == ".h5";
   const ModelConfig model = to_hf ? checkpoint_model(o.input) : resolve_model(o.input);
   auto groups = fsdp::make_mpi_groups(fsdp::Sharding::kFullShard, env.topology(), 0);
-  std::unique_ptr<SafetensorsModel> weights = to_hf ? nullptr : std::make_unique<SafetensorsModel>(o.input);
-  fsdp::FsdpEngine engine(model, fsdp::FsdpConfig{}, groups, /*seed=*/0, weights.get());
+  fsdp::FsdpConfig fc;
+  std::string base = o.weights;
+  if (to_hf) fc.lora = checkpoint_lora(o.input, o.weights.empty() ? &base : &o.weights);
+  if (fc.lora.enabled() && !base.empty() && !fs::exists(base))
+    throw UsageError("convert: the checkpoint's base weights " + base + " do not exist; pass --weights");
+  // A LoRA checkpoint is loaded onto its base (the checksum is verified); the seeded init's base has none to read.
+  const std::string read_from = !to_hf ? o.input : fc.lora.enabled() ? base : "";
+  std::unique_ptr<SafetensorsModel> weights = read_from.empty() ? nullptr : std::make_unique<SafetensorsModel>(read_from);
+  fsdp::FsdpEngine engine(model, fc, groups, /*seed=*/0, weights.get());
   Optimizer optimizer = fsdp::make_optimizer(engine, OptimizerConfig{});  // a checkpoint holds its (empty) state
   if (to_hf) {
     ckpt::load(o.input, engine, optimizer);  // verifies every checksum on the way
-    export_hf(o.output, model, engine, o.dtype, env.rank());
+    if (engine.lora() && !o.merge_lora) export_peft(o.output, engine, base, env.rank());
+    else export_hf(o.output, model, engine, o.dtype, env.rank());
   } else {
     const std::string tmp = o.output + ".tmp";
     const ckpt::TrainState st{0, {}, nlohmann::json{{"converted_from", o.input}}, model_to_hf_json(model)};

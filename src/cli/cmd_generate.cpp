@@ -18,7 +18,7 @@ int cmd_generate(const std::vector<std::string>& args, MpiEnv& env) {
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   Tokenizer tok(o.tokenizer);
-  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed);
+  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
   GenerateConfig g;
   g.max_new_tokens = o.max_new_tokens, g.temperature = o.temperature, g.top_p = o.top_p, g.seed = o.seed;
   g.eos_id = tok.eos_id(), g.max_context = o.model.max_position_embeddings;

@@ -70,6 +70,11 @@ int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env) {
             << h5::read_attr_string(f, "sharding") << "\n  model "
             << nlohmann::json::parse(h5::read_attr_string(f, "model_config")).dump() << "\n  run "
             << nlohmann::json::parse(h5::read_attr_string(f, "run_config")).dump() << "\n";
+  if (h5::has_attr(f, "lora_rank"))  // a LoRA run: the datasets are its adapters
+    std::cout << "  lora rank " << h5::read_attr_int(f, "lora_rank") << ", alpha " << h5::read_attr_double(f, "lora_alpha")
+              << ", dropout " << h5::read_attr_double(f, "lora_dropout") << ", targets "
+              << h5::read_attr_string(f, "lora_targets") << " | base "
+              << h5::read_attr_string(f, "base_weights") << " (CRC-32 " << h5::read_attr_int(f, "base_crc32") << ")\n";
   int bad = 0, total = 0;
   for (const char* group : ckpt::kGroups)
     for (const auto& name : children(f, group)) {

@@ -57,6 +57,8 @@ BannerFacts banner_facts(const EngineSetup& s, const DataLoader& loader, const T
   f.num_params = s.engine->model().num_params(), f.global_batch = loader.global_batch(), f.threads = at::get_num_threads();
   const auto mem = s.engine->memory();
   f.persistent_bytes = mem.persistent(), f.unsharded_bytes = mem.unsharded_bytes;
+  f.base_bytes = mem.base_bytes, f.adapter_bytes = mem.trainable_bytes();
+  for (const auto& s : s.engine->trainable_specs()) f.adapter_params += s.numel();
   f.weights_bytes_read = s.weights ? static_cast<int64_t>(s.weights->bytes_read()) : 0;
   f.train_rows = train.rows(), f.val_rows = val ? val->rows() : 0, f.seq_len = train.seq_len();
   f.packing = train.meta().packing, f.format = train.meta().format;
@@ -85,6 +87,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device, banner_facts(setup, loader, *train, val.get())));
   const FaultInjector faults(o.faults, env.rank());
   faults.after_setup();
+  o.ckpt.base_weights = o.weights;
   ckpt::Manager checkpoints(o.ckpt, engine, optimizer, nlohmann::json{{"args", o.args}});
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);
@@ -103,8 +106,13 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   }
   // Export.
   if (!o.save_model.empty()) {
-    export_hf(o.save_model, o.model, engine, at::kFloat, env.rank());
-    log::info("saved model to " + o.save_model);
+    if (engine.lora() && !o.merge_lora) {
+      export_peft(o.save_model, engine, o.weights, env.rank());
+      log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
+    } else {
+      export_hf(o.save_model, o.model, engine, at::kFloat, env.rank());
+      log::info("saved " + std::string(engine.lora() ? "the merged model" : "model") + " to " + o.save_model);
+    }
   }
   return 0;
 }

@@ -10,14 +10,15 @@
 namespace shardtrain::cli {
 
 EngineSetup::EngineSetup(const ModelConfig& model, const fsdp::FsdpConfig& cfg, MpiEnv& env, const std::string& path,
-                         uint64_t seed)
+                         uint64_t seed, const std::string& lora_dir)
     : device(choose_device(cfg.device, env)),
       groups(fsdp::make_process_groups(cfg, env.topology(), device.cuda, env.host())),
-      weights(path.empty() ? nullptr : std::make_unique<SafetensorsModel>(path)) {
+      weights(path.empty() ? nullptr : std::make_unique<SafetensorsModel>(path)),
+      adapter(lora_dir.empty() ? nullptr : std::make_unique<SafetensorsModel>(lora_dir + "/adapter_model.safetensors")) {
   const at::Device dev = device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
   // TF32 for fp32 matmuls on CUDA, as torch.set_float32_matmul_precision("high"); CPU untouched.
   if (device.cuda) at::globalContext().setFloat32MatmulPrecision(cfg.tf32 ? "high" : "highest");
-  engine = std::make_unique<fsdp::FsdpEngine>(model, cfg, groups, seed, weights.get(), dev);
+  engine = std::make_unique<fsdp::FsdpEngine>(model, cfg, groups, seed, weights.get(), dev, adapter.get());
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device.cuda) cuda::reset_peak_memory(device.index);  // peaks count training, not the build
 #endif

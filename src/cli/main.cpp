@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
       return cmd.empty() ? 2 : 0;
     }
     throw UsageError("unknown command '" + cmd + "'; run 'shardtrain --help' for the list");
+  } catch (const AgreedUsageError& e) {  // thrown on every rank: one line, then exit 2 together
+    if (!env || env->rank() == 0) std::cerr << "shardtrain: error: " << e.what() << std::endl;
+    if (env) MPI_Barrier(MPI_COMM_WORLD);
+    MpiEnv::abort(2);
   } catch (const UsageError& e) {
     std::cerr << "shardtrain: error: " << e.what() << std::endl;
     MpiEnv::abort(2);

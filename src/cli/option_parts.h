@@ -35,6 +35,16 @@ struct FsdpArgs {
 po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training);
 void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw);
 
+// train's --lora-* options; raw.targets is parsed by check_lora.
+struct LoraArgs {
+  std::string targets = "q_proj,v_proj";
+  bool merge = false;
+};
+po::options_description lora_desc(LoraConfig& l, LoraArgs& raw);
+void check_lora(LoraConfig& l, const LoraArgs& raw);
+// eval/generate --lora DIR: the settings of a PEFT adapter (adapter_config.json); dropout 0.
+LoraConfig read_adapter_config(const std::string& dir);
+
 void require_file(const std::string& opt, const std::string& path);
 // Parses args, then --config FILE, into the variables bound by `all`.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,

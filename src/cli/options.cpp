@@ -165,6 +165,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   ModelArgs m;
   FsdpArgs fa;
   AccuracyArgs acc;
+  LoraArgs lora;
   std::string schedule = "cosine", on_signal = "continue", debug_sleep;
   auto& t = o.train;
   auto& op = o.optim;
@@ -211,6 +212,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "debug-sleep", po::value(&debug_sleep), "RANK:STEP:SECONDS sleeps that rank before that step (STEP 0: every step)");
   po::options_description visible;
   visible.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(optim).add(fsdp_desc(o.fsdp, fa, true));
+  visible.add(lora_desc(o.fsdp.lora, lora));
   visible.add(ckpt).add(accuracy_desc(o.accuracy, acc)).add(observability_desc(o.obs));
   po::options_description all;
   all.add(visible).add(faults);
@@ -236,6 +238,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   if (op.adamw.beta1 < 0 || op.adamw.beta1 >= 1 || op.adamw.beta2 < 0 || op.adamw.beta2 >= 1)
     throw UsageError("--beta1 and --beta2 must be in [0, 1)");
   check_threads(o.common);
+  check_lora(o.fsdp.lora, lora);
+  o.merge_lora = lora.merge;
   check_fsdp(o.fsdp, fa);
   if (on_signal != "continue" && on_signal != "exit") throw UsageError("--on-signal must be continue or exit");
   ck.exit_on_signal = on_signal == "exit";
@@ -257,7 +261,8 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
       "batch-size", po::value(&o.batch_size)->default_value(8), "rows per forward pass, across all ranks")(
       "max-batches", po::value(&o.max_batches)->default_value(0), "stop after N batches (0: all)")(
       "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights")(
-      "save-logits", po::value(&o.save_logits), "write the first --batch-size rows of --data and their fp32 logits to this HDF5 file");
+      "save-logits", po::value(&o.save_logits), "write the first --batch-size rows of --data and their fp32 logits to this HDF5 file")(
+      "lora", po::value(&o.lora), "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
   all.add(common_desc(o.common)).add(model_desc(m)).add(data).add(accuracy_desc(o.accuracy, acc)).add(fsdp_desc(o.fsdp, fa, false));
   parse_into(args, all);
@@ -271,6 +276,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   require_file("--weights", o.weights);
   require_file("--data", o.data);
   check_accuracy(o.accuracy, acc);
+  if (!o.lora.empty()) o.fsdp.lora = read_adapter_config(o.lora);
   if (o.data.empty() && o.accuracy.file.empty())
     throw UsageError("nothing to evaluate: pass --data (loss) and/or --accuracy-file with --tokenizer (exact match)");
   if (!o.save_logits.empty() && o.data.empty()) throw UsageError("--save-logits needs --data (the rows to run)");

@@ -59,7 +59,8 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
       "max-new-tokens", po::value(&o.max_new_tokens)->default_value(64), "tokens to generate at most")(
       "temperature", po::value(&o.temperature)->default_value(0.0), "0: greedy; > 0: sample")(
       "top-p", po::value(&o.top_p)->default_value(1.0), "nucleus sampling mass, with --temperature > 0")(
-      "seed", po::value(&o.seed)->default_value(0), "sampling seed");
+      "seed", po::value(&o.seed)->default_value(0), "sampling seed")(
+      "lora", po::value(&o.lora), "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
   all.add(common_desc(o.common)).add(model_desc(m)).add(d).add(fsdp_desc(o.fsdp, fa, false));
   parse_into(args, all);
@@ -80,6 +81,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   if (o.temperature < 0) throw UsageError("--temperature must be >= 0 (0 is greedy)");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
   check_threads(o.common);
+  if (!o.lora.empty()) o.fsdp.lora = read_adapter_config(o.lora);
   check_fsdp(o.fsdp, fa);
   return o;
 }
@@ -90,7 +92,9 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   po::options_description d("Convert");
   d.add_options()("input", po::value(&o.input), "a checkpoint (step-N.h5), or a Hugging Face model directory")(
       "output", po::value(&o.output), "a Hugging Face model directory, or a checkpoint file")(
-      "dtype", po::value(&dtype)->default_value("fp32"), "dtype of exported safetensors: fp32 or bf16");
+      "dtype", po::value(&dtype)->default_value("fp32"), "dtype of exported safetensors: fp32 or bf16")(
+      "weights", po::value(&o.weights), "a LoRA checkpoint's base (default: the path it records)")(
+      "merge-lora", po::bool_switch(&o.merge_lora), "a LoRA checkpoint: write merged full weights, not the PEFT adapter");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
@@ -100,6 +104,7 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   }
   if (o.input.empty() || o.output.empty()) throw UsageError("convert needs --input and --output");
   require_file("--input", o.input);
+  require_file("--weights", o.weights);
   o.dtype = parse_dtype(dtype, "--dtype");
   check_threads(o.common);
   return o;

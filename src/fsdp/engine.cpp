@@ -4,6 +4,8 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <zlib.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -22,12 +24,14 @@ using comm::Communicator;
 struct FsdpEngine::Pass {
   std::vector<at::Tensor> inputs, outputs;
   bool empty = false;  // this rank has no rows: it still joins every collective
+  bool train = false;  // LoRA dropout applies
+  uint64_t dropout_seed = 0;  // the same in forward and in activation checkpointing's recompute
 };
 
 FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-                       const SafetensorsModel* weights, at::Device device)
+                       const SafetensorsModel* weights, at::Device device, const SafetensorsModel* adapters)
     : model_(std::move(model)), cfg_(std::move(cfg)), groups_(groups), device_(device),
-      rope_(model_, model_.max_position_embeddings) {
+      rope_(model_, model_.max_position_embeddings), seed_(seed) {
   cfg_.validate();
   if (cfg_.param_dtype == at::ScalarType::Undefined) cfg_.param_dtype = device_.is_cuda() ? at::kBFloat16 : at::kFloat;
   rope_.to(device_);
@@ -35,19 +39,44 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
   const auto specs = llama_param_specs(model_);
   const auto unit_specs = model_units(model_);
   const int S = groups_.shard->size(), sr = groups_.shard->rank();
+  // A LoRA run's base is frozen: no fp32 master, only the compute dtype.
+  const auto base_options = lora() ? fp32.dtype(cfg_.param_dtype) : fp32;
+  trainable_specs_ = lora() ? lora_param_specs(model_, cfg_.lora) : specs;
+  if (lora()) base_crc_rows_.assign(specs.size() * 3, -1);
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
     FlatLayout layout = flat_layout(specs, u, S);
-    auto master = at::zeros({layout.shard_numel}, fp32);
+    auto master = at::zeros({layout.shard_numel}, base_options);
     for (const Segment& s : shard_segments(layout, sr)) {
       const auto& e = layout.entries[s.entry];
       // Only this rank's bytes are read from the file; the seeded init is per parameter.
       at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
                                  : init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
       master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
+      if (lora()) {  // the frozen base's checksum is taken in fp32, before any conversion
+        const auto c = piece.contiguous();
+        int64_t* row = &base_crc_rows_[e.spec * 3];
+        row[0] = s.param_offset, row[1] = s.numel;
+        uLong crc = crc32(0L, Z_NULL, 0);
+        const auto* b = static_cast<const Bytef*>(c.data_ptr());
+        for (size_t left = c.nbytes(), n = 0; left > 0; b += n, left -= n)  // zlib takes at most 4 GiB a call
+          crc = crc32(crc, b, static_cast<uInt>(n = std::min<size_t>(left, size_t{1} << 30)));
+        row[2] = static_cast<int64_t>(crc);
+      }
     }
-    units_.emplace_back(unit_specs[u], std::move(layout), master);
-    FlatUnit& unit = units_.back();
+    units_.emplace_back(unit_specs[u], std::move(layout), master, /*frozen=*/lora());
+    if (lora()) {  // the unit's adapters: a second, small flat unit, sharded like the base
+      FlatLayout al = flat_layout(trainable_specs_, u, S);
+      auto am = at::zeros({al.shard_numel}, fp32);
+      for (const Segment& s : shard_segments(al, sr)) {
+        const auto& e = al.entries[s.entry];
+        at::Tensor piece = adapters ? adapters->read_flat(peft_key(e.name), s.param_offset, s.param_offset + s.numel).to(at::kFloat)
+                                    : init_lora_param(trainable_specs_[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
+        am.narrow(0, s.shard_offset, s.numel).copy_(piece);
+      }
+      adapters_.emplace_back(unit_specs[u], std::move(al), am);
+    }
+    FlatUnit& unit = trainable(u);
     for (const Segment& s : shard_segments(unit.layout(), sr)) {
       const auto& e = unit.layout().entries[s.entry];
       pieces_.push_back({e.name, e.shape, s.param_offset, s.numel, !e.is_norm, unit.master().narrow(0, s.shard_offset, s.numel),
@@ -60,14 +89,18 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
 
 void FsdpEngine::prefetch(int64_t u) {
   if (u < 0 || u >= static_cast<int64_t>(units_.size())) return;
-  FlatUnit& unit = units_[u];
-  if (!unit.active()) unit.begin_gather(*groups_.shard, cfg_.param_dtype);
-  else if (!unit.gathered()) unit.begin_regather(*groups_.shard);
+  if (backward_ && lora() && units_[u].kind() == UnitKind::kEmbedding) return;  // frozen: its backward is skipped
+  for (FlatUnit* unit : {&units_[u], lora() ? &adapters_[u] : nullptr}) {
+    if (!unit || unit->empty()) continue;
+    if (!unit->active()) unit->begin_gather(*groups_.shard, cfg_.param_dtype);
+    else if (!unit->gathered()) unit->begin_regather(*groups_.shard);
+  }
 }
 
 void FsdpEngine::ensure(int64_t u) {
   prefetch(u);
-  units_[u].wait();
+  units_[u].wait();  // (a frozen embedding in backward was never gathered: nothing to wait for)
+  if (lora()) adapters_[u].wait();
   note_gathered();
 }
 
@@ -87,10 +120,11 @@ void FsdpEngine::note_gathered() {
 int64_t FsdpEngine::held_bytes() const {
   int64_t b = persistent_bytes_;  // fixed after construction; this runs at every gather and reduction
   const int64_t elt = c10::elementSize(cfg_.param_dtype);
-  for (const auto& u : units_) {
-    if (u.gathered()) b += u.layout().padded * elt;
-    if (u.grad().defined()) b += u.grad().nbytes();
-  }
+  for (const auto* units : {&units_, &adapters_})
+    for (const auto& u : *units) {
+      if (u.gathered()) b += u.layout().padded * elt;
+      if (u.grad().defined()) b += u.grad().nbytes();
+    }
   for (const auto& r : pending_) b += r.send.nbytes() + (r.shard.is_same(r.send) ? 0 : r.shard.nbytes());
   return b;
 }
@@ -117,10 +151,13 @@ bool FsdpEngine::recomputes(int64_t u) const {
   return cfg_.activation_checkpointing && units_[u].kind() == UnitKind::kDecoderLayer;
 }
 
-at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x) {
+at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train) {
   const auto views = units_[u].named_views();
-  return unit_forward(model_, units_[u].spec(), [&views](const std::string& name) { return views.at(name); }, x, rope_,
-                      cfg_.param_dtype);
+  const auto lookup = [&views](const std::string& name) { return views.at(name); };
+  if (!lora() || adapters_[u].empty()) return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
+  const auto adapter_views = adapters_[u].named_views();
+  const LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, dropout_seed, train};
+  return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype, &run);
 }
 
 at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_graph) {
@@ -128,6 +165,8 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
   p.inputs.assign(units_.size(), at::Tensor());
   p.outputs.assign(units_.size(), at::Tensor());
   p.empty = tokens.size(0) == 0;
+  p.train = build_graph;
+  p.dropout_seed = (seed_ * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(groups_.world->rank()) << 40) ^ passes_++;
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);
@@ -135,43 +174,55 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
     prefetch_from(u, +1);
     if (!p.empty) {
       at::AutoGradMode mode(build_graph && !recomputes(u));
-      // The graph is cut here: the unit's input is a leaf whose gradient backward hands on.
-      if (units_[u].kind() != UnitKind::kEmbedding) x = p.inputs[u] = build_graph ? x.detach().requires_grad_(true) : x;
-      x = p.outputs[u] = run_unit(u, x);
+      // The graph is cut here: the unit's input is a leaf whose gradient backward hands on (not
+      // to a frozen embedding, which needs none).
+      const bool input_grad = !(lora() && u == 1);
+      if (units_[u].kind() != UnitKind::kEmbedding) x = p.inputs[u] = build_graph ? x.detach().requires_grad_(input_grad) : x;
+      x = p.outputs[u] = run_unit(u, x, p.dropout_seed, p.train);
     }
     // The head's backward follows at once: like FSDP2's root, it stays gathered until then.
     const bool head = units_[u].kind() == UnitKind::kHead;
-    if (!build_graph || (reshard && !head)) units_[u].free_storage();
+    if (!build_graph || (reshard && !head)) {
+      units_[u].free_storage();
+      if (lora()) adapters_[u].free_storage();
+    }
   }
   return x;
 }
 
 void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
   at::Tensor grad_out;
+  backward_ = true;
   for (int64_t u = static_cast<int64_t>(units_.size()) - 1; u >= 0; --u) {
     cuda::NvtxRange range(nvtx_names_[u].second);
     ensure(u);
     prefetch_from(u, -1);
-    if (!p.empty) {
+    const bool frozen_unit = lora() && adapters_[u].empty() && units_[u].kind() == UnitKind::kEmbedding;
+    if (!p.empty && !frozen_unit) {  // a LoRA run's embedding has nothing to train and no input gradient
       if (units_[u].kind() == UnitKind::kHead) {
         loss.backward();
       } else {
         at::Tensor out = p.outputs[u];
         if (recomputes(u)) {  // recompute with the regathered weights
           at::AutoGradMode on(true);
-          out = run_unit(u, p.inputs[u]);
+          out = run_unit(u, p.inputs[u], p.dropout_seed, p.train);
         }
         torch::autograd::backward({out}, {grad_out});
       }
       if (units_[u].kind() != UnitKind::kEmbedding) grad_out = p.inputs[u].grad();
     }
-    at::Tensor g = units_[u].leaf_grad();
-    if (!g.defined()) g = at::zeros({units_[u].layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
-    if (reduce_now) reduce_unit(u, g, /*owned=*/true);
-    else no_sync_[u].add_(g.to(at::kFloat));
+    FlatUnit& t = trainable(u);  // the base, or under LoRA the unit's adapters
+    if (!t.empty()) {
+      at::Tensor g = t.leaf_grad();
+      if (!g.defined()) g = at::zeros({t.layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
+      if (reduce_now) reduce_unit(u, g, /*owned=*/true);
+      else no_sync_[u].add_(g.to(at::kFloat));
+    }
     p.outputs[u] = at::Tensor(), p.inputs[u] = at::Tensor();
     units_[u].release();
+    if (lora()) adapters_[u].release();
   }
+  backward_ = false;
 }
 
 void FsdpEngine::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned) {
@@ -182,7 +233,7 @@ void FsdpEngine::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned)
     r.shard = r.send;
     r.owned = owned || !r.send.is_same(full_grad);  // a converted copy is ours to keep
   } else {
-    r.shard = at::empty({units_[u].layout().shard_numel}, r.send.options());
+    r.shard = at::empty({trainable(u).layout().shard_numel}, r.send.options());
     r.work = groups_.shard->reduce_scatter_async(r.send, r.shard);
   }
   pending_.push_back(std::move(r));
@@ -204,7 +255,7 @@ bool FsdpEngine::advance(PendingReduce& r) {
     return false;
   }
   at::Tensor add = r.shard.to(at::kFloat);
-  at::Tensor& grad = units_[r.unit].grad();
+  at::Tensor& grad = trainable(r.unit).grad();
   if (!grad.defined()) grad = add.is_same(r.shard) && !r.owned ? add.clone() : add;
   else grad.add_(add);
   r.stage = PendingReduce::kDone;
@@ -222,13 +273,14 @@ void FsdpEngine::finish_reductions() {
 }
 
 void FsdpEngine::reduce_accumulated() {
-  for (size_t u = 0; u < units_.size(); ++u) reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!trainable(static_cast<int64_t>(u)).empty()) reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
   finish_reductions();  // the buffers are read by the reductions until they complete
   for (auto& b : no_sync_) b.zero_();
 }
 
 void FsdpEngine::release_grads() {
-  for (auto& u : units_) u.grad() = at::Tensor();
+  for (size_t u = 0; u < units_.size(); ++u) trainable(static_cast<int64_t>(u)).grad() = at::Tensor();
 }
 
 double FsdpEngine::comm_wait_seconds() const {
@@ -279,7 +331,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches)
 std::vector<at::Tensor> FsdpEngine::grad_shards() {
   std::vector<at::Tensor> g;
   for (const auto& p : pieces_) {
-    const at::Tensor& shard = units_[p.unit].grad();
+    const at::Tensor& shard = trainable(p.unit).grad();
     g.push_back(shard.defined() ? shard.narrow(0, p.shard_offset, p.numel) : at::Tensor());
   }
   return g;
@@ -295,16 +347,21 @@ at::Tensor FsdpEngine::logits(const at::Tensor& tokens) {
   Pass p;
   auto out = forward(p, tokens.to(device_), /*build_graph=*/false);
   for (auto& u : units_) u.release();
+  for (auto& u : adapters_) u.release();
   return out.to(at::kCPU);  // evaluation and decoding run their arithmetic on the host
 }
 
-std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
+std::map<std::string, at::Tensor> FsdpEngine::full_parameters() { return gather_full(units_); }
+std::map<std::string, at::Tensor> FsdpEngine::full_adapters() { return gather_full(adapters_); }
+
+std::map<std::string, at::Tensor> FsdpEngine::gather_full(std::vector<FlatUnit>& units) {
   std::map<std::string, at::Tensor> out;
-  for (auto& u : units_) {
+  for (auto& u : units) {
+    if (u.empty()) continue;
     auto full = at::empty({u.layout().padded}, u.master().options());
     if (groups_.shard->size() == 1) full.copy_(u.master());
     else groups_.shard->all_gather(u.master().contiguous(), full);
-    full = full.to(at::kCPU);  // exports and conversions are written from host memory
+    full = full.to(at::kCPU, at::kFloat);  // exports and conversions are written from host memory, in fp32
     for (const auto& e : u.layout().entries) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone();
   }
   return out;
@@ -312,15 +369,17 @@ std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
 
 MemoryReport FsdpEngine::memory() const {
   MemoryReport m;
-  int64_t full = 0;
-  for (const auto& u : units_) {
+  int64_t full = 0, base = 0;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const FlatUnit& u = trainable(static_cast<int64_t>(i));
     const int64_t n = u.layout().shard_numel;
     m.param_bytes += 4 * n, m.grad_bytes += 4 * n, m.optimizer_bytes += 8 * n;  // grads: during the step only
     m.padding_elements += u.layout().padded - u.layout().numel;
     full += u.layout().numel;
+    if (lora()) m.base_bytes += units_[i].master().nbytes(), base += units_[i].layout().numel;
   }
   for (const auto& t : no_sync_) m.no_sync_bytes += t.nbytes();
-  m.unsharded_bytes = 16 * full;
+  m.unsharded_bytes = 16 * full + base * static_cast<int64_t>(c10::elementSize(cfg_.param_dtype));
   return m;
 }
 

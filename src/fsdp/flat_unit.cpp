@@ -9,8 +9,8 @@
 
 namespace shardtrain::fsdp {
 
-FlatUnit::FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master)
-    : spec_(spec), layout_(std::move(layout)), master_(std::move(master)) {
+FlatUnit::FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen)
+    : spec_(spec), layout_(std::move(layout)), master_(std::move(master)), frozen_(frozen) {
   if (master_.numel() != layout_.shard_numel) throw Error("FSDP unit: master shard has the wrong size");
 }
 
@@ -27,7 +27,7 @@ void FlatUnit::start(comm::Communicator& shard) {
 
 void FlatUnit::begin_gather(comm::Communicator& shard, at::ScalarType dtype) {
   release();
-  flat_ = at::empty({layout_.padded}, master_.options().dtype(dtype)).requires_grad_(true);
+  flat_ = at::empty({layout_.padded}, master_.options().dtype(dtype)).requires_grad_(!frozen_);
   start(shard);
 }
 

@@ -75,6 +75,7 @@ void FsdpConfig::validate() const {
   if (!dtype_ok(param_dtype) && param_dtype != at::ScalarType::Undefined)
     throw UsageError("--param-dtype must be auto, fp32 or bf16");
   if (!dtype_ok(reduce_dtype)) throw UsageError("--reduce-dtype must be fp32 or bf16");
+  lora.validate();
 }
 
 comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const Topology& topo, bool nccl, const std::string& host) {

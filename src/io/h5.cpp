@@ -136,6 +136,19 @@ void write_attr(hid_t obj, const std::string& name, int64_t value) {
   H5_CHECK(H5Awrite(attr, H5T_NATIVE_INT64, &value));
 }
 
+void write_attr_double(hid_t obj, const std::string& name, double value) {
+  Handle space = scalar_space();
+  Handle attr(H5_CHECK(H5Acreate2(obj, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT)), H5Aclose);
+  H5_CHECK(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value));
+}
+
+double read_attr_double(hid_t obj, const std::string& name) {
+  Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  double v = 0;
+  H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v));
+  return v;
+}
+
 bool has_attr(hid_t obj, const std::string& name) { return H5_CHECK(H5Aexists(obj, name.c_str())) > 0; }
 
 std::string read_attr_string(hid_t obj, const std::string& name) {

@@ -11,6 +11,11 @@ LayerWeights LayerWeights::bind(const WeightLookup& w, int64_t i) {
   return {n(0), n(1), n(2), n(3), n(4), n(5), n(6), n(7), n(8)};  // names::kLayer's order is the fields' order
 }
 
+const at::Tensor& LayerWeights::proj(int k) const {
+  const at::Tensor* p[7] = {&q_proj, &k_proj, &v_proj, &o_proj, &gate_proj, &up_proj, &down_proj};
+  return *p[k];
+}
+
 Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
   const int64_t d = cfg.head_dim();
   auto inv_freq = 1.0 / at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);  // [d/2]
@@ -43,13 +48,21 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 }
 
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
-                         const at::Tensor& cos, const at::Tensor& sin) {
+                         const at::Tensor& cos, const at::Tensor& sin, int64_t layer, const LoraRun* lora) {
   const int64_t B = x.size(0), T = x.size(1), D = cfg.head_dim();
   const int64_t nh = cfg.num_heads, nkv = cfg.num_kv_heads, rep = nh / nkv;
+  // Projection k of names::kLayer, with its adapter when LoRA targets it.
+  auto proj = [&](int k, const at::Tensor& in) {
+    if (!lora || !lora->cfg->targets_proj(k)) return at::linear(in, w.proj(k));
+    const double p = lora->train ? lora->cfg->dropout : 0.0;
+    const uint64_t seed = (lora->dropout_seed * 1000003ull + static_cast<uint64_t>(layer)) * 16 + k;  // a mask per module, as PEFT
+    return lora_linear(in, w.proj(k), lora->adapter(lora_name(layer, k, 'A')), lora->adapter(lora_name(layer, k, 'B')),
+                       lora->cfg->scale(), lora_dropout(in, p, seed));
+  };
   auto h = rms_norm(x, w.input_norm, cfg.rms_norm_eps);
-  auto q = at::linear(h, w.q_proj).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
-  auto k = at::linear(h, w.k_proj).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
-  auto v = at::linear(h, w.v_proj).view({B, T, nkv, D}).transpose(1, 2);
+  auto q = proj(0, h).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
+  auto k = proj(1, h).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
+  auto v = proj(2, h).view({B, T, nkv, D}).transpose(1, 2);
   auto c = cos.narrow(0, 0, T).to(x.scalar_type()), s = sin.narrow(0, 0, T).to(x.scalar_type());
   q = apply_rotary(q, c, s);
   k = apply_rotary(k, c, s);
@@ -59,26 +72,27 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   }
   auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
-  auto out = x + at::linear(attn, w.o_proj);
+  auto out = x + proj(3, attn);
   auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);
-  auto mlp = at::linear(at::silu(at::linear(m, w.gate_proj)) * at::linear(m, w.up_proj), w.down_proj);
+  auto mlp = proj(6, at::silu(proj(4, m)) * proj(5, m));
   return out + mlp;
 }
 
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const Rotary& rope, at::ScalarType compute_dtype) {
+                        const Rotary& rope, at::ScalarType compute_dtype, const LoraRun* lora) {
   switch (unit.kind) {
     case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
-    case UnitKind::kDecoderLayer: return decoder_layer(cfg, LayerWeights::bind(w, unit.layer), x, rope.cos, rope.sin);
+    case UnitKind::kDecoderLayer:
+      return decoder_layer(cfg, LayerWeights::bind(w, unit.layer), x, rope.cos, rope.sin, unit.layer, lora);
     case UnitKind::kHead: break;
   }
   return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::kLmHead));
 }
 
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
-                         at::ScalarType compute_dtype) {
+                         at::ScalarType compute_dtype, const LoraRun* lora) {
   at::Tensor x = tokens;
-  for (const UnitSpec& u : model_units(cfg)) x = unit_forward(cfg, u, w, x, rope, compute_dtype);
+  for (const UnitSpec& u : model_units(cfg)) x = unit_forward(cfg, u, w, x, rope, compute_dtype, lora);
   return x;
 }
 

@@ -24,7 +24,9 @@ nlohmann::json comm_json(const comm::ProcessGroups& g) {
 
 nlohmann::json memory_json(const fsdp::MemoryReport& m) {
   return {{"param_bytes", m.param_bytes}, {"grad_bytes", m.grad_bytes}, {"optimizer_bytes", m.optimizer_bytes},
-          {"no_sync_bytes", m.no_sync_bytes}, {"persistent_bytes", m.persistent()}, {"unsharded_bytes", m.unsharded_bytes}};
+          {"no_sync_bytes", m.no_sync_bytes}, {"persistent_bytes", m.persistent()}, {"unsharded_bytes", m.unsharded_bytes},
+          // LoRA: the frozen base and the adapters (master + AdamW) per rank; 0 and persistent otherwise
+          {"base_bytes", m.base_bytes}, {"adapter_bytes", m.base_bytes > 0 ? m.trainable_bytes() : 0}};
 }
 
 }  // namespace

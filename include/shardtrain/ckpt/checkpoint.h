@@ -11,6 +11,7 @@
 #include "shardtrain/data/loader.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/optim/optimizer.h"
+#include "shardtrain/runtime/error.h"
 
 namespace shardtrain::ckpt {
 
@@ -39,6 +40,21 @@ struct TrainState {
   int64_t step = 0;  // optimizer steps done
   LoaderState loader;
   nlohmann::json run_config, model_config;
+  // LoRA: the frozen base the adapters were trained on (its --weights path, "" for the seeded
+  // init) and base_crc32() of it; a resume on another base is refused.
+  std::string base_weights;
+  int64_t base_crc32 = -1;
+};
+
+// Collective over the shard group: the CRC-32 of every base parameter's fp32 bytes, in Hugging
+// Face order, as the engine read them (the same at any world size, strategy and --param-dtype).
+int64_t base_crc32(fsdp::FsdpEngine& engine);
+
+// A resume that must not fall back to an older checkpoint (--resume auto skips unreadable
+// ones): the run's LoRA settings or base weights differ from the checkpoint's.
+class ResumeRefused : public AgreedUsageError {
+ public:
+  using AgreedUsageError::AgreedUsageError;
 };
 
 // Lustre layout of new checkpoint files, passed as MPI-IO hints (striping_factor/_unit); the
@@ -52,6 +68,8 @@ struct StripeOptions {
 // asynchronous save can write while training goes on.
 struct Snapshot {
   std::vector<StatePiece> pieces;
+  std::vector<ParamSpec> specs;  // the datasets: the model's parameters, or a LoRA run's adapters
+  LoraConfig lora;               // rank 0: not a LoRA run
   ModelConfig model;
   TrainState state;
   int64_t adam_step = 0;

@@ -21,6 +21,7 @@ struct CheckpointConfig {
   StripeOptions stripe;    // Lustre striping hints for new files
   bool async = false;      // host copy at the step boundary, write on a background thread
   bool exit_on_signal = false;  // --on-signal exit: after a requested save, exit 75
+  std::string base_weights;     // LoRA: the frozen base's --weights, recorded in every checkpoint
   void validate() const;        // throws UsageError naming the option
 };
 
@@ -45,6 +46,7 @@ class Manager {
   Optimizer& optimizer_;
   nlohmann::json run_config_;
   std::unique_ptr<AsyncSaver> saver_;
+  int64_t base_crc_ = -1;  // LoRA: base_crc32() of the frozen base
 };
 
 }  // namespace shardtrain::ckpt

@@ -1,5 +1,6 @@
 // Subcommands: each takes the arguments after its name and returns the process exit code.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,9 +29,16 @@ int print_help(const std::string& text, const MpiEnv& env);
 // Opens a token file and checks its ids fit the model's vocabulary and positions.
 std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model);
 // Collective: every rank gathers the full parameters; rank 0 writes Hugging Face safetensors
-// (5 GiB shards) and config.json with torch_dtype into dir.
+// (5 GiB shards) and config.json with torch_dtype into dir. A LoRA engine's adapters are merged
+// into the weights (W + alpha/r B A), as PEFT's merge_and_unload.
 void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
                int rank);
+// Collective: a LoRA engine's adapters as PEFT saves them: adapter_model.safetensors (fp32) and
+// adapter_config.json, which peft.PeftModel.from_pretrained loads. base: recorded as the base path.
+void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base, int rank);
+// full[W] = W + alpha/r B A for every targeted projection (pure; fp32 host tensors by name).
+void merge_adapters(std::map<std::string, at::Tensor>& full, const std::map<std::string, at::Tensor>& adapters,
+                    const ModelConfig& model, const LoraConfig& lora);
 
 // One CUDA device per rank, picked by node-local rank among the visible ones (CUDA_VISIBLE_DEVICES
 // applies), for --device auto|cuda; cpu otherwise. Selects the device. Throws UsageError for

@@ -31,7 +31,8 @@ struct TrainOptions {
   std::string weights;     // safetensors file, directory or index (optional)
   std::string data;        // token file from 'shardtrain prepare'
   std::string val_data;    // optional validation token file
-  std::string save_model;  // directory for model.safetensors + config.json
+  std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
+  bool merge_lora = false; // LoRA: --save-model writes merged full weights instead of the adapter
   std::vector<std::string> args;  // as given, stored in checkpoints
   TrainConfig train;
   fsdp::FsdpConfig fsdp;
@@ -47,6 +48,7 @@ struct EvalOptions {
   CommonOptions common;
   ModelConfig model;
   std::string weights;
+  std::string lora;  // a PEFT adapter directory to apply (fsdp.lora holds its settings)
   std::string data;  // token file: loss and perplexity
   std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other implementations
   AccuracyConfig accuracy;
@@ -65,6 +67,7 @@ struct GenerateOptions {
   fsdp::FsdpConfig fsdp;
   ModelConfig model;
   std::string weights, tokenizer;
+  std::string lora;  // a PEFT adapter directory to apply (fsdp.lora holds its settings)
   std::vector<std::string> prompts;
   std::string template_name = "none", input;  // alpaca: the prompt is the instruction
   int64_t max_new_tokens = 64;
@@ -76,6 +79,8 @@ struct ConvertOptions {
   CommonOptions common;
   std::string input, output;  // a checkpoint .h5 <-> a Hugging Face model directory
   at::ScalarType dtype = at::kFloat;  // of the exported safetensors
+  std::string weights;      // a LoRA checkpoint's base; empty: the path the checkpoint records
+  bool merge_lora = false;  // a LoRA checkpoint: merged full weights instead of the PEFT adapter
 };
 
 struct InspectOptions {

@@ -29,13 +29,17 @@
 
 namespace shardtrain::fsdp {
 
-// Bytes per rank: persistent (fp32 master, exp_avg, exp_avg_sq, no-sync buffers) and the fp32
-// gradient shards, which exist only from the step's first reduction to the optimizer step,
-// beside the figure one unsharded replica would need (16 bytes per parameter).
+// Bytes per rank: persistent (the trainable parameters' fp32 master, exp_avg, exp_avg_sq,
+// no-sync buffers, and a LoRA run's frozen base in the compute dtype) and the fp32 gradient
+// shards, which exist only from the step's first reduction to the optimizer step, beside the
+// figure one unsharded replica would need (16 bytes per trainable parameter, plus the base).
+// Under LoRA the trainable parameters are the adapters: param/grad/optimizer_bytes are theirs.
 struct MemoryReport {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, unsharded_bytes = 0, padding_elements = 0;
   int64_t no_sync_bytes = 0;  // the unsharded gradient buffers of no_sync_accumulation
-  int64_t persistent() const { return param_bytes + optimizer_bytes + no_sync_bytes; }
+  int64_t base_bytes = 0;     // LoRA: the frozen base shard in the compute dtype; 0 otherwise
+  int64_t trainable_bytes() const { return param_bytes + optimizer_bytes + no_sync_bytes; }  // persistent
+  int64_t persistent() const { return trainable_bytes() + base_bytes; }
 };
 
 // What a step's forward and backward produced; the gradients stay in the shards (pieces()).
@@ -59,8 +63,11 @@ struct ShardPiece {
 class FsdpEngine {
  public:
   // Weights: the seeded init (identical at any world size), or `weights` read shard by shard.
+  // With cfg.lora enabled, the base is frozen and the trainable pieces are the adapters: seeded
+  // (PEFT's init), or read from `adapters` (PEFT's adapter_model.safetensors keys).
   FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-             const SafetensorsModel* weights = nullptr, at::Device device = at::kCPU);
+             const SafetensorsModel* weights = nullptr, at::Device device = at::kCPU,
+             const SafetensorsModel* adapters = nullptr);
 
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
   // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
@@ -74,9 +81,17 @@ class FsdpEngine {
   int64_t take_phase_peak();
   bool phase_peak_is_device() const { return device_.is_cuda(); }
 
-  // Every parameter, unsharded (an all-gather per unit over the shard group).
+  // Every base parameter, unsharded, fp32 (an all-gather per unit over the shard group).
   std::map<std::string, at::Tensor> full_parameters();
-  const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's, in model order
+  std::map<std::string, at::Tensor> full_adapters();  // LoRA: every adapter, unsharded, fp32
+  bool lora() const { return cfg_.lora.enabled(); }
+  // What trains and what checkpoints hold: the model's parameters, or a LoRA run's adapters.
+  const std::vector<ParamSpec>& trainable_specs() const { return trainable_specs_; }
+  // LoRA: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each base
+  // parameter as read at construction, [llama_param_specs x 3], -1 where it holds none; combined
+  // over the shard group into one checksum of the base (ckpt::base_crc32).
+  const std::vector<int64_t>& base_crc_rows() const { return base_crc_rows_; }
+  const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's trainable ones, in model order
   std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
   void release_grads();                   // frees the gradient shards (after the optimizer step)
   MemoryReport memory() const;
@@ -84,14 +99,18 @@ class FsdpEngine {
   const ModelConfig& model() const { return model_; }
   const FsdpConfig& config() const { return cfg_; }
   const at::Device& device() const { return device_; }
-  std::vector<FlatUnit>& units() { return units_; }
+  std::vector<FlatUnit>& units() { return units_; }  // the base (frozen under LoRA)
+  std::vector<FlatUnit>& adapters() { return adapters_; }  // LoRA: [units], empty for embedding and head
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
 
  private:
   struct Pass;  // one forward/backward over a micro-batch
   at::Tensor forward(Pass& p, const at::Tensor& tokens, bool build_graph);
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
-  at::Tensor run_unit(int64_t u, const at::Tensor& x);
+  at::Tensor run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train);
+  FlatUnit& trainable(int64_t u) { return lora() ? adapters_[u] : units_[u]; }
+  const FlatUnit& trainable(int64_t u) const { return lora() ? adapters_[u] : units_[u]; }
+  std::map<std::string, at::Tensor> gather_full(std::vector<FlatUnit>& units);
   bool recomputes(int64_t u) const;  // activation checkpointing: a decoder layer keeps no graph
   void ensure(int64_t unit);
   void prefetch(int64_t unit);
@@ -121,6 +140,11 @@ class FsdpEngine {
   at::Device device_;
   Rotary rope_;
   std::vector<FlatUnit> units_;         // [num_layers + 2], model_units() order
+  std::vector<FlatUnit> adapters_;      // LoRA: [num_layers + 2]; empty otherwise
+  std::vector<ParamSpec> trainable_specs_;
+  std::vector<int64_t> base_crc_rows_;
+  bool backward_ = false;               // in backward(): a LoRA run skips the frozen embedding
+  uint64_t seed_ = 0, passes_ = 0;      // LoRA dropout: each training pass draws its own masks
   std::vector<ShardPiece> pieces_;      // this rank's pieces of every unit's shard
   std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::vector<at::Tensor> no_sync_;     // [units] fp32 [padded], with no_sync_accumulation

@@ -14,11 +14,16 @@ namespace shardtrain::fsdp {
 
 class FlatUnit {
  public:
-  FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master);
+  // frozen (a LoRA run's base): master is kept in the compute dtype and the gathered leaf does
+  // not require grad, so autograd computes no weight gradient for it.
+  FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen = false);
+  bool frozen() const { return frozen_; }
+  bool empty() const { return layout_.padded == 0; }  // a unit without adapters
   const UnitSpec& spec() const { return spec_; }
   UnitKind kind() const { return spec_.kind; }
   const FlatLayout& layout() const { return layout_; }
-  at::Tensor& master() { return master_; }  // fp32 [shard_numel], persistent
+  at::Tensor& master() { return master_; }  // fp32 [shard_numel] (frozen: compute dtype), persistent
+  const at::Tensor& master() const { return master_; }
   at::Tensor& grad() { return grad_; }      // fp32 [shard_numel] during a step; undefined otherwise
   const at::Tensor& grad() const { return grad_; }
 
@@ -46,6 +51,7 @@ class FlatUnit {
   at::Tensor send_;  // the master shard in the compute dtype, kept alive for the gather
   comm::WorkPtr pending_;
   bool gathered_ = false;
+  bool frozen_ = false;
 };
 
 }  // namespace shardtrain::fsdp

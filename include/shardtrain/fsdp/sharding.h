@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shardtrain/comm/process_groups.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::fsdp {
@@ -36,6 +37,7 @@ struct FsdpConfig {
   // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
   int max_inflight_gathers = 2;
   bool tf32 = true;  // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
+  LoraConfig lora;   // rank > 0: the base is frozen and only the adapters train
   void validate() const;  // throws UsageError naming the option to change
 };
 

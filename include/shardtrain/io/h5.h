@@ -51,6 +51,8 @@ std::vector<T> read_rows(hid_t dset, const std::vector<int64_t>& rows, hsize_t c
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value);
 void write_attr(hid_t obj, const std::string& name, int64_t value);
+void write_attr_double(hid_t obj, const std::string& name, double value);  // a named function: no int/double overload surprises
+double read_attr_double(hid_t obj, const std::string& name);
 bool has_attr(hid_t obj, const std::string& name);
 std::string read_attr_string(hid_t obj, const std::string& name);
 int64_t read_attr_int(hid_t obj, const std::string& name);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "shardtrain/model/config.h"
+#include "shardtrain/model/lora.h"
 #include "shardtrain/model/params.h"
 
 namespace shardtrain {
@@ -21,6 +22,15 @@ struct LayerWeights {
   at::Tensor gate_proj, up_proj, down_proj;   // [F, H], [F, H], [H, F]
   at::Tensor input_norm, post_norm;           // [H]
   static LayerWeights bind(const WeightLookup& w, int64_t layer);  // by names::kLayer
+  const at::Tensor& proj(int k) const;  // k: index into names::kLayer (0..6)
+};
+
+// A LoRA run's adapters for one forward: the lookup reads lora_param_specs' names.
+struct LoraRun {
+  const LoraConfig* cfg = nullptr;
+  WeightLookup adapter;
+  uint64_t dropout_seed = 0;  // mixed with the layer and target; the same seed draws the same masks
+  bool train = false;         // dropout only in training
 };
 
 // cos/sin tables in Hugging Face's rotate-half layout, fp32.
@@ -33,16 +43,17 @@ struct Rotary {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // x: [B, T, H] -> [B, T, H]
+// lora: the layer's adapters (nullptr: none).
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
-                         const at::Tensor& cos, const at::Tensor& sin);
+                         const at::Tensor& cos, const at::Tensor& sin, int64_t layer = -1, const LoraRun* lora = nullptr);
 
 // One unit's forward. Embedding: tokens [B, T] int64 -> hidden [B, T, H] in compute_dtype;
 // decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V].
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const Rotary& rope, at::ScalarType compute_dtype);
+                        const Rotary& rope, at::ScalarType compute_dtype, const LoraRun* lora = nullptr);
 // Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype.
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
-                         at::ScalarType compute_dtype);
+                         at::ScalarType compute_dtype, const LoraRun* lora = nullptr);
 
 // Sum of token cross-entropies (fp32) over positions whose next-token label is not -100, and
 // their count: labels[:, 1:] against logits[:, :-1], Hugging Face's shift.

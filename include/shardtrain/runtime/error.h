@@ -18,6 +18,12 @@ class UsageError : public Error {
   using Error::Error;
 };
 
+// A UsageError that every rank throws alike, after agreeing on it: rank 0 alone prints it.
+class AgreedUsageError : public UsageError {
+ public:
+  using UsageError::UsageError;
+};
+
 namespace detail {
 // "rank 3 on host ip-10-0-0-1" once MpiEnv is up, "host H" before.
 std::string identity();

@@ -1,0 +1,43 @@
+// A LoRA run's outputs: the adapter in PEFT's format, and the merge into full weights.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/cli/commands.h"
+#include "shardtrain/fsdp/engine.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain::cli {
+
+void merge_adapters(std::map<std::string, at::Tensor>& full, const std::map<std::string, at::Tensor>& adapters,
+                    const ModelConfig& model, const LoraConfig& lora) {
+  for (int64_t i = 0; i < model.num_layers; ++i)
+    for (int k = 0; k < 7; ++k) {
+      if (!lora.targets_proj(k)) continue;
+      auto& w = full.at(names::layer(i, names::kLayer[k]));
+      w = merge_lora(w, adapters.at(lora_name(i, k, 'A')), adapters.at(lora_name(i, k, 'B')), lora.scale());
+    }
+}
+
+nlohmann::json peft_adapter_config(const LoraConfig& lora, const std::string& base) {
+  // The keys PEFT's LoraConfig needs for a plain LoRA on a causal LM; the rest take its defaults.
+  return {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"base_model_name_or_path", base},
+          {"r", lora.rank}, {"lora_alpha", lora.alpha}, {"lora_dropout", lora.dropout},
+          {"target_modules", lora.targets}, {"bias", "none"}, {"fan_in_fan_out", false},
+          {"inference_mode", true}, {"init_lora_weights", true}, {"use_rslora", false}, {"use_dora", false},
+          {"modules_to_save", nullptr}, {"rank_pattern", nlohmann::json::object()},
+          {"alpha_pattern", nlohmann::json::object()}};
+}
+
+void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base, int rank) {
+  const auto adapters = engine.full_adapters();  // collective
+  if (rank != 0) return;
+  NamedTensors named;
+  for (const auto& spec : engine.trainable_specs()) named.emplace_back(peft_key(spec.name), adapters.at(spec.name));
+  fs::create_directories(dir);
+  write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), named, {{"format", "pt"}});
+  std::ofstream(fs::path(dir) / "adapter_config.json") << peft_adapter_config(engine.config().lora, base).dump(2) << "\n";
+}
+
+}  // namespace shardtrain::cli

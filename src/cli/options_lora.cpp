@@ -1,0 +1,59 @@
+// LoRA's options: train's --lora-* settings, and eval/generate's --lora DIR (a PEFT adapter).
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "option_parts.h"
+#include "shardtrain/runtime/error.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain::cli::parts {
+
+po::options_description lora_desc(LoraConfig& l, LoraArgs& raw) {
+  po::options_description d("LoRA (parameter-efficient fine-tuning; the base stays frozen)");
+  d.add_options()("lora-rank", po::value(&l.rank)->default_value(0), "adapter rank r (0: off, full fine-tuning)")(
+      "lora-alpha", po::value(&l.alpha)->default_value(32.0), "scaling alpha; the adapter's output is scaled by alpha/r")(
+      "lora-dropout", po::value(&l.dropout)->default_value(0.05), "dropout on the adapters' input, in [0, 1)")(
+      "lora-targets", po::value(&raw.targets)->default_value("q_proj,v_proj"),
+      "comma-separated projections: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")(
+      "merge-lora", po::bool_switch(&raw.merge), "with --save-model: write merged full weights instead of the adapter");
+  return d;
+}
+
+void check_lora(LoraConfig& l, const LoraArgs& raw) {
+  l.targets = parse_lora_targets(raw.targets);
+  l.validate();
+  if (raw.merge && !l.enabled()) throw UsageError("--merge-lora needs --lora-rank > 0");
+}
+
+LoraConfig read_adapter_config(const std::string& dir) {
+  const fs::path cfg = fs::path(dir) / "adapter_config.json", weights = fs::path(dir) / "adapter_model.safetensors";
+  if (!fs::exists(cfg) || !fs::exists(weights))
+    throw UsageError("--lora: " + dir + " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
+  nlohmann::json j;
+  try {
+    std::ifstream(cfg) >> j;
+  } catch (const std::exception& e) {
+    throw UsageError("--lora: cannot parse " + cfg.string() + ": " + e.what());
+  }
+  if (j.value("peft_type", "") != "LORA" || j.value("use_dora", false) || j.value("use_rslora", false) ||
+      !j.value("rank_pattern", nlohmann::json::object()).empty() || !j.value("alpha_pattern", nlohmann::json::object()).empty())
+    throw UsageError("--lora: " + cfg.string() + " is not a plain LoRA adapter (peft_type LORA, no DoRA/rsLoRA/patterns)");
+  LoraConfig l;
+  l.rank = j.at("r").get<int64_t>();
+  l.alpha = j.at("lora_alpha").get<double>();
+  l.dropout = 0;  // inference
+  l.targets.clear();
+  for (const auto& t : j.at("target_modules")) l.targets.push_back(t.get<std::string>());
+  // PEFT stores the targets as a set; shardtrain's order is the layer's.
+  std::vector<std::string> ordered;
+  for (const char* t : kLoraTargets)
+    if (std::find(l.targets.begin(), l.targets.end(), t) != l.targets.end()) ordered.push_back(t);
+  if (ordered.size() != l.targets.size()) throw UsageError("--lora: " + cfg.string() + " targets modules shardtrain does not know");
+  l.targets = ordered;
+  l.validate();
+  return l;
+}
+
+}  // namespace shardtrain::cli::parts

@@ -1,0 +1,115 @@
+#include "shardtrain/model/lora.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain {
+
+namespace {
+int target_index(const std::string& t) {
+  for (int k = 0; k < 7; ++k)
+    if (t == kLoraTargets[k]) return k;
+  return -1;
+}
+const char* kLayerModule[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                               "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+}  // namespace
+
+bool LoraConfig::targets_proj(int k) const {
+  for (const auto& t : targets)
+    if (t == kLoraTargets[k]) return true;
+  return false;
+}
+
+void LoraConfig::validate() const {
+  // Checked even with LoRA off, so a typo in a config file is never silently ignored.
+  if (rank < 0) throw UsageError("--lora-rank must be >= 0 (0: LoRA off), got " + std::to_string(rank));
+  if (!(alpha > 0)) {
+    std::ostringstream os;
+    os << "--lora-alpha must be positive, got " << alpha;
+    throw UsageError(os.str());
+  }
+  if (!(dropout >= 0 && dropout < 1)) {
+    std::ostringstream os;
+    os << "--lora-dropout must be in [0, 1), got " << dropout;
+    throw UsageError(os.str());
+  }
+  if (targets.empty()) throw UsageError("--lora-targets must name at least one projection");
+  for (const auto& t : targets)
+    if (target_index(t) < 0) throw UsageError("--lora-targets: unknown target '" + t + "'; choose from " +
+                                              "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+}
+
+std::vector<std::string> parse_lora_targets(const std::string& csv) {
+  std::vector<std::string> out;
+  std::stringstream ss(csv);
+  for (std::string t; std::getline(ss, t, ',');) {
+    if (target_index(t) < 0)
+      throw UsageError("--lora-targets: unknown target '" + t + "'; choose from q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    for (const auto& seen : out)
+      if (seen == t) throw UsageError("--lora-targets: '" + t + "' is named twice");
+    out.push_back(t);
+  }
+  if (out.empty()) throw UsageError("--lora-targets must name at least one projection");
+  return out;
+}
+
+std::string join_lora_targets(const std::vector<std::string>& targets) {
+  std::string s;
+  for (const auto& t : targets) s += (s.empty() ? "" : ",") + t;
+  return s;
+}
+
+std::string lora_name(int64_t layer, int k, char ab) {
+  return names::layer(layer, kLayerModule[k]) + ".lora_" + ab + ".weight";
+}
+
+std::string peft_key(const std::string& name) { return "base_model.model." + name; }
+
+std::vector<ParamSpec> lora_param_specs(const ModelConfig& c, const LoraConfig& lora) {
+  const int64_t h = c.hidden_size, kv = c.num_kv_heads * c.head_dim(), f = c.intermediate_size, r = lora.rank;
+  const int64_t out[7] = {h, kv, kv, h, f, f, h}, in[7] = {h, h, h, h, h, h, f};
+  std::vector<ParamSpec> s;
+  if (!lora.enabled()) return s;
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    for (int k = 0; k < 7; ++k) {
+      if (!lora.targets_proj(k)) continue;
+      s.push_back({lora_name(i, k, 'A'), {r, in[k]}, false, i + 1});
+      s.push_back({lora_name(i, k, 'B'), {out[k], r}, false, i + 1});
+    }
+  return s;
+}
+
+at::Tensor init_lora_param(const ParamSpec& spec, uint64_t seed) {
+  const bool is_a = spec.name.find(".lora_A.") != std::string::npos;
+  if (!is_a) return at::zeros(spec.shape, at::kFloat);
+  uint64_t hsh = 1469598103934665603ull;  // FNV-1a of the name, mixed with the seed (as init_param)
+  for (unsigned char ch : spec.name) hsh = (hsh ^ ch) * 1099511628211ull;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(hsh ^ (seed * 0x9E3779B97F4A7C15ull));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(spec.shape[1]));
+  return at::empty(spec.shape, at::kFloat).uniform_(-bound, bound, gen);
+}
+
+at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
+  if (p <= 0) return x;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  // The mask is drawn on the host so that it depends on the seed only, whatever the device.
+  auto keep = at::empty(x.sizes(), at::kFloat).bernoulli_(1.0 - p, gen);
+  return x * (keep / (1.0 - p)).to(x.device(), x.scalar_type());
+}
+
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
+                       double scale, const at::Tensor& xd) {
+  return at::linear(x, w) + at::linear(at::linear(xd, a), b) * scale;
+}
+
+at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale) {
+  return (w.to(at::kFloat) + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * scale).to(w.scalar_type());
+}
+
+}  // namespace shardtrain

@@ -1,0 +1,191 @@
+// LoRA under FSDP against Hugging Face PEFT (tests/python/lora_reference.py), under mpirun at
+// 1 rank, 4 ranks full_shard and 2 simulated nodes x 2 (hybrid_shard): logits and adapter
+// gradients within 1e-5, three AdamW steps within 1e-4, a frozen base that never changes, and
+// activation checkpointing, accumulation and dropout's recompute giving the same gradients.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstring>
+
+#include "shardtrain/data/sampler.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/runtime/mpi_env.h"
+
+using namespace shardtrain;
+using fsdp::Sharding;
+
+namespace {
+MpiEnv* g_env = nullptr;
+const std::string kRef = std::string(SHARDTRAIN_REF_DIR) + "/lora";
+
+struct Fixture {
+  ModelConfig cfg = resolve_model(kRef + "/model/config.json");
+  SafetensorsFile ref{kRef + "/reference.safetensors"};
+  SafetensorsModel base{kRef + "/model"};
+  SafetensorsModel adapters{kRef + "/adapter_init/adapter_model.safetensors"};
+  Batch batch{ref.read("tokens"), ref.read("labels")};
+};
+
+LoraConfig peft_lora() {  // as lora_reference.py's LoraConfig
+  LoraConfig l;
+  l.rank = 4, l.alpha = 8, l.dropout = 0;
+  l.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  return l;
+}
+
+// Hybrid (2 x 2) when the test runs on simulated nodes, else full_shard.
+Sharding strategy() { return g_env->topology().local_size < g_env->size() ? Sharding::kHybridShard : Sharding::kFullShard; }
+
+fsdp::FsdpConfig config(bool ac = false, at::ScalarType dtype = at::kFloat) {
+  fsdp::FsdpConfig f;
+  f.sharding = strategy(), f.activation_checkpointing = ac, f.param_dtype = dtype, f.lora = peft_lora();
+  return f;
+}
+
+std::vector<Batch> my_rows(const Batch& b, int64_t accum) {
+  std::vector<int64_t> all(b.tokens.size(0));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  std::vector<Batch> out;
+  for (const auto& p : rank_micro_batches(all, g_env->rank(), g_env->size(), accum)) {
+    auto idx = at::tensor(p, at::kLong);
+    out.push_back({b.tokens.index_select(0, idx), b.labels.index_select(0, idx)});
+  }
+  return out;
+}
+
+std::string where() {
+  return std::string(fsdp::sharding_name(strategy())) + " world=" + std::to_string(g_env->size());
+}
+
+// The worst |grad - PEFT grad| over this rank's adapter pieces.
+double worst_grad_gap(fsdp::FsdpEngine& eng, const Fixture& f) {
+  const auto grads = eng.grad_shards();
+  double worst = 0;
+  for (size_t i = 0; i < eng.pieces().size(); ++i) {
+    const auto& p = eng.pieces()[i];
+    const auto want = f.ref.read("grad." + peft_key(p.name)).flatten().narrow(0, p.param_offset, p.numel);
+    EXPECT_TRUE(grads[i].defined()) << p.name;
+    worst = std::max(worst, (grads[i] - want).abs().max().item<double>());
+  }
+  return worst;
+}
+}  // namespace
+
+TEST(LoraMpi, LogitsEqualPeft) {
+  Fixture f;
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  fsdp::FsdpEngine eng(f.cfg, config(), groups, 1, &f.base, at::kCPU, &f.adapters);
+  const auto logits = eng.logits(f.batch.tokens);
+  EXPECT_LE((logits - f.ref.read("logits")).abs().max().item<double>(), 1e-5) << where();
+  // The adapters matter: without them the logits are the base model's, far from PEFT's.
+  fsdp::FsdpConfig off = config();
+  off.lora.rank = 0;
+  fsdp::FsdpEngine plain(f.cfg, off, groups, 1, &f.base);
+  EXPECT_GT((plain.logits(f.batch.tokens) - f.ref.read("logits")).abs().max().item<double>(), 1e-3);
+}
+
+TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
+  Fixture f;
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  for (bool ac : {false, true})
+    for (int64_t accum : {1, 2, -2}) {  // -2: two micro-steps reduced once (no_sync_accumulation)
+      auto c = config(ac);
+      c.no_sync_accumulation = accum < 0;
+      accum = std::abs(accum);
+      fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+      const auto r = eng.forward_backward(my_rows(f.batch, accum));
+      EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
+      EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << ac << " accum=" << accum;
+      // The trainable pieces are the adapters only, 28 tensors sharded over the shard group.
+      for (const auto& p : eng.pieces()) EXPECT_NE(p.name.find(".lora_"), std::string::npos) << p.name;
+      for (auto& u : eng.units()) {
+        EXPECT_TRUE(u.frozen());
+        EXPECT_FALSE(u.grad().defined()) << "the frozen base has no gradient shard";
+        EXPECT_EQ(u.master().scalar_type(), at::kFloat) << "fp32 compute: the base is kept in fp32 here";
+      }
+    }
+}
+
+TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
+  Fixture f;
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  fsdp::FsdpEngine eng(f.cfg, config(), groups, 1, &f.base, at::kCPU, &f.adapters);
+  OptimizerConfig oc;
+  oc.adamw = {0.9, 0.95, 1e-8, 0.1};
+  oc.grad_clip = 1.0;
+  Optimizer opt = fsdp::make_optimizer(eng, oc);
+  const auto losses = f.ref.read("adamw_losses");
+  for (int64_t s = 0; s < 3; ++s) {
+    const auto r = eng.forward_backward(my_rows(f.batch, 1));
+    opt.step(1e-3, eng.grad_shards());
+    eng.release_grads();
+    EXPECT_NEAR(r.loss, losses[s].item<double>(), 1e-4) << "step " << s << " " << where();
+  }
+  double worst = 0;
+  for (const auto& [name, t] : eng.full_adapters()) {
+    const auto want = f.ref.read("final." + peft_key(name));
+    worst = std::max(worst, (t - want).abs().max().item<double>());
+    EXPECT_GT((t - f.adapters.read(peft_key(name))).abs().max().item<double>(), 1e-4) << name << " moved";
+  }
+  EXPECT_LE(worst, 1e-4) << where();
+  if (g_env->rank() == 0) std::printf("  %s: adapters after 3 AdamW steps within %.1e of PEFT\n", where().c_str(), worst);
+  EXPECT_EQ(eng.full_adapters().size(), 28u);
+  // The base is frozen: byte-identical to the file it was read from.
+  for (const auto& [name, t] : eng.full_parameters()) EXPECT_TRUE(t.equal(f.base.read(name))) << name;
+}
+
+// bf16 compute keeps the base in bf16 (no fp32 copy) and still learns what fp32 learns, to bf16's precision.
+TEST(LoraMpi, Bf16KeepsTheBaseInBf16) {
+  Fixture f;
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  fsdp::FsdpEngine eng(f.cfg, config(true, at::kBFloat16), groups, 1, &f.base, at::kCPU, &f.adapters);
+  for (auto& u : eng.units()) EXPECT_EQ(u.master().scalar_type(), at::kBFloat16);
+  const auto m = eng.memory();
+  int64_t base_elems = 0;
+  for (auto& u : eng.units()) base_elems += u.layout().shard_numel;
+  EXPECT_EQ(m.base_bytes, 2 * base_elems);
+  EXPECT_EQ(m.param_bytes, 4 * [&] { int64_t n = 0; for (auto& a : eng.adapters()) n += a.layout().shard_numel; return n; }());
+  const auto r = eng.forward_backward(my_rows(f.batch, 2));
+  EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 2e-2) << where();
+}
+
+// Dropout's masks depend on the pass's seed only, so activation checkpointing's recompute
+// draws the same ones: the gradients with and without it agree, and differ from no dropout.
+TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
+  Fixture f;
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  std::vector<std::vector<at::Tensor>> grads;
+  for (auto [ac, p] : {std::pair{false, 0.3}, std::pair{true, 0.3}, std::pair{false, 0.0}}) {
+    auto c = config(ac);
+    c.lora.dropout = p;
+    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+    eng.forward_backward(my_rows(f.batch, 1));
+    grads.push_back({});
+    for (auto& g : eng.grad_shards()) grads.back().push_back(g.clone());
+  }
+  double ac_gap = 0, p_gap = 0;
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    ac_gap = std::max(ac_gap, (grads[0][i] - grads[1][i]).abs().max().item<double>());
+    p_gap = std::max(p_gap, (grads[0][i] - grads[2][i]).abs().max().item<double>());
+  }
+  EXPECT_LE(ac_gap, 1e-6) << where();
+  EXPECT_GT(p_gap, 1e-4) << "dropout changed nothing";
+}
+
+int main(int argc, char** argv) {
+  int ranks_per_node = 0;
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0) ranks_per_node = std::atoi(argv[i] + 17);
+  MpiEnv env(&argc, &argv);
+  env.set_ranks_per_node(ranks_per_node);
+  g_env = &env;
+  at::set_num_threads(1);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (env.rank() != 0) ::testing::GTEST_FLAG(print_time) = false;
+  const int rc = RUN_ALL_TESTS();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
