@@ -21,9 +21,7 @@ pt_shape=(--layers 4 --hidden 512 --ffn 1376 --heads 8 --kv-heads 8 --vocab 4096
 batch=4 seq=256
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-data="$out/bench-$seq.h5"
-[ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-  --output "$data" --seq-len "$seq" --mode packing > "$out/prepare.log"
+data=$(bench_data "$out" "$seq")
 
 stat() { "$py" "$repo/bench/metrics_median.py" "$1" "$2" "$skip"; }  # FILE FIELD
 

@@ -8,3 +8,12 @@ else bin=$repo/build/src/shardtrain; fi
 if [ -n "${PYTHON:-}" ]; then py=$PYTHON
 elif [ -x "$repo/.venv/bin/python" ]; then py=$repo/.venv/bin/python
 else py=python3; fi
+
+# bench_data OUT SEQ: prints the path of OUT/bench-SEQ.h5, the demo data packed into rows of SEQ
+# tokens, preparing it on first use.
+bench_data() {
+  local data=$1/bench-$2.h5
+  [ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
+    --output "$data" --seq-len "$2" --mode packing > "$1/prepare-$2.log"
+  echo "$data"
+}

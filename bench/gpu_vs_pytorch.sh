@@ -37,9 +37,7 @@ median() { "$py" "$repo/bench/metrics_median.py" "$1" "$2" "$skip"; }  # FILE FI
 
 rows=()
 for seq in $seqs; do
-  data="$out/bench-$seq.h5"
-  [ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-    --output "$data" --seq-len "$seq" --mode packing > "$out/prepare-$seq.log"
+  data=$(bench_data "$out" "$seq")
   for ac in off on; do
     acflag=(); pyac=()
     [ "$ac" = on ] && acflag=(--activation-checkpointing) && pyac=(--ac)

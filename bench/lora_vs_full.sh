@@ -8,9 +8,7 @@
 #   bash bench/lora_vs_full.sh          # writes OUT/results.md
 # Env: REPS (3), STEPS (8), SKIP (2), WORLD (2), SHARDING (full_shard), PARAM_DTYPE (bf16), OUT, SHARDTRAIN_BIN, PYTHON.
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=${SHARDTRAIN_BIN:-$repo/build/src/shardtrain}
-py=${PYTHON:-$repo/.venv/bin/python}
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 out=${OUT:-$repo/build/bench-lora}
 reps=${REPS:-3} steps=${STEPS:-8} skip=${SKIP:-2} world=${WORLD:-2} sharding=${SHARDING:-full_shard}
 cores=$(nproc)
@@ -18,9 +16,7 @@ shape=(--model tiny --n-layers 4 --hidden-size 512 --intermediate-size 1376 --n-
 batch=4 seq=256
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-data="$out/bench-$seq.h5"
-[ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-  --output "$data" --seq-len "$seq" --mode packing > "$out/prepare.log"
+data=$(bench_data "$out" "$seq")
 dtype=${PARAM_DTYPE:-bf16}  # bf16 compute (fp32 master), as on GPUs; fp32 to compare the CPU default
 stat() { "$py" "$repo/bench/metrics_median.py" "$1" "$2" "$skip"; }
 

@@ -12,6 +12,7 @@
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/mpi_env.h"
+#include "mpi_gtest_main.h"
 
 using namespace shardtrain;
 using fsdp::Sharding;
@@ -174,18 +175,4 @@ TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
   EXPECT_GT(p_gap, 1e-4) << "dropout changed nothing";
 }
 
-int main(int argc, char** argv) {
-  int ranks_per_node = 0;
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0) ranks_per_node = std::atoi(argv[i] + 17);
-  MpiEnv env(&argc, &argv);
-  env.set_ranks_per_node(ranks_per_node);
-  g_env = &env;
-  at::set_num_threads(1);
-  ::testing::InitGoogleTest(&argc, argv);
-  if (env.rank() != 0) ::testing::GTEST_FLAG(print_time) = false;
-  const int rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return worst;
-}
+int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
