@@ -75,7 +75,8 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
     else export_hf(o.output, model, engine, o.dtype, env.rank());
   } else {
     const std::string tmp = o.output + ".tmp";
-    const ckpt::TrainState st{0, {}, nlohmann::json{{"converted_from", o.input}}, model_to_hf_json(model)};
+    ckpt::TrainState st;
+    st.run_config = nlohmann::json{{"converted_from", o.input}}, st.model_config = model_to_hf_json(model);
     ckpt::write(tmp, MPI_COMM_WORLD, ckpt::snapshot(engine, optimizer, st, /*copy=*/false));  // no `latest`: a lone file
     if (env.rank() == 0) fs::rename(tmp, o.output);
   }
