@@ -23,9 +23,9 @@ def installed():
 
 
 def closure(roots, pkgs, provides):
-    seen, todo = set(), list(roots)
-    while todo:
-        p = todo.pop()
+    seen, pending = set(), list(roots)
+    while pending:
+        p = pending.pop()
         if p in seen or p not in pkgs:
             continue
         seen.add(p)
@@ -33,7 +33,7 @@ def closure(roots, pkgs, provides):
             for a in alt:  # the first alternative that is installed satisfies the dependency
                 hit = [a] if a in pkgs else provides.get(a, [])
                 if hit:
-                    todo.extend(hit)
+                    pending.extend(hit)
                     break
     return seen
 

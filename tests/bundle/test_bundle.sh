@@ -10,7 +10,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$(cd "$1" && pwd) venv_py=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 [ "$(id -u)" = 0 ] && unshare --mount true 2> /dev/null || { echo "SKIP: needs root and mount namespaces"; exit 77; }
-work=$(mktemp -d /tmp/bundle-test.XXXXXX)
+work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
