@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "shardtrain/cli/commands.h"
@@ -173,6 +175,10 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
   if (o.intra) scopes.push_back(make_scope("intra-node", t.node, t.local_rank, use_cuda));
   if (o.inter) scopes.push_back(make_scope("inter-node", t.local_rank, t.node, use_cuda));
   std::vector<std::string> failures;
+  // The fabric file: per scope its group size, and preflight's inter-node scope runs one group
+  // per local rank at once (docs/planner.md turns that into a spanning collective's bandwidth).
+  nlohmann::json fabric_json = {{"format", "shardtrain-fabric/1"}, {"source", "shardtrain preflight on " + hosts[0]},
+                                {"ranks_per_node", t.local_size}, {"nodes", t.num_nodes}};
   for (auto& s : scopes) {
     if (s.comm->size() < 2) {
       if (root) std::cout << "# " << s.name << ": skipped, groups of one rank (" << t.num_nodes << " nodes x "
@@ -193,6 +199,10 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
       for (int64_t b : comm::sweep_sizes(o.min_bytes, o.max_bytes, o.step_factor)) {
         const Row row = measure(s, op, b, o, opt, use_cuda);
         sum += row.busbw, ++rows, wrong += row.wrong;
+        auto& scope = fabric_json[s.name == "intra-node" ? "intra" : "inter"];
+        scope["ranks"] = s.comm->size();
+        scope["groups_per_node"] = s.name == "intra-node" ? 1 : t.local_size;
+        scope[name].push_back({row.bytes, row.busbw});
         if (root)
           std::printf("  %12lld %12lld %10.1f %12.2f %12.2f %7lld  rank %d (%s)\n", static_cast<long long>(row.bytes),
                       static_cast<long long>(row.count), row.seconds * 1e6, row.algbw, row.busbw,
@@ -210,6 +220,10 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
     }
   }
   std::fflush(stdout);
+  if (root && !o.json.empty()) {
+    std::ofstream out(o.json);
+    if (!(out << fabric_json.dump(2) << "\n")) throw UsageError("--json " + o.json + " cannot be written; check the directory");
+  }
   if (root) {
     if (failures.empty()) std::cout << "preflight: PASS" << std::endl;
     for (const auto& f : failures) std::cout << "preflight: FAIL: " << f << std::endl;

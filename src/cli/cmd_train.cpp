@@ -9,6 +9,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/obs/rank_summary.h"
+#include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/signals.h"
@@ -74,6 +75,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   // Build: data, engine, optimizer, and the loop's components.
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
+  track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
   auto train = open_token_file("--data", o.data, o.model);
   auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);

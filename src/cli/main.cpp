@@ -17,9 +17,11 @@ using namespace shardtrain;
 int main(int argc, char** argv) {
   std::unique_ptr<MpiEnv> env;
   try {
-    env = std::make_unique<MpiEnv>(&argc, &argv);
     const std::string cmd = argc > 1 ? argv[1] : "";
     std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
+    if (cmd == "plan") return cli::cmd_plan(args);  // arithmetic on one process: no MPI start-up
+    env = std::make_unique<MpiEnv>(&argc, &argv);
+    args.assign(argv + std::min(argc, 2), argv + argc);
     if (cmd == "prepare") return cli::cmd_prepare(args, *env);
     if (cmd == "train") return cli::cmd_train(args, *env);
     if (cmd == "eval") return cli::cmd_eval(args, *env);

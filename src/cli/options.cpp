@@ -298,6 +298,7 @@ std::string top_level_help() {
          "  convert  checkpoint <-> Hugging Face safetensors, with any number of ranks\n"
          "  preflight  hosts, GPUs, NCCL/libfabric (EFA) and collective bandwidth, pass/fail\n"
          "  scaling  throughput and scaling efficiency across node counts from metrics files\n"
+         "  plan     memory per rank, fit and step time for a model across node counts and strategies\n"
          "  report   loss, throughput and step-time breakdown charts and a summary from metrics files\n\n"
          "Run 'shardtrain <command> --help' for a command's options.\n";
 }

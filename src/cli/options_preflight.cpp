@@ -37,6 +37,7 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
       "warmup", po::value(&o.warmup)->default_value(1), "untimed iterations per size (nccl-tests -w)")(
       "ops", po::value(&ops)->default_value(ops), "comma-separated: all_gather, reduce_scatter, all_reduce")(
       "scopes", po::value(&scopes)->default_value(scopes), "intra (ranks of one node), inter (one rank per node), or both")(
+      "json", po::value(&o.json), "write the sweep's busbw per size here, as a fabric for `shardtrain plan --fabric FILE`")(
       "no-sweep", po::bool_switch(&no_sweep), "only report hosts, devices, NCCL and libfabric")(
       "ranks-per-node", po::value(&o.ranks_per_node)->default_value(0), "treat every N consecutive ranks as one node (0: ask MPI)");
   po::options_description all;

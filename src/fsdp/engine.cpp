@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "shardtrain/cuda/nvtx.h"
+#include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/fsdp/phase_clock.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/device_memory.h"
@@ -122,7 +123,7 @@ int64_t FsdpEngine::held_bytes() const {
   const int64_t elt = c10::elementSize(cfg_.param_dtype);
   for (const auto* units : {&units_, &adapters_})
     for (const auto& u : *units) {
-      if (u.gathered()) b += u.layout().padded * elt;
+      if (u.gathered()) b += gathered_bytes(u.layout().padded, static_cast<int>(elt));
       if (u.grad().defined()) b += u.grad().nbytes();
     }
   for (const auto& r : pending_) b += r.send.nbytes() + (r.shard.is_same(r.send) ? 0 : r.shard.nbytes());
@@ -368,18 +369,16 @@ std::map<std::string, at::Tensor> FsdpEngine::gather_full(std::vector<FlatUnit>&
 }
 
 MemoryReport FsdpEngine::memory() const {
-  MemoryReport m;
-  int64_t full = 0, base = 0;
+  std::vector<UnitSize> trainable_units, base_units;
   for (size_t i = 0; i < units_.size(); ++i) {
-    const FlatUnit& u = trainable(static_cast<int64_t>(i));
-    const int64_t n = u.layout().shard_numel;
-    m.param_bytes += 4 * n, m.grad_bytes += 4 * n, m.optimizer_bytes += 8 * n;  // grads: during the step only
-    m.padding_elements += u.layout().padded - u.layout().numel;
-    full += u.layout().numel;
-    if (lora()) m.base_bytes += units_[i].master().nbytes(), base += units_[i].layout().numel;
+    trainable_units.push_back(unit_size(trainable(static_cast<int64_t>(i)).layout(), units_[i].kind()));
+    base_units.push_back(unit_size(units_[i].layout(), units_[i].kind()));
   }
-  for (const auto& t : no_sync_) m.no_sync_bytes += t.nbytes();
-  m.unsharded_bytes = 16 * full + base * static_cast<int64_t>(c10::elementSize(cfg_.param_dtype));
+  const PersistentBytes p = persistent_bytes(trainable_units, lora() ? &base_units : nullptr, cfg_.no_sync_accumulation,
+                                             static_cast<int>(c10::elementSize(cfg_.param_dtype)));
+  MemoryReport m;
+  m.param_bytes = p.param, m.grad_bytes = p.grad, m.optimizer_bytes = p.optimizer, m.no_sync_bytes = p.no_sync;
+  m.base_bytes = p.base, m.unsharded_bytes = p.unsharded, m.padding_elements = p.padding_elements;
   return m;
 }
 

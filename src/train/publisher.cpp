@@ -6,6 +6,7 @@
 #include "shardtrain/cuda/device_memory.h"
 #endif
 #include "shardtrain/obs/rank_summary.h"
+#include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/train/flops.h"
 
@@ -42,6 +43,7 @@ MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig&
 
 void MetricsPublisher::begin_step() {
   for (auto* c : engine_.groups().all()) c->reset_stats();
+  if (host_tensor_memory_tracked()) reset_host_tensor_peak();
 }
 
 void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
@@ -54,6 +56,8 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer})
     by_phase[phase_name(p)] = m.peak_bytes[static_cast<int>(p)];
   m.extra["memory"]["peak_bytes_by_phase_counts"] = engine_.phase_peak_is_device() ? "cuda_allocator" : "engine_tensors";
+  // Every CPU tensor, activations included: what the planner's memory model predicts on CPU.
+  if (host_tensor_memory_tracked()) m.extra["memory"]["host_tensor_peak_bytes"] = host_tensor_peak_bytes();
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (engine_.device().is_cuda()) {
     const auto g = cuda::device_memory(engine_.device().index());

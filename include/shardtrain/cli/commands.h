@@ -23,6 +23,7 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env);
 int cmd_scaling(const std::vector<std::string>& args, MpiEnv& env);
+int cmd_plan(const std::vector<std::string>& args);  // runs without MPI
 int cmd_report(const std::vector<std::string>& args, MpiEnv& env);
 
 int print_help(const std::string& text, const MpiEnv& env);

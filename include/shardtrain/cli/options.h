@@ -10,6 +10,7 @@
 #include "shardtrain/model/config.h"
 #include "shardtrain/obs/config.h"
 #include "shardtrain/optim/optimizer.h"
+#include "shardtrain/plan/planner.h"
 #include "shardtrain/train/config.h"
 #include "shardtrain/train/faults.h"
 #include "shardtrain/train/validator.h"
@@ -92,6 +93,7 @@ struct InspectOptions {
 struct PreflightOptions {
   CommonOptions common;
   std::string device = "auto";  // auto: cuda when a GPU is visible, else cpu (MPI)
+  std::string json;             // --json FILE: the sweep as a fabric for `shardtrain plan --fabric`
   double min_busbw = 0;         // GB/s; 0 reports without a pass/fail threshold
   int64_t min_bytes = 1 << 20, max_bytes = int64_t{1} << 30;
   int step_factor = 2, iters = 5, warmup = 1;
@@ -112,6 +114,14 @@ struct ScalingOptions {
   int skip_steps = 2;  // warmup steps left out of the medians
 };
 
+// `shardtrain plan`: memory and step time across node counts and strategies (plan/planner.h).
+struct PlanOptions {
+  CommonOptions common;
+  plan::PlanInput input;
+  std::string csv, png, json_file;  // outputs beside the table; --json alone prints JSON to stdout
+  bool json = false;
+};
+
 // `shardtrain report`: per-step metrics files reduced to loss, throughput and breakdown charts.
 struct ReportOptions {
   CommonOptions common;
@@ -130,6 +140,7 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text);
 PreflightOptions parse_preflight(const std::vector<std::string>& args, std::string* help_text);
 ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* help_text);
+PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_text);
 ReportOptions parse_report(const std::vector<std::string>& args, std::string* help_text);
 int64_t parse_bytes(const std::string& s, const char* opt);  // 4096, 64K, 1M, 2G (powers of 1024)
 

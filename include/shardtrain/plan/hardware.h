@@ -1,0 +1,44 @@
+// What the planner knows of the hardware: GPUs (peak, memory, memory bandwidth) and fabrics
+// (bus bandwidth per collective and size, inside a node and across nodes). Published figures
+// with their sources are in docs/planner.md; a fabric can also come from `preflight --json`.
+#pragma once
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shardtrain/comm/communicator.h"
+
+namespace shardtrain::plan {
+
+struct GpuSpec {
+  std::string name;
+  double peak_tflops = 0;   // dense bf16
+  double memory_bytes = 0;  // per GPU
+  double hbm_gbps = 0;      // memory bandwidth, GB/s: the optimizer step is bound by it
+};
+// h100-80gb, h200-141gb, a100-80gb, a100-40gb; "cpu" (hidden) for the validation on this machine.
+// Throws UsageError naming --gpu otherwise.
+GpuSpec gpu_spec(const std::string& name);
+std::vector<std::string> gpu_names();
+
+// busbw (GB/s) by collective size in bytes, as nccl-tests prints it; interpolated in log size.
+struct BandwidthTable {
+  std::vector<std::pair<double, double>> points;  // (bytes, busbw GB/s), sorted by bytes
+  double busbw(double bytes) const;
+};
+
+struct Fabric {
+  std::string name, source;
+  // "intra": a collective among the ranks of one node; "inter": one spanning nodes, every rank
+  // of each node taking part (nccl-tests across nodes).
+  std::map<comm::Op, BandwidthTable> intra, inter;
+  double latency_s = 0;  // per collective call
+  // Seconds for one collective of `bytes` (the unsharded buffer) over `ranks` ranks.
+  double seconds(comm::Op op, double bytes, int ranks, bool spans_nodes) const;
+};
+// p4de, p5 (published), or a file: a fabric JSON (configs/fabric/*.json) or `preflight --json`'s.
+// Throws UsageError naming --fabric when it is neither.
+Fabric load_fabric(const std::string& spec);
+
+}  // namespace shardtrain::plan

@@ -1,0 +1,58 @@
+// `shardtrain plan`: memory per rank and step time for a model, strategy and cluster size,
+// from the engine's own memory arithmetic (fsdp/memory_model.h), its per-step collectives and
+// a fabric's bus bandwidth. Equations and figures: docs/planner.md.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/memory_model.h"
+#include "shardtrain/plan/hardware.h"
+
+namespace shardtrain::plan {
+
+// What a run measured, to replace the defaults (--calibrate metrics.jsonl).
+struct Calibration {
+  std::string source;           // empty: the documented defaults
+  double compute_tflops = 0;    // achieved per device in forward + backward, exposed communication excluded
+  double optimizer_s_per_element = 0;  // seconds per trainable shard element
+};
+Calibration read_calibration(const std::string& metrics_file, const ModelConfig& model, int64_t seq_len);
+
+struct PlanInput {
+  ModelConfig model;
+  fsdp::FsdpConfig fsdp;  // sharding is overridden per row
+  GpuSpec gpu;
+  Fabric fabric;
+  Calibration calibration;
+  int gpus_per_node = 8;
+  std::vector<int> nodes;  // node counts, one row each per strategy
+  std::vector<fsdp::Sharding> strategies;
+  int64_t seq_len = 4096, batch_size = 1, grad_accum = 1;  // batch_size: rows per rank per micro-batch
+  double default_mfu = 0.37;  // compute efficiency without --calibrate (fms-fsdp, 7B, H100, eager)
+  bool allowances = true;     // NCCL and allocator allowances (off for the CPU validation)
+};
+
+struct PlanRow {
+  int nodes = 0, ranks = 0, shard_size = 0, replicas = 0;
+  fsdp::Sharding sharding = fsdp::Sharding::kFullShard;
+  // Memory per rank, bytes.
+  int64_t params = 0, grads = 0, optimizer = 0, no_sync = 0, base = 0;  // sharded state
+  int64_t gathered = 0, reductions = 0, activations = 0;  // at the step's peak
+  int64_t nccl = 0, allocator = 0;                        // allowances
+  int64_t tensor_peak = 0;  // every tensor at the peak (what a caching allocator reports)
+  int64_t engine_peak = 0;  // the engine's own accounting (no activations)
+  int64_t total = 0;        // tensor_peak + allowances
+  int gathered_units = 0;
+  bool fits = false;
+  double headroom = 0;  // bytes left (negative: short by)
+  // Step time, seconds per optimizer step.
+  double compute_s = 0, comm_s = 0, exposed_comm_s = 0, optimizer_s = 0, step_s = 0;
+  double tokens_per_s_per_gpu = 0, mfu = 0, efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
+};
+
+// Throws UsageError naming the option when a node count does not fit the shard group.
+std::vector<PlanRow> plan_rows(const PlanInput& in);
+// The row that fits with the most tokens/s per GPU (the cheapest per token), or nullptr.
+const PlanRow* best_row(const std::vector<PlanRow>& rows);
+
+}  // namespace shardtrain::plan

@@ -1,0 +1,120 @@
+// Options of `shardtrain plan` (the description lives with the other commands' in this module).
+#include <algorithm>
+#include <sstream>
+
+#include "option_parts.h"
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::cli {
+using namespace parts;
+
+namespace {
+
+std::vector<int> parse_nodes(const std::string& csv) {
+  std::vector<int> out;
+  std::stringstream ss(csv);
+  for (std::string item; std::getline(ss, item, ',');) {
+    size_t used = 0;
+    int n = 0;
+    try {
+      n = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || n < 1)
+      throw UsageError("--nodes '" + csv + "' must be node counts >= 1 separated by commas, e.g. 1,2,4,8,16");
+    out.push_back(n);
+  }
+  if (out.empty()) throw UsageError("--nodes is empty; give node counts such as 1,2,4,8,16");
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
+PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_text) {
+  PlanOptions o;
+  plan::PlanInput& in = o.input;
+  ModelArgs m;
+  LoraArgs lora;
+  std::string gpu = "h100-80gb", fabric = "p5", nodes = "1,2,4,8,16,32,64", strategy = "all", param_dtype = "bf16",
+              reduce_dtype = "fp32", calibrate;
+  double gpu_memory_gb = 0;
+  bool no_allowances = false;
+  po::options_description d("Plan");
+  d.add_options()("gpu", po::value(&gpu)->default_value(gpu), "h100-80gb, h200-141gb, a100-80gb or a100-40gb")(
+      "gpus-per-node", po::value(&in.gpus_per_node)->default_value(8), "GPUs (ranks) per node")(
+      "nodes", po::value(&nodes)->default_value(nodes), "node counts to plan, comma-separated")(
+      "strategy", po::value(&strategy)->default_value("all"),
+      "all, or one of full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2")(
+      "shard-group-size", po::value(&in.fsdp.shard_group_size)->default_value(0), "hybrid: ranks per shard group (0: one node)")(
+      "seq-len", po::value(&in.seq_len)->default_value(4096), "tokens per row")(
+      "batch-size", po::value(&in.batch_size)->default_value(1), "rows per rank per micro-batch")(
+      "grad-accum", po::value(&in.grad_accum)->default_value(1), "micro-batches per optimizer step")(
+      "activation-checkpointing", po::bool_switch(&in.fsdp.activation_checkpointing), "recompute each decoder layer in backward")(
+      "no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation), "with --grad-accum: reduce once per step")(
+      "param-dtype", po::value(&param_dtype)->default_value(param_dtype), "compute and all-gather dtype: bf16 or fp32")(
+      "reduce-dtype", po::value(&reduce_dtype)->default_value(reduce_dtype), "gradient reduction dtype: fp32 or bf16")(
+      "max-inflight-gathers", po::value(&in.fsdp.max_inflight_gathers)->default_value(2), "units gathered at once")(
+      "fabric", po::value(&fabric)->default_value(fabric), "p4de, p5, or a JSON file from `shardtrain preflight --json`")(
+      "calibrate", po::value(&calibrate), "a train --metrics-file: its achieved TFLOP/s and optimizer time replace the defaults")(
+      "mfu", po::value(&in.default_mfu)->default_value(in.default_mfu), "compute efficiency without --calibrate")(
+      "csv", po::value(&o.csv), "write the table as CSV here")(
+      "png", po::value(&o.png), "write a chart of scaling efficiency against node count here")(
+      "json", po::bool_switch(&o.json), "print the plan as JSON instead of the table")(
+      "json-file", po::value(&o.json_file), "also write the JSON here");
+  po::options_description hidden("Validation");
+  hidden.add_options()("gpu-memory-gb", po::value(&gpu_memory_gb)->default_value(0), "override the GPU's memory (GB)")(
+      "no-allowances", po::bool_switch(&no_allowances), "leave out the NCCL and allocator allowances (compare with measured tensor bytes)");
+  po::options_description visible;
+  visible.add(common_desc(o.common)).add(model_desc(m)).add(d).add(lora_desc(in.fsdp.lora, lora));
+  po::options_description all;
+  all.add(visible).add(hidden);
+  parse_into(args, all);
+  if (o.common.wants_help()) {
+    if (help_text)
+      *help_text = usage_text("Usage: shardtrain plan --model llama2-70b|PRESET|config.json [--gpu G] [--nodes 1,2,4] [options]\n"
+                              "Memory per rank, fit, step time, tokens/s per GPU and scaling efficiency per node count and strategy.",
+                              o.common.help_all ? all : visible);
+    return o;
+  }
+  if (m.spec.empty() && m.weights.empty()) throw UsageError("--model is required: a preset such as llama2-7b, or a config.json");
+  in.model = resolve(m);
+  in.gpu = plan::gpu_spec(gpu);
+  if (gpu_memory_gb < 0) throw UsageError("--gpu-memory-gb must be >= 0");
+  if (gpu_memory_gb > 0) in.gpu.memory_bytes = gpu_memory_gb * 1e9;
+  in.allowances = !no_allowances;
+  if (in.gpus_per_node < 1) throw UsageError("--gpus-per-node must be >= 1");
+  in.nodes = parse_nodes(nodes);
+  if (strategy == "all") {
+    using fsdp::Sharding;
+    in.strategies = {Sharding::kFullShard, Sharding::kShardGradOp, Sharding::kNoShard, Sharding::kHybridShard,
+                     Sharding::kHybridShardZero2};
+  } else {
+    try {
+      in.strategies = {fsdp::parse_sharding(strategy)};
+    } catch (const UsageError&) {
+      throw UsageError("--strategy '" + strategy + "' is unknown; use all, full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2");
+    }
+  }
+  if (in.fsdp.shard_group_size < 0) throw UsageError("--shard-group-size must be >= 0 (0: one node)");
+  positive("--seq-len", static_cast<double>(in.seq_len), "tokens per row");
+  positive("--batch-size", static_cast<double>(in.batch_size), "rows per rank per micro-batch");
+  positive("--grad-accum", static_cast<double>(in.grad_accum), "micro-batches per step");
+  if (in.seq_len > in.model.max_position_embeddings)
+    throw UsageError("--seq-len " + std::to_string(in.seq_len) + " exceeds the model's max_position_embeddings (" +
+                     std::to_string(in.model.max_position_embeddings) + ")");
+  if (in.fsdp.max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be >= 1");
+  if (!(in.default_mfu > 0 && in.default_mfu <= 1)) throw UsageError("--mfu must be in (0, 1]");
+  in.fsdp.param_dtype = parse_dtype(param_dtype, "--param-dtype");
+  in.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
+  if (in.fsdp.no_sync_accumulation && in.grad_accum < 2) throw UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
+  check_lora(in.fsdp.lora, lora);
+  in.fabric = plan::load_fabric(fabric);
+  if (!calibrate.empty()) in.calibration = plan::read_calibration(calibrate, in.model, in.seq_len);
+  check_threads(o.common);
+  return o;
+}
+
+}  // namespace shardtrain::cli

@@ -1,0 +1,136 @@
+#include "shardtrain/fsdp/memory_model.h"
+
+#include <algorithm>
+#include <deque>
+
+#include "shardtrain/fsdp/flat_layout.h"
+
+namespace shardtrain::fsdp {
+
+std::vector<UnitSize> unit_sizes(const ModelConfig& model, const std::vector<ParamSpec>& specs, int shard_size) {
+  std::vector<UnitSize> out;
+  const auto units = model_units(model);
+  for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u) {
+    out.push_back(unit_size(flat_layout(specs, u, shard_size), units[u].kind));
+  }
+  return out;
+}
+
+PersistentBytes persistent_bytes(const std::vector<UnitSize>& trainable, const std::vector<UnitSize>* frozen_base,
+                                 bool no_sync, int param_elt) {
+  PersistentBytes p;
+  int64_t full = 0, base = 0;
+  for (size_t i = 0; i < trainable.size(); ++i) {
+    const UnitSize& u = trainable[i];
+    p.param += 4 * u.shard_numel, p.grad += 4 * u.shard_numel, p.optimizer += 8 * u.shard_numel;
+    p.padding_elements += u.padded - u.numel;
+    full += u.numel;
+    if (no_sync) p.no_sync += 4 * u.padded;
+    if (frozen_base) p.base += static_cast<int64_t>(param_elt) * (*frozen_base)[i].shard_numel, base += (*frozen_base)[i].numel;
+  }
+  p.unsharded = 16 * full + base * param_elt;
+  return p;
+}
+
+namespace {
+
+// The engine's state during the walk, and the peaks seen at the points where it notes memory.
+struct Walk {
+  const std::vector<UnitSize>& base;
+  const std::vector<UnitSize>* adapters;
+  const FsdpConfig& cfg;
+  const StepShape& s;
+  int64_t persistent;
+  std::vector<bool> gathered, grad;
+  struct Pending {
+    int64_t unit;
+    bool replicated;
+  };
+  std::deque<Pending> pending;
+  StepPeak peak;
+
+  const UnitSize& trainable(int64_t u) const { return adapters ? (*adapters)[u] : base[u]; }
+  int64_t send_bytes(int64_t u) const { return trainable(u).padded * s.reduce_elt; }
+  int64_t shard_bytes(int64_t u) const { return s.shard_size > 1 ? trainable(u).shard_numel * s.reduce_elt : 0; }
+  void gather(int64_t u, bool backward) {
+    if (u < 0 || u >= static_cast<int64_t>(base.size())) return;
+    if (backward && adapters && base[u].kind == UnitKind::kEmbedding) return;  // frozen: no backward
+    gathered[u] = true;
+  }
+  void note(int64_t activations) {
+    int64_t g = 0, r = 0, gs = 0;
+    int n = 0;
+    for (size_t u = 0; u < base.size(); ++u) {
+      if (gathered[u]) {
+        g += gathered_bytes(base[u].padded, s.param_elt), ++n;
+        if (adapters && (*adapters)[u].numel > 0) g += gathered_bytes((*adapters)[u].padded, s.param_elt);
+      }
+      if (grad[u]) gs += 4 * trainable(static_cast<int64_t>(u)).shard_numel;
+    }
+    for (const auto& p : pending) r += send_bytes(p.unit) + shard_bytes(p.unit);
+    const int64_t engine = persistent + g + r + gs;
+    peak.engine_bytes = std::max(peak.engine_bytes, engine);
+    peak.gathered_units = std::max(peak.gathered_units, n);
+    if (engine + activations > peak.total_bytes)
+      peak.total_bytes = engine + activations,
+      peak.persistent = persistent, peak.gathered = g, peak.reductions = r, peak.grad_shards = gs, peak.activations = activations;
+  }
+  void advance_oldest(int64_t activations) {
+    grad[pending.front().unit] = true;  // a hybrid reduction's all-reduce finishes first: no extra buffer
+    note(activations);
+    pending.pop_front();
+  }
+  void reduce(int64_t u, int64_t activations) {
+    pending.push_back({u, false});
+    note(activations);
+    while (pending.size() > 2) advance_oldest(activations);  // FsdpEngine::kMaxPendingReductions
+  }
+};
+
+}  // namespace
+
+StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize>* adapters, const FsdpConfig& cfg,
+                   const StepShape& s, const ActivationBytes& act, int64_t persistent) {
+  const int64_t U = static_cast<int64_t>(base.size());
+  const int64_t tokens = s.micro_batch_rows * s.seq_len;
+  Walk w{base, adapters, cfg, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}};
+  const bool reshard = reshard_after_forward(cfg.sharding);
+  const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
+  const auto is_layer = [&](int64_t u) { return base[u].kind == UnitKind::kDecoderLayer; };
+  // What autograd keeps of unit u after its forward, per token.
+  const auto kept = [&](int64_t u) -> int64_t {
+    if (!is_layer(u)) return base[u].kind == UnitKind::kHead ? act.head : 0;
+    return cfg.activation_checkpointing ? act.layer_input : act.layer;
+  };
+  w.note(0);
+  for (int64_t mb = 0; mb < s.grad_accum; ++mb) {
+    int64_t stored = 0;  // per token
+    for (int64_t u = 0; u < U; ++u) {
+      w.gather(u, false);
+      for (int k = 1; k <= ahead; ++k) w.gather(u + k, false);
+      w.note(stored * tokens);
+      stored += kept(u);
+      if (reshard && base[u].kind != UnitKind::kHead) w.gathered[u] = false;
+    }
+    for (int64_t u = U - 1; u >= 0; --u) {
+      w.gather(u, true);
+      for (int k = 1; k <= ahead; ++k) w.gather(u - k, true);
+      const bool frozen = adapters && (*adapters)[u].numel == 0;  // no adapters here: nothing to reduce
+      int64_t working = 0;  // per token, on top of what is stored, while u's backward runs
+      if (base[u].kind == UnitKind::kHead) working = act.logits_loss;
+      else if (is_layer(u)) working = act.layer_backward + (cfg.activation_checkpointing ? act.layer - act.layer_input : 0);
+      const int64_t leaf_grad = frozen ? 0 : w.trainable(u).padded * s.param_elt;  // before the reduction converts it
+      w.note((stored + working) * tokens + leaf_grad);
+      stored -= kept(u);
+      if (!frozen && !cfg.no_sync_accumulation) w.reduce(u, stored * tokens);
+      w.gathered[u] = false;
+    }
+  }
+  if (cfg.no_sync_accumulation)
+    for (int64_t u = 0; u < U; ++u)
+      if (!(adapters && (*adapters)[u].numel == 0)) w.reduce(u, 0);
+  while (!w.pending.empty()) w.advance_oldest(0);
+  return w.peak;
+}
+
+}  // namespace shardtrain::fsdp

@@ -1,0 +1,37 @@
+#include "shardtrain/model/activation_memory.h"
+
+namespace shardtrain {
+
+ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora) {
+  const int64_t h = cfg.hidden_size, i = cfg.intermediate_size, nh = cfg.num_heads;
+  const int64_t kv = cfg.num_kv_heads * cfg.head_dim();
+  const int64_t e = elt;
+  // rms_norm: fp32 x (x itself in fp32, a copy otherwise) and the normalized fp32 tensor
+  // (saved in fp32 when the compute dtype is fp32, as its cast copy otherwise).
+  const int64_t norm = e == 4 ? 4 * h : 4 * h + e * h;
+  const int64_t sdpa_kv = 2 * e * (cfg.num_kv_heads < nh ? h : kv);  // repeat_kv materializes K and V per query head
+  const int64_t sdpa = e * h /*q*/ + sdpa_kv + e * h /*out*/ + 4 * nh /*logsumexp*/;
+  ActivationBytes a;
+  a.layer_input = e * h;
+  const bool adapters = lora && lora->enabled();
+  if (!adapters) {
+    // input, norm, q/k/v input, SDPA, residual, norm, MLP input, gate, silu, up, product.
+    a.layer = e * h + norm + e * h + sdpa + e * h + norm + e * h + 4 * e * i;
+  } else {
+    // Frozen base weights: a linear keeps no input; each targeted projection keeps its dropped
+    // input, the dropout mask and A's output. The norms keep only fp32 x (a copy under bf16).
+    const int64_t frozen_norm = e == 4 ? 0 : 4 * h;
+    int64_t adapter = 0;
+    const int64_t in_features[7] = {h, h, h, h, h, h, i};
+    for (int k = 0; k < 7; ++k)
+      if (lora->targets_proj(k)) adapter += 2 * e * in_features[k] + e * lora->rank;
+    a.layer = e * h + frozen_norm + sdpa + e * h + frozen_norm + 3 * e * i + adapter;
+  }
+  // A layer's backward holds the output gradient and, at most, two intermediate-sized gradients.
+  a.layer_backward = 2 * e * h + 2 * e * i;
+  a.head = e * h + norm + e * h;
+  a.logits_loss = 3 * 4 * cfg.vocab_size;
+  return a;
+}
+
+}  // namespace shardtrain

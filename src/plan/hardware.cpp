@@ -1,0 +1,145 @@
+#include "shardtrain/plan/hardware.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/comm/bus_bandwidth.h"
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::plan {
+namespace {
+
+using Points = std::vector<std::pair<double, double>>;
+constexpr double kMiB = 1048576.0;
+
+// Published tables (docs/planner.md gives each source): (total bytes, busbw GB/s) and the
+// ranks they were measured on; keyed by bytes per rank once loaded.
+const Points kP5IntraAllReduce = {{1048576, 64.24}, {2097152, 84.47}, {4194304, 132.41}, {8388608, 174.16},
+                                  {16777216, 236.82}, {33554432, 295.63}, {67108864, 359.54}, {134217728, 396.19},
+                                  {268435456, 418.91}, {536870912, 433.90}, {1073741824, 441.81}, {2147483648, 444.02},
+                                  {4294967296, 475.97}, {8589934592, 480.43}, {17179869184, 483.05}};
+const Points kP5InterAllGather = {{32 * kMiB, 131.30}, {64 * kMiB, 200.43}, {128 * kMiB, 234.54}, {256 * kMiB, 215.58},
+                                  {512 * kMiB, 275.52}, {1024 * kMiB, 322.00}, {2048 * kMiB, 328.58}};
+const Points kP5InterAllReduce = {{1048576, 15.95}, {2097152, 26.70}, {4194304, 46.64}, {8388608, 76.80},
+                                  {16777216, 105.52}, {33554432, 143.09}, {67108864, 209.19}, {134217728, 289.16},
+                                  {268435456, 342.81}, {536870912, 393.34}, {1073741824, 436.95}, {2147483648, 443.72},
+                                  {4294967296, 465.87}, {8589934592, 479.28}, {17179869184, 487.09}};
+const Points kA100IntraAllReduce = {{1048576, 36.22}, {2097152, 53.54}, {4194304, 71.43}, {8388608, 89.99},
+                                    {16777216, 109.22}, {33554432, 132.77}, {67108864, 166.63}, {134217728, 174.18},
+                                    {268435456, 213.87}, {536870912, 221.58}, {1073741824, 228.10}, {2147483648, 230.22},
+                                    {4294967296, 230.48}, {8589934592, 231.58}};
+const Points kP4deInterAllReduce = {{1048576, 6.35}, {2097152, 9.09}, {4194304, 14.73}, {8388608, 20.62},
+                                    {16777216, 26.39}, {33554432, 40.85}, {67108864, 47.58}, {134217728, 64.31},
+                                    {268435456, 69.89}, {536870912, 74.28}, {1073741824, 76.79}, {2147483648, 78.33}};
+constexpr double kH100RingBusbw = 370;  // NVIDIA's figure for all-gather and reduce-scatter over NVLink 4
+
+BandwidthTable per_rank(const Points& total, int ranks, double busbw_cap = 0) {
+  BandwidthTable t;
+  for (const auto& [bytes, bw] : total) t.points.emplace_back(bytes / ranks, busbw_cap > 0 ? std::min(bw, busbw_cap) : bw);
+  std::sort(t.points.begin(), t.points.end());
+  return t;
+}
+
+Fabric published(const std::string& name) {
+  Fabric f;
+  f.name = name;
+  using comm::Op;
+  if (name == "p5") {
+    f.source = "published nccl-tests figures for p5.48xlarge (docs/planner.md)";
+    f.intra[Op::kAllReduce] = per_rank(kP5IntraAllReduce, 8);
+    f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter] = per_rank(kP5IntraAllReduce, 8, kH100RingBusbw);
+    f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter] = per_rank(kP5InterAllGather, 16);
+    f.inter[Op::kAllReduce] = per_rank(kP5InterAllReduce, 16);
+  } else {
+    f.source = "published nccl-tests figures for 8x A100 NVSwitch nodes and 2x p4de.24xlarge (docs/planner.md)";
+    f.intra[Op::kAllReduce] = f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter] = per_rank(kA100IntraAllReduce, 8);
+    f.inter[Op::kAllReduce] = f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter] = per_rank(kP4deInterAllReduce, 16);
+  }
+  return f;
+}
+
+comm::Op op_named(const std::string& s, const std::string& file) {
+  if (s == "all_gather") return comm::Op::kAllGather;
+  if (s == "reduce_scatter") return comm::Op::kReduceScatter;
+  if (s == "all_reduce") return comm::Op::kAllReduce;
+  throw UsageError("--fabric " + file + ": unknown collective '" + s + "'; use all_gather, reduce_scatter, all_reduce");
+}
+
+// A scope of a fabric file: {"ranks": n, "groups_per_node": g, "all_gather": [[bytes, busbw], ...], ...}.
+// preflight's inter-node scope runs one rank per node in g groups at once, so the node's links
+// carry g groups' traffic: a spanning collective of g x bytes moves what they moved together.
+std::map<comm::Op, BandwidthTable> read_scope(const nlohmann::json& j, const std::string& file) {
+  std::map<comm::Op, BandwidthTable> out;
+  const int ranks = j.value("ranks", 0), groups = j.value("groups_per_node", 1);
+  if (ranks < 2 || groups < 1) throw UsageError("--fabric " + file + ": each scope needs \"ranks\" >= 2");
+  for (const auto& [key, rows] : j.items()) {
+    if (!rows.is_array()) continue;
+    Points p;
+    for (const auto& r : rows) {
+      if (!r.is_array() || r.size() != 2 || !r[0].is_number() || !r[1].is_number() || r[0].get<double>() <= 0 ||
+          r[1].get<double>() <= 0)
+        throw UsageError("--fabric " + file + ": " + key + " rows must be [bytes, busbw GB/s] with both > 0");
+      p.emplace_back(r[0].get<double>() * groups, r[1].get<double>() * groups);
+    }
+    if (!p.empty()) out[op_named(key, file)] = per_rank(p, ranks * groups);
+  }
+  return out;
+}
+
+}  // namespace
+
+GpuSpec gpu_spec(const std::string& name) {
+  if (name == "h100-80gb") return {name, 989, 80e9, 3350};
+  if (name == "h200-141gb") return {name, 989, 141e9, 4800};
+  if (name == "a100-80gb") return {name, 312, 80e9, 2039};
+  if (name == "a100-40gb") return {name, 312, 40e9, 1555};
+  if (name == "cpu") return {name, 1, 0, 0};  // memory and bandwidth: from --gpu-memory and --calibrate
+  throw UsageError("--gpu '" + name + "' is unknown; use h100-80gb, h200-141gb, a100-80gb or a100-40gb");
+}
+
+std::vector<std::string> gpu_names() { return {"h100-80gb", "h200-141gb", "a100-80gb", "a100-40gb"}; }
+
+double BandwidthTable::busbw(double bytes) const {
+  if (points.empty()) return 0;
+  if (bytes <= points.front().first) return points.front().second * bytes / points.front().first;  // latency-bound: constant time
+  if (bytes >= points.back().first) return points.back().second;
+  const auto hi = std::lower_bound(points.begin(), points.end(), std::make_pair(bytes, 0.0));
+  const auto lo = hi - 1;
+  const double t = std::log(bytes / lo->first) / std::log(hi->first / lo->first);
+  return lo->second + t * (hi->second - lo->second);
+}
+
+double Fabric::seconds(comm::Op op, double bytes, int ranks, bool spans_nodes) const {
+  if (ranks < 2 || bytes <= 0) return 0;
+  const auto& scope = spans_nodes ? inter : intra;
+  const auto it = scope.find(op);
+  if (it == scope.end())  // a preflight on one node has no inter-node scope, and one rank per node no intra-node one
+    throw UsageError("--fabric " + name + " has no " + (spans_nodes ? "inter-node " : "intra-node ") + comm::op_name(op) +
+                     " figures; run preflight with the ranks per node and nodes of the plan");
+  const double busbw = it->second.busbw(bytes / ranks);  // GB/s
+  return latency_s + bytes * comm::bus_factor(op, ranks) / (busbw * 1e9);
+}
+
+Fabric load_fabric(const std::string& spec) {
+  if (spec == "p5" || spec == "p4de") return published(spec);
+  std::ifstream in(spec);
+  if (!in) throw UsageError("--fabric '" + spec + "' is neither p4de, p5 nor a readable JSON file");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception&) {
+    throw UsageError("--fabric " + spec + " is not JSON; write it with `shardtrain preflight --json FILE`");
+  }
+  if (!j.is_object() || (!j.contains("intra") && !j.contains("inter")))
+    throw UsageError("--fabric " + spec + " needs an \"intra\" or \"inter\" scope (see docs/planner.md)");
+  Fabric f;
+  f.name = spec;
+  f.source = j.value("source", spec);
+  if (j.contains("intra")) f.intra = read_scope(j["intra"], spec);
+  if (j.contains("inter")) f.inter = read_scope(j["inter"], spec);
+  return f;
+}
+
+}  // namespace shardtrain::plan

@@ -1,0 +1,118 @@
+#include "shardtrain/plan/plan_output.h"
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "shardtrain/report/chart.h"
+
+namespace shardtrain::plan {
+namespace {
+
+double gib(int64_t b) { return static_cast<double>(b) / (1 << 30); }
+double gib(double b) { return b / (1 << 30); }
+
+std::string describe(const PlanInput& in) {
+  std::ostringstream os;
+  os << in.model.name << " (" << in.model.num_params() / 1000000 << "M parameters), " << in.gpu.name << " x "
+     << in.gpus_per_node << " per node, fabric " << in.fabric.name << "; seq " << in.seq_len << ", batch " << in.batch_size
+     << " per rank, grad-accum " << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
+     << c10::toString(in.fsdp.reduce_dtype) << " reduce" << (in.fsdp.activation_checkpointing ? ", activation checkpointing" : "")
+     << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "") << "; compute "
+     << (in.calibration.source.empty() ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) + "% MFU (default)"
+                                       : "calibrated from " + in.calibration.source);
+  return os.str();
+}
+
+}  // namespace
+
+std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
+  std::ostringstream os;
+  os << "# plan: " << describe(in) << "\n";
+  char line[400];
+  std::snprintf(line, sizeof line, "%-19s %5s %6s %6s  %8s %8s %8s %8s %8s  %-4s %9s  %9s %8s %10s %7s %6s\n", "strategy", "nodes",
+                "ranks", "shard", "state", "gathered", "activ.", "other", "total", "fits", "headroom", "step(s)",
+                "exposed", "tok/s/GPU", "MFU", "eff.");
+  os << line;
+  for (const auto& r : rows) {
+    const int64_t state = r.params + r.grads + r.optimizer + r.no_sync + r.base;
+    const int64_t other = r.total - state - r.gathered - r.activations;
+    std::snprintf(line, sizeof line,
+                  "%-19s %5d %6d %6d  %7.2fG %7.2fG %7.2fG %7.2fG %7.2fG  %-4s %8.2fG  %9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%\n",
+                  fsdp::sharding_name(r.sharding), r.nodes, r.ranks, r.shard_size, gib(state), gib(r.gathered), gib(r.activations),
+                  gib(other), gib(r.total), r.fits ? "yes" : "NO", gib(r.headroom), r.step_s,
+                  100 * r.exposed_comm_s / r.step_s, r.tokens_per_s_per_gpu, 100 * r.mfu, 100 * r.efficiency);
+    os << line;
+  }
+  const PlanRow* best = best_row(rows);
+  if (best)
+    os << "best that fits: " << fsdp::sharding_name(best->sharding) << " on " << best->nodes << " node(s), "
+       << static_cast<int64_t>(std::lround(best->tokens_per_s_per_gpu)) << " tokens/s per GPU, " << std::lround(gib(best->total))
+       << " GiB of " << std::lround(gib(in.gpu.memory_bytes)) << " GiB\n";
+  else
+    os << "nothing fits: try --activation-checkpointing, more nodes, a smaller --batch-size or LoRA\n";
+  os << "state: sharded parameters, gradients and optimizer (and no-sync buffers, a LoRA base); other: reductions in flight, "
+        "the NCCL and allocator allowances; exposed: communication not hidden behind compute, share of the step\n";
+  return os.str();
+}
+
+std::string plan_csv(const std::vector<PlanRow>& rows) {
+  std::ostringstream os;
+  os << "strategy,nodes,ranks,shard_size,replicas,params_bytes,grads_bytes,optimizer_bytes,no_sync_bytes,base_bytes,"
+        "gathered_bytes,reductions_bytes,activations_bytes,nccl_bytes,allocator_bytes,total_bytes,fits,headroom_bytes,"
+        "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency\n";
+  for (const auto& r : rows)
+    os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size << ',' << r.replicas << ','
+       << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.no_sync << ',' << r.base << ',' << r.gathered << ','
+       << r.reductions << ',' << r.activations << ',' << r.nccl << ',' << r.allocator << ',' << r.total << ','
+       << (r.fits ? 1 : 0) << ',' << static_cast<int64_t>(r.headroom) << ',' << r.compute_s << ',' << r.comm_s << ','
+       << r.exposed_comm_s << ',' << r.optimizer_s << ',' << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ','
+       << r.efficiency << '\n';
+  return os.str();
+}
+
+nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) {
+  nlohmann::json j;
+  j["description"] = describe(in);
+  j["gpu"] = {{"name", in.gpu.name}, {"peak_tflops", in.gpu.peak_tflops}, {"memory_bytes", in.gpu.memory_bytes}};
+  j["fabric"] = {{"name", in.fabric.name}, {"source", in.fabric.source}};
+  j["compute_tflops"] = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops : in.gpu.peak_tflops * in.default_mfu;
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : rows)
+    j["rows"].push_back({{"strategy", fsdp::sharding_name(r.sharding)}, {"nodes", r.nodes}, {"ranks", r.ranks},
+                         {"shard_size", r.shard_size}, {"replicas", r.replicas},
+                         {"memory", {{"params", r.params}, {"grads", r.grads}, {"optimizer", r.optimizer}, {"no_sync", r.no_sync},
+                                     {"base", r.base}, {"gathered", r.gathered}, {"gathered_units", r.gathered_units},
+                                     {"reductions", r.reductions}, {"activations", r.activations}, {"nccl", r.nccl},
+                                     {"allocator", r.allocator}, {"tensor_peak", r.tensor_peak}, {"engine_peak", r.engine_peak},
+                                     {"total", r.total}}},
+                         {"fits", r.fits}, {"headroom_bytes", r.headroom},
+                         {"time", {{"compute_s", r.compute_s}, {"comm_s", r.comm_s}, {"exposed_comm_s", r.exposed_comm_s},
+                                   {"optimizer_s", r.optimizer_s}, {"step_s", r.step_s}}},
+                         {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu}, {"mfu", r.mfu}, {"efficiency", r.efficiency}});
+  const PlanRow* best = best_row(rows);
+  j["best"] = best ? nlohmann::json{{"strategy", fsdp::sharding_name(best->sharding)}, {"nodes", best->nodes}} : nlohmann::json();
+  return j;
+}
+
+void plan_png(const std::string& path, const PlanInput& in, const std::vector<PlanRow>& rows) {
+  report::Panel eff{"Scaling efficiency, " + in.model.name + " on " + in.gpu.name, "nodes", "efficiency (%)", {}, 0.0, 105.0, true};
+  report::Panel tps{"Tokens/s per GPU (dashed: does not fit)", "nodes", "tokens/s per GPU", {}, 0.0, {}, true};
+  size_t colour = 0;
+  for (size_t i = 0; i < rows.size();) {
+    report::Series e, t, t_no;
+    e.name = t.name = fsdp::sharding_name(rows[i].sharding);
+    e.color = t.color = t_no.color = report::palette_color(colour++);
+    e.markers = t.markers = true, t_no.dashed = true;
+    const auto s = rows[i].sharding;
+    for (; i < rows.size() && rows[i].sharding == s; ++i) {
+      e.x.push_back(rows[i].nodes), e.y.push_back(100 * rows[i].efficiency);
+      t_no.x.push_back(rows[i].nodes), t_no.y.push_back(rows[i].tokens_per_s_per_gpu);
+      t.x.push_back(rows[i].nodes), t.y.push_back(rows[i].fits ? rows[i].tokens_per_s_per_gpu : NAN);
+    }
+    eff.series.push_back(e), tps.series.push_back(t_no), tps.series.push_back(t);
+  }
+  report::draw_chart_png(path, {eff, tps}, 2);
+}
+
+}  // namespace shardtrain::plan

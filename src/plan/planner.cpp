@@ -1,0 +1,183 @@
+#include "shardtrain/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/stats.h"
+#include "shardtrain/train/flops.h"
+
+namespace shardtrain::plan {
+namespace {
+
+using comm::Op;
+using fsdp::Sharding;
+using fsdp::UnitSize;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+// Allowances, not measurements (docs/planner.md): NCCL's buffers per communicator that spans
+// more than one rank, and the caching allocator's fragmentation over the tensors' peak.
+constexpr int64_t kNcclPerCommunicator = kGiB / 2;
+constexpr double kAllocatorFraction = 0.10;
+constexpr double kAdamBytesPerElement = 28;  // AdamW reads and writes master, exp_avg, exp_avg_sq; reads the gradient
+
+int elt_of(at::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
+
+// One unit's forward FLOPs per token (a third of forward + backward).
+double unit_forward_flops(const ModelConfig& m, const UnitSize& u, int64_t seq_len) {
+  if (u.kind == UnitKind::kEmbedding) return 0;
+  if (u.kind == UnitKind::kHead) return 2.0 * static_cast<double>(m.vocab_size * m.hidden_size);
+  return 2.0 * static_cast<double>(u.numel) + 4.0 * m.num_heads * m.head_dim() * static_cast<double>(seq_len);
+}
+
+struct UnitComm {  // seconds, per micro-batch unless said
+  double gather = 0, regather = 0, reduce = 0, replicate = 0;
+};
+
+}  // namespace
+
+Calibration read_calibration(const std::string& metrics_file, const ModelConfig& model, int64_t seq_len) {
+  std::ifstream in(metrics_file);
+  if (!in) throw UsageError("--calibrate '" + metrics_file + "' cannot be read; pass a train --metrics-file");
+  std::vector<double> tflops, opt;
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const std::exception&) {
+      throw UsageError("--calibrate " + metrics_file + " line " + std::to_string(n + 1) + " is not JSON");
+    }
+    ++n;
+    if (!j.contains("phases") || !j.contains("tokens_per_s") || j.value("step", 0) <= 1) continue;  // step 1 warms up
+    const auto& p = j["phases"];
+    const double busy = p.value("forward", 0.0) + p.value("backward", 0.0) - p.value("exposed_comm", 0.0);
+    const double step = j.value("step_time_s", 0.0), tps = j.value("tokens_per_s", 0.0);
+    const int64_t world = j.contains("comm") ? j["comm"].value("world_size", 1) : 1;
+    if (busy <= 0 || step <= 0 || tps <= 0) continue;
+    // The device's achieved rate: its share of the step's FLOPs over its busy compute time.
+    tflops.push_back(tps * step * flops_per_token(model, seq_len) / static_cast<double>(world) / busy / 1e12);
+    const int64_t elems = j.contains("memory") ? j["memory"].value("param_bytes", int64_t{0}) / 4 : 0;
+    if (elems > 0) opt.push_back(p.value("optimizer", 0.0) / static_cast<double>(elems));
+  }
+  if (tflops.empty())
+    throw UsageError("--calibrate " + metrics_file + " has no measured step after the first; train 3 steps or more");
+  return {metrics_file, median(tflops), opt.empty() ? 0.0 : median(opt)};
+}
+
+std::vector<PlanRow> plan_rows(const PlanInput& in) {
+  std::vector<PlanRow> rows;
+  const ModelConfig& m = in.model;
+  const bool lora = in.fsdp.lora.enabled();
+  const int pe = elt_of(in.fsdp.param_dtype), re = elt_of(in.fsdp.reduce_dtype);
+  const auto base_specs = llama_param_specs(m);
+  const auto lora_specs = lora ? lora_param_specs(m, in.fsdp.lora) : std::vector<ParamSpec>{};
+  const ActivationBytes act = activation_bytes_per_token(m, pe, lora ? &in.fsdp.lora : nullptr);
+  const double tflops = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops : in.gpu.peak_tflops * in.default_mfu;
+  const int64_t tokens_mb = in.batch_size * in.seq_len;  // per rank per micro-batch
+  for (Sharding s : in.strategies) {
+    for (int nodes : in.nodes) {
+      PlanRow r;
+      r.nodes = nodes, r.ranks = nodes * in.gpus_per_node, r.sharding = s;
+      Topology topo{0, r.ranks, 0, in.gpus_per_node, 0, nodes};
+      const comm::GroupLayout g = fsdp::group_layout(s, topo, in.fsdp.shard_group_size);
+      r.shard_size = g.shard_size, r.replicas = g.replicate_size;
+      const auto base = fsdp::unit_sizes(m, base_specs, r.shard_size);
+      const auto adapters = lora ? fsdp::unit_sizes(m, lora_specs, r.shard_size) : std::vector<UnitSize>{};
+      const auto& trainable = lora ? adapters : base;
+      fsdp::FsdpConfig cfg = in.fsdp;
+      cfg.sharding = s;
+      const auto p = fsdp::persistent_bytes(trainable, lora ? &base : nullptr, cfg.no_sync_accumulation, pe);
+      r.params = p.param, r.optimizer = p.optimizer, r.no_sync = p.no_sync, r.base = p.base;
+      const fsdp::StepShape shape{in.batch_size, in.seq_len, in.grad_accum, pe, re, r.shard_size};
+      const int64_t persistent = p.param + p.optimizer + p.no_sync + p.base;
+      const fsdp::StepPeak peak = fsdp::step_peak(base, lora ? &adapters : nullptr, cfg, shape, act, persistent);
+      r.grads = peak.grad_shards, r.gathered = peak.gathered, r.reductions = peak.reductions;
+      r.activations = peak.activations, r.gathered_units = peak.gathered_units;
+      r.tensor_peak = peak.total_bytes, r.engine_peak = peak.engine_bytes;
+      if (in.allowances) {
+        r.nccl = kNcclPerCommunicator * ((r.shard_size > 1) + (r.replicas > 1));
+        r.allocator = static_cast<int64_t>(kAllocatorFraction * static_cast<double>(r.tensor_peak)) + kGiB;  // + CUDA context
+      }
+      r.total = r.tensor_peak + r.nccl + r.allocator;
+      r.headroom = in.gpu.memory_bytes - static_cast<double>(r.total);
+      r.fits = in.gpu.memory_bytes <= 0 || r.headroom >= 0;
+
+      // Step time: the engine's schedule per micro-batch, one collective stream that overlaps
+      // the unit computing now with the next unit's gather and the previous unit's reduction.
+      const bool shard_spans = r.shard_size > in.gpus_per_node, hybrid = fsdp::is_hybrid(s);
+      const bool replicate_spans = r.replicas > 1;  // replicas are on other nodes (or NO_SHARD: every rank)
+      const bool regather = fsdp::reshard_after_forward(s);
+      const int U = static_cast<int>(base.size());
+      std::vector<UnitComm> c(U);
+      std::vector<double> fwd(U), bwd(U);
+      const double lora_factor = lora ? 2.0 / 3.0 : 1.0;  // frozen weights: no weight gradients
+      for (int u = 0; u < U; ++u) {
+        const double f = unit_forward_flops(m, base[u], in.seq_len) * static_cast<double>(tokens_mb);
+        fwd[u] = f / (tflops * 1e12);
+        // Backward is twice forward (input and weight gradients), once under LoRA (no weight
+        // gradients), plus the recomputed forward under activation checkpointing.
+        const bool recompute = cfg.activation_checkpointing && base[u].kind == UnitKind::kDecoderLayer;
+        bwd[u] = (lora ? 1.0 : 2.0) * fwd[u] + (recompute ? fwd[u] : 0.0);
+        const double gbytes = static_cast<double>(base[u].padded * pe + (lora ? adapters[u].padded * pe : 0));
+        const UnitSize& t = trainable[u];
+        const bool trains = t.numel > 0;
+        c[u].gather = in.fabric.seconds(Op::kAllGather, gbytes, r.shard_size, shard_spans);
+        c[u].regather = regather && base[u].kind != UnitKind::kHead && !(lora && base[u].kind == UnitKind::kEmbedding)
+                            ? c[u].gather : 0;
+        if (trains) {
+          c[u].reduce = in.fabric.seconds(Op::kReduceScatter, static_cast<double>(t.padded * re), r.shard_size, shard_spans);
+          c[u].replicate = in.fabric.seconds(Op::kAllReduce, static_cast<double>(t.shard_numel * re), r.replicas,
+                                             replicate_spans && (hybrid || r.ranks > in.gpus_per_node));
+        }
+      }
+      double compute = 0, total = 0, comm_total = 0;
+      const int passes = static_cast<int>(in.grad_accum);
+      for (int mb = 0; mb < passes; ++mb) {
+        const bool reduce_now = !cfg.no_sync_accumulation;
+        total += c[0].gather;  // the first gather is exposed
+        for (int u = 0; u < U; ++u) total += std::max(fwd[u], u + 1 < U ? c[u + 1].gather : 0.0);
+        total += c[U - 1].regather;
+        for (int u = U - 1; u >= 0; --u) {
+          const double next = (u > 0 ? c[u - 1].regather : 0.0) + (reduce_now && u + 1 < U ? c[u + 1].reduce + c[u + 1].replicate : 0.0);
+          total += std::max(bwd[u], next);
+        }
+        if (reduce_now) total += c[0].reduce + c[0].replicate;  // the last reduction waits before the optimizer
+        for (int u = 0; u < U; ++u) {
+          compute += fwd[u] + bwd[u];
+          comm_total += c[u].gather + c[u].regather + (reduce_now ? c[u].reduce + c[u].replicate : 0.0);
+        }
+      }
+      if (cfg.no_sync_accumulation)
+        for (int u = 0; u < U; ++u) total += c[u].reduce + c[u].replicate, comm_total += c[u].reduce + c[u].replicate;
+      int64_t shard_elems = 0;
+      for (const auto& t : trainable) shard_elems += t.shard_numel;
+      r.optimizer_s = in.calibration.optimizer_s_per_element > 0
+                          ? in.calibration.optimizer_s_per_element * static_cast<double>(shard_elems)
+                          : (in.gpu.hbm_gbps > 0 ? kAdamBytesPerElement * static_cast<double>(shard_elems) / (in.gpu.hbm_gbps * 1e9) : 0);
+      r.compute_s = compute, r.comm_s = comm_total, r.exposed_comm_s = total - compute;
+      r.step_s = total + r.optimizer_s;
+      const double tokens_per_gpu = static_cast<double>(tokens_mb * in.grad_accum);
+      r.tokens_per_s_per_gpu = tokens_per_gpu / r.step_s;
+      r.mfu = in.gpu.peak_tflops > 0 ? r.tokens_per_s_per_gpu * flops_per_token(m, in.seq_len) * lora_factor / (in.gpu.peak_tflops * 1e12) : 0;
+      rows.push_back(r);
+    }
+    // Efficiency against the fewest nodes of this strategy (per-GPU throughput ratio).
+    const size_t first = rows.size() - in.nodes.size();
+    for (size_t i = first; i < rows.size(); ++i) rows[i].efficiency = rows[i].tokens_per_s_per_gpu / rows[first].tokens_per_s_per_gpu;
+  }
+  return rows;
+}
+
+const PlanRow* best_row(const std::vector<PlanRow>& rows) {
+  const PlanRow* best = nullptr;
+  for (const auto& r : rows)
+    if (r.fits && (!best || r.tokens_per_s_per_gpu > best->tokens_per_s_per_gpu * (1 + 1e-9))) best = &r;
+  return best;
+}
+
+}  // namespace shardtrain::plan

@@ -1,0 +1,62 @@
+"""`shardtrain plan` as a user meets it: the whole 70B table, its CSV, JSON and PNG, the
+seconds it takes, and bad inputs that exit 2 naming the option."""
+import csv
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+from PIL import Image
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+os.makedirs(WORK, exist_ok=True)
+
+
+def plan(*args):
+    return subprocess.run([BIN, "plan", *args], capture_output=True, text=True)
+
+
+png, csv_path = os.path.join(WORK, "plan.png"), os.path.join(WORK, "plan.csv")
+t0 = time.monotonic()
+p = plan("--model", "llama2-70b", "--gpu", "a100-80gb", "--fabric", "p4de", "--nodes", "1,2,4,8,16,32,64", "--png", png,
+         "--csv", csv_path, "--activation-checkpointing")
+elapsed = time.monotonic() - t0
+assert p.returncode == 0, p.stderr
+print(p.stdout)
+ms = int(re.search(r"planned 35 rows in (\d+) ms", p.stdout).group(1))
+print(f"plan: 35 rows in {ms} ms of planning, {elapsed:.2f} s with the process start")
+assert ms < 1000, f"plan took {ms} ms for 35 rows"
+rows = list(csv.DictReader(open(csv_path)))
+assert len(rows) == 35, len(rows)
+# FULL_SHARD's sharded state halves when the nodes double; NO_SHARD's does not change.
+fs = {int(r["nodes"]): int(r["params_bytes"]) for r in rows if r["strategy"] == "full_shard"}
+assert abs(fs[2] / fs[4] - 2) < 0.01, fs
+ns = {int(r["nodes"]): int(r["params_bytes"]) for r in rows if r["strategy"] == "no_shard"}
+assert ns[1] == ns[64], ns
+# 70B without sharding does not fit an 80 GB GPU; full sharding on 64 nodes does.
+assert rows[[i for i, r in enumerate(rows) if r["strategy"] == "no_shard"][0]]["fits"] == "0"
+assert any(r["fits"] == "1" and r["strategy"] == "full_shard" for r in rows)
+assert "best that fits:" in p.stdout
+with Image.open(png) as im:
+    assert im.size[0] > 600 and im.size[1] > 300, im.size
+
+j = json.loads(plan("--model", "llama2-7b", "--nodes", "1,2", "--strategy", "hybrid_shard", "--json").stdout)
+assert [r["nodes"] for r in j["rows"]] == [1, 2] and j["rows"][0]["shard_size"] == 8
+assert j["rows"][1]["replicas"] == 2
+
+for args, option in [
+    (["--model", "llama2-7b", "--gpu", "v100"], "--gpu"),
+    (["--model", "llama2-7b", "--strategy", "zero3"], "--strategy"),
+    (["--model", "llama2-7b", "--nodes", "1,x"], "--nodes"),
+    (["--model", "llama2-7b", "--strategy", "hybrid_shard", "--shard-group-size", "3"], "--shard-group-size"),
+    (["--model", "llama2-7b", "--fabric", "/nonexistent.json"], "--fabric"),
+    (["--model", "llama2-7b", "--seq-len", "9000"], "--seq-len"),
+    (["--gpu", "h100-80gb"], "--model"),
+]:
+    r = plan(*args)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and option in lines[0], (args, r.returncode, r.stderr)
+    print(f"exit 2: {lines[0]}")
+print("plan CLI: OK")

@@ -1,0 +1,133 @@
+"""`shardtrain plan` against measured runs on this machine (issue 19's validation).
+
+Memory: for the tiny and small presets, at 1, 2 and 4 ranks, every strategy, activation
+checkpointing off and on, a 2-step run's measured peaks against the plan's prediction:
+  - the engine's own accounting (metrics memory.peak_bytes_by_phase, no activations), and
+  - every CPU tensor, activations included (memory.host_tensor_peak_bytes, counted by the
+    allocator wrapper in runtime/host_tensor_memory.h), against the plan's tensor peak.
+Both within 10%.
+
+Step time: a fabric measured here with `preflight --json`, a calibration run (2 ranks,
+full_shard), then the plan's step time against measured runs of the other strategies at 2 ranks,
+within 15% (median step time over the steps after the first two).
+
+usage: plan_validation.py SHARDTRAIN REPO WORKDIR [--memory-only|--time-only]
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+BIN, REPO, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+MODE = sys.argv[4] if len(sys.argv) > 4 else "all"
+STRATEGIES = ["full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"]
+SEQ, BATCH = 128, 2
+os.makedirs(WORK, exist_ok=True)
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def run(cmd):
+    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def data():
+    path = os.path.join(WORK, f"data-{SEQ}.h5")
+    if not os.path.exists(path):
+        run([BIN, "prepare", "--tokenizer", f"{REPO}/data/demo/tokenizer.model", "--input", f"{REPO}/data/demo/train.jsonl",
+             "--output", path, "--seq-len", str(SEQ), "--mode", "packing"])
+    return path
+
+
+def layout(ranks, strategy):
+    """(ranks per node for train, nodes and gpus per node for plan): hybrid runs on 2 simulated nodes."""
+    rpn = ranks // 2 if strategy.startswith("hybrid") and ranks > 1 else ranks
+    return rpn, ranks // rpn, rpn
+
+
+def train(preset, ranks, strategy, ac, steps, tag):
+    rpn, _, _ = layout(ranks, strategy)
+    metrics = os.path.join(WORK, f"m-{tag}.jsonl")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), BIN] if ranks > 1 else [BIN]
+    cmd += ["train", "--model", preset, "--data", data(), "--batch-size", str(BATCH), "--steps", str(steps), "--device", "cpu",
+            "--threads", "1", "--sharding", strategy, "--ranks-per-node", str(rpn), "--metrics-file", metrics, "--lr", "1e-4"]
+    if ac:
+        cmd.append("--activation-checkpointing")
+    run(cmd)
+    return [json.loads(line) for line in open(metrics)]
+
+
+def plan(preset, ranks, strategy, ac, extra=()):
+    _, nodes, gpn = layout(ranks, strategy)
+    cmd = [BIN, "plan", "--model", preset, "--gpu", "cpu", "--no-allowances", "--param-dtype", "fp32", "--nodes", str(nodes),
+           "--gpus-per-node", str(gpn), "--strategy", strategy, "--seq-len", str(SEQ), "--batch-size", str(BATCH), "--json"]
+    if ac:
+        cmd.append("--activation-checkpointing")
+    return json.loads(run(cmd + list(extra)))["rows"][0]
+
+
+def memory():
+    worst, failures, lines = 0.0, [], []
+    for preset in ["tiny", "small"]:
+        for ranks in [1, 2, 4]:
+            for strategy in STRATEGIES:
+                for ac in [False, True]:
+                    tag = f"{preset}-{ranks}-{strategy}-{int(ac)}"
+                    last = train(preset, ranks, strategy, ac, 2, tag)[-1]["memory"]
+                    measured_engine = max(last["peak_bytes_by_phase"].values())
+                    measured_total = last["host_tensor_peak_bytes"]
+                    p = plan(preset, ranks, strategy, ac)["memory"]
+                    e_err = p["engine_peak"] / measured_engine - 1
+                    t_err = p["tensor_peak"] / measured_total - 1
+                    worst = max(worst, abs(e_err), abs(t_err))
+                    line = (f"{tag:34s} engine {measured_engine:>10d} predicted {p['engine_peak']:>10d} ({100 * e_err:+5.1f}%)"
+                            f"  tensors {measured_total:>10d} predicted {p['tensor_peak']:>10d} ({100 * t_err:+5.1f}%)")
+                    lines.append(line)
+                    print(line, flush=True)
+                    if abs(e_err) > 0.10 or abs(t_err) > 0.10:
+                        failures.append(line)
+    print(f"memory: {len(lines)} configurations, worst error {100 * worst:.1f}%")
+    return failures
+
+
+def step_time():
+    # Two ranks as one node (the intra-node scope) and as two nodes (the inter-node scope), in one file.
+    fabric, scopes = os.path.join(WORK, "fabric.json"), {}
+    for rpn in (2, 1):
+        part = os.path.join(WORK, f"fabric-rpn{rpn}.json")
+        run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", BIN, "preflight", "--device", "cpu", "--ranks-per-node",
+             str(rpn), "--min-bytes", "64K", "--max-bytes", "32M", "--iters", "20", "--warmup", "3", "--json", part])
+        scopes.update({k: v for k, v in json.load(open(part)).items() if k in ("intra", "inter")})
+    json.dump(scopes, open(fabric, "w"))
+    steps = 8
+
+    def median_step(lines):
+        return statistics.median(line["step_time_s"] for line in lines[2:])
+
+    calib = os.path.join(WORK, "m-time-calibration.jsonl")
+    train("small", 2, "full_shard", False, steps, "time-calibration")
+    failures = []
+    for strategy in STRATEGIES:
+        for ac in [False, True]:
+            measured = median_step(train("small", 2, strategy, ac, steps, f"time-{strategy}-{int(ac)}"))
+            predicted = plan("small", 2, strategy, ac, ["--fabric", fabric, "--calibrate", calib])["time"]["step_s"]
+            err = predicted / measured - 1
+            line = f"small 2 ranks {strategy:20s} ac={int(ac)} measured {measured:.4f}s predicted {predicted:.4f}s ({100 * err:+5.1f}%)"
+            print(line, flush=True)
+            if abs(err) > 0.15:
+                failures.append(line)
+    return failures
+
+
+failures = []
+if MODE in ("all", "--memory-only"):
+    failures += memory()
+if MODE in ("all", "--time-only"):
+    failures += step_time()
+if failures:
+    print("OUTSIDE TOLERANCE:\n" + "\n".join(failures))
+    sys.exit(1)
+print("plan validation: every prediction within tolerance")
