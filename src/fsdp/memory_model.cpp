@@ -120,7 +120,10 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
       if (base[u].kind == UnitKind::kHead) working = act.logits_loss;
       else if (is_layer(u)) working = act.layer_backward + (cfg.activation_checkpointing ? act.layer - act.layer_input : 0);
       const int64_t leaf_grad = frozen ? 0 : w.trainable(u).padded * s.param_elt;  // before the reduction converts it
-      w.note((stored + working) * tokens + leaf_grad);
+      // The head's weight gradient appears after the loss's logit gradients are freed; a layer's
+      // weight gradients build up while its backward runs.
+      const bool head = base[u].kind == UnitKind::kHead;
+      w.note(stored * tokens + (head ? std::max(working * tokens, leaf_grad) : working * tokens + leaf_grad));
       stored -= kept(u);
       if (!frozen && !cfg.no_sync_accumulation) w.reduce(u, stored * tokens);
       w.gathered[u] = false;

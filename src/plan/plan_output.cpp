@@ -50,7 +50,8 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
        << static_cast<int64_t>(std::lround(best->tokens_per_s_per_gpu)) << " tokens/s per GPU, " << std::lround(gib(best->total))
        << " GiB of " << std::lround(gib(in.gpu.memory_bytes)) << " GiB\n";
   else
-    os << "nothing fits: try --activation-checkpointing, more nodes, a smaller --batch-size or LoRA\n";
+    os << "nothing fits: try " << (in.fsdp.activation_checkpointing ? "" : "--activation-checkpointing, ")
+       << "more nodes, a smaller --batch-size or --seq-len" << (in.fsdp.lora.enabled() ? "" : ", or LoRA (--lora-rank)") << "\n";
   os << "state: sharded parameters, gradients and optimizer (and no-sync buffers, a LoRA base); other: reductions in flight, "
         "the NCCL and allocator allowances; exposed: communication not hidden behind compute, share of the step\n";
   return os.str();

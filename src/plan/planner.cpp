@@ -174,9 +174,15 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
 }
 
 const PlanRow* best_row(const std::vector<PlanRow>& rows) {
+  double top = 0;
+  for (const auto& r : rows)
+    if (r.fits) top = std::max(top, r.tokens_per_s_per_gpu);
+  // Within 1% of the fastest per GPU, the fewest nodes win: the same speed for less to book.
   const PlanRow* best = nullptr;
   for (const auto& r : rows)
-    if (r.fits && (!best || r.tokens_per_s_per_gpu > best->tokens_per_s_per_gpu * (1 + 1e-9))) best = &r;
+    if (r.fits && r.tokens_per_s_per_gpu >= 0.99 * top &&
+        (!best || r.nodes < best->nodes || (r.nodes == best->nodes && r.tokens_per_s_per_gpu > best->tokens_per_s_per_gpu)))
+      best = &r;
   return best;
 }
 

@@ -5,6 +5,7 @@
 
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/flat_layout.h"
+#include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/runtime/error.h"
 
 using namespace shardtrain;
@@ -71,4 +72,53 @@ TEST(FlatLayout, PaddedToTheShardGroupAndTiledBySegments) {
   auto layer = fsdp::flat_layout(specs, 1, 1);
   EXPECT_EQ(layer.entries.size(), 9u);  // q k v o gate up down and two norms
   EXPECT_EQ(fsdp::flat_layout(specs, 3, 1).entries.size(), 2u);  // norm + lm_head
+}
+
+TEST(MemoryModel, ShardedStateIsSixteenBytesPerParameterOverTheGroup) {
+  const ModelConfig m = model_preset("llama2-7b");
+  const auto units = unit_sizes(m, llama_param_specs(m), 8);
+  ASSERT_EQ(units.size(), static_cast<size_t>(m.num_layers + 2));
+  int64_t numel = 0;
+  for (const auto& u : units) {
+    EXPECT_EQ(u.padded % 8, 0);
+    EXPECT_EQ(u.shard_numel * 8, u.padded);
+    EXPECT_LT(u.padded - u.numel, 8);
+    numel += u.numel;
+  }
+  EXPECT_EQ(numel, m.num_params());
+  const PersistentBytes p = persistent_bytes(units, nullptr, false, 2);
+  EXPECT_NEAR(static_cast<double>(p.param + p.grad + p.optimizer), 16.0 * m.num_params() / 8, 16.0 * units.size());
+  EXPECT_EQ(p.unsharded, 16 * m.num_params());
+  EXPECT_EQ(persistent_bytes(units, nullptr, true, 2).no_sync - p.no_sync, 4 * (numel + p.padding_elements * 1));
+}
+
+TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
+  const ModelConfig m = model_preset("tiny");
+  const auto units = unit_sizes(m, llama_param_specs(m), 4);
+  const ActivationBytes act = activation_bytes_per_token(m, 4);
+  const StepShape shape{2, 64, 1, 4, 4, 4};
+  auto peak_units = [&](Sharding s, int inflight) {
+    FsdpConfig c;
+    c.sharding = s, c.max_inflight_gathers = inflight;
+    return step_peak(units, nullptr, c, shape, act, 0).gathered_units;
+  };
+  EXPECT_EQ(peak_units(Sharding::kFullShard, 2), 2);  // the unit computing and the one prefetched
+  EXPECT_EQ(peak_units(Sharding::kFullShard, 3), 3);
+  EXPECT_EQ(peak_units(Sharding::kShardGradOp, 2), static_cast<int>(units.size()));  // kept from forward to backward
+  FsdpConfig c;
+  c.activation_checkpointing = true;
+  const auto with_ac = step_peak(units, nullptr, c, shape, act, 0);
+  c.activation_checkpointing = false;
+  const auto without = step_peak(units, nullptr, c, shape, act, 0);
+  EXPECT_LT(with_ac.activations, without.activations);
+  EXPECT_EQ(with_ac.engine_bytes, without.engine_bytes);  // the engine's own bytes do not include activations
+}
+
+TEST(MemoryModel, ActivationBytesPerTokenCountWhatAutogradSaves) {
+  const ModelConfig m = model_preset("tiny");  // h 64, i 176, 4 heads, 2 kv heads (repeated to 4)
+  const ActivationBytes a = activation_bytes_per_token(m, 4);
+  EXPECT_EQ(a.layer, 4 * (10 * 64 + 4 * 176 + 4));  // 8h + 2h (repeated k, v) + 4i floats + 4 log-sum-exp
+  EXPECT_EQ(a.layer_input, 4 * 64);
+  EXPECT_EQ(a.logits_loss, 12 * m.vocab_size);
+  EXPECT_GT(activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies
 }

@@ -52,7 +52,8 @@ struct PlanRow {
 
 // Throws UsageError naming the option when a node count does not fit the shard group.
 std::vector<PlanRow> plan_rows(const PlanInput& in);
-// The row that fits with the most tokens/s per GPU (the cheapest per token), or nullptr.
+// The row that fits with the most tokens/s per GPU (the cheapest per token), the fewest nodes
+// among those within 1% of it; nullptr when nothing fits.
 const PlanRow* best_row(const std::vector<PlanRow>& rows);
 
 }  // namespace shardtrain::plan
