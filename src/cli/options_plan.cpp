@@ -112,7 +112,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   if (in.fsdp.no_sync_accumulation && in.grad_accum < 2) throw UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
   check_lora(in.fsdp.lora, lora);
   in.fabric = plan::load_fabric(fabric);
-  if (!calibrate.empty()) in.calibration = plan::read_calibration(calibrate, in.model, in.seq_len);
+  if (!calibrate.empty()) in.calibration = plan::read_calibration(calibrate);
   check_threads(o.common);
   return o;
 }

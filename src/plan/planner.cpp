@@ -38,7 +38,7 @@ struct UnitComm {  // seconds, per micro-batch unless said
 
 }  // namespace
 
-Calibration read_calibration(const std::string& metrics_file, const ModelConfig& model, int64_t seq_len) {
+Calibration read_calibration(const std::string& metrics_file) {
   std::ifstream in(metrics_file);
   if (!in) throw UsageError("--calibrate '" + metrics_file + "' cannot be read; pass a train --metrics-file");
   std::vector<double> tflops, opt;
@@ -53,14 +53,13 @@ Calibration read_calibration(const std::string& metrics_file, const ModelConfig&
       throw UsageError("--calibrate " + metrics_file + " line " + std::to_string(n + 1) + " is not JSON");
     }
     ++n;
-    if (!j.contains("phases") || !j.contains("tokens_per_s") || j.value("step", 0) <= 1) continue;  // step 1 warms up
+    if (!j.contains("phases") || !j.contains("tflops_per_device") || j.value("step", 0) <= 1) continue;  // step 1 warms up
     const auto& p = j["phases"];
     const double busy = p.value("forward", 0.0) + p.value("backward", 0.0) - p.value("exposed_comm", 0.0);
-    const double step = j.value("step_time_s", 0.0), tps = j.value("tokens_per_s", 0.0);
-    const int64_t world = j.contains("comm") ? j["comm"].value("world_size", 1) : 1;
-    if (busy <= 0 || step <= 0 || tps <= 0) continue;
+    const double step = j.value("step_time_s", 0.0), per_device = j.value("tflops_per_device", 0.0);
+    if (busy <= 0 || step <= 0 || per_device <= 0) continue;
     // The device's achieved rate: its share of the step's FLOPs over its busy compute time.
-    tflops.push_back(tps * step * flops_per_token(model, seq_len) / static_cast<double>(world) / busy / 1e12);
+    tflops.push_back(per_device * step / busy);
     const int64_t elems = j.contains("memory") ? j["memory"].value("param_bytes", int64_t{0}) / 4 : 0;
     if (elems > 0) opt.push_back(p.value("optimizer", 0.0) / static_cast<double>(elems));
   }

@@ -16,7 +16,7 @@ struct Calibration {
   double compute_tflops = 0;    // achieved per device in forward + backward, exposed communication excluded
   double optimizer_s_per_element = 0;  // seconds per trainable shard element
 };
-Calibration read_calibration(const std::string& metrics_file, const ModelConfig& model, int64_t seq_len);
+Calibration read_calibration(const std::string& metrics_file);  // throws UsageError naming --calibrate
 
 struct PlanInput {
   ModelConfig model;
