@@ -178,7 +178,8 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
   // The fabric file: per scope its group size, and preflight's inter-node scope runs one group
   // per local rank at once (docs/planner.md turns that into a spanning collective's bandwidth).
   nlohmann::json fabric_json = {{"format", "shardtrain-fabric/1"}, {"source", "shardtrain preflight on " + hosts[0]},
-                                {"ranks_per_node", t.local_size}, {"nodes", t.num_nodes}};
+                                {"ranks_per_node", t.local_size}, {"nodes", t.num_nodes},
+                                {"overlaps_compute", use_cuda}};  // see plan::Fabric
   for (auto& s : scopes) {
     if (s.comm->size() < 2) {
       if (root) std::cout << "# " << s.name << ": skipped, groups of one rank (" << t.num_nodes << " nodes x "

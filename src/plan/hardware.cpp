@@ -137,6 +137,7 @@ Fabric load_fabric(const std::string& spec) {
   Fabric f;
   f.name = spec;
   f.source = j.value("source", spec);
+  f.overlaps_compute = j.value("overlaps_compute", true);
   if (j.contains("intra")) f.intra = read_scope(j["intra"], spec);
   if (j.contains("inter")) f.inter = read_scope(j["inter"], spec);
   return f;

@@ -55,7 +55,7 @@ Calibration read_calibration(const std::string& metrics_file) {
     ++n;
     if (!j.contains("phases") || !j.contains("tflops_per_device") || j.value("step", 0) <= 1) continue;  // step 1 warms up
     const auto& p = j["phases"];
-    const double busy = p.value("forward", 0.0) + p.value("backward", 0.0) - p.value("exposed_comm", 0.0);
+    const double busy = p.value("forward", 0.0) + p.value("backward", 0.0);  // exposed_comm is a phase of its own
     const double step = j.value("step_time_s", 0.0), per_device = j.value("tflops_per_device", 0.0);
     if (busy <= 0 || step <= 0 || per_device <= 0) continue;
     // The device's achieved rate: its share of the step's FLOPs over its busy compute time.
@@ -134,7 +134,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
                                              replicate_spans && (hybrid || r.ranks > in.gpus_per_node));
         }
       }
-      double compute = 0, total = 0, comm_total = 0;
+      double compute = 0, total = 0, comm_total = 0;  // total: the overlapped schedule
       const int passes = static_cast<int>(in.grad_accum);
       for (int mb = 0; mb < passes; ++mb) {
         const bool reduce_now = !cfg.no_sync_accumulation;
@@ -158,6 +158,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.optimizer_s = in.calibration.optimizer_s_per_element > 0
                           ? in.calibration.optimizer_s_per_element * static_cast<double>(shard_elems)
                           : (in.gpu.hbm_gbps > 0 ? kAdamBytesPerElement * static_cast<double>(shard_elems) / (in.gpu.hbm_gbps * 1e9) : 0);
+      if (!in.fabric.overlaps_compute) total = compute + comm_total;  // MPI on CPU: collectives progress only when waited on
       r.compute_s = compute, r.comm_s = comm_total, r.exposed_comm_s = total - compute;
       r.step_s = total + r.optimizer_s;
       const double tokens_per_gpu = static_cast<double>(tokens_mb * in.grad_accum);

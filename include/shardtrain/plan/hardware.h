@@ -34,6 +34,9 @@ struct Fabric {
   // of each node taking part (nccl-tests across nodes).
   std::map<comm::Op, BandwidthTable> intra, inter;
   double latency_s = 0;  // per collective call
+  // NCCL runs collectives on their own streams beside the compute; Open MPI on CPU progresses a
+  // non-blocking collective only inside MPI calls, so the engine's waits expose all of it.
+  bool overlaps_compute = true;
   // Seconds for one collective of `bytes` (the unsharded buffer) over `ranks` ranks.
   double seconds(comm::Op op, double bytes, int ranks, bool spans_nodes) const;
 };
