@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
 
@@ -168,7 +169,9 @@ Snapshot snapshot(fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainSta
   return snap;
 }
 
-void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
+namespace {
+// write() without its closing barrier: a rank that fails here must not leave the others in one.
+void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
   MPI_Comm writers = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(comm, snap.writer ? 0 : MPI_UNDEFINED, snap.shard_rank, &writers));
   if (snap.writer) {
@@ -247,13 +250,31 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
     }
     dxpl.reset(), file.reset(), fapl.reset();
   }
+}
+
+// The bytes a checkpoint of snap needs: three fp32 tensors per dataset (metadata aside).
+int64_t state_bytes(const Snapshot& snap) {
+  int64_t n = 0;
+  for (const auto& s : snap.specs) n += s.numel();
+  return n * 3 * static_cast<int64_t>(sizeof(float));
+}
+}  // namespace
+
+void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
+  write_file(path, comm, snap, stripe);
   MPI_CHECK(MPI_Barrier(comm));
 }
 
 void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe,
                        int keep) {
   const std::string tmp = final_path + ".tmp";
-  write(tmp, comm, snap, stripe);
+  std::string error;
+  try {
+    write_file(tmp, comm, snap, stripe);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_save(comm, error, tmp, final_path, state_bytes(snap));  // every rank throws alike, or none does
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
   if (rank == 0) publish(tmp, final_path, keep);

@@ -9,6 +9,8 @@ namespace shardtrain::obs {
 
 void ObsConfig::validate() {
   if (metrics_port < 0 || metrics_port > 65535) throw UsageError("--metrics-port must be in 1..65535, or 0 for off");
+  if (metrics_bind.empty())
+    throw UsageError("--metrics-bind must be an address of this host, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface)");
   if (collective_timeout < 0) throw UsageError("--collective-timeout must be >= 0 seconds (0: off)");
   if (collective_dump < 1 || collective_dump > 64) throw UsageError("--collective-dump must be in 1..64");
   if (metrics_job.empty()) {
