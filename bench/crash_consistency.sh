@@ -13,7 +13,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 out=$(mkdir -p "${1:-$repo/out/crash}" && cd "${1:-$repo/out/crash}" && pwd)
-kills=${KILLS:-100} steps=${STEPS:-300} max_delay=${MAX_DELAY:-8} RANDOM=${SEED:-20}
+kills=${KILLS:-100} steps=${STEPS:-150} max_delay=${MAX_DELAY:-8} RANDOM=${SEED:-20}
 # A hang is a failure too: every run gets RUN_TIMEOUT seconds (TERM to mpirun, KILL 10 s later).
 mpi=(timeout -k 10 "${RUN_TIMEOUT:-300}" mpirun --oversubscribe --bind-to none)
 [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
@@ -113,7 +113,8 @@ for cfg in "${configs[@]}"; do
   lost_steps=$((lost_steps + c_lost))
 done
 
-# Disk full: a tmpfs that holds one checkpoint and a half; the second save cannot fit.
+# Disk full: a tmpfs that holds the first checkpoint but not the second (a save needs its size,
+# plus 1/16 and 1 MiB, free before it starts).
 mnt=$out/full
 mkdir -p "$mnt"
 ! mountpoint -q "$mnt" || umount "$mnt"
@@ -124,7 +125,7 @@ for cfg in "${configs[@]}"; do
   read -r np mode <<< "$cfg"
   extra=(); [ "$mode" = async ] && extra=(--async-save)
   name=full-np$np-$mode log=$out/$name.log metrics=$out/$name.jsonl
-  mount -t tmpfs -o size=$((ckpt_bytes * 3 / 2)) tmpfs "$mnt"
+  mount -t tmpfs -o size=$((ckpt_bytes * 2 + 262144)) tmpfs "$mnt"
   rc=0
   nice "${mpi[@]}" -np "$np" "$bin" "${train[@]}" "${extra[@]}" --steps 6 --save-every 2 --checkpoint-dir "$mnt/ckpt" \
     --metrics-file "$metrics" > "$log" 2>&1 || rc=$?
@@ -160,7 +161,7 @@ when=$(date -u '+%Y-%m-%d %H:%M UTC')
   echo "Total: $kills_done kills, $verified resumed from the newest complete checkpoint, $during_save during a save;" \
        "$completed runs reached their last step, and each metrics file then held every step once, with the uninterrupted run's loss."
   echo
-  echo "Disk full during the save of step 4 (tmpfs of $((ckpt_bytes * 3 / 2)) bytes, checkpoints of $ckpt_bytes):"
+  echo "Disk full at the save of step 4 (tmpfs of $((ckpt_bytes * 2 + 262144)) bytes, checkpoints of $ckpt_bytes):"
   echo
   echo "| ranks | saves | exit | shardtrain lines | step 2 loadable, nothing left behind, resumed with equal losses |"
   echo "|---|---|---|---|---|"

@@ -47,6 +47,24 @@ std::string save_failure_message(const std::string& final_path, const std::strin
          ". Check that --checkpoint-dir " + dir + " is writable";
 }
 
+void check_space(MPI_Comm comm, const std::string& final_path, int64_t need_bytes) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  const auto dir = fs::path(final_path).parent_path();
+  int64_t free_bytes = -1;
+  std::error_code ec;
+  if (rank == 0) {
+    const auto space = fs::space(dir, ec);
+    if (!ec) free_bytes = static_cast<int64_t>(space.available);
+  }
+  MPI_CHECK(MPI_Bcast(&free_bytes, 1, MPI_INT64_T, 0, comm));
+  const int64_t with_margin = need_bytes + need_bytes / 16 + (1 << 20);  // HDF5's metadata and alignment
+  if (free_bytes < 0 || free_bytes >= with_margin) return;
+  std::string previous;
+  std::ifstream(dir / "latest") >> previous;
+  throw SaveFailed(save_failure_message(final_path, "", free_bytes, with_margin, previous));
+}
+
 void agree_on_save(MPI_Comm comm, const std::string& error, const std::string& tmp_path, const std::string& final_path,
                    int64_t need_bytes, double patience_s) {
   int rank = 0, size = 1;

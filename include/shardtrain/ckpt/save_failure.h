@@ -23,6 +23,11 @@ class SaveFailed : public AgreedUsageError {
 std::string save_failure_message(const std::string& final_path, const std::string& first_error, int64_t free_bytes,
                                  int64_t need_bytes, const std::string& previous);
 
+// Collective over comm, before a save writes anything: throws SaveFailed on every rank when the
+// file system of final_path has less than need_bytes plus a margin free (rank 0 looks). A full
+// disk found here leaves nothing to clean up, and MPI-IO never meets it halfway through a write.
+void check_space(MPI_Comm comm, const std::string& final_path, int64_t need_bytes);
+
 // Collective over comm, after a save's writes: `error` is this rank's failure ("" when its part
 // succeeded). Returns when every rank succeeded; otherwise rank 0 removes tmp_path and every rank
 // throws SaveFailed. A failed rank whose peers never arrive (stuck in MPI-IO) gives up after
