@@ -11,4 +11,5 @@ endforeach()
 # scrape answered, step time within 5% of the quiet windows. Serial: it measures step times.
 add_test(NAME Observe.metrics_load COMMAND ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/metrics_load.py
          --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --tmp ${TEST_TMP}/observe)
-set_tests_properties(Observe.metrics_load PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 240 RUN_SERIAL TRUE)
+set_tests_properties(Observe.metrics_load PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 240 RUN_SERIAL TRUE
+                     SKIP_RETURN_CODE 77)  # 77: the quiet windows drift by more than 5% (a busy machine)
