@@ -7,3 +7,9 @@ foreach(case endpoint watchdog)
            ${observe_args})
   set_tests_properties(Observe.${case} PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300)
 endforeach()
+# The endpoint under 20 s of load (50 scrapers and bad clients) while one rank trains: every
+# scrape answered, step time within 5% of the quiet windows. Serial: it measures step times.
+add_test(NAME Observe.metrics_load COMMAND ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/metrics_load.py
+         --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --tmp ${TEST_TMP}/observe)
+set_tests_properties(Observe.metrics_load PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 240 RUN_SERIAL TRUE
+                     SKIP_RETURN_CODE 77)  # 77: the quiet windows drift by more than 5% (a busy machine)

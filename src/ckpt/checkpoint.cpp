@@ -6,10 +6,13 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <future>
 #include <filesystem>
 #include <fstream>
 
+#include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
 
@@ -168,7 +171,18 @@ Snapshot snapshot(fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainSta
   return snap;
 }
 
-void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
+namespace {
+// A collective write that failed on some ranks only (a full disk shows on the MPI-IO aggregators)
+// fails on all of them here, before the next collective call could leave the others waiting.
+void agree_on_write(MPI_Comm writers, herr_t rc, const std::string& what) {
+  const std::string mine = rc < 0 ? detail::h5_error_string() : "";
+  int ok = rc >= 0 ? 1 : 0;
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, writers));
+  if (!ok) throw Error(mine.empty() ? "another rank could not write " + what : "cannot write " + what + ": " + mine);
+}
+
+// write() without its closing barrier: a rank that fails here must not leave the others in one.
+void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
   MPI_Comm writers = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(comm, snap.writer ? 0 : MPI_UNDEFINED, snap.shard_rank, &writers));
   if (snap.writer) {
@@ -215,7 +229,8 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
         if (n == 0) H5_CHECK(H5Sselect_none(mem));
         select_flat(space, spec.shape, it == pieces.end() ? 0 : it->param_offset,
                     it == pieces.end() ? 0 : it->param_offset + it->numel);
-        H5_CHECK(H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data.data_ptr()));  // collective
+        agree_on_write(own.get(), H5Dwrite(dset, H5T_NATIVE_FLOAT, mem, space, dxpl, data.data_ptr()),  // collective
+                       path + ": tensor /" + kGroups[w] + "/" + spec.name);
       }
       lock.lock();
       grp.reset();
@@ -245,17 +260,49 @@ void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const S
       h5::write_attr(file, "base_weights", snap.state.base_weights);
       h5::write_attr(file, "base_crc32", snap.state.base_crc32);
     }
+    agree_on_write(own.get(), H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": metadata");  // the closes below are collective
     dxpl.reset(), file.reset(), fapl.reset();
   }
+}
+
+// fsync that throws: the data of a file that cannot be synced is not known to be on disk.
+void sync_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
+    throw Error("cannot fsync " + path + ": " + why);
+  }
+  ::close(fd);
+}
+
+// The bytes a checkpoint of snap needs: three fp32 tensors per dataset (metadata aside).
+int64_t state_bytes(const Snapshot& snap) {
+  int64_t n = 0;
+  for (const auto& s : snap.specs) n += s.numel();
+  return n * 3 * static_cast<int64_t>(sizeof(float));
+}
+}  // namespace
+
+void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
+  write_file(path, comm, snap, stripe);
   MPI_CHECK(MPI_Barrier(comm));
 }
 
 void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe,
                        int keep) {
   const std::string tmp = final_path + ".tmp";
-  write(tmp, comm, snap, stripe);
+  std::string error;
   int rank = 0;
   MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  check_space(comm, final_path, state_bytes(snap));
+  try {
+    write_file(tmp, comm, snap, stripe);
+    if (rank == 0) sync_file(tmp);  // a file system may report a full disk only now
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_save(comm, error, tmp, final_path, state_bytes(snap));  // every rank throws alike, or none does
   if (rank == 0) publish(tmp, final_path, keep);
   MPI_CHECK(MPI_Barrier(comm));  // nobody moves on before `latest` names the new file
 }

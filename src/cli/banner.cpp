@@ -84,7 +84,7 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
   b += buf;
   std::snprintf(buf, sizeof buf, "  observe     progress every %lld steps | Prometheus %s | collective timeout %s",
                 static_cast<long long>(t.log_every),
-                o.obs.metrics_port ? (":" + std::to_string(o.obs.metrics_port) + "/metrics").c_str() : "off",
+                o.obs.metrics_port ? (o.obs.metrics_bind + ":" + std::to_string(o.obs.metrics_port) + "/metrics").c_str() : "off",
                 o.obs.collective_timeout > 0 ? (std::to_string(static_cast<int>(o.obs.collective_timeout)) + " s").c_str()
                                              : "off");
   return b + buf;

@@ -11,6 +11,9 @@ po::options_description observability_desc(obs::ObsConfig& o) {
   po::options_description d("Observability");
   d.add_options()("metrics-port", po::value(&o.metrics_port)->default_value(0),
                   "serve Prometheus /metrics from node-local rank 0 on this port (0: off)")(
+      "metrics-bind", po::value(&o.metrics_bind)->default_value(o.metrics_bind),
+      "the IP address the endpoint listens on: 0.0.0.0 (every interface, so that Prometheus on another host can "
+      "scrape), 127.0.0.1 (this host only), or one interface's address")(
       "metrics-job", po::value(&o.metrics_job), "the job label of the metrics (default: $SLURM_JOB_ID, else shardtrain)")(
       "collective-timeout", po::value(&o.collective_timeout)->default_value(600),
       "seconds a collective may wait before the job names the ranks that have not reached it and exits 76 (0: off)")(

@@ -1,5 +1,8 @@
 #include "shardtrain/obs/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cstdlib>
 
 #include "shardtrain/runtime/error.h"
@@ -9,6 +12,10 @@ namespace shardtrain::obs {
 
 void ObsConfig::validate() {
   if (metrics_port < 0 || metrics_port > 65535) throw UsageError("--metrics-port must be in 1..65535, or 0 for off");
+  unsigned char addr[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, metrics_bind.c_str(), addr) != 1 && inet_pton(AF_INET6, metrics_bind.c_str(), addr) != 1)
+    throw UsageError("--metrics-bind '" + metrics_bind + "' is not an IP address; give one of this host's, e.g. 127.0.0.1 "
+                     "(this host only) or 0.0.0.0 (every interface)");
   if (collective_timeout < 0) throw UsageError("--collective-timeout must be >= 0 seconds (0: off)");
   if (collective_dump < 1 || collective_dump > 64) throw UsageError("--collective-dump must be in 1..64");
   if (metrics_job.empty()) {

@@ -5,7 +5,8 @@
 
 namespace shardtrain::obs {
 
-NodeExporter::NodeExporter(int port, std::string job, const Topology& topo, const std::vector<std::string>& hosts)
+NodeExporter::NodeExporter(const std::string& bind, int port, std::string job, const Topology& topo,
+                           const std::vector<std::string>& hosts)
     : job_(std::move(job)), hosts_(hosts) {
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, topo.node, topo.local_rank, &node));
@@ -22,15 +23,24 @@ NodeExporter::NodeExporter(int port, std::string job, const Topology& topo, cons
         offset += hosts_[r] == hosts_[topo.rank] ? 1 : 0;
         break;
       }
-  server_ = std::make_unique<HttpServer>(port == 0 ? 0 : port + offset, [this] { return text(); });
+  server_ = std::make_unique<HttpServer>(bind, port == 0 ? 0 : port + offset, [this] { return text(); });
+  const bool any = server_->address() == "0.0.0.0" || server_->address() == "[::]";
   log::info_all("serving Prometheus metrics of node " + std::to_string(topo.node) + " (" +
-                std::to_string(members_.size()) + " ranks) on http://" + hosts_[topo.rank] + ":" +
+                std::to_string(members_.size()) + " ranks) on http://" + (any ? hosts_[topo.rank] : server_->address()) + ":" +
                 std::to_string(server_->port()) + "/metrics");
 }
 
 std::string NodeExporter::text() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return latest_.empty() ? "" : exposition(job_, latest_);  // nothing before the first step
+  std::vector<RankSeries> ranks;
+  uint64_t published = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);  // held for a copy only: publish() never waits on a scrape
+    if (published_ == formatted_) return text_;  // nothing before the first step
+    ranks = latest_, published = published_;
+  }
+  text_ = exposition(job_, ranks);
+  formatted_ = published;
+  return text_;
 }
 
 void NodeExporter::publish(const RankSeries& mine) {
@@ -44,6 +54,7 @@ void NodeExporter::publish(const RankSeries& mine) {
     ranks.push_back(RankSeries::unpack(all.data() + i * n, members_[i], hosts_[members_[i]]));
   std::lock_guard<std::mutex> lock(mu_);
   latest_ = std::move(ranks);
+  ++published_;
 }
 
 }  // namespace shardtrain::obs

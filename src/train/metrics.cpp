@@ -37,8 +37,14 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
   const auto parent = std::filesystem::path(path).parent_path();
   std::error_code ec;  // runs/<job>/metrics.jsonl: make the directory, as --checkpoint-dir does
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
-  out_.open(path, std::ios::trunc);
-  out_ << kept;
+  {  // the kept steps replace the file in one rename: a crash here never loses the history
+    std::ofstream tmp(path + ".tmp", std::ios::trunc);
+    tmp << kept;
+    if (!tmp.flush()) throw UsageError("--metrics-file: cannot write " + path + ".tmp; check that its directory is writable");
+  }
+  std::filesystem::rename(path + ".tmp", path, ec);
+  if (ec) throw UsageError("--metrics-file: cannot replace " + path + " (" + ec.message() + ")");
+  out_.open(path, std::ios::app);
   if (!out_) throw UsageError("--metrics-file: cannot write " + path);
 }
 

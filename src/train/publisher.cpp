@@ -38,7 +38,7 @@ MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig&
       seq_len_(seq_len), flops_per_token_(flops_per_token(engine.model(), seq_len)), start_step_(start_step),
       writer_(env.rank() == 0 ? cfg.metrics_file : "", start_step) {
   if (obs.metrics_port > 0)
-    exporter_ = std::make_unique<obs::NodeExporter>(obs.metrics_port, obs.metrics_job, env.topology(), hosts_);
+    exporter_ = std::make_unique<obs::NodeExporter>(obs.metrics_bind, obs.metrics_port, obs.metrics_job, env.topology(), hosts_);
 }
 
 void MetricsPublisher::begin_step() {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/ckpt/manager.h"
 #include "shardtrain/runtime/error.h"
 
@@ -98,4 +99,16 @@ TEST(CkptConfig, BadValuesNameTheOption) {
   EXPECT_NE(message(c).find("--ckpt-stripe-size"), std::string::npos);
   c = ok, c.resume = "/nonexistent/step-1.h5";
   EXPECT_NE(message(c).find("--resume"), std::string::npos);
+}
+
+TEST(CkptFiles, AFailedSaveIsOneLineThatNamesAFullDiskAndWhatIsKept) {
+  const auto full = ckpt::save_failure_message("/ck/step-00000004.h5", "HDF5 error: H5Dwrite: can't write data", 1 << 20,
+                                               3 << 20, "step-00000002.h5");
+  EXPECT_EQ(full, "checkpoint /ck/step-00000004.h5: the disk is full (1.0 MiB free in /ck, the checkpoint needs 3.0 MiB); "
+                  "step-00000002.h5 is intact and --resume auto will continue from it. Free space there or pass another "
+                  "--checkpoint-dir");
+  const auto other = ckpt::save_failure_message("/ck/step-00000004.h5", "HDF5 error: boom", 10 << 20, 3 << 20, "");
+  EXPECT_EQ(other, "checkpoint /ck/step-00000004.h5 could not be written (HDF5 error: boom); there is no earlier "
+                   "checkpoint. Check that --checkpoint-dir /ck is writable");
+  EXPECT_EQ(other.find('\n'), std::string::npos);
 }

@@ -34,6 +34,8 @@ void expect_usage_error(const std::string& args, const std::string& option) {
 TEST(Cli, UnknownPreset) { expect_usage_error("train --model llama2-8b", "--model"); }
 TEST(Cli, BadObservabilityOptions) {
   expect_usage_error("train --model tiny --metrics-port 70000", "--metrics-port");
+  expect_usage_error("train --model tiny --metrics-port 9464 --metrics-bind localhost", "--metrics-bind 'localhost'");
+  expect_usage_error("train --model tiny --metrics-port 9464 --metrics-bind 10.0.0.300", "--metrics-bind '10.0.0.300'");
   expect_usage_error("train --model tiny --collective-timeout -5", "--collective-timeout");
   expect_usage_error("train --model tiny --collective-dump 0", "--collective-dump");
   expect_usage_error("train --model tiny --debug-sleep 1:two:3", "--debug-sleep");

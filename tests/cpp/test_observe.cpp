@@ -1,15 +1,23 @@
 // Observability parts without a cluster: the phase summary and straggler, the watchdog's verdict,
-// the collective log, the Prometheus text, and the banner's host ranges.
+// the collective log, the Prometheus text, the banner's host ranges, and the HTTP endpoint on
+// loopback against clients that send nothing, garbage or too much.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <thread>
 
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/comm/collective_log.h"
 #include "shardtrain/obs/collective_watchdog.h"
+#include "shardtrain/obs/http_server.h"
 #include "shardtrain/obs/prometheus.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/train/metrics.h"
+#include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/phases.h"
 
 using namespace shardtrain;
@@ -146,4 +154,86 @@ TEST(Prometheus, TextFormatHasOneFamilyPerMetricAndEveryRankLabelled) {
 TEST(Banner, HostRangesCollapseConsecutiveRanks) {
   EXPECT_EQ(cli::host_ranges({"a", "a", "b", "b", "b", "c"}), "a: ranks 0-1; b: ranks 2-4; c: rank 5");
   EXPECT_EQ(cli::host_ranges({"a", "b", "a"}), "a: rank 0; b: rank 1; a: rank 2");
+}
+
+TEST(HttpServer, RequestsAreClassifiedFromTheirFirstLineAndSize) {
+  using obs::HttpVerdict;
+  const auto v = [](const std::string& r) { return obs::classify_request(r, 64); };
+  EXPECT_EQ(v("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"), HttpVerdict::kMetrics);
+  EXPECT_EQ(v("GET /metrics?x=1 HTTP/1.0\r\n\r\n"), HttpVerdict::kMetrics);
+  EXPECT_EQ(v("GET /metrics HTTP/1.1\n\n"), HttpVerdict::kMetrics);
+  EXPECT_EQ(v("GET /other HTTP/1.1\r\n\r\n"), HttpVerdict::kNotFound);
+  EXPECT_EQ(v("POST /metrics HTTP/1.1\r\n\r\n"), HttpVerdict::kNotFound);
+  EXPECT_EQ(v("GET /metr"), HttpVerdict::kIncomplete);
+  EXPECT_EQ(v("GET /metrics HTTP/1.1\r\nHost: x\r\n"), HttpVerdict::kIncomplete) << "headers not ended yet";
+  EXPECT_EQ(v("\x16\x03\x01 junk\r\n"), HttpVerdict::kBadRequest) << "garbage is refused at its first line";
+  EXPECT_EQ(v("GET  /metrics HTTP/1.1\r\n\r\n"), HttpVerdict::kBadRequest);
+  EXPECT_EQ(v("GET /metrics HTTP/1.1 extra\r\n\r\n"), HttpVerdict::kBadRequest);
+  EXPECT_EQ(v("get /metrics HTTP/1.1\r\n\r\n"), HttpVerdict::kBadRequest);
+  EXPECT_EQ(v("GET metrics HTTP/1.1\r\n\r\n"), HttpVerdict::kBadRequest);
+  EXPECT_EQ(v(std::string(64, 'G')), HttpVerdict::kTooLarge) << "no line end within the limit";
+  EXPECT_EQ(v("GET /metrics HTTP/1.1\r\nX: " + std::string(80, 'a')), HttpVerdict::kTooLarge);
+}
+
+namespace {
+int connect_loopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET, a.sin_port = htons(static_cast<uint16_t>(port)), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  return fd;
+}
+// Sends `request`, reads to EOF (or reset); the reply and the seconds it took.
+std::pair<std::string, double> exchange(int port, const std::string& request) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int fd = connect_loopback(port);
+  if (!request.empty()) (void)!::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return {got, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+}  // namespace
+
+TEST(HttpServer, SilentClientsNeitherBlockScrapesNorStayOpen) {
+  obs::HttpLimits limits;
+  limits.deadline_s = 1, limits.max_connections = 4;
+  obs::HttpServer server("127.0.0.1", 0, [] { return std::string("shardtrain_step 3\n"); }, limits);
+  EXPECT_EQ(server.address(), "127.0.0.1");
+  std::vector<int> silent;
+  for (int i = 0; i < 6; ++i) silent.push_back(connect_loopback(server.port()));  // more than max_connections
+  const auto [reply, secs] = exchange(server.port(), "GET /metrics HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(reply.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << reply;
+  EXPECT_NE(reply.find("\r\n\r\nshardtrain_step 3\n"), std::string::npos) << reply;
+  EXPECT_LT(secs, 0.5) << "a scrape does not wait for the silent clients";
+  const auto [bad, bad_secs] = exchange(server.port(), "\x01\x02garbage\r\n\r\n");
+  EXPECT_EQ(bad.rfind("HTTP/1.0 400 Bad Request", 0), 0u) << bad;
+  const auto [big, big_secs] = exchange(server.port(), "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'x'));
+  EXPECT_TRUE(big.empty() || big.rfind("HTTP/1.0 431", 0) == 0) << big.substr(0, 80);
+  EXPECT_LT(big_secs, 1.5);
+  const auto t0 = std::chrono::steady_clock::now();
+  char c;
+  for (int fd : silent) {  // each is closed by the server: dropped for room, or at the deadline
+    EXPECT_LE(::recv(fd, &c, 1, 0), 0);
+    ::close(fd);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.5);
+}
+
+TEST(HttpServer, BindErrorsNameTheOption) {
+  try {
+    obs::HttpServer server("300.1.2.3", 0, [] { return std::string(); });
+    FAIL() << "bound to 300.1.2.3";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--metrics-bind 300.1.2.3"), std::string::npos) << e.what();
+  }
+  obs::HttpServer first("127.0.0.1", 0, [] { return std::string(); });
+  try {
+    obs::HttpServer second("127.0.0.1", first.port(), [] { return std::string(); });
+    FAIL() << "two servers on one port";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--metrics-port " + std::to_string(first.port()) + " (--metrics-bind 127.0.0.1): cannot listen"),
+              std::string::npos) << e.what();
+  }
 }

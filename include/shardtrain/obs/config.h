@@ -12,6 +12,7 @@ namespace shardtrain::obs {
 
 struct ObsConfig {
   int metrics_port = 0;             // 0: off; node-local rank 0 serves /metrics
+  std::string metrics_bind = "0.0.0.0";  // every interface: Prometheus scrapes from another host
   std::string metrics_job;          // the job label: --metrics-job, else $SLURM_JOB_ID, else "shardtrain"
   double collective_timeout = 600;  // seconds; 0: no watchdog
   int collective_dump = 8;          // collectives per group each rank prints on a timeout

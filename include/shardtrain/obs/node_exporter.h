@@ -15,11 +15,12 @@ namespace shardtrain::obs {
 class NodeExporter {
  public:
   // Collective over MPI_COMM_WORLD. Simulated nodes that share a host (--ranks-per-node) listen
-  // on port + 1, port + 2, ... so that each still has its own endpoint.
-  NodeExporter(int port, std::string job, const Topology& topo, const std::vector<std::string>& hosts);
+  // on port + 1, port + 2, ... so that each still has its own endpoint. bind: --metrics-bind.
+  NodeExporter(const std::string& bind, int port, std::string job, const Topology& topo,
+               const std::vector<std::string>& hosts);
   void publish(const RankSeries& mine);  // collective over the node: every rank, every step
   int port() const { return server_ ? server_->port() : 0; }  // 0 on ranks that do not serve
-  std::string text();
+  std::string text();  // the endpoint's thread only: formats once per published step
 
  private:
   std::string job_;
@@ -28,6 +29,9 @@ class NodeExporter {
   std::vector<std::string> hosts_;
   std::mutex mu_;
   std::vector<RankSeries> latest_;  // formatted only when scraped, not every step
+  uint64_t published_ = 0;          // steps published; guarded by mu_
+  uint64_t formatted_ = 0;          // the step text_ holds; the endpoint's thread only
+  std::string text_;
   std::unique_ptr<HttpServer> server_;
 };
 
