@@ -41,7 +41,7 @@ struct UnitComm {  // seconds, per micro-batch unless said
 Calibration read_calibration(const std::string& metrics_file) {
   std::ifstream in(metrics_file);
   if (!in) throw UsageError("--calibrate '" + metrics_file + "' cannot be read; pass a train --metrics-file");
-  std::vector<double> tflops, opt;
+  std::vector<double> tflops, fwd, bwd, opt;
   std::string line;
   int64_t n = 0;
   while (std::getline(in, line)) {
@@ -60,12 +60,21 @@ Calibration read_calibration(const std::string& metrics_file) {
     if (busy <= 0 || step <= 0 || per_device <= 0) continue;
     // The device's achieved rate: its share of the step's FLOPs over its busy compute time.
     tflops.push_back(per_device * step / busy);
+    // Forward and backward apart (a third and two thirds of the FLOPs): on a CPU the backward
+    // runs slower per FLOP, and activation checkpointing adds forwards, not backwards.
+    if (p.value("forward", 0.0) > 0 && p.value("backward", 0.0) > 0) {
+      fwd.push_back(per_device * step / 3 / p.value("forward", 0.0));
+      bwd.push_back(per_device * step * 2 / 3 / p.value("backward", 0.0));
+    }
     const int64_t elems = j.contains("memory") ? j["memory"].value("param_bytes", int64_t{0}) / 4 : 0;
     if (elems > 0) opt.push_back(p.value("optimizer", 0.0) / static_cast<double>(elems));
   }
   if (tflops.empty())
     throw UsageError("--calibrate " + metrics_file + " has no measured step after the first; train 3 steps or more");
-  return {metrics_file, median(tflops), opt.empty() ? 0.0 : median(opt)};
+  Calibration c{metrics_file, median(tflops), opt.empty() ? 0.0 : median(opt)};
+  c.forward_tflops = fwd.empty() ? c.compute_tflops : median(fwd);
+  c.backward_tflops = bwd.empty() ? c.compute_tflops : median(bwd);
+  return c;
 }
 
 std::vector<PlanRow> plan_rows(const PlanInput& in) {
@@ -76,7 +85,9 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   const auto base_specs = llama_param_specs(m);
   const auto lora_specs = lora ? lora_param_specs(m, in.fsdp.lora) : std::vector<ParamSpec>{};
   const ActivationBytes act = activation_bytes_per_token(m, pe, lora ? &in.fsdp.lora : nullptr);
-  const double tflops = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops : in.gpu.peak_tflops * in.default_mfu;
+  const bool calibrated = in.calibration.compute_tflops > 0;
+  const double fwd_tflops = calibrated ? in.calibration.forward_tflops : in.gpu.peak_tflops * in.default_mfu;
+  const double bwd_tflops = calibrated ? in.calibration.backward_tflops : in.gpu.peak_tflops * in.default_mfu;
   const int64_t tokens_mb = in.batch_size * in.seq_len;  // per rank per micro-batch
   for (Sharding s : in.strategies) {
     for (int nodes : in.nodes) {
@@ -117,11 +128,11 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const double lora_factor = lora ? 2.0 / 3.0 : 1.0;  // frozen weights: no weight gradients
       for (int u = 0; u < U; ++u) {
         const double f = unit_forward_flops(m, base[u], in.seq_len) * static_cast<double>(tokens_mb);
-        fwd[u] = f / (tflops * 1e12);
-        // Backward is twice forward (input and weight gradients), once under LoRA (no weight
-        // gradients), plus the recomputed forward under activation checkpointing.
+        fwd[u] = f / (fwd_tflops * 1e12);
+        // Backward is twice forward's FLOPs (input and weight gradients), once under LoRA (no
+        // weight gradients), plus the recomputed forward under activation checkpointing.
         const bool recompute = cfg.activation_checkpointing && base[u].kind == UnitKind::kDecoderLayer;
-        bwd[u] = (lora ? 1.0 : 2.0) * fwd[u] + (recompute ? fwd[u] : 0.0);
+        bwd[u] = (lora ? 1.0 : 2.0) * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
         const double gbytes = static_cast<double>(base[u].padded * pe + (lora ? adapters[u].padded * pe : 0));
         const UnitSize& t = trainable[u];
         const bool trains = t.numel > 0;

@@ -15,6 +15,7 @@ struct Calibration {
   std::string source;           // empty: the documented defaults
   double compute_tflops = 0;    // achieved per device in forward + backward, exposed communication excluded
   double optimizer_s_per_element = 0;  // seconds per trainable shard element
+  double forward_tflops = 0, backward_tflops = 0;  // the same rate, forward and backward apart
 };
 Calibration read_calibration(const std::string& metrics_file);  // throws UsageError naming --calibrate
 
