@@ -55,11 +55,16 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     const Stopwatch ckpt_clock;  // the signal vote and the save: the checkpoint phase
     const SignalVerdict signal = c.signals.poll();
     const bool stop = signal.stop && !last;
-    const double saved_s = c.checkpoints.after_step(m.step, signal.save ? signal.reason : "", last || stop, c.loader.state());
+    const bool unsaved_stop = stop && !signal.save;  // --on-signal exit-nosave, or no --checkpoint-dir
+    const double saved_s =
+        unsaved_stop ? 0 : c.checkpoints.after_step(m.step, signal.save ? signal.reason : "", last || stop, c.loader.state());
     m.phases[Phase::kCheckpoint] = ckpt_clock.seconds();
     const bool log_step = m.step == 1 || last || m.step % cfg.log_every == 0 || stop;
     c.metrics.publish(m, log_step, total, saved_s);
-    if (stop) return FitEnd::kStoppedBySignal;
+    if (stop) {
+      c.checkpoints.finish();  // a background save still in flight
+      return FitEnd::kStoppedBySignal;
+    }
   }
   c.checkpoints.finish();
   return FitEnd::kCompleted;

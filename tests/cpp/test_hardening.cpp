@@ -295,8 +295,9 @@ Result signalled_run(const std::string& args, const std::string& metrics, const 
   fs::remove(metrics);
   const std::string tag = fs::path(metrics).stem().string();
   const std::string pid = target == "mpirun" ? "$pid" : "$(pgrep -f '^" + kBin + " train.*" + tag + "' | tail -1)";
-  // mpirun passes a SIGTERM on, then SIGKILLs its ranks after odls_base_sigkill_timeout (1 s).
-  const std::string grace = target == "mpirun" ? "OMPI_MCA_odls_base_sigkill_timeout=60 " : "";
+  // mpirun passes a SIGTERM on odls_base_sigkill_timeout seconds after it gets one (1 s by
+  // default), and SIGKILLs its ranks as long again later: 5 s lets the tiny model save.
+  const std::string grace = target == "mpirun" ? "OMPI_MCA_odls_base_sigkill_timeout=5 " : "";
   return shell(grace + "timeout -s KILL 120 " + mpirun(2) + kBin + " " + kTrain + args + " --metrics-file " + metrics +
                " & pid=$!; for t in $(seq 600); do [ \"$(wc -l < " + metrics + " 2>/dev/null || echo 0)\" -ge 3 ] && break; "
                "sleep 0.05; done; kill -" + sig + " " + pid + "; wait $pid; echo rc=$?");
@@ -338,7 +339,8 @@ TEST(Signals, SigtermWithoutCheckpointsOrWithExitNosaveExits143) {
   EXPECT_FALSE(fs::exists(dir + "/latest")) << "exit-nosave writes no checkpoint";
 }
 
-// A bare mpirun given time to let the ranks save (docs/reliability.md).
+// A bare mpirun given time to let the ranks save (docs/reliability.md). mpirun itself then exits
+// 1, not the ranks' 75: launch/mpirun.sh relays USR2 instead (Launch.mpirun_sigterm).
 TEST(Signals, SigtermToMpirunWithGraceCheckpoints) {
   const auto dir = tmp("term_mpirun");
   fs::remove_all(dir);
