@@ -7,11 +7,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/runtime/clock.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
 
 namespace fs = std::filesystem;
 
@@ -56,6 +59,7 @@ std::string local_token_check(const char* opt, const TokenFile& f, const ModelCo
 
 std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model,
                                            const MpiEnv& env) {
+  const Stopwatch clock;
   std::unique_ptr<TokenFile> f;
   std::string failure;
   int64_t bad_row = -1;
@@ -68,7 +72,13 @@ std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& p
   if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
   int64_t first = bad_row < 0 ? INT64_MAX : bad_row;  // the file's first bad row, wherever it was found
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
-  if (first == INT64_MAX) return f;
+  if (first == INT64_MAX) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f", clock.seconds());
+    log::info("checked the " + std::to_string(f->rows() * f->seq_len()) + " token ids of " + path + " against vocab_size " +
+              std::to_string(model.vocab_size) + " in " + secs + " s (" + std::to_string(env.size()) + " ranks)");
+    return f;
+  }
   const auto at = f->first_token_outside(model.vocab_size, first, first + 1);  // every rank: the same one row
   throw AgreedUsageError(std::string(opt) + " " + path + ": row " + std::to_string(at.row) + " holds token id " +
                          std::to_string(at.token) + " at position " + std::to_string(at.column) +

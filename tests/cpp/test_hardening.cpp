@@ -183,6 +183,25 @@ TEST(DataErrors, TokenIdOutsideVocabNamesTheRow) {
   expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)), "row 2 holds token id -4 at position 0");
 }
 
+// A checkpoint cut short (a copy, a full disk) or an HDF5 file that is not one: exit 2, one line.
+// --resume auto skips a damaged newest checkpoint and takes the one before (test_cli_mpi).
+TEST(DataErrors, TruncatedOrForeignCheckpoint) {
+  const auto dir = tmp("trunc_ckpt");
+  fs::remove_all(dir);
+  auto a = run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir, mpirun(2));
+  ASSERT_EQ(a.code, 0) << a.out;
+  const auto ckpt = dir + "/step-00000001.h5";
+  fs::resize_file(ckpt, fs::file_size(ckpt) * 2 / 3);
+  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + kDemo + "/train.h5 --resume " + ckpt, mpirun(2)),
+                        ckpt + " is truncated or damaged (HDF5: ");
+  const auto foreign = tmp("foreign.h5");
+  {
+    h5::Handle f = h5::create_file(foreign);
+  }
+  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + kDemo + "/train.h5 --resume " + foreign, mpirun(2)),
+                        foreign + " is not a shardtrain checkpoint");
+}
+
 TEST(DataErrors, TokenizerLargerThanTheModel) {
   // The demo data was tokenized with a 512-piece tokenizer; a 256-word model cannot embed it.
   expect_one_line_exit2(run(kTrain + "--vocab-size 256 --steps 2 --data " + kDemo + "/train.h5", mpirun(2)),
