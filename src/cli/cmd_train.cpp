@@ -72,6 +72,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   TrainOptions o = parse_train(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   // Build: data, engine, optimizer, and the loop's components.
+  install_stop_signals(!o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   check_writable_outputs(o, env);
