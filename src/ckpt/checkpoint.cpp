@@ -129,6 +129,22 @@ void check_lora_resume(const std::string& path, hid_t file, fsdp::FsdpEngine& en
   }
 }
 
+// Another model's checkpoint: refused with both shapes named, before any tensor is read (an
+// older checkpoint in the same directory would be just as wrong, so auto does not skip it).
+void check_model_shape(const std::string& path, hid_t file, const ModelConfig& model) {
+  if (!h5::has_attr(file, "model_config")) return;
+  ModelConfig saved;
+  try {
+    saved = model_from_hf_json(nlohmann::json::parse(h5::read_attr_string(file, "model_config")), path);
+  } catch (const std::exception& e) {
+    throw UsageError(path + ": its model_config attribute cannot be read (" + e.what() + "); the checkpoint is damaged");
+  }
+  if (!same_shape(saved, model))
+    throw ResumeRefused("--resume: " + path + " holds a model of shape " + describe_shape(saved) + " but --model " +
+                        model.name + " has " + describe_shape(model) +
+                        "; resume with the model it was saved from, or use another --checkpoint-dir");
+}
+
 }  // namespace
 
 int64_t base_crc32(fsdp::FsdpEngine& engine) {
@@ -318,6 +334,7 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
   const int64_t want_base = engine.lora() ? base_crc32(engine) : -1;  // collective, before any rank may fail
   std::vector<int64_t> stored(names.size() * 3);  // every dataset's crc32 attribute
   TrainState st;
+  bool usage = false;
   std::string failure, refused;  // a read can fail on some ranks only; all must learn it before the CRC collectives
   try {
     std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
@@ -327,6 +344,7 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
     if (v > kFormatVersion)
       throw UsageError(path + " has checkpoint format " + std::to_string(v) + ", newer than this build's " +
                        std::to_string(kFormatVersion) + "; upgrade shardtrain");
+    check_model_shape(path, file, engine.model());
     check_lora_resume(path, file, engine, want_base);
     for (int w = 0; w < 3; ++w)
       for (auto& p : pieces) {
@@ -358,12 +376,15 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
       }
   } catch (const ResumeRefused& e) {
     refused = e.what();  // every rank reads the same attributes: all refuse alike
+  } catch (const UsageError& e) {  // a truncated or foreign file: the user's to fix (exit 2)
+    failure = e.what(), usage = true;
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  int bad = failure.empty() && refused.empty() ? 0 : 1;
+  int bad = failure.empty() && refused.empty() ? 0 : usage ? 1 : 2;  // 2: some rank failed otherwise
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, engine.groups().world->mpi()));
   if (!refused.empty()) throw ResumeRefused(refused);
+  if (bad == 1) throw AgreedUsageError(failure.empty() ? path + ": another rank found it damaged" : failure);
   if (bad) throw Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
   // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
   const auto crcs = combine_crc_rows(engine.groups().shard->mpi(), local_crc_rows(pieces, names));

@@ -166,7 +166,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   FsdpArgs fa;
   AccuracyArgs acc;
   LoraArgs lora;
-  std::string schedule = "cosine", on_signal = "continue", debug_sleep;
+  std::string schedule = "cosine", debug_sleep, debug_nan;
+  RunControlArgs run;
   auto& t = o.train;
   auto& op = o.optim;
   auto& ck = o.ckpt;
@@ -202,18 +203,17 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "keep-checkpoints", po::value(&ck.keep)->default_value(0), "keep the newest K checkpoints (0: all)")(
       "resume", po::value(&ck.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path")(
       "async-save", po::bool_switch(&ck.async), "copy shards to host memory and write checkpoints on a background thread")(
-      "on-signal", po::value(&on_signal)->default_value("continue"),
-      "after the checkpoint SIGUSR1 asks for: continue, or exit with code 75 (for Slurm requeue)")(
       "ckpt-stripe-count", po::value(&ck.stripe.count)->default_value(0), "Lustre stripe count of new checkpoints (0: default)")(
       "ckpt-stripe-size", po::value(&ck.stripe.size)->default_value(0),
       "Lustre stripe size in bytes, also the HDF5 alignment (0: default; 1 MiB alignment)");
   po::options_description faults("Fault injection (tests)");
   faults.add_options()("fail-on-rank", po::value(&o.faults.fail_on_rank)->default_value(-1), "rank R throws after setup")(
-      "debug-sleep", po::value(&debug_sleep), "RANK:STEP:SECONDS sleeps that rank before that step (STEP 0: every step)");
+      "debug-sleep", po::value(&debug_sleep), "RANK:STEP:SECONDS sleeps that rank before that step (STEP 0: every step)")(
+      "debug-nan", po::value(&debug_nan), "RANK:STEP[:nan|inf] plants a NaN (or Inf) in that rank's gradient after backward (STEP 0: every step)");
   po::options_description visible;
   visible.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(optim).add(fsdp_desc(o.fsdp, fa, true));
   visible.add(lora_desc(o.fsdp.lora, lora));
-  visible.add(ckpt).add(accuracy_desc(o.accuracy, acc)).add(observability_desc(o.obs));
+  visible.add(ckpt).add(run_control_desc(t, run)).add(accuracy_desc(o.accuracy, acc)).add(observability_desc(o.obs));
   po::options_description all;
   all.add(visible).add(faults);
   parse_into(args, all);
@@ -241,11 +241,11 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   check_lora(o.fsdp.lora, lora);
   o.merge_lora = lora.merge;
   check_fsdp(o.fsdp, fa);
-  if (on_signal != "continue" && on_signal != "exit") throw UsageError("--on-signal must be continue or exit");
-  ck.exit_on_signal = on_signal == "exit";
+  check_run_control(t, run);
   ck.validate();
   o.obs.validate();
   check_debug_sleep(o.faults, debug_sleep);
+  check_debug_nan(o.faults, debug_nan);
   o.args = args;
   if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;

@@ -52,7 +52,11 @@ Handle open_file(const std::string& path) {
 #endif
   if (is_h5 <= 0)
     throw UsageError(path + " is not an HDF5 file; produce it with 'shardtrain prepare'");
-  return Handle(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)), H5Fclose);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0)  // a truncated copy or a half-written file: HDF5 checks the stored end of file here
+    throw UsageError(path + " is truncated or damaged (HDF5: " + detail::h5_error_string() +
+                     "); copy it again or re-create it");
+  return Handle(f, H5Fclose);
 }
 
 Handle open_dataset(hid_t file, const std::string& name) {

@@ -140,6 +140,17 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   return c;
 }
 
+std::string describe_shape(const ModelConfig& c) {
+  return "vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden_size) + ", intermediate " +
+         std::to_string(c.intermediate_size) + ", " + std::to_string(c.num_layers) + " layers, " +
+         std::to_string(c.num_heads) + " heads, " + std::to_string(c.num_kv_heads) + " kv heads";
+}
+
+bool same_shape(const ModelConfig& a, const ModelConfig& b) {
+  return a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size && a.intermediate_size == b.intermediate_size &&
+         a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads;
+}
+
 nlohmann::json model_to_hf_json(const ModelConfig& c) {
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},

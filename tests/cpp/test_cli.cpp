@@ -87,13 +87,17 @@ TEST(Cli, HelpGroupsAndTheHiddenFaultInjection) {
   const auto checkpoints = help.find("Checkpoints:");
   ASSERT_NE(checkpoints, std::string::npos) << help;
   const auto next_group = help.find(":\n", checkpoints + 13);
-  for (const char* opt : {"--checkpoint-dir", "--save-every", "--resume", "--async-save", "--on-signal"}) {
+  for (const char* opt : {"--checkpoint-dir", "--save-every", "--resume", "--async-save"}) {
     const auto at = help.find(opt);
     EXPECT_GT(at, checkpoints) << opt;
     EXPECT_LT(at, next_group) << opt << " is outside the Checkpoints group";
   }
+  const auto run_control = help.find("Signals and non-finite losses");
+  ASSERT_NE(run_control, std::string::npos) << help;
+  for (const char* opt : {"--on-signal", "--on-nonfinite", "--max-nonfinite-steps"}) EXPECT_GT(help.find(opt), run_control) << opt;
   EXPECT_EQ(help.find("--fail-on-rank"), std::string::npos);
   EXPECT_EQ(help.find("--debug-sleep"), std::string::npos);
+  EXPECT_EQ(help.find("--debug-nan"), std::string::npos);
   EXPECT_NE(all.find("Fault injection"), std::string::npos) << all;
   EXPECT_NE(all.find("--fail-on-rank"), std::string::npos);
   EXPECT_NE(help.find("--param-dtype arg (=auto)"), std::string::npos) << help;

@@ -34,5 +34,8 @@ ModelConfig model_preset(const std::string& name);
 ModelConfig resolve_model(const std::string& spec);
 ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origin);
 nlohmann::json model_to_hf_json(const ModelConfig& c);
+// The fields that set tensor shapes, for messages: "vocab 512, hidden 64, ..., 4 kv heads".
+std::string describe_shape(const ModelConfig& c);
+bool same_shape(const ModelConfig& a, const ModelConfig& b);
 
 }  // namespace shardtrain
