@@ -8,9 +8,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${SAN_BUILD_DIR:-$repo/build-san}
 jobs=${JOBS:-$(nproc)}
-mpi=(mpirun --allow-run-as-root --oversubscribe -np 2)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 source "$repo/tests/sanitize/env.sh"  # also for the build: gtest discovery runs the unit tests
+mpi=(env LSAN_OPTIONS="$SAN_MPI_LSAN_OPTIONS" mpirun --allow-run-as-root --oversubscribe -np 2)
 t0=$SECONDS
 cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DSHARDTRAIN_FUZZ=ON -DSHARDTRAIN_ENABLE_CUDA=OFF > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
