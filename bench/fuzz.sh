@@ -59,7 +59,7 @@ table="| target | executions | exec/s | seconds | cov (edges) | ft (features) | 
 for t in "${targets[@]}"; do
   log=$work/$t.log rc=$(cat "$work/$t.rc")
   final() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
-  last=$(grep -E '^#[0-9]+:? .*cov: ' "$log" | tail -1 || true)
+  last=$(grep -E '^#[0-9]+:?[[:space:]].*cov: ' "$log" | tail -1 || true)
   cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last") ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.*corp: \([0-9]*\).*/\1/p' <<<"$last")
   execs=$(final number_of_executed_units) rate=$(final average_exec_per_sec) secs=$(sed -n 's/.*Done \([0-9]*\) runs in \([0-9]*\) second.*/\2/p' "$log" | tail -1)
