@@ -94,7 +94,7 @@ A shardtrain \`Error\` is the expected answer to bad input; any other exception,
 report, leak, or input slower than 10 s is a finding. Seeds and the inputs of fixed findings are in
 \`tests/fuzz/corpus/<target>/\`. CI (\`scripts/sanitize.sh\`) runs each target for 20 s on its corpus.
 
-\`bench/fuzz.sh --runs $runs --seconds $seconds --parallel $parallel\` on $(date -u +%Y-%m-%d), $(nproc) cores ($(sed -n 's/^model name *: //p' /proc/cpuinfo | head -1)),
+\`bench/fuzz.sh --runs $runs --seconds $seconds --parallel $parallel\` on $(date -u +%Y-%m-%d), $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)),
 clang $(clang --version | sed -n 's/.*clang version \([0-9.]*\).*/\1/p' | head -1), ASan + UBSan + libFuzzer; each target stops at $runs executions or $seconds s.
 
 $table
