@@ -1,5 +1,7 @@
 #include "shardtrain/cli/options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,9 +64,24 @@ void require_file(const std::string& opt, const std::string& path) {
   if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
 }
 
+namespace {
+// Boost 1.74's error_with_option_name::what() loops forever when a substituted text contains its
+// own placeholder (`--steps %value%`, `--%option%`): such input never reaches what().
+bool has_placeholder(const std::string& s) {
+  for (size_t a = s.find('%'); a != std::string::npos; a = s.find('%', a + 1)) {
+    const size_t b = s.find('%', a + 1);
+    if (b == std::string::npos) return false;
+    if (b > a + 1 && std::all_of(s.begin() + a + 1, s.begin() + b, [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }))
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,
                 const po::positional_options_description* positional) {
   po::variables_map vm;
+  bool placeholder = std::any_of(args.begin(), args.end(), has_placeholder);
   try {
     po::command_line_parser parser(args);
     parser.options(all);
@@ -74,9 +91,17 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
       const auto path = vm["config"].as<std::string>();
       std::ifstream in(path);
       if (!in) throw UsageError("--config: cannot open " + path);
-      po::store(po::parse_config_file(in, all), vm);
+      std::ostringstream text;
+      text << in.rdbuf();
+      placeholder = placeholder || has_placeholder(text.str());
+      std::istringstream config(text.str());
+      po::store(po::parse_config_file(config, all), vm);
     }
     po::notify(vm);
+  } catch (const po::error_with_option_name& e) {
+    if (placeholder)
+      throw UsageError("option '" + e.get_option_name() + "' is unknown or has a bad value (its text holds a %...% sequence); see --help");
+    throw UsageError(e.what());
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }

@@ -77,6 +77,9 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   meta_.rows = static_cast<int64_t>(shape[0]);  // the datasets, not the attributes, are the truth
   meta_.seq_len = static_cast<int64_t>(shape[1]);
   if (meta_.rows == 0) throw UsageError(path + " holds no rows");
+  // A damaged shape would size every batch's buffers: no context window is a million tokens.
+  if (meta_.seq_len <= 0 || meta_.seq_len > (int64_t{1} << 20))
+    throw UsageError(path + ": rows of " + std::to_string(meta_.seq_len) + " tokens; the file is damaged, re-run prepare");
 }
 
 TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, int64_t end) const {

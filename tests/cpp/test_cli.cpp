@@ -69,6 +69,14 @@ TEST(Cli, ConfigFileValuesAreValidatedToo) {
   std::ofstream(p) << "model = tiny\nlr = -0.5\n";
   expect_usage_error("train --config " + p, "--lr");
 }
+// Boost.Program_options' own error message loops forever on these (found by tests/fuzz/fuzz_options).
+TEST(Cli, PercentPlaceholdersInOptionsExit2) {
+  expect_usage_error("train --model tiny --steps %value%", "'--steps'");
+  expect_usage_error("prepare --%canonical_option%mode x", "%...%");
+  const auto p = tmp("placeholder.cfg");
+  std::ofstream(p) << "model = tiny\nsteps = %value%\n";
+  expect_usage_error("train --config " + p, "steps");
+}
 TEST(Cli, HelpForEachCommand) {
   for (const char* c : {"train", "eval", "generate"}) {
     auto r = run(std::string(c) + " --help");
