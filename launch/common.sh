@@ -109,6 +109,9 @@ shardtrain_commands() {
 
 # Trainer exit codes the launchers requeue on: 75 = checkpointed after SIGUSR1 (preemption),
 # 76 = the collective watchdog found a hang (the next run resumes from the last checkpoint).
+# The trainer's exit codes (docs/reliability.md): 75 checkpointed and stopped early (a signal),
+# 76 a stuck collective. Both are worth a restart from the last checkpoint; 65 (a non-finite
+# loss), 2 (bad input), 143/130 (stopped by SIGTERM/SIGINT without a checkpoint) are not.
 SHARDTRAIN_REQUEUE_CODES=${SHARDTRAIN_REQUEUE_CODES:-75 76}
 
 # Whether exit code $1 after $2 restarts earns another run.
@@ -126,18 +129,29 @@ shardtrain_should_restart() {
 # Runs a command in the background so that a USR1 sent to this script (Slurm's --signal=B:USR1, a
 # spot-interruption hook) reaches it: srun and mpirun forward USR1 to every rank. Returns its code.
 shardtrain_step_pid=
+shardtrain_stop_signal=  # TERM or INT once the launcher got one: the run is to end, not restart
 shardtrain_forward_usr1() {
   echo "[shardtrain $(date +%H:%M:%S)] USR1: asking the trainer to checkpoint and exit"
   [ -n "$shardtrain_step_pid" ] && kill -USR1 "$shardtrain_step_pid" 2>/dev/null
 }
+# SIGTERM/SIGINT reach the trainer as SHARDTRAIN_STOP_RELAY: srun passes TERM on to every task;
+# mpirun SIGKILLs its ranks 1 s after passing on a TERM, so launch/mpirun.sh relays USR2, which
+# mpirun forwards and the trainer treats as SIGTERM. It stops at the next step boundary.
+shardtrain_forward_stop() {
+  shardtrain_stop_signal=$1
+  echo "[shardtrain $(date +%H:%M:%S)] $1: asking the trainer to stop at the next step boundary"
+  [ -n "$shardtrain_step_pid" ] && kill -"${SHARDTRAIN_STOP_RELAY:-TERM}" "$shardtrain_step_pid" 2>/dev/null
+}
 shardtrain_run() {
   trap shardtrain_forward_usr1 USR1
+  trap 'shardtrain_forward_stop TERM' TERM
+  trap 'shardtrain_forward_stop INT' INT
   "$@" &
   shardtrain_step_pid=$!
   local rc
   while :; do
     wait "$shardtrain_step_pid"; rc=$?
-    kill -0 "$shardtrain_step_pid" 2>/dev/null || break  # the trap interrupted wait; the step still runs
+    kill -0 "$shardtrain_step_pid" 2>/dev/null || break  # a trap interrupted wait; the step still runs
   done
   shardtrain_step_pid=
   return "$rc"

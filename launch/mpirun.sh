@@ -53,11 +53,16 @@ if [ "$SKIP_PREFLIGHT" != 1 ] && ! shardtrain_run "${MPIRUN[@]}" "${PREFLIGHT_AR
   echo 1 >"$OUT_DIR/exit_code"; exit 1
 fi
 restarts=0
+SHARDTRAIN_STOP_RELAY=USR2  # mpirun forwards USR2; a forwarded TERM is followed by SIGKILL 1 s later
 while :; do
   log "train (run $restarts): ${TRAIN_ARGS[*]}"
   shardtrain_run "${MPIRUN[@]}" "${TRAIN_ARGS[@]}"
   rc=$?
   log "trainer exit code $rc"
+  if [ -n "$shardtrain_stop_signal" ]; then
+    log "stopped by $shardtrain_stop_signal: not restarting$([ "$rc" = 75 ] && echo "; resume with --resume auto from $CKPT_DIR")"
+    break
+  fi
   shardtrain_should_restart "$rc" "$restarts" || break
   restarts=$((restarts + 1))
   log "restarting (restart $restarts of at most $MAX_RESTARTS) from $CKPT_DIR"

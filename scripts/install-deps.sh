@@ -23,6 +23,7 @@ DEBIAN_PACKAGES=(
   libgtest-dev
   patchelf  # scripts/bundle.sh sets the bundle's RUNPATHs
   curl procps  # test tools: the tests scrape /metrics with curl and find ranks with pgrep
+  clang libclang-rt-14-dev llvm  # scripts/sanitize.sh: ASan/UBSan/libFuzzer runtimes, llvm-symbolizer
 )
 
 sudo_cmd=()

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
@@ -109,10 +110,10 @@ std::vector<std::string> spec_names(const std::vector<ParamSpec>& specs) {
 }
 
 // A LoRA run's settings and base against the checkpoint's; throws ResumeRefused naming the difference.
-void check_lora_resume(const std::string& path, hid_t file, fsdp::FsdpEngine& engine, int64_t want_crc) {
+void check_lora_resume(const std::string& path, const CheckpointAttrs& a, fsdp::FsdpEngine& engine, int64_t want_crc) {
   const auto& l = engine.config().lora;
-  const int64_t rank = h5::has_attr(file, "lora_rank") ? h5::read_attr_int(file, "lora_rank") : 0;
-  const std::string targets = rank > 0 ? h5::read_attr_string(file, "lora_targets") : "";
+  const int64_t rank = a.lora_rank;
+  const std::string& targets = a.lora_targets;
   if (rank != l.rank || (rank > 0 && targets != join_lora_targets(l.targets)))
     throw ResumeRefused("--resume: " + path + " holds " +
                         (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets : std::string("a full fine-tune")) +
@@ -120,13 +121,28 @@ void check_lora_resume(const std::string& path, hid_t file, fsdp::FsdpEngine& en
                         (l.enabled() ? "LoRA rank " + std::to_string(l.rank) + " on " + join_lora_targets(l.targets)
                                      : std::string("a full fine-tune")) + "; resume with the checkpoint's --lora-* options");
   if (rank == 0) return;
-  const int64_t crc = h5::read_attr_int(file, "base_crc32");
-  if (crc != want_crc) {
-    const std::string base = h5::read_attr_string(file, "base_weights");
+  if (a.base_crc32 != want_crc) {
+    const std::string& base = a.base_weights;
     throw ResumeRefused("--resume: " + path + " was trained on base weights " + (base.empty() ? "(seeded init)" : base) +
-                        " (CRC-32 " + std::to_string(crc) + ") but this run's base has CRC-32 " + std::to_string(want_crc) +
-                        "; pass the same --weights as the run that saved it");
+                        " (CRC-32 " + std::to_string(a.base_crc32) + ") but this run's base has CRC-32 " +
+                        std::to_string(want_crc) + "; pass the same --weights as the run that saved it");
   }
+}
+
+// Another model's checkpoint: refused with both shapes named, before any tensor is read (an
+// older checkpoint in the same directory would be just as wrong, so auto does not skip it).
+void check_model_shape(const std::string& path, hid_t file, const ModelConfig& model) {
+  if (!h5::has_attr(file, "model_config")) return;
+  ModelConfig saved;
+  try {
+    saved = model_from_hf_json(nlohmann::json::parse(h5::read_attr_string(file, "model_config")), path);
+  } catch (const std::exception& e) {
+    throw UsageError(path + ": its model_config attribute cannot be read (" + e.what() + "); the checkpoint is damaged");
+  }
+  if (!same_shape(saved, model))
+    throw ResumeRefused("--resume: " + path + " holds a model of shape " + describe_shape(saved) + " but --model " +
+                        model.name + " has " + describe_shape(model) +
+                        "; resume with the model it was saved from, or use another --checkpoint-dir");
 }
 
 }  // namespace
@@ -243,23 +259,17 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
         Handle dset = h5::open_dataset(file, std::string(kGroups[w]) + "/" + names[d]);
         h5::write_attr(dset, "crc32", static_cast<int64_t>(crcs[d * 3 + w]));
       }
-    h5::write_attr(file, "format_version", kFormatVersion);
-    h5::write_attr(file, "step", snap.state.step);
-    h5::write_attr(file, "loader_epoch", snap.state.loader.epoch);
-    h5::write_attr(file, "loader_step", snap.state.loader.step);
-    h5::write_attr(file, "adam_step", snap.adam_step);
-    h5::write_attr(file, "world_size", static_cast<int64_t>(snap.world_size));
-    h5::write_attr(file, "sharding", snap.sharding);
-    h5::write_attr(file, "run_config", snap.state.run_config.dump());
-    h5::write_attr(file, "model_config", snap.state.model_config.dump());
+    CheckpointAttrs a;
+    a.format_version = kFormatVersion;
+    a.step = snap.state.step, a.loader = snap.state.loader, a.adam_step = snap.adam_step;
+    a.world_size = snap.world_size, a.sharding = snap.sharding;
+    a.run_config = snap.state.run_config, a.model_config = snap.state.model_config;
     if (snap.lora.enabled()) {  // the adapters' settings, and the base they belong to
-      h5::write_attr(file, "lora_rank", snap.lora.rank);
-      h5::write_attr_double(file, "lora_alpha", snap.lora.alpha);
-      h5::write_attr_double(file, "lora_dropout", snap.lora.dropout);
-      h5::write_attr(file, "lora_targets", join_lora_targets(snap.lora.targets));
-      h5::write_attr(file, "base_weights", snap.state.base_weights);
-      h5::write_attr(file, "base_crc32", snap.state.base_crc32);
+      a.lora_rank = snap.lora.rank, a.lora_alpha = snap.lora.alpha, a.lora_dropout = snap.lora.dropout;
+      a.lora_targets = join_lora_targets(snap.lora.targets);
+      a.base_weights = snap.state.base_weights, a.base_crc32 = snap.state.base_crc32;
     }
+    write_attrs(file, a);
     agree_on_write(own.get(), H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": metadata");  // the closes below are collective
     dxpl.reset(), file.reset(), fapl.reset();
   }
@@ -318,16 +328,14 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
   const int64_t want_base = engine.lora() ? base_crc32(engine) : -1;  // collective, before any rank may fail
   std::vector<int64_t> stored(names.size() * 3);  // every dataset's crc32 attribute
   TrainState st;
+  bool usage = false;
   std::string failure, refused;  // a read can fail on some ranks only; all must learn it before the CRC collectives
   try {
     std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
     Handle file = h5::open_file(path);
-    if (!h5::has_attr(file, "format_version")) throw UsageError(path + " is not a shardtrain checkpoint");
-    const int64_t v = h5::read_attr_int(file, "format_version");
-    if (v > kFormatVersion)
-      throw UsageError(path + " has checkpoint format " + std::to_string(v) + ", newer than this build's " +
-                       std::to_string(kFormatVersion) + "; upgrade shardtrain");
-    check_lora_resume(path, file, engine, want_base);
+    const CheckpointAttrs attrs = read_attrs(file, path);  // a foreign file or a newer format: exit 2
+    check_model_shape(path, file, engine.model());
+    check_lora_resume(path, attrs, engine, want_base);
     for (int w = 0; w < 3; ++w)
       for (auto& p : pieces) {
         const std::string name = std::string("/") + kGroups[w] + "/" + p.name;
@@ -346,11 +354,9 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
         H5_CHECK(H5Dread(dset, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, buf.data_ptr()));
         piece_tensor(p, w).copy_(buf);
       }
-    st.step = h5::read_attr_int(file, "step");
-    st.loader = {h5::read_attr_int(file, "loader_epoch"), h5::read_attr_int(file, "loader_step")};
-    optimizer.adamw().set_step_count(h5::read_attr_int(file, "adam_step"));
-    st.run_config = nlohmann::json::parse(h5::read_attr_string(file, "run_config"));
-    st.model_config = nlohmann::json::parse(h5::read_attr_string(file, "model_config"));
+    st.step = attrs.step, st.loader = attrs.loader;
+    optimizer.adamw().set_step_count(attrs.adam_step);
+    st.run_config = attrs.run_config, st.model_config = attrs.model_config;
     for (int w = 0; w < 3; ++w)
       for (size_t d = 0; d < names.size(); ++d) {
         Handle dset = h5::open_dataset(file, std::string("/") + kGroups[w] + "/" + names[d]);
@@ -358,12 +364,15 @@ TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& op
       }
   } catch (const ResumeRefused& e) {
     refused = e.what();  // every rank reads the same attributes: all refuse alike
+  } catch (const UsageError& e) {  // a truncated or foreign file: the user's to fix (exit 2)
+    failure = e.what(), usage = true;
   } catch (const std::exception& e) {
     failure = e.what();
   }
-  int bad = failure.empty() && refused.empty() ? 0 : 1;
+  int bad = failure.empty() && refused.empty() ? 0 : usage ? 1 : 2;  // 2: some rank failed otherwise
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, engine.groups().world->mpi()));
   if (!refused.empty()) throw ResumeRefused(refused);
+  if (bad == 1) throw AgreedUsageError(failure.empty() ? path + ": another rank found it damaged" : failure);
   if (bad) throw Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
   // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
   const auto crcs = combine_crc_rows(engine.groups().shard->mpi(), local_crc_rows(pieces, names));

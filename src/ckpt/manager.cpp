@@ -59,11 +59,11 @@ bool Manager::due(int64_t step, bool requested, bool final) const {
   return requested || final || (cfg_.save_every > 0 && step % cfg_.save_every == 0);
 }
 
-double Manager::after_step(int64_t step, bool requested, bool final, const LoaderState& loader) {
-  if (!due(step, requested, final)) return 0;
+double Manager::after_step(int64_t step, const std::string& requested_by, bool final, const LoaderState& loader) {
+  if (!due(step, !requested_by.empty(), final)) return 0;
   const std::string path = step_path(cfg_.dir, step);
   const TrainState st{step, loader, run_config_, model_to_hf_json(engine_.model()), cfg_.base_weights, base_crc_};
-  const std::string why = requested ? " (SIGUSR1)" : "";
+  const std::string why = requested_by.empty() ? "" : " (" + requested_by + ")";
   if (saver_) {
     const double blocked = saver_->start(path, engine_, optimizer_, st, cfg_.stripe, cfg_.keep);
     log::info("checkpoint " + path + " started in the background; the loop was blocked " + std::to_string(blocked) +

@@ -8,6 +8,7 @@
 #include "shardtrain/io/h5.h"
 
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/options.h"
 
@@ -38,7 +39,7 @@ int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model);
+  auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
   // --batch-size counts rows across all ranks, so any world size reads the same batches.

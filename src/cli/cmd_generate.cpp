@@ -18,6 +18,7 @@ int cmd_generate(const std::vector<std::string>& args, MpiEnv& env) {
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   Tokenizer tok(o.tokenizer);
+  tok.require_fits(o.model.vocab_size);  // every rank reads the same file: all throw alike
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
   GenerateConfig g;
   g.max_new_tokens = o.max_new_tokens, g.temperature = o.temperature, g.top_p = o.top_p, g.seed = o.seed;

@@ -1,7 +1,9 @@
+#include <filesystem>
 #include <iostream>
 
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/options.h"
+#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::cli {
@@ -11,6 +13,12 @@ int cmd_prepare(const std::vector<std::string>& args, MpiEnv& env) {
   PrepareCliOptions o = parse_prepare(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   if (env.size() > 1) throw UsageError("prepare is a single-process step; run it without mpirun/srun or with -np 1");
+  for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output}, {"--val-output", o.prepare.val_output}}) {
+    const std::string dir = std::filesystem::path(out).parent_path().string();  // checked before tokenizing
+    if (out.empty()) continue;
+    if (const std::string why = probe_writable_dir(dir.empty() ? "." : dir); !why.empty())
+      throw UsageError(std::string(opt) + " " + out + ": " + why + "; choose a directory you can write");
+  }
   const PrepareReport r = run_prepare(o.prepare);
   std::cout << format_report(o.prepare, r) << std::flush;
   return 0;

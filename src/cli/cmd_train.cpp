@@ -8,6 +8,7 @@
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
+#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/error.h"
@@ -29,19 +30,6 @@ void setup_threads(int threads, const MpiEnv& env) {
     threads = std::max(1, cores / std::max(1, env.topology().local_size));
   }
   at::set_num_threads(threads);
-}
-
-std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model) {
-  auto f = std::make_unique<TokenFile>(path);
-  if (f->meta().max_token_id >= model.vocab_size)
-    throw UsageError(std::string(opt) + " " + path + " holds token id " + std::to_string(f->meta().max_token_id) +
-                     " but the model's vocab_size is " + std::to_string(model.vocab_size) +
-                     "; use a model whose vocabulary covers the tokenizer (--vocab-size)");
-  if (f->seq_len() > model.max_position_embeddings)
-    throw UsageError(std::string(opt) + " " + path + " has rows of " + std::to_string(f->seq_len()) +
-                     " tokens, more than the model's max_position_embeddings " +
-                     std::to_string(model.max_position_embeddings) + "; re-run prepare with a smaller --seq-len");
-  return f;
 }
 
 namespace {
@@ -66,6 +54,18 @@ BannerFacts banner_facts(const EngineSetup& s, const DataLoader& loader, const T
   return f;
 }
 
+// The one line a stopped run ends with, and its exit code (docs/reliability.md).
+int stop_message(FitEnd end, const SignalVerdict& signal, const NonfiniteGuard& nonfinite, const MpiEnv& env) {
+  if (end == FitEnd::kStoppedNonFinite) {
+    if (env.rank() == 0) std::cerr << "shardtrain: error: " << nonfinite.last_message() << std::endl;
+    return kExitNonFinite;
+  }
+  log::info("stopped by " + signal.reason + (signal.save ? " after a checkpoint" : " without a checkpoint") +
+            "; exiting with code " + std::to_string(signal.exit_code) +
+            (signal.save ? "; resume with --resume auto" : ""));
+  return signal.exit_code;
+}
+
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
@@ -73,11 +73,13 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   TrainOptions o = parse_train(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   // Build: data, engine, optimizer, and the loop's components.
+  install_stop_signals(!o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
-  auto train = open_token_file("--data", o.data, o.model);
-  auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model);
+  check_writable_outputs(o, env);
+  auto train = open_token_file("--data", o.data, o.model, env);
+  auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model, env);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed);
   fsdp::FsdpEngine& engine = *setup.engine;
@@ -95,17 +97,15 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   if (resumed) loader.restore(resumed->loader);
   const int64_t start = resumed ? resumed->step : 0;
   Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size, o.train.val_batches, o.train.val_every);
-  SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.ckpt.exit_on_signal);
+  SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);
+  NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
   MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start);
   auto watchdog = obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
-  TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults};
+  TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite};
   // Fit.
   const FitEnd end = fit(o.train, o.optim, components, start);
   watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats
-  if (end == FitEnd::kStoppedBySignal) {
-    log::info("exiting after the SIGUSR1 checkpoint with code " + std::to_string(kExitCheckpointed) + "; resume with --resume auto");
-    return kExitCheckpointed;
-  }
+  if (end != FitEnd::kCompleted) return stop_message(end, signals.last(), nonfinite, env);
   // Export.
   if (!o.save_model.empty()) {
     if (engine.lora() && !o.merge_lora) {

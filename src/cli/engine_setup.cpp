@@ -1,5 +1,7 @@
 #include "shardtrain/cli/engine_setup.h"
 
+#include "shardtrain/model/params.h"
+#include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/device_memory.h"
@@ -15,6 +17,13 @@ EngineSetup::EngineSetup(const ModelConfig& model, const fsdp::FsdpConfig& cfg, 
       groups(fsdp::make_process_groups(cfg, env.topology(), device.cuda, env.host())),
       weights(path.empty() ? nullptr : std::make_unique<SafetensorsModel>(path)),
       adapter(lora_dir.empty() ? nullptr : std::make_unique<SafetensorsModel>(lora_dir + "/adapter_model.safetensors")) {
+  if (weights) {  // every rank reads the same headers, so every rank throws alike
+    try {
+      check_weights(model, *weights);
+    } catch (const UsageError& e) {
+      throw AgreedUsageError(e.what());
+    }
+  }
   const at::Device dev = device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
   // TF32 for fp32 matmuls on CUDA, as torch.set_float32_matmul_precision("high"); CPU untouched.
   if (device.cuda) at::globalContext().setFloat32MatmulPrecision(cfg.tf32 ? "high" : "highest");

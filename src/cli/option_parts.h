@@ -57,4 +57,12 @@ void check_threads(const CommonOptions& c);
 po::options_description observability_desc(obs::ObsConfig& o);
 void check_debug_sleep(FaultConfig& f, const std::string& debug_sleep);  // RANK:STEP:SECONDS
 
+// train's --on-signal, --on-nonfinite and --max-nonfinite-steps.
+struct RunControlArgs {
+  std::string on_signal = "continue", on_nonfinite = "stop";
+};
+po::options_description run_control_desc(TrainConfig& t, RunControlArgs& raw);
+void check_run_control(TrainConfig& t, const RunControlArgs& raw);
+void check_debug_nan(FaultConfig& f, const std::string& spec);  // RANK:STEP[:nan|inf]
+
 }  // namespace shardtrain::cli::parts

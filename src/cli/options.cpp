@@ -1,5 +1,7 @@
 #include "shardtrain/cli/options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -62,9 +64,24 @@ void require_file(const std::string& opt, const std::string& path) {
   if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
 }
 
+namespace {
+// Boost 1.74's error_with_option_name::what() loops forever when a substituted text contains its
+// own placeholder (`--steps %value%`, `--%option%`): such input never reaches what().
+bool has_placeholder(const std::string& s) {
+  for (size_t a = s.find('%'); a != std::string::npos; a = s.find('%', a + 1)) {
+    const size_t b = s.find('%', a + 1);
+    if (b == std::string::npos) return false;
+    if (b > a + 1 && std::all_of(s.begin() + a + 1, s.begin() + b, [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }))
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,
                 const po::positional_options_description* positional) {
   po::variables_map vm;
+  bool placeholder = std::any_of(args.begin(), args.end(), has_placeholder);
   try {
     po::command_line_parser parser(args);
     parser.options(all);
@@ -74,9 +91,17 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
       const auto path = vm["config"].as<std::string>();
       std::ifstream in(path);
       if (!in) throw UsageError("--config: cannot open " + path);
-      po::store(po::parse_config_file(in, all), vm);
+      std::ostringstream text;
+      text << in.rdbuf();
+      placeholder = placeholder || has_placeholder(text.str());
+      std::istringstream config(text.str());
+      po::store(po::parse_config_file(config, all), vm);
     }
     po::notify(vm);
+  } catch (const po::error_with_option_name& e) {
+    if (placeholder)
+      throw UsageError("option '" + e.get_option_name() + "' is unknown or has a bad value (its text holds a %...% sequence); see --help");
+    throw UsageError(e.what());
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
@@ -166,7 +191,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   FsdpArgs fa;
   AccuracyArgs acc;
   LoraArgs lora;
-  std::string schedule = "cosine", on_signal = "continue", debug_sleep;
+  std::string schedule = "cosine", debug_sleep, debug_nan;
+  RunControlArgs run;
   auto& t = o.train;
   auto& op = o.optim;
   auto& ck = o.ckpt;
@@ -202,18 +228,17 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "keep-checkpoints", po::value(&ck.keep)->default_value(0), "keep the newest K checkpoints (0: all)")(
       "resume", po::value(&ck.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path")(
       "async-save", po::bool_switch(&ck.async), "copy shards to host memory and write checkpoints on a background thread")(
-      "on-signal", po::value(&on_signal)->default_value("continue"),
-      "after the checkpoint SIGUSR1 asks for: continue, or exit with code 75 (for Slurm requeue)")(
       "ckpt-stripe-count", po::value(&ck.stripe.count)->default_value(0), "Lustre stripe count of new checkpoints (0: default)")(
       "ckpt-stripe-size", po::value(&ck.stripe.size)->default_value(0),
       "Lustre stripe size in bytes, also the HDF5 alignment (0: default; 1 MiB alignment)");
   po::options_description faults("Fault injection (tests)");
   faults.add_options()("fail-on-rank", po::value(&o.faults.fail_on_rank)->default_value(-1), "rank R throws after setup")(
-      "debug-sleep", po::value(&debug_sleep), "RANK:STEP:SECONDS sleeps that rank before that step (STEP 0: every step)");
+      "debug-sleep", po::value(&debug_sleep), "RANK:STEP:SECONDS sleeps that rank before that step (STEP 0: every step)")(
+      "debug-nan", po::value(&debug_nan), "RANK:STEP[:nan|inf] plants a NaN (or Inf) in that rank's gradient after backward (STEP 0: every step)");
   po::options_description visible;
   visible.add(common_desc(o.common)).add(model_desc(m)).add(data).add(train).add(optim).add(fsdp_desc(o.fsdp, fa, true));
   visible.add(lora_desc(o.fsdp.lora, lora));
-  visible.add(ckpt).add(accuracy_desc(o.accuracy, acc)).add(observability_desc(o.obs));
+  visible.add(ckpt).add(run_control_desc(t, run)).add(accuracy_desc(o.accuracy, acc)).add(observability_desc(o.obs));
   po::options_description all;
   all.add(visible).add(faults);
   parse_into(args, all);
@@ -241,11 +266,11 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   check_lora(o.fsdp.lora, lora);
   o.merge_lora = lora.merge;
   check_fsdp(o.fsdp, fa);
-  if (on_signal != "continue" && on_signal != "exit") throw UsageError("--on-signal must be continue or exit");
-  ck.exit_on_signal = on_signal == "exit";
+  check_run_control(t, run);
   ck.validate();
   o.obs.validate();
   check_debug_sleep(o.faults, debug_sleep);
+  check_debug_nan(o.faults, debug_nan);
   o.args = args;
   if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;

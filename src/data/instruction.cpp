@@ -110,7 +110,7 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number like 8e888888 overflows a double
     p.reason = "malformed JSON", p.detail = e.what();
     return p;
   }

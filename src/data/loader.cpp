@@ -46,6 +46,7 @@ StepData DataLoader::load(LoaderState s) {
   d.position = s;
   const std::vector<int64_t> rows = global_rows(s);
   d.global_rows = static_cast<int64_t>(rows.size());
+  d.batch_rows = rows;
   for (auto& idx : rank_micro_batches(rows, cfg_.rank, cfg_.world, cfg_.grad_accum)) {
     d.rows.insert(d.rows.end(), idx.begin(), idx.end());
     d.micro.push_back(file_->read(idx));

@@ -77,6 +77,32 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   meta_.rows = static_cast<int64_t>(shape[0]);  // the datasets, not the attributes, are the truth
   meta_.seq_len = static_cast<int64_t>(shape[1]);
   if (meta_.rows == 0) throw UsageError(path + " holds no rows");
+  // A damaged shape would size every batch's buffers: no context window is a million tokens.
+  if (meta_.seq_len <= 0 || meta_.seq_len > (int64_t{1} << 20))
+    throw UsageError(path + ": rows of " + std::to_string(meta_.seq_len) + " tokens; the file is damaged, re-run prepare");
+}
+
+TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, int64_t end) const {
+  constexpr int64_t kBlockRows = 1024;  // 4 MiB at seq_len 1024
+  std::vector<int64_t> rows;
+  for (int64_t b = begin; b < end; b += kBlockRows) {
+    rows.resize(std::min(kBlockRows, end - b));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = b + static_cast<int64_t>(i);
+    std::vector<int32_t> toks;
+    try {
+      std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+      toks = h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      throw UsageError(path_ + ": rows " + std::to_string(b) + ".." + std::to_string(b + rows.size() - 1) +
+                       " cannot be read; the file is damaged (re-run 'shardtrain prepare'): " + e.what());
+    }
+    for (size_t i = 0; i < toks.size(); ++i)
+      if (toks[i] < 0 || toks[i] >= limit)
+        return {b + static_cast<int64_t>(i) / meta_.seq_len, static_cast<int64_t>(i) % meta_.seq_len, toks[i]};
+  }
+  return {};
 }
 
 Batch TokenFile::read(const std::vector<int64_t>& rows) const {

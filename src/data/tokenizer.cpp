@@ -49,4 +49,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
+void Tokenizer::require_fits(int64_t model_vocab_size) const {
+  if (vocab_ > model_vocab_size)
+    throw UsageError("--tokenizer " + path_ + " has " + std::to_string(vocab_) + " pieces but the model's vocab_size is " +
+                     std::to_string(model_vocab_size) + "; use the tokenizer.model that came with the model");
+}
+
 }  // namespace shardtrain

@@ -52,7 +52,11 @@ Handle open_file(const std::string& path) {
 #endif
   if (is_h5 <= 0)
     throw UsageError(path + " is not an HDF5 file; produce it with 'shardtrain prepare'");
-  return Handle(H5_CHECK(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT)), H5Fclose);
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0)  // a truncated copy or a half-written file: HDF5 checks the stored end of file here
+    throw UsageError(path + " is truncated or damaged (HDF5: " + detail::h5_error_string() +
+                     "); copy it again or re-create it");
+  return Handle(f, H5Fclose);
 }
 
 Handle open_dataset(hid_t file, const std::string& name) {
@@ -142,8 +146,25 @@ void write_attr_double(hid_t obj, const std::string& name, double value) {
   H5_CHECK(H5Awrite(attr, H5T_NATIVE_DOUBLE, &value));
 }
 
-double read_attr_double(hid_t obj, const std::string& name) {
+namespace {
+
+// Opens an attribute that must hold one value: H5Aread writes every element of the attribute's
+// dataspace, so an array attribute in a foreign or damaged file would overrun the one-value buffer.
+Handle open_single_attr(hid_t obj, const std::string& name) {
   Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  Handle space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
+  if (H5_CHECK(H5Sget_simple_extent_npoints(space)) != 1) {
+    char fname[1024] = {0};
+    H5Fget_name(obj, fname, sizeof fname);
+    throw Error(std::string(fname) + ": attribute " + name + " is not a single value; the file is not what shardtrain wrote");
+  }
+  return attr;
+}
+
+}  // namespace
+
+double read_attr_double(hid_t obj, const std::string& name) {
+  Handle attr = open_single_attr(obj, name);
   double v = 0;
   H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v));
   return v;
@@ -152,7 +173,7 @@ double read_attr_double(hid_t obj, const std::string& name) {
 bool has_attr(hid_t obj, const std::string& name) { return H5_CHECK(H5Aexists(obj, name.c_str())) > 0; }
 
 std::string read_attr_string(hid_t obj, const std::string& name) {
-  Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  Handle attr = open_single_attr(obj, name);
   Handle type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
   if (H5Tis_variable_str(type) > 0) {
     char* s = nullptr;
@@ -167,7 +188,7 @@ std::string read_attr_string(hid_t obj, const std::string& name) {
 }
 
 int64_t read_attr_int(hid_t obj, const std::string& name) {
-  Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  Handle attr = open_single_attr(obj, name);
   int64_t v = 0;
   H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v));
   return v;

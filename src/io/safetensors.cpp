@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/runtime/error.h"
@@ -196,27 +197,40 @@ SafetensorsModel::SafetensorsModel(const std::string& path) {
     for (const auto& t : files_[0]->tensors()) where_[t.name] = 0;
     return;
   }
-  nlohmann::json j;
-  try {
-    std::ifstream in(p);
-    in >> j;
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(p.string() + ": invalid index JSON: " + e.what());
-  }
-  if (!j.contains("weight_map") || !j["weight_map"].is_object())
-    throw Error(p.string() + ": index has no \"weight_map\" object");
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
   std::map<std::string, size_t> file_ids;
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it.value().is_string()) throw Error(p.string() + ": weight_map['" + it.key() + "'] is not a file name");
-    const std::string f = it.value().get<std::string>();
+  for (const auto& [tensor, f] : parse_safetensors_index(text.str(), p.string())) {
     if (!file_ids.count(f)) {
       file_ids[f] = files_.size();
       files_.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / f).string()));
     }
     const auto& file = *files_[file_ids[f]];
-    if (!file.find(it.key())) throw Error(p.string() + ": index maps '" + it.key() + "' to " + f + ", which lacks it");
-    where_[it.key()] = file_ids[f];
+    if (!file.find(tensor)) throw Error(p.string() + ": index maps '" + tensor + "' to " + f + ", which lacks it");
+    where_[tensor] = file_ids[f];
   }
+}
+
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(origin + ": invalid index JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw Error(origin + ": index has no \"weight_map\" object");
+  std::map<std::string, std::string> where;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) throw Error(origin + ": weight_map['" + it.key() + "'] is not a file name");
+    const std::string f = it.value().get<std::string>();
+    // Shards sit beside the index: a path elsewhere is a damaged or hostile index.
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      throw Error(origin + ": weight_map['" + it.key() + "'] = '" + f + "' is not a file name in the index's directory");
+    where[it.key()] = f;
+  }
+  return where;
 }
 
 std::vector<std::string> SafetensorsModel::names() const {

@@ -1,10 +1,13 @@
 #include "shardtrain/model/config.h"
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
 
 #include "shardtrain/runtime/error.h"
 
@@ -67,6 +70,16 @@ void ModelConfig::validate() const {
                                    std::to_string(head_dim()));
   require(rms_norm_eps > 0, "rms_norm_eps must be positive");
   require(rope_theta > 0, "rope_theta must be positive");
+  // num_params() in floating point first: sizes whose count overflows int64 are no model anyone trains.
+  const double h = static_cast<double>(hidden_size), kv = static_cast<double>(num_kv_heads) * head_dim();
+  const double layer = h * h * 2 + h * kv * 2 + 3 * h * static_cast<double>(intermediate_size) + 2 * h;
+  const double params = static_cast<double>(num_layers) * layer + 2 * static_cast<double>(vocab_size) * h + h;
+  if (params > std::ldexp(1.0, 50)) {
+    char n[32];
+    std::snprintf(n, sizeof n, "%.3g", params);
+    throw UsageError(std::string("these sizes give ") + n + " parameters, over the 2^50 this build supports; check "
+                     "--hidden-size, --n-layers, --vocab-size and --intermediate-size");
+  }
 }
 
 int64_t ModelConfig::num_params() const {
@@ -96,22 +109,36 @@ ModelConfig model_preset(const std::string& name) {
 }
 
 ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object()) throw UsageError("--model " + origin + ": config.json is a JSON " + j.type_name() + ", not an object");
   auto get = [&](const char* key, auto fallback, bool required) {
     using T = decltype(fallback);
     if (!j.contains(key) || j[key].is_null()) {
       if (required) throw UsageError("--model " + origin + ": config.json lacks \"" + key + "\"");
       return fallback;
     }
-    try {
-      return j[key].get<T>();
-    } catch (const nlohmann::json::exception&) {
-      throw UsageError("--model " + origin + ": \"" + key + "\" has the wrong type");
+    const auto& v = j[key];
+    if (!v.is_number()) throw UsageError("--model " + origin + ": \"" + key + "\" has the wrong type");
+    if constexpr (std::is_integral_v<T>) {
+      // A float is taken only when it is a whole number in range: 1e300 has no int64 value.
+      if (v.is_number_float()) {
+        const double d = v.get<double>();
+        if (!(d == std::floor(d) && std::fabs(d) <= 9.0e18))
+          throw UsageError("--model " + origin + ": \"" + key + "\" must be an integer, got " + v.dump());
+        return static_cast<T>(d);
+      }
     }
+    return v.get<T>();
+  };
+  // Optional fields read with a type check: nlohmann's value() throws its own error on a wrong type.
+  auto flag = [&](const nlohmann::json& obj, const char* key) {
+    if (!obj.contains(key) || obj[key].is_null()) return false;
+    if (!obj[key].is_boolean()) throw UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
+    return obj[key].get<bool>();
   };
   if (j.contains("model_type") && j["model_type"].is_string() && j["model_type"] != "llama")
     throw UsageError("--model " + origin + ": model_type is '" + j["model_type"].get<std::string>() +
                      "', expected 'llama'");
-  if (j.value("tie_word_embeddings", false))
+  if (flag(j, "tie_word_embeddings"))
     throw UsageError("--model " + origin + ": tie_word_embeddings=true; Llama-2 models have an untied lm_head");
   ModelConfig c;
   c.name = origin;
@@ -128,6 +155,8 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
     const auto& rp = j["rope_parameters"];
     if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) c.rope_theta = rp["rope_theta"].get<double>();
+    if (rp.contains("rope_type") && !rp["rope_type"].is_string())
+      throw UsageError("--model " + origin + ": rope_parameters.rope_type must be a string");
     if (rp.value("rope_type", std::string("default")) != "default")
       throw UsageError("--model " + origin + ": rope_type '" + rp["rope_type"].get<std::string>() +
                        "' is not Llama-2's plain RoPE");
@@ -138,6 +167,17 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
       j["head_dim"].get<int64_t>() != c.hidden_size / c.num_heads)
     throw UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");
   return c;
+}
+
+std::string describe_shape(const ModelConfig& c) {
+  return "vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden_size) + ", intermediate " +
+         std::to_string(c.intermediate_size) + ", " + std::to_string(c.num_layers) + " layers, " +
+         std::to_string(c.num_heads) + " heads, " + std::to_string(c.num_kv_heads) + " kv heads";
+}
+
+bool same_shape(const ModelConfig& a, const ModelConfig& b) {
+  return a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size && a.intermediate_size == b.intermediate_size &&
+         a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads;
 }
 
 nlohmann::json model_to_hf_json(const ModelConfig& c) {
@@ -171,11 +211,21 @@ ModelConfig resolve_model(const std::string& spec) {
   if (!in) throw UsageError("--model: cannot open " + p.string() + " (no such file)");
   nlohmann::json j;
   try {
-    in >> j;
+    in >> j;  // from the stream: a device or FIFO named by mistake fails at its first bad byte
   } catch (const nlohmann::json::exception& e) {
     throw UsageError("--model " + p.string() + ": invalid JSON: " + e.what());
   }
   return model_from_hf_json(j, p.string());
+}
+
+ModelConfig model_from_hf_text(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError("--model " + origin + ": invalid JSON: " + e.what());
+  }
+  return model_from_hf_json(j, origin);
 }
 
 }  // namespace shardtrain

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
+
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain {
@@ -53,24 +55,34 @@ ParamStore ParamStore::initialize(const ModelConfig& cfg, uint64_t seed) {
   return p;
 }
 
+void check_weights(const ModelConfig& cfg, const SafetensorsModel& weights) {
+  auto dims = [](const std::vector<int64_t>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
+    return "[" + out + "]";
+  };
+  const auto names = weights.names();
+  const std::string origin = names.empty() ? "the weights" : weights.file_of(names.front()).path();
+  for (const auto& s : llama_param_specs(cfg)) {
+    if (std::find(names.begin(), names.end(), s.name) == names.end())
+      throw UsageError("--weights: " + origin + " has no tensor '" + s.name + "', which --model " + cfg.name +
+                       " needs; pass the config.json that came with these weights");
+    const auto& info = weights.info(s.name);
+    const std::string where = "--weights: tensor '" + s.name + "' in " + weights.file_of(s.name).path();
+    if (info.shape != s.shape)
+      throw UsageError(where + " has shape " + dims(info.shape) + " but the model config (--model " + cfg.name +
+                       ") needs " + dims(s.shape) + "; pass the config.json that came with these weights");
+    if (info.dtype != StDType::F32 && info.dtype != StDType::BF16 && info.dtype != StDType::F16)
+      throw UsageError(where + " has dtype " + st_dtype_name(info.dtype) +
+                       "; shardtrain reads F32, BF16 or F16 weights: convert them (e.g. with transformers, torch_dtype)");
+  }
+}
+
 ParamStore ParamStore::load(const ModelConfig& cfg, const SafetensorsModel& weights) {
+  check_weights(cfg, weights);
   ParamStore p;
   p.specs_ = llama_param_specs(cfg);
   for (const auto& s : p.specs_) {
-    const auto& info = weights.info(s.name);  // throws naming the tensor and the file
-    if (info.shape != s.shape) {
-      auto dims = [](const std::vector<int64_t>& v) {
-        std::string out;
-        for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
-        return out;
-      };
-      const std::string want = dims(s.shape), got = dims(info.shape);
-      throw Error("--weights: tensor '" + s.name + "' in " + weights.file_of(s.name).path() + " has shape [" +
-                  got + "] but --model " + cfg.name + " needs [" + want + "]");
-    }
-    if (info.dtype != StDType::F32 && info.dtype != StDType::BF16 && info.dtype != StDType::F16)
-      throw Error("--weights: tensor '" + s.name + "' has dtype " + st_dtype_name(info.dtype) +
-                  "; expected F32, BF16 or F16");
     p.index_[s.name] = p.tensors_.size();
     p.tensors_.push_back(weights.read(s.name).to(at::kFloat).set_requires_grad(true));
   }

@@ -9,6 +9,15 @@ void TrainConfig::validate() const {
   if (grad_accum < 1) throw UsageError("--grad-accum must be positive, got " + std::to_string(grad_accum) + "; use 1 or more");
   if (steps < 0 || epochs < 1) throw UsageError("--steps must be >= 0 and --epochs >= 1");
   if (log_every < 1) throw UsageError("--log-every must be >= 1");
+  if (nonfinite.max_in_a_row < 1)
+    throw UsageError("--max-nonfinite-steps must be >= 1, got " + std::to_string(nonfinite.max_in_a_row));
+}
+
+OnSignal parse_on_signal(const std::string& v) {
+  if (v == "continue") return OnSignal::kContinue;
+  if (v == "exit") return OnSignal::kExit;
+  if (v == "exit-nosave") return OnSignal::kExitNoSave;
+  throw UsageError("--on-signal must be continue, exit or exit-nosave, got '" + v + "'");
 }
 
 }  // namespace shardtrain

@@ -27,27 +27,44 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     m.step = s + 1, m.epoch = data.position.epoch, m.lr = sched.at(s, m.epoch);
     c.metrics.begin_step();
     const fsdp::GradResult g = c.engine.forward_backward(data.micro);
+    std::vector<at::Tensor> grads = c.engine.grad_shards();
+    c.faults.after_backward(m.step, grads);
     m.loss = g.loss, m.tokens = g.tokens, m.phases = g.phases, m.phases[Phase::kDataWait] = data_wait;
     m.peak_bytes = g.peak_bytes;
     fsdp::PhaseClock opt_clock(c.engine);
-    m.grad_norm = c.optimizer.step(m.lr, c.engine.grad_shards());
+    m.grad_norm = c.optimizer.grad_norm(grads);  // the loss and the norm are reduced: every rank agrees
+    const NonfiniteVerdict finite = c.nonfinite.check(m.step, m.loss, m.grad_norm, data.batch_rows);
+    if (finite.finite) c.optimizer.apply(m.lr, grads, m.grad_norm);
     opt_clock.close(Phase::kOptimizer);
     m.peak_bytes[static_cast<int>(Phase::kOptimizer)] = c.engine.take_phase_peak();
+    grads.clear();  // the shards live from backward to here only
     c.engine.release_grads();
     const PhaseTimes opt = opt_clock.finish();
     m.phases[Phase::kOptimizer] += opt[Phase::kOptimizer], m.phases[Phase::kExposedComm] += opt[Phase::kExposedComm];
     m.step_time_s = step_clock.seconds();
+    m.skipped = !finite.finite, m.skipped_steps = c.nonfinite.skipped();
     c.metrics.measure(m, data.global_rows);
+    if (finite.stop) {  // no validation, no checkpoint: the last saved one stands
+      c.metrics.publish(m, true, total, 0);
+      c.checkpoints.finish();
+      return FitEnd::kStoppedNonFinite;
+    }
+    if (!finite.finite) log::info(finite.message);
     const bool last = m.step == total;
     if (c.validator.due(m.step, last)) c.validator.run(m);
     const Stopwatch ckpt_clock;  // the signal vote and the save: the checkpoint phase
-    const SignalHandler::Verdict signal = c.signals.poll();
+    const SignalVerdict signal = c.signals.poll();
     const bool stop = signal.stop && !last;
-    const double saved_s = c.checkpoints.after_step(m.step, signal.save, last || stop, c.loader.state());
+    const bool unsaved_stop = stop && !signal.save;  // --on-signal exit-nosave, or no --checkpoint-dir
+    const double saved_s =
+        unsaved_stop ? 0 : c.checkpoints.after_step(m.step, signal.save ? signal.reason : "", last || stop, c.loader.state());
     m.phases[Phase::kCheckpoint] = ckpt_clock.seconds();
     const bool log_step = m.step == 1 || last || m.step % cfg.log_every == 0 || stop;
     c.metrics.publish(m, log_step, total, saved_s);
-    if (stop) return FitEnd::kStoppedBySignal;
+    if (stop) {
+      c.checkpoints.finish();  // a background save still in flight
+      return FitEnd::kStoppedBySignal;
+    }
   }
   c.checkpoints.finish();
   return FitEnd::kCompleted;

@@ -62,6 +62,8 @@ void MetricsWriter::write(const StepMetrics& m) {
                       {"step_time_s", m.step_time_s},
                       {"peak_mem_bytes", m.peak_mem_bytes}};
   if (m.step > 0) {
+    j["skipped_steps"] = m.skipped_steps;
+    if (m.skipped) j["skipped"] = true;
     j["eta_s"] = m.eta_s;
     for (int p = 0; p < kNumPhases; ++p) j["phases"][phase_name(static_cast<Phase>(p))] = m.phases.s[p];
   }

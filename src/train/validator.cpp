@@ -38,9 +38,7 @@ std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& o, const 
   if (o.file.empty()) return nullptr;
   DataFormat fmt = o.format;
   auto task = std::make_unique<AccuracyTask>(AccuracyTask{Tokenizer(o.tokenizer), {}, o.max_new_tokens});
-  if (task->tokenizer.vocab_size() > model.vocab_size)
-    throw UsageError("--tokenizer has " + std::to_string(task->tokenizer.vocab_size()) +
-                     " pieces but the model's vocab_size is " + std::to_string(model.vocab_size));
+  task->tokenizer.require_fits(model.vocab_size);
   task->records = read_records(o.file, fmt, o.samples);
   if (task->records.empty()) throw UsageError("--accuracy-file " + o.file + " has no usable records");
   for (const Record& r : task->records)  // checked here, before training, not at the first validation

@@ -7,10 +7,13 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/checkpoint_attrs.h"
+#include "shardtrain/io/h5.h"
 #include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/ckpt/manager.h"
 #include "shardtrain/runtime/error.h"
@@ -111,4 +114,55 @@ TEST(CkptFiles, AFailedSaveIsOneLineThatNamesAFullDiskAndWhatIsKept) {
   EXPECT_EQ(other, "checkpoint /ck/step-00000004.h5 could not be written (HDF5 error: boom); there is no earlier "
                    "checkpoint. Check that --checkpoint-dir /ck is writable");
   EXPECT_EQ(other.find('\n'), std::string::npos);
+}
+
+TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
+  const std::string path = fresh_dir("ckpt_attrs") + "/a.h5";
+  ckpt::CheckpointAttrs a;
+  a.format_version = ckpt::kFormatVersion, a.step = 7, a.adam_step = 7, a.world_size = 3, a.loader = {1, 2};
+  a.sharding = "full_shard", a.run_config = {{"args", {"--steps", "7"}}}, a.model_config = {{"vocab_size", 512}};
+  a.lora_rank = 8, a.lora_alpha = 16, a.lora_dropout = 0.05, a.lora_targets = "q_proj,v_proj";
+  a.base_weights = "/m", a.base_crc32 = 99;
+  {
+    h5::Handle f = h5::create_file(path);
+    ckpt::write_attrs(f, a);
+  }
+  {
+    h5::Handle f = h5::open_file(path);
+    const auto b = ckpt::read_attrs(f, path);
+    EXPECT_EQ(b.step, 7);
+    EXPECT_EQ(b.loader, (LoaderState{1, 2}));
+    EXPECT_EQ(b.run_config, a.run_config);
+    EXPECT_EQ(b.lora_targets, "q_proj,v_proj");
+    EXPECT_EQ(b.base_crc32, 99);
+    EXPECT_DOUBLE_EQ(b.lora_dropout, 0.05);
+  }
+  auto damaged = [&](const std::function<void(hid_t)>& damage, const std::string& want) {
+    {
+      h5::Handle f = h5::create_file(path);
+      ckpt::write_attrs(f, a);
+      damage(f);
+    }
+    h5::Handle f = h5::open_file(path);
+    try {
+      ckpt::read_attrs(f, path);
+      ADD_FAILURE() << "accepted a file damaged for: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  };
+  damaged([](hid_t f) { H5Adelete(f, "run_config"), h5::write_attr(f, "run_config", std::string("{oops")); },
+          "attribute run_config is not valid JSON");
+  // An array attribute: H5Aread would have written 4 values into one int64 (a stack overflow before).
+  damaged([](hid_t f) {
+            H5Adelete(f, "step");
+            const hsize_t n = 4;
+            h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+            h5::Handle attr(H5Acreate2(f, "step", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+          },
+          "attribute step is not a single value");
+  damaged([](hid_t f) { H5Adelete(f, "format_version"), h5::write_attr(f, "format_version", int64_t{99}); },
+          "newer than this build's");
+  damaged([](hid_t f) { H5Adelete(f, "step"), h5::write_attr(f, "step", int64_t{-3}); }, "negative step");
 }

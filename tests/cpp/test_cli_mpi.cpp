@@ -174,8 +174,11 @@ const std::string kBin = SHARDTRAIN_BIN;
 TEST(CliMpi, Sigusr1CheckpointsThenExits75AndAutoResumes) {
   const auto dir = tmp("ckpt_signal");
   std::filesystem::remove_all(dir);
+  const auto m = dir + ".jsonl";  // signal once training runs: a fixed sleep raced a slow start under load
+  std::filesystem::remove(m);
   auto r = shell(mpirun(2) + kBin + " " + kTrain + "--steps 100000 --log-every 100000 --checkpoint-dir " + dir +
-                 " --on-signal exit & pid=$!; sleep 3; kill -USR1 $pid; wait $pid; echo rc=$?");
+                 " --on-signal exit --metrics-file " + m + " & pid=$!; for t in $(seq 1200); do [ -s " + m +
+                 " ] && break; sleep 0.05; done; kill -USR1 $pid; wait $pid; echo rc=$?");
   EXPECT_NE(r.out.find("rc=75"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(SIGUSR1)"), std::string::npos) << r.out;
   std::ifstream latest(dir + "/latest");

@@ -88,3 +88,25 @@ TEST(Flops, TorchtitanFormula) {
   EXPECT_EQ(resolve_peak_tflops(2.5, "NVIDIA A100-SXM4-80GB"), 2.5);
 }
 
+
+TEST(Config, MalformedConfigJsonIsAUsageErrorNamingTheFile) {
+  const std::string ok = R"({"vocab_size":512,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4)";
+  EXPECT_EQ(model_from_hf_text(ok + "}", "c.json").vocab_size, 512);
+  EXPECT_EQ(model_from_hf_text(ok + R"(,"max_position_embeddings":2048.0})", "c.json").max_position_embeddings, 2048);
+  auto bad = [](const std::string& text, const std::string& want) {
+    try {
+      model_from_hf_text(text, "c.json").validate();
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  bad("[1, 2]", "c.json: config.json is a JSON array, not an object");  // nlohmann's type_error before
+  bad(ok + R"(,"tie_word_embeddings":"no"})", "\"tie_word_embeddings\" must be true or false");
+  bad(ok + R"(,"rope_parameters":{"rope_type":3}})", "rope_type must be a string");
+  bad(ok + R"(,"max_position_embeddings":1e300})", "must be an integer");  // UB as an int64 cast before
+  bad(ok + R"(,"max_position_embeddings":"4096"})", "has the wrong type");
+  bad(R"({"vocab_size":512,"hidden_size":1099511627776,"intermediate_size":176,"num_hidden_layers":4096,"num_attention_heads":4})",
+      "over the 2^50 this build supports");  // num_params() overflowed int64 before
+  bad("{\"vocab_size\":", "invalid JSON");
+}

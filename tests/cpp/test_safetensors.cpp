@@ -150,3 +150,22 @@ TEST(Safetensors, OtherDefects) {
   expect_error(craft("neg.safetensors", R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", 16),
                "negative");
 }
+
+TEST(Safetensors, IndexWeightMapIsCheckedWithoutTouchingFiles) {
+  const auto m = parse_safetensors_index(R"({"metadata":{},"weight_map":{"b":"s2.safetensors","a":"s1.safetensors"}})", "i.json");
+  EXPECT_EQ(m, (std::map<std::string, std::string>{{"a", "s1.safetensors"}, {"b", "s2.safetensors"}}));
+  auto bad = [](const std::string& text, const std::string& want) {
+    try {
+      parse_safetensors_index(text, "i.json");
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("i.json: ", 0), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  bad("[1]", "index has no \"weight_map\"");
+  bad(R"({"weight_map":{"a":7}})", "weight_map['a'] is not a file name");
+  bad(R"({"weight_map":{"a":"../../etc/x.safetensors"}})", "is not a file name in the index's directory");
+  bad(R"({"weight_map":{"a":""}})", "is not a file name in the index's directory");
+  bad(R"({"weight_map":)", "invalid index JSON");
+}

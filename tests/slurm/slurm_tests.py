@@ -3,7 +3,8 @@
 Slurm on localhost (tests/slurm/local_slurm.sh, started by the ctest fixture) and a real mpirun.
 
 Usage: slurm_tests.py CASE --repo R --bin B --data D --tmp T [--slurm-dir S]
-CASE: training | requeue | sweep | mpirun. Exit 0 pass, 1 fail, 77 skipped (with the reason).
+CASE: training | requeue | failfast | sweep | scancel | timelimit | mpirun | mpirun_sigterm.
+Exit 0 pass, 1 fail, 77 skipped (with the reason).
 """
 import argparse
 import json
@@ -152,6 +153,72 @@ def case_failfast(a, env):
     check(open(os.path.join(out, "exit_code")).read().strip() not in ("0", "75"), "a failure exit code recorded")
 
 
+def wait_steps(mfile, n, timeout=300):
+    end = time.time() + timeout
+    while time.time() < end:
+        if os.path.exists(mfile) and len(metrics(mfile)) >= n:
+            return len(metrics(mfile))
+        time.sleep(0.2)
+    fail("the run never reached step %d" % n)
+
+
+def latest_step(ckpt_dir):
+    with open(os.path.join(ckpt_dir, "latest")) as f:
+        return int(f.read().strip()[5:13])
+
+
+def case_scancel(a, env):
+    """scancel mid-run: Slurm's SIGTERM reaches every rank, which checkpoint the same step and exit 75; no requeue."""
+    out = os.path.join(a.tmp, "scancel")
+    shutil.rmtree(out, ignore_errors=True)
+    job = sbatch(["--out-dir", out, "--steps", "100000", "--save-every", "100000", "--skip-preflight"], a, env,
+                 TRAIN_EXTRA, ["--output", os.path.join(a.tmp, "scancel-%j.out")])
+    mfile = os.path.join(out, "metrics.jsonl")
+    wait_steps(mfile, 3)
+    run(["scancel", job], env)
+    state = wait_job(job, env, timeout=120)
+    log = open(os.path.join(a.tmp, "scancel-%s.out" % job)).read()
+    print(log)
+    check(state == "CANCELLED", "the job ended cancelled (%s)" % state)
+    check("stopped by SIGTERM after a checkpoint; exiting with code 75" in log, "the trainer checkpointed on SIGTERM")
+    check("trainer exit code 75" in log and "not requeueing" in log, "the script saw 75 and did not requeue")
+    check(job_field(job, "Restarts", env) == "0", "no restart")
+    last = metrics(mfile)[-1]["step"]
+    check(latest_step(os.path.join(out, "checkpoints")) == last, "the checkpoint is the last step run (%d)" % last)
+    check(open(os.path.join(out, "exit_code")).read().strip() == "75", "exit code 75 recorded")
+
+
+def case_timelimit(a, env):
+    """--time=1: Slurm's SIGTERM at the limit -> checkpoint, exit 75, requeue, and the next run resumes from it."""
+    out = os.path.join(a.tmp, "timelimit")
+    shutil.rmtree(out, ignore_errors=True)
+    job = sbatch(["--out-dir", out, "--steps", "1000000", "--save-every", "1000000", "--skip-preflight",
+                  "--max-restarts", "1"], a, env, TRAIN_EXTRA,
+                 # URG, which bash ignores, replaces the script's USR1 warning: this case is the SIGTERM at the limit.
+                 ["--time=1", "--signal=B:URG@1", "--output", os.path.join(a.tmp, "timelimit-%j.out")])
+    logfile = os.path.join(a.tmp, "timelimit-%s.out" % job)
+    end = time.time() + 300
+    while time.time() < end:  # the limit is 1 minute; Slurm checks it every ~30 s
+        log = open(logfile).read() if os.path.exists(logfile) else ""
+        if re.search(r"resumed from \S+ at step \d+", log):
+            break
+        time.sleep(1)
+    else:
+        print(open(logfile).read() if os.path.exists(logfile) else "(no log)")
+        fail("the job was not requeued and resumed within 300 s")
+    run(["scancel", job], env)
+    wait_job(job, env, timeout=120)
+    log = open(logfile).read()
+    print(log)
+    check("DUE TO TIME LIMIT" in log, "Slurm ended the first run at its time limit")
+    check("stopped by SIGTERM after a checkpoint; exiting with code 75" in log, "the trainer checkpointed on SIGTERM")
+    check("the time limit was reached" in log and "requeueing" in log, "the script requeued at the time limit")
+    saved = re.search(r"checkpoint \S+step-(\d+)\.h5 \(SIGTERM\)", log)
+    resumed = re.search(r"resumed from \S+ at step (\d+)", log)
+    check(saved is not None and resumed is not None and saved.group(1).lstrip("0") == resumed.group(1),
+          "the second run resumed from the SIGTERM checkpoint (%s)" % (resumed.group(0) if resumed else None))
+
+
 def png_ok(path, python):
     checker = os.path.join(os.path.dirname(__file__), "..", "python", "check_png.py")
     return subprocess.run([python, checker, path]).returncode == 0
@@ -212,16 +279,42 @@ def case_mpirun(a, env):
     check(any("000030" in c for c in os.listdir(os.path.join(out, "checkpoints"))), "final checkpoint written")
 
 
+def case_mpirun_sigterm(a, env):
+    """SIGTERM to launch/mpirun.sh: relayed as USR2 through mpirun; checkpoint, exit 75, no restart."""
+    out = os.path.join(a.tmp, "mpirun_sigterm")
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    hostfile = os.path.join(out, "hosts")
+    with open(hostfile, "w") as f:
+        f.write("localhost slots=2\n")
+    cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2",
+           "--mpirun-args", "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "100000",
+           "--save-every", "100000", "--skip-preflight", "--", *TRAIN_EXTRA]
+    print("$ " + " ".join(cmd), flush=True)
+    p = subprocess.Popen(cmd, env=env, cwd=a.repo, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    mfile = os.path.join(out, "metrics.jsonl")
+    wait_steps(mfile, 3, timeout=240)
+    p.send_signal(signal.SIGTERM)
+    log, _ = p.communicate(timeout=120)
+    print(log)
+    check(p.returncode == 75, "launch/mpirun.sh exited 75 (%d)" % p.returncode)
+    check("stopped by SIGUSR2 (a relayed SIGTERM) after a checkpoint" in log, "the ranks got the relayed SIGTERM")
+    check("stopped by TERM: not restarting" in log and "restarting (restart" not in log, "no restart")
+    last = metrics(mfile)[-1]["step"]
+    check(latest_step(os.path.join(out, "checkpoints")) == last, "the checkpoint is the last step run (%d)" % last)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["training", "requeue", "failfast", "sweep", "mpirun"])
+    ap.add_argument("case", choices=["training", "requeue", "failfast", "sweep", "scancel", "timelimit", "mpirun",
+                                     "mpirun_sigterm"])
     for opt in ("--repo", "--bin", "--data", "--tmp"):
         ap.add_argument(opt, required=True)
     ap.add_argument("--slurm-dir")
     a = ap.parse_args()
     a.python = sys.executable
     env = dict(os.environ, SHARDTRAIN_HOME=a.repo, SHARDTRAIN_BIN=a.bin)
-    if a.case != "mpirun":
+    if not a.case.startswith("mpirun"):
         envfile = os.path.join(a.slurm_dir or "", "env")
         if not os.path.exists(envfile):
             print("SKIP: local Slurm is not up (%s missing): see the slurm_up test's output" % envfile)

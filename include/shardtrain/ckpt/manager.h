@@ -20,7 +20,6 @@ struct CheckpointConfig {
   int keep = 0;            // keep the newest K (0: all)
   StripeOptions stripe;    // Lustre striping hints for new files
   bool async = false;      // host copy at the step boundary, write on a background thread
-  bool exit_on_signal = false;  // --on-signal exit: after a requested save, exit 75
   std::string base_weights;     // LoRA: the frozen base's --weights, recorded in every checkpoint
   void validate() const;        // throws UsageError naming the option
 };
@@ -33,10 +32,11 @@ class Manager {
   // Collective: loads the checkpoint --resume names (auto: the newest that loads, skipping bad
   // ones with a warning). Empty when there is nothing to resume from.
   std::optional<TrainState> resume();
-  // Collective, at a step boundary: saves when the policy or `requested` asks. `final`: the
+  // Collective, at a step boundary: saves when the policy or `requested_by` (a signal's name,
+  // empty when none) asks. `final`: the
   // loop ends after this step, so a background save is waited for. Returns the seconds the
   // loop was blocked (0: no save).
-  double after_step(int64_t step, bool requested, bool final, const LoaderState& loader);
+  double after_step(int64_t step, const std::string& requested_by, bool final, const LoaderState& loader);
   void finish();  // waits for a background save; rethrows its failure
 
  private:

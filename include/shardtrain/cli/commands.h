@@ -27,8 +27,6 @@ int cmd_plan(const std::vector<std::string>& args);  // runs without MPI
 int cmd_report(const std::vector<std::string>& args, MpiEnv& env);
 
 int print_help(const std::string& text, const MpiEnv& env);
-// Opens a token file and checks its ids fit the model's vocabulary and positions.
-std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model);
 // Collective: every rank gathers the full parameters; rank 0 writes Hugging Face safetensors
 // (5 GiB shards) and config.json with torch_dtype into dir. A LoRA engine's adapters are merged
 // into the weights (W + alpha/r B A), as PEFT's merge_and_unload.

@@ -35,6 +35,12 @@ class TokenFile {
   const std::string& path() const { return path_; }
   // Thread-safe: holds the HDF5 lock while reading.
   Batch read(const std::vector<int64_t>& rows) const;
+  // The first token outside [0, limit) in rows [begin, end), read in blocks of rows (row -1:
+  // none). A read failure throws UsageError naming the file: its data is damaged.
+  struct TokenAt {
+    int64_t row = -1, column = -1, token = 0;
+  };
+  TokenAt first_token_outside(int64_t limit, int64_t begin, int64_t end) const;
 
  private:
   std::string path_;

@@ -28,6 +28,9 @@ class Tokenizer {
   int32_t vocab_size() const { return vocab_; }
   const std::string& path() const { return path_; }
   const std::string& sha256() const { return sha256_; }  // of the model file's bytes
+  // Throws UsageError naming the file when it has more pieces than the model's vocab_size (ids
+  // the embedding cannot look up). A larger model vocabulary is fine: padded vocabularies are.
+  void require_fits(int64_t model_vocab_size) const;
 
  private:
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;

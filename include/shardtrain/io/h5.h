@@ -38,7 +38,7 @@ class Handle {
 
 // Truncates. fapl: a file-access property list (e.g. MPI-IO and alignment for checkpoints).
 Handle create_file(const std::string& path, hid_t fapl = H5P_DEFAULT);
-Handle open_file(const std::string& path);    // read-only; throws UsageError when not HDF5
+Handle open_file(const std::string& path);    // read-only; throws UsageError when not HDF5, truncated or damaged
 Handle open_dataset(hid_t file, const std::string& name);  // throws UsageError naming file+dataset
 std::vector<hsize_t> dataset_shape(hid_t dset);
 

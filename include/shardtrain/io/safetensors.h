@@ -34,6 +34,9 @@ size_t st_dtype_size(StDType d);
 const char* st_dtype_name(StDType d);
 // Validates everything a reader relies on; throws Error("<origin>: ...") on any defect.
 StHeader parse_safetensors_header(const uint8_t* file, size_t file_size, const std::string& origin);
+// model.safetensors.index.json's weight_map: tensor name -> shard file name (a plain name in the
+// index's directory). Throws Error("<origin>: ...") on any defect.
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& origin);
 
 // One .safetensors file, memory-mapped.
 class SafetensorsFile {

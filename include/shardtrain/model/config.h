@@ -33,6 +33,11 @@ ModelConfig model_preset(const std::string& name);
 // `spec` is a preset name, a config.json, or a directory holding config.json.
 ModelConfig resolve_model(const std::string& spec);
 ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origin);
+// config.json's text: invalid JSON and every defect throw UsageError naming origin.
+ModelConfig model_from_hf_text(const std::string& text, const std::string& origin);
 nlohmann::json model_to_hf_json(const ModelConfig& c);
+// The fields that set tensor shapes, for messages: "vocab 512, hidden 64, ..., 4 kv heads".
+std::string describe_shape(const ModelConfig& c);
+bool same_shape(const ModelConfig& a, const ModelConfig& b);
 
 }  // namespace shardtrain

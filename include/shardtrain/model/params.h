@@ -50,6 +50,11 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& cfg);
 // because each parameter draws from its own generator seeded by (seed, name).
 at::Tensor init_param(const ParamSpec& spec, uint64_t seed, double std = 0.02);
 
+// Throws UsageError naming the tensor and its file when the weights lack one of the model's
+// tensors, or hold one whose shape differs from the model config's, or whose dtype is not
+// F32, BF16 or F16. Reads only the headers.
+void check_weights(const ModelConfig& cfg, const SafetensorsModel& weights);
+
 class ParamStore {
  public:
   static ParamStore initialize(const ModelConfig& cfg, uint64_t seed);

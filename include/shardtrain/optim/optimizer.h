@@ -26,6 +26,9 @@ class Optimizer {
   void add(const at::Tensor& param, bool decay) { adamw_.add(param, decay); }
   // Clips grads by the global norm, then takes an AdamW step. Returns the norm before clipping.
   double step(double lr, const std::vector<at::Tensor>& grads);
+  // step() in two halves, so a caller can look at the norm before anything changes:
+  double grad_norm(const std::vector<at::Tensor>& grads) const;  // collective over sum_across's ranks
+  void apply(double lr, const std::vector<at::Tensor>& grads, double norm);  // clip by norm, then AdamW
   AdamW& adamw() { return adamw_; }
   const OptimizerConfig& config() const { return cfg_; }
 

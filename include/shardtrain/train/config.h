@@ -6,6 +6,20 @@
 
 namespace shardtrain {
 
+// --on-signal: what SIGUSR1 and SIGTERM/SIGINT do at the next step boundary (docs/reliability.md).
+enum class OnSignal {
+  kContinue,    // USR1: checkpoint, train on.  TERM/INT: checkpoint (with --checkpoint-dir), stop
+  kExit,        // USR1: checkpoint, stop.      TERM/INT: as kContinue
+  kExitNoSave,  // USR1: checkpoint, stop.      TERM/INT: stop without a checkpoint
+};
+OnSignal parse_on_signal(const std::string& value);  // throws UsageError naming --on-signal
+
+// --on-nonfinite: a NaN/Inf loss or gradient norm stops the run, or skips the step.
+struct NonfiniteConfig {
+  bool skip = false;             // skip: no optimizer step, counted in the metrics
+  int64_t max_in_a_row = 10;     // skip: stop after this many skipped steps in a row
+};
+
 struct TrainConfig {
   int64_t steps = 0;       // optimizer steps; 0: derive from epochs
   int64_t epochs = 1;
@@ -17,6 +31,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string metrics_file;
   double peak_tflops = 0;  // per device, for MFU; 0: from the device name
+  OnSignal on_signal = OnSignal::kContinue;
+  NonfiniteConfig nonfinite;
   void validate() const;   // throws UsageError naming the option
 };
 

@@ -1,7 +1,7 @@
 // The training loop, built from named components in the manner of torchtitan's train(): the
 // engine (forward and backward, sharded gradients), the optimizer (clip + AdamW on the shards),
-// the data loader, the validator, the checkpoint manager, the signal handler and the metrics
-// publisher. Each has a small interface of its own; the loop only calls them in order.
+// the data loader, the validator, the checkpoint manager, the signal handler, the non-finite
+// guard and the metrics publisher. Each has a small interface of its own; the loop only calls them in order.
 //   a new optimizer:          optim/ (the Optimizer the engine's shards are handed to)
 //   a new checkpoint trigger: ckpt::Manager::due(), or a new reason to pass `requested`
 //   a new metric or sink:     MetricsPublisher::measure() / publish()
@@ -14,6 +14,7 @@
 #include "shardtrain/optim/optimizer.h"
 #include "shardtrain/train/config.h"
 #include "shardtrain/train/faults.h"
+#include "shardtrain/train/nonfinite.h"
 #include "shardtrain/train/publisher.h"
 #include "shardtrain/train/signal_handler.h"
 #include "shardtrain/train/validator.h"
@@ -29,9 +30,12 @@ struct TrainComponents {
   SignalHandler& signals;
   MetricsPublisher& metrics;
   const FaultInjector& faults;
+  NonfiniteGuard& nonfinite;
 };
 
-enum class FitEnd { kCompleted, kStoppedBySignal };
+// kStoppedBySignal: signals.last() says why and with which exit code; kStoppedNonFinite:
+// nonfinite.last_message() names the step and rows.
+enum class FitEnd { kCompleted, kStoppedBySignal, kStoppedNonFinite };
 
 // Trains from start_step (a resumed run's) to the configured number of steps.
 FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents& c, int64_t start_step);

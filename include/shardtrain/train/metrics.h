@@ -20,6 +20,8 @@ struct StepMetrics {
   double eta_s = 0;          // remaining steps x this run's mean step (+ checkpoint) time
   double val_loss = -1;      // < 0: no validation this step
   double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
+  bool skipped = false;       // a non-finite loss or gradient norm: no optimizer step (--on-nonfinite skip)
+  int64_t skipped_steps = 0;  // steps skipped so far in this run
   nlohmann::json extra;      // engine figures (collectives, sharded memory), merged into the line
 };
 

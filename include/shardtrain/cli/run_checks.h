@@ -1,0 +1,30 @@
+// Checks train and eval make before the first step, so that a bad file or an unwritable
+// directory ends the run with one line naming it (exit 2), not hours later or as a library's
+// stack. Each is collective and every rank throws alike (AgreedUsageError), so none is left waiting.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "shardtrain/cli/options.h"
+#include "shardtrain/data/token_file.h"
+#include "shardtrain/runtime/mpi_env.h"
+
+namespace shardtrain::cli {
+
+// Collective: the lowest failing rank's message, or "" when no rank failed.
+std::string agreed_failure(const std::string& mine);
+
+// Collective: opens a token file and checks it against the model: positions, the tokenizer's
+// recorded vocabulary, and every token id in [0, vocab_size), scanned once with the rows split
+// over the ranks (the file's max_token_id attribute is not trusted). Names the row.
+std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model,
+                                           const MpiEnv& env);
+
+// Why a file could not be created in dir (or in its nearest existing ancestor, as
+// create_directories would), or "" when it can. Creates nothing that outlives the call.
+std::string probe_writable_dir(const std::string& dir);
+
+// Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written.
+void check_writable_outputs(const TrainOptions& o, const MpiEnv& env);
+
+}  // namespace shardtrain::cli

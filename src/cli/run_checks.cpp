@@ -1,0 +1,124 @@
+#include "shardtrain/cli/run_checks.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "shardtrain/data/sampler.h"
+#include "shardtrain/runtime/clock.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain::cli {
+
+std::string agreed_failure(const std::string& mine) {
+  int rank = 0, first = INT_MAX;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  int candidate = mine.empty() ? INT_MAX : rank;
+  MPI_CHECK(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (first == INT_MAX) return "";
+  std::string msg = rank == first ? mine : "";
+  int len = static_cast<int>(msg.size());
+  MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD));
+  msg.resize(len);
+  MPI_CHECK(MPI_Bcast(msg.data(), len, MPI_CHAR, first, MPI_COMM_WORLD));
+  return msg;
+}
+
+namespace {
+
+std::string local_token_check(const char* opt, const TokenFile& f, const ModelConfig& model, const MpiEnv& env,
+                              int64_t* bad_row) {
+  const std::string name = std::string(opt) + " " + f.path();
+  if (f.seq_len() > model.max_position_embeddings)
+    return name + " has rows of " + std::to_string(f.seq_len()) + " tokens, more than the model's max_position_embeddings " +
+           std::to_string(model.max_position_embeddings) + "; re-run prepare with a smaller --seq-len";
+  const int64_t tok_vocab = f.meta().tokenizer_vocab_size;
+  if (tok_vocab > model.vocab_size)
+    return name + " was tokenized with a " + std::to_string(tok_vocab) + "-piece tokenizer but the model's vocab_size is " +
+           std::to_string(model.vocab_size) + "; prepare the data with the model's own tokenizer.model";
+  const auto [begin, end] = balanced_part(f.rows(), env.size(), env.rank());
+  try {
+    *bad_row = f.first_token_outside(model.vocab_size, begin, end).row;
+  } catch (const UsageError& e) {
+    return std::string(opt) + " " + e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model,
+                                           const MpiEnv& env) {
+  const Stopwatch clock;
+  std::unique_ptr<TokenFile> f;
+  std::string failure;
+  int64_t bad_row = -1;
+  try {
+    f = std::make_unique<TokenFile>(path);
+    failure = local_token_check(opt, *f, model, env, &bad_row);
+  } catch (const UsageError& e) {
+    failure = std::string(opt) + " " + e.what();
+  }
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
+  int64_t first = bad_row < 0 ? INT64_MAX : bad_row;  // the file's first bad row, wherever it was found
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
+  if (first == INT64_MAX) {
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f", clock.seconds());
+    log::info("checked the " + std::to_string(f->rows() * f->seq_len()) + " token ids of " + path + " against vocab_size " +
+              std::to_string(model.vocab_size) + " in " + secs + " s (" + std::to_string(env.size()) + " ranks)");
+    return f;
+  }
+  const auto at = f->first_token_outside(model.vocab_size, first, first + 1);  // every rank: the same one row
+  throw AgreedUsageError(std::string(opt) + " " + path + ": row " + std::to_string(at.row) + " holds token id " +
+                         std::to_string(at.token) + " at position " + std::to_string(at.column) +
+                         ", outside the model's vocabulary [0, " + std::to_string(model.vocab_size) +
+                         "); prepare the data with the model's tokenizer or use a model whose vocab_size covers it");
+}
+
+std::string probe_writable_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();  // what would be created under
+  if (!fs::is_directory(p, ec)) return p.string() + " is not a directory";
+  const fs::path probe = p / (".shardtrain-probe-" + std::to_string(::getpid()));
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return "cannot create files in " + p.string() + ": " + std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
+void check_writable_outputs(const TrainOptions& o, const MpiEnv& env) {
+  std::string failure;
+  auto probe = [&](const std::string& opt, const std::string& dir, const char* hint) {
+    if (!failure.empty() || dir.empty()) return;
+    if (const std::string why = probe_writable_dir(dir); !why.empty())
+      failure = opt + " " + dir + ": " + why + "; " + hint;
+  };
+  // One rank per node probes: a node whose mount is read-only is found too.
+  if (env.topology().local_rank == 0) {
+    probe("--checkpoint-dir", o.ckpt.dir, "choose a directory this job can write (shared storage on a cluster)");
+    probe("--save-model", o.save_model, "choose a directory this job can write");
+  }
+  if (env.rank() == 0 && !o.train.metrics_file.empty()) {  // rank 0 alone writes the metrics
+    const fs::path m(o.train.metrics_file);
+    if (fs::is_directory(m)) failure = "--metrics-file " + m.string() + " is a directory; name a file";
+    probe("--metrics-file", m.parent_path().empty() ? "." : m.parent_path().string(), "choose a writable path");
+    if (failure.empty() && fs::exists(m) && ::access(m.c_str(), W_OK) != 0)
+      failure = "--metrics-file " + m.string() + ": " + std::strerror(errno) + "; choose a writable path";
+  }
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
+}
+
+}  // namespace shardtrain::cli
