@@ -247,14 +247,20 @@ def case_sweep(a, env):
     check(png_ok(os.path.join(out, "scaling.png"), a.python), "scaling.png is a valid, non-blank PNG")
 
 
-def case_mpirun(a, env):
-    """launch/mpirun.sh over a hostfile; USR1 to the launcher mid-run -> checkpoint, exit 75, restart."""
-    out = os.path.join(a.tmp, "mpirun")
+def fresh_hostfile(a, name, hosts):
+    """An empty output directory for a launcher case, and a hostfile in it."""
+    out = os.path.join(a.tmp, name)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     hostfile = os.path.join(out, "hosts")
     with open(hostfile, "w") as f:
-        f.write("# one line per instance\nlocalhost slots=2\n")
+        f.write(hosts)
+    return out, hostfile
+
+
+def case_mpirun(a, env):
+    """launch/mpirun.sh over a hostfile; USR1 to the launcher mid-run -> checkpoint, exit 75, restart."""
+    out, hostfile = fresh_hostfile(a, "mpirun", "# one line per instance\nlocalhost slots=2\n")
     cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2",
            "--mpirun-args", "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "30", "--save-every", "1000",
            "--model", "small", "--", "--batch-size", "8", "--log-every", "10", "--lr", "1e-3"]
@@ -281,12 +287,7 @@ def case_mpirun(a, env):
 
 def case_mpirun_sigterm(a, env):
     """SIGTERM to launch/mpirun.sh: relayed as USR2 through mpirun; checkpoint, exit 75, no restart."""
-    out = os.path.join(a.tmp, "mpirun_sigterm")
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    hostfile = os.path.join(out, "hosts")
-    with open(hostfile, "w") as f:
-        f.write("localhost slots=2\n")
+    out, hostfile = fresh_hostfile(a, "mpirun_sigterm", "localhost slots=2\n")
     cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2",
            "--mpirun-args", "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "100000",
            "--save-every", "100000", "--skip-preflight", "--", *TRAIN_EXTRA]
