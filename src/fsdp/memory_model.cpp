@@ -38,15 +38,10 @@ namespace {
 struct Walk {
   const std::vector<UnitSize>& base;
   const std::vector<UnitSize>* adapters;
-  const FsdpConfig& cfg;
   const StepShape& s;
   int64_t persistent;
   std::vector<bool> gathered, grad;
-  struct Pending {
-    int64_t unit;
-    bool replicated;
-  };
-  std::deque<Pending> pending;
+  std::deque<int64_t> pending;  // units whose reduction is in flight, oldest first
   StepPeak peak;
 
   const UnitSize& trainable(int64_t u) const { return adapters ? (*adapters)[u] : base[u]; }
@@ -67,7 +62,7 @@ struct Walk {
       }
       if (grad[u]) gs += 4 * trainable(static_cast<int64_t>(u)).shard_numel;
     }
-    for (const auto& p : pending) r += send_bytes(p.unit) + shard_bytes(p.unit);
+    for (const int64_t u : pending) r += send_bytes(u) + shard_bytes(u);
     const int64_t engine = persistent + g + r + gs;
     peak.engine_bytes = std::max(peak.engine_bytes, engine);
     peak.gathered_units = std::max(peak.gathered_units, n);
@@ -76,12 +71,12 @@ struct Walk {
       peak.persistent = persistent, peak.gathered = g, peak.reductions = r, peak.grad_shards = gs, peak.activations = activations;
   }
   void advance_oldest(int64_t activations) {
-    grad[pending.front().unit] = true;  // a hybrid reduction's all-reduce finishes first: no extra buffer
+    grad[pending.front()] = true;  // a hybrid reduction's all-reduce finishes first: no extra buffer
     note(activations);
     pending.pop_front();
   }
   void reduce(int64_t u, int64_t activations) {
-    pending.push_back({u, false});
+    pending.push_back(u);
     note(activations);
     while (pending.size() > 2) advance_oldest(activations);  // FsdpEngine::kMaxPendingReductions
   }
@@ -93,7 +88,7 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
                    const StepShape& s, const ActivationBytes& act, int64_t persistent) {
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
-  Walk w{base, adapters, cfg, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}};
+  Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}};
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
   const auto is_layer = [&](int64_t u) { return base[u].kind == UnitKind::kDecoderLayer; };

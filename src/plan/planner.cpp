@@ -147,8 +147,8 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       }
       double compute = 0, total = 0, comm_total = 0;  // total: the overlapped schedule
       const int passes = static_cast<int>(in.grad_accum);
+      const bool reduce_now = !cfg.no_sync_accumulation;
       for (int mb = 0; mb < passes; ++mb) {
-        const bool reduce_now = !cfg.no_sync_accumulation;
         total += c[0].gather;  // the first gather is exposed
         for (int u = 0; u < U; ++u) total += std::max(fwd[u], u + 1 < U ? c[u + 1].gather : 0.0);
         total += c[U - 1].regather;
