@@ -313,7 +313,9 @@ namespace {
 Result signalled_run(const std::string& args, const std::string& metrics, const std::string& sig, const std::string& target) {
   fs::remove(metrics);
   const std::string tag = fs::path(metrics).stem().string();
-  const std::string pid = target == "mpirun" ? "$pid" : "$(pgrep -f '^" + kBin + " train.*" + tag + "' | tail -1)";
+  // mpirun is timeout's child: a TERM to timeout reaches mpirun twice (itself and its process
+  // group), and a second signal makes Open MPI's mpirun exit at once without waiting for the ranks.
+  const std::string pid = target == "mpirun" ? "$(pgrep -P $pid)" : "$(pgrep -f '^" + kBin + " train.*" + tag + "' | tail -1)";
   // mpirun passes a SIGTERM on odls_base_sigkill_timeout seconds after it gets one (1 s by
   // default), and SIGKILLs its ranks as long again later: 5 s lets the tiny model save.
   const std::string grace = target == "mpirun" ? "OMPI_MCA_odls_base_sigkill_timeout=5 " : "";
