@@ -161,6 +161,11 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
       throw UsageError("--model " + origin + ": rope_type '" + rp["rope_type"].get<std::string>() +
                        "' is not Llama-2's plain RoPE");
   }
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    if (!j.contains(key) || j[key].is_null() || !c.torch_dtype.empty()) continue;
+    if (!j[key].is_string()) throw UsageError("--model " + origin + ": \"" + key + "\" must be a string such as \"bfloat16\"");
+    c.torch_dtype = j[key].get<std::string>();
+  }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
     throw UsageError("--model " + origin + ": rope_scaling is set; Llama-2 uses unscaled RoPE");
   if (j.contains("head_dim") && j["head_dim"].is_number_integer() && c.num_heads > 0 &&

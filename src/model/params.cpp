@@ -4,6 +4,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "shardtrain/runtime/error.h"
 
@@ -61,6 +63,12 @@ void check_weights(const ModelConfig& cfg, const SafetensorsModel& weights) {
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
     return "[" + out + "]";
   };
+  // config.json's torch_dtype, when it names a float type, is what every tensor must be stored in.
+  const std::map<std::string, StDType> float_dtypes = {{"float32", StDType::F32}, {"float", StDType::F32},
+                                                       {"bfloat16", StDType::BF16}, {"float16", StDType::F16},
+                                                       {"half", StDType::F16}};
+  const auto it = float_dtypes.find(cfg.torch_dtype);
+  const std::optional<StDType> declared = it == float_dtypes.end() ? std::nullopt : std::optional(it->second);
   const auto names = weights.names();
   const std::string origin = names.empty() ? "the weights" : weights.file_of(names.front()).path();
   for (const auto& s : llama_param_specs(cfg)) {
@@ -75,6 +83,9 @@ void check_weights(const ModelConfig& cfg, const SafetensorsModel& weights) {
     if (info.dtype != StDType::F32 && info.dtype != StDType::BF16 && info.dtype != StDType::F16)
       throw UsageError(where + " has dtype " + st_dtype_name(info.dtype) +
                        "; shardtrain reads F32, BF16 or F16 weights: convert them (e.g. with transformers, torch_dtype)");
+    if (declared && info.dtype != *declared)
+      throw UsageError(where + " has dtype " + st_dtype_name(info.dtype) + " but " + cfg.name + " says torch_dtype \"" +
+                       cfg.torch_dtype + "\"; pass the config.json that came with these weights, or correct its torch_dtype");
   }
 }
 

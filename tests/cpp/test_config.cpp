@@ -66,6 +66,18 @@ TEST(Config, ReadsHuggingFaceJsonBothRopeLayouts) {
   EXPECT_THROW(model_from_hf_json(j, "x"), UsageError);
 }
 
+// transformers writes "torch_dtype", and from 4.56 "dtype"; either names what the weights are stored in.
+TEST(Config, ReadsTorchDtypeUnderEitherKey) {
+  nlohmann::json j = model_to_hf_json(model_preset("small"));
+  EXPECT_EQ(model_from_hf_json(j, "x").torch_dtype, "float32");
+  j.erase("torch_dtype");
+  EXPECT_EQ(model_from_hf_json(j, "x").torch_dtype, "");
+  j["dtype"] = "bfloat16";
+  EXPECT_EQ(model_from_hf_json(j, "x").torch_dtype, "bfloat16");
+  j["dtype"] = 16;
+  EXPECT_THROW(model_from_hf_json(j, "x"), UsageError);
+}
+
 TEST(Config, DeterministicInitPerParameter) {
   auto specs = llama_param_specs(model_preset("tiny"));
   auto a = init_param(specs[1], 7), b = init_param(specs[1], 7), c = init_param(specs[1], 8);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "run_binary.h"
 #include "shardtrain/cli/run_checks.h"
@@ -232,6 +233,16 @@ TEST(DataErrors, WeightsOfAnotherShapeOrDtype) {
   ASSERT_EQ(a.code, 0) << a.out;
   auto r = run(kTrain + "--intermediate-size 128 --steps 1 --data " + kDemo + "/train.h5 --weights " + dir, mpirun(2));
   expect_one_line_exit2(r, "has shape [176, 64] but the model config (--model tiny) needs [128, 64]");
+  // F32 tensors under a config.json that says bfloat16: not the config that came with them.
+  nlohmann::json cfg;
+  std::ifstream(dir + "/config.json") >> cfg;
+  ASSERT_EQ(cfg["torch_dtype"], "float32");
+  cfg["torch_dtype"] = "bfloat16";
+  std::ofstream(dir + "/config.json") << cfg.dump();
+  r = run("train --model " + dir + " --threads 1 --batch-size 4 --steps 1 --data " + kDemo + "/train.h5 --weights " + dir,
+          mpirun(2));
+  expect_one_line_exit2(r, "tensor 'model.embed_tokens.weight' in " + dir + "/model.safetensors has dtype F32 but " + dir +
+                               "/config.json says torch_dtype \"bfloat16\"");
   // The same tensors with one stored as int32: not weights shardtrain can read.
   SafetensorsModel m(dir);
   NamedTensors t;

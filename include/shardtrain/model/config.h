@@ -19,6 +19,8 @@ struct ModelConfig {
   int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; "" when not given.
+  std::string torch_dtype;
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   // Throws UsageError naming the option (and config.json key) to change.
