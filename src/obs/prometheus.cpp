@@ -11,12 +11,12 @@ const char* group_name(int g) {
   return names[g];
 }
 
-int RankSeries::packed_size() { return 7 + kNumPhases + 4 + 2 * kGroups * comm::kNumOps; }
+int RankSeries::packed_size() { return 7 + kNumPhases + 5 + 2 * kGroups * comm::kNumOps; }
 
 std::vector<double> RankSeries::pack() const {
   std::vector<double> v = {step, loss, lr, tokens_per_s, tflops_per_device, mfu, step_seconds};
   v.insert(v.end(), phases.s.begin(), phases.s.end());
-  v.insert(v.end(), {host_peak_rss, gpu_peak_allocated, gpu_peak_reserved, checkpoint_seconds});
+  v.insert(v.end(), {host_peak_rss, gpu_peak_allocated, gpu_peak_reserved, checkpoint_seconds, skipped_steps});
   for (const auto* table : {&calls, &bytes})
     for (const auto& g : *table) v.insert(v.end(), g.begin(), g.end());
   return v;
@@ -30,6 +30,7 @@ RankSeries RankSeries::unpack(const double* v, int rank, const std::string& host
   int i = 7;
   for (auto& p : r.phases.s) p = v[i++];
   r.host_peak_rss = v[i++], r.gpu_peak_allocated = v[i++], r.gpu_peak_reserved = v[i++], r.checkpoint_seconds = v[i++];
+  r.skipped_steps = v[i++];
   for (auto* table : {&r.calls, &r.bytes})
     for (auto& g : *table)
       for (auto& x : g) x = v[i++];
@@ -67,10 +68,13 @@ std::string exposition(const std::string& job, const std::vector<RankSeries>& ra
     for (const auto& r : ranks)
       samples(r, job_l + ",host=\"" + escape_label_value(r.host) + "\",rank=\"" + std::to_string(r.rank) + "\"");
   };
-  auto gauge = [&](const std::string& name, const std::string& help, double RankSeries::*field) {
-    family(name, "gauge", help, [&](const RankSeries& r, const std::string& l) {
+  auto single = [&](const char* type, const std::string& name, const std::string& help, double RankSeries::*field) {
+    family(name, type, help, [&](const RankSeries& r, const std::string& l) {
       out += name + "{" + l + "} " + number(r.*field) + "\n";
     });
+  };
+  auto gauge = [&](const std::string& name, const std::string& help, double RankSeries::*field) {
+    single("gauge", name, help, field);
   };
   gauge("shardtrain_step", "Last completed optimizer step.", &RankSeries::step);
   gauge("shardtrain_loss", "Training loss of the last step (mean over the global batch).", &RankSeries::loss);
@@ -94,6 +98,8 @@ std::string exposition(const std::string& job, const std::vector<RankSeries>& ra
            }
          });
   gauge("shardtrain_checkpoint_seconds", "Duration of the last checkpoint save.", &RankSeries::checkpoint_seconds);
+  single("counter", "shardtrain_skipped_steps_total",
+         "Optimizer steps skipped for a non-finite loss or gradient norm (--on-nonfinite skip).", &RankSeries::skipped_steps);
   auto per_collective = [&](const std::string& name, const std::string& help, bool bytes) {
     family(name, "counter", help, [&](const RankSeries& r, const std::string& l) {
       for (int g = 0; g < RankSeries::kGroups; ++g)

@@ -89,7 +89,7 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, int64_t total, dou
   r.tflops_per_device = m.tflops_per_device, r.mfu = m.mfu, r.step_seconds = m.step_time_s, r.phases = m.phases;
   r.host_peak_rss = static_cast<double>(m.peak_mem_bytes);
   std::tie(r.gpu_peak_allocated, r.gpu_peak_reserved) = gpu_peaks_;
-  r.checkpoint_seconds = last_checkpoint_s_;
+  r.checkpoint_seconds = last_checkpoint_s_, r.skipped_steps = static_cast<double>(m.skipped_steps);
   const auto groups = engine_.groups().all();
   for (int k = 0; k < obs::RankSeries::kGroups; ++k)
     for (int op = 0; op < comm::kNumOps; ++op) {

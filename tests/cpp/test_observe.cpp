@@ -129,7 +129,7 @@ TEST(CollectiveLog, NumbersInIssueOrderAndAgesOnlyWhileTheHostWaits) {
 
 TEST(Prometheus, TextFormatHasOneFamilyPerMetricAndEveryRankLabelled) {
   obs::RankSeries a, b;
-  a.rank = 0, a.host = "node-a", a.step = 7, a.loss = 1.2345678901234567, a.phases[Phase::kForward] = 0.5;
+  a.rank = 0, a.host = "node-a", a.step = 7, a.skipped_steps = 3, a.loss = 1.2345678901234567, a.phases[Phase::kForward] = 0.5;
   a.calls[1][static_cast<int>(comm::Op::kAllGather)] = 14, a.bytes[1][static_cast<int>(comm::Op::kAllGather)] = 1 << 20;
   b.rank = 1, b.host = "node\"b", b.step = 7, b.gpu_peak_allocated = 123, b.gpu_peak_reserved = 456;
   const std::string t = obs::exposition("job-42", {a, b});
@@ -141,11 +141,13 @@ TEST(Prometheus, TextFormatHasOneFamilyPerMetricAndEveryRankLabelled) {
   EXPECT_NE(t.find("shardtrain_collectives_total{job=\"job-42\",host=\"node-a\",rank=\"0\",group=\"shard\",op=\"all_gather\"} 14\n"),
             std::string::npos);
   EXPECT_NE(t.find("# TYPE shardtrain_collective_bytes_total counter\n"), std::string::npos);
+  EXPECT_NE(t.find("# TYPE shardtrain_skipped_steps_total counter\n"), std::string::npos);
+  EXPECT_NE(t.find("shardtrain_skipped_steps_total{job=\"job-42\",host=\"node-a\",rank=\"0\"} 3\n"), std::string::npos);
   EXPECT_NE(t.find("kind=\"gpu_peak_reserved\"} 456"), std::string::npos);
   EXPECT_EQ(t.find("rank=\"0\",kind=\"gpu_peak_allocated\""), std::string::npos) << "a CPU rank has no GPU series";
   size_t families = 0;
   for (size_t p = t.find("# TYPE "); p != std::string::npos; p = t.find("# TYPE ", p + 1)) ++families;
-  EXPECT_EQ(families, 12u);
+  EXPECT_EQ(families, 13u);
   const auto round = obs::RankSeries::unpack(a.pack().data(), 0, "node-a");
   EXPECT_EQ(round.pack(), a.pack());
   EXPECT_EQ(static_cast<int>(a.pack().size()), obs::RankSeries::packed_size());
