@@ -45,8 +45,9 @@ ModelConfig resolve(const ModelArgs& m) {
   std::string spec = m.spec;
   if (spec.empty()) {  // --weights DIR (or a file in it) with its config.json names the model
     const fs::path w(m.weights);
-    const fs::path dir = fs::is_directory(w) ? w : w.parent_path();
-    spec = !m.weights.empty() && fs::exists(dir / "config.json") ? dir.string() : "tiny";
+    std::error_code ec;  // the non-throwing forms: a name too long for the OS is no config.json either
+    const fs::path dir = fs::is_directory(w, ec) ? w : w.parent_path();
+    spec = !m.weights.empty() && fs::exists(dir / "config.json", ec) ? dir.string() : "tiny";
   }
   ModelConfig c = resolve_model(spec);
   if (m.n_layers) c.num_layers = m.n_layers;
@@ -61,7 +62,9 @@ ModelConfig resolve(const ModelArgs& m) {
 }
 
 void require_file(const std::string& opt, const std::string& path) {
-  if (!path.empty() && !fs::exists(path)) throw UsageError(opt + ": " + path + " does not exist");
+  std::error_code ec;
+  if (!path.empty() && !fs::exists(path, ec))
+    throw UsageError(opt + ": " + path + (ec ? ": " + ec.message() : " does not exist"));
 }
 
 namespace {

@@ -29,7 +29,8 @@ void check_lora(LoraConfig& l, const LoraArgs& raw) {
 
 LoraConfig read_adapter_config(const std::string& dir) {
   const fs::path cfg = fs::path(dir) / "adapter_config.json", weights = fs::path(dir) / "adapter_model.safetensors";
-  if (!fs::exists(cfg) || !fs::exists(weights))
+  std::error_code ec;
+  if (!fs::exists(cfg, ec) || !fs::exists(weights, ec))
     throw UsageError("--lora: " + dir + " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
   nlohmann::json j;
   try {

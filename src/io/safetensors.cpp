@@ -188,10 +188,11 @@ at::Tensor SafetensorsFile::read_flat(const std::string& name, int64_t begin, in
 
 SafetensorsModel::SafetensorsModel(const std::string& path) {
   fs::path p(path);
-  if (fs::is_directory(p)) {
-    p = fs::exists(p / "model.safetensors.index.json") ? p / "model.safetensors.index.json" : p / "model.safetensors";
+  std::error_code ec;  // the non-throwing forms: a name too long for the OS is an error of the option
+  if (fs::is_directory(p, ec)) {
+    p = fs::exists(p / "model.safetensors.index.json", ec) ? p / "model.safetensors.index.json" : p / "model.safetensors";
   }
-  if (!fs::exists(p)) throw UsageError("--weights: " + p.string() + " does not exist");
+  if (!fs::exists(p, ec)) throw UsageError("--weights: " + p.string() + (ec ? ": " + ec.message() : " does not exist"));
   if (p.extension() != ".json") {
     files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
     for (const auto& t : files_[0]->tensors()) where_[t.name] = 0;

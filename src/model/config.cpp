@@ -209,11 +209,12 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
 ModelConfig resolve_model(const std::string& spec) {
   const bool looks_like_path = spec.find('/') != std::string::npos || (spec.size() > 5 &&
                                spec.compare(spec.size() - 5, 5, ".json") == 0);
-  if (!looks_like_path && !fs::exists(spec)) return model_preset(spec);
+  std::error_code ec;  // the non-throwing forms: a name too long for the OS is an error of the option
+  if (!looks_like_path && !fs::exists(spec, ec)) return model_preset(spec);
   fs::path p(spec);
-  if (fs::is_directory(p)) p /= "config.json";
+  if (fs::is_directory(p, ec)) p /= "config.json";
   std::ifstream in(p);
-  if (!in) throw UsageError("--model: cannot open " + p.string() + " (no such file)");
+  if (!in) throw UsageError("--model: cannot open " + p.string() + " (" + (ec ? ec.message() : "no such file") + ")");
   nlohmann::json j;
   try {
     in >> j;  // from the stream: a device or FIFO named by mistake fails at its first bad byte

@@ -53,6 +53,11 @@ TEST(Cli, MissingFiles) {
   expect_usage_error("train --model tiny --weights /nonexistent/model.safetensors", "--weights");
   expect_usage_error("eval --model /nonexistent/config.json", "--model");
   expect_usage_error("train --config /nonexistent/run.cfg", "--config");
+  // A name longer than NAME_MAX (found by fuzz_options): std::filesystem's throwing forms escaped.
+  const std::string longname = "/tmp/" + std::string(300, 'x');
+  expect_usage_error("eval --model " + longname + "/config.json", "--model");
+  expect_usage_error("train --model tiny --weights " + longname, "--weights");
+  expect_usage_error("train --model tiny --data " + longname, "--data");
 }
 TEST(Cli, UnknownOptionAndBadNumber) {
   expect_usage_error("train --model tiny --learning-rate 3", "learning-rate");
