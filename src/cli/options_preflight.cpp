@@ -18,8 +18,10 @@ int64_t parse_bytes(const std::string& s, const char* opt) {
   const std::string unit = s.substr(used);
   const double mult = unit.empty() || unit == "B" ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
                     : unit == "G" ? 1073741824.0 : -1;
-  if (used == 0 || mult < 0 || v <= 0)
+  if (used == 0 || mult < 0 || !(v > 0))  // !(v > 0): NaN too
     throw UsageError(std::string(opt) + " '" + s + "' is not a size; write bytes with an optional K, M or G (e.g. 1M)");
+  if (!(v * mult < 0x1p50))  // 1 PiB; beyond int64 the cast would be undefined (found by fuzz_options)
+    throw UsageError(std::string(opt) + " '" + s + "' is too large; a collective of at most 1 PiB (e.g. 1G)");
   return static_cast<int64_t>(v * mult);
 }
 

@@ -59,6 +59,12 @@ TEST(Cli, MissingFiles) {
   expect_usage_error("train --model tiny --weights " + longname, "--weights");
   expect_usage_error("train --model tiny --data " + longname, "--data");
 }
+// Sizes beyond int64 (found by fuzz_options: the cast was undefined behaviour) and NaN.
+TEST(Cli, PreflightSizesOutOfRangeExit2) {
+  expect_usage_error("preflight --min-bytes 6" + std::string(40, '0'), "--min-bytes");
+  expect_usage_error("preflight --max-bytes inf", "--max-bytes");
+  expect_usage_error("preflight --max-bytes nan", "--max-bytes");
+}
 TEST(Cli, UnknownOptionAndBadNumber) {
   expect_usage_error("train --model tiny --learning-rate 3", "learning-rate");
   expect_usage_error("train --model tiny --steps many", "--steps");
