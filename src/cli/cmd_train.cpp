@@ -101,7 +101,8 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
   MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start);
   auto watchdog = obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
-  TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite};
+  StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(), engine.device().is_cuda());
+  TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite, profiler};
   // Fit.
   const FitEnd end = fit(o.train, o.optim, components, start);
   watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats

@@ -213,7 +213,12 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "log-every", po::value(&t.log_every)->default_value(10), "progress line every N steps")(
       "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
       "peak-tflops", po::value(&t.peak_tflops)->default_value(0.0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
-      "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end");
+      "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end")(
+      "profile-step", po::value(&t.profile_step)->default_value(0),
+      "profile this optimizer step with LibTorch's profiler (host ops; CUDA kernels on a GPU): top kernels and the "
+      "shares of GEMM, attention, elementwise, optimizer, communication and gaps (0: off; 3 or later skips warm-up)")(
+      "profile-dir", po::value(&t.profile_dir)->default_value("profile"),
+      "--profile-step's output: trace-rankR.json (chrome://tracing, Perfetto) and profile-rankR.md per rank");
   po::options_description optim("Optimizer (AdamW) and learning rate");
   optim.add_options()("lr", po::value(&op.schedule.base_lr)->default_value(3e-3), "peak learning rate")(
       "lr-schedule", po::value(&schedule)->default_value("cosine"), "cosine (linear warmup + cosine), steplr (per epoch, --gamma) or constant")(

@@ -11,6 +11,9 @@ void TrainConfig::validate() const {
   if (log_every < 1) throw UsageError("--log-every must be >= 1");
   if (nonfinite.max_in_a_row < 1)
     throw UsageError("--max-nonfinite-steps must be >= 1, got " + std::to_string(nonfinite.max_in_a_row));
+  if (profile_step < 0 || (steps > 0 && profile_step > steps))
+    throw UsageError("--profile-step must be between 1 and --steps (" + std::to_string(steps) + "), or 0 for none; got " +
+                     std::to_string(profile_step));
 }
 
 OnSignal parse_on_signal(const std::string& v) {

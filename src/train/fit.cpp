@@ -1,5 +1,7 @@
 #include "shardtrain/train/fit.h"
 
+#include <ATen/record_function.h>
+
 #include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/runtime/clock.h"
 #include "shardtrain/runtime/logging.h"
@@ -21,6 +23,7 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
   for (int64_t s = start; s < total; ++s) {
     const Stopwatch step_clock;
     c.faults.before_step(s + 1);
+    c.profiler.begin(s + 1);
     const StepData data = c.loader.next();
     const double data_wait = step_clock.seconds();
     StepMetrics m;
@@ -32,9 +35,13 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     m.loss = g.loss, m.tokens = g.tokens, m.phases = g.phases, m.phases[Phase::kDataWait] = data_wait;
     m.peak_bytes = g.peak_bytes;
     fsdp::PhaseClock opt_clock(c.engine);
-    m.grad_norm = c.optimizer.grad_norm(grads);  // the loss and the norm are reduced: every rank agrees
-    const NonfiniteVerdict finite = c.nonfinite.check(m.step, m.loss, m.grad_norm, data.batch_rows);
-    if (finite.finite) c.optimizer.apply(m.lr, grads, m.grad_norm);
+    NonfiniteVerdict finite;
+    {
+      RECORD_USER_SCOPE(kOptimizerRange);  // the profile's optimizer share
+      m.grad_norm = c.optimizer.grad_norm(grads);  // the loss and the norm are reduced: every rank agrees
+      finite = c.nonfinite.check(m.step, m.loss, m.grad_norm, data.batch_rows);
+      if (finite.finite) c.optimizer.apply(m.lr, grads, m.grad_norm);
+    }
     opt_clock.close(Phase::kOptimizer);
     m.peak_bytes[static_cast<int>(Phase::kOptimizer)] = c.engine.take_phase_peak();
     grads.clear();  // the shards live from backward to here only
@@ -42,6 +49,7 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     const PhaseTimes opt = opt_clock.finish();
     m.phases[Phase::kOptimizer] += opt[Phase::kOptimizer], m.phases[Phase::kExposedComm] += opt[Phase::kExposedComm];
     m.step_time_s = step_clock.seconds();
+    c.profiler.end(m.step);
     m.skipped = !finite.finite, m.skipped_steps = c.nonfinite.skipped();
     c.metrics.measure(m, data.global_rows);
     if (finite.stop) {  // no validation, no checkpoint: the last saved one stands

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -188,4 +189,37 @@ TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
   ASSERT_EQ(s1.code, 0) << s1.out;
   auto last_line = [](const std::string& o) { return o.substr(o.rfind('\n', o.size() - 2) + 1); };
   EXPECT_EQ(last_line(s1.out), last_line(s2.out)) << "sampling is reproducible from --seed";
+}
+
+// --profile-step: LibTorch's profiler around one step; its Chrome trace holds the ops and the
+// optimizer's range, and the summary attributes the matmuls to GEMM.
+TEST(Cli, ProfileStepWritesTraceAndSummary) {
+  expect_usage_error("train --model tiny --steps 3 --profile-step 4" + kData, "--profile-step");
+  const auto dir = tmp("profile");
+  fs::remove_all(dir);
+  auto r = run("train --model tiny --steps 3 --threads 2 --val-batches 0 --profile-step 2 --profile-dir " + dir + kData);
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("gpuGetDeviceCount"), std::string::npos) << "Kineto's GPU probe stays quiet on CPU:\n" << r.out;
+  std::ifstream in(dir + "/trace-rank0.json");
+  ASSERT_TRUE(in) << r.out;
+  const auto trace = nlohmann::json::parse(in);
+  std::map<std::string, int> names;
+  for (const auto& e : trace["traceEvents"])
+    if (e.contains("name") && e.contains("cat")) names[e["cat"].get<std::string>() + "/" + e["name"].get<std::string>()]++;
+  EXPECT_EQ(names["user_annotation/shardtrain::optimizer"], 1);
+  EXPECT_GT(names["cpu_op/aten::mm"], 10) << "4 linears per layer forward, two matmuls each backward";
+  const std::string md = slurp(dir + "/profile-rank0.md");
+  EXPECT_NE(md.find("Profile of step 2 (CPU, rank 0)"), std::string::npos) << md;
+  EXPECT_NE(md.find("`aten::mm` | GEMM"), std::string::npos) << md;
+  double total = 0;
+  for (const char* row : {"| GEMM | ", "| attention | ", "| elementwise and other | ", "| optimizer | ",
+                          "| communication | ", "| memory copies | ", "| gaps (host overhead between ops) | "}) {
+    const auto at = md.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << md;
+    const double pct = std::stod(md.substr(at + std::string(row).size()));
+    EXPECT_GE(pct, 0) << row;
+    total += pct;
+  }
+  EXPECT_NEAR(total, 100.0, 0.5) << "one thread: the kinds and the gaps tile the step\n" << md;
+  EXPECT_NE(r.out.find("profile of step 2"), std::string::npos) << r.out;
 }

@@ -33,6 +33,8 @@ struct TrainConfig {
   double peak_tflops = 0;  // per device, for MFU; 0: from the device name
   OnSignal on_signal = OnSignal::kContinue;
   NonfiniteConfig nonfinite;
+  int64_t profile_step = 0;           // --profile-step: profile this optimizer step (0: none)
+  std::string profile_dir = "profile";  // its Chrome traces and summaries, one per rank
   void validate() const;   // throws UsageError naming the option
 };
 

@@ -17,6 +17,7 @@
 #include "shardtrain/train/nonfinite.h"
 #include "shardtrain/train/publisher.h"
 #include "shardtrain/train/signal_handler.h"
+#include "shardtrain/train/step_profiler.h"
 #include "shardtrain/train/validator.h"
 
 namespace shardtrain {
@@ -31,6 +32,7 @@ struct TrainComponents {
   MetricsPublisher& metrics;
   const FaultInjector& faults;
   NonfiniteGuard& nonfinite;
+  StepProfiler& profiler;
 };
 
 // kStoppedBySignal: signals.last() says why and with which exit code; kStoppedNonFinite:
