@@ -7,6 +7,8 @@ given compute dtype, fp32 reduction) as `shardtrain train`. Rows come from the s
 each rank takes its own rows of every global batch. Runs alone (world 1) or under torchrun
 (gloo on CPU, NCCL on GPUs). Rank 0 prints one JSON object: median tokens/s over all ranks,
 MFU, and peak memory (GPU allocator, and this process's peak resident set).
+--weights DIR starts from a Hugging Face checkpoint (its config.json gives the shape); --compile
+wraps each decoder layer in torch.compile before sharding it, as torchtitan does.
 """
 import argparse
 import json
@@ -47,6 +49,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads per rank (0: torch's default)")
+    ap.add_argument("--weights", help="a Hugging Face model directory (sharded safetensors and index too) to start from")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (torchtitan's per-block compile)")
     a = ap.parse_args()
 
     # The reference must run the LibTorch that shardtrain links, or the comparison is of versions.
@@ -71,17 +75,24 @@ def main():
         tokens = torch.from_numpy(f["tokens"][...].astype("int64"))
         mask = torch.from_numpy(f["loss_mask"][...].astype("bool"))
     seq = tokens.shape[1]
-    cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn, num_hidden_layers=a.layers,
-                      num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, max_position_embeddings=max(seq, 4096),
-                      rms_norm_eps=1e-5, tie_word_embeddings=False, attn_implementation="sdpa")
     torch.manual_seed(1234)
     dev = torch.device(a.device)
-    model = LlamaForCausalLM(cfg).to(dev)
+    if a.weights:  # fp32 master weights, as shardtrain keeps them, whatever dtype the files hold
+        model = LlamaForCausalLM.from_pretrained(a.weights, torch_dtype=torch.float32, attn_implementation="sdpa").to(dev)
+        cfg = model.config
+    else:
+        cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn, num_hidden_layers=a.layers,
+                          num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
+                          max_position_embeddings=max(seq, 4096), rms_norm_eps=1e-5, tie_word_embeddings=False,
+                          attn_implementation="sdpa")
+        model = LlamaForCausalLM(cfg).to(dev)
     if a.ac:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
     for layer in model.model.layers:  # one FSDP unit per decoder layer, as shardtrain does
+        if a.compile:
+            layer.compile()  # in place, so the layer stays the module fully_shard wraps
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
@@ -112,7 +123,7 @@ def main():
            "mfu": tps / world * flops_per_token(cfg, seq) / 1e12 / a.peak_tflops if a.peak_tflops > 0 else 0,
            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if a.device == "cuda" else 0,
            "peak_reserved_bytes": torch.cuda.max_memory_reserved() if a.device == "cuda" else 0,
-           "seq": seq, "batch": a.batch_size, "ac": a.ac, "first_loss": losses[0], "last_loss": losses[-1],
+           "seq": seq, "batch": a.batch_size, "ac": a.ac, "compile": a.compile, "layers": cfg.num_hidden_layers, "first_loss": losses[0], "last_loss": losses[-1],
            "torch": torch.__version__, "device_name": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     if rank == 0:
         print(json.dumps(out))

@@ -2,6 +2,8 @@
 when it fails.
   env                                     the GPU, driver, CUDA, NCCL and torch, as markdown lines
   make-model DIR --layers ...             a random GQA Llama in Hugging Face format (safetensors)
+  make-7b DIR --dtype bf16 --device cuda  a random full-size Llama-2 7B, saved as the Hub ships it: sharded
+                                          safetensors with model.safetensors.index.json (--small: a tiny one)
   logits DIR SHARDTRAIN.h5 --device D --dtype T --tol X
                                           transformers' logits and loss on the same rows, against shardtrain's
   curves A.jsonl B.jsonl --first N --max-rel X --tail-rel Y
@@ -45,6 +47,25 @@ def cmd_make_model(a):
                 p.normal_(0, 0.05)
     model.save_pretrained(a.dir, safe_serialization=True)
     print(f"random Llama: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters -> {a.dir}")
+
+
+def cmd_make_7b(a):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(a.seed)
+    shape = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+                 num_key_value_heads=32, vocab_size=32000)  # meta-llama/Llama-2-7b-hf's config.json
+    if a.small:  # the CPU smoke test's stand-in: same layout, a shape that saves in a second
+        shape = dict(hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=4, vocab_size=512)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
+    cfg = LlamaConfig(**shape, max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                      torch_dtype=a.dtype.replace("bf16", "bfloat16").replace("fp32", "float32"))
+    with torch.device(a.device):  # the GPU initialises 6.7B parameters in seconds; the host takes minutes
+        model = LlamaForCausalLM(cfg).to(dtype)
+    model.save_pretrained(a.dir, safe_serialization=True, max_shard_size=a.max_shard_size)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"random Llama-2 {'7B' if not a.small else 'stand-in'}: {n / 1e6:.1f}M parameters, {a.dtype}, "
+          f"shards of at most {a.max_shard_size} -> {a.dir}")
 
 
 def next_token_loss(logits, tokens):
@@ -107,6 +128,10 @@ def main():
     m.add_argument("dir")
     for k, v in dict(layers=4, hidden=512, ffn=1376, heads=8, kv_heads=4, vocab=512, seed=7).items():
         m.add_argument("--" + k.replace("_", "-"), type=int, default=v)
+    m7 = sub.add_parser("make-7b")
+    m7.add_argument("dir"), m7.add_argument("--dtype", default="bf16"), m7.add_argument("--device", default="cuda")
+    m7.add_argument("--max-shard-size", default="10GB"), m7.add_argument("--seed", type=int, default=7)
+    m7.add_argument("--small", action="store_true")
     lg = sub.add_parser("logits")
     lg.add_argument("dir"), lg.add_argument("shardtrain")
     lg.add_argument("--device", default="cuda"), lg.add_argument("--dtype", default="bf16")
@@ -118,7 +143,7 @@ def main():
     f = sub.add_parser("fits")
     f.add_argument("log"), f.add_argument("--rc", type=int, required=True)
     a = ap.parse_args()
-    {"env": cmd_env, "make-model": cmd_make_model, "logits": cmd_logits, "curves": cmd_curves, "fits": cmd_fits}[a.cmd](a)
+    {"env": cmd_env, "make-model": cmd_make_model, "make-7b": cmd_make_7b, "logits": cmd_logits, "curves": cmd_curves, "fits": cmd_fits}[a.cmd](a)
 
 
 if __name__ == "__main__":

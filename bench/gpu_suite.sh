@@ -1,35 +1,54 @@
 #!/usr/bin/env bash
 # The GPU acceptance suite: one command on a machine with a GPU, the bundle (or a build) and python3
 # with torch, transformers and h5py. Writes results.md and every run's log and metrics into --out.
-#   1. the environment: GPU, memory, driver, CUDA, NCCL, torch;
-#   2. correctness, on a random GQA Llama in Hugging Face format:
-#      a. a world-1 NCCL run (fp32, TF32 off) equals the CPU run, 10 steps;
-#      b. shardtrain's bf16 logits and loss equal transformers' on the same GPU;
-#      c. 50 bf16 training steps on the GPU follow the CPU fp32 loss curve;
-#   3. shardtrain preflight --device cuda;
-#   4. speed and memory against PyTorch FSDP2 (bench/gpu_vs_pytorch.sh: 7B shape, 4 layers, bf16,
-#      seq 2048 and 4096, activation checkpointing off and on, batch 4);
-#   5. memory at full 7B scale: the most Llama-2 7B layers each trainer fits on this GPU for full
-#      fine-tuning (AdamW, bf16 compute, fp32 master, activation checkpointing, batch 1, seq 2048).
-# Exit status 1 when a correctness check (2, 3) fails.
+# It comes in parts (--parts, comma-separated), each sized for one 10-minute device call:
+#   check    1. the environment: GPU, memory, driver, CUDA, NCCL, torch;
+#            2. correctness, on a random GQA Llama in Hugging Face format:
+#               a. a world-1 NCCL run (fp32, TF32 off) equals the CPU run, 10 steps;
+#               b. shardtrain's bf16 logits and loss equal transformers' on the same GPU;
+#               c. 50 bf16 training steps on the GPU follow the CPU fp32 loss curve;
+#            3. shardtrain preflight --device cuda;
+#   speed    4. speed and memory against PyTorch FSDP2 (bench/gpu_vs_pytorch.sh: 7B shape, 4 layers,
+#               bf16, seq 2048 and 4096, activation checkpointing off and on, batch 4);
+#   profile  4b. one shardtrain step at the 7B shape (4 layers, seq 4096, batch 4) under
+#               --profile-step: the top 10 kernels and the GEMM/attention/elementwise/optimizer/gap shares;
+#   compile  4c. seq 4096 against PyTorch FSDP2 eager and with torch.compile of each decoder layer;
+#   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
+#               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
+#               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
+#               up to the first that runs out of memory;
+#   layers   5b. the most Llama-2 7B layers each trainer fits (random init, checkpointing, seq 2048, batch 1).
+# The environment is always recorded. Default parts: check,speed,profile,scale,layers. Exit status 1
+# when a correctness check (2, 3) fails, and on the CPU smoke test when any part fails to run.
+# Big scratch files (the 7B weights) go to --work (default: a new temporary folder), not --out.
+# No attempt of scale and layers starts after SUITE_DEADLINE seconds (570), or runs past it, so
+# that one part fits a 600-second call.
 #
 #   bench/gpu_suite.sh --out DIR                 # on the GPU machine: bin/shardtrain of the bundle
+#   bench/gpu_suite.sh --out DIR --parts speed   # one part
 #   bench/gpu_suite.sh --out DIR --device cpu    # smoke test: small shapes, GPU-only steps skipped
-# Env: SHARDTRAIN_BIN, PYTHON (see bench/env.sh), BENCH_STEPS (speed steps, 20).
+# Env: SHARDTRAIN_BIN, PYTHON (see bench/env.sh), BENCH_STEPS (speed steps, 20), SUITE_DEADLINE.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-device=cuda out=
+device=cuda out= parts=check,speed,profile,scale,layers work= deadline=${SUITE_DEADLINE:-570}
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
-    -h|--help) sed -n '2,20p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --parts) parts=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_suite.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [ -n "$out" ] || { echo "gpu_suite.sh: --out DIR is required" >&2; exit 2; }
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
+for p in ${parts//,/ }; do
+  case "$p" in check|speed|profile|compile|scale|layers) ;; *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, speed, profile, compile, scale, layers)" >&2; exit 2 ;; esac
+done
+want() { [[ ",$parts," == *",$1,"* ]]; }
 mkdir -p "$out" && out=$(cd "$out" && pwd)
+work=${work:-$(mktemp -d)}; mkdir -p "$work"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 helper=("$py" "$repo/bench/gpu_suite.py")
 failures=0 results=$out/results.md
@@ -45,13 +64,16 @@ check() {  # NAME CMD...: a correctness check; its one-line verdict goes into re
   [ "$rc" = 0 ] || failures=$((failures + 1))
   record "- $line"; progress "$line"
 }
+broken() {  # on the CPU smoke test every part must run: a failed run there is the script's bug
+  [ "$device" = cpu ] && failures=$((failures + 1)); return 0
+}
 st() {  # LOG ARGS...: shardtrain, its output to LOG; the exit code is returned
   local log=$1; shift
   "$bin" "$@" > "$out/$log" 2>&1
 }
 
 : > "$results"
-record "# shardtrain GPU suite ($(date -u +%Y-%m-%d), device $device)"
+record "# shardtrain GPU suite ($(date -u +%Y-%m-%d), device $device, parts $parts)"
 record ""
 record "## 1. Environment"
 progress "environment"
@@ -60,109 +82,192 @@ record "- $("$bin" --version 2>&1 | head -1) ($bin)"
 manifest=$(dirname "$(dirname "$bin")")/share/shardtrain/MANIFEST
 [ -f "$manifest" ] && record "- bundle: $(sed -n 1,2p "$manifest" | paste -sd';' -)"
 
-record ""
-record "## 2. Correctness"
-mkdir -p "$out/data"
-st prepare-128.log prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-  --output "$out/data/train-128.h5" --seq-len 128 --mode packing || { cat "$out/prepare-128.log"; exit 1; }
-"${helper[@]}" make-model "$out/model" > "$out/make-model.log" 2>&1 || { cat "$out/make-model.log"; exit 1; }
-progress "$(cat "$out/make-model.log" | tail -1)"
-train=(train --weights "$out/model" --data "$out/data/train-128.h5" --batch-size 4 --lr 1e-3 --warmup-steps 0
-       --log-every 10 --collective-timeout 0 --seed 5)
-ref_steps=50; [ "$device" = cuda ] || ref_steps=10  # the smoke test only checks that the reference runs
-progress "CPU fp32 reference: $ref_steps steps"
-st cpu-fp32.log "${train[@]}" --device cpu --param-dtype fp32 --steps "$ref_steps" --metrics-file "$out/cpu-fp32.jsonl" \
-  || { failures=$((failures + 1)); record "- FAIL: the CPU reference run failed (cpu-fp32.log)"; }
-if [ "$device" = cuda ]; then
-  progress "world-1 NCCL, fp32 without TF32: 10 steps"
-  st cuda-fp32.log "${train[@]}" --device cuda --param-dtype fp32 --no-tf32 --steps 10 --metrics-file "$out/cuda-fp32.jsonl"
-  # fp32 on both sides; only the kernels' summation order differs.
-  check "2a. world-1 NCCL fp32 vs CPU fp32" "${helper[@]}" curves "$out/cuda-fp32.jsonl" "$out/cpu-fp32.jsonl" \
-    --name "2a. world-1 NCCL (fp32, no TF32) vs CPU fp32" --first 10 --max-rel 1e-3 --tail-rel 1e-3
-else
-  skip "2a. world-1 NCCL vs CPU (GPU only)"
-fi
-dtype=fp32 tol=1e-5
-[ "$device" = cuda ] && dtype=bf16 tol=2e-2  # bf16 keeps 8 significant bits: ~0.4% per rounding, a few % of RMS over 4 layers
-st eval-logits.log eval --weights "$out/model" --data "$out/data/train-128.h5" --batch-size 4 --max-batches 1 \
-  --device "$device" --param-dtype "$dtype" --save-logits "$out/shardtrain-logits.h5"
-check "2b. logits vs transformers" "${helper[@]}" logits "$out/model" "$out/shardtrain-logits.h5" \
-  --device "$device" --dtype "$dtype" --tol "$tol"
-if [ "$device" = cuda ]; then
-  progress "GPU bf16: 50 steps"
-  st cuda-bf16.log "${train[@]}" --device cuda --param-dtype bf16 --steps 50 --metrics-file "$out/cuda-bf16.jsonl"
-  # The bound: bf16 rounds activations and the compute copy of the weights to 8 significant bits
-  # (2^-9 relative), while the fp32 master keeps updates exact, so the curves differ by the
-  # per-step rounding noise (under 1% here) and do not drift apart: 3% per step, 1.5% on the
-  # mean of the last 10 steps.
-  check "2c. 50 bf16 GPU steps vs the CPU fp32 curve" "${helper[@]}" curves "$out/cuda-bf16.jsonl" "$out/cpu-fp32.jsonl" \
-    --name "2c. 50 bf16 GPU steps vs the CPU fp32 curve" --first 50 --max-rel 0.03 --tail-rel 0.015
-else
-  skip "2c. 50 bf16 GPU steps vs the CPU fp32 curve (GPU only; the CPU reference ran: cpu-fp32.jsonl)"
-fi
 
-record ""
-record "## 3. Preflight"
-progress "preflight --device $device"
-if st preflight.log preflight --device "$device" --max-bytes 256M; then
-  record "- PASS: \`shardtrain preflight --device $device\`: $(grep -m1 -iE 'preflight: ' "$out/preflight.log")"
-else
-  failures=$((failures + 1)); record "- FAIL: \`shardtrain preflight --device $device\` (preflight.log)"
-fi
-[ "$device" = cuda ] || record "- (device cpu: the NCCL sweep is the GPU run's)"
+part_check() {
+  record ""
+  record "## 2. Correctness"
+  mkdir -p "$out/data"
+  st prepare-128.log prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
+    --output "$out/data/train-128.h5" --seq-len 128 --mode packing || { cat "$out/prepare-128.log"; exit 1; }
+  "${helper[@]}" make-model "$out/model" > "$out/make-model.log" 2>&1 || { cat "$out/make-model.log"; exit 1; }
+  progress "$(tail -1 "$out/make-model.log")"
+  local train=(train --weights "$out/model" --data "$out/data/train-128.h5" --batch-size 4 --lr 1e-3 --warmup-steps 0
+               --log-every 10 --collective-timeout 0 --seed 5)
+  local ref_steps=50; [ "$device" = cuda ] || ref_steps=10  # the smoke test only checks that the reference runs
+  progress "CPU fp32 reference: $ref_steps steps"
+  st cpu-fp32.log "${train[@]}" --device cpu --param-dtype fp32 --steps "$ref_steps" --metrics-file "$out/cpu-fp32.jsonl" \
+    || { failures=$((failures + 1)); record "- FAIL: the CPU reference run failed (cpu-fp32.log)"; }
+  if [ "$device" = cuda ]; then
+    progress "world-1 NCCL, fp32 without TF32: 10 steps"
+    st cuda-fp32.log "${train[@]}" --device cuda --param-dtype fp32 --no-tf32 --steps 10 --metrics-file "$out/cuda-fp32.jsonl"
+    # fp32 on both sides; only the kernels' summation order differs.
+    check "2a. world-1 NCCL fp32 vs CPU fp32" "${helper[@]}" curves "$out/cuda-fp32.jsonl" "$out/cpu-fp32.jsonl" \
+      --name "2a. world-1 NCCL (fp32, no TF32) vs CPU fp32" --first 10 --max-rel 1e-3 --tail-rel 1e-3
+  else
+    skip "2a. world-1 NCCL vs CPU (GPU only)"
+  fi
+  local dtype=fp32 tol=1e-5
+  [ "$device" = cuda ] && dtype=bf16 tol=2e-2  # bf16 keeps 8 significant bits: ~0.4% per rounding, a few % of RMS over 4 layers
+  st eval-logits.log eval --weights "$out/model" --data "$out/data/train-128.h5" --batch-size 4 --max-batches 1 \
+    --device "$device" --param-dtype "$dtype" --save-logits "$out/shardtrain-logits.h5"
+  check "2b. logits vs transformers" "${helper[@]}" logits "$out/model" "$out/shardtrain-logits.h5" \
+    --device "$device" --dtype "$dtype" --tol "$tol"
+  if [ "$device" = cuda ]; then
+    progress "GPU bf16: 50 steps"
+    st cuda-bf16.log "${train[@]}" --device cuda --param-dtype bf16 --steps 50 --metrics-file "$out/cuda-bf16.jsonl"
+    # The bound: bf16 rounds activations and the compute copy of the weights to 8 significant bits
+    # (2^-9 relative), while the fp32 master keeps updates exact, so the curves differ by the
+    # per-step rounding noise (under 1% here) and do not drift apart: 3% per step, 1.5% on the
+    # mean of the last 10 steps.
+    check "2c. 50 bf16 GPU steps vs the CPU fp32 curve" "${helper[@]}" curves "$out/cuda-bf16.jsonl" "$out/cpu-fp32.jsonl" \
+      --name "2c. 50 bf16 GPU steps vs the CPU fp32 curve" --first 50 --max-rel 0.03 --tail-rel 0.015
+  else
+    skip "2c. 50 bf16 GPU steps vs the CPU fp32 curve (GPU only; the CPU reference ran: cpu-fp32.jsonl)"
+  fi
 
-record ""
-record "## 4. Speed and memory against PyTorch FSDP2"
-progress "bench/gpu_vs_pytorch.sh (device $device)"
-if OUT=$out/speed BENCH_DEVICE=$device BENCH_APPEND_DOCS=0 SHARDTRAIN_BIN=$bin PYTHON=$py \
-   bash "$repo/bench/gpu_vs_pytorch.sh" > "$out/speed.log" 2>&1; then
-  tail -n +2 "$out/speed/results.md" >> "$results"
-else
-  record "- the speed comparison failed (speed.log)"; tail -5 "$out/speed.log"
-fi
+  record ""
+  record "## 3. Preflight"
+  progress "preflight --device $device"
+  if st preflight.log preflight --device "$device" --max-bytes 256M; then
+    record "- PASS: \`shardtrain preflight --device $device\`: $(grep -m1 -iE 'preflight: ' "$out/preflight.log")"
+  else
+    failures=$((failures + 1)); record "- FAIL: \`shardtrain preflight --device $device\` (preflight.log)"
+  fi
+  [ "$device" = cuda ] || record "- (device cpu: the NCCL sweep is the GPU run's)"
+}
 
-record ""
-record "## 5. Memory at full Llama-2 7B scale (one GPU, full fine-tuning)"
-if [ "$device" = cuda ]; then
-  data=$out/speed/bench-2048.h5
-  [ -f "$data" ] || st prepare-2048.log prepare --tokenizer "$repo/data/demo/tokenizer.model" \
-    --input "$repo/data/demo/train.jsonl" --output "$data" --seq-len 2048 --mode packing
-  gib=$("$py" -c 'import torch; print(int(torch.cuda.get_device_properties(0).total_memory / 2**30))')
-  # 16 B per parameter (fp32 master, gradient, AdamW m and v): ~3.0 GiB per 7B layer, ~3.9 GiB for
-  # the embedding and head; the search starts two layers above that estimate.
-  start=$(( (gib * 90 / 100 - 4) * 100 / 302 + 2 )); [ "$start" -le 32 ] || start=32
+speed() {  # TITLE DIR [ENV=VALUE...]: bench/gpu_vs_pytorch.sh into OUT/DIR, its table into results.md
+  local title=$1 dir=$2; shift 2
+  record ""
+  record "## $title"
+  progress "bench/gpu_vs_pytorch.sh (device $device) $*"
+  if env "$@" OUT="$out/$dir" BENCH_DEVICE="$device" BENCH_APPEND_DOCS=0 SHARDTRAIN_BIN="$bin" PYTHON="$py" \
+     bash "$repo/bench/gpu_vs_pytorch.sh" > "$out/$dir.log" 2>&1; then
+    tail -n +2 "$out/$dir/results.md" >> "$results"
+    grep -q "failed" "$out/$dir/results.md" && broken
+  else
+    record "- the speed comparison failed ($dir.log)"; tail -5 "$out/$dir.log"; broken
+  fi
+}
+
+# The 7B shape (4 layers) on the GPU; the smoke test's tiny one on CPU. Sets model, seq, dtype.
+bench_shape() {
+  if [ "$device" = cuda ]; then model=(--model llama2-7b --n-layers 4) seq=4096 dtype=bf16
+  else model=(--model tiny --n-layers 2 --hidden-size 128 --intermediate-size 352 --n-heads 4 --n-kv-heads 4) seq=128 dtype=fp32; fi
+}
+
+part_profile() {
+  record ""
+  record "## 4b. Profile of one shardtrain step"
+  local model seq dtype; bench_shape
+  mkdir -p "$out/speed"
+  progress "profile: step 5 of ${model[*]}, seq $seq, batch 4"
+  if st profile.log train "${model[@]}" --data "$(bench_data "$out/speed" "$seq")" --device "$device" --param-dtype "$dtype" \
+       --batch-size 4 --steps 6 --warmup-steps 0 --lr 3e-5 --collective-timeout 0 --profile-step 5 --profile-dir "$out/profile" \
+     && [ -f "$out/profile/profile-rank0.md" ]; then
+    record "\`shardtrain train ${model[*]} --batch-size 4 --profile-step 5\` at seq $seq ($dtype); the trace: profile/trace-rank0.json.gz."
+    record ""
+    tail -n +3 "$out/profile/profile-rank0.md" >> "$results"
+    gzip -f "$out/profile/trace-rank0.json"  # Perfetto and chrome://tracing read it compressed
+  else
+    record "- the profiled run failed (profile.log)"; tail -5 "$out/profile.log"; broken
+  fi
+}
+
+# One full fine-tuning attempt, killed at the deadline. SIDE LOG SEQ BATCH AC(on|off) ARGS...: prints
+# fits, oom, error or late ("late" without running when under a minute is left), and the peak.
+attempt() {
+  local side=$1 log=$2 seq=$3 batch=$4 ac=$5; shift 5
+  local left=$((deadline - SECONDS)); [ "$left" -ge 60 ] || { echo "late 0"; return; }
+  local data rc peak=0 acflag=() pyac=(); data=$(bench_data "$out/speed" "$seq")
+  [ "$ac" = on ] && acflag=(--activation-checkpointing) pyac=(--ac)
+  progress "scale: $side, seq $seq, batch $batch, activation checkpointing $ac, $*" >&2  # stdout is the verdict
+  if [ "$side" = shardtrain ]; then
+    timeout "$left" "$bin" train "$@" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" --steps 3 \
+      --warmup-steps 0 --lr 3e-5 "${acflag[@]}" --collective-timeout 0 --metrics-file "$out/$log.jsonl" > "$out/$log.log" 2>&1
+  else
+    timeout "$left" "$py" "$repo/bench/fsdp2_reference.py" "$@" --data "$data" --batch-size "$batch" --steps 3 --skip 1 \
+      "${pyac[@]}" --device "$device" --dtype "$dtype" > "$out/$log.log" 2>&1
+  fi
+  rc=$?
+  local verdict; verdict=$("${helper[@]}" fits "$out/$log.log" --rc "$rc")
+  [ "$rc" = 124 ] && verdict=late
+  if [ "$verdict" = fits ]; then
+    if [ "$side" = shardtrain ]; then
+      local field=memory.gpu_peak_allocated_bytes; [ "$device" = cuda ] || field=peak_mem_bytes
+      peak=$("$py" "$repo/bench/metrics_median.py" "$out/$log.jsonl" "$field" 1)
+    else
+      peak=$(tail -1 "$out/$log.log" | "$py" -c 'import json, sys; j = json.loads(sys.stdin.read()); print(j["peak_allocated_bytes"] or j["peak_rss_bytes"])')
+    fi
+  fi
+  echo "$verdict $peak"
+}
+
+gib() { "$py" -c "print('%.1f GiB' % ($1 / 2**30))"; }
+
+part_scale() {
+  record ""
+  record "## 5. Full Llama-2 7B on one $([ "$device" = cuda ] && echo GPU || echo 'CPU (smoke test: a tiny stand-in)'), full fine-tuning"
+  local model seq dtype small=() shard=10GB
+  bench_shape
+  [ "$device" = cuda ] || small=(--small) shard=300KB
+  mkdir -p "$out/speed"
+  progress "scale: saving a random Llama-2 7B (bf16, shards of $shard, with its index) into $work/llama2-7b"
+  "${helper[@]}" make-7b "$work/llama2-7b" --dtype bf16 --device "$device" --max-shard-size "$shard" "${small[@]}" \
+    > "$out/make-7b.log" 2>&1 || { record "- saving the 7B weights failed (make-7b.log)"; tail -3 "$out/make-7b.log"; broken; return; }
+  record "- weights: $(tail -1 "$out/make-7b.log" | sed "s|$work/||"); $(ls "$work/llama2-7b" | grep -c '\.safetensors$') files + model.safetensors.index.json"
+  # Smallest first; each needs more memory than the one before it.
+  local configs=("on 2048 1" "on 4096 1" "on 4096 2" "on 4096 4" "off 2048 1" "off 4096 1" "off 4096 4")
+  [ "$device" = cuda ] || configs=("on 128 1" "off 128 2")
+  local side cfg ac s b r peak
   for side in shardtrain pytorch; do
-    fit="" over=""
-    for ((layers = start; layers >= 1 && layers > start - 6; layers--)); do
-      log=mem-$side-$layers.log
-      progress "7B memory: $side with $layers layers"
-      if [ "$side" = shardtrain ]; then
-        timeout 300 "$bin" train --model llama2-7b --n-layers "$layers" --data "$data" --device cuda --param-dtype bf16 \
-          --batch-size 1 --steps 3 --activation-checkpointing --collective-timeout 0 \
-          --metrics-file "$out/mem-$side-$layers.jsonl" > "$out/$log" 2>&1
-      else
-        timeout 300 "$py" "$repo/bench/fsdp2_reference.py" --data "$data" --layers "$layers" --batch-size 1 --steps 3 \
-          --skip 1 --ac --device cuda --dtype bf16 > "$out/$log" 2>&1
-      fi
-      rc=$?
-      verdict=$("${helper[@]}" fits "$out/$log" --rc "$rc")
-      if [ "$verdict" = fits ]; then
-        if [ "$side" = shardtrain ]; then peak=$("$py" "$repo/bench/metrics_median.py" "$out/mem-$side-$layers.jsonl" memory.gpu_peak_allocated_bytes 1)
-        else peak=$(tail -1 "$out/$log" | "$py" -c 'import json, sys; print(json.loads(sys.stdin.read())["peak_allocated_bytes"])'); fi
-        fit="$layers (peak allocated $("$py" -c "print('%.1f GiB' % ($peak / 2**30))"))"
-        break
-      fi
-      over="$layers ($verdict)"
+    local weights=(--weights "$work/llama2-7b") fit="" over=""
+    for cfg in "${configs[@]}"; do
+      read -r ac s b <<< "$cfg"
+      read -r r peak < <(attempt "$side" "scale-$side-$ac-$s-$b" "$s" "$b" "$ac" "${weights[@]}")
+      if [ "$r" = fits ]; then fit="activation checkpointing $ac, seq $s, batch $b (peak allocated $(gib "$peak"))"
+      else over="activation checkpointing $ac, seq $s, batch $b: $r (scale-$side-$ac-$s-$b.log)"; broken; break; fi
     done
-    record "- $side: largest that fits: ${fit:-none of $start..$((start - 5))} layers$([ -n "$over" ] && echo "; $over layers does not")"
-    [ "$start" = 32 ] && [ "$fit" = 32 ] && record "  (all 32 layers of Llama-2 7B fit)"
+    record "- $side, the whole model from the sharded weights: largest that fits: ${fit:-none}; ${over:-every configuration tried fits}"
   done
-else
-  skip "5. full 7B memory (GPU only)"
+  rm -rf "$work/llama2-7b"  # 13.5 GB
+}
+
+part_layers() {
+  record ""
+  record "## 5b. The most Llama-2 7B layers that fit one GPU"
+  [ "$device" = cuda ] || { skip "5b. the layer search (GPU only)"; return; }
+  local model seq dtype side r peak; bench_shape
+  # What does fit when all 32 layers do not: 16 B per parameter (fp32 master, gradient, AdamW m and
+  # v) is ~3.0 GiB per 7B layer and ~3.9 GiB for the embedding and head; the search starts two
+  # layers above that estimate (random init, activation checkpointing, batch 1, seq 2048).
+  local total start layers
+  total=$("$py" -c 'import torch; print(int(torch.cuda.get_device_properties(0).total_memory / 2**30))')
+  start=$(( (total * 90 / 100 - 4) * 100 / 302 + 2 )); [ "$start" -le 31 ] || start=31
+  for side in shardtrain pytorch; do
+    local fit="" over=""
+    for ((layers = start; layers >= 1 && layers > start - 6; layers--)); do
+      local shape=(--model llama2-7b --n-layers "$layers"); [ "$side" = pytorch ] && shape=(--layers "$layers")
+      read -r r peak < <(attempt "$side" "layers-$side-$layers" 2048 1 on "${shape[@]}")
+      if [ "$r" = fits ]; then fit="$layers (peak allocated $(gib "$peak"))"; break; fi
+      over="$layers ($r)"
+    done
+    record "- $side, Llama-2 7B layers (random init), activation checkpointing, seq 2048, batch 1: largest that fits: ${fit:-none of $start..$((start - 5))}$([ -n "$over" ] && echo "; $over does not")"
+  done
+}
+
+want check && part_check
+want speed && speed "4. Speed and memory against PyTorch FSDP2" speed
+want profile && part_profile
+if want compile; then
+  if [ "$device" = cuda ]; then speed "4c. Against PyTorch FSDP2 with torch.compile" speed-compile BENCH_COMPILE=1 BENCH_SEQS=4096
+  else speed "4c. Against PyTorch FSDP2 with torch.compile" speed-compile BENCH_COMPILE=1; fi
 fi
+want scale && part_scale
+want layers && part_layers
 
 record ""
-record "Correctness failures: $failures. Logs and metrics: $out"
-progress "done in ${SECONDS}s, $failures correctness failures; $results"
+record "Failures: $failures (correctness checks; on the CPU smoke test, any part that did not run). Logs and metrics: $out"
+progress "done in ${SECONDS}s, $failures failures; $results"
 cat "$results"
 [ "$failures" = 0 ]

@@ -8,7 +8,8 @@
 #   bash bench/gpu_vs_pytorch.sh                       # on the GPU machine, after scripts/build.sh
 #   BENCH_DEVICE=cpu bash bench/gpu_vs_pytorch.sh      # smoke test of the script: tiny shape on CPU
 # Env: BENCH_LAYERS, BENCH_STEPS (20), BENCH_BATCH (4: the optimizer does not dominate the step),
-#      BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md).
+#      BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md),
+#      BENCH_COMPILE (1: a third column, PyTorch FSDP2 with torch.compile of each decoder layer).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=${BENCH_DEVICE:-cuda}
@@ -33,43 +34,37 @@ else  # a shape that runs in seconds on 2 cores; checks the script, measures not
   seqs=${BENCH_SEQS:-128} dtype=fp32 peak=1 gpu="cpu ($(nproc) cores)"
 fi
 
-median() { "$py" "$repo/bench/metrics_median.py" "$1" "$2" "$skip"; }  # FILE FIELD
+compile=${BENCH_COMPILE:-0} table=("$py" "$repo/bench/speed_table.py")
+reference() {  # SEQ AC [--compile]: the PyTorch side's JSON into OUT/pytorch-SEQ-AC[-compile].json
+  local tag=$1-$2${3:+-compile} pyac=(); [ "$2" = on ] && pyac=(--ac)
+  "$py" "$repo/bench/fsdp2_reference.py" --data "$data" "${shape[@]}" --batch-size "$batch" --steps "$steps" \
+    --skip "$skip" --device "$device" --dtype "$dtype" --peak-tflops "$peak" "${pyac[@]}" ${3:+"$3"} \
+    2> "$out/pytorch-$tag.log" | tail -1 > "$out/pytorch-$tag.json" || echo "PyTorch $tag failed: $out/pytorch-$tag.log" >&2
+}
 
 rows=()
 for seq in $seqs; do
   data=$(bench_data "$out" "$seq")
   for ac in off on; do
-    acflag=(); pyac=()
-    [ "$ac" = on ] && acflag=(--activation-checkpointing) && pyac=(--ac)
+    acflag=(); [ "$ac" = on ] && acflag=(--activation-checkpointing)
     m="$out/shardtrain-$seq-$ac.jsonl"
     "$bin" train "${st_model[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" \
       --steps "$steps" --lr 3e-5 --warmup-steps 0 --log-every 5 --metrics-file "$m" --peak-tflops "$peak" \
-      --collective-timeout 0 "${acflag[@]}" > "$out/shardtrain-$seq-$ac.log" 2>&1
-    st_tps=$(median "$m" tokens_per_s) st_mfu=$(median "$m" mfu)
-    st_mem=$(median "$m" memory.gpu_peak_allocated_bytes) st_res=$(median "$m" memory.gpu_peak_reserved_bytes)
-    [ "$device" = cuda ] || st_mem=$(median "$m" peak_mem_bytes) st_res=0
-    ref=$("$py" "$repo/bench/fsdp2_reference.py" --data "$data" "${shape[@]}" --batch-size "$batch" --steps "$steps" \
-          --skip "$skip" --device "$device" --dtype "$dtype" --peak-tflops "$peak" "${pyac[@]}" 2> "$out/pytorch-$seq-$ac.log" | tail -1)
-    read -r pt_tps pt_mfu pt_mem pt_res < <("$py" -c 'import json,sys; j=json.loads(sys.argv[1]); print(j["tokens_per_s"], j["mfu"], j["peak_allocated_bytes"], j["peak_reserved_bytes"])' "$ref")
-    rows+=("$("$py" -c 'import sys
-seq, ac = sys.argv[1:3]
-st_tps, st_mfu, st_mem, st_res, pt_tps, pt_mfu, pt_mem, pt_res = map(float, sys.argv[3:])
-mem = lambda b: "%.1f GiB" % (b / 2**30) if b else "n/a"
-ratio = lambda a, b: "%.2fx" % (a / b) if a and b else "n/a"
-print("| %s | %s | %.0f | %.0f | %s | %.1f%% | %.1f%% | %s | %s | %s | %s | %s | %s |" % (seq, ac, st_tps, pt_tps, ratio(st_tps, pt_tps),
-      100 * st_mfu, 100 * pt_mfu, mem(st_mem), mem(pt_mem), ratio(st_mem, pt_mem), mem(st_res), mem(pt_res), ratio(st_res, pt_res)))
-' "$seq" "$ac" "$st_tps" "$st_mfu" "$st_mem" "$st_res" "$pt_tps" "$pt_mfu" "$pt_mem" "$pt_res")")
+      --collective-timeout 0 "${acflag[@]}" > "$out/shardtrain-$seq-$ac.log" 2>&1 \
+      || echo "shardtrain $seq-$ac failed: $out/shardtrain-$seq-$ac.log" >&2  # the row says "failed"; the others still run
+    reference "$seq" "$ac"
+    compiled=(); [ "$compile" = 1 ] && { reference "$seq" "$ac" --compile; compiled=("$out/pytorch-$seq-$ac-compile.json"); }
+    rows+=("$("${table[@]}" row "$seq" "$ac" "$m" "$skip" "$device" "$out/pytorch-$seq-$ac.json" "${compiled[@]}")")
     echo "${rows[-1]}"
   done
 done
 
 {
-  echo "### Single GPU: shardtrain vs PyTorch FSDP2 ($gpu, $(date +%Y-%m-%d))"
+  echo "### Single GPU: shardtrain vs PyTorch FSDP2$([ "$compile" = 1 ] && echo ', eager and torch.compile') ($gpu, $(date +%Y-%m-%d))"
   echo
   echo "\`bash bench/gpu_vs_pytorch.sh\` (device $device, ${st_model[*]}, batch $batch, $steps steps, medians after $skip; $dtype compute, fp32 master and reduction; torch $("$py" -c 'import torch; print(torch.__version__)'))."
   echo
-  echo "| seq | activation ckpt | shardtrain tok/s | PyTorch FSDP2 tok/s | ratio | shardtrain MFU | PyTorch MFU | shardtrain peak allocated | PyTorch peak allocated | ratio | shardtrain peak reserved | PyTorch peak reserved | ratio |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  "${table[@]}" header $([ "$compile" = 1 ] && echo --compile)
   printf '%s\n' "${rows[@]}"
 } > "$out/results.md"
 cat "$out/results.md"
