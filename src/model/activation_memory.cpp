@@ -9,7 +9,7 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   // rms_norm: fp32 x (x itself in fp32, a copy otherwise) and the normalized fp32 tensor
   // (saved in fp32 when the compute dtype is fp32, as its cast copy otherwise).
   const int64_t norm = e == 4 ? 4 * h : 4 * h + e * h;
-  const int64_t sdpa_kv = 2 * e * (cfg.num_kv_heads < nh ? h : kv);  // repeat_kv materializes K and V per query head
+  const int64_t sdpa_kv = 2 * e * kv;  // K and V at kv width: enable_gqa, no repeat per query head (causal_attention)
   const int64_t sdpa = e * h /*q*/ + sdpa_kv + e * h /*out*/ + 4 * nh /*logsumexp*/;
   ActivationBytes a;
   a.layer_input = e * h;

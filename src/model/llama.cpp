@@ -47,10 +47,23 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
   return x * cos + rotated * sin;
 }
 
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa) {
+  const int64_t rep = q.size(1) / k.size(1);
+  constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
+  if (rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, /*enable_gqa=*/true);
+  if (rep == 1) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  const int64_t B = k.size(0), nkv = k.size(1), T = k.size(2), D = k.size(3);
+  // repeat_kv: each kv head serves `rep` consecutive query heads
+  auto kr = k.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});
+  auto vr = v.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});
+  return at::scaled_dot_product_attention(q, kr, vr, {}, 0.0, /*is_causal=*/true);
+}
+
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
                          const at::Tensor& cos, const at::Tensor& sin, int64_t layer, const LoraRun* lora) {
   const int64_t B = x.size(0), T = x.size(1), D = cfg.head_dim();
-  const int64_t nh = cfg.num_heads, nkv = cfg.num_kv_heads, rep = nh / nkv;
+  const int64_t nh = cfg.num_heads, nkv = cfg.num_kv_heads;
   // Projection k of names::kLayer, with its adapter when LoRA targets it.
   auto proj = [&](int k, const at::Tensor& in) {
     if (!lora || !lora->cfg->targets_proj(k)) return at::linear(in, w.proj(k));
@@ -66,11 +79,7 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   auto c = cos.narrow(0, 0, T).to(x.scalar_type()), s = sin.narrow(0, 0, T).to(x.scalar_type());
   q = apply_rotary(q, c, s);
   k = apply_rotary(k, c, s);
-  if (rep > 1) {  // grouped-query attention: each kv head serves `rep` query heads (repeat_kv)
-    k = k.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nh, T, D});
-    v = v.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nh, T, D});
-  }
-  auto attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  auto attn = causal_attention(q, k, v);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + proj(3, attn);
   auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);

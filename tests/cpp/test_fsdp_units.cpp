@@ -115,9 +115,9 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
 }
 
 TEST(MemoryModel, ActivationBytesPerTokenCountWhatAutogradSaves) {
-  const ModelConfig m = model_preset("tiny");  // h 64, i 176, 4 heads, 2 kv heads (repeated to 4)
+  const ModelConfig m = model_preset("tiny");  // h 64, i 176, 4 heads, 2 kv heads (kv width 32)
   const ActivationBytes a = activation_bytes_per_token(m, 4);
-  EXPECT_EQ(a.layer, 4 * (10 * 64 + 4 * 176 + 4));  // 8h + 2h (repeated k, v) + 4i floats + 4 log-sum-exp
+  EXPECT_EQ(a.layer, 4 * (8 * 64 + 2 * 32 + 4 * 176 + 4));  // 8h + k, v at kv width (enable_gqa) + 4i floats + 4 log-sum-exp
   EXPECT_EQ(a.layer_input, 4 * 64);
   EXPECT_EQ(a.logits_loss, 12 * m.vocab_size);
   EXPECT_GT(activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies

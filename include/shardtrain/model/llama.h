@@ -42,6 +42,10 @@ struct Rotary {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// Causal SDPA. q: [B, nh, T, D]; k, v: [B, nkv, T, D] with nkv dividing nh (grouped-query
+// attention). native_gqa: SDPA's enable_gqa where the fused kernel SDPA would pick handles it
+// (no [B, nh, T, D] copies of K and V); otherwise, and when false, K and V are repeated.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true);
 // x: [B, T, H] -> [B, T, H]
 // lora: the layer's adapters (nullptr: none).
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
