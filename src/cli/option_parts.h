@@ -29,11 +29,12 @@ void check_accuracy(AccuracyConfig& a, const AccuracyArgs& raw);
 
 // The sharding group shared by train, eval and generate (training adds the backward's options).
 struct FsdpArgs {
-  std::string sharding = "full_shard", param_dtype = "auto", reduce_dtype = "fp32";
+  std::string sharding = "full_shard", param_dtype = "auto", reduce_dtype = "fp32", loss_chunk = "auto";
   bool no_tf32 = false;
 };
 po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training);
 void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw);
+int64_t parse_loss_chunk(const std::string& v);  // --loss-chunk: auto 0, off -1, N; throws UsageError
 
 // train's --lora-* options; raw.targets is parsed by check_lora.
 struct LoraArgs {

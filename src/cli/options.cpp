@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -152,8 +153,21 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
     d.add_options()("reduce-dtype", po::value(&raw.reduce_dtype)->default_value("fp32"), "gradient reduction dtype: fp32 or bf16")(
         "activation-checkpointing", po::bool_switch(&f.activation_checkpointing), "recompute each decoder layer in backward")(
         "no-sync-accumulation", po::bool_switch(&f.no_sync_accumulation),
-        "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters more per rank)");
+        "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters more per rank)")(
+        "loss-chunk", po::value(&raw.loss_chunk)->default_value("auto"),
+        "the head's matmul and the cross-entropy fused, over chunks of this many tokens, so fp32 logits never exist "
+        "for the whole batch: auto (a chunk of logits about the hidden states' size), N, or off (unfused)");
   return d;
+}
+
+int64_t parse_loss_chunk(const std::string& v) {
+  if (v == "auto") return 0;
+  if (v == "off") return -1;
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < 1 || n > (1ll << 40))
+    throw UsageError("--loss-chunk must be auto, off or a number of tokens >= 1, got '" + v + "'");
+  return n;
 }
 
 void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
@@ -161,6 +175,7 @@ void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
   f.param_dtype = raw.param_dtype == "auto" ? at::ScalarType::Undefined : parse_dtype(raw.param_dtype, "--param-dtype");
   f.tf32 = !raw.no_tf32;
   f.reduce_dtype = parse_dtype(raw.reduce_dtype, "--reduce-dtype");
+  f.loss_chunk = parse_loss_chunk(raw.loss_chunk);
   f.validate();
 }
 

@@ -39,7 +39,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   ModelArgs m;
   LoraArgs lora;
   std::string gpu = "h100-80gb", fabric = "p5", nodes = "1,2,4,8,16,32,64", strategy = "all", param_dtype = "bf16",
-              reduce_dtype = "fp32", calibrate;
+              reduce_dtype = "fp32", calibrate, loss_chunk = "auto";
   double gpu_memory_gb = 0;
   bool no_allowances = false;
   po::options_description d("Plan");
@@ -57,6 +57,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "param-dtype", po::value(&param_dtype)->default_value(param_dtype), "compute and all-gather dtype: bf16 or fp32")(
       "reduce-dtype", po::value(&reduce_dtype)->default_value(reduce_dtype), "gradient reduction dtype: fp32 or bf16")(
       "max-inflight-gathers", po::value(&in.fsdp.max_inflight_gathers)->default_value(2), "units gathered at once")(
+      "loss-chunk", po::value(&loss_chunk)->default_value(loss_chunk), "train's --loss-chunk: auto, off or tokens")(
       "fabric", po::value(&fabric)->default_value(fabric), "p4de, p5, or a JSON file from `shardtrain preflight --json`")(
       "calibrate", po::value(&calibrate), "a train --metrics-file: its achieved TFLOP/s and optimizer time replace the defaults")(
       "mfu", po::value(&in.default_mfu)->default_value(in.default_mfu), "compute efficiency without --calibrate")(
@@ -85,6 +86,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   if (gpu_memory_gb < 0) throw UsageError("--gpu-memory-gb must be >= 0");
   if (gpu_memory_gb > 0) in.gpu.memory_bytes = gpu_memory_gb * 1e9;
   in.allowances = !no_allowances;
+  in.fsdp.loss_chunk = parse_loss_chunk(loss_chunk);
   if (in.gpus_per_node < 1) throw UsageError("--gpus-per-node must be >= 1");
   in.nodes = parse_nodes(nodes);
   if (strategy == "all") {

@@ -12,6 +12,7 @@
 #include "shardtrain/cuda/nvtx.h"
 #include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/fsdp/phase_clock.h"
+#include "shardtrain/model/lm_loss.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/device_memory.h"
 #endif
@@ -27,6 +28,7 @@ struct FsdpEngine::Pass {
   bool empty = false;  // this rank has no rows: it still joins every collective
   bool train = false;  // LoRA dropout applies
   uint64_t dropout_seed = 0;  // the same in forward and in activation checkpointing's recompute
+  bool fused_head = false;  // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
 };
 
 FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
@@ -179,7 +181,9 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
       // to a frozen embedding, which needs none).
       const bool input_grad = !(lora() && u == 1);
       if (units_[u].kind() != UnitKind::kEmbedding) x = p.inputs[u] = build_graph ? x.detach().requires_grad_(input_grad) : x;
-      x = p.outputs[u] = run_unit(u, x, p.dropout_seed, p.train);
+      const bool fused = p.fused_head && units_[u].kind() == UnitKind::kHead;
+      x = p.outputs[u] = fused ? rms_norm(x, units_[u].named_views().at(names::kNorm), model_.rms_norm_eps)
+                               : run_unit(u, x, p.dropout_seed, p.train);
     }
     // The head's backward follows at once: like FSDP2's root, it stays gathered until then.
     const bool head = units_[u].kind() == UnitKind::kHead;
@@ -309,12 +313,17 @@ GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches)
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
   for (const Batch& mb : micro_batches) {
     Pass p;
-    auto logits = forward(p, to_device(mb.tokens), /*build_graph=*/true);
+    const int64_t chunk = loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
+    p.fused_head = chunk > 0;
+    auto logits = forward(p, to_device(mb.tokens), /*build_graph=*/true);  // under fused_head: the normed hidden
     at::Tensor loss;
     if (!p.empty) {
-      auto ls = causal_lm_loss(logits, to_device(mb.labels), /*count=*/false);
-      loss_sum += ls.sum.detach();
-      loss = ls.sum / denom;
+      const auto labels = to_device(mb.labels);
+      const at::Tensor sum =
+          p.fused_head ? chunked_lm_loss(logits, units_.back().named_views().at(names::kLmHead), labels, chunk, 1.0 / denom)
+                       : causal_lm_loss(logits, labels, /*count=*/false).sum;
+      loss_sum += sum.detach();
+      loss = sum / denom;
     }
     logits = at::Tensor(), p.outputs.back() = at::Tensor();  // autograd keeps only what backward needs
     close_phase(Phase::kForward);

@@ -4,6 +4,7 @@
 #include <deque>
 
 #include "shardtrain/fsdp/flat_layout.h"
+#include "shardtrain/model/lm_loss.h"
 
 namespace shardtrain::fsdp {
 
@@ -88,6 +89,7 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
                    const StepShape& s, const ActivationBytes& act, int64_t persistent) {
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
+  const int64_t fused_chunk = loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
   Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}};
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
@@ -118,7 +120,16 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
       // The head's weight gradient appears after the loss's logit gradients are freed; a layer's
       // weight gradients build up while its backward runs.
       const bool head = base[u].kind == UnitKind::kHead;
-      w.note(stored * tokens + (head ? std::max(working * tokens, leaf_grad) : working * tokens + leaf_grad));
+      if (head && fused_chunk > 0) {
+        // fp32: the accumulator is the weight gradient, then the unit's gradient is made from it;
+        // bf16: each chunk's [V, H] product and the cast of the accumulator sit beside it.
+        // A frozen head (LoRA) gets no weight gradient at all.
+        const int64_t acc = frozen ? 0 : act.fused_fixed, product = s.param_elt == 4 ? 0 : acc / 4 * s.param_elt;
+        w.note(stored * tokens + tokens * act.fused_token + acc + product +
+               std::max(fused_chunk * act.fused_chunk, s.param_elt == 4 ? leaf_grad : 0));
+      } else {
+        w.note(stored * tokens + (head ? std::max(working * tokens, leaf_grad) : working * tokens + leaf_grad));
+      }
       stored -= kept(u);
       if (!frozen && !cfg.no_sync_accumulation) w.reduce(u, stored * tokens);
       w.gathered[u] = false;

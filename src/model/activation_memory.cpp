@@ -31,6 +31,10 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   a.layer_backward = 2 * e * h + 2 * e * i;
   a.head = e * h + norm + e * h;
   a.logits_loss = 3 * 4 * cfg.vocab_size;
+  a.fused_chunk = 8 * cfg.vocab_size;  // fp32 logits, and logsumexp's exp of them (then softmax in place, its cast)
+  a.fused_token = e * h;
+  a.fused_fixed = 4 * cfg.vocab_size * h;
+  a.vocab = cfg.vocab_size, a.hidden = h;
   return a;
 }
 

@@ -38,6 +38,9 @@ struct FsdpConfig {
   int max_inflight_gathers = 2;
   bool tf32 = true;  // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
   LoraConfig lora;   // rank > 0: the base is frozen and only the adapters train
+  // Training's head and loss fused (model/lm_loss.h): tokens whose logits live at once; 0: auto
+  // (a chunk of logits about the size of the hidden states); -1: unfused (all logits, then the loss).
+  int64_t loss_chunk = 0;
   void validate() const;  // throws UsageError naming the option to change
 };
 

@@ -15,6 +15,11 @@ struct ActivationBytes {  // per token
   int64_t layer_backward = 0;  // transient gradients while one layer's backward runs
   int64_t head = 0;         // the final norm's saved tensors and the head's input
   int64_t logits_loss = 0;  // the loss's fp32 log-softmax and the two logit gradients of its backward
+  // The fused head+loss (--loss-chunk): per token of one chunk, its fp32 logits and logsumexp's
+  // temporary; per token of the batch, the hidden state's gradient; once, the weight gradient's
+  // fp32 accumulator.
+  int64_t fused_chunk = 0, fused_token = 0, fused_fixed = 0;
+  int64_t vocab = 0, hidden = 0;  // the head's shape: the loss chunk follows from it
 };
 
 // elt: bytes of the compute dtype (4 fp32, 2 bf16). lora: nullptr or disabled for full fine-tuning.

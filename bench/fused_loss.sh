@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The fused, chunked head + cross-entropy (--loss-chunk auto) against the unfused head and loss
+# (--loss-chunk off), and a fixed chunk, in the same run: peak tensor memory, tokens/s, and the
+# first and last losses (they must agree). Interleaved repeats, medians; the table goes into
+# OUT/results.md and, with BENCH_APPEND_DOCS=1 (the default), docs/performance.md.
+#   bash bench/fused_loss.sh                    # CPU: small preset with Llama-2's 32000 vocab, seq 512, batch 4
+#   BENCH_DEVICE=cuda bash bench/fused_loss.sh  # one GPU: the 7B shape, 4 layers, seq 4096, batch 4, bf16
+# Env: BENCH_STEPS (8), BENCH_REPEATS (3), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+device=${BENCH_DEVICE:-cpu} out=${OUT:-$repo/build/bench-fused-loss} steps=${BENCH_STEPS:-8} repeats=${BENCH_REPEATS:-3}
+mkdir -p "$out"
+if [ "$device" = cuda ]; then
+  model=(--model llama2-7b --n-layers 4) seq=4096 extra=(--param-dtype bf16) mem=memory.gpu_peak_allocated_bytes
+  where=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+else
+  model=(--model small --vocab-size 32000) seq=512 extra=(--param-dtype fp32 --threads "$(nproc)") mem=memory.host_tensor_peak_bytes
+  where="$(hostname) ($(nproc) cores)"
+fi
+data=$(bench_data "$out" "$seq")
+settings=(off auto 1024)
+for ((r = 1; r <= repeats; r++)); do
+  for lc in "${settings[@]}"; do
+    echo "repeat $r: --loss-chunk $lc"
+    "$bin" train "${model[@]}" --data "$data" --device "$device" "${extra[@]}" --batch-size 4 --steps "$steps" --lr 1e-4 \
+      --warmup-steps 0 --loss-chunk "$lc" --collective-timeout 0 --metrics-file "$out/$lc-$r.jsonl" > "$out/$lc-$r.log" 2>&1
+  done
+done
+"$py" - "$out" "$mem" "$repeats" "${settings[@]}" > "$out/table.md" <<'PY'
+import json, statistics, sys
+out, mem, repeats, settings = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+def runs(lc):
+    return [[json.loads(l) for l in open(f"{out}/{lc}-{r}.jsonl")] for r in range(1, repeats + 1)]
+def field(row, path):
+    for k in path.split("."):
+        row = row[k]
+    return row
+base = None
+print("| --loss-chunk | peak tensor memory | vs off | tokens/s | vs off | first loss | last loss |")
+print("|---|---:|---:|---:|---:|---:|---:|")
+for lc in settings:
+    rs = runs(lc)
+    peak = statistics.median(max(field(x, mem) for x in r) for r in rs)
+    tps = statistics.median(statistics.median(x["tokens_per_s"] for x in r[2:]) for r in rs)
+    base = base or (peak, tps)
+    print(f"| {lc} | {peak / 2**20:.0f} MiB | {peak / base[0]:.2f}x | {tps:.0f} | {tps / base[1]:.2f}x "
+          f"| {rs[0][0]['loss']:.6f} | {rs[0][-1]['loss']:.6f} |")
+PY
+{
+  echo "### Fused, chunked head and loss: $where, $(date +%Y-%m-%d)"
+  echo
+  echo "\`bash bench/fused_loss.sh\` (device $device, ${model[*]}, seq $seq, batch 4, $steps steps, tokens/s median after 2 steps, medians of $repeats interleaved runs)."
+  echo
+  cat "$out/table.md"
+} > "$out/results.md"
+cat "$out/results.md"
+if [ "${BENCH_APPEND_DOCS:-1}" = 1 ]; then { echo; cat "$out/results.md"; } >> "$repo/docs/performance.md"; echo "appended to docs/performance.md"; fi
