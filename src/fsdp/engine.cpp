@@ -37,7 +37,7 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
       rope_(model_, model_.max_position_embeddings), seed_(seed) {
   cfg_.validate();
   if (cfg_.param_dtype == at::ScalarType::Undefined) cfg_.param_dtype = device_.is_cuda() ? at::kBFloat16 : at::kFloat;
-  rope_.to(device_);
+  rope_.to(device_, cfg_.param_dtype);
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device_);
   const auto specs = llama_param_specs(model_);
   const auto unit_specs = model_units(model_);

@@ -26,8 +26,8 @@ Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
   sin = emb.sin();
 }
 
-Rotary& Rotary::to(const at::Device& device) {
-  cos = cos.to(device), sin = sin.to(device);
+Rotary& Rotary::to(const at::Device& device, at::ScalarType dtype) {
+  cos = cos.to(device, dtype), sin = sin.to(device, dtype);
   return *this;
 }
 

@@ -33,11 +33,12 @@ struct LoraRun {
   bool train = false;         // dropout only in training
 };
 
-// cos/sin tables in Hugging Face's rotate-half layout, fp32.
+// cos/sin tables in Hugging Face's rotate-half layout, computed in fp32.
 struct Rotary {
   at::Tensor cos, sin;  // [max_pos, head_dim]
   Rotary(const ModelConfig& cfg, int64_t max_pos);
-  Rotary& to(const at::Device& device);
+  // The compute dtype: cast once here, not in every layer's forward (the same rounding).
+  Rotary& to(const at::Device& device, at::ScalarType dtype = at::kFloat);
 };
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
