@@ -5,25 +5,16 @@ and the PyTorch reference's JSON line(s), each a median after the warm-up steps.
   speed_table.py row SEQ AC SHARDTRAIN.jsonl SKIP DEVICE PYTORCH.json [COMPILED.json]
 """
 import json
-import statistics
 import sys
+
+import metrics_median  # beside this script
 
 
 def median(path, field, skip):
-    vals = []
     try:
-        lines = open(path).readlines()
+        return metrics_median.median(path, field, skip)
     except OSError:  # the run failed before its first step
         return 0
-    for line in lines:
-        j = json.loads(line)
-        if j.get("step", 0) <= skip:
-            continue
-        for k in field.split("."):
-            j = j.get(k, {}) if isinstance(j, dict) else {}
-        if isinstance(j, (int, float)):
-            vals.append(j)
-    return statistics.median(vals) if vals else 0
 
 
 def mem(b):
