@@ -13,6 +13,8 @@
 #   profile  4b. one shardtrain step at the 7B shape (4 layers, seq 4096, batch 4) under
 #               --profile-step: the top 10 kernels and the GEMM/attention/elementwise/optimizer/gap shares;
 #   compile  4c. seq 4096 against PyTorch FSDP2 eager and with torch.compile of each decoder layer;
+#   kernels  4d. each faster path against the plain one it replaced, on its own: the fused, chunked
+#               loss (bench/fused_loss.sh) and grouped-query attention (bench/gqa_attention.py);
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -44,7 +46,9 @@ done
 [ -n "$out" ] || { echo "gpu_suite.sh: --out DIR is required" >&2; exit 2; }
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in check|speed|profile|compile|scale|layers) ;; *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, speed, profile, compile, scale, layers)" >&2; exit 2 ;; esac
+  case "$p" in check|speed|profile|compile|kernels|scale|layers) ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, speed, profile, compile, kernels, scale, layers)" >&2; exit 2 ;;
+  esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -174,6 +178,26 @@ part_profile() {
   fi
 }
 
+part_kernels() {
+  record ""
+  record "## 4d. Faster paths on their own"
+  progress "kernels: bench/fused_loss.sh"
+  if OUT="$out/fused-loss" BENCH_DEVICE="$device" BENCH_APPEND_DOCS=0 BENCH_REPEATS=2 SHARDTRAIN_BIN="$bin" PYTHON="$py" \
+     bash "$repo/bench/fused_loss.sh" > "$out/fused-loss.log" 2>&1; then
+    tail -n +3 "$out/fused-loss/results.md" >> "$results"
+  else
+    record "- the fused-loss comparison failed (fused-loss.log)"; tail -5 "$out/fused-loss.log"; broken
+  fi
+  progress "kernels: bench/gqa_attention.py"
+  record ""
+  record "Grouped-query attention, forward and backward (\`bench/gqa_attention.py\`, medians of 20 interleaved):"
+  record ""
+  record "| device | shape | SDPA backend with enable_gqa | enable_gqa | repeated K/V | repeated / enable_gqa | largest difference |"
+  record "|---|---|---|---:|---:|---:|---:|"
+  "$py" "$repo/bench/gqa_attention.py" --device "$device" >> "$results" 2> "$out/gqa.log" \
+    || { record "- failed (gqa.log)"; broken; }
+}
+
 # One full fine-tuning attempt, killed at the deadline. SIDE LOG SEQ BATCH AC(on|off) ARGS...: prints
 # fits, oom, error or late ("late" without running when under a minute is left), and the peak.
 attempt() {
@@ -263,6 +287,7 @@ if want compile; then
   if [ "$device" = cuda ]; then speed "4c. Against PyTorch FSDP2 with torch.compile" speed-compile BENCH_COMPILE=1 BENCH_SEQS=4096
   else speed "4c. Against PyTorch FSDP2 with torch.compile" speed-compile BENCH_COMPILE=1; fi
 fi
+want kernels && part_kernels
 want scale && part_scale
 want layers && part_layers
 
