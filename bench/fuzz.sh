@@ -95,7 +95,8 @@ for t in "${targets[@]}"; do
     [ "$rc" != 70 ] || rc=0
   fi
   case $t in fuzz_token_file|fuzz_checkpoint_attrs)  # fork mode: judge every input it kept
-    verdicts=$(ls "$build/fuzz-artifacts/$t-"* 2>/dev/null | xargs -r -P "$parallel" -I{} bash -c 'judge "$1"' _ {})
+    # find, not ls: no kept input is no error (ls's exit 2 under pipefail ended the script silently)
+    verdicts=$(find "$build/fuzz-artifacts" -maxdepth 1 -name "$t-*" | xargs -r -P "$parallel" -I{} bash -c 'judge "$1"' _ {})
     count() { grep -c "^$1 $2 " <<<"$verdicts" || true; }
     hangs=$(count hdf5 timeout) crashes=$(count hdf5 crash) ooms=$(count hdf5 oom) alone=$(grep -c '^alone ' <<<"$verdicts" || true)
     rss=$(grep -c '^rss ' <<<"$verdicts" || true)
