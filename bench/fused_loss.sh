@@ -26,25 +26,24 @@ for ((r = 1; r <= repeats; r++)); do
       --warmup-steps 0 --loss-chunk "$lc" --collective-timeout 0 --metrics-file "$out/$lc-$r.jsonl" > "$out/$lc-$r.log" 2>&1
   done
 done
-"$py" - "$out" "$mem" "$repeats" "${settings[@]}" > "$out/table.md" <<'PY'
+PYTHONPATH="$repo/bench" "$py" - "$out" "$mem" "$repeats" "${settings[@]}" > "$out/table.md" <<'PY'
 import json, statistics, sys
+from metrics_median import field, median
 out, mem, repeats, settings = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 def runs(lc):
-    return [[json.loads(l) for l in open(f"{out}/{lc}-{r}.jsonl")] for r in range(1, repeats + 1)]
-def field(row, path):
-    for k in path.split("."):
-        row = row[k]
-    return row
+    return [f"{out}/{lc}-{r}.jsonl" for r in range(1, repeats + 1)]
 base = None
 print("| --loss-chunk | peak tensor memory | vs off | tokens/s | vs off | first loss | last loss |")
 print("|---|---:|---:|---:|---:|---:|---:|")
 for lc in settings:
     rs = runs(lc)
-    peak = statistics.median(max(field(x, mem) for x in r) for r in rs)
-    tps = statistics.median(statistics.median(x["tokens_per_s"] for x in r[2:]) for r in rs)
+    rows = [[json.loads(line) for line in open(r)] for r in rs]
+    peak = statistics.median(max(field(x, mem) for x in rr) for rr in rows)  # each run's peak
+    tps = statistics.median(median(r, "tokens_per_s", 2) for r in rs)
     base = base or (peak, tps)
+    losses = [x["loss"] for x in rows[0]]
     print(f"| {lc} | {peak / 2**20:.0f} MiB | {peak / base[0]:.2f}x | {tps:.0f} | {tps / base[1]:.2f}x "
-          f"| {rs[0][0]['loss']:.6f} | {rs[0][-1]['loss']:.6f} |")
+          f"| {losses[0]:.6f} | {losses[-1]:.6f} |")
 PY
 {
   echo "### Fused, chunked head and loss: $where, $(date +%Y-%m-%d)"

@@ -58,8 +58,7 @@ def cmd_make_7b(a):
         shape = dict(hidden_size=128, intermediate_size=352, num_hidden_layers=2, num_attention_heads=4,
                      num_key_value_heads=4, vocab_size=512)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
-    cfg = LlamaConfig(**shape, max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                      torch_dtype=a.dtype.replace("bf16", "bfloat16").replace("fp32", "float32"))
+    cfg = LlamaConfig(**shape, max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False, torch_dtype=dtype)
     with torch.device(a.device):  # the GPU initialises 6.7B parameters in seconds; the host takes minutes
         model = LlamaForCausalLM(cfg).to(dtype)
     model.save_pretrained(a.dir, safe_serialization=True, max_shard_size=a.max_shard_size)

@@ -6,16 +6,19 @@ import statistics
 import sys
 
 
-def median(path, field, skip):
+def field(row, path):
+    """row's value at a dotted path (a.b), or None."""
+    for k in path.split("."):
+        row = row.get(k) if isinstance(row, dict) else None
+    return row if isinstance(row, (int, float)) else None
+
+
+def median(path, name, skip):
     vals = []
     for line in open(path):
         j = json.loads(line)
-        if j.get("step", 0) <= skip:
-            continue
-        for k in field.split("."):
-            j = j.get(k, {}) if isinstance(j, dict) else {}
-        if isinstance(j, (int, float)):
-            vals.append(j)
+        if j.get("step", 0) > skip and field(j, name) is not None:
+            vals.append(field(j, name))
     return statistics.median(vals) if vals else 0
 
 

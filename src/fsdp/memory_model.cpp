@@ -124,7 +124,8 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
         // fp32: the accumulator is the weight gradient, then the unit's gradient is made from it;
         // bf16: each chunk's [V, H] product and the cast of the accumulator sit beside it.
         // A frozen head (LoRA) gets no weight gradient at all.
-        const int64_t acc = frozen ? 0 : act.fused_fixed, product = s.param_elt == 4 ? 0 : acc / 4 * s.param_elt;
+        const int64_t acc = frozen ? 0 : act.fused_fixed;
+        const int64_t product = frozen || s.param_elt == 4 ? 0 : act.vocab * act.hidden * s.param_elt;
         w.note(stored * tokens + tokens * act.fused_token + acc + product +
                std::max(fused_chunk * act.fused_chunk, s.param_elt == 4 ? leaf_grad : 0));
       } else {

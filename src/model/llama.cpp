@@ -50,9 +50,8 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa) {
   const int64_t rep = q.size(1) / k.size(1);
   constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
-  if (rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath)
-    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, /*enable_gqa=*/true);
-  if (rep == 1) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+  const bool gqa = rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
+  if (rep == 1 || gqa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
   const int64_t B = k.size(0), nkv = k.size(1), T = k.size(2), D = k.size(3);
   // repeat_kv: each kv head serves `rep` consecutive query heads
   auto kr = k.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});

@@ -59,6 +59,11 @@ struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
   }
 };
 
+// Labels aligned with the hidden states: position t holds labels[t+1]; the last holds -100.
+at::Tensor next_token_labels(const at::Tensor& labels) {
+  return at::cat({labels.narrow(1, 1, labels.size(1) - 1), at::full({labels.size(0), 1}, -100, labels.options())}, 1);
+}
+
 }  // namespace
 
 int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t requested) {
@@ -68,10 +73,6 @@ int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t
   int64_t chunk = 256;  // below this the chunks' GEMMs get slow (measured on CPU: docs/performance.md)
   while (chunk < want) chunk *= 2;
   return std::min(chunk, tokens);
-}
-
-at::Tensor next_token_labels(const at::Tensor& labels) {
-  return at::cat({labels.narrow(1, 1, labels.size(1) - 1), at::full({labels.size(0), 1}, -100, labels.options())}, 1);
 }
 
 at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,

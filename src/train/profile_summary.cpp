@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <regex>
+#include <utility>
 
 namespace shardtrain {
 
@@ -73,7 +74,7 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events, const 
   if (work.empty()) return s;
   std::sort(work.begin(), work.end(), [](const Item& a, const Item& b) { return a.e->start_ns < b.e->start_ns; });
   int64_t first = work.front().e->start_ns, last = work.front().e->end_ns, run_start = first, run_end = first;
-  std::map<std::string, KernelTotal> totals;
+  std::map<std::pair<std::string, bool>, KernelTotal> totals;  // by name, and whether the optimizer ran it
   for (const Item& it : work) {
     const ProfileEvent* e = it.e;
     last = std::max(last, e->end_ns);
@@ -84,7 +85,7 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events, const 
                                  : inside(mid, optimizer_ranges);
     KernelKind kind = kind_by_name(e->name);
     if (optim && kind != KernelKind::kCommunication) kind = KernelKind::kOptimizer;  // the clip's norm too
-    auto& t = totals[e->name + (optim ? "\x1f" "optimizer" : "")];
+    auto& t = totals[{e->name, optim}];
     t.name = e->name, t.kind = kind, t.calls += 1, t.ns += it.own_ns;
     s.kind_ns[static_cast<int>(kind)] += it.own_ns;
   }

@@ -22,7 +22,4 @@ at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, c
 // at least 256; < 0 unfused.
 int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t requested);
 
-// Labels aligned with the hidden states: position t holds labels[t+1]; the last holds -100.
-at::Tensor next_token_labels(const at::Tensor& labels);
-
 }  // namespace shardtrain
