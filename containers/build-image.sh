@@ -42,6 +42,8 @@ curl -fsSL "https://github.com/aws/aws-ofi-nccl/releases/download/v${AWS_OFI_NCC
 (cd "/tmp/aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}" && ./configure --prefix=/opt/aws-ofi-nccl --with-libfabric=/opt/amazon/efa \
    --with-cuda=/usr/local/cuda --enable-platform-aws --disable-tests && make -j"$(nproc)" && make install)
 rm -rf "/tmp/aws-ofi-nccl-${AWS_OFI_NCCL_VERSION}"
+# On the loader's own path too, so NCCL finds the plugin whatever LD_LIBRARY_PATH a launcher passes in.
+printf '%s\n' /opt/aws-ofi-nccl/lib /opt/amazon/efa/lib >/etc/ld.so.conf.d/aws-ofi-nccl.conf
 
 # shardtrain with the CUDA/NCCL path: NCCL is the torch wheel's, so one libnccl.so.2 is loaded.
 PATH=/usr/local/cuda/bin:$PATH NCCL_HOME=$nccl_home TORCH_CUDA_ARCH_LIST="8.0;9.0" BUILD_TARGET=shardtrain scripts/build.sh

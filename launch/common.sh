@@ -6,7 +6,14 @@ shardtrain_usage() {
   cat <<'EOF'
 Options (environment variable in brackets):
   --profile P          auto, p4de, p5 or cpu [PROFILE]; auto: by nvidia-smi's GPU name
-  --model M            preset or config.json [MODEL] (default tiny)
+  --weights DIR        Hugging Face model directory to fine-tune; its config.json is the model [WEIGHTS]
+  --model M            preset or config.json: train from random initialization [MODEL]
+                       (one of --weights and --model is required)
+  --save-model DIR     write the fine-tuned model (LoRA: the PEFT adapter) here at the end [SAVE_MODEL]
+  --lora-rank N ...    LoRA: --lora-rank, --lora-alpha, --lora-dropout, --lora-targets and --merge-lora
+                       go to the trainer as given [LORA_ARGS]
+  --resume R           auto (default: continue from CKPT_DIR's latest checkpoint when there is one),
+                       a checkpoint file or directory, or none [RESUME]
   --strategy S         full_shard, shard_grad_op, no_shard, hybrid_shard [STRATEGY]
   --data F             token file from 'shardtrain prepare' [DATA] (required)
   --out-dir D          metrics, logs and the exit code [OUT_DIR] (default runs/<job id>)
@@ -30,6 +37,11 @@ shardtrain_parse() {
     case "$1" in
       --profile) PROFILE=$2; shift 2 ;;
       --model) MODEL=$2; shift 2 ;;
+      --weights) WEIGHTS=$2; shift 2 ;;
+      --save-model) SAVE_MODEL=$2; shift 2 ;;
+      --resume) RESUME=$2; shift 2 ;;
+      --lora-rank|--lora-alpha|--lora-dropout|--lora-targets) LORA_ARGS="${LORA_ARGS:-} $1 $2"; shift 2 ;;
+      --merge-lora) LORA_ARGS="${LORA_ARGS:-} $1"; shift ;;
       --strategy) STRATEGY=$2; shift 2 ;;
       --data) DATA=$2; shift 2 ;;
       --out-dir) OUT_DIR=$2; shift 2 ;;
@@ -48,7 +60,13 @@ shardtrain_parse() {
     esac
   done
   : "${DATA:?set --data (or DATA) to a token file made by 'shardtrain prepare'}"
-  MODEL=${MODEL:-tiny} STRATEGY=${STRATEGY:-full_shard} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
+  if [ -z "${WEIGHTS:-}" ] && [ -z "${MODEL:-}" ]; then
+    echo "error: set --weights DIR (a Hugging Face model directory to fine-tune) or --model PRESET|config.json" \
+         "(training from random initialization)" >&2
+    exit 2
+  fi
+  MODEL=${MODEL:-} WEIGHTS=${WEIGHTS:-} SAVE_MODEL=${SAVE_MODEL:-} RESUME=${RESUME:-auto} LORA_ARGS=${LORA_ARGS:-}
+  STRATEGY=${STRATEGY:-full_shard} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
   MAX_RESTARTS=${MAX_RESTARTS:-3} RESTART_ON_FAILURE=${RESTART_ON_FAILURE:-0} RANKS_PER_NODE=${RANKS_PER_NODE:-0}
   SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
 }
@@ -100,9 +118,16 @@ shardtrain_commands() {
   local rpn=()
   [ "$RANKS_PER_NODE" -gt 0 ] && rpn=(--ranks-per-node "$RANKS_PER_NODE")
   PREFLIGHT_ARGS=(preflight --device "$DEVICE" --min-busbw "$MIN_BUSBW" --max-bytes "$PREFLIGHT_MAX_BYTES" "${rpn[@]}")
-  TRAIN_ARGS=(train --model "$MODEL" --sharding "$STRATEGY" --data "$DATA" --device "$DEVICE"
+  TRAIN_ARGS=(train --sharding "$STRATEGY" --data "$DATA" --device "$DEVICE"
     --threads "$CPUS_PER_RANK" --steps "$STEPS" --metrics-file "$OUT_DIR/metrics.jsonl"
-    --checkpoint-dir "$CKPT_DIR" --save-every "$SAVE_EVERY" --resume auto --on-signal exit "${rpn[@]}")
+    --checkpoint-dir "$CKPT_DIR" --save-every "$SAVE_EVERY" --on-signal exit "${rpn[@]}")
+  [ -n "$WEIGHTS" ] && TRAIN_ARGS+=(--weights "$WEIGHTS")
+  [ -n "$MODEL" ] && TRAIN_ARGS+=(--model "$MODEL")
+  [ -n "$SAVE_MODEL" ] && TRAIN_ARGS+=(--save-model "$SAVE_MODEL")
+  [ "$RESUME" != none ] && TRAIN_ARGS+=(--resume "$RESUME")
+  local lora
+  read -r -a lora <<<"$LORA_ARGS"
+  TRAIN_ARGS+=("${lora[@]}")
   [ "$PEAK_TFLOPS" != 0 ] && TRAIN_ARGS+=(--peak-tflops "$PEAK_TFLOPS")
   TRAIN_ARGS+=("${TRAIN_EXTRA[@]}")
 }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# shardtrain on bare instances (no Slurm): mpirun over a hostfile, one rank per GPU, bound to its
-# cores, with the profile's EFA/NCCL environment forwarded (-x). Preflight first, then training;
+# shardtrain on bare instances (no Slurm): mpirun over a hostfile, one rank per GPU, bound to cores
+# of its GPU's NUMA node (launch/binding.sh), with the profile's EFA/NCCL environment forwarded (-x). Preflight first, then training;
 # a preemption checkpoint (exit 75), or a failure with --restart-on-failure, is retried with
 # --resume auto up to --max-restarts times, as torchrun's --max-restarts does.
 #
-#   launch/mpirun.sh --hostfile hosts --profile p4de --data /fsx/data/train.h5 --ckpt-dir /fsx/ckpt/run1
+#   launch/mpirun.sh --hostfile hosts --profile p4de --weights /fsx/models/Llama-2-7b-hf \
+#     --data /fsx/data/train.h5 --ckpt-dir /fsx/ckpt/run1 --save-model /fsx/models/run1
 #   (hosts: one line per instance, "ip-10-0-0-1 slots=8")
 #
 # Launcher options: --hostfile F (required), --ranks-per-host N (default: the profile's GPUs per
@@ -18,7 +19,7 @@ while [ $# -gt 0 ]; do
     --hostfile) hostfile=$2; shift 2 ;;
     --ranks-per-host) ranks_per_host=$2; shift 2 ;;
     --mpirun-args) read -r -a mpirun_args <<<"$2"; shift 2 ;;
-    -h|--help) sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; shardtrain_usage; exit 0 ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; shardtrain_usage; exit 0 ;;
     *) rest+=("$1"); shift ;;
   esac
 done
@@ -27,6 +28,9 @@ shardtrain_parse "${rest[@]}"
 shardtrain_profile
 shardtrain_container
 if [ -z "$ranks_per_host" ]; then ranks_per_host=$GPUS_PER_NODE; [ "$ranks_per_host" -gt 0 ] || ranks_per_host=2; fi
+source "$SHARDTRAIN_HOME/launch/binding.sh"
+binding_compute "$ranks_per_host" "$GPUS_PER_NODE"  # each rank's cores, on its GPU's NUMA node
+CPUS_PER_RANK=$CORES_PER_RANK
 hosts=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile")
 OUT_DIR=${OUT_DIR:-$PWD/runs/mpirun-$(date +%Y%m%d-%H%M%S)}
 CKPT_DIR=${CKPT_DIR:-$OUT_DIR/checkpoints}
@@ -35,16 +39,16 @@ shardtrain_commands
 
 mpirun=mpirun; [ -x "$SHARDTRAIN_HOME/bin/mpirun" ] && mpirun=$SHARDTRAIN_HOME/bin/mpirun  # the bundle's, relocated
 MPIRUN=("$mpirun" --hostfile "$hostfile" -np $((hosts * ranks_per_host))
-  # ppr: the same number of ranks on every host; PE: that many cores each, so ranks never share cores.
-  --map-by "ppr:$ranks_per_host:node:PE=$CPUS_PER_RANK" --bind-to core --report-bindings
+  # ppr: the same number of ranks on every host; launch/bind-rank.sh binds each to its planned cores.
+  --map-by "ppr:$ranks_per_host:node" --bind-to none
   # MPI carries only the bootstrap and MPI-IO; NCCL moves the tensors over EFA.
   --mca pml ob1 --mca btl tcp,self,vader --mca btl_tcp_if_exclude lo,docker0)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 # Forward the profile's environment and the library path to every rank.
-for v in LD_LIBRARY_PATH PATH $(compgen -e | grep -E '^(FI_|NCCL_|OFI_|CUDA_VISIBLE_DEVICES$|OMPI_MCA_)' || true); do
+for v in LD_LIBRARY_PATH PATH $(compgen -e | grep -E '^(FI_|NCCL_|OFI_|CUDA_VISIBLE_DEVICES$|OMPI_MCA_|SHARDTRAIN_RANK_)' || true); do
   [ -n "${!v+set}" ] && MPIRUN+=(-x "$v")
 done
-MPIRUN+=("${mpirun_args[@]}" "${LAUNCH_PREFIX[@]}" "$BIN")
+MPIRUN+=("${mpirun_args[@]}" "$SHARDTRAIN_HOME/launch/bind-rank.sh" "${LAUNCH_PREFIX[@]}" "$BIN")
 log() { echo "[shardtrain $(date +%H:%M:%S)] $*"; }
 log "$hosts hosts x $ranks_per_host ranks, out $OUT_DIR, checkpoints $CKPT_DIR"
 
@@ -65,6 +69,8 @@ while :; do
   fi
   shardtrain_should_restart "$rc" "$restarts" || break
   restarts=$((restarts + 1))
+  RESUME=auto  # a restarted run continues from its own newest checkpoint
+  shardtrain_commands
   log "restarting (restart $restarts of at most $MAX_RESTARTS) from $CKPT_DIR"
 done
 echo "$rc" >"$OUT_DIR/exit_code"

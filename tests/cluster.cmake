@@ -7,7 +7,7 @@ set_tests_properties(slurm_up PROPERTIES FIXTURES_SETUP slurm SKIP_RETURN_CODE 7
 set_tests_properties(slurm_down PROPERTIES FIXTURES_CLEANUP slurm RESOURCE_LOCK slurm)
 set(cluster_args --repo ${PROJECT_SOURCE_DIR} --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5
     --tmp ${TEST_TMP}/cluster --slurm-dir ${SLURM_DIR})
-foreach(case training requeue failfast sweep scancel timelimit)
+foreach(case training requeue failfast sweep scancel timelimit finetune)
   add_test(NAME Slurm.${case} COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_tests.py ${case} ${cluster_args})
   # One Slurm node: the jobs of different tests would otherwise share (and time) it.
   set_tests_properties(Slurm.${case} PROPERTIES FIXTURES_REQUIRED "slurm;demo_data" RESOURCE_LOCK slurm
@@ -15,7 +15,10 @@ foreach(case training requeue failfast sweep scancel timelimit)
 endforeach()
 add_test(NAME Launch.mpirun_hostfile COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_tests.py mpirun ${cluster_args})
 set_tests_properties(Launch.mpirun_hostfile PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300)
+add_test(NAME Launch.mpirun_finetune COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_tests.py mpirun_finetune ${cluster_args})
+set_tests_properties(Launch.mpirun_finetune PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300)
 add_test(NAME Launch.mpirun_sigterm COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/slurm/slurm_tests.py mpirun_sigterm ${cluster_args})
 set_tests_properties(Launch.mpirun_sigterm PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300)
 add_test(NAME Containers.pinned_and_complete COMMAND ${SHARDTRAIN_PYTHON} ${PROJECT_SOURCE_DIR}/tests/python/check_containers.py
          --self-test ${PROJECT_SOURCE_DIR})
+add_test(NAME Launch.binding COMMAND bash ${PROJECT_SOURCE_DIR}/tests/launch/test_binding.sh)

@@ -60,4 +60,10 @@ CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
   return a;
 }
 
+CheckpointAttrs read_attrs(const std::string& path) {
+  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+  h5::Handle f = h5::open_file(path);
+  return read_attrs(f, path);
+}
+
 }  // namespace shardtrain::ckpt

@@ -22,21 +22,45 @@ void CheckpointConfig::validate() const {
   if (save_every < 0 || keep < 0) throw UsageError("--save-every and --keep-checkpoints must be >= 0");
   if (stripe.count < 0 || stripe.size < 0) throw UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
   if (resume == "auto" && dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");
+  if (save_every > 0 && dir.empty()) throw UsageError("--save-every needs --checkpoint-dir (where the checkpoints go)");
   if (!resume.empty() && resume != "auto" && !std::filesystem::exists(resume))
     throw UsageError("--resume: " + resume + " does not exist");
+  if (overwrite && !resume.empty())
+    throw UsageError("--overwrite-checkpoints starts a new run and --resume continues one: pass only one of them");
+  if (!dir.empty() && !overwrite && !continues_dir() && holds_checkpoints(dir)) {
+    const std::string latest = latest_checkpoint(dir);
+    throw UsageError("--checkpoint-dir " + dir + " already holds checkpoints of another run" +
+                     (latest.empty() ? "" : " (latest: " + std::filesystem::path(latest).filename().string() + ")") +
+                     "; continue it with --resume auto, pass a new --checkpoint-dir, or replace them with "
+                     "--overwrite-checkpoints");
+  }
+}
+
+bool CheckpointConfig::continues_dir() const {
+  if (resume == "auto") return true;
+  std::error_code ec;
+  return !resume.empty() && std::filesystem::equivalent(std::filesystem::path(resume).parent_path(), dir, ec);
 }
 
 Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config)
     : cfg_(std::move(cfg)), engine_(engine), optimizer_(optimizer), run_config_(std::move(run_config)) {
   if (!enabled()) return;
   if (engine_.lora()) base_crc_ = base_crc32(engine_);  // collective: every rank builds the manager
-  if (engine_.groups().world->rank() == 0) std::filesystem::create_directories(cfg_.dir);
+  if (engine_.groups().world->rank() == 0) {
+    std::filesystem::create_directories(cfg_.dir);
+    if (cfg_.overwrite) {
+      const int removed = remove_checkpoints(cfg_.dir);
+      if (removed) log::info("removed " + std::to_string(removed) + " files of an earlier run from " + cfg_.dir + " (--overwrite-checkpoints)");
+    }
+  }
   if (cfg_.async) saver_ = std::make_unique<AsyncSaver>();
 }
 
 std::optional<TrainState> Manager::resume() {
   if (cfg_.resume.empty()) return std::nullopt;
-  for (const auto& path : resume_candidates(cfg_.resume, cfg_.dir)) {
+  const auto candidates = resume_candidates(cfg_.resume, cfg_.dir);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& path = candidates[i];
     const Stopwatch clock;
     try {
       TrainState st = load(path, engine_, optimizer_);  // every rank reaches the same verdict
@@ -47,10 +71,15 @@ std::optional<TrainState> Manager::resume() {
       throw;  // another base or other LoRA settings: an older checkpoint would be just as wrong
     } catch (const Error& e) {
       if (cfg_.resume != "auto") throw;
-      if (engine_.groups().world->rank() == 0) log::warn("skipping checkpoint " + path + ": " + e.what());
+      if (engine_.groups().world->rank() == 0)
+        log::warn("checkpoint " + path + (i == 0 && path == latest_checkpoint(cfg_.dir) ? " (named by latest)" : "") +
+                  " cannot be loaded: " + e.what() +
+                  (i + 1 < candidates.size() ? "; falling back to " + candidates[i + 1] : ""));
     }
   }
-  log::info("no loadable checkpoint in " + cfg_.dir + "; starting fresh from the seeded init");
+  const std::string from = cfg_.base_weights.empty() ? "random initialization (--seed)" : "the weights in " + cfg_.base_weights;
+  log::info((candidates.empty() ? "no checkpoint in " + cfg_.dir + " yet" : "no loadable checkpoint in " + cfg_.dir) +
+            "; starting from " + from);
   return std::nullopt;
 }
 

@@ -71,6 +71,48 @@ TEST(CkptFiles, ResumeTriesNewestFirstAndIgnoresUnfinishedSaves) {
   EXPECT_TRUE(ckpt::resume_candidates("auto", fresh_dir("ckpt_units_empty")).empty());
 }
 
+// --resume auto takes what `latest` names, even when a newer-named file lies beside it (another
+// run's, or a save `latest` never named), and falls back only to older ones.
+TEST(CkptFiles, ResumeAutoTakesLatestThenOnlyOlderOnes) {
+  const std::string dir = fresh_dir("ckpt_units_latest");
+  for (int64_t s : {5, 10, 40}) fake_save(dir, s, 0);
+  std::ofstream(fs::path(dir) / "latest") << "step-00000010.h5\n";
+  const auto c = ckpt::resume_candidates("auto", dir);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_EQ(c[0], ckpt::step_path(dir, 10));
+  EXPECT_EQ(c[1], ckpt::step_path(dir, 5));
+  EXPECT_EQ(ckpt::latest_checkpoint(dir), ckpt::step_path(dir, 10));
+  fs::remove(fs::path(dir) / "latest");  // no `latest` (an older layout): every checkpoint, newest first
+  EXPECT_EQ(ckpt::resume_candidates("auto", dir).front(), ckpt::step_path(dir, 40));
+  EXPECT_EQ(ckpt::latest_checkpoint(dir), "");
+}
+
+// A checkpoint as users type it: the file, the directory, or the directory's `latest`.
+TEST(CkptFiles, ResolveTakesAFileADirectoryOrItsLatest) {
+  const std::string dir = fresh_dir("ckpt_units_resolve");
+  for (int64_t s : {2, 4}) fake_save(dir, s, 0);
+  const std::string want = ckpt::step_path(dir, 4);
+  EXPECT_EQ(ckpt::resolve_checkpoint(dir, "--resume"), want);
+  EXPECT_EQ(ckpt::resolve_checkpoint(dir + "/", "--resume"), want);
+  EXPECT_EQ(ckpt::resolve_checkpoint(dir + "/latest", "inspect"), want);
+  EXPECT_EQ(ckpt::resolve_checkpoint(ckpt::step_path(dir, 2), "--resume"), ckpt::step_path(dir, 2));
+  auto message = [](const std::string& spec, const std::string& opt) {
+    try {
+      ckpt::resolve_checkpoint(spec, opt);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string empty = fresh_dir("ckpt_units_resolve_empty");
+  EXPECT_EQ(message(empty, "--input"), "--input: " + empty + " has no `latest` file (no checkpoint was completed there); "
+                                       "pass a checkpoint file such as " + ckpt::step_path(empty, 100));
+  EXPECT_EQ(message(empty + "/latest", "--resume").rfind("--resume: " + empty + " has no `latest`", 0), 0u);
+  EXPECT_EQ(message("/nonexistent/step-1.h5", "--resume"), "--resume: /nonexistent/step-1.h5 does not exist");
+  std::ofstream(fs::path(empty) / "latest") << "step-00000009.h5\n";
+  EXPECT_NE(message(empty, "inspect").find("names step-00000009.h5, which does not exist"), std::string::npos);
+}
+
 TEST(CkptFiles, CrcIsZlibsOverTheCanonicalBytes) {
   auto t = at::arange(1000, at::kFloat).reshape({10, 100});
   const auto contiguous = t.contiguous();
@@ -102,6 +144,38 @@ TEST(CkptConfig, BadValuesNameTheOption) {
   EXPECT_NE(message(c).find("--ckpt-stripe-size"), std::string::npos);
   c = ok, c.resume = "/nonexistent/step-1.h5";
   EXPECT_NE(message(c).find("--resume"), std::string::npos);
+  c = ok, c.save_every = 10;
+  EXPECT_EQ(message(c), "--save-every needs --checkpoint-dir (where the checkpoints go)");
+}
+
+// A new run never writes into another run's checkpoints unless told to: its `latest` would move
+// and a later --resume auto would continue the wrong run.
+TEST(CkptConfig, ANewRunRefusesAnotherRunsCheckpointDirectory) {
+  auto message = [](ckpt::CheckpointConfig c) {
+    try {
+      c.validate();
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ckpt::CheckpointConfig c;
+  c.dir = fresh_dir("ckpt_units_foreign");
+  EXPECT_EQ(message(c), "") << "an empty directory is fine";
+  fake_save(c.dir, 40, 0);
+  EXPECT_EQ(message(c), "--checkpoint-dir " + c.dir + " already holds checkpoints of another run (latest: "
+                        "step-00000040.h5); continue it with --resume auto, pass a new --checkpoint-dir, or replace "
+                        "them with --overwrite-checkpoints");
+  c.resume = "auto";
+  EXPECT_EQ(message(c), "");
+  c.resume = ckpt::step_path(c.dir, 40);
+  EXPECT_EQ(message(c), "") << "resuming a file of the same directory continues that run";
+  c.resume = "", c.overwrite = true;
+  EXPECT_EQ(message(c), "");
+  c.resume = "auto";
+  EXPECT_NE(message(c).find("pass only one of them"), std::string::npos);
+  EXPECT_EQ(ckpt::remove_checkpoints(c.dir), 2) << "the checkpoint and latest";
+  EXPECT_FALSE(ckpt::holds_checkpoints(c.dir));
 }
 
 TEST(CkptFiles, AFailedSaveIsOneLineThatNamesAFullDiskAndWhatIsKept) {

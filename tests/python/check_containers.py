@@ -66,6 +66,8 @@ def check(repo):
             problems.append("shardtrain.def: %%files source %s does not exist" % line.split()[0])
 
     build = open(os.path.join(repo, "containers/build-image.sh")).read()
+    problems += check_files_section(repo, files.group(1) if files else "")
+    problems += check_plugin_path(docker, apptainer, build)
     texts = {"Dockerfile": docker, "shardtrain.def": apptainer, "build-image.sh": build}
     mpijob_path = os.path.join(repo, "containers/eks/mpijob.yaml")
     texts["mpijob.yaml"] = open(mpijob_path).read()
@@ -108,6 +110,46 @@ def check(repo):
     return problems
 
 
+def top_level_entries(repo):
+    """What the image needs of the repository: its tracked top-level files and folders, dot-files aside."""
+    p = subprocess.run(["git", "-C", repo, "ls-files"], text=True, capture_output=True)
+    names = {f.split("/", 1)[0] for f in p.stdout.split()} if p.returncode == 0 and p.stdout else set(os.listdir(repo))
+    ignored = {l.strip() for l in open(os.path.join(repo, ".dockerignore")) if l.strip()}
+    return {n for n in names if not n.startswith(".") and n not in ignored and not n.startswith("build")}
+
+
+def check_files_section(repo, section):
+    """Apptainer's %files ignores .dockerignore: it must name entries, never "." or a build output."""
+    problems = []
+    ignored = {l.strip().rstrip("*").rstrip(".") for l in open(os.path.join(repo, ".dockerignore")) if l.strip()}
+    sources = [l.split()[0] for l in section.splitlines() if l.strip() and not l.strip().startswith("#")]
+    for src in sources:
+        top = os.path.normpath(src).split("/", 1)[0]
+        if top in (".", "") or top in ignored or top.startswith("build"):
+            problems.append("shardtrain.def: %%files copies %s, which holds build outputs (build/, .venv/) of a built checkout" % src)
+    missing = sorted(top_level_entries(repo) - {os.path.normpath(s).split("/", 1)[0] for s in sources})
+    if missing:
+        problems.append("shardtrain.def: %%files does not copy %s, which the image build needs" % ", ".join(missing))
+    return problems
+
+
+def check_plugin_path(docker, apptainer, build):
+    """The EFA plugin for NCCL that build-image.sh installs is on the image's library path."""
+    m = re.search(r"aws-ofi-nccl\S*\s.*?--prefix=(\S+)", build, re.S)
+    if not m:
+        return ["build-image.sh: no --prefix for aws-ofi-nccl found"]
+    lib = m.group(1) + "/lib"
+    problems = []
+    if not re.search(r"^\s*(export\s+)?LD_LIBRARY_PATH=\S*%s" % re.escape(lib), docker, re.M):
+        problems.append("Dockerfile: LD_LIBRARY_PATH does not hold %s (the EFA plugin for NCCL)" % lib)
+    env = re.search(r"^%environment\n(.*?)(?:^%|\Z)", apptainer, re.M | re.S)
+    if not env or not re.search(r"LD_LIBRARY_PATH=\S*%s" % re.escape(lib), env.group(1)):
+        problems.append("shardtrain.def: %%environment does not put %s on LD_LIBRARY_PATH" % lib)
+    if not re.search(r"%s\b.*ld\.so\.conf\.d" % re.escape(lib), build):
+        problems.append("build-image.sh: %s is not registered in /etc/ld.so.conf.d" % lib)
+    return problems
+
+
 def self_test(repo):
     """A copy with an unpinned version and a missing script must fail the check."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,10 +160,14 @@ def self_test(repo):
         text = open(p).read().replace("EFA_INSTALLER_VERSION=1", "EFA_INSTALLER_VERSION=latest #")
         open(p, "w").write(text)
         os.remove(os.path.join(copy, "scripts/build.sh"))
+        # The image as it was: the whole checkout copied, and the plugin only named by OFI_NCCL_DIR.
+        d = os.path.join(copy, "containers/shardtrain.def")
+        text = re.sub(r"^%files\n.*?(?=^%)", "%files\n    . /opt/shardtrain\n\n", open(d).read(), flags=re.M | re.S)
+        open(d, "w").write(re.sub(r"^.*LD_LIBRARY_PATH=.*\n", "", text, flags=re.M))
         found = check(copy)
         for f in found:
             print("  self-test found: " + f)
-        want = ["EFA_INSTALLER_VERSION=latest", "scripts/build.sh"]
+        want = ["EFA_INSTALLER_VERSION=latest", "scripts/build.sh", "%files copies .", "%environment does not put"]
         missed = [w for w in want if not any(w in f for f in found)]
         print("self-test: a broken copy gives %d problems; %s" % (len(found), "all caught" if not missed else "MISSED %s" % missed))
         return not missed

@@ -3,7 +3,8 @@
 Slurm on localhost (tests/slurm/local_slurm.sh, started by the ctest fixture) and a real mpirun.
 
 Usage: slurm_tests.py CASE --repo R --bin B --data D --tmp T [--slurm-dir S]
-CASE: training | requeue | failfast | sweep | scancel | timelimit | mpirun | mpirun_sigterm.
+CASE: training | requeue | failfast | sweep | scancel | timelimit | finetune | mpirun | mpirun_sigterm |
+      mpirun_finetune.
 Exit 0 pass, 1 fail, 77 skipped (with the reason).
 """
 import argparse
@@ -61,6 +62,8 @@ def wait_job(job, env, timeout=600):
 
 
 def sbatch(args, a, env, extra_train, sbatch_opts=()):
+    if "--model" not in args and "--weights" not in args:
+        args = ["--model", "tiny", *args]
     cmd = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", *sbatch_opts,
            "slurm/train.sbatch", "--profile", "cpu", "--data", a.data, *args, "--", *extra_train]
     p = run(cmd, env, cwd=a.repo)
@@ -228,7 +231,8 @@ def case_sweep(a, env):
     out = os.path.join(a.tmp, "sweep")
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["slurm/sweep.sh", "--nodes", "1 2", "--simulate-ranks-per-node", "2", "--out", out, "--sbatch-args",
-           "--cpus-per-task=1", "--", "--data", a.data, "--profile", "cpu", "--steps", "12", "--", *TRAIN_EXTRA]
+           "--cpus-per-task=1", "--", "--data", a.data, "--profile", "cpu", "--model", "tiny", "--steps", "12", "--",
+           *TRAIN_EXTRA]
     p = run(cmd, env, cwd=a.repo, timeout=900)
     check(p.returncode == 0, "sweep.sh exited 0")
     table = open(os.path.join(out, "scaling.md")).read()
@@ -278,7 +282,8 @@ def case_mpirun(a, env):
     check(p.returncode == 0, "launch/mpirun.sh exited 0")
     check("preflight: PASS" in log, "preflight passed first")
     check("2 ranks on 1 nodes x 2 ranks per node" in log, "2 ranks from the hostfile")
-    check(re.search(r"MCW rank 1 bound to", log) is not None, "ranks were bound (--report-bindings)")
+    check(re.search(r"binding: 2 ranks (x 1 cores|share cpus)", log) is not None, "ranks were bound by the topology's plan")
+    check("1 CPU threads per rank" in log, "--threads follows the plan")
     check("trainer exit code 75" in log and "restarting (restart 1" in log, "USR1 -> checkpoint, exit 75, restart")
     check(re.search(r"resumed from \S+ at step [1-9]", log) is not None, "the restart resumed from the checkpoint")
     check([x["step"] for x in metrics(mfile)] == list(range(1, 31)), "metrics hold steps 1..30 once")
@@ -290,7 +295,7 @@ def case_mpirun_sigterm(a, env):
     out, hostfile = fresh_hostfile(a, "mpirun_sigterm", "localhost slots=2\n")
     cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2",
            "--mpirun-args", "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "100000",
-           "--save-every", "100000", "--skip-preflight", "--", *TRAIN_EXTRA]
+           "--save-every", "100000", "--skip-preflight", "--model", "tiny", "--", *TRAIN_EXTRA]
     print("$ " + " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, env=env, cwd=a.repo, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     mfile = os.path.join(out, "metrics.jsonl")
@@ -305,10 +310,79 @@ def case_mpirun_sigterm(a, env):
     check(latest_step(os.path.join(out, "checkpoints")) == last, "the checkpoint is the last step run (%d)" % last)
 
 
+def make_weights(a, name):
+    """A small Llama written by transformers' save_pretrained, shaped for the demo data's 512-piece tokenizer."""
+    d = os.path.join(a.tmp, name)
+    shutil.rmtree(d, ignore_errors=True)
+    code = ("import sys, torch, transformers\n"
+            "torch.manual_seed(0)\n"
+            "cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,"
+            " num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False)\n"
+            "transformers.LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])\n")
+    subprocess.run([a.python, "-c", code, d], check=True)
+    return d
+
+
+def check_export(a, export, val):
+    p = subprocess.run([a.python, os.path.join(os.path.dirname(__file__), "..", "python", "check_hf_export.py"), a.bin,
+                        export, val], text=True, capture_output=True)
+    print(p.stdout + p.stderr)
+    check(p.returncode == 0, "transformers loads the export %s and its loss equals shardtrain eval's" % export)
+
+
+def check_fine_tuned(log, weights, export):
+    check("fine-tuning" in log and "from the weights in " + weights in log, "the trainer started from --weights")
+    check(re.search(r"loaded \d+ bytes of weights from " + re.escape(weights), log) is not None, "the weights were read")
+    check("random initialization" not in log, "no random initialization anywhere in the log")
+    check(" --model " not in log, "the launcher passed no --model: the config came from the weights directory")
+    check(os.path.exists(os.path.join(export, "model.safetensors")), "the export was written")
+
+
+def case_finetune(a, env):
+    """sbatch from another directory, without SHARDTRAIN_HOME: pretrained weights in, an export out."""
+    submit = os.path.join(a.tmp, "finetune-submit")
+    shutil.rmtree(submit, ignore_errors=True)
+    os.makedirs(submit)
+    weights, export = make_weights(a, "finetune-weights"), os.path.join(submit, "export")
+    env = {k: v for k, v in env.items() if k != "SHARDTRAIN_HOME"}
+    cmd = ["sbatch", "--parsable", "--wait", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+           os.path.join(a.repo, "slurm/train.sbatch"), "--profile", "cpu", "--weights", weights, "--data", a.data,
+           "--steps", "6", "--save-model", export, "--skip-preflight", "--", *TRAIN_EXTRA]
+    p = run(cmd, env, cwd=submit)
+    check(p.returncode == 0, "sbatch --wait exited 0")
+    job = p.stdout.strip().split(";")[0]
+    log = open(os.path.join(submit, "shardtrain-%s.out" % job)).read()
+    print(log)
+    check(job_field(job, "JobState", env) == "COMPLETED", "job %s completed" % job)
+    run_dir = os.path.join(submit, "runs", job)
+    check(os.path.exists(os.path.join(run_dir, "metrics.jsonl")), "the run went under the submit directory: %s" % run_dir)
+    check_fine_tuned(log, weights, export)
+    check_export(a, export, a.data.replace("train.h5", "train.val.h5"))
+
+
+def case_mpirun_finetune(a, env):
+    """launch/mpirun.sh with --weights, LoRA options passed through, and a merged export."""
+    out, hostfile = fresh_hostfile(a, "mpirun_finetune", "localhost slots=2\n")
+    weights, export = make_weights(a, "mpirun-finetune-weights"), os.path.join(out, "export")
+    cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2", "--mpirun-args",
+           "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "6", "--skip-preflight", "--weights", weights,
+           "--lora-rank", "4", "--lora-alpha", "8", "--merge-lora", "--save-model", export, "--", *TRAIN_EXTRA]
+    p = run(cmd, env, cwd=a.repo)
+    log = p.stdout + p.stderr
+    check(p.returncode == 0, "launch/mpirun.sh exited 0")
+    check_fine_tuned(log, weights, export)
+    check("lora        rank 4, alpha 8" in log, "the LoRA options reached the trainer")
+    check_export(a, export, a.data.replace("train.h5", "train.val.h5"))
+    # Started again on the same directory: --resume auto continues (nothing is left to train), not a new run.
+    again = run(cmd, env, cwd=a.repo)
+    check(again.returncode == 0 and re.search(r"resumed from \S+step-00000006\.h5 at step 6", again.stdout) is not None,
+          "a second launch resumes from the run's latest checkpoint")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["training", "requeue", "failfast", "sweep", "scancel", "timelimit", "mpirun",
-                                     "mpirun_sigterm"])
+    ap.add_argument("case", choices=["training", "requeue", "failfast", "sweep", "scancel", "timelimit", "finetune",
+                                     "mpirun", "mpirun_sigterm", "mpirun_finetune"])
     for opt in ("--repo", "--bin", "--data", "--tmp"):
         ap.add_argument(opt, required=True)
     ap.add_argument("--slurm-dir")

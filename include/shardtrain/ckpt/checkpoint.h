@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "shardtrain/ckpt/checkpoint_dir.h"
 #include "shardtrain/data/loader.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/optim/optimizer.h"
@@ -91,14 +92,5 @@ void save(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& op
 // dataset's CRC-32 across the shard group, and returns the training state. Errors name the
 // tensor and the file.
 TrainState load(const std::string& path, fsdp::FsdpEngine& engine, Optimizer& optimizer);
-
-// Directory layout: DIR/step-00000010.h5, and DIR/latest holding the newest complete name.
-std::string step_path(const std::string& dir, int64_t step);
-// Rank 0 only: fsync + rename tmp -> final, then point `latest` at it (atomically), then keep
-// only the newest `keep` checkpoints (keep <= 0: all).
-void publish(const std::string& tmp, const std::string& final_path, int keep);
-// The checkpoints to try for --resume: "auto" gives every step-*.h5 in dir, newest first (the
-// caller loads them in turn and skips, with a warning, any that fails); a path gives itself.
-std::vector<std::string> resume_candidates(const std::string& spec, const std::string& dir);
 
 }  // namespace shardtrain::ckpt

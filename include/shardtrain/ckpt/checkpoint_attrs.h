@@ -29,5 +29,7 @@ void write_attrs(hid_t file, const CheckpointAttrs& a);
 // Throws UsageError for a file that is not a shardtrain checkpoint or is of a newer format, and
 // Error naming the file and attribute for a missing or malformed one.
 CheckpointAttrs read_attrs(hid_t file, const std::string& path);
+// The same from a path, serially (no MPI): for what a command needs before it builds anything.
+CheckpointAttrs read_attrs(const std::string& path);
 
 }  // namespace shardtrain::ckpt

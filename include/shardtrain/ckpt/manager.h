@@ -20,8 +20,11 @@ struct CheckpointConfig {
   int keep = 0;            // keep the newest K (0: all)
   StripeOptions stripe;    // Lustre striping hints for new files
   bool async = false;      // host copy at the step boundary, write on a background thread
+  bool overwrite = false;  // a new run may replace the checkpoints another run left in dir
   std::string base_weights;     // LoRA: the frozen base's --weights, recorded in every checkpoint
   void validate() const;        // throws UsageError naming the option
+  // Whether this run continues the checkpoints already in dir (--resume auto, or a file in dir).
+  bool continues_dir() const;
 };
 
 class Manager {
