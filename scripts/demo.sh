@@ -30,10 +30,11 @@ echo "== eval: the saved model ($out/model)"
 "$bin" eval --model "$out/model" --weights "$out/model" --data "$out/train.val.h5" \
   --accuracy-file "$data/val.jsonl" --tokenizer "$data/tokenizer.model" --accuracy-samples 200 --max-new-tokens 12
 
-echo "== generate: two prompts the model has not seen"
+echo "== generate: two prompts the model has not seen (the answer on stdout, the log in $out/generate.log)"
 for p in "Reverse the digits.|9 0 5 3 1" "Add the two numbers.|64 + 29"; do
   printf '%s %s -> ' "${p%%|*}" "${p#*|}"
   "$bin" generate --model "$out/model" --weights "$out/model" --tokenizer "$data/tokenizer.model" \
-    --template alpaca --prompt "${p%%|*}" --input "${p#*|}" --max-new-tokens 12 | tail -n 1
+    --template alpaca --prompt "${p%%|*}" --input "${p#*|}" --max-new-tokens 12 2>> "$out/generate.log" \
+    || { cat "$out/generate.log"; exit 1; }
 done
 echo "== demo finished in $((SECONDS - start)) s after the build"

@@ -9,7 +9,9 @@ venv=${SHARDTRAIN_VENV:-$repo/.venv}
 
 # Pinned: 2.11.x matches the GPU machine's torch (+cu130).
 TORCH_VERSION=2.11.0
-PY_TEST_TOOLS=(transformers==5.23.0 safetensors==0.8.0 numpy sentencepiece==0.1.99 h5py==3.16.0 pillow==13.0.0 peft==0.21.2)
+# protobuf: transformers converts a tokenizer.model to its fast tokenizer through sentencepiece
+# 0.1.99's generated sentencepiece_model_pb2, which protobuf 4 and later refuse to load.
+PY_TEST_TOOLS=(transformers==5.23.0 safetensors==0.8.0 numpy sentencepiece==0.1.99 protobuf==3.20.3 h5py==3.16.0 pillow==13.0.0 peft==0.21.2)
 
 DEBIAN_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates

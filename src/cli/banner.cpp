@@ -1,5 +1,7 @@
 #include "shardtrain/cli/banner.h"
 
+#include "option_parts.h"
+
 #include <c10/core/ScalarType.h>
 
 #include <cstdio>
@@ -19,6 +21,17 @@ std::string host_ranges(const std::vector<std::string>& hosts) {
     i = j + 1;
   }
   return out;
+}
+
+std::string start_line(const TrainOptions& o) {
+  const std::string name = o.model.name;
+  if (o.resumes)
+    return "resuming " + name + " (--resume " + o.ckpt.resume + (o.ckpt.resume == "auto" ? " in " + o.ckpt.dir : "") +
+           "); model configuration from " + o.model_from;
+  if (o.weights.empty())
+    return "training " + name + " from random initialization (seed " + std::to_string(o.train.seed) +
+           "): no --weights was given; pass --weights DIR (a Hugging Face model directory) to fine-tune pretrained weights";
+  return "fine-tuning " + name + " from the weights in " + o.weights;
 }
 
 std::string start_banner(const TrainOptions& o, const Topology& topo, const std::vector<std::string>& hosts,
@@ -58,7 +71,7 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
                 static_cast<long long>(m.intermediate_size), static_cast<long long>(m.num_heads),
                 static_cast<long long>(m.num_kv_heads), static_cast<long long>(m.vocab_size),
                 static_cast<long long>(f.num_params),
-                o.weights.empty() ? ", seeded init"
+                o.weights.empty() ? (", random initialization (seed " + std::to_string(t.seed) + ")").c_str()
                                   : (", weights " + o.weights + " (" + std::to_string(f.weights_bytes_read) +
                                      " bytes read by rank 0)").c_str());
   b += buf;
@@ -71,15 +84,16 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
                 o.val_data.empty() ? "" : ("; validation " + o.val_data + ": " + std::to_string(f.val_rows) + " rows").c_str());
   b += buf;
   std::snprintf(buf, sizeof buf,
-                "  optimizer   AdamW lr %g (%s, warmup %lld), betas %g/%g, weight decay %g, clip %g | steps %lld | seed %llu\n",
-                op.schedule.base_lr, op.schedule.kind.c_str(), static_cast<long long>(op.schedule.warmup_steps),
+                "  optimizer   AdamW lr %s (%s, warmup %lld), betas %g/%g, weight decay %g, clip %g | steps %lld | seed %llu\n",
+                parts::round_trip(op.schedule.base_lr).c_str(), op.schedule.kind.c_str(), static_cast<long long>(op.schedule.warmup_steps),
                 op.adamw.beta1, op.adamw.beta2, op.adamw.weight_decay, op.grad_clip, static_cast<long long>(t.steps),
                 static_cast<unsigned long long>(t.seed));
   b += buf;
   const std::string ckpt = o.ckpt.dir.empty() ? "off"
                            : o.ckpt.dir + " (every " + std::to_string(o.ckpt.save_every) + " steps, resume " +
                                  (o.ckpt.resume.empty() ? "off" : o.ckpt.resume) + ")";
-  std::snprintf(buf, sizeof buf, "  outputs     checkpoints %s | metrics %s\n", ckpt.c_str(),
+  const std::string model_out = o.save_model.empty() ? "not saved (--save-model DIR)" : o.save_model;
+  std::snprintf(buf, sizeof buf, "  outputs     model %s | checkpoints %s | metrics %s\n", model_out.c_str(), ckpt.c_str(),
                 t.metrics_file.empty() ? "off" : t.metrics_file.c_str());
   b += buf;
   std::snprintf(buf, sizeof buf, "  observe     progress every %lld steps | Prometheus %s | collective timeout %s",

@@ -5,6 +5,7 @@
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
@@ -35,10 +36,43 @@ LoraConfig checkpoint_lora(const std::string& path, std::string* base) {
   return l;
 }
 
+// The value of opt in a recorded command line (`--opt V` or `--opt=V`, the last one); "" when absent.
+std::string recorded_option(const nlohmann::json& args, const std::string& opt) {
+  std::string value;
+  if (!args.is_array()) return value;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string a = args[i].is_string() ? args[i].get<std::string>() : "";
+    if (a == opt && i + 1 < args.size() && args[i + 1].is_string()) value = args[i + 1].get<std::string>();
+    if (a.rfind(opt + "=", 0) == 0) value = a.substr(opt.size() + 1);
+  }
+  return value;
+}
+
+// A checkpoint's export tokenizer: convert's --weights and --tokenizer, else what its run recorded
+// (--weights, or for a converted checkpoint the model directory it came from; an existing --tokenizer).
+TokenizerSource checkpoint_tokenizer(const std::string& path, const ConvertOptions& o, const std::string& base) {
+  nlohmann::json run;
+  {
+    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+    h5::Handle f = h5::open_file(path);
+    if (h5::has_attr(f, "run_config")) run = nlohmann::json::parse(h5::read_attr_string(f, "run_config"), nullptr, false);
+  }
+  const nlohmann::json args = run.is_object() ? run.value("args", nlohmann::json()) : nlohmann::json();
+  const bool converted = run.is_object() && run.contains("converted_from") && run["converted_from"].is_string();
+  TokenizerSource src;
+  src.weights = !base.empty() ? base : converted ? run["converted_from"].get<std::string>() : recorded_option(args, "--weights");
+  src.tokenizer = o.tokenizer;
+  std::error_code ec;
+  if (src.tokenizer.empty() && fs::is_regular_file(recorded_option(args, "--tokenizer"), ec))
+    src.tokenizer = recorded_option(args, "--tokenizer");
+  src.data = recorded_option(args, "--data");
+  return src;
+}
+
 }  // namespace
 
 void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
-               int rank) {
+               int rank, const TokenizerSource& tokenizer) {
   auto full = engine.full_parameters();  // collective: every rank takes part
   if (engine.lora()) merge_adapters(full, engine.full_adapters(), model, engine.config().lora);
   if (rank != 0) return;
@@ -49,6 +83,7 @@ void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngin
   auto cfg = model_to_hf_json(model);
   cfg["torch_dtype"] = dtype == at::kBFloat16 ? "bfloat16" : "float32";
   std::ofstream(fs::path(dir) / "config.json") << cfg.dump(2) << "\n";
+  write_tokenizer_files(dir, tokenizer, model, /*full_model=*/true);
 }
 
 int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
@@ -56,7 +91,7 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   ConvertOptions o = parse_convert(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   setup_threads(o.common.threads, env);
-  const bool to_hf = fs::is_regular_file(o.input) && fs::path(o.input).extension() == ".h5";
+  const bool to_hf = o.from_checkpoint;
   const ModelConfig model = to_hf ? checkpoint_model(o.input) : resolve_model(o.input);
   auto groups = fsdp::make_mpi_groups(fsdp::Sharding::kFullShard, env.topology(), 0);
   fsdp::FsdpConfig fc;
@@ -67,12 +102,20 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   // A LoRA checkpoint is loaded onto its base (the checksum is verified); the seeded init's base has none to read.
   const std::string read_from = !to_hf ? o.input : fc.lora.enabled() ? base : "";
   std::unique_ptr<SafetensorsModel> weights = read_from.empty() ? nullptr : std::make_unique<SafetensorsModel>(read_from);
+  const TokenizerSource tokenizer = to_hf ? checkpoint_tokenizer(o.input, o, base) : TokenizerSource{};
+  std::string failure;  // rank 0 checks before the load; every rank then fails alike
+  try {
+    if (env.rank() == 0) check_export_tokenizer(tokenizer, model);
+  } catch (const UsageError& e) {
+    failure = e.what();
+  }
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
   fsdp::FsdpEngine engine(model, fc, groups, /*seed=*/0, weights.get());
   Optimizer optimizer = fsdp::make_optimizer(engine, OptimizerConfig{});  // a checkpoint holds its (empty) state
   if (to_hf) {
     ckpt::load(o.input, engine, optimizer);  // verifies every checksum on the way
-    if (engine.lora() && !o.merge_lora) export_peft(o.output, engine, base, env.rank());
-    else export_hf(o.output, model, engine, o.dtype, env.rank());
+    if (engine.lora() && !o.merge_lora) export_peft(o.output, engine, base, env.rank(), tokenizer);
+    else export_hf(o.output, model, engine, o.dtype, env.rank(), tokenizer);
   } else {
     const std::string tmp = o.output + ".tmp";
     ckpt::TrainState st;

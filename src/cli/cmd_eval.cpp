@@ -41,7 +41,7 @@ int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
   setup_threads(o.common.threads, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
-  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
+  EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0, o.lora);  // every weight is read: no init to seed
   // --batch-size counts rows across all ranks, so any world size reads the same batches.
   const int64_t per_rank = (o.batch_size + env.size() - 1) / env.size();
   Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);

@@ -1,4 +1,3 @@
-#include <filesystem>
 #include <iostream>
 
 #include "shardtrain/cli/commands.h"
@@ -13,11 +12,11 @@ int cmd_prepare(const std::vector<std::string>& args, MpiEnv& env) {
   PrepareCliOptions o = parse_prepare(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   if (env.size() > 1) throw UsageError("prepare is a single-process step; run it without mpirun/srun or with -np 1");
-  for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output}, {"--val-output", o.prepare.val_output}}) {
-    const std::string dir = std::filesystem::path(out).parent_path().string();  // checked before tokenizing
+  // Checked before tokenizing, which can take long; run_prepare makes the missing directories.
+  for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output}, {"--val-output", val_output_path(o.prepare)}}) {
     if (out.empty()) continue;
-    if (const std::string why = probe_writable_dir(dir.empty() ? "." : dir); !why.empty())
-      throw UsageError(std::string(opt) + " " + out + ": " + why + "; choose a directory you can write");
+    if (const std::string why = probe_writable_file(out); !why.empty())
+      throw UsageError(std::string(opt) + ": cannot write " + out + ": " + why);
   }
   const PrepareReport r = run_prepare(o.prepare);
   std::cout << format_report(o.prepare, r) << std::flush;

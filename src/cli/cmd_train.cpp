@@ -78,8 +78,12 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   setup_threads(o.common.threads, env);
   track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
   check_writable_outputs(o, env);
-  auto train = open_token_file("--data", o.data, o.model, env);
-  auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model, env);
+  std::string checked_train, checked_val;
+  auto train = open_token_file("--data", o.data, o.model, env, &checked_train);
+  auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
+  log::info(start_line(o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
+  for (const auto& line : {checked_train, checked_val})
+    if (!line.empty()) log::info(line);
   auto accuracy = load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed);
   fsdp::FsdpEngine& engine = *setup.engine;
@@ -110,10 +114,10 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   // Export.
   if (!o.save_model.empty()) {
     if (engine.lora() && !o.merge_lora) {
-      export_peft(o.save_model, engine, o.weights, env.rank());
+      export_peft(o.save_model, engine, o.weights, env.rank(), train_tokenizer(o));
       log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
     } else {
-      export_hf(o.save_model, o.model, engine, at::kFloat, env.rank());
+      export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
       log::info("saved " + std::string(engine.lora() ? "the merged model" : "model") + " to " + o.save_model);
     }
   }

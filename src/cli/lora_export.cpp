@@ -30,7 +30,8 @@ nlohmann::json peft_adapter_config(const LoraConfig& lora, const std::string& ba
           {"alpha_pattern", nlohmann::json::object()}};
 }
 
-void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base, int rank) {
+void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base, int rank,
+                 const TokenizerSource& tokenizer) {
   const auto adapters = engine.full_adapters();  // collective
   if (rank != 0) return;
   NamedTensors named;
@@ -38,6 +39,7 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
   fs::create_directories(dir);
   write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), named, {{"format", "pt"}});
   std::ofstream(fs::path(dir) / "adapter_config.json") << peft_adapter_config(engine.config().lora, base).dump(2) << "\n";
+  write_tokenizer_files(dir, tokenizer, engine.model(), /*full_model=*/false);
 }
 
 }  // namespace shardtrain::cli

@@ -19,7 +19,12 @@ struct ModelArgs {
 
 po::options_description common_desc(CommonOptions& c);
 po::options_description model_desc(ModelArgs& m);
-ModelConfig resolve(const ModelArgs& m);
+// The model config: `from` (a checkpoint's) or --model / --weights' config.json, then the overrides.
+ModelConfig resolve(const ModelArgs& m, const ModelConfig* from = nullptr);
+// eval and generate refuse to run a random model: they need --weights.
+void require_weights(const std::string& command, const ModelArgs& m);
+// train's model and weights: as given, or, when resuming without either, the checkpoint's.
+void resolve_train_model(TrainOptions& o, const ModelArgs& m);
 
 struct AccuracyArgs {
   std::string format = "auto";
@@ -47,6 +52,14 @@ void check_lora(LoraConfig& l, const LoraArgs& raw);
 LoraConfig read_adapter_config(const std::string& dir);
 
 void require_file(const std::string& opt, const std::string& path);
+// A double option with its default shown in --help as one types it (1e-4, 0.95), not as Boost's
+// lexical_cast prints it (0.0001000000000000000048). Every double option with a default uses it.
+po::typed_value<double>* real(double* target, double default_value);
+// The shortest text that reads back as exactly v: 1e-4, 0.1, 0.95, 1e-8, 32.
+std::string round_trip(double v);
+// One line for an unknown option: the command's nearest option, or shardtrain's equivalent of
+// a PyTorch / Hugging Face Trainer flag. config: the --config file it was read from, or "".
+std::string unknown_option_message(const std::string& typed, const po::options_description& all, const std::string& config);
 // Parses args, then --config FILE, into the variables bound by `all`.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,
                 const po::positional_options_description* positional = nullptr);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "option_parts.h"
+#include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/runtime/error.h"
 
 namespace fs = std::filesystem;
@@ -42,7 +43,7 @@ po::options_description model_desc(ModelArgs& m) {
   return d;
 }
 
-ModelConfig resolve(const ModelArgs& m) {
+ModelConfig resolve(const ModelArgs& m, const ModelConfig* from) {
   std::string spec = m.spec;
   if (spec.empty()) {  // --weights DIR (or a file in it) with its config.json names the model
     const fs::path w(m.weights);
@@ -50,7 +51,7 @@ ModelConfig resolve(const ModelArgs& m) {
     const fs::path dir = fs::is_directory(w, ec) ? w : w.parent_path();
     spec = !m.weights.empty() && fs::exists(dir / "config.json", ec) ? dir.string() : "tiny";
   }
-  ModelConfig c = resolve_model(spec);
+  ModelConfig c = from ? *from : resolve_model(spec);
   if (m.n_layers) c.num_layers = m.n_layers;
   if (m.hidden) c.hidden_size = m.hidden;
   if (m.inter) c.intermediate_size = m.inter;
@@ -60,6 +61,31 @@ ModelConfig resolve(const ModelArgs& m) {
   if (m.max_pos) c.max_position_embeddings = m.max_pos;
   c.validate();
   return c;
+}
+
+void require_weights(const std::string& command, const ModelArgs& m) {
+  if (m.weights.empty())
+    throw UsageError(command + " needs --weights (a Hugging Face model directory, safetensors file or index): a randomly "
+                     "initialized model's " + (command == "eval" ? "loss" : "text") + " means nothing. For a checkpoint, "
+                     "export it first: shardtrain convert --input CHECKPOINT_DIR --output MODEL_DIR");
+}
+
+void resolve_train_model(TrainOptions& o, const ModelArgs& m) {
+  o.weights = m.weights;
+  const auto& ck = o.ckpt;
+  const auto candidates = ck.resume.empty() ? std::vector<std::string>{} : ckpt::resume_candidates(ck.resume, ck.dir);
+  o.resumes = !candidates.empty();
+  if (!m.spec.empty() || !m.weights.empty() || candidates.empty()) {
+    o.model = resolve(m);
+    o.model_from = !m.spec.empty() ? "--model " + m.spec : !m.weights.empty() ? "--weights" : "the default preset";
+    return;
+  }
+  // A resumed run without --model or --weights is the checkpoint's model (and a LoRA run's recorded base).
+  const auto attrs = ckpt::read_attrs(candidates.front());
+  const ModelConfig saved = model_from_hf_json(attrs.model_config, candidates.front());
+  o.model = resolve(m, &saved);
+  o.model_from = "checkpoint " + candidates.front();
+  if (attrs.lora_rank > 0) o.weights = attrs.base_weights;
 }
 
 void require_file(const std::string& opt, const std::string& path) {
@@ -86,9 +112,11 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
                 const po::positional_options_description* positional) {
   po::variables_map vm;
   bool placeholder = std::any_of(args.begin(), args.end(), has_placeholder);
+  std::string config_path;  // set while the --config file is parsed
   try {
     po::command_line_parser parser(args);
-    parser.options(all);
+    // No allow_guessing: --lora-r must not become --lora-rank. The config file never guesses.
+    parser.options(all).style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing);
     if (positional) parser.positional(*positional);
     po::store(parser.run(), vm);
     if (vm.count("config")) {
@@ -99,12 +127,15 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
       text << in.rdbuf();
       placeholder = placeholder || has_placeholder(text.str());
       std::istringstream config(text.str());
+      config_path = path;
       po::store(po::parse_config_file(config, all), vm);
+      config_path.clear();
     }
     po::notify(vm);
   } catch (const po::error_with_option_name& e) {
     if (placeholder)
       throw UsageError("option '" + e.get_option_name() + "' is unknown or has a bad value (its text holds a %...% sequence); see --help");
+    if (dynamic_cast<const po::unknown_option*>(&e)) throw UsageError(unknown_option_message(e.get_option_name(), all, config_path));
     throw UsageError(e.what());
   } catch (const po::error& e) {
     throw UsageError(e.what());
@@ -182,7 +213,7 @@ void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
 po::options_description accuracy_desc(AccuracyConfig& a, AccuracyArgs& raw) {
   po::options_description d("Task accuracy (exact match by greedy generation)");
   d.add_options()("accuracy-file", po::value(&a.file), "JSONL with prompts and reference answers (alpaca or samsum)")(
-      "tokenizer", po::value(&a.tokenizer), "SentencePiece tokenizer.model (needed with --accuracy-file)")(
+      "tokenizer", po::value(&a.tokenizer), "SentencePiece tokenizer.model (needed with --accuracy-file; train's --save-model export also carries it)")(
       "accuracy-format", po::value(&raw.format)->default_value("auto"), "alpaca, samsum or auto")(
       "accuracy-samples", po::value(&a.samples)->default_value(100), "first N records of the file (0: all)")(
       "max-new-tokens", po::value(&a.max_new_tokens)->default_value(32), "generation limit per answer");
@@ -226,8 +257,10 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "val-every", po::value(&t.val_every)->default_value(0), "validation every N steps (0: at the end)")(
       "val-batches", po::value(&t.val_batches)->default_value(8), "validation batches")(
       "log-every", po::value(&t.log_every)->default_value(10), "progress line every N steps")(
+      "breakdown-every", po::value(&t.breakdown_every)->default_value(t.breakdown_every),
+      "the step-time breakdown across ranks with every Nth progress line, and at the end (0: only at the end)")(
       "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
-      "peak-tflops", po::value(&t.peak_tflops)->default_value(0.0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
+      "peak-tflops", real(&t.peak_tflops, 0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end")(
       "profile-step", po::value(&t.profile_step)->default_value(0),
       "profile this optimizer step with LibTorch's profiler (host ops; CUDA kernels on a GPU): top kernels and the "
@@ -235,21 +268,26 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "profile-dir", po::value(&t.profile_dir)->default_value("profile"),
       "--profile-step's output: trace-rankR.json (chrome://tracing, Perfetto) and profile-rankR.md per rank");
   po::options_description optim("Optimizer (AdamW) and learning rate");
-  optim.add_options()("lr", po::value(&op.schedule.base_lr)->default_value(3e-3), "peak learning rate")(
+  optim.add_options()("lr", real(&op.schedule.base_lr, op.schedule.base_lr),
+                      "peak learning rate (the default is a fine-tuning rate for pretrained weights)")(
       "lr-schedule", po::value(&schedule)->default_value("cosine"), "cosine (linear warmup + cosine), steplr (per epoch, --gamma) or constant")(
       "warmup-steps", po::value(&op.schedule.warmup_steps)->default_value(10), "linear warmup steps")(
-      "min-lr-ratio", po::value(&op.schedule.min_lr_ratio)->default_value(0.1), "cosine floor as a fraction of --lr")(
-      "gamma", po::value(&op.schedule.gamma)->default_value(0.85), "steplr decay per epoch (llama-recipes: 0.85)")(
-      "weight-decay", po::value(&op.adamw.weight_decay)->default_value(0.1), "AdamW decoupled weight decay (not on norms)")(
-      "beta1", po::value(&op.adamw.beta1)->default_value(0.9), "AdamW beta1")(
-      "beta2", po::value(&op.adamw.beta2)->default_value(0.95), "AdamW beta2")(
-      "adam-eps", po::value(&op.adamw.eps)->default_value(1e-8), "AdamW epsilon")(
-      "grad-clip", po::value(&op.grad_clip)->default_value(1.0), "global gradient-norm clip (0: off)");
+      "min-lr-ratio", real(&op.schedule.min_lr_ratio, 0.1), "cosine floor as a fraction of --lr")(
+      "gamma", real(&op.schedule.gamma, 0.85), "steplr decay per epoch (llama-recipes: 0.85)")(
+      "weight-decay", real(&op.adamw.weight_decay, 0.1), "AdamW decoupled weight decay (not on norms)")(
+      "beta1", real(&op.adamw.beta1, 0.9), "AdamW beta1")(
+      "beta2", real(&op.adamw.beta2, 0.95), "AdamW beta2")(
+      "adam-eps", real(&op.adamw.eps, 1e-8), "AdamW epsilon")(
+      "grad-clip", real(&op.grad_clip, 1.0), "global gradient-norm clip (0: off)");
   po::options_description ckpt("Checkpoints");
   ckpt.add_options()("checkpoint-dir", po::value(&ck.dir), "write HDF5 checkpoints here (shared storage on a cluster)")(
       "save-every", po::value(&ck.save_every)->default_value(0), "checkpoint every N steps (0: only at the end)")(
       "keep-checkpoints", po::value(&ck.keep)->default_value(0), "keep the newest K checkpoints (0: all)")(
-      "resume", po::value(&ck.resume), "auto (newest valid checkpoint in --checkpoint-dir) or a checkpoint path")(
+      "resume", po::value(&ck.resume),
+      "auto (the checkpoint --checkpoint-dir's `latest` names; an older one only if that one is corrupt), a checkpoint "
+      "file, or a checkpoint directory (its `latest`). Without --model and --weights, the model is the checkpoint's")(
+      "overwrite-checkpoints", po::bool_switch(&ck.overwrite),
+      "start a new run in a --checkpoint-dir that holds another run's checkpoints, removing them")(
       "async-save", po::bool_switch(&ck.async), "copy shards to host memory and write checkpoints on a background thread")(
       "ckpt-stripe-count", po::value(&ck.stripe.count)->default_value(0), "Lustre stripe count of new checkpoints (0: default)")(
       "ckpt-stripe-size", po::value(&ck.stripe.size)->default_value(0),
@@ -269,13 +307,13 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
     if (help_text) *help_text = usage_text("Usage: shardtrain train --data F.h5 [options]", o.common.help_all ? all : visible);
     return o;
   }
-  o.model = resolve(m);
-  o.weights = m.weights;
+  if (!ck.resume.empty() && ck.resume != "auto") ck.resume = ckpt::resolve_checkpoint(ck.resume, "--resume");
+  resolve_train_model(o, m);
   require_file("--weights", o.weights);
   require_file("--data", o.data);
   require_file("--val-data", o.val_data);
   check_accuracy(o.accuracy, acc);
-  positive("--lr", op.schedule.base_lr, "try 3e-4 for fine-tuning");
+  positive("--lr", op.schedule.base_lr, ("try " + round_trip(LrSchedule{}.base_lr) + " (the default) for fine-tuning").c_str());
   t.validate();
   if (schedule != "cosine" && schedule != "steplr" && schedule != "constant")
     throw UsageError("--lr-schedule must be cosine, steplr or constant, got '" + schedule + "'");
@@ -308,7 +346,6 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   data.add_options()("data", po::value(&o.data), "token file made by 'shardtrain prepare'")(
       "batch-size", po::value(&o.batch_size)->default_value(8), "rows per forward pass, across all ranks")(
       "max-batches", po::value(&o.max_batches)->default_value(0), "stop after N batches (0: all)")(
-      "seed", po::value(&o.seed)->default_value(1234), "seed for the init when no --weights")(
       "save-logits", po::value(&o.save_logits), "write the first --batch-size rows of --data and their fp32 logits to this HDF5 file")(
       "lora", po::value(&o.lora), "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
@@ -320,6 +357,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
     return o;
   }
   o.model = resolve(m);
+  require_weights("eval", m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
   require_file("--data", o.data);

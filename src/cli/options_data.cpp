@@ -1,6 +1,11 @@
 // Options of the data-side commands: prepare and generate.
+#include <filesystem>
+
 #include "option_parts.h"
+#include "shardtrain/ckpt/checkpoint_dir.h"
 #include "shardtrain/runtime/error.h"
+
+namespace fs = std::filesystem;
 
 namespace shardtrain::cli {
 
@@ -17,7 +22,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
       "seq-len", po::value(&p.seq_len)->default_value(512), "tokens per row; longer samples are truncated")(
       "mode", po::value(&mode)->default_value("packing"), "packing (concatenate samples into full rows) or padding (one sample per row)")(
-      "val-fraction", po::value(&p.val_fraction)->default_value(0.0), "hold out this share of the samples for validation")(
+      "val-fraction", real(&p.val_fraction, 0), "hold out this share of the samples for validation")(
       "val-input", po::value(&p.val_input), "or: a second JSONL file for validation")(
       "val-output", po::value(&p.val_output), "validation token file (default: <output>.val.h5)")(
       "seed", po::value(&p.seed)->default_value(1234), "seed for the validation split")(
@@ -57,8 +62,8 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
       "template", po::value(&o.template_name)->default_value("none"), "none (raw prompt) or alpaca (prompt is the instruction)")(
       "input", po::value(&o.input), "alpaca input field, with --template alpaca")(
       "max-new-tokens", po::value(&o.max_new_tokens)->default_value(64), "tokens to generate at most")(
-      "temperature", po::value(&o.temperature)->default_value(0.0), "0: greedy; > 0: sample")(
-      "top-p", po::value(&o.top_p)->default_value(1.0), "nucleus sampling mass, with --temperature > 0")(
+      "temperature", real(&o.temperature, 0), "0: greedy; > 0: sample")(
+      "top-p", real(&o.top_p, 1.0), "nucleus sampling mass, with --temperature > 0")(
       "seed", po::value(&o.seed)->default_value(0), "sampling seed")(
       "lora", po::value(&o.lora), "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
@@ -70,6 +75,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
     return o;
   }
   o.model = resolve(m);
+  require_weights("generate", m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
   if (o.tokenizer.empty()) throw UsageError("generate needs --tokenizer (the model's tokenizer.model)");
@@ -90,11 +96,15 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   ConvertOptions o;
   std::string dtype = "fp32";
   po::options_description d("Convert");
-  d.add_options()("input", po::value(&o.input), "a checkpoint (step-N.h5), or a Hugging Face model directory")(
+  d.add_options()("input", po::value(&o.input),
+                  "a checkpoint (step-N.h5, or a checkpoint directory: its latest), or a Hugging Face model directory")(
       "output", po::value(&o.output), "a Hugging Face model directory, or a checkpoint file")(
       "dtype", po::value(&dtype)->default_value("fp32"), "dtype of exported safetensors: fp32 or bf16")(
       "weights", po::value(&o.weights), "a LoRA checkpoint's base (default: the path it records)")(
-      "merge-lora", po::bool_switch(&o.merge_lora), "a LoRA checkpoint: write merged full weights, not the PEFT adapter");
+      "merge-lora", po::bool_switch(&o.merge_lora), "a LoRA checkpoint: write merged full weights, not the PEFT adapter")(
+      "tokenizer", po::value(&o.tokenizer),
+      "SentencePiece tokenizer.model the export carries (default: the tokenizer files of the --weights directory the "
+      "checkpoint records, else the --tokenizer it records)");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
@@ -104,27 +114,40 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   }
   if (o.input.empty() || o.output.empty()) throw UsageError("convert needs --input and --output");
   require_file("--input", o.input);
+  o.from_checkpoint = is_checkpoint_input(o.input);
+  if (o.from_checkpoint) o.input = ckpt::resolve_checkpoint(o.input, "--input");
   require_file("--weights", o.weights);
+  require_file("--tokenizer", o.tokenizer);
   o.dtype = parse_dtype(dtype, "--dtype");
   check_threads(o.common);
   return o;
 }
 
+bool is_checkpoint_input(const std::string& path) {
+  const fs::path p(path);
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) return p.extension() == ".h5" || p.filename() == "latest";
+  if (fs::exists(p / "config.json", ec)) return false;  // a Hugging Face model directory
+  if (ckpt::holds_checkpoints(path)) return true;
+  throw UsageError("--input " + path + " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
+                   "directory (no latest or step-*.h5); pass one of those or a step-N.h5 file");
+}
+
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text) {
   InspectOptions o;
   po::options_description d("Inspect");
-  d.add_options()("checkpoint", po::value(&o.checkpoint), "checkpoint file (step-N.h5)");
+  d.add_options()("checkpoint", po::value(&o.checkpoint), "checkpoint file (step-N.h5), or a checkpoint directory (its latest)");
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all, &pos);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text("Usage: shardtrain inspect CHECKPOINT.h5", all);
+    if (help_text) *help_text = usage_text("Usage: shardtrain inspect CHECKPOINT_DIR | CHECKPOINT.h5", all);
     return o;
   }
-  if (o.checkpoint.empty()) throw UsageError("inspect needs a checkpoint file: shardtrain inspect DIR/step-N.h5");
-  require_file("checkpoint", o.checkpoint);
+  if (o.checkpoint.empty()) throw UsageError("inspect needs a checkpoint: shardtrain inspect DIR (its latest) or DIR/step-N.h5");
+  o.checkpoint = ckpt::resolve_checkpoint(o.checkpoint, "inspect");
   return o;
 }
 

@@ -60,13 +60,13 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "loss-chunk", po::value(&loss_chunk)->default_value(loss_chunk), "train's --loss-chunk: auto, off or tokens")(
       "fabric", po::value(&fabric)->default_value(fabric), "p4de, p5, or a JSON file from `shardtrain preflight --json`")(
       "calibrate", po::value(&calibrate), "a train --metrics-file: its achieved TFLOP/s and optimizer time replace the defaults")(
-      "mfu", po::value(&in.default_mfu)->default_value(in.default_mfu), "compute efficiency without --calibrate")(
+      "mfu", real(&in.default_mfu, in.default_mfu), "compute efficiency without --calibrate")(
       "csv", po::value(&o.csv), "write the table as CSV here")(
       "png", po::value(&o.png), "write a chart of scaling efficiency against node count here")(
       "json", po::bool_switch(&o.json), "print the plan as JSON instead of the table")(
       "json-file", po::value(&o.json_file), "also write the JSON here");
   po::options_description hidden("Validation");
-  hidden.add_options()("gpu-memory-gb", po::value(&gpu_memory_gb)->default_value(0), "override the GPU's memory (GB)")(
+  hidden.add_options()("gpu-memory-gb", real(&gpu_memory_gb, 0), "override the GPU's memory (GB)")(
       "no-allowances", po::bool_switch(&no_allowances), "leave out the NCCL and allocator allowances (compare with measured tensor bytes)");
   po::options_description visible;
   visible.add(common_desc(o.common)).add(model_desc(m)).add(d).add(lora_desc(in.fsdp.lora, lora));

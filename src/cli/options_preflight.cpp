@@ -31,7 +31,7 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
   bool no_sweep = false;
   po::options_description d("Preflight");
   d.add_options()("device", po::value(&o.device)->default_value("auto"), "auto, cuda (NCCL) or cpu (MPI)")(
-      "min-busbw", po::value(&o.min_busbw)->default_value(0), "fail when a sweep's average bus bandwidth (GB/s) is below this; 0: report only")(
+      "min-busbw", real(&o.min_busbw, 0), "fail when a sweep's average bus bandwidth (GB/s) is below this; 0: report only")(
       "min-bytes", po::value(&min_b)->default_value("1M"), "smallest collective size (nccl-tests -b)")(
       "max-bytes", po::value(&max_b)->default_value("1G"), "largest collective size (nccl-tests -e)")(
       "step-factor", po::value(&o.step_factor)->default_value(2), "size multiplier between steps (nccl-tests -f)")(

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "shardtrain/cli/commands.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/runtime/clock.h"
 #include "shardtrain/runtime/error.h"
@@ -58,7 +59,7 @@ std::string local_token_check(const char* opt, const TokenFile& f, const ModelCo
 }  // namespace
 
 std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model,
-                                           const MpiEnv& env) {
+                                           const MpiEnv& env, std::string* checked) {
   const Stopwatch clock;
   std::unique_ptr<TokenFile> f;
   std::string failure;
@@ -75,8 +76,11 @@ std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& p
   if (first == INT64_MAX) {
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f", clock.seconds());
-    log::info("checked the " + std::to_string(f->rows() * f->seq_len()) + " token ids of " + path + " against vocab_size " +
-              std::to_string(model.vocab_size) + " in " + secs + " s (" + std::to_string(env.size()) + " ranks)");
+    const std::string line = "checked the " + std::to_string(f->rows() * f->seq_len()) + " token ids of " + path +
+                             " against vocab_size " + std::to_string(model.vocab_size) + " in " + secs + " s (" +
+                             std::to_string(env.size()) + " ranks)";
+    if (checked) *checked = line;
+    else log::info(line);
     return f;
   }
   const auto at = f->first_token_outside(model.vocab_size, first, first + 1);  // every rank: the same one row
@@ -86,17 +90,45 @@ std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& p
                          "); prepare the data with the model's tokenizer or use a model whose vocab_size covers it");
 }
 
-std::string probe_writable_dir(const std::string& dir) {
+namespace {
+
+// dir, or its nearest existing ancestor: where create_directories would start.
+fs::path existing_ancestor(const std::string& dir) {
   std::error_code ec;
   fs::path p = fs::absolute(dir, ec);
-  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();  // what would be created under
-  if (!fs::is_directory(p, ec)) return p.string() + " is not a directory";
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  return p;
+}
+
+// Why no file can be created in the existing directory p (strerror), or "".
+std::string cannot_create_in(const fs::path& p) {
   const fs::path probe = p / (".shardtrain-probe-" + std::to_string(::getpid()));
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return "cannot create files in " + p.string() + ": " + std::strerror(errno);
+  if (fd < 0) return std::strerror(errno);
   ::close(fd);
   ::unlink(probe.c_str());
   return "";
+}
+
+}  // namespace
+
+std::string probe_writable_dir(const std::string& dir) {
+  std::error_code ec;
+  const fs::path p = existing_ancestor(dir);
+  if (!fs::is_directory(p, ec)) return p.string() + " is not a directory";
+  if (const std::string why = cannot_create_in(p); !why.empty()) return "cannot create files in " + p.string() + ": " + why;
+  return "";
+}
+
+std::string probe_writable_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return "it is a directory; name a file";
+  const std::string dir = fs::path(path).parent_path().string();
+  const fs::path p = existing_ancestor(dir.empty() ? "." : dir);
+  if (!fs::is_directory(p, ec)) return p.string() + " is not a directory";
+  const std::string why = cannot_create_in(p);
+  if (why.empty() || fs::equivalent(p, dir.empty() ? "." : dir, ec)) return why;
+  return why + " (in " + p.string() + ", where its missing directories would be made)";
 }
 
 void check_writable_outputs(const TrainOptions& o, const MpiEnv& env) {
@@ -117,6 +149,13 @@ void check_writable_outputs(const TrainOptions& o, const MpiEnv& env) {
     probe("--metrics-file", m.parent_path().empty() ? "." : m.parent_path().string(), "choose a writable path");
     if (failure.empty() && fs::exists(m) && ::access(m.c_str(), W_OK) != 0)
       failure = "--metrics-file " + m.string() + ": " + std::strerror(errno) + "; choose a writable path";
+  }
+  if (env.rank() == 0 && failure.empty() && !o.save_model.empty()) {  // now, not after the run
+    try {
+      check_export_tokenizer(train_tokenizer(o), o.model);
+    } catch (const UsageError& e) {
+      failure = e.what();
+    }
   }
   if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
 }

@@ -76,9 +76,12 @@ std::vector<bool> validation_choice(int64_t n, double fraction, uint64_t seed) {
 
 namespace {
 
-std::string default_val_output(const std::string& out) {
-  std::filesystem::path p(out);
-  return (p.parent_path() / (p.stem().string() + ".val" + p.extension().string())).string();
+// The outputs' missing directories are made, as train makes its own.
+void make_parent(const char* opt, const std::string& path) {
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+  if (ec) throw UsageError(std::string(opt) + ": cannot write " + path + ": " + ec.message());
 }
 
 TokenFileMeta meta_for(const PrepareOptions& o, const Tokenizer& tok, const ReadResult& r, const std::string& source,
@@ -107,6 +110,13 @@ void require_samples(const std::string& path, const ReadResult& r) {
 
 }  // namespace
 
+std::string val_output_path(const PrepareOptions& o) {
+  if (o.val_fraction <= 0 && o.val_input.empty()) return "";
+  if (!o.val_output.empty()) return o.val_output;
+  const std::filesystem::path p(o.output);
+  return (p.parent_path() / (p.stem().string() + ".val" + p.extension().string())).string();
+}
+
 PrepareReport run_prepare(const PrepareOptions& o) {
   Tokenizer tok(o.tokenizer);
   PrepareReport rep;
@@ -114,8 +124,8 @@ PrepareReport run_prepare(const PrepareOptions& o) {
   require_samples(o.input, train);
   rep.format = format_name(train.format);
   rep.train_stats = train.stats;
-  const bool want_val = o.val_fraction > 0 || !o.val_input.empty();
-  rep.val_output = want_val ? (o.val_output.empty() ? default_val_output(o.output) : o.val_output) : "";
+  rep.val_output = val_output_path(o);
+  const bool want_val = !rep.val_output.empty();
   std::vector<Sample> train_samples, val_samples;
   ReadResult val;
   if (!o.val_input.empty()) {
@@ -133,6 +143,8 @@ PrepareReport run_prepare(const PrepareOptions& o) {
   rep.train = make_rows(train_samples, o.seq_len, o.packing, tok.eos_id());
   if (want_val) rep.val = make_rows(val_samples, o.seq_len, o.packing, tok.eos_id());
   const auto& val_src = o.val_input.empty() ? train : val;
+  make_parent("--output", o.output);
+  if (want_val) make_parent("--val-output", rep.val_output);
   // Both files appear, or neither: the validation file is removed if the train file fails.
   if (want_val)
     write_token_file(rep.val_output, rep.val,

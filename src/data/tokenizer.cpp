@@ -49,6 +49,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   return text;
 }
 
+int32_t Tokenizer::unk_id() const { return sp_->unk_id(); }
+
+std::string Tokenizer::piece(int32_t id) const { return sp_->IdToPiece(id); }
+
 void Tokenizer::require_fits(int64_t model_vocab_size) const {
   if (vocab_ > model_vocab_size)
     throw UsageError("--tokenizer " + path_ + " has " + std::to_string(vocab_) + " pieces but the model's vocab_size is " +

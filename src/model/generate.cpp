@@ -45,4 +45,10 @@ std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>
   return out;
 }
 
+bool stopped_at_context_limit(size_t prompt_tokens, size_t new_tokens, const GenerateConfig& cfg) {
+  // EOS ends the answer before the context grows, so a full context means the limit stopped it.
+  return cfg.max_context > 0 && static_cast<int64_t>(prompt_tokens + new_tokens) >= cfg.max_context &&
+         static_cast<int64_t>(new_tokens) < cfg.max_new_tokens;
+}
+
 }  // namespace shardtrain

@@ -74,12 +74,14 @@ Axis y_axis(const Panel& p, int plot_h) {
   const bool none = !(lo <= hi);
   if (none) lo = 0, hi = 1;
   const double pad = none ? 0 : 0.05 * (hi - lo > 0 ? hi - lo : std::max(std::abs(hi), 1.0));
-  lo = p.ymin ? *p.ymin : lo - pad;  // headroom so data does not sit on the frame
+  // Headroom and ticks stop at the floor (data below it, which should not exist, still shows).
+  const double floor = p.yfloor ? std::min(*p.yfloor, lo) : -std::numeric_limits<double>::infinity();
+  lo = p.ymin ? *p.ymin : std::max(lo - pad, floor);  // headroom so data does not sit on the frame
   hi = p.ymax ? *p.ymax : hi + pad;
   Axis a;
   a.ticks = nice_ticks(lo, hi, std::max(2, plot_h / 38));
   const double step = a.ticks.size() > 1 ? a.ticks[1] - a.ticks[0] : 1;
-  a.lo = p.ymin ? std::min(*p.ymin, hi) : a.ticks.front();
+  a.lo = p.ymin ? std::min(*p.ymin, hi) : std::max(a.ticks.front(), floor);
   a.hi = p.ymax ? std::max(*p.ymax, lo) : a.ticks.back();
   if (!(a.hi > a.lo)) a.hi = a.lo + 1;
   std::vector<double> kept;
@@ -88,6 +90,15 @@ Axis y_axis(const Panel& p, int plot_h) {
   a.ticks = kept;
   return a;
 }
+
+}  // namespace
+
+std::pair<double, double> y_axis_range(const Panel& p, int plot_h) {
+  const Axis a = y_axis(p, plot_h);
+  return {a.lo, a.hi};
+}
+
+namespace {
 
 struct Frame {
   int x0, y0, w, h;  // the plot area in canvas pixels

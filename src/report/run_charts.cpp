@@ -111,7 +111,7 @@ ChartSpec loss_chart(const std::vector<RunData>& runs, int smooth, const std::st
   const bool smoothing = smooth > 1;
   Panel p{prefixed(title, smoothing ? "loss (faint: per step; bold: mean of the last " + std::to_string(smooth) + " steps)"
                                     : "loss"),
-          "step", "loss", {}, std::nullopt, std::nullopt, false};
+          "step", "loss", {}, std::nullopt, std::nullopt, false, 0.0};  // a loss is never negative
   std::vector<Series> faint, bold, val;  // drawn in that order, so no raw line hides an average
   for (size_t i = 0; i < runs.size(); ++i) {
     const uint32_t color = palette_color(i);

@@ -8,6 +8,7 @@
 namespace shardtrain::log {
 namespace {
 int g_rank = 0;
+std::FILE* g_info = stdout;  // info lines' stream; stderr where stdout carries the command's answer
 std::mutex g_mu;
 
 std::string stamp() {
@@ -28,10 +29,11 @@ void emit(std::FILE* f, const char* level, const std::string& msg) {
 }  // namespace
 
 void set_rank(int rank) { g_rank = rank; }
+void info_to_stderr() { g_info = stderr; }
 void info(const std::string& msg) {
-  if (g_rank == 0) emit(stdout, "INFO", msg);
+  if (g_rank == 0) emit(g_info, "INFO", msg);
 }
-void info_all(const std::string& msg) { emit(stdout, "INFO", msg); }
+void info_all(const std::string& msg) { emit(g_info, "INFO", msg); }
 void warn(const std::string& msg) { emit(stderr, "WARN", msg); }
 void error(const std::string& msg) { emit(stderr, "ERROR", msg); }
 

@@ -9,6 +9,7 @@ void TrainConfig::validate() const {
   if (grad_accum < 1) throw UsageError("--grad-accum must be positive, got " + std::to_string(grad_accum) + "; use 1 or more");
   if (steps < 0 || epochs < 1) throw UsageError("--steps must be >= 0 and --epochs >= 1");
   if (log_every < 1) throw UsageError("--log-every must be >= 1");
+  if (breakdown_every < 0) throw UsageError("--breakdown-every must be >= 0 (0: only at the end of the run)");
   if (nonfinite.max_in_a_row < 1)
     throw UsageError("--max-nonfinite-steps must be >= 1, got " + std::to_string(nonfinite.max_in_a_row));
   if (profile_step < 0 || (steps > 0 && profile_step > steps))

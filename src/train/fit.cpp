@@ -53,7 +53,7 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     m.skipped = !finite.finite, m.skipped_steps = c.nonfinite.skipped();
     c.metrics.measure(m, data.global_rows);
     if (finite.stop) {  // no validation, no checkpoint: the last saved one stands
-      c.metrics.publish(m, true, total, 0);
+      c.metrics.publish(m, true, true, total, 0);
       c.checkpoints.finish();
       return FitEnd::kStoppedNonFinite;
     }
@@ -68,7 +68,7 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
         unsaved_stop ? 0 : c.checkpoints.after_step(m.step, signal.save ? signal.reason : "", last || stop, c.loader.state());
     m.phases[Phase::kCheckpoint] = ckpt_clock.seconds();
     const bool log_step = m.step == 1 || last || m.step % cfg.log_every == 0 || stop;
-    c.metrics.publish(m, log_step, total, saved_s);
+    c.metrics.publish(m, log_step, last || stop, total, saved_s);
     if (stop) {
       c.checkpoints.finish();  // a background save still in flight
       return FitEnd::kStoppedBySignal;

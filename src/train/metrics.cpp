@@ -10,12 +10,32 @@
 
 namespace shardtrain {
 
-void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token, double peak_tflops,
-                     int world_size) {
-  if (m.step_time_s <= 0) return;
-  m.tokens_per_s = static_cast<double>(input_tokens) / m.step_time_s;
+namespace {
+void fill_rates(StepMetrics& m, double tokens, double seconds, double flops_per_token, double peak_tflops, int world_size) {
+  if (seconds <= 0) return;
+  m.tokens_per_s = tokens / seconds;
   m.tflops_per_device = m.tokens_per_s * flops_per_token / world_size / 1e12;
   m.mfu = peak_tflops > 0 ? m.tflops_per_device / peak_tflops : 0.0;
+}
+}  // namespace
+
+void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token, double peak_tflops,
+                     int world_size) {
+  fill_rates(m, static_cast<double>(input_tokens), m.step_time_s, flops_per_token, peak_tflops, world_size);
+}
+
+void IntervalThroughput::add(int64_t input_tokens, double step_time_s) {
+  tokens_ += input_tokens;
+  seconds_ += step_time_s;
+  ++steps_;
+}
+
+void IntervalThroughput::take(StepMetrics& m, double flops_per_token, double peak_tflops, int world_size) {
+  if (steps_ > 0 && seconds_ > 0) {
+    fill_rates(m, static_cast<double>(tokens_), seconds_, flops_per_token, peak_tflops, world_size);
+    m.step_time_s = seconds_ / static_cast<double>(steps_);
+  }
+  *this = IntervalThroughput();
 }
 
 int64_t peak_host_memory_bytes() {

@@ -48,6 +48,7 @@ void MetricsPublisher::begin_step() {
 
 void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   fill_throughput(m, global_rows * seq_len_, flops_per_token_, cfg_.peak_tflops, env_.size());
+  interval_.add(global_rows * seq_len_, m.step_time_s);
   m.peak_mem_bytes = peak_host_memory_bytes();
   // Before validation and the checkpoint: the step's own collectives only.
   m.extra = {{"comm", comm_json(engine_.groups())}, {"memory", memory_json(engine_.memory())}};
@@ -69,19 +70,27 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
 #endif
 }
 
-void MetricsPublisher::publish(StepMetrics& m, bool log_step, int64_t total, double checkpoint_s) {
+void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total, double checkpoint_s) {
   if (checkpoint_s > 0) last_checkpoint_s_ = checkpoint_s;
   timed_s_ += m.step_time_s + m.phases[Phase::kCheckpoint];
   m.eta_s = timed_s_ / static_cast<double>(m.step - start_step_) * static_cast<double>(total - m.step);
-  // Every rank reaches the same log_step verdict, so the summary is a collective all join.
+  // Every rank reaches the same log_step verdict, so the summary is a collective all join; the
+  // metrics line gets it on every progress step, the log only at --breakdown-every.
   std::string breakdown;
   comm::Communicator& world = *engine_.groups().world;
-  if (log_step)
+  if (log_step) {
     world.host_collective(comm::Op::kAllGather, 0,
                           [&] { breakdown = obs::summarize_across_ranks(m.phases, m.extra, world.mpi(), hosts_); });
+    ++log_steps_;
+  }
   writer_.write(m);
-  if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) log::info(progress_line(m, total));
-  if (!breakdown.empty()) log::info(breakdown);
+  if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) {
+    StepMetrics line = m;  // the metrics file keeps the step's own figures
+    interval_.take(line, flops_per_token_, cfg_.peak_tflops, env_.size());
+    log::info(progress_line(line, total));
+  }
+  const bool breakdown_due = run_ends || (cfg_.breakdown_every > 0 && log_steps_ % cfg_.breakdown_every == 0);
+  if (!breakdown.empty() && breakdown_due) log::info(breakdown);
   if (!exporter_) return;
   auto& r = series_;
   r.rank = env_.rank(), r.host = env_.host();

@@ -58,15 +58,15 @@ TEST(CkptFiles, PublishPointsLatestAtTheNewestAndKeepsK) {
   EXPECT_FALSE(fs::exists(ckpt::step_path(dir, 40) + ".tmp"));
 }
 
-TEST(CkptFiles, ResumeTriesNewestFirstAndIgnoresUnfinishedSaves) {
+TEST(CkptFiles, ResumeTriesLatestThenOlderAndIgnoresUnfinishedSaves) {
   const std::string dir = fresh_dir("ckpt_units_resume");
   for (int64_t s : {5, 15, 10}) fake_save(dir, s, 0);
   std::ofstream(ckpt::step_path(dir, 20) + ".tmp") << "a save that never finished";
   std::ofstream(fs::path(dir) / "notes.h5") << "not a checkpoint name";
   const auto c = ckpt::resume_candidates("auto", dir);
-  ASSERT_EQ(c.size(), 3u);
-  EXPECT_EQ(c[0], ckpt::step_path(dir, 15));
-  EXPECT_EQ(c[2], ckpt::step_path(dir, 5));
+  ASSERT_EQ(c.size(), 2u) << "latest (step 10, the last published) and the older one; never step 15, which latest does not name";
+  EXPECT_EQ(c[0], ckpt::step_path(dir, 10));
+  EXPECT_EQ(c[1], ckpt::step_path(dir, 5));
   EXPECT_EQ(ckpt::resume_candidates("/some/step-7.h5", dir), std::vector<std::string>{"/some/step-7.h5"});
   EXPECT_TRUE(ckpt::resume_candidates("auto", fresh_dir("ckpt_units_empty")).empty());
 }

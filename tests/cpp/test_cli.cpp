@@ -9,13 +9,18 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 #include "run_binary.h"
+#include "shardtrain/model/generate.h"
+#include "shardtrain/report/run_report.h"
 #include "shardtrain/runtime/version.h"
+#include "shardtrain/train/metrics.h"
 
 namespace fs = std::filesystem;
 
+using namespace shardtrain;
 using namespace testing_support;
 
 namespace {
@@ -48,9 +53,12 @@ TEST(Cli, MissingFiles) {
   expect_usage_error("train --model tiny --data /nonexistent/train.h5", "--data");
   expect_usage_error("train --model tiny", "--data");
   expect_usage_error("train --model tiny --data " + kTok, "not an HDF5 file");
-  expect_usage_error("eval --model tiny", "--accuracy-file");
-  expect_usage_error("eval --model tiny --accuracy-file " + source("data/demo/val.jsonl"), "--tokenizer");
-  expect_usage_error("generate --model tiny --tokenizer " + kTok, "--prompt");
+  // A random model's loss or text is never what a user wants: eval and generate need --weights.
+  expect_usage_error("eval --model tiny --data " + kDemo + "/train.h5", "eval needs --weights");
+  expect_usage_error("generate --model tiny --tokenizer " + kTok + " --prompt hi", "generate needs --weights");
+  expect_usage_error("eval --model tiny --weights " + kDemo, "--accuracy-file");
+  expect_usage_error("eval --model tiny --weights " + kDemo + " --accuracy-file " + source("data/demo/val.jsonl"), "--tokenizer");
+  expect_usage_error("generate --model tiny --weights " + kDemo + " --tokenizer " + kTok, "--prompt");
   expect_usage_error("train --model tiny --weights /nonexistent/model.safetensors", "--weights");
   expect_usage_error("eval --model /nonexistent/config.json", "--model");
   expect_usage_error("train --config /nonexistent/run.cfg", "--config");
@@ -222,4 +230,165 @@ TEST(Cli, ProfileStepWritesTraceAndSummary) {
   }
   EXPECT_NEAR(total, 100.0, 0.5) << "one thread: the kinds and the gaps tile the step\n" << md;
   EXPECT_NE(r.out.find("profile of step 2"), std::string::npos) << r.out;
+}
+
+// ---- defaults and messages ----
+
+// --help shows defaults as one types them; the default lr is a fine-tuning rate.
+TEST(Cli, HelpShowsDefaultsWithoutFloatNoise) {
+  const std::string help = run("train --help-all").out;
+  for (const char* d : {"--lr arg (=1e-4)", "--min-lr-ratio arg (=0.1)", "--beta2 arg (=0.95)", "--adam-eps arg (=1e-8)",
+                        "--lora-dropout arg (=0.05)", "--grad-clip arg (=1)"})
+    EXPECT_NE(help.find(d), std::string::npos) << d << "\n" << help;
+  const std::regex noise("0{5,}|9{5,}");
+  for (const char* c : {"train --help-all", "eval --help", "generate --help", "prepare --help", "convert --help",
+                        "inspect --help", "preflight --help", "scaling --help", "plan --help-all", "report --help"}) {
+    const Result r = run(c);
+    EXPECT_EQ(r.code, 0) << c;
+    std::smatch m;
+    EXPECT_FALSE(std::regex_search(r.out, m, noise)) << c << " prints '" << m.str() << "':\n" << r.out;
+  }
+  expect_usage_error("train --model tiny --lr 0", "try 1e-4 (the default) for fine-tuning");
+}
+TEST(Cli, DefaultLrIsAFineTuningRate) {
+  const auto metrics = tmp("default_lr.jsonl");
+  auto r = run("train --model tiny --steps 1 --threads 2 --val-batches 0 --warmup-steps 0 --lr-schedule constant"
+               " --metrics-file " + metrics + kData);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = read_jsonl(metrics);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_DOUBLE_EQ(rows[0]["lr"].get<double>(), 1e-4);
+}
+
+// An unknown option is one line naming it and the nearest option, or for a PyTorch / Hugging
+// Face Trainer flag, shardtrain's equivalent; none of them is an alias.
+TEST(Cli, UnknownOptionsNameTheNearestOrTheEquivalent) {
+  expect_usage_error("train --model tiny --lrr 3", "unknown option --lrr; did you mean --lr?");
+  expect_usage_error("train --model tiny --stpes 3", "unknown option --stpes; did you mean --steps?");
+  expect_usage_error("train --model tiny --grad_accum 2", "did you mean --grad-accum?");
+  expect_usage_error("train --model tiny --frobnicate 3", "unknown option --frobnicate; see --help");
+  expect_usage_error("train --model tiny --learning-rate 3e-4", "unknown option --learning-rate; shardtrain's equivalent is --lr");
+  expect_usage_error("train --model tiny --learning_rate 3e-4", "unknown option --learning_rate; shardtrain's equivalent is --lr");
+  expect_usage_error("train --model tiny --max_steps 10", "equivalent is --steps");
+  expect_usage_error("train --model tiny --max-steps=10", "unknown option --max-steps; shardtrain's equivalent is --steps");
+  expect_usage_error("train --model tiny --gradient-accumulation-steps 4", "equivalent is --grad-accum");
+  expect_usage_error("train --model tiny --bf16", "equivalent is --param-dtype bf16");
+  expect_usage_error("train --model tiny --fp16", "bf16 (--param-dtype bf16) is what it supports");
+  expect_usage_error("train --model tiny --per-device-train-batch-size 4", "equivalent is --batch-size");
+  expect_usage_error("train --model tiny --num-train-epochs 3", "equivalent is --epochs");
+  expect_usage_error("train --model tiny --logging-steps 5", "equivalent is --log-every");
+  expect_usage_error("train --model tiny --save-steps 5", "equivalent is --save-every");
+  expect_usage_error("train --model tiny --max-grad-norm 1", "equivalent is --grad-clip");
+  expect_usage_error("train --model tiny --lr-scheduler-type cosine", "equivalent is --lr-schedule");
+  expect_usage_error("train --model tiny --warmup-ratio 0.1", "equivalent is --warmup-steps");
+  expect_usage_error("train --model tiny --model-name-or-path x", "equivalent is --weights");
+  expect_usage_error("train --model tiny --output-dir x", "--save-model DIR (the final model) or --checkpoint-dir");
+  expect_usage_error("train --model tiny --resume-from-checkpoint x", "equivalent is --resume");
+  expect_usage_error("generate --bf16", "equivalent is --param-dtype bf16");
+  expect_usage_error("eval --learning-rate 1", "unknown option --learning-rate; see --help");  // eval has no --lr
+}
+
+// Abbreviations are refused: Boost's guessing made --lora-r 8 turn LoRA on.
+TEST(Cli, AbbreviationsAreRefused) {
+  expect_usage_error("train --model tiny --lora-r 8", "unknown option --lora-r; did you mean --lora-rank?");
+  expect_usage_error("train --model tiny --save-ev 10", "unknown option --save-ev; did you mean --save-every?");
+  expect_usage_error("prepare --seq 64", "unknown option --seq; did you mean --seq-len?");
+  const auto cfg = tmp("abbreviated.cfg");
+  std::ofstream(cfg) << "model = tiny\nlora-r = 8\n";
+  expect_usage_error("train --config " + cfg, "--config " + cfg + ": unknown option lora-r; did you mean lora-rank?");
+}
+
+// generate: the answer alone on stdout, logs on stderr; a prompt over the model's positions is refused.
+TEST(Cli, GenerateWritesTheAnswerAloneToStdout) {
+  const auto model = tmp("gen_model"), out = tmp("gen_answer.txt"), err = tmp("gen_log.txt");
+  fs::remove_all(model);
+  auto t = run("train --model tiny --steps 2 --threads 2 --val-batches 0 --save-model " + model + kData);
+  ASSERT_EQ(t.code, 0) << t.out;
+  const std::string gen = std::string(SHARDTRAIN_BIN) + " generate --threads 2 --weights " + model + " --tokenizer " + kTok;
+  auto g = shell(gen + " --prompt 'Reverse the digits.' --prompt 'Add' --max-new-tokens 4 > " + out + " 2> " + err);
+  ASSERT_EQ(g.code, 0) << slurp(err);
+  const std::string answer = slurp(out), log = slurp(err);
+  EXPECT_EQ(std::count(answer.begin(), answer.end(), '\n'), 2) << "one line per prompt:\n" << answer;
+  EXPECT_EQ(answer.find("INFO"), std::string::npos) << answer;
+  EXPECT_NE(log.find("loaded"), std::string::npos) << "the log goes to stderr:\n" << log;
+  const int64_t limit = nlohmann::json::parse(slurp(model + "/config.json"))["max_position_embeddings"];
+  std::string prompt;
+  for (int64_t i = 0; i <= limit; ++i) prompt += "7 ";
+  expect_usage_error("generate --threads 2 --weights " + model + " --tokenizer " + kTok + " --prompt '" + prompt + "'",
+                     "the model takes at most " + std::to_string(limit) + " (max_position_embeddings)");
+}
+
+// Decoding stops when prompt and answer fill the model's positions, and says why.
+TEST(Cli, GenerateStopsAtTheContextLimit) {
+  const LogitsFn never_eos = [](const at::Tensor& t) {
+    auto l = at::zeros({1, t.size(1), 16});
+    l.select(2, 5).fill_(1);
+    return l;
+  };
+  GenerateConfig g;
+  g.max_new_tokens = 20, g.max_context = 8, g.eos_id = 2;
+  const auto out = generate(never_eos, {1, 3, 4}, g);
+  EXPECT_EQ(out.size(), 5u);
+  EXPECT_TRUE(stopped_at_context_limit(3, out.size(), g));
+  g.max_new_tokens = 4;
+  EXPECT_EQ(generate(never_eos, {1, 3, 4}, g).size(), 4u);
+  EXPECT_FALSE(stopped_at_context_limit(3, 4, g)) << "--max-new-tokens ended it";
+  g.eos_id = 5;
+  EXPECT_TRUE(generate(never_eos, {1, 3, 4}, g).empty());
+  EXPECT_FALSE(stopped_at_context_limit(3, 0, g)) << "EOS ended it";
+}
+
+// A progress line's tokens/s covers every step since the previous line, not its last one.
+TEST(Cli, ProgressThroughputCoversTheInterval) {
+  IntervalThroughput interval;
+  interval.add(1000, 1.0);  // a slow step (a checkpoint's, the warm-up's) and two fast ones
+  interval.add(1000, 0.1);
+  interval.add(1000, 0.1);
+  StepMetrics m;
+  m.step_time_s = 0.1, m.tokens_per_s = 10000;
+  interval.take(m, /*flops_per_token=*/1e9, /*peak_tflops=*/10, /*world_size=*/2);
+  EXPECT_DOUBLE_EQ(m.tokens_per_s, 3000 / 1.2);
+  EXPECT_DOUBLE_EQ(m.step_time_s, 0.4);
+  EXPECT_DOUBLE_EQ(m.tflops_per_device, 2500 * 1e9 / 2 / 1e12);
+  EXPECT_DOUBLE_EQ(m.mfu, m.tflops_per_device / 10);
+  StepMetrics next;
+  next.tokens_per_s = 7;
+  interval.take(next, 1e9, 10, 2);  // a new interval: nothing since
+  EXPECT_EQ(next.tokens_per_s, 7);
+}
+
+// The cross-rank breakdown comes with every --breakdown-every'th progress line and at the end.
+TEST(Cli, BreakdownEveryNthProgressLineAndAtTheEnd) {
+  auto breakdowns = [](const std::string& every) {
+    auto r = run("train --model tiny --steps 12 --threads 2 --val-batches 0 --log-every 2 --data " + kDemo + "/train.h5" + every);
+    EXPECT_EQ(r.code, 0) << r.out;
+    int n = 0;
+    for (size_t at = r.out.find("step time by phase"); at != std::string::npos; at = r.out.find("step time by phase", at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(breakdowns(" --breakdown-every 3"), 3) << "progress lines 3 and 6 (steps 4 and 10), and step 12";
+  EXPECT_EQ(breakdowns(" --breakdown-every 0"), 1) << "the end only";
+  EXPECT_EQ(breakdowns(""), 1) << "the default, every 10th progress line: only the end of 7 lines";
+  expect_usage_error("train --model tiny --breakdown-every -1", "--breakdown-every");
+}
+
+// The loss chart's y axis starts where a loss can be: never below 0, else from the data.
+TEST(ReportAxis, LossAxisNeverGoesBelowZero) {
+  report::RunData run;
+  run.label = "r";
+  for (int s = 1; s <= 50; ++s) {
+    report::StepRecord r;
+    r.step = s, r.loss = 6.0 * std::exp(-0.1 * s) + 0.02;
+    run.steps.push_back(r);
+  }
+  const report::Panel loss = report::loss_chart({run}, 0, "").panels[0];
+  EXPECT_EQ(report::y_axis_range(loss).first, 0.0);
+  report::Panel free = loss;
+  free.yfloor.reset();
+  EXPECT_LT(report::y_axis_range(free).first, 0.0) << "without the floor, the headroom went negative";
+  for (auto& r : run.steps) r.loss = 2.0 + 0.004 * static_cast<double>(r.step);
+  const auto [lo, hi] = report::y_axis_range(report::loss_chart({run}, 0, "").panels[0]);
+  EXPECT_GT(lo, 1.5) << "a flat loss keeps an axis of its own range";
+  EXPECT_LE(lo, 2.004);
+  EXPECT_GE(hi, 2.2);
 }

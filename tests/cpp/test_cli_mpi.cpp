@@ -161,8 +161,75 @@ TEST(CliMpi, AFlippedByteIsCaughtByItsChecksum) {
   // --resume auto skips the corrupt newest checkpoint, says so, and takes the one before it.
   auto a = run(kTrain + "--steps 2 --checkpoint-dir " + dir + " --resume auto", mpirun(2));
   EXPECT_EQ(a.code, 0) << a.out;
-  EXPECT_NE(a.out.find("skipping checkpoint " + ckpt), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("checkpoint " + ckpt + " (named by latest) cannot be loaded"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find("falling back to " + dir + "/step-00000001.h5"), std::string::npos) << a.out;
   EXPECT_NE(a.out.find("resumed from " + dir + "/step-00000001.h5 at step 1"), std::string::npos) << a.out;
+}
+
+// Which checkpoint and which model, as a user types them: --resume auto takes `latest` (never a
+// newer-named file of another run), a resumed run without --model takes the checkpoint's model,
+// the directory or its `latest` stands for the checkpoint it names, and a new run never writes
+// into another run's directory unless told to.
+TEST(CliMpi, ResumeTakesLatestAndTheCheckpointsModel) {
+  namespace fs = std::filesystem;
+  const auto dir = tmp("ckpt_semantics"), export_dir = tmp("ckpt_semantics_hf"), fresh = tmp("ckpt_semantics_fresh");
+  for (const auto& d : {dir, export_dir, fresh}) fs::remove_all(d);
+  const std::string data = " --threads 1 --data " + kDemo + "/train.h5 ";
+  auto a = run("train --model tiny --n-layers 1" + data + "--steps 4 --save-every 2 --checkpoint-dir " + dir, mpirun(2));
+  ASSERT_EQ(a.code, 0) << a.out;
+  EXPECT_NE(a.out.find("training tiny from random initialization (seed 1234): no --weights was given"), std::string::npos)
+      << a.out;
+  EXPECT_NE(a.out.find("model not saved (--save-model DIR) | checkpoints " + dir), std::string::npos) << a.out;
+  // A file `latest` does not name (another run's, in the report that found this) must not win.
+  fs::copy_file(dir + "/step-00000004.h5", dir + "/step-00000040.h5");
+  auto again = run("train --model tiny" + data + "--steps 6 --checkpoint-dir " + dir, mpirun(2));
+  EXPECT_EQ(again.code, 2) << again.out;
+  EXPECT_NE(again.out.find("--checkpoint-dir " + dir + " already holds checkpoints of another run (latest: "
+                           "step-00000004.h5); continue it with --resume auto"), std::string::npos) << again.out;
+  EXPECT_FALSE(fs::exists(dir + "/step-00000006.h5")) << "refused before writing anything";
+  // No --model: the checkpoint's one-layer model (the default preset's two layers would not load it).
+  auto resumed = run("train" + data + "--steps 6 --checkpoint-dir " + dir + " --resume auto", mpirun(2));
+  ASSERT_EQ(resumed.code, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("model configuration from checkpoint " + dir + "/step-00000004.h5"), std::string::npos)
+      << resumed.out;
+  EXPECT_NE(resumed.out.find("resumed from " + dir + "/step-00000004.h5 at step 4"), std::string::npos) << resumed.out;
+  // The directory, or its `latest`, means the checkpoint `latest` names.
+  for (const std::string& spec : {dir, dir + "/latest"}) {
+    auto r = run("train" + data + "--steps 6 --resume " + spec, mpirun(1));
+    EXPECT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("resumed from " + dir + "/step-00000006.h5 at step 6"), std::string::npos) << spec << r.out;
+    auto i = run("inspect " + spec);
+    EXPECT_EQ(i.code, 0) << i.out;
+    EXPECT_NE(i.out.find("step 6 |"), std::string::npos) << spec << i.out;
+  }
+  auto c = run("convert --input " + dir + " --output " + export_dir, mpirun(2));
+  ASSERT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("converted " + dir + "/step-00000006.h5 -> " + export_dir), std::string::npos) << c.out;
+  // Fine-tuning with --resume auto in an empty directory says it starts from the weights.
+  auto w = run("train" + data + "--steps 1 --weights " + export_dir + " --checkpoint-dir " + fresh + " --resume auto", mpirun(2));
+  ASSERT_EQ(w.code, 0) << w.out;
+  EXPECT_NE(w.out.find("no checkpoint in " + fresh + " yet; starting from the weights in " + export_dir), std::string::npos)
+      << w.out;
+  EXPECT_EQ(w.out.find("random initialization"), std::string::npos) << w.out;
+  // --overwrite-checkpoints replaces the earlier run's files, the one `latest` never named included.
+  auto o = run("train --model tiny" + data + "--steps 2 --checkpoint-dir " + dir + " --overwrite-checkpoints", mpirun(2));
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("files of an earlier run from " + dir + " (--overwrite-checkpoints)"), std::string::npos) << o.out;
+  EXPECT_FALSE(fs::exists(dir + "/step-00000040.h5"));
+  EXPECT_TRUE(fs::exists(dir + "/step-00000002.h5"));
+  // Paths that mean nothing name the option the user typed.
+  const std::string empty = tmp("ckpt_semantics_empty");
+  fs::remove_all(empty), fs::create_directories(empty);
+  for (const auto& [args, want] : std::vector<std::pair<std::string, std::string>>{
+           {"inspect " + empty, "inspect: " + empty + " has no `latest` file"},
+           {"convert --input " + empty + " --output " + export_dir + "2", "--input " + empty + " is neither"},
+           {"train --model tiny" + data + "--resume " + empty, "--resume: " + empty + " has no `latest` file"},
+           {"train --model tiny" + data + "--save-every 2", "--save-every needs --checkpoint-dir"}}) {
+    auto r = run(args);
+    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(want), std::string::npos) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("prepare"), std::string::npos) << "no advice about an option the user did not type:\n" << r.out;
+  }
 }
 
 namespace {

@@ -31,7 +31,7 @@ std::string no_gpu_reason() {
 std::vector<nlohmann::json> train(const std::string& device, const std::string& extra) {
   const auto metrics = tmp("gpu_" + device + ".jsonl");
   auto r = run("train --model tiny --threads 2 --data " + kDemo + "/train.h5 --steps 12 --batch-size 8 --param-dtype bf16 "
-               "--device " + device + " --metrics-file " + metrics + " " + extra, std::string(SHARDTRAIN_MPIEXEC) + "1 ");
+               "--lr 3e-3 --device " + device + " --metrics-file " + metrics + " " + extra, std::string(SHARDTRAIN_MPIEXEC) + "1 ");
   EXPECT_EQ(r.code, 0) << r.out;
   return read_jsonl(metrics);
 }

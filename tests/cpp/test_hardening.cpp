@@ -207,7 +207,7 @@ TEST(DataErrors, TokenizerLargerThanTheModel) {
   // The demo data was tokenized with a 512-piece tokenizer; a 256-word model cannot embed it.
   expect_one_line_exit2(run(kTrain + "--vocab-size 256 --steps 2 --data " + kDemo + "/train.h5", mpirun(2)),
                         "was tokenized with a 512-piece tokenizer but the model's vocab_size is 256");
-  auto g = run("generate --model tiny --vocab-size 256 --threads 1 --tokenizer " + source("data/demo/tokenizer.model") +
+  auto g = run("generate --model tiny --vocab-size 256 --threads 1 --weights " + kDemo + " --tokenizer " + source("data/demo/tokenizer.model") +
                " --prompt hi");
   EXPECT_EQ(g.code, 2) << g.out;
   EXPECT_NE(g.out.find("has 512 pieces but the model's vocab_size is 256"), std::string::npos) << g.out;
@@ -264,7 +264,28 @@ TEST(DataErrors, UnwritableOutputsFoundBeforeStep1) {
   auto p = run("prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " + source("data/demo/val.jsonl") +
                " --output " + file + "/out.h5");
   EXPECT_EQ(p.code, 2) << p.out;
-  EXPECT_NE(p.out.find("--output " + file + "/out.h5: " + file + " is not a directory"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("--output: cannot write " + file + "/out.h5: " + file + " is not a directory"), std::string::npos) << p.out;
+}
+
+// prepare makes its outputs' missing directories, as train does; a bad output path is one line
+// naming the option, before any tokenizing.
+TEST(DataErrors, PrepareMakesOutputDirectoriesAndNamesTheOptionOnFailure) {
+  const auto dir = tmp("prepare_dirs");
+  fs::remove_all(dir);
+  const std::string prepare = "prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " +
+                              source("data/demo/val.jsonl") + " --seq-len 64 --val-fraction 0.2";
+  auto r = run(prepare + " --output " + dir + "/a/b/train.h5 --val-output " + dir + "/v/w/val.h5");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(dir + "/a/b/train.h5")) << r.out;
+  EXPECT_TRUE(fs::is_regular_file(dir + "/v/w/val.h5")) << r.out;
+  ASSERT_EQ(run(prepare + " --output " + dir + "/c/train.h5").code, 0);
+  EXPECT_TRUE(fs::is_regular_file(dir + "/c/train.val.h5")) << "the default validation file beside it";
+  fs::create_directories(dir + "/taken.h5");
+  expect_one_line_exit2(run(prepare + " --output " + dir + "/taken.h5"),
+                        "--output: cannot write " + dir + "/taken.h5: it is a directory; name a file");
+  expect_one_line_exit2(run(prepare + " --output " + dir + "/d/train.h5 --val-output " + dir + "/taken.h5"),
+                        "--val-output: cannot write " + dir + "/taken.h5: it is a directory");
+  EXPECT_FALSE(fs::exists(dir + "/d")) << "nothing made before the check";
 }
 
 // ---- item 5: non-finite losses ----

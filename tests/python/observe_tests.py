@@ -79,7 +79,7 @@ def case_endpoint(a):
     mfile = os.path.join(out, "metrics.jsonl")
     # 4 ranks as 2 simulated nodes; rank 3 loads data slowly every step: the straggler.
     cmd = MPIRUN + ["-np", "4", a.bin, "train", "--data", a.data, "--steps", "60", "--batch-size", "2", "--threads", "1",
-                    "--device", "cpu", "--ranks-per-node", "2", "--log-every", "5", "--metrics-file", mfile,
+                    "--device", "cpu", "--ranks-per-node", "2", "--log-every", "5", "--breakdown-every", "1", "--metrics-file", mfile,
                     "--metrics-port", str(port), "--metrics-job", "obs-test", "--debug-sleep", "3:0:0.1"]
     print("$ " + " ".join(cmd), flush=True)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

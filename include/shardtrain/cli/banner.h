@@ -26,6 +26,10 @@ struct BannerFacts {
 std::string start_banner(const TrainOptions& o, const Topology& topo, const std::vector<std::string>& hosts,
                          const comm::ProcessGroups& g, const DeviceChoice& device, const BannerFacts& f);
 
+// The run's first line: what it starts from (pretrained weights, a checkpoint, or random
+// initialization, which is rarely what a fine-tuning user wants, so it says how to change it).
+std::string start_line(const TrainOptions& o);
+
 // "vm: ranks 0-1; vm2: ranks 2-3" (consecutive ranks on one host collapse into a range).
 std::string host_ranges(const std::vector<std::string>& hosts);
 

@@ -27,14 +27,33 @@ int cmd_plan(const std::vector<std::string>& args);  // runs without MPI
 int cmd_report(const std::vector<std::string>& args, MpiEnv& env);
 
 int print_help(const std::string& text, const MpiEnv& env);
+// Where an export's tokenizer comes from: the --weights directory's own tokenizer files when it has
+// them, else a SentencePiece --tokenizer. data: the token file whose recorded tokenizer_sha256 the
+// exported tokenizer.model must match ("" or unreadable: not checked).
+struct TokenizerSource {
+  std::string weights, tokenizer, data;
+};
+TokenizerSource train_tokenizer(const TrainOptions& o);  // --weights, --tokenizer and --data
+// Throws UsageError when the tokenizer.model the export would carry is not the one the token file
+// was prepared with (naming both), or a --tokenizer is no SentencePiece model that fits the
+// vocabulary: train checks before its first step, convert before it loads.
+void check_export_tokenizer(const TokenizerSource& src, const ModelConfig& model);
+// Rank 0, into an export directory: the tokenizer files (copied unchanged from --weights, or
+// tokenizer.model with the tokenizer_config.json and special_tokens_map.json of a Llama-2
+// LlamaTokenizer) and, for a full model, generation_config.json. With no source the export
+// stands and one warning line says how to add one.
+void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const ModelConfig& model,
+                           bool full_model);
 // Collective: every rank gathers the full parameters; rank 0 writes Hugging Face safetensors
-// (5 GiB shards) and config.json with torch_dtype into dir. A LoRA engine's adapters are merged
-// into the weights (W + alpha/r B A), as PEFT's merge_and_unload.
+// (5 GiB shards), config.json with torch_dtype and the tokenizer files into dir. A LoRA engine's
+// adapters are merged into the weights (W + alpha/r B A), as PEFT's merge_and_unload.
 void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
-               int rank);
+               int rank, const TokenizerSource& tokenizer);
 // Collective: a LoRA engine's adapters as PEFT saves them: adapter_model.safetensors (fp32) and
-// adapter_config.json, which peft.PeftModel.from_pretrained loads. base: recorded as the base path.
-void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base, int rank);
+// adapter_config.json, which peft.PeftModel.from_pretrained loads, with the tokenizer files.
+// base: recorded as the base path.
+void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base, int rank,
+                 const TokenizerSource& tokenizer);
 // full[W] = W + alpha/r B A for every targeted projection (pure; fp32 host tensors by name).
 void merge_adapters(std::map<std::string, at::Tensor>& full, const std::map<std::string, at::Tensor>& adapters,
                     const ModelConfig& model, const LoraConfig& lora);

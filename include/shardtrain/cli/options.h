@@ -30,6 +30,8 @@ struct TrainOptions {
   CommonOptions common;
   ModelConfig model;
   std::string weights;     // safetensors file, directory or index (optional)
+  std::string model_from;  // where the model configuration came from, for the log
+  bool resumes = false;    // --resume finds a checkpoint to continue from
   std::string data;        // token file from 'shardtrain prepare'
   std::string val_data;    // optional validation token file
   std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
@@ -55,7 +57,6 @@ struct EvalOptions {
   AccuracyConfig accuracy;
   fsdp::FsdpConfig fsdp;
   int64_t batch_size = 8, max_batches = 0;
-  uint64_t seed = 1234;
 };
 
 struct PrepareCliOptions {
@@ -79,9 +80,11 @@ struct GenerateOptions {
 struct ConvertOptions {
   CommonOptions common;
   std::string input, output;  // a checkpoint .h5 <-> a Hugging Face model directory
+  bool from_checkpoint = false;  // --input is a checkpoint (resolved to its file), not a model directory
   at::ScalarType dtype = at::kFloat;  // of the exported safetensors
   std::string weights;      // a LoRA checkpoint's base; empty: the path the checkpoint records
   bool merge_lora = false;  // a LoRA checkpoint: merged full weights instead of the PEFT adapter
+  std::string tokenizer;    // the export's tokenizer.model when the checkpoint's --weights directory has none
 };
 
 struct InspectOptions {
@@ -142,7 +145,10 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
 ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* help_text);
 PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_text);
 ReportOptions parse_report(const std::vector<std::string>& args, std::string* help_text);
-int64_t parse_bytes(const std::string& s, const char* opt);  // 4096, 64K, 1M, 2G (powers of 1024)
+int64_t parse_bytes(const std::string& s, const char* opt);
+// convert --input: a checkpoint (a .h5 file, `latest`, or a directory of checkpoints) rather than
+// a Hugging Face model directory; throws UsageError for a directory that is neither.
+bool is_checkpoint_input(const std::string& path);  // 4096, 64K, 1M, 2G (powers of 1024)
 
 std::string top_level_help();
 

@@ -16,15 +16,20 @@ std::string agreed_failure(const std::string& mine);
 
 // Collective: opens a token file and checks it against the model: positions, the tokenizer's
 // recorded vocabulary, and every token id in [0, vocab_size), scanned once with the rows split
-// over the ranks (the file's max_token_id attribute is not trusted). Names the row.
+// over the ranks (the file's max_token_id attribute is not trusted). Names the row. The line
+// saying what was checked is logged, or left in *checked for the caller to log later.
 std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model,
-                                           const MpiEnv& env);
+                                           const MpiEnv& env, std::string* checked = nullptr);
 
 // Why a file could not be created in dir (or in its nearest existing ancestor, as
 // create_directories would), or "" when it can. Creates nothing that outlives the call.
 std::string probe_writable_dir(const std::string& dir);
+// Why the file at path could not be written (its missing directories made first), as a reason
+// to follow "cannot write PATH: " ("Permission denied", "it is a directory; name a file"), or "".
+std::string probe_writable_file(const std::string& path);
 
-// Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written.
+// Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written, and
+// the tokenizer --save-model's export will carry is the one --data was prepared with.
 void check_writable_outputs(const TrainOptions& o, const MpiEnv& env);
 
 }  // namespace shardtrain::cli

@@ -61,7 +61,11 @@ struct PrepareReport {
   int64_t train_samples = 0, val_samples = 0;
 };
 
-// Writes the file(s) atomically: on any failure nothing is left at the output paths.
+// The validation file to write: --val-output, else <output without .h5>.val.h5; "" without validation.
+std::string val_output_path(const PrepareOptions& o);
+
+// Writes the file(s) atomically, making missing directories: on any failure nothing is left at
+// the output paths.
 PrepareReport run_prepare(const PrepareOptions& o);
 std::string format_report(const PrepareOptions& o, const PrepareReport& r);
 

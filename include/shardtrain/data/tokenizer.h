@@ -25,6 +25,8 @@ class Tokenizer {
 
   int32_t bos_id() const { return bos_; }
   int32_t eos_id() const { return eos_; }
+  int32_t unk_id() const;
+  std::string piece(int32_t id) const;  // "<s>", "</s>", "<unk>" for Llama-2's special ids
   int32_t vocab_size() const { return vocab_; }
   const std::string& path() const { return path_; }
   const std::string& sha256() const { return sha256_; }  // of the model file's bytes

@@ -24,7 +24,12 @@ struct GenerateConfig {
 // -inf; the most likely token is always kept.
 at::Tensor top_p_filter(const at::Tensor& logits, double top_p);
 
-// The generated ids after the prompt, stopping at EOS (not included) or max_new_tokens.
+// The generated ids after the prompt, stopping at EOS (not included), max_new_tokens, or when
+// prompt and answer fill max_context.
 std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt, const GenerateConfig& cfg);
+
+// Whether generate() stopped because the context reached max_context (not at EOS, nor after
+// max_new_tokens).
+bool stopped_at_context_limit(size_t prompt_tokens, size_t new_tokens, const GenerateConfig& cfg);
 
 }  // namespace shardtrain

@@ -7,7 +7,7 @@ namespace shardtrain {
 
 struct LrSchedule {
   std::string kind = "cosine";  // cosine | steplr | constant
-  double base_lr = 3e-4;
+  double base_lr = 1e-4;  // train's --lr default: a fine-tuning rate for pretrained weights (llama-recipes')
   int64_t warmup_steps = 0;
   int64_t total_steps = 1;
   double min_lr_ratio = 0.1;  // cosine decays to base_lr * min_lr_ratio

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace shardtrain::report {
@@ -21,7 +22,12 @@ struct Panel {
   std::vector<Series> series;
   std::optional<double> ymin, ymax;  // fixed y-axis ends; unset ends follow the data
   bool log2_x = false;  // x on a log2 scale with ticks at powers of two (x <= 0 is skipped)
+  std::optional<double> yfloor = std::nullopt;  // the least value the data can take (a loss: 0): the axis stops there
 };
+
+// The y axis' ends for a panel drawn plot_h pixels high: the data's range with 5% headroom,
+// widened to 1-2-5 ticks, within ymin/ymax when set and never below yfloor.
+std::pair<double, double> y_axis_range(const Panel& p, int plot_h = 300);
 
 // Ticks at multiples of a 1, 2 or 5 x 10^k step that cover [lo, hi]: the first is <= lo, the
 // last >= hi, and there are at most max(max_ticks, 2) of them, with the smallest such step.

@@ -5,8 +5,10 @@
 namespace shardtrain::log {
 
 void set_rank(int rank);
-void info(const std::string& msg);   // rank 0 only, stdout
-void info_all(const std::string& msg);  // whichever rank calls it, stdout (e.g. node-local rank 0)
+// From now on info lines go to stderr: for commands whose stdout is their answer (generate).
+void info_to_stderr();
+void info(const std::string& msg);   // rank 0 only, stdout (stderr after info_to_stderr)
+void info_all(const std::string& msg);  // whichever rank calls it, as info (e.g. node-local rank 0)
 void warn(const std::string& msg);   // every rank, stderr, prefixed with the rank
 void error(const std::string& msg);  // every rank, stderr
 

@@ -29,6 +29,7 @@ struct TrainConfig {
   int64_t val_every = 0;   // 0: validate only at the end
   int64_t val_batches = 8;  // <= 0: the whole validation file
   int64_t log_every = 10;
+  int64_t breakdown_every = 10;  // progress lines between step-time breakdowns (and at the end); 0: at the end only
   std::string metrics_file;
   double peak_tflops = 0;  // per device, for MFU; 0: from the device name
   OnSignal on_signal = OnSignal::kContinue;

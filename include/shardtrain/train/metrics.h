@@ -30,6 +30,20 @@ struct StepMetrics {
 void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token, double peak_tflops,
                      int world_size);
 
+// Sums the steps since the last progress line, so that the line's throughput covers the whole
+// interval rather than its last (possibly short) step.
+class IntervalThroughput {
+ public:
+  void add(int64_t input_tokens, double step_time_s);
+  // Sets m's tokens_per_s, tflops_per_device and mfu over the interval, and step_time_s to its
+  // mean step; then starts a new interval. An empty interval leaves m as it is.
+  void take(StepMetrics& m, double flops_per_token, double peak_tflops, int world_size);
+
+ private:
+  int64_t tokens_ = 0, steps_ = 0;
+  double seconds_ = 0;
+};
+
 // Resident-set high-water mark of this process (CPU), in bytes.
 int64_t peak_host_memory_bytes();
 

@@ -24,9 +24,10 @@ class MetricsPublisher {
   void begin_step();  // zeroes the collectives' per-step counts
   // After the step's compute: throughput from m.step_time_s, memory and this step's collectives.
   void measure(StepMetrics& m, int64_t global_rows);
-  // Collective on log steps (the cross-rank breakdown): the line, the logs, Prometheus.
+  // Collective on log steps (the cross-rank breakdown): the line, the logs, Prometheus. The
+  // breakdown is printed every --breakdown-every progress lines and when the run ends.
   // checkpoint_s: the save's duration, or 0 when this step saved nothing.
-  void publish(StepMetrics& m, bool log_step, int64_t total_steps, double checkpoint_s);
+  void publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total_steps, double checkpoint_s);
   void write_initial(const StepMetrics& m);  // the step-0 validation line, before training
 
  private:
@@ -39,6 +40,8 @@ class MetricsPublisher {
   int64_t start_step_;
   double timed_s_ = 0;  // this run's step + checkpoint time, for the ETA
   double last_checkpoint_s_ = 0;
+  IntervalThroughput interval_;  // the steps since the last progress line, for its tokens/s
+  int64_t log_steps_ = 0;        // progress steps so far, for --breakdown-every
   std::pair<double, double> gpu_peaks_{-1, -1};  // allocated, reserved; -1 on a CPU rank
   MetricsWriter writer_;
   std::unique_ptr<obs::NodeExporter> exporter_;

@@ -1,0 +1,146 @@
+// What the options print besides their own errors: --help's defaults as one would type them, and
+// the one line for an unknown option (the nearest option, or shardtrain's name for a flag that
+// PyTorch or Hugging Face's Trainer uses).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "option_parts.h"
+
+namespace shardtrain::cli::parts {
+namespace {
+
+// "1e-08" -> "1e-8", "1e+20" -> "1e20": the exponent as one types it.
+std::string plain_exponent(std::string s) {
+  const size_t e = s.find('e');
+  if (e == std::string::npos) return s;
+  size_t digits = e + 1;
+  if (s[digits] == '+') s.erase(digits, 1);
+  if (s[digits] == '-') ++digits;
+  while (digits + 1 < s.size() && s[digits] == '0') s.erase(digits, 1);
+  return s;
+}
+
+// Flags of PyTorch scripts, llama-recipes and Hugging Face's Trainer, with dashes for
+// underscores, and what to pass to shardtrain instead. The first --option named must exist in
+// the command for the advice to apply. They are advice in the error, never aliases.
+struct Foreign {
+  const char* flag;
+  const char* advice;
+};
+constexpr Foreign kForeign[] = {
+    {"learning-rate", "shardtrain's equivalent is --lr"},
+    {"max-steps", "shardtrain's equivalent is --steps"},
+    {"gradient-accumulation-steps", "shardtrain's equivalent is --grad-accum"},
+    {"bf16", "shardtrain's equivalent is --param-dtype bf16"},
+    {"pure-bf16", "shardtrain's equivalent is --param-dtype bf16"},
+    {"fp16", "shardtrain does not train in fp16: bf16 (--param-dtype bf16) is what it supports"},
+    {"per-device-train-batch-size", "shardtrain's equivalent is --batch-size (rows per rank)"},
+    {"batch-size-training", "shardtrain's equivalent is --batch-size (rows per rank)"},
+    {"num-train-epochs", "shardtrain's equivalent is --epochs"},
+    {"num-epochs", "shardtrain's equivalent is --epochs"},
+    {"logging-steps", "shardtrain's equivalent is --log-every"},
+    {"save-steps", "shardtrain's equivalent is --save-every"},
+    {"eval-steps", "shardtrain's equivalent is --val-every"},
+    {"save-total-limit", "shardtrain's equivalent is --keep-checkpoints"},
+    {"max-grad-norm", "shardtrain's equivalent is --grad-clip"},
+    {"lr-scheduler-type", "shardtrain's equivalent is --lr-schedule"},
+    {"warmup-ratio", "shardtrain's equivalent is --warmup-steps (a number of steps, not a fraction of the run)"},
+    {"adam-beta1", "shardtrain's equivalent is --beta1"},
+    {"adam-beta2", "shardtrain's equivalent is --beta2"},
+    {"adam-epsilon", "shardtrain's equivalent is --adam-eps"},
+    {"gradient-checkpointing", "shardtrain's equivalent is --activation-checkpointing"},
+    {"model-name-or-path", "shardtrain's equivalent is --weights DIR (a Hugging Face model directory)"},
+    {"model-name", "shardtrain's equivalent is --weights DIR (a Hugging Face model directory)"},
+    {"output-dir", "shardtrain's equivalent is --save-model DIR (the final model) or --checkpoint-dir DIR (checkpoints)"},
+    {"resume-from-checkpoint", "shardtrain's equivalent is --resume (auto, or a checkpoint)"},
+    {"use-peft", "shardtrain's equivalent is --lora-rank R (R > 0)"},
+};
+
+// Optimal string alignment distance: edits, with a swap of neighbours as one.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// "did you mean --a?" or "did you mean --a, --b or --c?"
+std::string did_you_mean(const std::vector<std::string>& names, const std::string& dash) {
+  std::string s = "did you mean ";
+  for (size_t i = 0; i < names.size(); ++i)
+    s += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + dash + names[i];
+  return s + "?";
+}
+
+// What to suggest for `name` (no dashes, '_' already '-') among the command's long options.
+std::string suggestion(const std::string& name, const std::vector<std::string>& options, const po::options_description& all,
+                       const std::string& dash) {
+  for (const Foreign& f : kForeign) {
+    if (name != f.flag) continue;
+    const std::string advice = f.advice;
+    const size_t at = advice.find("--");
+    const std::string target = advice.substr(at + 2, advice.find_first_of(" ,)", at) - at - 2);
+    if (all.find_nothrow(target, false)) return advice;
+  }
+  if (std::find(options.begin(), options.end(), name) != options.end()) return did_you_mean({name}, dash);  // --max_new_tokens
+  std::vector<std::string> longer;
+  for (const auto& o : options)
+    if (name.size() >= 2 && o.compare(0, name.size(), name) == 0) longer.push_back(o);
+  if (!longer.empty() && longer.size() <= 4) return did_you_mean(longer, dash) + " (options are not abbreviated)";
+  const size_t close = std::max<size_t>(1, name.size() / 3);
+  size_t best = close + 1;
+  std::string nearest;
+  for (const auto& o : options)
+    if (const size_t d = edit_distance(name, o); d < best && d < name.size()) best = d, nearest = o;
+  return nearest.empty() ? "" : did_you_mean({nearest}, dash);
+}
+
+}  // namespace
+
+std::string round_trip(double v) {
+  char buf[512];  // %f of 1e308 has 309 digits
+  int digits = 1;
+  for (; digits < 17; ++digits) {  // 17 significant digits always read back exactly
+    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
+  const std::string exponent = plain_exponent(buf);
+  std::string fixed;
+  for (int decimals = 0; decimals <= 20 && fixed.empty(); ++decimals) {
+    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    if (std::strtod(buf, nullptr) == v) fixed = buf;
+  }
+  if (fixed.empty()) return exponent;
+  if (std::abs(v) >= 1 && std::abs(v) < 1e6) return fixed;  // 600, not 6e2
+  return exponent.size() < fixed.size() ? exponent : fixed;  // 1e-4, not 0.0001; 0.5, not 5e-1
+}
+
+po::typed_value<double>* real(double* target, double default_value) {
+  return po::value(target)->default_value(default_value, round_trip(default_value));
+}
+
+std::string unknown_option_message(const std::string& typed, const po::options_description& all, const std::string& config) {
+  std::string name = typed.substr(0, typed.find('='));  // --lrr=3: the name alone
+  const bool is_short = name.size() == 2 && name[0] == '-' && name[1] != '-';
+  name.erase(0, name.find_first_not_of('-'));
+  const std::string dash = config.empty() ? "--" : "";  // a config file's keys have no dashes
+  const std::string where = config.empty() ? "" : "--config " + config + ": ";
+  const std::string head = where + "unknown option " + (is_short ? "-" : dash) + name;
+  std::replace(name.begin(), name.end(), '_', '-');
+  std::vector<std::string> options;
+  for (const auto& o : all.options())
+    if (!o->long_name().empty()) options.push_back(o->long_name());
+  const std::string hint = is_short ? "" : suggestion(name, options, all, dash);
+  return head + "; " + (hint.empty() ? "see --help for this command's options" : hint);
+}
+
+}  // namespace shardtrain::cli::parts

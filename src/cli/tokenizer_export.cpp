@@ -1,0 +1,170 @@
+// The tokenizer files every export carries, so that AutoTokenizer.from_pretrained(export) and
+// pipeline("text-generation", model=export) work on what train and convert write.
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/cli/commands.h"
+#include "shardtrain/data/token_file.h"
+#include "shardtrain/data/tokenizer.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
+#include "shardtrain/runtime/sha256.h"
+
+namespace fs = std::filesystem;
+
+namespace shardtrain::cli {
+namespace {
+
+// What transformers reads of a tokenizer from a model directory (the chat template included).
+const char* const kTokenizerFiles[] = {"tokenizer.model",         "tokenizer.json",    "tokenizer_config.json",
+                                       "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
+                                       "chat_template.json"};
+
+// The tokenizer an export carries, resolved once for the check and the writing.
+struct Resolved {
+  fs::path copy_from;         // --weights' directory, whose tokenizer files are copied unchanged; empty: none
+  std::string spm;            // the SentencePiece tokenizer.model the export carries; "" when none (or none known)
+  bool write_config = false;  // spm comes without a tokenizer_config.json: Llama-2's is written for it
+  std::string named;          // how messages name it
+};
+
+Resolved resolve(const TokenizerSource& src) {
+  std::error_code ec;  // the non-throwing forms: a missing or odd path is no tokenizer source
+  fs::path dir = src.weights;
+  if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
+  const bool spm = !src.weights.empty() && fs::is_regular_file(dir / "tokenizer.model", ec);
+  const bool json = !src.weights.empty() && fs::is_regular_file(dir / "tokenizer.json", ec);
+  if (spm || json) {
+    Resolved r{dir, spm ? (dir / "tokenizer.model").string() : "", false, "--weights " + dir.string() + "'s tokenizer.model"};
+    r.write_config = spm && !fs::exists(dir / "tokenizer_config.json", ec);
+    return r;
+  }
+  if (!src.tokenizer.empty()) return {{}, src.tokenizer, true, "--tokenizer " + src.tokenizer};
+  return {};
+}
+
+// The tokenizer_sha256 a token file records; "" when there is none to read (a damaged --data is
+// reported by the run that reads it, and a checkpoint's recorded one may be gone).
+std::string recorded_tokenizer_sha256(const std::string& data) {
+  std::error_code ec;
+  if (data.empty() || !fs::is_regular_file(data, ec)) return "";
+  try {
+    return TokenFile(data).meta().tokenizer_sha256;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+// Copies one file unchanged; the same file (an export into its own --weights directory) is left alone.
+void copy_unchanged(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  if (fs::exists(to, ec) && fs::equivalent(from, to, ec)) return;
+  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+}
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) throw Error("cannot write " + path.string());
+}
+
+// tokenizer_config.json and special_tokens_map.json as Llama-2's on the Hub, which transformers'
+// LlamaTokenizer (the fast one, converted from tokenizer.model) reads.
+void write_llama_tokenizer_config(const fs::path& dir, const std::string& spm, const ModelConfig& model) {
+  const Tokenizer tok(spm);
+  const auto cfg = model_to_hf_json(model);
+  const bool has_pad = cfg.contains("pad_token_id") && cfg["pad_token_id"].is_number_integer();
+  const int32_t pad_id = has_pad ? cfg["pad_token_id"].get<int32_t>() : -1;
+  nlohmann::json config = {{"tokenizer_class", "LlamaTokenizer"},
+                           {"add_bos_token", true},
+                           {"add_eos_token", false},
+                           {"clean_up_tokenization_spaces", false},
+                           {"legacy", false},
+                           {"model_max_length", model.max_position_embeddings},
+                           {"pad_token", nullptr},
+                           {"added_tokens_decoder", nlohmann::json::object()}};
+  nlohmann::json special = nlohmann::json::object();
+  const std::pair<const char*, int32_t> tokens[] = {
+      {"unk_token", tok.unk_id()}, {"bos_token", tok.bos_id()}, {"eos_token", tok.eos_id()}, {"pad_token", pad_id}};
+  for (const auto& [key, id] : tokens) {
+    if (id < 0 || id >= tok.vocab_size()) continue;  // none: Llama-2 has no pad token
+    nlohmann::json added = {{"content", tok.piece(id)}, {"lstrip", false}, {"normalized", false},
+                            {"rstrip", false},          {"single_word", false}};
+    special[key] = added;
+    config[key] = tok.piece(id);
+    added["special"] = true;
+    config["added_tokens_decoder"][std::to_string(id)] = added;
+  }
+  write_json(dir / "tokenizer_config.json", config);
+  write_json(dir / "special_tokens_map.json", special);
+}
+
+// transformers' GenerationConfig with the model config's special ids, so generate() stops at EOS.
+void write_generation_config(const fs::path& dir, const ModelConfig& model) {
+  const auto cfg = model_to_hf_json(model);
+  nlohmann::json gen = nlohmann::json::object();
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (cfg.contains(key)) gen[key] = cfg[key];
+  write_json(dir / "generation_config.json", gen);
+}
+
+}  // namespace
+
+TokenizerSource train_tokenizer(const TrainOptions& o) { return {o.weights, o.accuracy.tokenizer, o.data}; }
+
+void check_export_tokenizer(const TokenizerSource& src, const ModelConfig& model) {
+  const Resolved r = resolve(src);
+  if (r.spm.empty()) return;
+  std::string sha;
+  if (r.write_config) {  // described by us: a SentencePiece model whose pieces the embedding can look up
+    const Tokenizer tok(r.spm);
+    tok.require_fits(model.vocab_size);
+    sha = tok.sha256();
+  } else {
+    sha = sha256_file(r.spm);
+  }
+  const std::string want = recorded_tokenizer_sha256(src.data);
+  if (want.empty() || sha == want) return;
+  throw UsageError(r.named + " (sha256 " + sha + ") is not the tokenizer the token file " + src.data +
+                   " was prepared with (tokenizer_sha256 " + want + "); " +
+                   (r.copy_from.empty() ? "pass the tokenizer.model that prepare used"
+                                        : "prepare the data with the model's own tokenizer.model"));
+}
+
+void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const ModelConfig& model,
+                           bool full_model) {
+  check_export_tokenizer(src, model);
+  const Resolved r = resolve(src);
+  const fs::path out(dir);
+  std::error_code ec;
+  std::set<std::string> written;
+  for (const char* name : kTokenizerFiles) {
+    if (r.copy_from.empty() || !fs::is_regular_file(r.copy_from / name, ec)) continue;
+    copy_unchanged(r.copy_from / name, out / name);
+    written.insert(name);
+  }
+  if (r.copy_from.empty() && !r.spm.empty()) {
+    copy_unchanged(r.spm, out / "tokenizer.model");
+    written.insert("tokenizer.model");
+  }
+  if (r.write_config) {
+    write_llama_tokenizer_config(out, r.spm, model);
+    written.insert({"tokenizer_config.json", "special_tokens_map.json"});
+  }
+  // An earlier export's files left in dir would be loaded with these (tokenizer.json before tokenizer.model).
+  for (const char* name : kTokenizerFiles)
+    if (!written.count(name)) fs::remove(out / name);
+  if (written.empty())
+    log::warn("the export in " + dir + " has no tokenizer files, so AutoTokenizer.from_pretrained cannot load it; "
+              "pass --tokenizer with the tokenizer.model the data was prepared with");
+  if (!full_model) return;
+  // A --weights directory's generation defaults (a Hub model's sampling settings) stay with the model.
+  if (!r.copy_from.empty() && fs::is_regular_file(r.copy_from / "generation_config.json", ec))
+    copy_unchanged(r.copy_from / "generation_config.json", out / "generation_config.json");
+  else
+    write_generation_config(out, model);
+}
+
+}  // namespace shardtrain::cli
