@@ -7,7 +7,9 @@
 # launcher bin/shardtrain finds LibTorch in the target's torch wheel (docs/bundle.md).
 #
 #   scripts/bundle.sh               # builds the binary if needed, writes dist/<name>.tar.gz
-# Env: BUILD_DIR (build), DIST_DIR (dist), BUNDLE_SKIP_BUILD=1 to package an existing build.
+# Env: BUILD_DIR (build), DIST_DIR (dist), BUNDLE_SKIP_BUILD=1 to package an existing build,
+#      PYTHON (<repo>/.venv/bin/python) or SHARDTRAIN_TORCH (a torch package directory).
+# scripts/bundle-portable.sh runs this in a Debian 11 root, for glibc 2.31 targets (docs/bundle.md).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BUILD_DIR:-$repo/build}
@@ -34,8 +36,11 @@ bundle_ompi_lib=lib/$arch/openmpi/lib/openmpi3
 mkdir -p "$root"/{bin,libexec,lib/pmix,lib/hwloc,"$bundle_ompi_lib",etc/openmpi,share/shardtrain}
 
 # The torch wheel the binary was linked against: its libraries (and NVIDIA's wheels) stay outside.
-torch_dir=$("$py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
-torch_version=$("$py" -c 'import torch; print(torch.__version__)')
+# SHARDTRAIN_TORCH names the torch package directory instead (scripts/bundle-portable.sh: a wheel
+# for a newer Python than the build root's); neither way imports torch.
+torch_dir=${SHARDTRAIN_TORCH:-$("$py" -c 'import importlib.util as u; print(u.find_spec("torch").submodule_search_locations[0])')}
+torch_version=$(sed -n "s/^__version__ = '\(.*\)'.*/\1/p" "$torch_dir/version.py")
+[ -n "$torch_version" ] || { echo "bundle.sh: no torch version in $torch_dir/version.py" >&2; exit 1; }
 site_dir=$(dirname "$torch_dir")
 
 # Libraries that the target provides: glibc, the CUDA driver, and whatever the torch wheel and the

@@ -6,7 +6,8 @@ import re
 import sys
 
 log_dir, root, site = sys.argv[1:4]
-GLIBC = re.compile(r"^(ld-linux-x86-64|libc|libm|libpthread|libdl|librt|libutil|libresolv|libanl|libnss_\w+)\.so(\.\d+)*$")
+# libc.so.6 (glibc >= 2.34's file names) or libc-2.31.so (older glibc's, e.g. Debian 11)
+GLIBC = re.compile(r"^(ld-linux-x86-64|ld|libc|libm|libpthread|libdl|librt|libutil|libresolv|libanl|libnss_\w+)(-\d+\.\d+)?\.so(\.\d+)*$")
 checked, bad, where = 0, [], collections.Counter()
 
 
