@@ -44,15 +44,15 @@ if len(sys.argv) > 3 and len(steps) != int(sys.argv[3]):
 print(len(steps))
 EOF
 }
-# newest DIR: the step of the newest complete checkpoint (0: none); unfinished *.tmp never count.
-newest() { ls "$1" 2>/dev/null | sed -n 's/^step-0*\([0-9][0-9]*\)\.h5$/\1/p' | sort -n | tail -n 1 | grep . || echo 0; }
+# newest DIR: the step of the newest complete checkpoint, the one `latest` names (0: none).
+newest() { sed -n 's/^step-0*\([0-9][0-9]*\)\.h5$/\1/p' "$1/latest" 2>/dev/null | grep . || echo 0; }
 # ranks_of PID: the ranks under timeout PID -> mpirun -> ranks.
 ranks_of() { for m in $(ps --ppid "$1" -o pid=); do ps --ppid "$m" -o pid=; done | tr -d ' ' | paste -sd' '; }
 
 # resume_ok LOG EXPECT: the run resumed from checkpoint EXPECT (or started fresh when 0).
 resume_ok() {
-  if grep -q "skipping checkpoint" "$1"; then return 1; fi
-  if [ "$2" = 0 ]; then grep -q "no loadable checkpoint" "$1"
+  if grep -q "cannot be loaded" "$1"; then return 1; fi
+  if [ "$2" = 0 ]; then grep -q "no loadable checkpoint\|no checkpoint in" "$1"
   else grep -q "resumed from .*/$(printf 'step-%08d.h5' "$2") at step $2 " "$1"; fi
 }
 
@@ -80,7 +80,7 @@ for cfg in "${configs[@]}"; do
     if [ "$c_kills" -lt "$per_config" ]; then
       # The random moment counts from the start of training (the resume line), not from launch:
       # start-up takes longer than the moments span on a busy machine, and holds no save.
-      for _ in $(seq 2400); do grep -q "resumed from\|no loadable checkpoint" "$log" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+      for _ in $(seq 2400); do grep -q "resumed from\|no loadable checkpoint\|no checkpoint in" "$log" && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
       delay=$(awk -v r="$RANDOM" -v m="$max_delay" 'BEGIN { printf "%.3f", r / 32767 * m }')
       sleep "$delay"
       pids=$(ranks_of "$pid")
@@ -90,9 +90,9 @@ for cfg in "${configs[@]}"; do
       fi
     fi
     rc=0; wait "$pid" || rc=$?
-    if grep -q "resumed from\|no loadable checkpoint" "$log"; then
+    if grep -q "resumed from\|no loadable checkpoint\|no checkpoint in" "$log"; then
       if resume_ok "$log" "$expect"; then c_verified=$((c_verified + pending)); pending=0
-      else fail "$name run $run: did not resume from the newest complete checkpoint (step $expect): $(grep -m1 'resumed from\|skipping\|no loadable' "$log")"; pending=0; fi
+      else fail "$name run $run: did not resume from the newest complete checkpoint (step $expect): $(grep -m1 'resumed from\|cannot be loaded\|no loadable\|no checkpoint in' "$log")"; pending=0; fi
     fi
     if [ "$killed" = 1 ]; then
       c_kills=$((c_kills + 1)) pending=$((pending + 1))

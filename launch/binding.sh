@@ -4,23 +4,14 @@
 #
 #   source "$SHARDTRAIN_HOME/launch/binding.sh"
 #   binding_compute "$ranks_per_node" "$GPUS_PER_NODE"  # prints BINDING_SUMMARY; a GPU count of 0: CPU ranks
-#   CPUS_PER_RANK=$CORES_PER_RANK                       # then shardtrain_commands passes it as --threads
 #
 # It sets CORES_PER_RANK (physical cores = LibTorch threads per rank), RANK_CPUS[i] (local rank
 # i's cpu list, e.g. "0-11,96-107": its cores plus their hyper-threads) and BINDING_SUMMARY, and
-# exports SHARDTRAIN_RANK_CPUS ("list0;list1;...") and SHARDTRAIN_RANK_THREADS, which
-# launch/bind-rank.sh reads in each rank. Put bind-rank.sh before the container prefix and the binary:
-#
-#   mpirun ... --map-by "ppr:$ranks_per_node:node" --bind-to none \
-#       -x SHARDTRAIN_RANK_CPUS -x SHARDTRAIN_RANK_THREADS \
-#       "$SHARDTRAIN_HOME/launch/bind-rank.sh" "${LAUNCH_PREFIX[@]}" "$BIN" train ...
-#   srun --mpi=pmix --cpu-bind=none --cpus-per-task=$((SLURM_CPUS_ON_NODE / ranks_per_node)) \
-#       "$SHARDTRAIN_HOME/launch/bind-rank.sh" "${LAUNCH_PREFIX[@]}" "$BIN" train ...
-#
-# (--bind-to none / --cpu-bind=none: bind-rank.sh does the binding; --cpus-per-task: the step's
-# cpuset must span the whole allocation the plan was computed from, or taskset cannot reach it.)
-# The plan comes from the launching host and is applied on every node: nodes must be alike.
-#
+# exports SHARDTRAIN_RANK_CPUS ("list0;list1;...") and SHARDTRAIN_RANK_THREADS. The launchers do
+# not call it themselves: launch/bind-rank.sh, put before the binary (mpirun --bind-to none,
+# srun --cpu-bind=none --cpus-per-task), calls it in every rank on the rank's own node, so nodes
+# plan from their own topology whichever host launched the job.
+
 # Overrides (tests; nodes without nvidia-smi): SHARDTRAIN_SYSFS_ROOT (default /: reads
 # sys/devices/system/{cpu,node}, sys/bus/pci/devices and proc/self/status under it),
 # SHARDTRAIN_CPUS_ALLOWED (default: Cpus_allowed_list, the Slurm allocation under Slurm),

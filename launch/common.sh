@@ -14,6 +14,8 @@ Options (environment variable in brackets):
                        go to the trainer as given [LORA_ARGS]
   --resume R           auto (default: continue from CKPT_DIR's latest checkpoint when there is one),
                        a checkpoint file or directory, or none [RESUME]
+  --overwrite-checkpoints  start anew in a CKPT_DIR that holds another run's checkpoints, removing
+                       them; restarts then continue this run [OVERWRITE_CHECKPOINTS=1]
   --strategy S         full_shard, shard_grad_op, no_shard, hybrid_shard [STRATEGY]
   --data F             token file from 'shardtrain prepare' [DATA] (required)
   --out-dir D          metrics, logs and the exit code [OUT_DIR] (default runs/<job id>)
@@ -42,6 +44,7 @@ shardtrain_parse() {
       --resume) RESUME=$2; shift 2 ;;
       --lora-rank|--lora-alpha|--lora-dropout|--lora-targets) LORA_ARGS="${LORA_ARGS:-} $1 $2"; shift 2 ;;
       --merge-lora) LORA_ARGS="${LORA_ARGS:-} $1"; shift ;;
+      --overwrite-checkpoints) OVERWRITE_CHECKPOINTS=1; shift ;;
       --strategy) STRATEGY=$2; shift 2 ;;
       --data) DATA=$2; shift 2 ;;
       --out-dir) OUT_DIR=$2; shift 2 ;;
@@ -55,7 +58,10 @@ shardtrain_parse() {
       --bind) BIND=$2; shift 2 ;;
       --skip-preflight) SKIP_PREFLIGHT=1; shift ;;
       -h|--help) shardtrain_usage; exit 0 ;;
-      --) shift; TRAIN_EXTRA=("$@"); break ;;
+      --) shift
+          # The launcher's own: it decides between --overwrite-checkpoints and --resume per run.
+          for a in "$@"; do if [ "$a" = --overwrite-checkpoints ]; then OVERWRITE_CHECKPOINTS=1; else TRAIN_EXTRA+=("$a"); fi; done
+          break ;;
       *) echo "error: unknown option '$1'; put trainer options after --" >&2; shardtrain_usage >&2; exit 2 ;;
     esac
   done
@@ -66,6 +72,7 @@ shardtrain_parse() {
     exit 2
   fi
   MODEL=${MODEL:-} WEIGHTS=${WEIGHTS:-} SAVE_MODEL=${SAVE_MODEL:-} RESUME=${RESUME:-auto} LORA_ARGS=${LORA_ARGS:-}
+  OVERWRITE_CHECKPOINTS=${OVERWRITE_CHECKPOINTS:-0}
   STRATEGY=${STRATEGY:-full_shard} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
   MAX_RESTARTS=${MAX_RESTARTS:-3} RESTART_ON_FAILURE=${RESTART_ON_FAILURE:-0} RANKS_PER_NODE=${RANKS_PER_NODE:-0}
   SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
@@ -118,18 +125,25 @@ shardtrain_commands() {
   local rpn=()
   [ "$RANKS_PER_NODE" -gt 0 ] && rpn=(--ranks-per-node "$RANKS_PER_NODE")
   PREFLIGHT_ARGS=(preflight --device "$DEVICE" --min-busbw "$MIN_BUSBW" --max-bytes "$PREFLIGHT_MAX_BYTES" "${rpn[@]}")
+  # --threads 0: each rank takes OMP_NUM_THREADS, its cores as launch/bind-rank.sh planned them.
   TRAIN_ARGS=(train --sharding "$STRATEGY" --data "$DATA" --device "$DEVICE"
-    --threads "$CPUS_PER_RANK" --steps "$STEPS" --metrics-file "$OUT_DIR/metrics.jsonl"
+    --threads 0 --steps "$STEPS" --metrics-file "$OUT_DIR/metrics.jsonl"
     --checkpoint-dir "$CKPT_DIR" --save-every "$SAVE_EVERY" --on-signal exit "${rpn[@]}")
   [ -n "$WEIGHTS" ] && TRAIN_ARGS+=(--weights "$WEIGHTS")
   [ -n "$MODEL" ] && TRAIN_ARGS+=(--model "$MODEL")
   [ -n "$SAVE_MODEL" ] && TRAIN_ARGS+=(--save-model "$SAVE_MODEL")
-  [ "$RESUME" != none ] && TRAIN_ARGS+=(--resume "$RESUME")
+  if [ "$OVERWRITE_CHECKPOINTS" = 1 ]; then TRAIN_ARGS+=(--overwrite-checkpoints)
+  elif [ "$RESUME" != none ]; then TRAIN_ARGS+=(--resume "$RESUME"); fi
   local lora
   read -r -a lora <<<"$LORA_ARGS"
   TRAIN_ARGS+=("${lora[@]}")
   [ "$PEAK_TFLOPS" != 0 ] && TRAIN_ARGS+=(--peak-tflops "$PEAK_TFLOPS")
   TRAIN_ARGS+=("${TRAIN_EXTRA[@]}")
+}
+
+# A restarted (requeued) run continues from its own newest checkpoint, whatever started the first.
+shardtrain_restarted() {
+  RESUME=auto OVERWRITE_CHECKPOINTS=0
 }
 
 # Trainer exit codes the launchers requeue on: 75 = checkpointed after SIGUSR1 (preemption),
@@ -143,6 +157,10 @@ SHARDTRAIN_REQUEUE_CODES=${SHARDTRAIN_REQUEUE_CODES:-75 76}
 shardtrain_should_restart() {
   local rc=$1 restarts=$2 code
   [ "$rc" -eq 0 ] && return 1
+  if [ "$rc" -eq 2 ]; then
+    echo "[shardtrain] exit code 2: the trainer refused its input (see its error above); not restarting" >&2
+    return 1
+  fi
   if [ "$restarts" -ge "$MAX_RESTARTS" ]; then
     echo "[shardtrain] exit code $rc after $restarts restarts: --max-restarts $MAX_RESTARTS reached, giving up" >&2
     return 1

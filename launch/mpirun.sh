@@ -28,9 +28,9 @@ shardtrain_parse "${rest[@]}"
 shardtrain_profile
 shardtrain_container
 if [ -z "$ranks_per_host" ]; then ranks_per_host=$GPUS_PER_NODE; [ "$ranks_per_host" -gt 0 ] || ranks_per_host=2; fi
-source "$SHARDTRAIN_HOME/launch/binding.sh"
-binding_compute "$ranks_per_host" "$GPUS_PER_NODE"  # each rank's cores, on its GPU's NUMA node
-CPUS_PER_RANK=$CORES_PER_RANK
+[[ "$ranks_per_host" =~ ^[1-9][0-9]*$ ]] || { echo "error: --ranks-per-host '$ranks_per_host' is not a positive number" >&2; exit 2; }
+# launch/bind-rank.sh plans each rank's cores on its own node from these.
+export SHARDTRAIN_RANKS_PER_NODE=$ranks_per_host SHARDTRAIN_GPUS_PER_NODE=$GPUS_PER_NODE
 hosts=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile")
 OUT_DIR=${OUT_DIR:-$PWD/runs/mpirun-$(date +%Y%m%d-%H%M%S)}
 CKPT_DIR=${CKPT_DIR:-$OUT_DIR/checkpoints}
@@ -45,7 +45,7 @@ MPIRUN=("$mpirun" --hostfile "$hostfile" -np $((hosts * ranks_per_host))
   --mca pml ob1 --mca btl tcp,self,vader --mca btl_tcp_if_exclude lo,docker0)
 [ "$(id -u)" -eq 0 ] && MPIRUN+=(--allow-run-as-root)
 # Forward the profile's environment and the library path to every rank.
-for v in LD_LIBRARY_PATH PATH $(compgen -e | grep -E '^(FI_|NCCL_|OFI_|CUDA_VISIBLE_DEVICES$|OMPI_MCA_|SHARDTRAIN_RANK_)' || true); do
+for v in LD_LIBRARY_PATH PATH $(compgen -e | grep -E '^(FI_|NCCL_|OFI_|CUDA_VISIBLE_DEVICES$|OMPI_MCA_|SHARDTRAIN_(RANKS|GPUS)_PER_NODE$)' || true); do
   [ -n "${!v+set}" ] && MPIRUN+=(-x "$v")
 done
 MPIRUN+=("${mpirun_args[@]}" "$SHARDTRAIN_HOME/launch/bind-rank.sh" "${LAUNCH_PREFIX[@]}" "$BIN")
@@ -69,7 +69,7 @@ while :; do
   fi
   shardtrain_should_restart "$rc" "$restarts" || break
   restarts=$((restarts + 1))
-  RESUME=auto  # a restarted run continues from its own newest checkpoint
+  shardtrain_restarted
   shardtrain_commands
   log "restarting (restart $restarts of at most $MAX_RESTARTS) from $CKPT_DIR"
 done

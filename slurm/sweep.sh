@@ -5,7 +5,7 @@
 #
 #   slurm/sweep.sh --nodes "1 2 4 8 16" --out sweep-7b -- --profile p5 --model llama2-7b \
 #                  --data /fsx/data/train.h5 --steps 50 -- --param-dtype bf16 --batch-size 1
-#   slurm/sweep.sh --nodes "1 2" --simulate-ranks-per-node 2 --out sweep-cpu -- --profile cpu --data train.h5 --steps 12
+#   slurm/sweep.sh --nodes "1 2" --simulate-ranks-per-node 2 --out sweep-cpu -- --profile cpu --model tiny --data train.h5 --steps 12
 #
 # --simulate-ranks-per-node K runs "N nodes" as N*K ranks on one machine (train --ranks-per-node K).
 # Everything after -- goes to slurm/train.sbatch; --sbatch-args adds sbatch options to every job.

@@ -69,8 +69,11 @@ void publish(const std::string& tmp, const std::string& final_path, int keep) {
   fs::rename(dir / "latest.tmp", dir / "latest");
   fsync_path(dir.string());
   if (keep <= 0) return;
-  const auto all = list_checkpoints(dir.string());
-  for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i]);
+  // Only this run's history counts: files past the one just published are not it (and stay).
+  std::vector<std::string> older;
+  for (const auto& p : list_checkpoints(dir.string()))
+    if (step_of(p) <= step_of(final_path)) older.push_back(p);
+  for (size_t i = 0; i + keep < older.size(); ++i) fs::remove(older[i]);
 }
 
 std::string latest_checkpoint(const std::string& dir) {
@@ -99,6 +102,8 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& opt) 
     const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
     if (!fs::exists(dir, ec)) throw UsageError(opt + ": " + spec + " does not exist");
     const std::string name = latest_name(dir);
+    const auto all = list_checkpoints(dir.string());
+    if (name.empty() && !all.empty()) return all.back();  // no `latest` (an older layout): the newest
     if (name.empty())
       throw UsageError(opt + ": " + dir.string() + " has no `latest` file (no checkpoint was completed there); pass a " +
                        "checkpoint file such as " + step_path(dir.string(), 100));

@@ -39,7 +39,7 @@ void CheckpointConfig::validate() const {
 bool CheckpointConfig::continues_dir() const {
   if (resume == "auto") return true;
   std::error_code ec;
-  return !resume.empty() && std::filesystem::equivalent(std::filesystem::path(resume).parent_path(), dir, ec);
+  return !resume.empty() && std::filesystem::equivalent(std::filesystem::absolute(resume, ec).parent_path(), dir, ec);
 }
 
 Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config)

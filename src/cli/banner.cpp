@@ -71,7 +71,8 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
                 static_cast<long long>(m.intermediate_size), static_cast<long long>(m.num_heads),
                 static_cast<long long>(m.num_kv_heads), static_cast<long long>(m.vocab_size),
                 static_cast<long long>(f.num_params),
-                o.weights.empty() ? (", random initialization (seed " + std::to_string(t.seed) + ")").c_str()
+                o.weights.empty() ? (o.resumes ? std::string(", weights from the checkpoint")
+                                               : ", random initialization (seed " + std::to_string(t.seed) + ")").c_str()
                                   : (", weights " + o.weights + " (" + std::to_string(f.weights_bytes_read) +
                                      " bytes read by rank 0)").c_str());
   b += buf;

@@ -48,9 +48,11 @@ std::string recorded_option(const nlohmann::json& args, const std::string& opt) 
   return value;
 }
 
+}  // namespace
+
 // A checkpoint's export tokenizer: convert's --weights and --tokenizer, else what its run recorded
 // (--weights, or for a converted checkpoint the model directory it came from; an existing --tokenizer).
-TokenizerSource checkpoint_tokenizer(const std::string& path, const ConvertOptions& o, const std::string& base) {
+TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string& tokenizer, const std::string& base) {
   nlohmann::json run;
   {
     std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
@@ -61,15 +63,13 @@ TokenizerSource checkpoint_tokenizer(const std::string& path, const ConvertOptio
   const bool converted = run.is_object() && run.contains("converted_from") && run["converted_from"].is_string();
   TokenizerSource src;
   src.weights = !base.empty() ? base : converted ? run["converted_from"].get<std::string>() : recorded_option(args, "--weights");
-  src.tokenizer = o.tokenizer;
+  src.tokenizer = tokenizer;
   std::error_code ec;
   if (src.tokenizer.empty() && fs::is_regular_file(recorded_option(args, "--tokenizer"), ec))
     src.tokenizer = recorded_option(args, "--tokenizer");
   src.data = recorded_option(args, "--data");
   return src;
 }
-
-}  // namespace
 
 void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
                int rank, const TokenizerSource& tokenizer) {
@@ -102,7 +102,7 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   // A LoRA checkpoint is loaded onto its base (the checksum is verified); the seeded init's base has none to read.
   const std::string read_from = !to_hf ? o.input : fc.lora.enabled() ? base : "";
   std::unique_ptr<SafetensorsModel> weights = read_from.empty() ? nullptr : std::make_unique<SafetensorsModel>(read_from);
-  const TokenizerSource tokenizer = to_hf ? checkpoint_tokenizer(o.input, o, base) : TokenizerSource{};
+  const TokenizerSource tokenizer = to_hf ? checkpoint_tokenizer(o.input, o.tokenizer, base) : TokenizerSource{};
   std::string failure;  // rank 0 checks before the load; every rank then fails alike
   try {
     if (env.rank() == 0) check_export_tokenizer(tokenizer, model);

@@ -2,6 +2,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -25,6 +26,10 @@ int print_help(const std::string& text, const MpiEnv& env) {
 }
 
 void setup_threads(int threads, const MpiEnv& env) {
+  if (threads <= 0) {  // the launchers' binding (launch/bind-rank.sh) sets OMP_NUM_THREADS to the rank's cores
+    const char* omp = std::getenv("OMP_NUM_THREADS");
+    threads = omp ? std::atoi(omp) : 0;
+  }
   if (threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, cores / std::max(1, env.topology().local_size));

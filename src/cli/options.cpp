@@ -21,7 +21,7 @@ po::options_description common_desc(CommonOptions& c) {
   d.add_options()("help,h", po::bool_switch(&c.help), "show this help")(
       "help-all", po::bool_switch(&c.help_all), "show this help with the hidden groups (fault injection)")(
       "config", po::value<std::string>(), "read more options from FILE (key = value per line)")(
-      "threads", po::value(&c.threads)->default_value(0), "LibTorch CPU threads (0: all cores)");
+      "threads", po::value(&c.threads)->default_value(0), "LibTorch CPU threads (0: OMP_NUM_THREADS when set, as the launchers' binding sets it; else this rank's share of the cores)");
   return d;
 }
 
@@ -80,12 +80,28 @@ void resolve_train_model(TrainOptions& o, const ModelArgs& m) {
     o.model_from = !m.spec.empty() ? "--model " + m.spec : !m.weights.empty() ? "--weights" : "the default preset";
     return;
   }
-  // A resumed run without --model or --weights is the checkpoint's model (and a LoRA run's recorded base).
-  const auto attrs = ckpt::read_attrs(candidates.front());
-  const ModelConfig saved = model_from_hf_json(attrs.model_config, candidates.front());
-  o.model = resolve(m, &saved);
-  o.model_from = "checkpoint " + candidates.front();
-  if (attrs.lora_rank > 0) o.weights = attrs.base_weights;
+  // A resumed run without --model or --weights is the checkpoint's model (and a LoRA run's recorded
+  // base): the first candidate that reads, as the resume itself falls back past a damaged one.
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    ckpt::CheckpointAttrs attrs;
+    try {
+      attrs = ckpt::read_attrs(candidates[i]);
+    } catch (const std::exception&) {
+      if (i + 1 < candidates.size()) continue;
+      throw;
+    }
+    const ModelConfig saved = model_from_hf_json(attrs.model_config, candidates[i]);
+    o.model = resolve(m, &saved);
+    o.model_from = "checkpoint " + candidates[i];
+    o.resume_checkpoint = candidates[i];
+    if (attrs.lora_rank == 0) return;
+    if (o.fsdp.lora.rank != attrs.lora_rank)
+      throw UsageError("--resume: " + candidates[i] + " was trained with LoRA (--lora-rank " +
+                       std::to_string(attrs.lora_rank) + " --lora-alpha " + round_trip(attrs.lora_alpha) +
+                       " --lora-targets " + attrs.lora_targets + "); pass the same --lora-* options to resume it");
+    o.weights = attrs.base_weights;
+    return;
+  }
 }
 
 void require_file(const std::string& opt, const std::string& path) {

@@ -112,7 +112,12 @@ void write_generation_config(const fs::path& dir, const ModelConfig& model) {
 
 }  // namespace
 
-TokenizerSource train_tokenizer(const TrainOptions& o) { return {o.weights, o.accuracy.tokenizer, o.data}; }
+TokenizerSource train_tokenizer(const TrainOptions& o) {
+  if (!o.weights.empty() || o.resume_checkpoint.empty()) return {o.weights, o.accuracy.tokenizer, o.data};
+  TokenizerSource src = checkpoint_tokenizer(o.resume_checkpoint, o.accuracy.tokenizer, "");  // the run it continues
+  src.data = o.data;
+  return src;
+}
 
 void check_export_tokenizer(const TokenizerSource& src, const ModelConfig& model) {
   const Resolved r = resolve(src);

@@ -111,6 +111,21 @@ TEST(CkptFiles, ResolveTakesAFileADirectoryOrItsLatest) {
   EXPECT_EQ(message("/nonexistent/step-1.h5", "--resume"), "--resume: /nonexistent/step-1.h5 does not exist");
   std::ofstream(fs::path(empty) / "latest") << "step-00000009.h5\n";
   EXPECT_NE(message(empty, "inspect").find("names step-00000009.h5, which does not exist"), std::string::npos);
+  fs::remove(fs::path(dir) / "latest");  // an older layout without `latest`: the newest checkpoint
+  EXPECT_EQ(ckpt::resolve_checkpoint(dir, "--resume"), want);
+}
+
+// keep-N prunes this run's history only: a newer-named file `latest` never named is left alone,
+// and the checkpoint just published survives.
+TEST(CkptFiles, KeepNeverRemovesWhatLatestNames) {
+  const std::string dir = fresh_dir("ckpt_units_keep_foreign");
+  fake_save(dir, 40, 0);
+  fake_save(dir, 10, 0);
+  fake_save(dir, 12, /*keep=*/1);
+  EXPECT_EQ(slurp(fs::path(dir) / "latest"), "step-00000012.h5\n");
+  EXPECT_TRUE(fs::exists(ckpt::step_path(dir, 12)));
+  EXPECT_TRUE(fs::exists(ckpt::step_path(dir, 40)));
+  EXPECT_FALSE(fs::exists(ckpt::step_path(dir, 10)));
 }
 
 TEST(CkptFiles, CrcIsZlibsOverTheCanonicalBytes) {

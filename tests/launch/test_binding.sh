@@ -5,7 +5,8 @@ set -uo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$repo/launch/binding.sh"
 unset SHARDTRAIN_SYSFS_ROOT SHARDTRAIN_CPUS_ALLOWED SHARDTRAIN_GPU_NUMA SHARDTRAIN_RANK_CPUS SHARDTRAIN_RANK_THREADS \
-  CUDA_VISIBLE_DEVICES OMPI_COMM_WORLD_LOCAL_RANK SLURM_LOCALID OMP_NUM_THREADS
+  SHARDTRAIN_RANKS_PER_NODE SHARDTRAIN_GPUS_PER_NODE CUDA_VISIBLE_DEVICES OMPI_COMM_WORLD_LOCAL_RANK \
+  OMPI_COMM_WORLD_LOCAL_SIZE SLURM_LOCALID OMP_NUM_THREADS
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
@@ -153,6 +154,17 @@ check "bind-rank: no list for the rank: unchanged" "$mine unset" \
   "$(SHARDTRAIN_RANK_CPUS="$first" SHARDTRAIN_RANK_THREADS=3 SLURM_LOCALID=1 "$bind" bash -c "$show")"
 check "bind-rank: a cpu outside the allocation: runs unbound, says so" "$mine unset|1" \
   "$(SHARDTRAIN_RANK_CPUS=100000 SHARDTRAIN_RANK_THREADS=3 SLURM_LOCALID=0 "$bind" bash -c "$show" 2>"$tmp/err")|$(wc -l <"$tmp/err")"
+
+# --- bind-rank.sh plans on the rank's own node when the launcher passes only the layout.
+unset SHARDTRAIN_RANK_CPUS SHARDTRAIN_RANK_THREADS  # exported by the binding_compute calls above
+check "bind-rank: plans here, rank 0 bound and prints the node's plan" "$first 1|binding on $HOSTNAME: 2 ranks share cpus $first (1 thread each), NUMA 0: ranks 0-1" \
+  "$(SHARDTRAIN_RANKS_PER_NODE=2 SHARDTRAIN_GPUS_PER_NODE=0 SHARDTRAIN_CPUS_ALLOWED=$first OMPI_COMM_WORLD_LOCAL_RANK=0 \
+     "$bind" bash -c "$show" 2>"$tmp/err")|$(grep -v '^binding: ' "$tmp/err")"
+# A p4de node's plan, made from that node's sysfs in the rank (this machine cannot take cpus 42-47).
+check "bind-rank: rank 7 of a p4de node gets GPU 7's NUMA cores, quietly planned" \
+  "bind-rank: local rank 7: cannot bind to cpus 42-47,90-95 (outside this job step's cpus?); running unbound" \
+  "$(SHARDTRAIN_SYSFS_ROOT=$p4de SHARDTRAIN_GPU_NUMA="0 0 0 0 1 1 1 1" SHARDTRAIN_CPUS_ALLOWED=0-95 SHARDTRAIN_RANKS_PER_NODE=8 \
+     SHARDTRAIN_GPUS_PER_NODE=8 SLURM_LOCALID=7 "$bind" true 2>&1)"
 
 # --- this machine's real sysfs: 2 ranks get lists inside what this process may use.
 binding_compute 2 >"$tmp/out" 2>"$tmp/err"

@@ -34,6 +34,9 @@ struct TokenizerSource {
   std::string weights, tokenizer, data;
 };
 TokenizerSource train_tokenizer(const TrainOptions& o);  // --weights, --tokenizer and --data
+// A checkpoint's: `tokenizer` and `base` when given, else what its run recorded (--weights, or for a
+// converted checkpoint the model directory it came from; an existing --tokenizer) and its --data.
+TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string& tokenizer, const std::string& base);
 // Throws UsageError when the tokenizer.model the export would carry is not the one the token file
 // was prepared with (naming both), or a --tokenizer is no SentencePiece model that fits the
 // vocabulary: train checks before its first step, convert before it loads.

@@ -32,6 +32,7 @@ struct TrainOptions {
   std::string weights;     // safetensors file, directory or index (optional)
   std::string model_from;  // where the model configuration came from, for the log
   bool resumes = false;    // --resume finds a checkpoint to continue from
+  std::string resume_checkpoint;  // without --model and --weights: the checkpoint the model comes from
   std::string data;        // token file from 'shardtrain prepare'
   std::string val_data;    // optional validation token file
   std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
