@@ -34,6 +34,16 @@ std::string slurp(const fs::path& p) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// What validate() says of a configuration; "" when it is accepted.
+std::string message(const ckpt::CheckpointConfig& c) {
+  try {
+    c.validate();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 // A finished save: write tmp, then publish it as step N.
 void fake_save(const std::string& dir, int64_t step, int keep) {
   const std::string final_path = ckpt::step_path(dir, step);
@@ -96,7 +106,7 @@ TEST(CkptFiles, ResolveTakesAFileADirectoryOrItsLatest) {
   EXPECT_EQ(ckpt::resolve_checkpoint(dir + "/", "--resume"), want);
   EXPECT_EQ(ckpt::resolve_checkpoint(dir + "/latest", "inspect"), want);
   EXPECT_EQ(ckpt::resolve_checkpoint(ckpt::step_path(dir, 2), "--resume"), ckpt::step_path(dir, 2));
-  auto message = [](const std::string& spec, const std::string& opt) {
+  auto refusal = [](const std::string& spec, const std::string& opt) {
     try {
       ckpt::resolve_checkpoint(spec, opt);
     } catch (const UsageError& e) {
@@ -105,12 +115,12 @@ TEST(CkptFiles, ResolveTakesAFileADirectoryOrItsLatest) {
     return std::string();
   };
   const std::string empty = fresh_dir("ckpt_units_resolve_empty");
-  EXPECT_EQ(message(empty, "--input"), "--input: " + empty + " has no `latest` file (no checkpoint was completed there); "
+  EXPECT_EQ(refusal(empty, "--input"), "--input: " + empty + " has no `latest` file (no checkpoint was completed there); "
                                        "pass a checkpoint file such as " + ckpt::step_path(empty, 100));
-  EXPECT_EQ(message(empty + "/latest", "--resume").rfind("--resume: " + empty + " has no `latest`", 0), 0u);
-  EXPECT_EQ(message("/nonexistent/step-1.h5", "--resume"), "--resume: /nonexistent/step-1.h5 does not exist");
+  EXPECT_EQ(refusal(empty + "/latest", "--resume").rfind("--resume: " + empty + " has no `latest`", 0), 0u);
+  EXPECT_EQ(refusal("/nonexistent/step-1.h5", "--resume"), "--resume: /nonexistent/step-1.h5 does not exist");
   std::ofstream(fs::path(empty) / "latest") << "step-00000009.h5\n";
-  EXPECT_NE(message(empty, "inspect").find("names step-00000009.h5, which does not exist"), std::string::npos);
+  EXPECT_NE(refusal(empty, "inspect").find("names step-00000009.h5, which does not exist"), std::string::npos);
   fs::remove(fs::path(dir) / "latest");  // an older layout without `latest`: the newest checkpoint
   EXPECT_EQ(ckpt::resolve_checkpoint(dir, "--resume"), want);
 }
@@ -140,14 +150,6 @@ TEST(CkptFiles, CrcIsZlibsOverTheCanonicalBytes) {
 }
 
 TEST(CkptConfig, BadValuesNameTheOption) {
-  auto message = [](ckpt::CheckpointConfig c) {
-    try {
-      c.validate();
-    } catch (const UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   ckpt::CheckpointConfig ok;
   EXPECT_EQ(message(ok), "");
   ckpt::CheckpointConfig c = ok;
@@ -166,14 +168,6 @@ TEST(CkptConfig, BadValuesNameTheOption) {
 // A new run never writes into another run's checkpoints unless told to: its `latest` would move
 // and a later --resume auto would continue the wrong run.
 TEST(CkptConfig, ANewRunRefusesAnotherRunsCheckpointDirectory) {
-  auto message = [](ckpt::CheckpointConfig c) {
-    try {
-      c.validate();
-    } catch (const UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
   ckpt::CheckpointConfig c;
   c.dir = fresh_dir("ckpt_units_foreign");
   EXPECT_EQ(message(c), "") << "an empty directory is fine";
