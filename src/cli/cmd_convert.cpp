@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/io/h5.h"
@@ -16,23 +17,19 @@ namespace shardtrain::cli {
 namespace {
 
 ModelConfig checkpoint_model(const std::string& path) {
-  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-  h5::Handle f = h5::open_file(path);
-  if (!h5::has_attr(f, "model_config")) throw UsageError(path + " is not a shardtrain checkpoint (no model_config)");
-  return model_from_hf_json(nlohmann::json::parse(h5::read_attr_string(f, "model_config")), path);
+  return model_from_hf_json(ckpt::read_attrs(path).model_config, path);
 }
 
 // A LoRA checkpoint's settings (rank 0: not LoRA) and the base path it records.
 LoraConfig checkpoint_lora(const std::string& path, std::string* base) {
-  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-  h5::Handle f = h5::open_file(path);
+  const ckpt::CheckpointAttrs a = ckpt::read_attrs(path);
   LoraConfig l;
-  if (!h5::has_attr(f, "lora_rank")) return l;
-  l.rank = h5::read_attr_int(f, "lora_rank");
-  l.alpha = h5::read_attr_double(f, "lora_alpha");
-  l.dropout = h5::read_attr_double(f, "lora_dropout");
-  l.targets = parse_lora_targets(h5::read_attr_string(f, "lora_targets"));
-  *base = h5::read_attr_string(f, "base_weights");
+  if (a.lora_rank == 0) return l;
+  l.rank = a.lora_rank;
+  l.alpha = a.lora_alpha;
+  l.dropout = a.lora_dropout;
+  l.targets = parse_lora_targets(a.lora_targets);
+  *base = a.base_weights;
   return l;
 }
 
