@@ -2,7 +2,7 @@
 """The PyTorch side of bench/gpu_vs_pytorch.sh and bench/cpu_vs_pytorch.sh: Hugging Face
 LlamaForCausalLM (sdpa attention) trained with torch FSDP2 `fully_shard` on every decoder layer
 and the root, with the same shape, batch per rank, sequence length, optimizer (fused AdamW,
-betas 0.9/0.95, eps 1e-8, weight decay 0.1, clip 1.0) and precision (fp32 master weights, the
+betas 0.9/0.95, eps 1e-8, weight decay 0.1 on matrices only, clip 1.0) and precision (fp32 master weights, the
 given compute dtype, fp32 reduction) as `shardtrain train`. Rows come from the same token file;
 each rank takes its own rows of every global batch. Runs alone (world 1) or under torchrun
 (gloo on CPU, NCCL on GPUs). Rank 0 prints one JSON object: median tokens/s over all ranks,
@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads per rank (0: torch's default)")
     ap.add_argument("--weights", help="a Hugging Face model directory (sharded safetensors and index too) to start from")
+    ap.add_argument("--losses-file", help="write each step's loss here, one JSON object a line (as shardtrain's metrics)")
     ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (torchtitan's per-block compile)")
     a = ap.parse_args()
 
@@ -95,7 +96,11 @@ def main():
             layer.compile()  # in place, so the layer stays the module fully_shard wraps
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=True)
+    # shardtrain decays every matrix and no norm weight.
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], lr=a.lr, betas=(0.9, 0.95),
+                            eps=1e-8, weight_decay=0.1, fused=True)
     if a.device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()  # after the model is built, as shardtrain does
@@ -127,6 +132,10 @@ def main():
            "torch": torch.__version__, "device_name": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     if rank == 0:
         print(json.dumps(out))
+        if a.losses_file:
+            with open(a.losses_file, "w") as f:
+                for step, loss in enumerate(losses, 1):
+                    f.write(json.dumps({"step": step, "loss": loss}) + "\n")
     dist.destroy_process_group()
 
 

@@ -8,11 +8,14 @@ when it fails.
                                           transformers' logits and loss on the same rows, against shardtrain's
   curves A.jsonl B.jsonl --first N --max-rel X --tail-rel Y
                                           two runs' per-step losses
+  subset IN.h5 OUT.h5 --rows N            the first N rows of a token file
+  same-weights DIR_A DIR_B                two Hugging Face model directories hold equal tensors
   fits LOG                                'fits', 'oom' or 'error' for a training log
 """
 import argparse
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -109,6 +112,34 @@ def cmd_curves(a):
     sys.exit(0 if ok else 1)
 
 
+def cmd_subset(a):
+    """The first ROWS rows of a token file, every attribute kept (a row count is the datasets')."""
+    import h5py
+    with h5py.File(a.src, "r") as f, h5py.File(a.dst, "w") as g:
+        g.attrs.update(dict(f.attrs))
+        for name, d in f.items():
+            g.create_dataset(name, data=d[:a.rows] if d.shape and d.shape[0] == f["tokens"].shape[0] else d[()])
+            g[name].attrs.update(dict(d.attrs))
+
+
+def read_weights(d):
+    from safetensors.torch import load_file
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if name.endswith(".safetensors"):
+            out.update(load_file(os.path.join(d, name)))
+    return out
+
+
+def cmd_same_weights(a):
+    x, y = read_weights(a.a), read_weights(a.b)
+    differ = [k for k in sorted(set(x) | set(y)) if k not in x or k not in y or not torch.equal(x[k], y[k])]
+    ok = bool(x) and not differ
+    print(f"{'PASS' if ok else 'FAIL'}: {len(x)} tensors in {os.path.basename(a.a)}, {len(y)} in {os.path.basename(a.b)}, "
+          f"{len(differ)} differ{' (' + ', '.join(differ[:3]) + ')' if differ else ''}")
+    sys.exit(0 if ok else 1)
+
+
 def cmd_fits(a):
     text = open(a.log, errors="replace").read()
     if re.search(r"out of memory|OutOfMemoryError|CUDA error: out of memory", text, re.I):
@@ -139,10 +170,15 @@ def main():
     c.add_argument("a"), c.add_argument("b"), c.add_argument("--name", required=True)
     c.add_argument("--first", type=int, required=True)
     c.add_argument("--max-rel", type=float, required=True), c.add_argument("--tail-rel", type=float, required=True)
+    sb = sub.add_parser("subset")
+    sb.add_argument("src"), sb.add_argument("dst"), sb.add_argument("--rows", type=int, required=True)
+    sw = sub.add_parser("same-weights")
+    sw.add_argument("a"), sw.add_argument("b")
     f = sub.add_parser("fits")
     f.add_argument("log"), f.add_argument("--rc", type=int, required=True)
     a = ap.parse_args()
-    {"env": cmd_env, "make-model": cmd_make_model, "make-7b": cmd_make_7b, "logits": cmd_logits, "curves": cmd_curves, "fits": cmd_fits}[a.cmd](a)
+    {"env": cmd_env, "make-model": cmd_make_model, "make-7b": cmd_make_7b, "logits": cmd_logits, "curves": cmd_curves,
+     "subset": cmd_subset, "same-weights": cmd_same_weights, "fits": cmd_fits}[a.cmd](a)
 
 
 if __name__ == "__main__":

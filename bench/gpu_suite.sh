@@ -4,9 +4,12 @@
 # It comes in parts (--parts, comma-separated), each sized for one 10-minute device call:
 #   check    1. the environment: GPU, memory, driver, CUDA, NCCL, torch;
 #            2. correctness, on a random GQA Llama in Hugging Face format:
-#               a. a world-1 NCCL run (fp32, TF32 off) equals the CPU run, 10 steps;
-#               b. shardtrain's bf16 logits and loss equal transformers' on the same GPU;
+#               a. a world-1 NCCL run (fp32, TF32 off) equals the CPU run: 10 steps within 1e-4;
+#               b. shardtrain's fp32 and bf16 logits and loss equal transformers' on the same GPU;
 #               c. 50 bf16 training steps on the GPU follow the CPU fp32 loss curve;
+#               d. and PyTorch FSDP2's (fully_shard, bf16 MixedPrecisionPolicy, same weights, rows);
+#               e. the GPU run's checkpoint, read on the CPU, exports the GPU run's own export;
+#               f. that export loads in transformers with shardtrain's logits;
 #            3. shardtrain preflight --device cuda;
 #   speed    4. speed and memory against PyTorch FSDP2 (bench/gpu_vs_pytorch.sh: 7B shape, 4 layers,
 #               bf16, seq 2048 and 4096, activation checkpointing off and on, batch 4);
@@ -39,7 +42,7 @@ while [ $# -gt 0 ]; do
     --device) device=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,32p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_suite.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -102,31 +105,56 @@ part_check() {
   st cpu-fp32.log "${train[@]}" --device cpu --param-dtype fp32 --steps "$ref_steps" --metrics-file "$out/cpu-fp32.jsonl" \
     || { failures=$((failures + 1)); record "- FAIL: the CPU reference run failed (cpu-fp32.log)"; }
   if [ "$device" = cuda ]; then
-    progress "world-1 NCCL, fp32 without TF32: 10 steps"
-    st cuda-fp32.log "${train[@]}" --device cuda --param-dtype fp32 --no-tf32 --steps 10 --metrics-file "$out/cuda-fp32.jsonl"
+    # As long as the reference: the learning-rate schedule depends on the run's length.
+    progress "world-1 NCCL, fp32 without TF32: $ref_steps steps"
+    st cuda-fp32.log "${train[@]}" --device cuda --param-dtype fp32 --no-tf32 --steps "$ref_steps" --metrics-file "$out/cuda-fp32.jsonl"
     # fp32 on both sides; only the kernels' summation order differs.
     check "2a. world-1 NCCL fp32 vs CPU fp32" "${helper[@]}" curves "$out/cuda-fp32.jsonl" "$out/cpu-fp32.jsonl" \
-      --name "2a. world-1 NCCL (fp32, no TF32) vs CPU fp32" --first 10 --max-rel 1e-3 --tail-rel 1e-3
+      --name "2a. world-1 NCCL (fp32, no TF32) vs CPU fp32" --first 10 --max-rel 1e-4 --tail-rel 1e-4
   else
     skip "2a. world-1 NCCL vs CPU (GPU only)"
   fi
-  local dtype=fp32 tol=1e-5
-  [ "$device" = cuda ] && dtype=bf16 tol=2e-2  # bf16 keeps 8 significant bits: ~0.4% per rounding, a few % of RMS over 4 layers
-  st eval-logits.log eval --weights "$out/model" --data "$out/data/train-128.h5" --batch-size 4 --max-batches 1 \
-    --device "$device" --param-dtype "$dtype" --save-logits "$out/shardtrain-logits.h5"
-  check "2b. logits vs transformers" "${helper[@]}" logits "$out/model" "$out/shardtrain-logits.h5" \
-    --device "$device" --dtype "$dtype" --tol "$tol"
+  local dtype tol
+  for dtype in fp32 bf16; do
+    tol=1e-4 && [ "$dtype" = bf16 ] && tol=2e-2  # bf16 keeps 8 significant bits: ~0.4% per rounding, a few % of RMS over 4 layers
+    [ "$device" = cpu ] && { [ "$dtype" = bf16 ] && continue; tol=1e-5; }
+    st "eval-logits-$dtype.log" eval --weights "$out/model" --data "$out/data/train-128.h5" --batch-size 4 --max-batches 1 \
+      --device "$device" --param-dtype "$dtype" --no-tf32 --save-logits "$out/shardtrain-logits-$dtype.h5"
+    check "2b. logits vs transformers ($dtype)" "${helper[@]}" logits "$out/model" "$out/shardtrain-logits-$dtype.h5" \
+      --device "$device" --dtype "$dtype" --tol "$tol"
+  done
   if [ "$device" = cuda ]; then
-    progress "GPU bf16: 50 steps"
-    st cuda-bf16.log "${train[@]}" --device cuda --param-dtype bf16 --steps 50 --metrics-file "$out/cuda-bf16.jsonl"
+    progress "GPU bf16: 50 steps, a checkpoint and a Hugging Face export at the end"
+    st cuda-bf16.log "${train[@]}" --device cuda --param-dtype bf16 --steps 50 --metrics-file "$out/cuda-bf16.jsonl" \
+      --checkpoint-dir "$out/ckpt" --save-model "$out/export"
     # The bound: bf16 rounds activations and the compute copy of the weights to 8 significant bits
     # (2^-9 relative), while the fp32 master keeps updates exact, so the curves differ by the
     # per-step rounding noise (under 1% here) and do not drift apart: 3% per step, 1.5% on the
     # mean of the last 10 steps.
     check "2c. 50 bf16 GPU steps vs the CPU fp32 curve" "${helper[@]}" curves "$out/cuda-bf16.jsonl" "$out/cpu-fp32.jsonl" \
       --name "2c. 50 bf16 GPU steps vs the CPU fp32 curve" --first 50 --max-rel 0.03 --tail-rel 0.015
+    # PyTorch FSDP2 (fully_shard, bf16 MixedPrecisionPolicy) from the same weights on the same rows:
+    # 64 rows and batch 64, so each step sees every row whatever the order; constant learning rate,
+    # low enough that the loss stays far from 0 (about 1.5 after 50 steps) and relative errors mean something.
+    "${helper[@]}" subset "$out/data/train-128.h5" "$out/data/rows-64.h5" --rows 64 >> "$out/suite.err" 2>&1
+    local same=(--weights "$out/model" --data "$out/data/rows-64.h5" --batch-size 64 --steps 50 --lr 1e-5)
+    progress "2d. 50 bf16 steps: shardtrain and PyTorch FSDP2"
+    st fsdp2-shardtrain.log train "${same[@]}" --lr-schedule constant --warmup-steps 0 --device cuda --param-dtype bf16 \
+      --log-every 10 --collective-timeout 0 --metrics-file "$out/fsdp2-shardtrain.jsonl"
+    "$py" "$repo/bench/fsdp2_reference.py" "${same[@]}" --device cuda --dtype bf16 --losses-file "$out/fsdp2-pytorch.jsonl" \
+      > "$out/fsdp2-pytorch.log" 2>&1
+    check "2d. 50 bf16 steps vs PyTorch FSDP2" "${helper[@]}" curves "$out/fsdp2-shardtrain.jsonl" "$out/fsdp2-pytorch.jsonl" \
+      --name "2d. 50 bf16 steps vs PyTorch FSDP2 (same weights and rows)" --first 50 --max-rel 0.03 --tail-rel 0.01
+    # The GPU's checkpoint read back on the CPU (every tensor's checksum is verified), exported
+    # there, and compared with the GPU run's own export; that export must load in transformers.
+    progress "2e. the GPU checkpoint on the CPU, and the export in transformers"
+    st convert.log convert --input "$out/ckpt" --output "$out/from-ckpt"
+    check "2e. GPU checkpoint read on CPU = GPU export" "${helper[@]}" same-weights "$out/export" "$out/from-ckpt"
+    st eval-export.log eval --weights "$out/export" --data "$out/data/train-128.h5" --batch-size 4 --max-batches 1 \
+      --device cpu --param-dtype fp32 --save-logits "$out/export-logits.h5"
+    check "2f. export vs transformers" "${helper[@]}" logits "$out/export" "$out/export-logits.h5" --device cpu --dtype fp32 --tol 1e-5
   else
-    skip "2c. 50 bf16 GPU steps vs the CPU fp32 curve (GPU only; the CPU reference ran: cpu-fp32.jsonl)"
+    skip "2c-2f. the GPU's bf16 curve, PyTorch FSDP2's, and the GPU checkpoint on CPU (GPU only; the CPU reference ran: cpu-fp32.jsonl)"
   fi
 
   record ""

@@ -34,7 +34,7 @@ struct FsdpEngine::Pass {
 FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
                        const SafetensorsModel* weights, at::Device device, const SafetensorsModel* adapters)
     : model_(std::move(model)), cfg_(std::move(cfg)), groups_(groups), device_(device),
-      rope_(model_, model_.max_position_embeddings), seed_(seed) {
+      rope_(model_, model_.max_position_embeddings), seed_(seed), peaks_([this] { return read_and_reset_peak(); }) {
   cfg_.validate();
   if (cfg_.param_dtype == at::ScalarType::Undefined) cfg_.param_dtype = device_.is_cuda() ? at::kBFloat16 : at::kFloat;
   rope_.to(device_, cfg_.param_dtype);
@@ -136,19 +136,21 @@ void FsdpEngine::note_memory() {
   if (!device_.is_cuda()) phase_peak_ = std::max(phase_peak_, held_bytes());
 }
 
-int64_t FsdpEngine::take_phase_peak() {
+MemoryPeaks FsdpEngine::read_and_reset_peak() {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device_.is_cuda()) {
-    const int64_t peak = cuda::device_memory(device_.index()).peak_allocated;
+    const auto m = cuda::device_memory(device_.index());
     cuda::reset_peak_memory(device_.index());
-    return peak;
+    return {m.peak_allocated, m.peak_reserved};
   }
 #endif
   note_memory();
   const int64_t peak = phase_peak_;
   phase_peak_ = held_bytes();
-  return peak;
+  return {peak, peak};
 }
+
+int64_t FsdpEngine::take_phase_peak() { return peaks_.close_phase().allocated; }
 
 bool FsdpEngine::recomputes(int64_t u) const {
   return cfg_.activation_checkpointing && units_[u].kind() == UnitKind::kDecoderLayer;
@@ -298,7 +300,7 @@ double FsdpEngine::comm_wait_seconds() const {
 GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches) {
   GradResult r;
   PhaseClock clock(*this);
-  take_phase_peak();  // the step's phases start from what is held now
+  peaks_.discard();  // the step's phases start from what is held now (not from validation's or a save's)
   auto close_phase = [&](Phase p) {
     clock.close(p);
     auto& peak = r.peak_bytes[static_cast<int>(p)];

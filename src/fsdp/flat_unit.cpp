@@ -15,11 +15,10 @@ FlatUnit::FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master, bool fro
 }
 
 void FlatUnit::start(comm::Communicator& shard) {
-  send_ = master_.to(flat_.scalar_type());
-  if (shard.size() == 1) {  // nothing to gather: copy through an alias with its own version counter
-    at::from_blob(flat_.data_ptr(), {layout_.padded}, flat_.options().requires_grad(false)).copy_(send_);
-    send_ = at::Tensor();
+  if (shard.size() == 1) {  // nothing to gather: cast into an alias with its own version counter, in one kernel
+    at::from_blob(flat_.data_ptr(), {layout_.padded}, flat_.options().requires_grad(false)).copy_(master_);
   } else {
+    send_ = master_.to(flat_.scalar_type());
     pending_ = shard.all_gather_async(send_, flat_);
   }
   gathered_ = true;

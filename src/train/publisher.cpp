@@ -59,14 +59,19 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   m.extra["memory"]["peak_bytes_by_phase_counts"] = engine_.phase_peak_is_device() ? "cuda_allocator" : "engine_tensors";
   // Every CPU tensor, activations included: what the planner's memory model predicts on CPU.
   if (host_tensor_memory_tracked()) m.extra["memory"]["host_tensor_peak_bytes"] = host_tensor_peak_bytes();
+  const fsdp::MemoryPeaks step_peak = engine_.end_step_peaks();  // every phase's, not only the last one's
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (engine_.device().is_cuda()) {
-    const auto g = cuda::device_memory(engine_.device().index());
-    m.extra["memory"]["gpu_peak_allocated_bytes"] = g.peak_allocated;
-    m.extra["memory"]["gpu_peak_reserved_bytes"] = g.peak_reserved;
-    m.extra["memory"]["gpu_total_bytes"] = g.total;
-    gpu_peaks_ = {static_cast<double>(g.peak_allocated), static_cast<double>(g.peak_reserved)};
+    const fsdp::MemoryPeaks run_peak = engine_.run_peaks();
+    m.extra["memory"]["gpu_peak_allocated_bytes"] = step_peak.allocated;
+    m.extra["memory"]["gpu_peak_reserved_bytes"] = step_peak.reserved;
+    m.extra["memory"]["gpu_run_peak_allocated_bytes"] = run_peak.allocated;
+    m.extra["memory"]["gpu_run_peak_reserved_bytes"] = run_peak.reserved;
+    m.extra["memory"]["gpu_total_bytes"] = cuda::device_memory(engine_.device().index()).total;
+    gpu_peaks_ = {static_cast<double>(run_peak.allocated), static_cast<double>(run_peak.reserved)};
   }
+#else
+  (void)step_peak;
 #endif
 }
 

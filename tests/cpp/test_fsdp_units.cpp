@@ -1,11 +1,13 @@
 // Pure FSDP arithmetic: group membership for every strategy, and flat-unit padding and shards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/fsdp/memory_model.h"
+#include "shardtrain/fsdp/peak_tracker.h"
 #include "shardtrain/runtime/error.h"
 
 using namespace shardtrain;
@@ -121,4 +123,56 @@ TEST(MemoryModel, ActivationBytesPerTokenCountWhatAutogradSaves) {
   EXPECT_EQ(a.layer_input, 4 * 64);
   EXPECT_EQ(a.logits_loss, 12 * m.vocab_size);
   EXPECT_GT(activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies
+}
+
+namespace {
+// A caching allocator's statistics as LibTorch keeps them: a peak that only a reset lowers, to
+// what is allocated at the time of the reset.
+struct FakeAllocator {
+  int64_t current = 0, peak = 0;
+  void alloc(int64_t n) { peak = std::max(peak, current += n); }
+  void free(int64_t n) { current -= n; }
+  fsdp::MemoryPeaks take() {
+    const fsdp::MemoryPeaks p{peak, peak + 100};  // reserved: rounded up by the allocator
+    peak = current;
+    return p;
+  }
+};
+}  // namespace
+
+TEST(PeakTracker, StepPeakIsItsLargestPhaseNotItsLast) {
+  FakeAllocator a;
+  fsdp::PeakTracker t([&a] { return a.take(); });
+  a.alloc(1000);  // sharded state, held throughout
+  t.discard();
+  a.alloc(500);   // forward: activations
+  EXPECT_EQ(t.close_phase().allocated, 1500);
+  a.alloc(300);   // backward: gradients while activations are freed
+  a.free(500);
+  EXPECT_EQ(t.close_phase().allocated, 1800);
+  a.free(300);    // optimizer: only the state
+  EXPECT_EQ(t.close_phase().allocated, 1300);  // the gradients, held at the reset; less than the step's peak
+  const fsdp::MemoryPeaks step = t.end_step();
+  EXPECT_EQ(step.allocated, 1800);
+  EXPECT_EQ(step.reserved, 1900);
+  // A smaller second step: its own peak is its own, the run's stays the first's.
+  a.alloc(200);
+  t.close_phase();
+  a.free(200);
+  t.close_phase();
+  EXPECT_EQ(t.end_step().allocated, 1200);
+  EXPECT_EQ(t.run().allocated, 1800);
+  EXPECT_EQ(t.run().reserved, 1900);
+}
+
+TEST(PeakTracker, DiscardedMemoryCountsInNoStep) {
+  FakeAllocator a;
+  fsdp::PeakTracker t([&a] { return a.take(); });
+  a.alloc(5000);  // validation or a save between steps
+  a.free(5000);
+  t.discard();
+  a.alloc(10);
+  t.close_phase();
+  EXPECT_EQ(t.end_step().allocated, 10);
+  EXPECT_EQ(t.run().allocated, 10);
 }

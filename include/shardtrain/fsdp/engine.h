@@ -20,6 +20,7 @@
 
 #include "shardtrain/comm/process_groups.h"
 #include "shardtrain/fsdp/flat_unit.h"
+#include "shardtrain/fsdp/peak_tracker.h"
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/batch.h"
@@ -68,6 +69,8 @@ class FsdpEngine {
   FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
              const SafetensorsModel* weights = nullptr, at::Device device = at::kCPU,
              const SafetensorsModel* adapters = nullptr);
+  FsdpEngine(const FsdpEngine&) = delete;  // the peak tracker reads through `this`
+  FsdpEngine& operator=(const FsdpEngine&) = delete;
 
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
   // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
@@ -79,6 +82,8 @@ class FsdpEngine {
   // tensor); on CPU, the bytes the engine itself holds: shards, optimizer state, gathered units,
   // gradient shards and reductions in flight (activations are not counted there).
   int64_t take_phase_peak();
+  MemoryPeaks end_step_peaks() { return peaks_.end_step(); }  // the step's: the largest of its phases'
+  MemoryPeaks run_peaks() const { return peaks_.run(); }       // the run's: the largest of its steps'
   bool phase_peak_is_device() const { return device_.is_cuda(); }
 
   // Every base parameter, unsharded, fp32 (an all-gather per unit over the shard group).
@@ -116,6 +121,7 @@ class FsdpEngine {
   void prefetch(int64_t unit);
   void prefetch_from(int64_t unit, int direction);  // up to the in-flight limit, ahead of `unit`
   void note_gathered();
+  MemoryPeaks read_and_reset_peak();  // the allocator's (GPU) or the engine's (CPU) peak since the last read
   void note_memory();       // updates the phase peak from what the engine holds now
   int64_t held_bytes() const;
   // A unit's gradient reduction in flight: reduce-scatter over the shard group, then (hybrid)
@@ -151,6 +157,7 @@ class FsdpEngine {
   std::deque<PendingReduce> pending_;   // reductions issued and not yet added, oldest first
   int peak_gathered_ = 0;
   int64_t phase_peak_ = 0;  // CPU: the most held_bytes() since take_phase_peak()
+  PeakTracker peaks_;       // phases, steps and the run, from read_and_reset_peak()
   int64_t persistent_bytes_ = 0;  // memory().persistent(), which does not change after construction
 };
 
