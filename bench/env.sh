@@ -13,6 +13,7 @@ else py=python3; fi
 # tokens, preparing it on first use.
 bench_data() {
   local data=$1/bench-$2.h5
+  mkdir -p "$1"  # a part run on its own finds no folder made by an earlier one
   [ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
     --output "$data" --seq-len "$2" --mode packing > "$1/prepare-$2.log"
   echo "$data"
