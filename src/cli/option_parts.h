@@ -63,7 +63,7 @@ std::string unknown_option_message(const std::string& typed, const po::options_d
 // Parses args, then --config FILE, into the variables bound by `all`.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,
                 const po::positional_options_description* positional = nullptr);
-std::string usage_text(const std::string& usage, const po::options_description& all);
+std::string usage_text(const CommonOptions& c, const std::string& usage, const po::options_description& all);
 void positive(const char* opt, double v, const char* hint);
 at::ScalarType parse_dtype(const std::string& s, const char* opt);
 void check_threads(const CommonOptions& c);

@@ -20,8 +20,9 @@ po::options_description common_desc(CommonOptions& c) {
   po::options_description d("General");
   d.add_options()("help,h", po::bool_switch(&c.help), "show this help")(
       "help-all", po::bool_switch(&c.help_all), "show this help with the hidden groups (fault injection)")(
+      "help-defaults", po::bool_switch(&c.help_defaults), "print every option's default as a markdown table (the README's)")(
       "config", po::value<std::string>(), "read more options from FILE (key = value per line)")(
-      "threads", po::value(&c.threads)->default_value(0), "LibTorch CPU threads (0: OMP_NUM_THREADS when set, as the launchers' binding sets it; else this rank's share of the cores)");
+      "threads", po::value(&c.threads)->default_value(c.threads), "LibTorch CPU threads (0: OMP_NUM_THREADS when set, as the launchers' binding sets it; else this rank's share of the cores)");
   return d;
 }
 
@@ -158,7 +159,36 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
   }
 }
 
-std::string usage_text(const std::string& usage, const po::options_description& all) {
+namespace {
+// "arg (=VALUE)" is how Boost shows a default; switches and options without one show none.
+bool default_of(const po::option_description& d, std::string* value) {
+  const std::string p = d.format_parameter();
+  const auto at = p.find("(=");
+  if (at == std::string::npos || p.back() != ')') return false;
+  *value = p.substr(at + 2, p.size() - at - 3);
+  return true;
+}
+
+std::string cell(std::string s) {  // a markdown table cell: pipes escaped
+  for (size_t i = s.find('|'); i != std::string::npos; i = s.find('|', i + 2)) s.replace(i, 1, "\\|");
+  return s;
+}
+
+// --help-defaults: every option with a default, as the README's configuration table shows them.
+std::string defaults_markdown(const po::options_description& all) {
+  std::ostringstream os;
+  os << "| option | default | meaning |\n|---|---|---|\n";
+  for (const auto& d : all.options()) {
+    std::string value;
+    if (!default_of(*d, &value)) continue;
+    os << "| `--" << d->long_name() << "` | `" << value << "` | " << cell(d->description()) << " |\n";
+  }
+  return os.str();
+}
+}  // namespace
+
+std::string usage_text(const CommonOptions& c, const std::string& usage, const po::options_description& all) {
+  if (c.help_defaults) return defaults_markdown(all);
   std::ostringstream os;
   os << usage << "\n" << all;
   return os.str();
@@ -187,14 +217,14 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
   po::options_description d("Sharding and precision (FSDP)");
   d.add_options()("sharding", po::value(&raw.sharding)->default_value("full_shard"),
                   "full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2")(
-      "shard-group-size", po::value(&f.shard_group_size)->default_value(0), "hybrid: ranks per shard group (0: one node)")(
-      "ranks-per-node", po::value(&f.ranks_per_node)->default_value(0), "treat every K consecutive ranks as a node (0: ask MPI)")(
-      "device", po::value(&f.device)->default_value("auto"),
+      "shard-group-size", po::value(&f.shard_group_size)->default_value(f.shard_group_size), "hybrid: ranks per shard group (0: one node)")(
+      "ranks-per-node", po::value(&f.ranks_per_node)->default_value(f.ranks_per_node), "treat every K consecutive ranks as a node (0: ask MPI)")(
+      "device", po::value(&f.device)->default_value(f.device),
       "auto (GPU local_rank % visible GPUs, else cpu), cuda (NCCL groups) or cpu (MPI groups)")(
       "param-dtype", po::value(&raw.param_dtype)->default_value("auto"),
       "compute and all-gather dtype: auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16 (master weights stay fp32)")(
       "no-tf32", po::bool_switch(&raw.no_tf32), "CUDA: keep fp32 matmuls in full fp32 (TF32 tensor cores are on by default)")(
-      "max-inflight-gathers", po::value(&f.max_inflight_gathers)->default_value(2),
+      "max-inflight-gathers", po::value(&f.max_inflight_gathers)->default_value(f.max_inflight_gathers),
       "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)");
   if (training)
     d.add_options()("reduce-dtype", po::value(&raw.reduce_dtype)->default_value("fp32"), "gradient reduction dtype: fp32 or bf16")(
@@ -231,8 +261,8 @@ po::options_description accuracy_desc(AccuracyConfig& a, AccuracyArgs& raw) {
   d.add_options()("accuracy-file", po::value(&a.file), "JSONL with prompts and reference answers (alpaca or samsum)")(
       "tokenizer", po::value(&a.tokenizer), "SentencePiece tokenizer.model (needed with --accuracy-file; train's --save-model export also carries it)")(
       "accuracy-format", po::value(&raw.format)->default_value("auto"), "alpaca, samsum or auto")(
-      "accuracy-samples", po::value(&a.samples)->default_value(100), "first N records of the file (0: all)")(
-      "max-new-tokens", po::value(&a.max_new_tokens)->default_value(32), "generation limit per answer");
+      "accuracy-samples", po::value(&a.samples)->default_value(a.samples), "first N records of the file (0: all)")(
+      "max-new-tokens", po::value(&a.max_new_tokens)->default_value(a.max_new_tokens), "generation limit per answer");
   return d;
 }
 
@@ -256,7 +286,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   FsdpArgs fa;
   AccuracyArgs acc;
   LoraArgs lora;
-  std::string schedule = "cosine", debug_sleep, debug_nan;
+  std::string debug_sleep, debug_nan;
   RunControlArgs run;
   auto& t = o.train;
   auto& op = o.optim;
@@ -264,52 +294,53 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   po::options_description data("Data");
   data.add_options()("data", po::value(&o.data), "token file made by 'shardtrain prepare' (required)")(
       "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)")(
-      "batch-size", po::value(&t.batch_size)->default_value(8), "micro-batch size per rank (rows of seq_len)");
+      "batch-size", po::value(&t.batch_size)->default_value(t.batch_size), "micro-batch size per rank (rows of seq_len)");
   po::options_description train("Training");
-  train.add_options()("steps", po::value(&t.steps)->default_value(0), "optimizer steps (0: --epochs worth)")(
-      "epochs", po::value(&t.epochs)->default_value(1), "epochs when --steps is 0")(
-      "grad-accum", po::value(&t.grad_accum)->default_value(1), "micro-batches per optimizer step")(
-      "seed", po::value(&t.seed)->default_value(1234), "seed for init and data order")(
-      "val-every", po::value(&t.val_every)->default_value(0), "validation every N steps (0: at the end)")(
-      "val-batches", po::value(&t.val_batches)->default_value(8), "validation batches")(
-      "log-every", po::value(&t.log_every)->default_value(10), "progress line every N steps")(
+  train.add_options()("steps", po::value(&t.steps)->default_value(t.steps), "optimizer steps (0: --epochs worth)")(
+      "epochs", po::value(&t.epochs)->default_value(t.epochs), "epochs when --steps is 0")(
+      "grad-accum", po::value(&t.grad_accum)->default_value(t.grad_accum), "micro-batches per optimizer step")(
+      "seed", po::value(&t.seed)->default_value(t.seed), "seed for init and data order")(
+      "val-every", po::value(&t.val_every)->default_value(t.val_every), "validation every N steps (0: at the end)")(
+      "val-batches", po::value(&t.val_batches)->default_value(t.val_batches), "validation batches")(
+      "log-every", po::value(&t.log_every)->default_value(t.log_every), "progress line every N steps")(
       "breakdown-every", po::value(&t.breakdown_every)->default_value(t.breakdown_every),
       "the step-time breakdown across ranks with every Nth progress line, and at the end (0: only at the end)")(
       "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
       "peak-tflops", real(&t.peak_tflops, 0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end")(
-      "profile-step", po::value(&t.profile_step)->default_value(0),
+      "profile-step", po::value(&t.profile_step)->default_value(t.profile_step),
       "profile this optimizer step with LibTorch's profiler (host ops; CUDA kernels on a GPU): top kernels and the "
       "shares of GEMM, attention, elementwise, optimizer, communication and gaps (0: off; 3 or later skips warm-up)")(
-      "profile-dir", po::value(&t.profile_dir)->default_value("profile"),
+      "profile-dir", po::value(&t.profile_dir)->default_value(t.profile_dir),
       "--profile-step's output: trace-rankR.json (chrome://tracing, Perfetto) and profile-rankR.md per rank");
   po::options_description optim("Optimizer (AdamW) and learning rate");
   optim.add_options()("lr", real(&op.schedule.base_lr, op.schedule.base_lr),
                       "peak learning rate (the default is a fine-tuning rate for pretrained weights)")(
-      "lr-schedule", po::value(&schedule)->default_value("cosine"), "cosine (linear warmup + cosine), steplr (per epoch, --gamma) or constant")(
-      "warmup-steps", po::value(&op.schedule.warmup_steps)->default_value(10), "linear warmup steps")(
-      "min-lr-ratio", real(&op.schedule.min_lr_ratio, 0.1), "cosine floor as a fraction of --lr")(
-      "gamma", real(&op.schedule.gamma, 0.85), "steplr decay per epoch (llama-recipes: 0.85)")(
-      "weight-decay", real(&op.adamw.weight_decay, 0.1), "AdamW decoupled weight decay (not on norms)")(
-      "beta1", real(&op.adamw.beta1, 0.9), "AdamW beta1")(
-      "beta2", real(&op.adamw.beta2, 0.95), "AdamW beta2")(
-      "adam-eps", real(&op.adamw.eps, 1e-8), "AdamW epsilon")(
-      "grad-clip", real(&op.grad_clip, 1.0), "global gradient-norm clip (0: off)");
+      "lr-schedule", po::value(&op.schedule.kind)->default_value(op.schedule.kind),
+      "cosine (linear warmup + cosine), steplr (per epoch, --gamma) or constant")(
+      "warmup-steps", po::value(&op.schedule.warmup_steps)->default_value(op.schedule.warmup_steps), "linear warmup steps")(
+      "min-lr-ratio", real(&op.schedule.min_lr_ratio, op.schedule.min_lr_ratio), "cosine floor as a fraction of --lr")(
+      "gamma", real(&op.schedule.gamma, op.schedule.gamma), "steplr decay per epoch (llama-recipes: 0.85)")(
+      "weight-decay", real(&op.adamw.weight_decay, op.adamw.weight_decay), "AdamW decoupled weight decay (not on norms)")(
+      "beta1", real(&op.adamw.beta1, op.adamw.beta1), "AdamW beta1")(
+      "beta2", real(&op.adamw.beta2, op.adamw.beta2), "AdamW beta2")(
+      "adam-eps", real(&op.adamw.eps, op.adamw.eps), "AdamW epsilon")(
+      "grad-clip", real(&op.grad_clip, op.grad_clip), "global gradient-norm clip (0: off)");
   po::options_description ckpt("Checkpoints");
   ckpt.add_options()("checkpoint-dir", po::value(&ck.dir), "write HDF5 checkpoints here (shared storage on a cluster)")(
-      "save-every", po::value(&ck.save_every)->default_value(0), "checkpoint every N steps (0: only at the end)")(
-      "keep-checkpoints", po::value(&ck.keep)->default_value(0), "keep the newest K checkpoints (0: all)")(
+      "save-every", po::value(&ck.save_every)->default_value(ck.save_every), "checkpoint every N steps (0: only at the end)")(
+      "keep-checkpoints", po::value(&ck.keep)->default_value(ck.keep), "keep the newest K checkpoints (0: all)")(
       "resume", po::value(&ck.resume),
       "auto (the checkpoint --checkpoint-dir's `latest` names; an older one only if that one is corrupt), a checkpoint "
       "file, or a checkpoint directory (its `latest`). Without --model and --weights, the model is the checkpoint's")(
       "overwrite-checkpoints", po::bool_switch(&ck.overwrite),
       "start a new run in a --checkpoint-dir that holds another run's checkpoints, removing them")(
       "async-save", po::bool_switch(&ck.async), "copy shards to host memory and write checkpoints on a background thread")(
-      "ckpt-stripe-count", po::value(&ck.stripe.count)->default_value(0), "Lustre stripe count of new checkpoints (0: default)")(
-      "ckpt-stripe-size", po::value(&ck.stripe.size)->default_value(0),
+      "ckpt-stripe-count", po::value(&ck.stripe.count)->default_value(ck.stripe.count), "Lustre stripe count of new checkpoints (0: default)")(
+      "ckpt-stripe-size", po::value(&ck.stripe.size)->default_value(ck.stripe.size),
       "Lustre stripe size in bytes, also the HDF5 alignment (0: default; 1 MiB alignment)");
   po::options_description faults("Fault injection (tests)");
-  faults.add_options()("fail-on-rank", po::value(&o.faults.fail_on_rank)->default_value(-1), "rank R throws after setup")(
+  faults.add_options()("fail-on-rank", po::value(&o.faults.fail_on_rank)->default_value(o.faults.fail_on_rank), "rank R throws after setup")(
       "debug-sleep", po::value(&debug_sleep), "RANK:STEP:SECONDS sleeps that rank before that step (STEP 0: every step)")(
       "debug-nan", po::value(&debug_nan), "RANK:STEP[:nan|inf] plants a NaN (or Inf) in that rank's gradient after backward (STEP 0: every step)");
   po::options_description visible;
@@ -320,7 +351,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   all.add(visible).add(faults);
   parse_into(args, all);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text("Usage: shardtrain train --data F.h5 [options]", o.common.help_all ? all : visible);
+    if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain train --data F.h5 [options]", o.common.help_all ? all : visible);
     return o;
   }
   if (!ck.resume.empty() && ck.resume != "auto") ck.resume = ckpt::resolve_checkpoint(ck.resume, "--resume");
@@ -331,14 +362,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   check_accuracy(o.accuracy, acc);
   positive("--lr", op.schedule.base_lr, ("try " + round_trip(LrSchedule{}.base_lr) + " (the default) for fine-tuning").c_str());
   t.validate();
-  if (schedule != "cosine" && schedule != "steplr" && schedule != "constant")
-    throw UsageError("--lr-schedule must be cosine, steplr or constant, got '" + schedule + "'");
-  op.schedule.kind = schedule;
-  if (op.schedule.warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
-  if (op.schedule.gamma <= 0 || op.schedule.gamma > 1) throw UsageError("--gamma must be in (0, 1]");
-  if (op.adamw.weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
-  if (op.adamw.beta1 < 0 || op.adamw.beta1 >= 1 || op.adamw.beta2 < 0 || op.adamw.beta2 >= 1)
-    throw UsageError("--beta1 and --beta2 must be in [0, 1)");
+  op.validate();
   check_threads(o.common);
   check_lora(o.fsdp.lora, lora);
   o.merge_lora = lora.merge;
@@ -360,8 +384,8 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   AccuracyArgs acc;
   po::options_description data("Loss and perplexity");
   data.add_options()("data", po::value(&o.data), "token file made by 'shardtrain prepare'")(
-      "batch-size", po::value(&o.batch_size)->default_value(8), "rows per forward pass, across all ranks")(
-      "max-batches", po::value(&o.max_batches)->default_value(0), "stop after N batches (0: all)")(
+      "batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "rows per forward pass, across all ranks")(
+      "max-batches", po::value(&o.max_batches)->default_value(o.max_batches), "stop after N batches (0: all)")(
       "save-logits", po::value(&o.save_logits), "write the first --batch-size rows of --data and their fp32 logits to this HDF5 file")(
       "lora", po::value(&o.lora), "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
@@ -369,7 +393,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text("Usage: [mpirun -np N] shardtrain eval [--data F.h5] [--accuracy-file F.jsonl --tokenizer M] [options]", all);
+      *help_text = usage_text(o.common, "Usage: [mpirun -np N] shardtrain eval [--data F.h5] [--accuracy-file F.jsonl --tokenizer M] [options]", all);
     return o;
   }
   o.model = resolve(m);

@@ -33,7 +33,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text("Usage: shardtrain prepare --tokenizer M --input F.jsonl --output F.h5 [options]", all);
+      *help_text = usage_text(o.common, "Usage: shardtrain prepare --tokenizer M --input F.jsonl --output F.h5 [options]", all);
     return o;
   }
   if (p.tokenizer.empty() || p.input.empty() || p.output.empty())
@@ -71,7 +71,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text("Usage: [mpirun -np N] shardtrain generate --weights DIR --tokenizer M --prompt TEXT [options]", all);
+      *help_text = usage_text(o.common, "Usage: [mpirun -np N] shardtrain generate --weights DIR --tokenizer M --prompt TEXT [options]", all);
     return o;
   }
   o.model = resolve(m);
@@ -109,7 +109,7 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text("Usage: [mpirun -np N] shardtrain convert --input A --output B", all);
+    if (help_text) *help_text = usage_text(o.common, "Usage: [mpirun -np N] shardtrain convert --input A --output B", all);
     return o;
   }
   if (o.input.empty() || o.output.empty()) throw UsageError("convert needs --input and --output");
@@ -143,7 +143,7 @@ InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* 
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all, &pos);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text("Usage: shardtrain inspect CHECKPOINT_DIR | CHECKPOINT.h5", all);
+    if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain inspect CHECKPOINT_DIR | CHECKPOINT.h5", all);
     return o;
   }
   if (o.checkpoint.empty()) throw UsageError("inspect needs a checkpoint: shardtrain inspect DIR (its latest) or DIR/step-N.h5");

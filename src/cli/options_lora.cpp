@@ -12,7 +12,7 @@ namespace shardtrain::cli::parts {
 
 po::options_description lora_desc(LoraConfig& l, LoraArgs& raw) {
   po::options_description d("LoRA (parameter-efficient fine-tuning; the base stays frozen)");
-  d.add_options()("lora-rank", po::value(&l.rank)->default_value(0), "adapter rank r (0: off, full fine-tuning)")(
+  d.add_options()("lora-rank", po::value(&l.rank)->default_value(l.rank), "adapter rank r (0: off, full fine-tuning)")(
       "lora-alpha", real(&l.alpha, 32.0), "scaling alpha; the adapter's output is scaled by alpha/r")(
       "lora-dropout", real(&l.dropout, 0.05), "dropout on the adapters' input, in [0, 1)")(
       "lora-targets", po::value(&raw.targets)->default_value("q_proj,v_proj"),

@@ -9,7 +9,7 @@ namespace shardtrain::cli::parts {
 
 po::options_description observability_desc(obs::ObsConfig& o) {
   po::options_description d("Observability");
-  d.add_options()("metrics-port", po::value(&o.metrics_port)->default_value(0),
+  d.add_options()("metrics-port", po::value(&o.metrics_port)->default_value(o.metrics_port),
                   "serve Prometheus /metrics from node-local rank 0 on this port (0: off)")(
       "metrics-bind", po::value(&o.metrics_bind)->default_value(o.metrics_bind),
       "the IP address the endpoint listens on: 0.0.0.0 (every interface, so that Prometheus on another host can "
@@ -17,7 +17,7 @@ po::options_description observability_desc(obs::ObsConfig& o) {
       "metrics-job", po::value(&o.metrics_job), "the job label of the metrics (default: $SLURM_JOB_ID, else shardtrain)")(
       "collective-timeout", real(&o.collective_timeout, 600),
       "seconds a collective may wait before the job names the ranks that have not reached it and exits 76 (0: off)")(
-      "collective-dump", po::value(&o.collective_dump)->default_value(8), "collectives per group each rank prints on a timeout");
+      "collective-dump", po::value(&o.collective_dump)->default_value(o.collective_dump), "collectives per group each rank prints on a timeout");
   return d;
 }
 

@@ -75,7 +75,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text("Usage: shardtrain plan --model llama2-70b|PRESET|config.json [--gpu G] [--nodes 1,2,4] [options]\n"
+      *help_text = usage_text(o.common, "Usage: shardtrain plan --model llama2-70b|PRESET|config.json [--gpu G] [--nodes 1,2,4] [options]\n"
                               "Memory per rank, fit, step time, tokens/s per GPU and scaling efficiency per node count and strategy.",
                               o.common.help_all ? all : visible);
     return o;

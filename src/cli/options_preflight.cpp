@@ -46,7 +46,7 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text("Usage: shardtrain preflight [--min-busbw GB/s] [options]   (run with mpirun or srun)", all);
+    if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain preflight [--min-busbw GB/s] [options]   (run with mpirun or srun)", all);
     return o;
   }
   fsdp::check_device_option(o.device);

@@ -24,7 +24,7 @@ ReportOptions parse_report(const std::vector<std::string>& args, std::string* he
   parse_into(args, all, &pos);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text(
+      *help_text = usage_text(o.common,
           "Usage: shardtrain report METRICS.jsonl [METRICS.jsonl ...] --out-dir DIR [--title T] [--smooth K]\n"
           "Charts of loss, throughput/MFU and the step-time breakdown (with stragglers across ranks), and a\n"
           "summary table; each run is named after its file's directory.",

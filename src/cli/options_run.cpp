@@ -18,7 +18,7 @@ po::options_description run_control_desc(TrainConfig& t, RunControlArgs& raw) {
       "on-nonfinite", po::value(&raw.on_nonfinite)->default_value("stop"),
       "a NaN/Inf loss or gradient norm, found before the optimizer step: stop (exit 65, naming the step and the "
       "batch's rows) or skip (no optimizer step; counted as skipped_steps in the metrics)")(
-      "max-nonfinite-steps", po::value(&t.nonfinite.max_in_a_row)->default_value(10),
+      "max-nonfinite-steps", po::value(&t.nonfinite.max_in_a_row)->default_value(t.nonfinite.max_in_a_row),
       "with --on-nonfinite skip: stop (exit 65) after this many non-finite steps in a row");
   return d;
 }

@@ -42,7 +42,7 @@ ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* 
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text(
+      *help_text = usage_text(o.common,
           "Usage: shardtrain scaling --run NODES:METRICS.jsonl [--run ...] --out-dir DIR [--skip-steps K] [--title T]\n"
           "Medians of tokens_per_s and mfu per run; speedup and scaling efficiency against the fewest nodes.",
           all);

@@ -5,7 +5,15 @@
 
 #include <cmath>
 
+#include "shardtrain/runtime/error.h"
+
 namespace shardtrain {
+
+void AdamWConfig::validate() const {
+  if (weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
+  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) throw UsageError("--beta1 and --beta2 must be in [0, 1)");
+  if (!(eps > 0)) throw UsageError("--adam-eps must be positive");
+}
 
 void AdamW::add(const at::Tensor& param, bool decay) {
   slots_.push_back({param, at::zeros_like(param), at::zeros_like(param), decay});

@@ -2,10 +2,32 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+
+#include "shardtrain/runtime/error.h"
 
 namespace shardtrain {
 
+namespace {
+bool known_kind(const std::string& kind) {
+  return std::find(std::begin(kLrScheduleKinds), std::end(kLrScheduleKinds), kind) != std::end(kLrScheduleKinds);
+}
+}  // namespace
+
+void LrSchedule::validate() const {
+  if (!known_kind(kind)) {
+    std::string accepted;
+    for (const char* k : kLrScheduleKinds) accepted += (accepted.empty() ? "" : ", ") + std::string(k);
+    throw UsageError("--lr-schedule must be one of " + accepted + ", got '" + kind + "'");
+  }
+  if (!(base_lr > 0)) throw UsageError("--lr must be positive");
+  if (warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
+  if (gamma <= 0 || gamma > 1) throw UsageError("--gamma must be in (0, 1]");
+  if (min_lr_ratio < 0 || min_lr_ratio > 1) throw UsageError("--min-lr-ratio must be in [0, 1]");
+}
+
 double LrSchedule::at(int64_t step, int64_t epoch) const {
+  if (!known_kind(kind)) validate();  // an unknown kind is an error, never a silent cosine
   if (kind == "steplr") return base_lr * std::pow(gamma, static_cast<double>(epoch));
   if (step < warmup_steps) return base_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
   if (kind == "constant") return base_lr;

@@ -3,7 +3,15 @@
 #include <cmath>
 #include <utility>
 
+#include "shardtrain/runtime/error.h"
+
 namespace shardtrain {
+
+void OptimizerConfig::validate() const {
+  adamw.validate();
+  schedule.validate();
+  if (grad_clip < 0) throw UsageError("--grad-clip must be >= 0 (0: off)");
+}
 
 Optimizer::Optimizer(const OptimizerConfig& cfg, std::function<double(double)> sum_across)
     : cfg_(cfg), sum_across_(std::move(sum_across)), adamw_(cfg.adamw) {}

@@ -288,6 +288,13 @@ TEST(Cli, UnknownOptionsNameTheNearestOrTheEquivalent) {
   expect_usage_error("eval --learning-rate 1", "unknown option --learning-rate; see --help");  // eval has no --lr
 }
 
+TEST(Cli, OptimizerValuesAreCheckedWithTheAcceptedOnesNamed) {
+  expect_usage_error("train --model tiny --lr-schedule linear", "--lr-schedule must be one of cosine, steplr, constant, got 'linear'");
+  expect_usage_error("train --model tiny --min-lr-ratio 2", "--min-lr-ratio must be in [0, 1]");
+  expect_usage_error("train --model tiny --adam-eps 0", "--adam-eps must be positive");
+  expect_usage_error("train --model tiny --grad-clip -1", "--grad-clip must be >= 0");
+}
+
 // Abbreviations are refused: Boost's guessing made --lora-r 8 turn LoRA on.
 TEST(Cli, AbbreviationsAreRefused) {
   expect_usage_error("train --model tiny --lora-r 8", "unknown option --lora-r; did you mean --lora-rank?");

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "shardtrain/optim/lr_schedule.h"
+#include "shardtrain/runtime/error.h"
 #include "oracle/trainer.h"
 
 using namespace shardtrain;
@@ -21,6 +22,16 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
   EXPECT_DOUBLE_EQ(s.at(4, 0), 1.0);
   EXPECT_NEAR(s.at(54, 0), 0.55, 1e-12);  // halfway: floor + half the span
   EXPECT_NEAR(s.at(104, 0), 0.1, 1e-12);
+}
+
+TEST(LrSchedule, AnUnknownKindIsRefusedNotTakenForCosine) {
+  LrSchedule s;
+  s.kind = "linear";
+  EXPECT_THROW(s.validate(), UsageError);
+  EXPECT_THROW(s.at(5, 0), UsageError);
+  s.kind = "constant";
+  s.warmup_steps = 0;
+  EXPECT_DOUBLE_EQ(s.at(5, 0), s.base_lr);
 }
 
 TEST(LrSchedule, StepLrPerEpoch) {

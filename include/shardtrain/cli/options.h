@@ -21,7 +21,8 @@ struct CommonOptions {
   int threads = 0;  // LibTorch intra-op threads; 0: all cores of this rank's share
   bool help = false;
   bool help_all = false;  // --help-all: also the hidden groups (fault injection)
-  bool wants_help() const { return help || help_all; }
+  bool help_defaults = false;  // --help-defaults: the options' defaults as a markdown table
+  bool wants_help() const { return help || help_all || help_defaults; }
 };
 
 // Each concern's struct comes from its own module and is filled by the parser directly: what

@@ -9,7 +9,11 @@
 namespace shardtrain {
 
 struct AdamWConfig {
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;  // decoupled; not on norm weights
+  void validate() const;      // throws UsageError naming --beta1/--beta2, --adam-eps or --weight-decay
 };
 
 struct AdamWSlot {

@@ -5,14 +5,20 @@
 
 namespace shardtrain {
 
+// The accepted schedule kinds, as --lr-schedule takes them.
+inline constexpr const char* kLrScheduleKinds[] = {"cosine", "steplr", "constant"};
+
+// Its defaults are train's option defaults (--help shows them; so does the README's table).
 struct LrSchedule {
-  std::string kind = "cosine";  // cosine | steplr | constant
-  double base_lr = 1e-4;  // train's --lr default: a fine-tuning rate for pretrained weights (llama-recipes')
-  int64_t warmup_steps = 0;
+  std::string kind = "cosine";  // one of kLrScheduleKinds
+  double base_lr = 1e-4;  // a fine-tuning rate for pretrained weights (llama-recipes')
+  int64_t warmup_steps = 10;
   int64_t total_steps = 1;
   double min_lr_ratio = 0.1;  // cosine decays to base_lr * min_lr_ratio
   double gamma = 0.85;        // steplr: lr = base_lr * gamma^epoch
 
+  // Throws UsageError naming the option (--lr-schedule, --lr, --warmup-steps, --gamma, --min-lr-ratio).
+  void validate() const;
   // step: 0-based optimizer step; epoch: 0-based epoch that step belongs to.
   double at(int64_t step, int64_t epoch) const;
 };

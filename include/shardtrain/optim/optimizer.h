@@ -15,8 +15,9 @@ namespace shardtrain {
 // Everything the user sets about optimization (parsed once, validated once).
 struct OptimizerConfig {
   AdamWConfig adamw;
-  double grad_clip = 1.0;  // global-norm clip; <= 0 disables clipping
+  double grad_clip = 1.0;  // global-norm clip; 0 disables clipping
   LrSchedule schedule;     // total_steps is filled in by the training loop
+  void validate() const;   // every field, whichever front end filled it: UsageError naming the option
 };
 
 class Optimizer {
