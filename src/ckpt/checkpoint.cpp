@@ -15,7 +15,9 @@
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/io/h5.h"
+#include "shardtrain/runtime/checksum.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/file_sync.h"
 
 namespace fs = std::filesystem;
 
@@ -31,15 +33,8 @@ at::Tensor piece_tensor(const StatePiece& p, int which) {
 }  // namespace
 
 uint32_t crc_of(const at::Tensor& t) {
-  auto c = t.to(at::kCPU).contiguous();
-  const auto* p = static_cast<const Bytef*>(c.data_ptr());
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t left = c.nbytes(); left > 0;) {
-    const uInt n = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = crc32(crc, p, n);
-    p += n, left -= n;
-  }
-  return static_cast<uint32_t>(crc);
+  const auto c = t.to(at::kCPU).contiguous();
+  return crc32_bytes(c.data_ptr(), c.nbytes());
 }
 
 namespace {
@@ -273,17 +268,6 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
     agree_on_write(own.get(), H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": metadata");  // the closes below are collective
     dxpl.reset(), file.reset(), fapl.reset();
   }
-}
-
-// fsync that throws: the data of a file that cannot be synced is not known to be on disk.
-void sync_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    throw Error("cannot fsync " + path + ": " + why);
-  }
-  ::close(fd);
 }
 
 // The bytes a checkpoint of snap needs: three fp32 tensors per dataset (metadata aside).

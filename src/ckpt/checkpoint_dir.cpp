@@ -10,16 +10,12 @@
 #include <fstream>
 
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/file_sync.h"
 
 namespace fs = std::filesystem;
 
 namespace shardtrain::ckpt {
 namespace {
-
-void fsync_path(const std::string& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  if (fd >= 0) ::fsync(fd), ::close(fd);
-}
 
 // step-00000040.h5 -> 40; -1 for any other name.
 int64_t step_of(const fs::path& p) {
@@ -59,15 +55,15 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 void publish(const std::string& tmp, const std::string& final_path, int keep) {
-  fsync_path(tmp);
+  sync_best_effort(tmp);
   fs::rename(tmp, final_path);
   const auto dir = fs::path(final_path).parent_path();
   {
     std::ofstream(dir / "latest.tmp") << fs::path(final_path).filename().string() << "\n";
   }
-  fsync_path((dir / "latest.tmp").string());
+  sync_best_effort((dir / "latest.tmp").string());
   fs::rename(dir / "latest.tmp", dir / "latest");
-  fsync_path(dir.string());
+  sync_best_effort(dir.string());
   if (keep <= 0) return;
   // Only this run's history counts: files past the one just published are not it (and stay).
   std::vector<std::string> older;

@@ -4,8 +4,6 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -16,6 +14,7 @@
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/device_memory.h"
 #endif
+#include "shardtrain/runtime/checksum.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::fsdp {
@@ -59,12 +58,9 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
       if (lora()) {  // the frozen base's checksum is taken in fp32, before any conversion
         const auto c = piece.contiguous();
         int64_t* row = &base_crc_rows_[e.spec * 3];
-        row[0] = s.param_offset, row[1] = s.numel;
-        uLong crc = crc32(0L, Z_NULL, 0);
-        const auto* b = static_cast<const Bytef*>(c.data_ptr());
-        for (size_t left = c.nbytes(), n = 0; left > 0; b += n, left -= n)  // zlib takes at most 4 GiB a call
-          crc = crc32(crc, b, static_cast<uInt>(n = std::min<size_t>(left, size_t{1} << 30)));
-        row[2] = static_cast<int64_t>(crc);
+        row[0] = s.param_offset;
+        row[1] = s.numel;
+        row[2] = static_cast<int64_t>(crc32_bytes(c.data_ptr(), c.nbytes()));
       }
     }
     units_.emplace_back(unit_specs[u], std::move(layout), master, /*frozen=*/lora());

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "shardtrain/runtime/checksum.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::report {
@@ -21,9 +22,7 @@ void put_chunk(std::vector<uint8_t>& out, const char type[4], const std::vector<
   const size_t start = out.size();
   out.insert(out.end(), type, type + 4);
   out.insert(out.end(), data.begin(), data.end());
-  uLong crc = crc32(0L, Z_NULL, 0);
-  crc = crc32(crc, out.data() + start, static_cast<uInt>(out.size() - start));
-  put_u32(out, static_cast<uint32_t>(crc));
+  put_u32(out, crc32_bytes(out.data() + start, out.size() - start));
 }
 
 }  // namespace

@@ -16,7 +16,9 @@
 #include "shardtrain/io/h5.h"
 #include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/ckpt/manager.h"
+#include "shardtrain/runtime/checksum.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/file_sync.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;
@@ -248,4 +250,24 @@ TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
   damaged([](hid_t f) { H5Adelete(f, "format_version"), h5::write_attr(f, "format_version", int64_t{99}); },
           "newer than this build's");
   damaged([](hid_t f) { H5Adelete(f, "step"), h5::write_attr(f, "step", int64_t{-3}); }, "negative step");
+}
+
+TEST(Checksum, Crc32MatchesTheKnownCheckValueAndContinues) {
+  // CRC-32 (ISO-HDLC, zlib's) of "123456789" is 0xCBF43926: the catalogue's check value.
+  const std::string s = "123456789";
+  EXPECT_EQ(crc32_bytes(s.data(), s.size()), 0xCBF43926u);
+  EXPECT_EQ(crc32_bytes(s.data() + 4, 5, crc32_bytes(s.data(), 4)), 0xCBF43926u);
+  EXPECT_EQ(crc32_bytes(nullptr, 0), 0u);
+}
+
+TEST(FileSync, AMissingFileIsAnErrorNamingItAndBestEffortSaysSo) {
+  const std::string missing = "/nonexistent-dir/shardtrain-sync-test";
+  try {
+    sync_file(missing);
+    FAIL() << "sync_file should throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(sync_best_effort(missing));
+  EXPECT_TRUE(sync_best_effort("/tmp"));
 }
