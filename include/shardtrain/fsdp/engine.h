@@ -12,7 +12,6 @@
 #include <c10/core/Device.h>
 
 #include <array>
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -20,8 +19,10 @@
 
 #include "shardtrain/comm/process_groups.h"
 #include "shardtrain/fsdp/flat_unit.h"
+#include "shardtrain/fsdp/gradient_reducer.h"
 #include "shardtrain/fsdp/peak_tracker.h"
 #include "shardtrain/fsdp/sharding.h"
+#include "shardtrain/fsdp/unit_builder.h"
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/batch.h"
 #include "shardtrain/model/llama.h"
@@ -49,16 +50,6 @@ struct GradResult {
   int64_t tokens = 0;  // loss tokens in the global batch
   PhaseTimes phases;   // forward, backward and the exposed communication inside them
   std::array<int64_t, kNumPhases> peak_bytes{};  // forward and backward: see take_phase_peak()
-};
-
-// A piece of one parameter held by this rank: what the optimizer steps and checkpoints save.
-struct ShardPiece {
-  std::string name;
-  std::vector<int64_t> shape;           // the parameter's logical shape
-  int64_t param_offset = 0, numel = 0;  // flat range of the parameter
-  bool decay = true;                    // false for norm weights
-  at::Tensor master;                    // [numel] fp32 view of the persistent master shard
-  int64_t unit = 0, shard_offset = 0;   // where its gradient sits in that unit's gradient shard
 };
 
 class FsdpEngine {
@@ -109,7 +100,14 @@ class FsdpEngine {
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
 
  private:
-  struct Pass;  // one forward/backward over a micro-batch
+  // One forward/backward over a micro-batch: the detached input leaf and the output of every unit, [units].
+  struct Pass {
+    std::vector<at::Tensor> inputs, outputs;
+    bool empty = false;          // this rank has no rows: it still joins every collective
+    bool train = false;          // LoRA dropout applies
+    uint64_t dropout_seed = 0;   // the same in forward and in activation checkpointing's recompute
+    bool fused_head = false;     // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
+  };
   at::Tensor forward(Pass& p, const at::Tensor& tokens, bool build_graph);
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
   at::Tensor run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train);
@@ -124,19 +122,7 @@ class FsdpEngine {
   MemoryPeaks read_and_reset_peak();  // the allocator's (GPU) or the engine's (CPU) peak since the last read
   void note_memory();       // updates the phase peak from what the engine holds now
   int64_t held_bytes() const;
-  // A unit's gradient reduction in flight: reduce-scatter over the shard group, then (hybrid)
-  // all-reduce across replicas, then added into the unit's gradient shard.
-  struct PendingReduce {
-    enum Stage { kScattering, kReplicating, kDone } stage = kScattering;
-    int64_t unit = 0;
-    at::Tensor send, shard;  // [padded] and [shard_numel] in the reduce dtype
-    bool owned = true;       // shard may become the gradient without a copy
-    comm::WorkPtr work;
-  };
-  static constexpr size_t kMaxPendingReductions = 2;
   void reduce_unit(int64_t unit, const at::Tensor& full_grad, bool owned);  // issues, does not wait
-  bool advance(PendingReduce& r);  // waits for its current stage; true once added to the gradient
-  void finish_reductions();
   void reduce_accumulated();
   at::Tensor to_device(const at::Tensor& host) const;
 
@@ -154,7 +140,7 @@ class FsdpEngine {
   std::vector<ShardPiece> pieces_;      // this rank's pieces of every unit's shard
   std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::vector<at::Tensor> no_sync_;     // [units] fp32 [padded], with no_sync_accumulation
-  std::deque<PendingReduce> pending_;   // reductions issued and not yet added, oldest first
+  GradientReducer reducer_;             // reductions issued and not yet added to the gradient shards
   int peak_gathered_ = 0;
   int64_t phase_peak_ = 0;  // CPU: the most held_bytes() since take_phase_peak()
   PeakTracker peaks_;       // phases, steps and the run, from read_and_reset_peak()

@@ -1,0 +1,45 @@
+// Building and loading the FSDP units: each rank allocates only its shard of every unit and
+// fills it from the seeded init (identical at any world size) or from the safetensors files,
+// reading only its own bytes. Under LoRA the base is frozen in the compute dtype (with a CRC-32
+// of each piece, so a resumed run can check it has the same base) and each unit gets a second,
+// small flat unit of adapters, sharded like the base.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shardtrain/fsdp/flat_unit.h"
+#include "shardtrain/fsdp/sharding.h"
+#include "shardtrain/io/safetensors.h"
+#include "shardtrain/model/params.h"
+
+namespace shardtrain::fsdp {
+
+// A piece of one parameter held by this rank: what the optimizer steps and checkpoints save.
+struct ShardPiece {
+  std::string name;
+  std::vector<int64_t> shape;           // the parameter's logical shape
+  int64_t param_offset = 0;             // flat range of the parameter: [param_offset, + numel)
+  int64_t numel = 0;
+  bool decay = true;                    // false for norm weights
+  at::Tensor master;                    // [numel] fp32 view of the persistent master shard
+  int64_t unit = 0;                     // where its gradient sits: that unit's gradient shard,
+  int64_t shard_offset = 0;             // at this offset
+};
+
+struct BuiltUnits {
+  std::vector<FlatUnit> units;              // [num_layers + 2], model_units() order; frozen under LoRA
+  std::vector<FlatUnit> adapters;           // LoRA: [num_layers + 2]; empty otherwise
+  std::vector<ParamSpec> trainable_specs;   // the model's parameters, or under LoRA the adapters
+  std::vector<ShardPiece> pieces;           // this rank's pieces of every trainable unit's shard
+  std::vector<int64_t> base_crc_rows;       // LoRA: [specs * 3] (param_offset, numel, CRC-32) of this rank's base pieces
+  std::vector<at::Tensor> no_sync;          // [units] fp32 [padded], with no_sync_accumulation
+};
+
+BuiltUnits build_units(const ModelConfig& model, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
+                       const SafetensorsModel* weights, const SafetensorsModel* adapters, at::Device device);
+
+}  // namespace shardtrain::fsdp

@@ -1,0 +1,116 @@
+// The forward/backward schedule: unit by unit, each gathered before it runs (with the next one
+// prefetched), freed after it (FULL_SHARD), and in backward recomputed under activation
+// checkpointing, differentiated on its own and handed to the gradient reducer.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "shardtrain/cuda/nvtx.h"
+#include "shardtrain/fsdp/engine.h"
+
+namespace shardtrain::fsdp {
+
+void FsdpEngine::prefetch(int64_t u) {
+  if (u < 0 || u >= static_cast<int64_t>(units_.size())) return;
+  if (backward_ && lora() && units_[u].kind() == UnitKind::kEmbedding) return;  // frozen: its backward is skipped
+  for (FlatUnit* unit : {&units_[u], lora() ? &adapters_[u] : nullptr}) {
+    if (!unit || unit->empty()) continue;
+    if (!unit->active()) unit->begin_gather(*groups_.shard, cfg_.param_dtype);
+    else if (!unit->gathered()) unit->begin_regather(*groups_.shard);
+  }
+}
+
+void FsdpEngine::ensure(int64_t u) {
+  prefetch(u);
+  units_[u].wait();  // (a frozen embedding in backward was never gathered: nothing to wait for)
+  if (lora()) adapters_[u].wait();
+  note_gathered();
+}
+
+void FsdpEngine::prefetch_from(int64_t u, int direction) {
+  if (!cfg_.prefetch) return;
+  for (int k = 1; k < cfg_.max_inflight_gathers; ++k) prefetch(u + direction * k);
+  note_gathered();
+}
+
+bool FsdpEngine::recomputes(int64_t u) const {
+  return cfg_.activation_checkpointing && units_[u].kind() == UnitKind::kDecoderLayer;
+}
+
+at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train) {
+  const auto views = units_[u].named_views();
+  const auto lookup = [&views](const std::string& name) { return views.at(name); };
+  if (!lora() || adapters_[u].empty()) return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
+  const auto adapter_views = adapters_[u].named_views();
+  const LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, dropout_seed, train};
+  return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype, &run);
+}
+
+at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_graph) {
+  const bool reshard = reshard_after_forward(cfg_.sharding);
+  p.inputs.assign(units_.size(), at::Tensor());
+  p.outputs.assign(units_.size(), at::Tensor());
+  p.empty = tokens.size(0) == 0;
+  p.train = build_graph;
+  p.dropout_seed = (seed_ * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(groups_.world->rank()) << 40) ^ passes_++;
+  at::Tensor x = tokens;
+  for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
+    cuda::NvtxRange range(nvtx_names_[u].first);
+    ensure(u);
+    prefetch_from(u, +1);
+    if (!p.empty) {
+      at::AutoGradMode mode(build_graph && !recomputes(u));
+      // The graph is cut here: the unit's input is a leaf whose gradient backward hands on (not
+      // to a frozen embedding, which needs none).
+      const bool input_grad = !(lora() && u == 1);
+      if (units_[u].kind() != UnitKind::kEmbedding) x = p.inputs[u] = build_graph ? x.detach().requires_grad_(input_grad) : x;
+      const bool fused = p.fused_head && units_[u].kind() == UnitKind::kHead;
+      x = p.outputs[u] = fused ? rms_norm(x, units_[u].named_views().at(names::kNorm), model_.rms_norm_eps)
+                               : run_unit(u, x, p.dropout_seed, p.train);
+    }
+    // The head's backward follows at once: like FSDP2's root, it stays gathered until then.
+    const bool head = units_[u].kind() == UnitKind::kHead;
+    if (!build_graph || (reshard && !head)) {
+      units_[u].free_storage();
+      if (lora()) adapters_[u].free_storage();
+    }
+  }
+  return x;
+}
+
+void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
+  at::Tensor grad_out;
+  backward_ = true;
+  for (int64_t u = static_cast<int64_t>(units_.size()) - 1; u >= 0; --u) {
+    cuda::NvtxRange range(nvtx_names_[u].second);
+    ensure(u);
+    prefetch_from(u, -1);
+    const bool frozen_unit = lora() && adapters_[u].empty() && units_[u].kind() == UnitKind::kEmbedding;
+    if (!p.empty && !frozen_unit) {  // a LoRA run's embedding has nothing to train and no input gradient
+      if (units_[u].kind() == UnitKind::kHead) {
+        loss.backward();
+      } else {
+        at::Tensor out = p.outputs[u];
+        if (recomputes(u)) {  // recompute with the regathered weights
+          at::AutoGradMode on(true);
+          out = run_unit(u, p.inputs[u], p.dropout_seed, p.train);
+        }
+        torch::autograd::backward({out}, {grad_out});
+      }
+      if (units_[u].kind() != UnitKind::kEmbedding) grad_out = p.inputs[u].grad();
+    }
+    FlatUnit& t = trainable(u);  // the base, or under LoRA the unit's adapters
+    if (!t.empty()) {
+      at::Tensor g = t.leaf_grad();
+      if (!g.defined()) g = at::zeros({t.layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
+      if (reduce_now) reduce_unit(u, g, /*owned=*/true);
+      else no_sync_[u].add_(g.to(at::kFloat));
+    }
+    p.outputs[u] = at::Tensor(), p.inputs[u] = at::Tensor();
+    units_[u].release();
+    if (lora()) adapters_[u].release();
+  }
+  backward_ = false;
+}
+
+}  // namespace shardtrain::fsdp
