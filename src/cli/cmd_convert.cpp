@@ -116,7 +116,8 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   } else {
     const std::string tmp = o.output + ".tmp";
     ckpt::TrainState st;
-    st.run_config = nlohmann::json{{"converted_from", o.input}}, st.model_config = model_to_hf_json(model);
+    st.run_config = nlohmann::json{{"converted_from", o.input}};
+    st.model_config = model_to_hf_json(model);
     ckpt::write(tmp, MPI_COMM_WORLD, ckpt::snapshot(engine, optimizer, st, /*copy=*/false));  // no `latest`: a lone file
     if (env.rank() == 0) fs::rename(tmp, o.output);
   }

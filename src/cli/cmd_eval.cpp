@@ -28,7 +28,9 @@ void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const TokenF
   auto file = h5::create_file(path);
   h5::write_matrix(file, "tokens", std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n * t), n, t);
   h5::write_matrix(file, "logits", std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + n * t * v), n * t, v);
-  h5::write_attr(file, "rows", n), h5::write_attr(file, "seq_len", t), h5::write_attr(file, "vocab_size", v);
+  h5::write_attr(file, "rows", n);
+  h5::write_attr(file, "seq_len", t);
+  h5::write_attr(file, "vocab_size", v);
 }
 
 }  // namespace
@@ -49,13 +51,17 @@ int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
   std::string line;
   if (data) {
     const auto r = validator.loss();
-    j["loss"] = r.loss, j["perplexity"] = r.perplexity, j["tokens"] = r.tokens;
+    j["loss"] = r.loss;
+    j["perplexity"] = r.perplexity;
+    j["tokens"] = r.tokens;
     line += "loss " + std::to_string(r.loss) + " | perplexity " + std::to_string(r.perplexity) + " | tokens " +
             std::to_string(r.tokens);
   }
   if (accuracy) {
     const auto r = validator.accuracy();
-    j["exact_match"] = r.exact_match, j["correct"] = r.correct, j["total"] = r.total;
+    j["exact_match"] = r.exact_match;
+    j["correct"] = r.correct;
+    j["total"] = r.total;
     line += std::string(line.empty() ? "" : " | ") + "exact_match " + std::to_string(100.0 * r.exact_match) + "% (" +
             std::to_string(r.correct) + "/" + std::to_string(r.total) + ")";
     for (const auto& e : r.examples) line += "\n  answer " + e;

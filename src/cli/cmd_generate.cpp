@@ -24,8 +24,12 @@ int cmd_generate(const std::vector<std::string>& args, MpiEnv& env) {
   Tokenizer tok(o.tokenizer);
   tok.require_fits(o.model.vocab_size);  // every rank reads the same file: all throw alike
   GenerateConfig g;
-  g.max_new_tokens = o.max_new_tokens, g.temperature = o.temperature, g.top_p = o.top_p, g.seed = o.seed;
-  g.eos_id = tok.eos_id(), g.max_context = o.model.max_position_embeddings;
+  g.max_new_tokens = o.max_new_tokens;
+  g.temperature = o.temperature;
+  g.top_p = o.top_p;
+  g.seed = o.seed;
+  g.eos_id = tok.eos_id();
+  g.max_context = o.model.max_position_embeddings;
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& p : o.prompts) {  // all checked before the weights load; every rank encodes alike
     prompts.push_back(tok.encode(o.template_name == "alpaca" ? alpaca_prompt(p, o.input) : p));

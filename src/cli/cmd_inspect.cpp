@@ -43,7 +43,10 @@ Row check(hid_t file, const std::string& path) {
   std::ostringstream shape;
   shape << "[";
   hsize_t n = 1;
-  for (size_t i = 0; i < dims.size(); ++i) shape << (i ? ", " : "") << dims[i], n *= dims[i];
+  for (size_t i = 0; i < dims.size(); ++i) {
+    shape << (i ? ", " : "") << dims[i];
+    n *= dims[i];
+  }
   shape << "]";
   std::vector<float> buf(n);
   H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
@@ -79,7 +82,8 @@ int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env) {
   for (const char* group : ckpt::kGroups)
     for (const auto& name : children(f, group)) {
       const Row r = check(f, std::string("/") + group + "/" + name);
-      bad += r.status != "ok", ++total;
+      bad += r.status != "ok";
+      ++total;
       std::cout << "  " << std::left << std::setw(58) << r.name << std::setw(14) << r.shape << "float32  " << r.status
                 << "\n";
     }

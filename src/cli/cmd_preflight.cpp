@@ -38,7 +38,8 @@ std::string device_line(bool use_cuda, int device) {
     return buf;
   }
 #endif
-  (void)use_cuda, (void)device;
+  (void)use_cuda;
+  (void)device;
   std::snprintf(buf, sizeof buf, "cpu (%ld cores online)", sysconf(_SC_NPROCESSORS_ONLN));
   return buf;
 }
@@ -117,8 +118,10 @@ Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at:
   else expect = at::full({op == Op::kReduceScatter ? per : row.count}, n * (n + 1) / 2.0, opt);
   row.wrong = (op == Op::kAllReduce ? in : out).ne(expect).sum().item<int64_t>();
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &row.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
-  row.seconds = slowest.secs, row.slowest_rank = slowest.rank;
-  row.algbw = row.bytes / row.seconds / 1e9, row.busbw = row.algbw * comm::bus_factor(op, n);
+  row.seconds = slowest.secs;
+  row.slowest_rank = slowest.rank;
+  row.algbw = row.bytes / row.seconds / 1e9;
+  row.busbw = row.algbw * comm::bus_factor(op, n);
   return row;
 }
 
@@ -199,7 +202,9 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
       int64_t wrong = 0;
       for (int64_t b : comm::sweep_sizes(o.min_bytes, o.max_bytes, o.step_factor)) {
         const Row row = measure(s, op, b, o, opt, use_cuda);
-        sum += row.busbw, ++rows, wrong += row.wrong;
+        sum += row.busbw;
+        ++rows;
+        wrong += row.wrong;
         auto& scope = fabric_json[s.name == "intra-node" ? "intra" : "inter"];
         scope["ranks"] = s.comm->size();
         scope["groups_per_node"] = s.name == "intra-node" ? 1 : t.local_size;

@@ -28,7 +28,8 @@ report::RunSteps read_run(const ScalingRun& run, std::vector<std::string>& notes
     throw UsageError(what + e.what());
   }
   report::RunSteps steps;
-  steps.nodes = run.nodes, steps.source = run.metrics;
+  steps.nodes = run.nodes;
+  steps.source = run.metrics;
   for (const auto& s : data.steps) {
     if (!std::isfinite(s.tokens_per_s)) continue;  // a line without throughput (validation only)
     steps.tokens_per_s.push_back(s.tokens_per_s);

@@ -16,7 +16,7 @@
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/signals.h"
 #include "shardtrain/train/fit.h"
-#include "shardtrain/train/flops.h"
+#include "shardtrain/hw/accelerators.h"
 
 namespace shardtrain::cli {
 
@@ -41,21 +41,31 @@ namespace {
 
 LoaderConfig loader_config(const TrainConfig& t, const MpiEnv& env) {
   LoaderConfig lc;
-  lc.micro_batch = t.batch_size, lc.grad_accum = t.grad_accum, lc.seed = t.seed;
-  lc.rank = env.rank(), lc.world = env.size();
+  lc.micro_batch = t.batch_size;
+  lc.grad_accum = t.grad_accum;
+  lc.seed = t.seed;
+  lc.rank = env.rank();
+  lc.world = env.size();
   return lc;
 }
 
 BannerFacts banner_facts(const EngineSetup& s, const DataLoader& loader, const TokenFile& train, const TokenFile* val) {
   BannerFacts f;
-  f.num_params = s.engine->model().num_params(), f.global_batch = loader.global_batch(), f.threads = at::get_num_threads();
+  f.num_params = s.engine->model().num_params();
+  f.global_batch = loader.global_batch();
+  f.threads = at::get_num_threads();
   const auto mem = s.engine->memory();
-  f.persistent_bytes = mem.persistent(), f.unsharded_bytes = mem.unsharded_bytes;
-  f.base_bytes = mem.base_bytes, f.adapter_bytes = mem.trainable_bytes();
+  f.persistent_bytes = mem.persistent();
+  f.unsharded_bytes = mem.unsharded_bytes;
+  f.base_bytes = mem.base_bytes;
+  f.adapter_bytes = mem.trainable_bytes();
   for (const auto& s : s.engine->trainable_specs()) f.adapter_params += s.numel();
   f.weights_bytes_read = s.weights ? static_cast<int64_t>(s.weights->bytes_read()) : 0;
-  f.train_rows = train.rows(), f.val_rows = val ? val->rows() : 0, f.seq_len = train.seq_len();
-  f.packing = train.meta().packing, f.format = train.meta().format;
+  f.train_rows = train.rows();
+  f.val_rows = val ? val->rows() : 0;
+  f.seq_len = train.seq_len();
+  f.packing = train.meta().packing;
+  f.format = train.meta().format;
   return f;
 }
 
@@ -93,7 +103,7 @@ int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed);
   fsdp::FsdpEngine& engine = *setup.engine;
   o.fsdp = engine.config();  // as resolved for the device (--param-dtype auto), for the banner
-  o.train.peak_tflops = resolve_peak_tflops(o.train.peak_tflops, setup.device.name);
+  o.train.peak_tflops = hw::resolve_peak_tflops(o.train.peak_tflops, setup.device.name);
   Optimizer optimizer = fsdp::make_optimizer(engine, o.optim);
   DataLoader loader(*train, loader_config(o.train, env));
   const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);

@@ -99,7 +99,10 @@ std::string suggestion(const std::string& name, const std::vector<std::string>& 
   size_t best = close + 1;
   std::string nearest;
   for (const auto& o : options)
-    if (const size_t d = edit_distance(name, o); d < best && d < name.size()) best = d, nearest = o;
+    if (const size_t d = edit_distance(name, o); d < best && d < name.size()) {
+      best = d;
+      nearest = o;
+    }
   return nearest.empty() ? "" : did_you_mean({nearest}, dash);
 }
 

@@ -66,7 +66,8 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
   }
   if (scopes != "intra" && scopes != "inter" && scopes != "intra,inter" && scopes != "inter,intra")
     throw UsageError("--scopes must be intra, inter or intra,inter");
-  o.intra = scopes.find("intra") != std::string::npos, o.inter = scopes.find("inter") != std::string::npos;
+  o.intra = scopes.find("intra") != std::string::npos;
+  o.inter = scopes.find("inter") != std::string::npos;
   o.sweep = !no_sweep;
   check_threads(o.common);
   return o;

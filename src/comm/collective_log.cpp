@@ -13,7 +13,11 @@ int64_t CollectiveLog::started(Op op, int64_t bytes, std::function<bool()> done)
   std::lock_guard<std::mutex> lock(mu_);
   poll_locked();  // completed probes free their events even when no watchdog reads the log
   CollectiveRecord r;
-  r.seq = ++next_, r.op = static_cast<int>(op), r.bytes = bytes, r.started_s = now(), r.probed = static_cast<bool>(done);
+  r.seq = ++next_;
+  r.op = static_cast<int>(op);
+  r.bytes = bytes;
+  r.started_s = now();
+  r.probed = static_cast<bool>(done);
   recent_.push_back(r);
   // Keep in-flight records even past `keep`: the watchdog must see the oldest unfinished one.
   while (recent_.size() > keep_ && recent_.front().finished_s >= 0) recent_.pop_front();
@@ -63,7 +67,8 @@ CollectiveLog::State CollectiveLog::state() {
   for (const auto& r : recent_)
     if (r.finished_s < 0) {
       s.finished = r.seq - 1;
-      s.oldest_in_flight = r.seq, s.oldest_op = r.op;
+      s.oldest_in_flight = r.seq;
+      s.oldest_op = r.op;
       s.oldest_age_s = r.probed ? now() - r.started_s : r.wait_started_s >= 0 ? now() - r.wait_started_s : 0;
       break;
     }

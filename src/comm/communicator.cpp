@@ -70,13 +70,15 @@ void check_flat(const char* what, const at::Tensor& t) {
 }  // namespace
 
 void check_all_gather(const Communicator& c, const at::Tensor& in, const at::Tensor& out) {
-  check_flat("all_gather", in), check_flat("all_gather", out);
+  check_flat("all_gather", in);
+  check_flat("all_gather", out);
   if (out.numel() != in.numel() * c.size() || in.scalar_type() != out.scalar_type())
     throw Error("all_gather on " + c.name() + ": output must hold size x input elements of the same dtype");
 }
 
 void check_reduce_scatter(const Communicator& c, const at::Tensor& in, const at::Tensor& out) {
-  check_flat("reduce_scatter", in), check_flat("reduce_scatter", out);
+  check_flat("reduce_scatter", in);
+  check_flat("reduce_scatter", out);
   if (in.numel() != out.numel() * c.size() || in.scalar_type() != out.scalar_type())
     throw Error("reduce_scatter on " + c.name() + ": input must hold size x output elements of the same dtype");
 }

@@ -76,7 +76,8 @@ MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name)
 
 WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
   check_all_gather(*this, in, out);
-  require_cpu(in), require_cpu(out);
+  require_cpu(in);
+  require_cpu(out);
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
   const auto type = mpi_type(in.scalar_type());
   MPI_CHECK(MPI_Iallgather(in.data_ptr(), count_of(in), type, out.data_ptr(), count_of(in), type, comm_.get(),
@@ -86,7 +87,8 @@ WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor
 
 WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) {
   check_reduce_scatter(*this, in, out);
-  require_cpu(in), require_cpu(out);
+  require_cpu(in);
+  require_cpu(out);
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
   MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out), mpi_type(in.scalar_type()),
                                       sum_op(in.scalar_type()), comm_.get(), w->request()));

@@ -67,7 +67,8 @@ WorkPtr NcclCommunicator::finish(Lane& l, Op op, int64_t bytes, std::vector<at::
 
 WorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
   check_all_gather(*this, in, out);
-  require_cuda(in), require_cuda(out);
+  require_cuda(in);
+  require_cuda(out);
   cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kAllGather)]);
   Lane& l = lane(Op::kAllGather);
   NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.scalar_type()), l.comm.get(), begin(l)));
@@ -76,7 +77,8 @@ WorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::Tenso
 
 WorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) {
   check_reduce_scatter(*this, in, out);
-  require_cuda(in), require_cuda(out);
+  require_cuda(in);
+  require_cuda(out);
   cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kReduceScatter)]);
   Lane& l = lane(Op::kReduceScatter);
   NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.scalar_type()), ncclSum,
@@ -111,7 +113,10 @@ void NcclCommunicator::barrier() {  // a one-element all-reduce on each lane, co
     NCCL_CHECK(ncclAllReduce(buf, buf, 1, ncclFloat32, ncclSum, l->comm.get(), s));
     CUDA_CHECK(cudaFreeAsync(buf, s));
   }
-  host_collective(Op::kBarrier, 0, [&] { gather_.stream.synchronize(), reduce_.stream.synchronize(); });
+  host_collective(Op::kBarrier, 0, [&] {
+    gather_.stream.synchronize();
+    reduce_.stream.synchronize();
+  });
 }
 
 }  // namespace shardtrain::comm

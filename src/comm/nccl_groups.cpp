@@ -28,7 +28,8 @@ ProcessGroups make_nccl_groups(const GroupLayout& layout, const Topology& topo, 
   std::vector<ncclComm_t> comms;
   for (const Communicator* c : pg.all()) {
     const auto* nc = static_cast<const NcclCommunicator*>(c);
-    comms.push_back(nc->nccl()), comms.push_back(nc->nccl_reduce());
+    comms.push_back(nc->nccl());
+    comms.push_back(nc->nccl_reduce());
   }
   pg.watchdog = std::make_shared<cuda::NcclWatchdog>(std::move(comms), cuda::current_device(), topo.rank, host);
   return pg;

@@ -32,10 +32,18 @@ bool valid_utf8(std::string_view s) {
     int n = 0;
     uint32_t cp = 0;
     if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
-    else return false;
+    if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
     if (i + n >= s.size()) return false;  // truncated sequence
     for (int k = 1; k <= n; ++k) {
       const auto d = static_cast<unsigned char>(s[i + k]);
@@ -74,16 +82,19 @@ namespace {
 bool field(const nlohmann::json& j, const char* key, bool required_nonempty, std::string& out, ParsedLine& p) {
   auto it = j.find(key);
   if (it == j.end()) {
-    p.reason = "missing field", p.detail = std::string("no \"") + key + "\"";
+    p.reason = "missing field";
+    p.detail = std::string("no \"") + key + "\"";
     return false;
   }
   if (!it->is_string()) {
-    p.reason = "not a string", p.detail = std::string("\"") + key + "\" is " + it->type_name();
+    p.reason = "not a string";
+    p.detail = std::string("\"") + key + "\" is " + it->type_name();
     return false;
   }
   out = it->get<std::string>();
   if (required_nonempty && blank(out)) {
-    p.reason = "empty text", p.detail = std::string("\"") + key + "\" is empty";
+    p.reason = "empty text";
+    p.detail = std::string("\"") + key + "\" is empty";
     return false;
   }
   return true;
@@ -111,11 +122,13 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
   try {
     j = nlohmann::json::parse(line);
   } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number like 8e888888 overflows a double
-    p.reason = "malformed JSON", p.detail = e.what();
+    p.reason = "malformed JSON";
+    p.detail = e.what();
     return p;
   }
   if (!j.is_object()) {
-    p.reason = "malformed JSON", p.detail = std::string("a JSON ") + j.type_name() + ", not an object";
+    p.reason = "malformed JSON";
+    p.detail = std::string("a JSON ") + j.type_name() + ", not an object";
     return p;
   }
   if (format == DataFormat::kAuto) format = detect(j);
@@ -124,11 +137,14 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
     std::string instruction, input, output;
     if (!field(j, "instruction", true, instruction, p) || !field(j, "output", true, output, p)) return p;
     if (j.contains("input") && !field(j, "input", false, input, p)) return p;
-    r.prompt = alpaca_prompt(instruction, input), r.answer = output, r.joint = true;
+    r.prompt = alpaca_prompt(instruction, input);
+    r.answer = output;
+    r.joint = true;
   } else if (format == DataFormat::kSamsum) {
     std::string dialogue, summary;
     if (!field(j, "dialogue", true, dialogue, p) || !field(j, "summary", true, summary, p)) return p;
-    r.prompt = samsum_prompt(dialogue), r.answer = summary;
+    r.prompt = samsum_prompt(dialogue);
+    r.answer = summary;
   } else {
     if (!field(j, "text", true, r.answer, p)) return p;
   }
@@ -168,7 +184,8 @@ void for_each_element(std::istream& in, int64_t line, DataFormat& format,
         ParsedLine p = parse_line(elem, format);
         if (!fn(start_line, p)) return;
       }
-      elem.clear(), depth = 0;
+      elem.clear();
+      depth = 0;
       if (c == ']') { closed = true; break; }
       continue;
     }
@@ -189,7 +206,8 @@ void for_each_element(std::istream& in, int64_t line, DataFormat& format,
   }
   if (!closed) {  // a truncated file: its unfinished last record is counted as bad, not dropped silently
     ParsedLine p;
-    p.reason = "truncated JSON array", p.detail = "no closing ]";
+    p.reason = "truncated JSON array";
+    p.detail = "no closing ]";
     fn(start_line, p);
   }
 }
@@ -201,11 +219,15 @@ void for_each_record(std::istream& in, DataFormat& format, const std::function<b
   // read from the start again so that its line numbers stay right.
   const auto start = in.tellg();
   char bom[3];
-  if (!(in.read(bom, 3) && std::string(bom, 3) == "\xEF\xBB\xBF")) in.clear(), in.seekg(start);
+  if (!(in.read(bom, 3) && std::string(bom, 3) == "\xEF\xBB\xBF")) {
+    in.clear();
+    in.seekg(start);
+  }
   int64_t line = 1;
   while (json_space(static_cast<char>(in.peek()))) line += in.get() == '\n';
   if (in.peek() == '[') return for_each_element(in, line, format, fn);
-  in.clear(), in.seekg(start);
+  in.clear();
+  in.seekg(start);
   for_each_line(in, format, fn);
 }
 

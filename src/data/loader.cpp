@@ -62,7 +62,10 @@ StepData DataLoader::next() {
 }
 
 void DataLoader::restore(LoaderState s) {
-  if (pending_.valid()) pending_.wait(), pending_ = {};
+  if (pending_.valid()) {
+    pending_.wait();
+    pending_ = {};
+  }
   if (s.epoch < 0 || s.step < 0 || s.step >= steps_per_epoch())
     throw UsageError("data-loader position epoch " + std::to_string(s.epoch) + " step " + std::to_string(s.step) +
                      " is outside this dataset's " + std::to_string(steps_per_epoch()) + " steps per epoch");

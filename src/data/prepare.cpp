@@ -32,7 +32,8 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
     }
     Sample s = tokenize_record(p.record, tok);
     if (static_cast<int64_t>(s.ids.size()) > seq_len) {
-      s.ids.resize(seq_len), s.mask.resize(seq_len);
+      s.ids.resize(seq_len);
+      s.mask.resize(seq_len);
       ++res.stats.truncated;
     }
     res.samples.push_back(std::move(s));
@@ -54,7 +55,10 @@ Rows make_rows(const std::vector<Sample>& samples, int64_t seq_len, bool packing
   for (const Sample& s : samples) {
     if (!packing) col = seq_len;
     for (size_t i = 0; i < s.ids.size(); ++i) {
-      if (col == seq_len) new_row(), col = 0;
+      if (col == seq_len) {
+        new_row();
+        col = 0;
+      }
       const size_t at = static_cast<size_t>((r.rows - 1) * seq_len + col++);
       r.tokens_data[at] = s.ids[i];
       r.mask_data[at] = s.mask[i];
@@ -88,14 +92,18 @@ TokenFileMeta meta_for(const PrepareOptions& o, const Tokenizer& tok, const Read
                        const char* split, int64_t samples) {
   TokenFileMeta m;
   m.samples = samples;
-  m.samples_read = r.stats.read, m.samples_skipped = r.stats.skipped, m.samples_truncated = r.stats.truncated;
+  m.samples_read = r.stats.read;
+  m.samples_skipped = r.stats.skipped;
+  m.samples_truncated = r.stats.truncated;
   m.skip_reasons_json = nlohmann::json(r.stats.skipped_by_reason).dump();
   m.pad_id = tok.eos_id();
   m.packing = o.packing ? "packing" : "padding";
   m.format = format_name(r.format);
   m.split = split;
-  m.tokenizer_sha256 = tok.sha256(), m.tokenizer_vocab_size = tok.vocab_size();
-  m.source_file = std::filesystem::absolute(source).string(), m.source_sha256 = r.sha256;
+  m.tokenizer_sha256 = tok.sha256();
+  m.tokenizer_vocab_size = tok.vocab_size();
+  m.source_file = std::filesystem::absolute(source).string();
+  m.source_sha256 = r.sha256;
   return m;
 }
 
@@ -132,7 +140,8 @@ PrepareReport run_prepare(const PrepareOptions& o) {
     val = read_jsonl(o.val_input, train.format, tok, o.seq_len, o.strict, o.show_bad);
     require_samples(o.val_input, val);
     rep.val_stats = val.stats;
-    train_samples = std::move(train.samples), val_samples = std::move(val.samples);
+    train_samples = std::move(train.samples);
+    val_samples = std::move(val.samples);
   } else {
     const auto is_val = validation_choice(static_cast<int64_t>(train.samples.size()), o.val_fraction, o.seed);
     for (size_t i = 0; i < train.samples.size(); ++i)
@@ -164,7 +173,10 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
   auto stats = [&](const char* what, const std::string& file, const ReadStats& s) {
     os << what << " " << file << ": read " << s.read << " | skipped " << s.skipped;
     std::string sep = " (";
-    for (const auto& [reason, n] : s.skipped_by_reason) os << sep << reason << " " << n, sep = ", ";
+    for (const auto& [reason, n] : s.skipped_by_reason) {
+      os << sep << reason << " " << n;
+      sep = ", ";
+    }
     if (!s.skipped_by_reason.empty()) os << ")";
     os << " | truncated to " << o.seq_len << ": " << s.truncated << "\n";
     for (const auto& e : s.examples) os << "  skipped " << e << "\n";

@@ -39,7 +39,10 @@ void read_meta(hid_t f, TokenFileMeta& m) {  // absent attributes keep their def
 
 void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta) {
   std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-  meta.seq_len = rows.seq_len, meta.rows = rows.rows, meta.tokens = rows.tokens, meta.loss_tokens = rows.loss_tokens;
+  meta.seq_len = rows.seq_len;
+  meta.rows = rows.rows;
+  meta.tokens = rows.tokens;
+  meta.loss_tokens = rows.loss_tokens;
   meta.max_token_id = 0;
   for (int32_t t : rows.tokens_data) meta.max_token_id = std::max<int64_t>(meta.max_token_id, t);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());

@@ -16,7 +16,9 @@ Tokenizer::Tokenizer(const std::string& model_path)
   const auto st = sp_->Load(model_path);
   if (!st.ok())
     throw UsageError("--tokenizer " + model_path + " is not a SentencePiece model: " + st.ToString());
-  bos_ = sp_->bos_id(), eos_ = sp_->eos_id(), vocab_ = sp_->GetPieceSize();
+  bos_ = sp_->bos_id();
+  eos_ = sp_->eos_id();
+  vocab_ = sp_->GetPieceSize();
   if (bos_ < 0 || eos_ < 0)
     throw UsageError("--tokenizer " + model_path + " defines no BOS/EOS ids; train it with bos_id=1 eos_id=2 as Llama-2's is");
   sha256_ = sha256_file(model_path);

@@ -34,7 +34,8 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   a.fused_chunk = 8 * cfg.vocab_size;  // fp32 logits, and logsumexp's exp of them (then softmax in place, its cast)
   a.fused_token = e * h;
   a.fused_fixed = 4 * cfg.vocab_size * h;
-  a.vocab = cfg.vocab_size, a.hidden = h;
+  a.vocab = cfg.vocab_size;
+  a.hidden = h;
   return a;
 }
 

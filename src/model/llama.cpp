@@ -27,7 +27,8 @@ Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
 }
 
 Rotary& Rotary::to(const at::Device& device, at::ScalarType dtype) {
-  cos = cos.to(device, dtype), sin = sin.to(device, dtype);
+  cos = cos.to(device, dtype);
+  sin = sin.to(device, dtype);
   return *this;
 }
 

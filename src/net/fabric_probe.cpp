@@ -60,7 +60,10 @@ NetPluginReport probe_nccl_net_plugin() {
     names.push_back(r.requested);  // NCCL accepts a full library name or a suffix
     names.push_back("libnccl-net-" + r.requested + ".so");
   }
-  if (r.requested != "none") names.push_back("libnccl-net.so"), names.push_back("libnccl-net-ofi.so");
+  if (r.requested != "none") {
+    names.push_back("libnccl-net.so");
+    names.push_back("libnccl-net-ofi.so");
+  }
   for (const auto& n : names) {
     void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!h) continue;

@@ -17,8 +17,11 @@ Verdict judge(const std::vector<Heartbeat>& beats, double timeout_s) {
     for (int g = 0; g < kWatchedGroups; ++g)
       if (b.groups[g].oldest_in_flight > 0 && b.groups[g].oldest_age_s > timeout_s &&
           (!v.stuck || b.groups[g].oldest_age_s > v.age_s)) {
-        v.stuck = true, v.group = g, v.seq = static_cast<int64_t>(b.groups[g].oldest_in_flight);
-        v.op = static_cast<int>(b.groups[g].oldest_op), v.age_s = b.groups[g].oldest_age_s;
+        v.stuck = true;
+        v.group = g;
+        v.seq = static_cast<int64_t>(b.groups[g].oldest_in_flight);
+        v.op = static_cast<int>(b.groups[g].oldest_op);
+        v.age_s = b.groups[g].oldest_age_s;
       }
   if (!v.stuck) return v;
   double gid = -1;

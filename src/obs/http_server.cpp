@@ -29,7 +29,8 @@ double now_s() {
 bool valid_request_line(const std::string& line, std::string* method, std::string* target) {
   const size_t a = line.find(' '), b = a == std::string::npos ? a : line.find(' ', a + 1);
   if (a == 0 || b == std::string::npos || line.find(' ', b + 1) != std::string::npos) return false;
-  *method = line.substr(0, a), *target = line.substr(a + 1, b - a - 1);
+  *method = line.substr(0, a);
+  *target = line.substr(a + 1, b - a - 1);
   const std::string version = line.substr(b + 1);
   if (!std::all_of(method->begin(), method->end(), [](char c) { return c >= 'A' && c <= 'Z'; })) return false;
   if (target->empty() || (*target)[0] != '/' ||

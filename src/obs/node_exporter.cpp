@@ -36,7 +36,8 @@ std::string NodeExporter::text() {
   {
     std::lock_guard<std::mutex> lock(mu_);  // held for a copy only: publish() never waits on a scrape
     if (published_ == formatted_) return text_;  // nothing before the first step
-    ranks = latest_, published = published_;
+    ranks = latest_;
+    published = published_;
   }
   text_ = exposition(job_, ranks);
   formatted_ = published;

@@ -24,12 +24,21 @@ std::vector<double> RankSeries::pack() const {
 
 RankSeries RankSeries::unpack(const double* v, int rank, const std::string& host) {
   RankSeries r;
-  r.rank = rank, r.host = host;
-  r.step = v[0], r.loss = v[1], r.lr = v[2], r.tokens_per_s = v[3], r.tflops_per_device = v[4], r.mfu = v[5];
+  r.rank = rank;
+  r.host = host;
+  r.step = v[0];
+  r.loss = v[1];
+  r.lr = v[2];
+  r.tokens_per_s = v[3];
+  r.tflops_per_device = v[4];
+  r.mfu = v[5];
   r.step_seconds = v[6];
   int i = 7;
   for (auto& p : r.phases.s) p = v[i++];
-  r.host_peak_rss = v[i++], r.gpu_peak_allocated = v[i++], r.gpu_peak_reserved = v[i++], r.checkpoint_seconds = v[i++];
+  r.host_peak_rss = v[i++];
+  r.gpu_peak_allocated = v[i++];
+  r.gpu_peak_reserved = v[i++];
+  r.checkpoint_seconds = v[i++];
   r.skipped_steps = v[i++];
   for (auto* table : {&r.calls, &r.bytes})
     for (auto& g : *table)

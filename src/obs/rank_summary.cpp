@@ -14,7 +14,10 @@ std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm com
   std::vector<int> lens(size), offsets(size);
   MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
   int total = 0;
-  for (int r = 0; r < size; ++r) offsets[r] = total, total += lens[r];
+  for (int r = 0; r < size; ++r) {
+    offsets[r] = total;
+    total += lens[r];
+  }
   std::vector<char> all(std::max(total, 1));
   MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, comm));
   std::vector<std::string> out;

@@ -90,17 +90,6 @@ std::map<comm::Op, BandwidthTable> read_scope(const nlohmann::json& j, const std
 
 }  // namespace
 
-GpuSpec gpu_spec(const std::string& name) {
-  if (name == "h100-80gb") return {name, 989, 80e9, 3350};
-  if (name == "h200-141gb") return {name, 989, 141e9, 4800};
-  if (name == "a100-80gb") return {name, 312, 80e9, 2039};
-  if (name == "a100-40gb") return {name, 312, 40e9, 1555};
-  if (name == "cpu") return {name, 1, 0, 0};  // memory and bandwidth: from --gpu-memory and --calibrate
-  throw UsageError("--gpu '" + name + "' is unknown; use h100-80gb, h200-141gb, a100-80gb or a100-40gb");
-}
-
-std::vector<std::string> gpu_names() { return {"h100-80gb", "h200-141gb", "a100-80gb", "a100-40gb"}; }
-
 double BandwidthTable::busbw(double bytes) const {
   if (points.empty()) return 0;
   if (bytes <= points.front().first) return points.front().second * bytes / points.front().first;  // latency-bound: constant time

@@ -104,14 +104,20 @@ void plan_png(const std::string& path, const PlanInput& in, const std::vector<Pl
     report::Series e, t, t_no;
     e.name = t.name = fsdp::sharding_name(rows[i].sharding);
     e.color = t.color = t_no.color = report::palette_color(colour++);
-    e.markers = t.markers = true, t_no.dashed = true;
+    e.markers = t.markers = true;
+    t_no.dashed = true;
     const auto s = rows[i].sharding;
     for (; i < rows.size() && rows[i].sharding == s; ++i) {
-      e.x.push_back(rows[i].nodes), e.y.push_back(100 * rows[i].efficiency);
-      t_no.x.push_back(rows[i].nodes), t_no.y.push_back(rows[i].tokens_per_s_per_gpu);
-      t.x.push_back(rows[i].nodes), t.y.push_back(rows[i].fits ? rows[i].tokens_per_s_per_gpu : NAN);
+      e.x.push_back(rows[i].nodes);
+      e.y.push_back(100 * rows[i].efficiency);
+      t_no.x.push_back(rows[i].nodes);
+      t_no.y.push_back(rows[i].tokens_per_s_per_gpu);
+      t.x.push_back(rows[i].nodes);
+      t.y.push_back(rows[i].fits ? rows[i].tokens_per_s_per_gpu : NAN);
     }
-    eff.series.push_back(e), tps.series.push_back(t_no), tps.series.push_back(t);
+    eff.series.push_back(e);
+    tps.series.push_back(t_no);
+    tps.series.push_back(t);
   }
   report::draw_chart_png(path, {eff, tps}, 2);
 }

@@ -7,7 +7,7 @@
 
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/stats.h"
-#include "shardtrain/train/flops.h"
+#include "shardtrain/model/flops.h"
 
 namespace shardtrain::plan {
 namespace {
@@ -92,23 +92,33 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   for (Sharding s : in.strategies) {
     for (int nodes : in.nodes) {
       PlanRow r;
-      r.nodes = nodes, r.ranks = nodes * in.gpus_per_node, r.sharding = s;
+      r.nodes = nodes;
+      r.ranks = nodes * in.gpus_per_node;
+      r.sharding = s;
       Topology topo{0, r.ranks, 0, in.gpus_per_node, 0, nodes};
       const comm::GroupLayout g = fsdp::group_layout(s, topo, in.fsdp.shard_group_size);
-      r.shard_size = g.shard_size, r.replicas = g.replicate_size;
+      r.shard_size = g.shard_size;
+      r.replicas = g.replicate_size;
       const auto base = fsdp::unit_sizes(m, base_specs, r.shard_size);
       const auto adapters = lora ? fsdp::unit_sizes(m, lora_specs, r.shard_size) : std::vector<UnitSize>{};
       const auto& trainable = lora ? adapters : base;
       fsdp::FsdpConfig cfg = in.fsdp;
       cfg.sharding = s;
       const auto p = fsdp::persistent_bytes(trainable, lora ? &base : nullptr, cfg.no_sync_accumulation, pe);
-      r.params = p.param, r.optimizer = p.optimizer, r.no_sync = p.no_sync, r.base = p.base;
+      r.params = p.param;
+      r.optimizer = p.optimizer;
+      r.no_sync = p.no_sync;
+      r.base = p.base;
       const fsdp::StepShape shape{in.batch_size, in.seq_len, in.grad_accum, pe, re, r.shard_size};
       const int64_t persistent = p.param + p.optimizer + p.no_sync + p.base;
       const fsdp::StepPeak peak = fsdp::step_peak(base, lora ? &adapters : nullptr, cfg, shape, act, persistent);
-      r.grads = peak.grad_shards, r.gathered = peak.gathered, r.reductions = peak.reductions;
-      r.activations = peak.activations, r.gathered_units = peak.gathered_units;
-      r.tensor_peak = peak.total_bytes, r.engine_peak = peak.engine_bytes;
+      r.grads = peak.grad_shards;
+      r.gathered = peak.gathered;
+      r.reductions = peak.reductions;
+      r.activations = peak.activations;
+      r.gathered_units = peak.gathered_units;
+      r.tensor_peak = peak.total_bytes;
+      r.engine_peak = peak.engine_bytes;
       if (in.allowances) {
         r.nccl = kNcclPerCommunicator * ((r.shard_size > 1) + (r.replicas > 1));
         r.allocator = static_cast<int64_t>(kAllocatorFraction * static_cast<double>(r.tensor_peak)) + kGiB;  // + CUDA context
@@ -163,14 +173,19 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         }
       }
       if (cfg.no_sync_accumulation)
-        for (int u = 0; u < U; ++u) total += c[u].reduce + c[u].replicate, comm_total += c[u].reduce + c[u].replicate;
+        for (int u = 0; u < U; ++u) {
+          total += c[u].reduce + c[u].replicate;
+          comm_total += c[u].reduce + c[u].replicate;
+        }
       int64_t shard_elems = 0;
       for (const auto& t : trainable) shard_elems += t.shard_numel;
       r.optimizer_s = in.calibration.optimizer_s_per_element > 0
                           ? in.calibration.optimizer_s_per_element * static_cast<double>(shard_elems)
                           : (in.gpu.hbm_gbps > 0 ? kAdamBytesPerElement * static_cast<double>(shard_elems) / (in.gpu.hbm_gbps * 1e9) : 0);
       if (!in.fabric.overlaps_compute) total = compute + comm_total;  // MPI on CPU: collectives progress only when waited on
-      r.compute_s = compute, r.comm_s = comm_total, r.exposed_comm_s = total - compute;
+      r.compute_s = compute;
+      r.comm_s = comm_total;
+      r.exposed_comm_s = total - compute;
       r.step_s = total + r.optimizer_s;
       const double tokens_per_gpu = static_cast<double>(tokens_mb * in.grad_accum);
       r.tokens_per_s_per_gpu = tokens_per_gpu / r.step_s;

@@ -36,16 +36,20 @@ uint32_t Canvas::pixel(int x, int y) const {
 }
 
 void Canvas::set_clip(int x, int y, int w, int h) {
-  clip_x0_ = std::max(0, x), clip_y0_ = std::max(0, y);
-  clip_x1_ = std::min(width_, x + w), clip_y1_ = std::min(height_, y + h);
+  clip_x0_ = std::max(0, x);
+  clip_y0_ = std::max(0, y);
+  clip_x1_ = std::min(width_, x + w);
+  clip_y1_ = std::min(height_, y + h);
 }
 
 void Canvas::reset_clip() { set_clip(0, 0, width_, height_); }
 
 void Canvas::fill(uint32_t color) {
-  for (size_t i = 0; i < rgb_.size(); i += 3)
-    rgb_[i] = static_cast<uint8_t>(color >> 16), rgb_[i + 1] = static_cast<uint8_t>(color >> 8),
+  for (size_t i = 0; i < rgb_.size(); i += 3) {
+    rgb_[i] = static_cast<uint8_t>(color >> 16);
+    rgb_[i + 1] = static_cast<uint8_t>(color >> 8);
     rgb_[i + 2] = static_cast<uint8_t>(color);
+  }
 }
 
 void Canvas::blend(int x, int y, uint32_t color, double alpha) {

@@ -37,18 +37,26 @@ Axis x_axis(const Panel& p, int plot_w) {
     for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
       if (usable(s.x[i], s.y[i], p.log2_x)) {
         const double v = p.log2_x ? std::log2(s.x[i]) : s.x[i];
-        lo = std::min(lo, v), hi = std::max(hi, v);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
       }
   Axis a;
-  if (!(lo <= hi)) lo = 0, hi = 1;  // no data: a default range
+  if (!(lo <= hi)) {  // no data: a default range
+    lo = 0;
+    hi = 1;
+  }
   if (!p.log2_x) {
     a.ticks = nice_ticks(lo, hi, std::max(2, plot_w / 70));
-    a.lo = a.ticks.front(), a.hi = a.ticks.back();
+    a.lo = a.ticks.front();
+    a.hi = a.ticks.back();
     for (double t : a.ticks) a.labels.push_back(format_tick(t, a.ticks.size() > 1 ? a.ticks[1] - a.ticks[0] : 1));
     return a;
   }
   int e0 = static_cast<int>(std::floor(lo + 1e-9)), e1 = static_cast<int>(std::ceil(hi - 1e-9));
-  if (e0 == e1) --e0, ++e1;
+  if (e0 == e1) {
+    --e0;
+    ++e1;
+  }
   const int most = std::max(2, plot_w / 45);
   int stride = (e1 - e0 + most - 1) / (most - 1);  // fewest strides that fit, then one that ends on e1
   for (int s = stride; s <= 2 * stride; ++s)
@@ -59,10 +67,12 @@ Axis x_axis(const Panel& p, int plot_w) {
   for (int e = e0; e <= e1; e += stride) {
     char buf[32];
     std::snprintf(buf, sizeof buf, e >= 0 ? "%.0f" : "%g", std::ldexp(1.0, e));  // 0.125 needs 3 decimals
-    a.ticks.push_back(e), a.labels.push_back(buf);
+    a.ticks.push_back(e);
+    a.labels.push_back(buf);
   }
   const double pad = 0.05 * (e1 - e0);  // keeps end markers off the frame
-  a.lo = e0 - pad, a.hi = e1 + pad;
+  a.lo = e0 - pad;
+  a.hi = e1 + pad;
   return a;
 }
 
@@ -70,9 +80,15 @@ Axis y_axis(const Panel& p, int plot_h) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (const auto& s : p.series)
     for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
-      if (usable(s.x[i], s.y[i], p.log2_x)) lo = std::min(lo, s.y[i]), hi = std::max(hi, s.y[i]);
+      if (usable(s.x[i], s.y[i], p.log2_x)) {
+        lo = std::min(lo, s.y[i]);
+        hi = std::max(hi, s.y[i]);
+      }
   const bool none = !(lo <= hi);
-  if (none) lo = 0, hi = 1;
+  if (none) {
+    lo = 0;
+    hi = 1;
+  }
   const double pad = none ? 0 : 0.05 * (hi - lo > 0 ? hi - lo : std::max(std::abs(hi), 1.0));
   // Headroom and ticks stop at the floor (data below it, which should not exist, still shows).
   const double floor = p.yfloor ? std::min(*p.yfloor, lo) : -std::numeric_limits<double>::infinity();
@@ -86,7 +102,10 @@ Axis y_axis(const Panel& p, int plot_h) {
   if (!(a.hi > a.lo)) a.hi = a.lo + 1;
   std::vector<double> kept;
   for (double t : a.ticks)
-    if (t >= a.lo - 1e-9 * step && t <= a.hi + 1e-9 * step) kept.push_back(t), a.labels.push_back(format_tick(t, step));
+    if (t >= a.lo - 1e-9 * step && t <= a.hi + 1e-9 * step) {
+      kept.push_back(t);
+      a.labels.push_back(format_tick(t, step));
+    }
   a.ticks = kept;
   return a;
 }
@@ -144,7 +163,10 @@ double legend_cost(const std::vector<std::vector<Points>>& all, const std::vecto
 void draw_legend(Canvas& c, const Panel& p, const Frame& f, const std::vector<std::vector<Points>>& all) {
   int text_w = 0, rows = 0;
   for (const auto& s : p.series)
-    if (!s.name.empty()) text_w = std::max(text_w, Canvas::text_width(s.name)), ++rows;
+    if (!s.name.empty()) {
+      text_w = std::max(text_w, Canvas::text_width(s.name));
+      ++rows;
+    }
   if (rows == 0) return;
   const int w = 8 + 26 + 6 + text_w + 8, h = 6 + rows * kLegendRow + 2, inset = 8;
   const int xs[] = {f.x0 + inset, f.x0 + f.w - w - inset}, ys[] = {f.y0 + inset, f.y0 + f.h - h - inset};
@@ -153,7 +175,11 @@ void draw_legend(Canvas& c, const Panel& p, const Frame& f, const std::vector<st
   double best = std::numeric_limits<double>::infinity();
   for (const auto& [i, j] : order) {
     const double cost = legend_cost(all, p.series, xs[i], ys[j], w, h);
-    if (cost < best) best = cost, bx = xs[i], by = ys[j];
+    if (cost < best) {
+      best = cost;
+      bx = xs[i];
+      by = ys[j];
+    }
   }
   c.fill_rect(bx, by, w, h, 0xffffff);
   c.rect(bx, by, w, h, kLegendBorder);
@@ -222,7 +248,8 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
   if (lo > hi) std::swap(lo, hi);
   if (hi - lo <= 1e-12 * std::max(1.0, std::abs(lo))) {
     const double widen = lo == 0 ? 1 : std::abs(lo) * 0.1;
-    lo -= widen, hi += widen;
+    lo -= widen;
+    hi += widen;
   }
   max_ticks = std::max(max_ticks, 2);
   int exp10 = static_cast<int>(std::floor(std::log10((hi - lo) / (max_ticks - 1))));
@@ -250,9 +277,16 @@ std::string format_tick(double value, double step) {
   double div = 1;
   const char* suffix = "";
   const double mag = std::abs(value);  // per-value units read as 800k, 1M, 1.2M
-  if (mag >= 1e9) div = 1e9, suffix = "G";
-  else if (mag >= 1e6) div = 1e6, suffix = "M";
-  else if (mag >= 1e3) div = 1e3, suffix = "k";
+  if (mag >= 1e9) {
+    div = 1e9;
+    suffix = "G";
+  } else if (mag >= 1e6) {
+    div = 1e6;
+    suffix = "M";
+  } else if (mag >= 1e3) {
+    div = 1e3;
+    suffix = "k";
+  }
   const int decimals = std::max(0, static_cast<int>(std::ceil(-std::log10(step / div) - 1e-9)));
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", std::min(decimals, 12), value / div);

@@ -37,7 +37,10 @@ template <typename F>
 Series series_of(const RunData& run, const std::string& name, uint32_t color, F value) {
   Series s{name, {}, {}, color, false, false};
   for (const auto& r : run.steps)
-    if (const double v = value(r); std::isfinite(v)) s.x.push_back(static_cast<double>(r.step)), s.y.push_back(v);
+    if (const double v = value(r); std::isfinite(v)) {
+      s.x.push_back(static_cast<double>(r.step));
+      s.y.push_back(v);
+    }
   return s;
 }
 
@@ -53,7 +56,10 @@ void cap_spikes(Panel& p, double headroom) {
     double peak = 0;
     int64_t at = 0;
     for (size_t i = 0; i < std::min(s.x.size(), s.y.size()); ++i)
-      if (s.y[i] > peak) peak = s.y[i], at = static_cast<int64_t>(s.x[i]);
+      if (s.y[i] > peak) {
+        peak = s.y[i];
+        at = static_cast<int64_t>(s.x[i]);
+      }
     if (peak > cap && !s.name.empty()) s.name += " (off scale: " + seconds(peak) + " at step " + std::to_string(at) + ")";
   }
 }
@@ -119,7 +125,8 @@ ChartSpec loss_chart(const std::vector<RunData>& runs, int smooth, const std::st
     if (smoothing) {
       Series avg = train;
       avg.y = moving_average(train.y, smooth);
-      train.name.clear(), train.color = lighten(color, 0.6);
+      train.name.clear();
+      train.color = lighten(color, 0.6);
       faint.push_back(train);
       bold.push_back(avg);
     } else {

@@ -41,7 +41,9 @@ std::string fmt_seconds(double v) {
 StepRecord to_record(const nlohmann::json& j) {
   StepRecord r;
   r.step = static_cast<int64_t>(num(j, "step"));
-  r.loss = num(j, "loss"), r.tokens_per_s = num(j, "tokens_per_s"), r.mfu = num(j, "mfu");
+  r.loss = num(j, "loss");
+  r.tokens_per_s = num(j, "tokens_per_s");
+  r.mfu = num(j, "mfu");
   r.step_time_s = num(j, "step_time_s");
   r.val_loss = num(j, "val_loss");
   if (const auto p = j.find("phases"); p != j.end() && p->is_object())
@@ -57,7 +59,8 @@ StepRecord to_record(const nlohmann::json& j) {
     r.straggler_rank = static_cast<int>(num(*s, "rank"));
     r.straggler_host = s->value("host", std::string());
     r.straggler_step_s = num(*s, "step_time_s");
-    r.straggler_busy_s = num(*s, "busy_s"), r.median_busy_s = num(*s, "median_busy_s");
+    r.straggler_busy_s = num(*s, "busy_s");
+    r.median_busy_s = num(*s, "median_busy_s");
   }
   return r;
 }
@@ -116,7 +119,9 @@ std::vector<std::string> run_labels(const std::vector<std::string>& paths) {
     const fs::path abs = fs::absolute(p).lexically_normal();
     std::string parent = abs.parent_path().filename().string();
     if (parent.empty()) parent = abs.stem().string();  // a file at the root
-    parents.push_back(parent), stems.push_back(abs.stem().string()), both.push_back(parent + "/" + stems.back());
+    parents.push_back(parent);
+    stems.push_back(abs.stem().string());
+    both.push_back(parent + "/" + stems.back());
   }
   std::vector<std::string> labels = unique(parents) ? parents : unique(stems) ? stems : both;
   std::map<std::string, int> seen;
@@ -133,7 +138,10 @@ std::vector<double> moving_average(const std::vector<double>& y, int k) {
     double sum = 0;
     int n = 0;
     for (size_t j = i + 1 - std::min(i + 1, static_cast<size_t>(k)); j <= i; ++j)
-      if (std::isfinite(y[j])) sum += y[j], ++n;
+      if (std::isfinite(y[j])) {
+        sum += y[j];
+        ++n;
+      }
     out[i] = sum / n;
   }
   return out;
@@ -145,39 +153,59 @@ RankSpread rank_spread(const StepRecord& s) {
     return {it->second.max, it->second.median, false};
   if (s.across_ranks.empty()) return {kNaN, kNaN, false};
   double max_sum = 0, median_sum = 0;
-  for (const auto& [name, spread] : s.across_ranks) max_sum += spread.max, median_sum += spread.median;
+  for (const auto& [name, spread] : s.across_ranks) {
+    max_sum += spread.max;
+    median_sum += spread.median;
+  }
   return {std::isfinite(s.straggler_step_s) ? s.straggler_step_s : max_sum, median_sum, false};
 }
 
 RunStats run_stats(const RunData& run) {
   RunStats s;
-  s.label = run.label, s.source = run.source, s.steps = run.steps.size();
+  s.label = run.label;
+  s.source = run.source;
+  s.steps = run.steps.size();
   s.final_loss = s.final_val_loss = s.spread_ratio = s.worst_ratio = kNaN;
   if (run.steps.empty()) return s;
-  s.first_step = run.steps.front().step, s.last_step = run.steps.back().step;
+  s.first_step = run.steps.front().step;
+  s.last_step = run.steps.back().step;
   std::vector<double> tps, mfu, step_s, ratios;
   std::map<std::string, std::vector<double>> phases;
   std::map<int, std::pair<size_t, std::string>> slowest;  // rank -> (steps, host)
   for (const auto& r : run.steps) {
     if (std::isfinite(r.loss)) s.final_loss = r.loss;
     if (std::isfinite(r.val_loss)) s.final_val_loss = r.val_loss;
-    tps.push_back(r.tokens_per_s), mfu.push_back(r.mfu), step_s.push_back(r.step_time_s);
+    tps.push_back(r.tokens_per_s);
+    mfu.push_back(r.mfu);
+    step_s.push_back(r.step_time_s);
     for (const auto& [name, v] : r.phases) phases[name].push_back(v);
     const RankSpread spread = rank_spread(r);
     if (std::isfinite(spread.slowest) && spread.median > 0) {
-      ++s.spread_steps, s.spread_busy = spread.busy;
+      ++s.spread_steps;
+      s.spread_busy = spread.busy;
       ratios.push_back(spread.slowest / spread.median);
-      if (!(ratios.back() <= s.worst_ratio)) s.worst_ratio = ratios.back(), s.worst_step = r.step;
+      if (!(ratios.back() <= s.worst_ratio)) {
+        s.worst_ratio = ratios.back();
+        s.worst_step = r.step;
+      }
     }
     if (r.straggler_rank >= 0) {
       ++s.straggler_steps;
       auto& [count, host] = slowest[r.straggler_rank];
-      ++count, host = r.straggler_host;
+      ++count;
+      host = r.straggler_host;
     }
   }
-  s.tokens_per_s = median(tps), s.mfu = median(mfu), s.step_time_s = median(step_s), s.spread_ratio = median(ratios);
+  s.tokens_per_s = median(tps);
+  s.mfu = median(mfu);
+  s.step_time_s = median(step_s);
+  s.spread_ratio = median(ratios);
   for (const auto& [rank, entry] : slowest)  // std::map order: the lowest rank wins a tie
-    if (entry.first > s.straggler_count) s.straggler_rank = rank, s.straggler_count = entry.first, s.straggler_host = entry.second;
+    if (entry.first > s.straggler_count) {
+      s.straggler_rank = rank;
+      s.straggler_count = entry.first;
+      s.straggler_host = entry.second;
+    }
   std::vector<std::string> order = phase_names();
   for (const auto& [name, v] : phases)
     if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);

@@ -17,14 +17,18 @@ bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 RunSummary summarize_run(const RunSteps& run, int skip_steps) {
   RunSummary s;
-  s.nodes = run.nodes, s.source = run.source, s.steps = run.tokens_per_s.size();
+  s.nodes = run.nodes;
+  s.source = run.source;
+  s.steps = run.tokens_per_s.size();
   const size_t skip = static_cast<size_t>(std::max(skip_steps, 0));
   s.kept_warmup = s.steps <= skip && skip > 0;
   const size_t first = s.kept_warmup ? 0 : skip;  // too few steps: the warmup ones are all there is
   const std::vector<double> tps(run.tokens_per_s.begin() + std::min(first, s.steps), run.tokens_per_s.end());
   std::vector<double> mfu;
   for (size_t i = first; i < std::min(run.mfu.size(), s.steps); ++i) mfu.push_back(run.mfu[i]);
-  s.used = tps.size(), s.tokens_per_s = median(tps), s.mfu = median(mfu);
+  s.used = tps.size();
+  s.tokens_per_s = median(tps);
+  s.mfu = median(mfu);
   return s;
 }
 
@@ -45,7 +49,10 @@ std::vector<ScalingRow> scaling_rows(const std::vector<RunSummary>& runs) {
   const double base_per_node = sorted.front().tokens_per_s / sorted.front().nodes;
   for (const auto& r : sorted) {
     ScalingRow row;
-    row.nodes = r.nodes, row.tokens_per_s = r.tokens_per_s, row.mfu = r.mfu, row.steps_used = r.used;
+    row.nodes = r.nodes;
+    row.tokens_per_s = r.tokens_per_s;
+    row.mfu = r.mfu;
+    row.steps_used = r.used;
     row.tokens_per_s_per_node = r.tokens_per_s / r.nodes;
     row.speedup = r.tokens_per_s / sorted.front().tokens_per_s;
     row.efficiency = row.tokens_per_s_per_node / base_per_node;
@@ -93,10 +100,14 @@ std::vector<Panel> scaling_panels(const std::vector<ScalingRow>& rows, const std
   bool all_pow2 = !rows.empty();
   for (const auto& r : rows) {
     all_pow2 = all_pow2 && power_of_two(r.nodes);
-    measured.x.push_back(r.nodes), measured.y.push_back(r.tokens_per_s);
-    ideal.x.push_back(r.nodes), ideal.y.push_back(rows.front().tokens_per_s * r.nodes / rows.front().nodes);
-    efficiency.x.push_back(r.nodes), efficiency.y.push_back(100 * r.efficiency);
-    reference.x.push_back(r.nodes), reference.y.push_back(100);
+    measured.x.push_back(r.nodes);
+    measured.y.push_back(r.tokens_per_s);
+    ideal.x.push_back(r.nodes);
+    ideal.y.push_back(rows.front().tokens_per_s * r.nodes / rows.front().nodes);
+    efficiency.x.push_back(r.nodes);
+    efficiency.y.push_back(100 * r.efficiency);
+    reference.x.push_back(r.nodes);
+    reference.y.push_back(100);
   }
   tput.log2_x = eff.log2_x = all_pow2;  // 1, 2, 4, 8 nodes spread evenly; other counts need a linear axis
   tput.series = {ideal, measured};      // measured drawn last, on top

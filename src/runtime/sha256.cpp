@@ -39,9 +39,23 @@ void Sha256::block(const uint8_t* p) {
   for (int i = 0; i < 64; ++i) {
     const uint32_t t1 = h + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f) ^ (~e & g)) + kK[i] + w[i];
     const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-    h = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+    h = g;
+    g = f;
+    f = e;
+    e = d + t1;
+    d = c;
+    c = b;
+    b = a;
+    a = t1 + t2;
   }
-  h_[0] += a, h_[1] += b, h_[2] += c, h_[3] += d, h_[4] += e, h_[5] += f, h_[6] += g, h_[7] += h;
+  h_[0] += a;
+  h_[1] += b;
+  h_[2] += c;
+  h_[3] += d;
+  h_[4] += e;
+  h_[5] += f;
+  h_[6] += g;
+  h_[7] += h;
 }
 
 void Sha256::update(const void* data, size_t n) {
@@ -50,13 +64,19 @@ void Sha256::update(const void* data, size_t n) {
   while (n > 0) {
     if (buf_len_ == 0 && n >= 64) {  // whole blocks straight from the input
       block(p);
-      p += 64, n -= 64;
+      p += 64;
+      n -= 64;
       continue;
     }
     const size_t take = std::min(n, 64 - buf_len_);
     std::memcpy(buf_ + buf_len_, p, take);
-    buf_len_ += take, p += take, n -= take;
-    if (buf_len_ == 64) block(buf_), buf_len_ = 0;
+    buf_len_ += take;
+    p += take;
+    n -= take;
+    if (buf_len_ == 64) {
+      block(buf_);
+      buf_len_ = 0;
+    }
   }
 }
 
@@ -77,7 +97,10 @@ std::array<uint8_t, 32> Sha256::digest() {
 std::string Sha256::hex() {
   static const char* digits = "0123456789abcdef";
   std::string s;
-  for (uint8_t b : digest()) s += digits[b >> 4], s += digits[b & 15];
+  for (uint8_t b : digest()) {
+    s += digits[b >> 4];
+    s += digits[b & 15];
+  }
   return s;
 }
 

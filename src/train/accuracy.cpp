@@ -14,7 +14,9 @@ AccuracyResult exact_match(const LogitsFn& logits, const Tokenizer& tok, const s
                            int64_t max_new_tokens, int64_t max_context, size_t max_examples) {
   AccuracyResult r;
   GenerateConfig g;
-  g.max_new_tokens = max_new_tokens, g.eos_id = tok.eos_id(), g.max_context = max_context;
+  g.max_new_tokens = max_new_tokens;
+  g.eos_id = tok.eos_id();
+  g.max_context = max_context;
   for (const Record& rec : records) {
     const std::string got = trim(tok.decode(generate(logits, tok.encode(rec.prompt), g)));
     const std::string want = trim(rec.answer);

@@ -27,12 +27,17 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     const StepData data = c.loader.next();
     const double data_wait = step_clock.seconds();
     StepMetrics m;
-    m.step = s + 1, m.epoch = data.position.epoch, m.lr = sched.at(s, m.epoch);
+    m.step = s + 1;
+    m.epoch = data.position.epoch;
+    m.lr = sched.at(s, m.epoch);
     c.metrics.begin_step();
     const fsdp::GradResult g = c.engine.forward_backward(data.micro);
     std::vector<at::Tensor> grads = c.engine.grad_shards();
     c.faults.after_backward(m.step, grads);
-    m.loss = g.loss, m.tokens = g.tokens, m.phases = g.phases, m.phases[Phase::kDataWait] = data_wait;
+    m.loss = g.loss;
+    m.tokens = g.tokens;
+    m.phases = g.phases;
+    m.phases[Phase::kDataWait] = data_wait;
     m.peak_bytes = g.peak_bytes;
     fsdp::PhaseClock opt_clock(c.engine);
     NonfiniteVerdict finite;
@@ -47,10 +52,12 @@ FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents
     grads.clear();  // the shards live from backward to here only
     c.engine.release_grads();
     const PhaseTimes opt = opt_clock.finish();
-    m.phases[Phase::kOptimizer] += opt[Phase::kOptimizer], m.phases[Phase::kExposedComm] += opt[Phase::kExposedComm];
+    m.phases[Phase::kOptimizer] += opt[Phase::kOptimizer];
+    m.phases[Phase::kExposedComm] += opt[Phase::kExposedComm];
     m.step_time_s = step_clock.seconds();
     c.profiler.end(m.step);
-    m.skipped = !finite.finite, m.skipped_steps = c.nonfinite.skipped();
+    m.skipped = !finite.finite;
+    m.skipped_steps = c.nonfinite.skipped();
     c.metrics.measure(m, data.global_rows);
     if (finite.stop) {  // no validation, no checkpoint: the last saved one stands
       c.metrics.publish(m, true, true, total, 0);

@@ -30,7 +30,8 @@ NonfiniteVerdict NonfiniteGuard::check(int64_t step, double loss, double grad_no
     last_message_ = v.message;
     return v;
   }
-  ++skipped_, ++in_a_row_;
+  ++skipped_;
+  ++in_a_row_;
   v.stop = in_a_row_ >= cfg_.max_in_a_row;
   v.message = what + "; " + (v.stop ? "stopped: " + std::to_string(in_a_row_) + " non-finite steps in a row (--max-nonfinite-steps " +
                                           std::to_string(cfg_.max_in_a_row) + "). Lower --lr or check the data"

@@ -78,7 +78,11 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events, const 
   for (const Item& it : work) {
     const ProfileEvent* e = it.e;
     last = std::max(last, e->end_ns);
-    if (e->start_ns > run_end) s.busy_ns += run_end - run_start, run_start = e->start_ns, run_end = e->start_ns;
+    if (e->start_ns > run_end) {
+      s.busy_ns += run_end - run_start;
+      run_start = e->start_ns;
+      run_end = e->start_ns;
+    }
     run_end = std::max(run_end, e->end_ns);
     const int64_t mid = e->start_ns + (e->end_ns - e->start_ns) / 2;
     const bool optim = e->device ? inside(mid, device_optimizer_ranges) || inside(e->launch_ns, optimizer_ranges)
@@ -86,11 +90,15 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events, const 
     KernelKind kind = kind_by_name(e->name);
     if (optim && kind != KernelKind::kCommunication) kind = KernelKind::kOptimizer;  // the clip's norm too
     auto& t = totals[{e->name, optim}];
-    t.name = e->name, t.kind = kind, t.calls += 1, t.ns += it.own_ns;
+    t.name = e->name;
+    t.kind = kind;
+    t.calls += 1;
+    t.ns += it.own_ns;
     s.kind_ns[static_cast<int>(kind)] += it.own_ns;
   }
   s.busy_ns += run_end - run_start;
-  s.span_ns = last - first, s.items = static_cast<int64_t>(work.size());
+  s.span_ns = last - first;
+  s.items = static_cast<int64_t>(work.size());
   for (auto& [_, t] : totals) s.top.push_back(t);
   std::sort(s.top.begin(), s.top.end(), [](const KernelTotal& a, const KernelTotal& b) { return a.ns > b.ns; });
   if (s.top.size() > top_n) s.top.resize(top_n);

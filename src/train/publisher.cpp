@@ -8,7 +8,7 @@
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
-#include "shardtrain/train/flops.h"
+#include "shardtrain/model/flops.h"
 
 namespace shardtrain {
 namespace {
@@ -98,12 +98,20 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   if (!breakdown.empty() && breakdown_due) log::info(breakdown);
   if (!exporter_) return;
   auto& r = series_;
-  r.rank = env_.rank(), r.host = env_.host();
-  r.step = static_cast<double>(m.step), r.loss = m.loss, r.lr = m.lr, r.tokens_per_s = m.tokens_per_s;
-  r.tflops_per_device = m.tflops_per_device, r.mfu = m.mfu, r.step_seconds = m.step_time_s, r.phases = m.phases;
+  r.rank = env_.rank();
+  r.host = env_.host();
+  r.step = static_cast<double>(m.step);
+  r.loss = m.loss;
+  r.lr = m.lr;
+  r.tokens_per_s = m.tokens_per_s;
+  r.tflops_per_device = m.tflops_per_device;
+  r.mfu = m.mfu;
+  r.step_seconds = m.step_time_s;
+  r.phases = m.phases;
   r.host_peak_rss = static_cast<double>(m.peak_mem_bytes);
   std::tie(r.gpu_peak_allocated, r.gpu_peak_reserved) = gpu_peaks_;
-  r.checkpoint_seconds = last_checkpoint_s_, r.skipped_steps = static_cast<double>(m.skipped_steps);
+  r.checkpoint_seconds = last_checkpoint_s_;
+  r.skipped_steps = static_cast<double>(m.skipped_steps);
   const auto groups = engine_.groups().all();
   for (int k = 0; k < obs::RankSeries::kGroups; ++k)
     for (int op = 0; op < comm::kNumOps; ++op) {

@@ -13,7 +13,11 @@ EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_
                          const LogitsFn& logits, const std::function<double(double)>& sum_all) {
   c10::NoGradGuard no_grad;
   LoaderConfig lc;
-  lc.micro_batch = batch_size, lc.shuffle = false, lc.prefetch = false, lc.rank = rank, lc.world = world;
+  lc.micro_batch = batch_size;
+  lc.shuffle = false;
+  lc.prefetch = false;
+  lc.rank = rank;
+  lc.world = world;
   DataLoader loader(data, lc);
   int64_t n = loader.steps_per_epoch();
   if (max_batches > 0) n = std::min(n, max_batches);
@@ -24,9 +28,13 @@ EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_
     auto lg = logits(batch.tokens);
     if (batch.tokens.size(0) == 0) continue;
     auto ls = causal_lm_loss(lg, batch.labels);
-    sum += ls.sum.item<double>(), count += static_cast<double>(ls.count);
+    sum += ls.sum.item<double>();
+    count += static_cast<double>(ls.count);
   }
-  if (sum_all) sum = sum_all(sum), count = sum_all(count);
+  if (sum_all) {
+    sum = sum_all(sum);
+    count = sum_all(count);
+  }
   EvalResult r;
   r.tokens = static_cast<int64_t>(count);
   r.loss = sum / std::max(1.0, count);

@@ -6,7 +6,8 @@
 #include "shardtrain/model/params.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
-#include "shardtrain/train/flops.h"
+#include "shardtrain/hw/accelerators.h"
+#include "shardtrain/model/flops.h"
 
 using namespace shardtrain;
 
@@ -92,12 +93,12 @@ TEST(Flops, TorchtitanFormula) {
   auto c = model_preset("llama2-7b");
   const double n = 6738415616.0 - 32000.0 * 4096;
   EXPECT_DOUBLE_EQ(flops_per_token(c, 4096), 6 * n + 12.0 * 32 * 32 * 128 * 4096);
-  EXPECT_EQ(peak_tflops_for_device("NVIDIA H100 80GB HBM3"), 989.0);
-  EXPECT_EQ(peak_tflops_for_device("NVIDIA A100-SXM4-80GB"), 312.0);
-  EXPECT_EQ(peak_tflops_for_device("cpu"), 0.0);
-  EXPECT_EQ(resolve_peak_tflops(0, "NVIDIA H100 80GB HBM3"), 989.0);
-  EXPECT_EQ(resolve_peak_tflops(0, "cpu"), kNominalCpuPeakTflops);
-  EXPECT_EQ(resolve_peak_tflops(2.5, "NVIDIA A100-SXM4-80GB"), 2.5);
+  EXPECT_EQ(hw::peak_tflops_for_device("NVIDIA H100 80GB HBM3"), 989.0);
+  EXPECT_EQ(hw::peak_tflops_for_device("NVIDIA A100-SXM4-80GB"), 312.0);
+  EXPECT_EQ(hw::peak_tflops_for_device("cpu"), 0.0);
+  EXPECT_EQ(hw::resolve_peak_tflops(0, "NVIDIA H100 80GB HBM3"), 989.0);
+  EXPECT_EQ(hw::resolve_peak_tflops(0, "cpu"), hw::kNominalCpuPeakTflops);
+  EXPECT_EQ(hw::resolve_peak_tflops(2.5, "NVIDIA A100-SXM4-80GB"), 2.5);
 }
 
 

@@ -27,7 +27,10 @@ struct OpStats {
 // broadcast tensor), as nccl-tests reports "size".
 struct CommStats {
   std::array<OpStats, kNumOps> ops{};
-  void add(Op op, int64_t bytes) { ops[static_cast<int>(op)].calls++, ops[static_cast<int>(op)].bytes += bytes; }
+  void add(Op op, int64_t bytes) {
+    ops[static_cast<int>(op)].calls++;
+    ops[static_cast<int>(op)].bytes += bytes;
+  }
   const OpStats& operator[](Op op) const { return ops[static_cast<int>(op)]; }
 };
 

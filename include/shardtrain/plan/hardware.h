@@ -8,19 +8,14 @@
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
+#include "shardtrain/hw/accelerators.h"
 
 namespace shardtrain::plan {
 
-struct GpuSpec {
-  std::string name;
-  double peak_tflops = 0;   // dense bf16
-  double memory_bytes = 0;  // per GPU
-  double hbm_gbps = 0;      // memory bandwidth, GB/s: the optimizer step is bound by it
-};
-// h100-80gb, h200-141gb, a100-80gb, a100-40gb; "cpu" (hidden) for the validation on this machine.
-// Throws UsageError naming --gpu otherwise.
-GpuSpec gpu_spec(const std::string& name);
-std::vector<std::string> gpu_names();
+// GPUs: the one table in hw/accelerators.h, which MFU reads too.
+using hw::GpuSpec;
+using hw::gpu_names;
+using hw::gpu_spec;
 
 // busbw (GB/s) by collective size in bytes, as nccl-tests prints it; interpolated in log size.
 struct BandwidthTable {
