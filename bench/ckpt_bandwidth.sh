@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checkpoint save/load bandwidth against the raw disk, for a model state of about 1 GB
 # (91M parameters: weights + exp_avg + exp_avg_sq in fp32, a 1.13 GB file), at 1, 2
-# and 4 ranks. Appends a dated section to docs/performance.md. Not a test: run it by hand.
+# and 4 ranks. Writes a dated section to OUT/results.md (and appends it to docs/performance.md
+# with BENCH_APPEND_DOCS=1). Not a test: run it by hand.
 # Usage: bench/ckpt_bandwidth.sh [DIR on the disk to measure]   (default: out/bench)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,5 +74,6 @@ rm -rf "$dir/ckpt"
   echo "| ranks | GB | raw GB/s | save s | save GB/s | save / raw (median) | save / raw (each run) | load s | load GB/s | page cache before load | async: loop blocked s |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|"
   printf "%s" "$rows"
-} >> "$repo/docs/performance.md"
-echo "appended to docs/performance.md"
+} > "$dir/results.md"
+cat "$dir/results.md"
+if [ "${BENCH_APPEND_DOCS:-0}" = 1 ]; then cat "$dir/results.md" >> "$repo/docs/performance.md"; echo "appended to docs/performance.md"; fi

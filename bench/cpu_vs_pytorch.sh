@@ -6,9 +6,9 @@
 # REPS times; each run's figure is its median step after SKIP warm-up steps, and the table holds
 # the medians over the repetitions. BEFORE_BIN adds an older shardtrain build as a third column.
 #
-#   bash bench/cpu_vs_pytorch.sh                  # writes OUT/results.md and appends it to docs/performance.md
+#   bash bench/cpu_vs_pytorch.sh                  # writes OUT/results.md (BENCH_APPEND_DOCS=1: also docs/performance.md)
 #   BEFORE_BIN=/path/old/shardtrain bash bench/cpu_vs_pytorch.sh
-# Env: REPS (3), STEPS (8), SKIP (2), WORLDS ("1 2"), OUT, SHARDTRAIN_BIN, PYTHON, APPEND (1).
+# Env: REPS (3), STEPS (8), SKIP (2), WORLDS ("1 2"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (0).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 before=${BEFORE_BIN:-}
@@ -103,7 +103,7 @@ done
   printf '%s\n' "${rows[@]}"
 } > "$out/results.md"
 cat "$out/results.md"
-if [ "${APPEND:-1}" = 1 ]; then
+if [ "${BENCH_APPEND_DOCS:-0}" = 1 ]; then
   { echo; cat "$out/results.md"; } >> "$repo/docs/performance.md"
   echo "appended to docs/performance.md"
 fi

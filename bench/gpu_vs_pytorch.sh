@@ -3,12 +3,12 @@
 # fully_shard at world size 1, in the same run, on the same GPU: the Llama-2 7B shape with
 # BENCH_LAYERS layers (default 4: 1.07B parameters, full fine-tuning with AdamW), bf16 compute,
 # seq 2048 and 4096, activation checkpointing off and on. Reports tokens/s, MFU and peak memory
-# for both and their ratio, into OUT/results.md and docs/performance.md.
+# for both and their ratio, into OUT/results.md (and docs/performance.md with BENCH_APPEND_DOCS=1).
 #
 #   bash bench/gpu_vs_pytorch.sh                       # on the GPU machine, after scripts/build.sh
 #   BENCH_DEVICE=cpu bash bench/gpu_vs_pytorch.sh      # smoke test of the script: tiny shape on CPU
 # Env: BENCH_LAYERS, BENCH_STEPS (20), BENCH_BATCH (4: the optimizer does not dominate the step),
-#      BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md),
+#      BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md; default 0),
 #      BENCH_COMPILE (1: a third column, PyTorch FSDP2 with torch.compile of each decoder layer).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -68,7 +68,7 @@ done
   printf '%s\n' "${rows[@]}"
 } > "$out/results.md"
 cat "$out/results.md"
-if [ "$device" = cuda ] && [ "${BENCH_APPEND_DOCS:-1}" = 1 ] && [ -f "$repo/docs/performance.md" ]; then
+if [ "$device" = cuda ] && [ "${BENCH_APPEND_DOCS:-0}" = 1 ] && [ -f "$repo/docs/performance.md" ]; then
   { echo; cat "$out/results.md"; } >> "$repo/docs/performance.md"
   echo "appended to docs/performance.md"
 fi
