@@ -17,6 +17,7 @@
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/net/fabric_probe.h"
 #include "shardtrain/obs/rank_summary.h"
+#include "shardtrain/plan/hardware.h"
 #include "shardtrain/runtime/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_communicator.h"
@@ -180,7 +181,7 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
   std::vector<std::string> failures;
   // The fabric file: per scope its group size, and preflight's inter-node scope runs one group
   // per local rank at once (docs/planner.md turns that into a spanning collective's bandwidth).
-  nlohmann::json fabric_json = {{"format", "shardtrain-fabric/1"}, {"source", "shardtrain preflight on " + hosts[0]},
+  nlohmann::json fabric_json = {{"format", plan::kFabricFormat}, {"format_version", plan::kFabricFormatVersion}, {"source", "shardtrain preflight on " + hosts[0]},
                                 {"ranks_per_node", t.local_size}, {"nodes", t.num_nodes},
                                 {"overlaps_compute", use_cuda}};  // see plan::Fabric
   for (auto& s : scopes) {

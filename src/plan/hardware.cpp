@@ -121,7 +121,17 @@ Fabric load_fabric(const std::string& spec) {
   } catch (const std::exception&) {
     throw UsageError("--fabric " + spec + " is not JSON; write it with `shardtrain preflight --json FILE`");
   }
-  if (!j.is_object() || (!j.contains("intra") && !j.contains("inter")))
+  // Files from before the version field said "shardtrain-fabric/1" in "format" alone.
+  const std::string format = j.is_object() ? j.value("format", std::string()) : std::string();
+  const bool legacy = format == std::string(kFabricFormat) + "/1";
+  if (format != kFabricFormat && !legacy)
+    throw UsageError("--fabric " + spec + " is not a fabric file (\"format\" is '" + format + "', expected '" + kFabricFormat +
+                     "'); write it with `shardtrain preflight --json FILE`");
+  const int version = legacy ? 1 : j.value("format_version", 0);
+  if (version < 1 || version > kFabricFormatVersion)
+    throw UsageError("--fabric " + spec + " has format_version " + std::to_string(version) + "; this shardtrain reads 1 to " +
+                     std::to_string(kFabricFormatVersion) + ": write it again with this version's `shardtrain preflight --json FILE`");
+  if (!j.contains("intra") && !j.contains("inter"))
     throw UsageError("--fabric " + spec + " needs an \"intra\" or \"inter\" scope (see docs/planner.md)");
   Fabric f;
   f.name = spec;

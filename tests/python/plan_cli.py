@@ -46,7 +46,20 @@ j = json.loads(plan("--model", "llama2-7b", "--nodes", "1,2", "--strategy", "hyb
 assert [r["nodes"] for r in j["rows"]] == [1, 2] and j["rows"][0]["shard_size"] == 8
 assert j["rows"][1]["replicas"] == 2
 
+# Fabric files: another format, a newer version, and the legacy single-field format.
+scope = {"ranks": 2, "groups": 1, "all_gather": [[1048576, 10.0]], "reduce_scatter": [[1048576, 10.0]], "all_reduce": [[1048576, 10.0]]}
+fabric_files = {}
+for name, head in {"foreign": {"format": "nccl-tests"}, "newer": {"format": "shardtrain-fabric", "format_version": 99},
+                   "unmarked": {}, "legacy": {"format": "shardtrain-fabric/1"}, "current": {"format": "shardtrain-fabric", "format_version": 1}}.items():
+    fabric_files[name] = os.path.join(WORK, f"fabric-{name}.json")
+    json.dump({**head, "intra": scope}, open(fabric_files[name], "w"))
+for ok in ("legacy", "current"):
+    r = plan("--model", "llama2-7b", "--gpu", "h100-80gb", "--fabric", fabric_files[ok], "--nodes", "1")
+    assert r.returncode == 0, (ok, r.stderr)
 for args, option in [
+    (["--model", "llama2-7b", "--fabric", fabric_files["foreign"]], "is not a fabric file (\"format\" is 'nccl-tests'"),
+    (["--model", "llama2-7b", "--fabric", fabric_files["unmarked"]], "is not a fabric file"),
+    (["--model", "llama2-7b", "--fabric", fabric_files["newer"]], "has format_version 99"),
     (["--model", "llama2-7b", "--gpu", "v100"], "--gpu"),
     (["--model", "llama2-7b", "--strategy", "zero3"], "--strategy"),
     (["--model", "llama2-7b", "--nodes", "1,x"], "--nodes"),

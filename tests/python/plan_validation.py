@@ -105,7 +105,8 @@ def step_time():
         part = os.path.join(WORK, f"fabric-rpn{rpn}.json")
         run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", BIN, "preflight", "--device", "cpu", "--ranks-per-node",
              str(rpn), "--min-bytes", "64K", "--max-bytes", "32M", "--iters", "20", "--warmup", "3", "--json", part])
-        scopes.update({k: v for k, v in json.load(open(part)).items() if k in ("intra", "inter", "overlaps_compute")})
+        keep = ("format", "format_version", "intra", "inter", "overlaps_compute")
+        scopes.update({k: v for k, v in json.load(open(part)).items() if k in keep})
     json.dump(scopes, open(fabric, "w"))
     steps = 12
 

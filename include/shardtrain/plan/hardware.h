@@ -12,6 +12,11 @@
 
 namespace shardtrain::plan {
 
+// The fabric file `shardtrain preflight --json` writes and `plan --fabric` reads: its "format"
+// and "format_version" fields. A file of another format or a newer version is refused.
+inline constexpr const char* kFabricFormat = "shardtrain-fabric";
+inline constexpr int kFabricFormatVersion = 1;
+
 // GPUs: the one table in hw/accelerators.h, which MFU reads too.
 using hw::GpuSpec;
 using hw::gpu_names;
