@@ -1,5 +1,5 @@
 # Observability: unit tests of the parts, then real runs (mpirun, curl, promtool) end to end.
-shardtrain_test(test_observe SOURCES cpp/test_observe.cpp)
+shardtrain_test(test_observe SOURCES cpp/obs/test_observe.cpp)
 set(observe_args --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --tmp ${TEST_TMP}/observe
     --repo ${PROJECT_SOURCE_DIR})
 foreach(case endpoint watchdog)

@@ -266,7 +266,9 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
     }
     write_attrs(file, a);
     agree_on_write(own.get(), H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": metadata");  // the closes below are collective
-    dxpl.reset(), file.reset(), fapl.reset();
+    dxpl.reset();
+    file.reset();
+    fapl.reset();
   }
 }
 

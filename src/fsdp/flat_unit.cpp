@@ -41,7 +41,10 @@ void FlatUnit::begin_regather(comm::Communicator& shard) {
 }
 
 void FlatUnit::wait() {
-  if (pending_) pending_->wait(), pending_.reset();
+  if (pending_) {
+    pending_->wait();
+    pending_.reset();
+  }
   send_ = at::Tensor();
 }
 

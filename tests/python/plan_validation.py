@@ -1,4 +1,4 @@
-"""`shardtrain plan` against measured runs on this machine (issue 19's validation).
+"""`shardtrain plan` against measured runs on this machine (the memory and step-time validation).
 
 Memory: for the tiny and small presets, at 1, 2 and 4 ranks, every strategy, activation
 checkpointing off and on (and LoRA at 2 ranks), a one-step run's measured peaks against the plan's prediction:

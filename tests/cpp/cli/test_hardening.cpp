@@ -1,4 +1,4 @@
-// Issue 20's items 3-5: data and file errors end the run with one line and exit 2 before step
+// Hardening: data and file errors end the run with one line and exit 2 before step
 // 1; SIGTERM/SIGINT stop every rank at the same step boundary; a non-finite loss or gradient
 // norm is caught before the optimizer step. The pure parts are checked directly, the rest by
 // running the binary under mpirun as users do.

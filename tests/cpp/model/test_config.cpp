@@ -1,3 +1,5 @@
+// Model configuration: published parameter counts, Hugging Face names and config.json fields,
+// the seeded init, FLOPs per token and the accelerator table MFU reads.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

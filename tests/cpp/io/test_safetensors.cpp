@@ -1,3 +1,5 @@
+// The safetensors reader and writer: byte-identical round trips, reads of only the bytes asked
+// for, sharded indexes, and every kind of damaged file refused with a line naming it.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>

@@ -1,3 +1,5 @@
+// Training parts on one rank: learning-rate schedules (an unknown kind refused), and the oracle
+// trainer's gradient accumulation, bf16 compute and clipping against plain arithmetic.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
