@@ -13,10 +13,10 @@ namespace shardtrain::cli {
 void merge_adapters(std::map<std::string, at::Tensor>& full, const std::map<std::string, at::Tensor>& adapters,
                     const ModelConfig& model, const LoraConfig& lora) {
   for (int64_t i = 0; i < model.num_layers; ++i)
-    for (int k = 0; k < 7; ++k) {
-      if (!lora.targets_proj(k)) continue;
-      auto& w = full.at(names::layer(i, names::kLayer[k]));
-      w = merge_lora(w, adapters.at(lora_name(i, k, 'A')), adapters.at(lora_name(i, k, 'B')), lora.scale());
+    for (Proj p : kProjections) {
+      if (!lora.targets_proj(p)) continue;
+      auto& w = full.at(proj_weight_name(i, p));
+      w = merge_lora(w, adapters.at(lora_name(i, p, 'A')), adapters.at(lora_name(i, p, 'B')), lora.scale());
     }
 }
 

@@ -49,8 +49,8 @@ LoraConfig read_adapter_config(const std::string& dir) {
   for (const auto& t : j.at("target_modules")) l.targets.push_back(t.get<std::string>());
   // PEFT stores the targets as a set; shardtrain's order is the layer's.
   std::vector<std::string> ordered;
-  for (const char* t : kLoraTargets)
-    if (std::find(l.targets.begin(), l.targets.end(), t) != l.targets.end()) ordered.push_back(t);
+  for (Proj p : kProjections)
+    if (std::find(l.targets.begin(), l.targets.end(), proj_name(p)) != l.targets.end()) ordered.push_back(proj_name(p));
   if (ordered.size() != l.targets.size()) throw UsageError("--lora: " + cfg.string() + " targets modules shardtrain does not know");
   l.targets = ordered;
   l.validate();

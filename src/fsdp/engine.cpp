@@ -38,9 +38,25 @@ FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& g
   pieces_ = std::move(built.pieces);
   base_crc_rows_ = std::move(built.base_crc_rows);
   no_sync_ = std::move(built.no_sync);
+  assign_parts();
   for (size_t u = 0; u < units_.size(); ++u)
     nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
   persistent_bytes_ = memory().persistent();
+}
+
+void FsdpEngine::assign_parts() {
+  base_frozen_ = !adapters_.empty();
+  parts_.assign(units_.size(), UnitParts{});
+  bool trains_before = false;  // some unit before this one trains
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitParts& p = parts_[u];
+    p.base = &units_[u];
+    if (!adapters_.empty() && !adapters_[u].empty()) p.adapter = &adapters_[u];
+    p.trainable = base_frozen_ ? &adapters_[u] : &units_[u];
+    p.input_grad = trains_before;
+    p.runs_backward = trains_before || !p.trainable->empty();
+    trains_before = p.runs_backward;
+  }
 }
 
 void FsdpEngine::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned) {
@@ -95,7 +111,8 @@ GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches)
       loss_sum += sum.detach();
       loss = sum / denom;
     }
-    logits = at::Tensor(), p.outputs.back() = at::Tensor();  // autograd keeps only what backward needs
+    logits = at::Tensor();  // autograd keeps only what backward needs
+    p.outputs.back() = at::Tensor();
     close_phase(Phase::kForward);
     backward(p, loss, !cfg_.no_sync_accumulation);
     close_phase(Phase::kBackward);

@@ -57,11 +57,16 @@ MemoryReport FsdpEngine::memory() const {
     trainable_units.push_back(unit_size(trainable(static_cast<int64_t>(i)).layout(), units_[i].kind()));
     base_units.push_back(unit_size(units_[i].layout(), units_[i].kind()));
   }
-  const PersistentBytes p = persistent_bytes(trainable_units, lora() ? &base_units : nullptr, cfg_.no_sync_accumulation,
+  const PersistentBytes p = persistent_bytes(trainable_units, base_frozen_ ? &base_units : nullptr, cfg_.no_sync_accumulation,
                                              static_cast<int>(c10::elementSize(cfg_.param_dtype)));
   MemoryReport m;
-  m.param_bytes = p.param, m.grad_bytes = p.grad, m.optimizer_bytes = p.optimizer, m.no_sync_bytes = p.no_sync;
-  m.base_bytes = p.base, m.unsharded_bytes = p.unsharded, m.padding_elements = p.padding_elements;
+  m.param_bytes = p.param;
+  m.grad_bytes = p.grad;
+  m.optimizer_bytes = p.optimizer;
+  m.no_sync_bytes = p.no_sync;
+  m.base_bytes = p.base;
+  m.unsharded_bytes = p.unsharded;
+  m.padding_elements = p.padding_elements;
   return m;
 }
 

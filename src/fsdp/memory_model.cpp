@@ -67,9 +67,14 @@ struct Walk {
     const int64_t engine = persistent + g + r + gs;
     peak.engine_bytes = std::max(peak.engine_bytes, engine);
     peak.gathered_units = std::max(peak.gathered_units, n);
-    if (engine + activations > peak.total_bytes)
-      peak.total_bytes = engine + activations,
-      peak.persistent = persistent, peak.gathered = g, peak.reductions = r, peak.grad_shards = gs, peak.activations = activations;
+    if (engine + activations > peak.total_bytes) {
+      peak.total_bytes = engine + activations;
+      peak.persistent = persistent;
+      peak.gathered = g;
+      peak.reductions = r;
+      peak.grad_shards = gs;
+      peak.activations = activations;
+    }
   }
   void advance_oldest(int64_t activations) {
     grad[pending.front()] = true;  // a hybrid reduction's all-reduce finishes first: no extra buffer

@@ -40,13 +40,15 @@ void PhaseClock::close(Phase p) {
     events_->record();
     events_->phases.push_back(p);
     times_[Phase::kExposedComm] += wait - wait_mark_;
-    mark_ = now, wait_mark_ = wait;
+    mark_ = now;
+    wait_mark_ = wait;
     return;
   }
 #endif
   times_[p] += (now - mark_) - (wait - wait_mark_);
   times_[Phase::kExposedComm] += wait - wait_mark_;
-  mark_ = now, wait_mark_ = wait;
+  mark_ = now;
+  wait_mark_ = wait;
 }
 
 PhaseTimes PhaseClock::finish() {

@@ -38,11 +38,15 @@ comm::GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_si
     throw UsageError("--shard-group-size applies to hybrid_shard and hybrid_shard_zero2, not " +
                      std::string(sharding_name(s)));
   if (s == Sharding::kFullShard || s == Sharding::kShardGradOp) {
-    g.shard_size = w, g.shard_rank = r, g.replicate_color = r;
+    g.shard_size = w;
+    g.shard_rank = r;
+    g.replicate_color = r;
     return g;
   }
   if (s == Sharding::kNoShard) {
-    g.shard_color = r, g.replicate_size = w, g.replicate_rank = r;
+    g.shard_color = r;
+    g.replicate_size = w;
+    g.replicate_rank = r;
     return g;
   }
   if (shard_group_size > 0) {
@@ -50,15 +54,23 @@ comm::GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_si
       throw UsageError("--shard-group-size " + std::to_string(shard_group_size) + " does not divide the " +
                        std::to_string(w) + " ranks; pick a divisor of the world size");
     const int S = shard_group_size;
-    g.shard_size = S, g.shard_color = r / S, g.shard_rank = r % S;
-    g.replicate_size = w / S, g.replicate_color = r % S, g.replicate_rank = r / S;
+    g.shard_size = S;
+    g.shard_color = r / S;
+    g.shard_rank = r % S;
+    g.replicate_size = w / S;
+    g.replicate_color = r % S;
+    g.replicate_rank = r / S;
     return g;
   }
   if (t.local_size * t.num_nodes != w)
     throw UsageError("hybrid sharding needs the same number of ranks on every node (" + std::to_string(w) + " ranks on " +
                      std::to_string(t.num_nodes) + " nodes); set --ranks-per-node or --shard-group-size");
-  g.shard_size = t.local_size, g.shard_color = t.node, g.shard_rank = t.local_rank;
-  g.replicate_size = t.num_nodes, g.replicate_color = t.local_rank, g.replicate_rank = t.node;
+  g.shard_size = t.local_size;
+  g.shard_color = t.node;
+  g.shard_rank = t.local_rank;
+  g.replicate_size = t.num_nodes;
+  g.replicate_color = t.local_rank;
+  g.replicate_rank = t.node;
   return g;
 }
 

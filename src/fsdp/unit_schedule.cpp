@@ -12,18 +12,16 @@ namespace shardtrain::fsdp {
 
 void FsdpEngine::prefetch(int64_t u) {
   if (u < 0 || u >= static_cast<int64_t>(units_.size())) return;
-  if (backward_ && lora() && units_[u].kind() == UnitKind::kEmbedding) return;  // frozen: its backward is skipped
-  for (FlatUnit* unit : {&units_[u], lora() ? &adapters_[u] : nullptr}) {
-    if (!unit || unit->empty()) continue;
-    if (!unit->active()) unit->begin_gather(*groups_.shard, cfg_.param_dtype);
-    else if (!unit->gathered()) unit->begin_regather(*groups_.shard);
-  }
+  if (backward_ && !parts_[u].runs_backward) return;  // a frozen embedding's backward is skipped
+  for_each_part(u, [this](FlatUnit& unit) {
+    if (!unit.active()) unit.begin_gather(*groups_.shard, cfg_.param_dtype);
+    else if (!unit.gathered()) unit.begin_regather(*groups_.shard);
+  });
 }
 
 void FsdpEngine::ensure(int64_t u) {
   prefetch(u);
-  units_[u].wait();  // (a frozen embedding in backward was never gathered: nothing to wait for)
-  if (lora()) adapters_[u].wait();
+  for_each_part(u, [](FlatUnit& unit) { unit.wait(); });  // (a frozen embedding in backward was never gathered)
   note_gathered();
 }
 
@@ -40,8 +38,8 @@ bool FsdpEngine::recomputes(int64_t u) const {
 at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train) {
   const auto views = units_[u].named_views();
   const auto lookup = [&views](const std::string& name) { return views.at(name); };
-  if (!lora() || adapters_[u].empty()) return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
-  const auto adapter_views = adapters_[u].named_views();
+  if (!parts_[u].adapter) return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
+  const auto adapter_views = parts_[u].adapter->named_views();
   const LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, dropout_seed, train};
   return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype, &run);
 }
@@ -62,18 +60,17 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
       at::AutoGradMode mode(build_graph && !recomputes(u));
       // The graph is cut here: the unit's input is a leaf whose gradient backward hands on (not
       // to a frozen embedding, which needs none).
-      const bool input_grad = !(lora() && u == 1);
-      if (units_[u].kind() != UnitKind::kEmbedding) x = p.inputs[u] = build_graph ? x.detach().requires_grad_(input_grad) : x;
+      if (units_[u].kind() != UnitKind::kEmbedding) {
+        x = build_graph ? x.detach().requires_grad_(parts_[u].input_grad) : x;
+        p.inputs[u] = x;
+      }
       const bool fused = p.fused_head && units_[u].kind() == UnitKind::kHead;
       x = p.outputs[u] = fused ? rms_norm(x, units_[u].named_views().at(names::kNorm), model_.rms_norm_eps)
                                : run_unit(u, x, p.dropout_seed, p.train);
     }
     // The head's backward follows at once: like FSDP2's root, it stays gathered until then.
     const bool head = units_[u].kind() == UnitKind::kHead;
-    if (!build_graph || (reshard && !head)) {
-      units_[u].free_storage();
-      if (lora()) adapters_[u].free_storage();
-    }
+    if (!build_graph || (reshard && !head)) for_each_part(u, [](FlatUnit& unit) { unit.free_storage(); });
   }
   return x;
 }
@@ -85,8 +82,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
     cuda::NvtxRange range(nvtx_names_[u].second);
     ensure(u);
     prefetch_from(u, -1);
-    const bool frozen_unit = lora() && adapters_[u].empty() && units_[u].kind() == UnitKind::kEmbedding;
-    if (!p.empty && !frozen_unit) {  // a LoRA run's embedding has nothing to train and no input gradient
+    if (!p.empty && parts_[u].runs_backward) {  // a LoRA run's embedding trains nothing and needs no input gradient
       if (units_[u].kind() == UnitKind::kHead) {
         loss.backward();
       } else {
@@ -106,9 +102,9 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
       if (reduce_now) reduce_unit(u, g, /*owned=*/true);
       else no_sync_[u].add_(g.to(at::kFloat));
     }
-    p.outputs[u] = at::Tensor(), p.inputs[u] = at::Tensor();
-    units_[u].release();
-    if (lora()) adapters_[u].release();
+    p.outputs[u] = at::Tensor();
+    p.inputs[u] = at::Tensor();
+    for_each_part(u, [](FlatUnit& unit) { unit.release(); });
   }
   backward_ = false;
 }

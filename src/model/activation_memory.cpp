@@ -22,9 +22,8 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
     // input, the dropout mask and A's output. The norms keep only fp32 x (a copy under bf16).
     const int64_t frozen_norm = e == 4 ? 0 : 4 * h;
     int64_t adapter = 0;
-    const int64_t in_features[7] = {h, h, h, h, h, h, i};
-    for (int k = 0; k < 7; ++k)
-      if (lora->targets_proj(k)) adapter += 2 * e * in_features[k] + e * lora->rank;
+    for (Proj p : kProjections)
+      if (lora->targets_proj(p)) adapter += 2 * e * proj_shape(cfg, p).in + e * lora->rank;
     a.layer = e * h + frozen_norm + sdpa + e * h + frozen_norm + 3 * e * i + adapter;
   }
   // A layer's backward holds the output gradient and, at most, two intermediate-sized gradients.

@@ -6,14 +6,29 @@
 
 namespace shardtrain {
 
-LayerWeights LayerWeights::bind(const WeightLookup& w, int64_t i) {
-  const auto n = [&](int k) { return w(names::layer(i, names::kLayer[k])); };
-  return {n(0), n(1), n(2), n(3), n(4), n(5), n(6), n(7), n(8)};  // names::kLayer's order is the fields' order
+at::Tensor Projection::operator()(const at::Tensor& x) const {
+  if (!adapter) return at::linear(x, weight);
+  return lora_linear(x, weight, *adapter);
 }
 
-const at::Tensor& LayerWeights::proj(int k) const {
-  const at::Tensor* p[7] = {&q_proj, &k_proj, &v_proj, &o_proj, &gate_proj, &up_proj, &down_proj};
-  return *p[k];
+LayerWeights LayerWeights::bind(const WeightLookup& w, int64_t layer, const LoraRun* lora) {
+  LayerWeights lw;
+  for (Proj p : kProjections) {
+    Projection& proj = lw.proj[static_cast<int>(p)];
+    proj.weight = w(proj_weight_name(layer, p));
+    if (!lora || !lora->cfg->targets_proj(p)) continue;
+    LoraAdapter a;
+    a.a = lora->adapter(lora_name(layer, p, 'A'));
+    a.b = lora->adapter(lora_name(layer, p, 'B'));
+    a.scale = lora->cfg->scale();
+    a.dropout = lora->train ? lora->cfg->dropout : 0.0;
+    // A mask per module, as PEFT draws one: the pass's seed mixed with the layer and the projection.
+    a.dropout_seed = (lora->dropout_seed * 1000003ull + static_cast<uint64_t>(layer)) * 16 + static_cast<uint64_t>(p);
+    proj.adapter = std::move(a);
+  }
+  lw.input_norm = w(names::layer(layer, names::kInputNorm));
+  lw.post_norm = w(names::layer(layer, names::kPostNorm));
+  return lw;
 }
 
 Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
@@ -60,30 +75,26 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::scaled_dot_product_attention(q, kr, vr, {}, 0.0, /*is_causal=*/true);
 }
 
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
-                         const at::Tensor& cos, const at::Tensor& sin, int64_t layer, const LoraRun* lora) {
-  const int64_t B = x.size(0), T = x.size(1), D = cfg.head_dim();
-  const int64_t nh = cfg.num_heads, nkv = cfg.num_kv_heads;
-  // Projection k of names::kLayer, with its adapter when LoRA targets it.
-  auto proj = [&](int k, const at::Tensor& in) {
-    if (!lora || !lora->cfg->targets_proj(k)) return at::linear(in, w.proj(k));
-    const double p = lora->train ? lora->cfg->dropout : 0.0;
-    const uint64_t seed = (lora->dropout_seed * 1000003ull + static_cast<uint64_t>(layer)) * 16 + k;  // a mask per module, as PEFT
-    return lora_linear(in, w.proj(k), lora->adapter(lora_name(layer, k, 'A')), lora->adapter(lora_name(layer, k, 'B')),
-                       lora->cfg->scale(), lora_dropout(in, p, seed));
-  };
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const at::Tensor& cos,
+                         const at::Tensor& sin) {
+  const int64_t B = x.size(0);
+  const int64_t T = x.size(1);
+  const int64_t D = cfg.head_dim();
+  const int64_t nh = cfg.num_heads;
+  const int64_t nkv = cfg.num_kv_heads;
   auto h = rms_norm(x, w.input_norm, cfg.rms_norm_eps);
-  auto q = proj(0, h).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
-  auto k = proj(1, h).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
-  auto v = proj(2, h).view({B, T, nkv, D}).transpose(1, 2);
-  auto c = cos.narrow(0, 0, T).to(x.scalar_type()), s = sin.narrow(0, 0, T).to(x.scalar_type());
+  auto q = w[Proj::kQ](h).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
+  auto k = w[Proj::kK](h).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
+  auto v = w[Proj::kV](h).view({B, T, nkv, D}).transpose(1, 2);
+  auto c = cos.narrow(0, 0, T).to(x.scalar_type());
+  auto s = sin.narrow(0, 0, T).to(x.scalar_type());
   q = apply_rotary(q, c, s);
   k = apply_rotary(k, c, s);
   auto attn = causal_attention(q, k, v);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
-  auto out = x + proj(3, attn);
+  auto out = x + w[Proj::kO](attn);
   auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);
-  auto mlp = proj(6, at::silu(proj(4, m)) * proj(5, m));
+  auto mlp = w[Proj::kDown](at::silu(w[Proj::kGate](m)) * w[Proj::kUp](m));
   return out + mlp;
 }
 
@@ -92,7 +103,7 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
   switch (unit.kind) {
     case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(w, unit.layer), x, rope.cos, rope.sin, unit.layer, lora);
+      return decoder_layer(cfg, LayerWeights::bind(w, unit.layer, lora), x, rope.cos, rope.sin);
     case UnitKind::kHead: break;
   }
   return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::kLmHead));

@@ -10,19 +10,9 @@
 
 namespace shardtrain {
 
-namespace {
-int target_index(const std::string& t) {
-  for (int k = 0; k < 7; ++k)
-    if (t == kLoraTargets[k]) return k;
-  return -1;
-}
-const char* kLayerModule[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                               "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
-}  // namespace
-
-bool LoraConfig::targets_proj(int k) const {
+bool LoraConfig::targets_proj(Proj p) const {
   for (const auto& t : targets)
-    if (t == kLoraTargets[k]) return true;
+    if (t == proj_name(p)) return true;
   return false;
 }
 
@@ -41,16 +31,14 @@ void LoraConfig::validate() const {
   }
   if (targets.empty()) throw UsageError("--lora-targets must name at least one projection");
   for (const auto& t : targets)
-    if (target_index(t) < 0) throw UsageError("--lora-targets: unknown target '" + t + "'; choose from " +
-                                              "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    if (!proj_by_name(t)) throw UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
 }
 
 std::vector<std::string> parse_lora_targets(const std::string& csv) {
   std::vector<std::string> out;
   std::stringstream ss(csv);
   for (std::string t; std::getline(ss, t, ',');) {
-    if (target_index(t) < 0)
-      throw UsageError("--lora-targets: unknown target '" + t + "'; choose from q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj");
+    if (!proj_by_name(t)) throw UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
     for (const auto& seen : out)
       if (seen == t) throw UsageError("--lora-targets: '" + t + "' is named twice");
     out.push_back(t);
@@ -65,22 +53,22 @@ std::string join_lora_targets(const std::vector<std::string>& targets) {
   return s;
 }
 
-std::string lora_name(int64_t layer, int k, char ab) {
-  return names::layer(layer, kLayerModule[k]) + ".lora_" + ab + ".weight";
+std::string lora_name(int64_t layer, Proj p, char ab) {
+  return names::layer(layer, proj_module(p)) + ".lora_" + ab + ".weight";
 }
 
 std::string peft_key(const std::string& name) { return "base_model.model." + name; }
 
 std::vector<ParamSpec> lora_param_specs(const ModelConfig& c, const LoraConfig& lora) {
-  const int64_t h = c.hidden_size, kv = c.num_kv_heads * c.head_dim(), f = c.intermediate_size, r = lora.rank;
-  const int64_t out[7] = {h, kv, kv, h, f, f, h}, in[7] = {h, h, h, h, h, h, f};
+  const int64_t r = lora.rank;
   std::vector<ParamSpec> s;
   if (!lora.enabled()) return s;
   for (int64_t i = 0; i < c.num_layers; ++i)
-    for (int k = 0; k < 7; ++k) {
-      if (!lora.targets_proj(k)) continue;
-      s.push_back({lora_name(i, k, 'A'), {r, in[k]}, false, i + 1});
-      s.push_back({lora_name(i, k, 'B'), {out[k], r}, false, i + 1});
+    for (Proj p : kProjections) {
+      if (!lora.targets_proj(p)) continue;
+      const ProjShape shape = proj_shape(c, p);
+      s.push_back({lora_name(i, p, 'A'), {r, shape.in}, false, i + 1});
+      s.push_back({lora_name(i, p, 'B'), {shape.out, r}, false, i + 1});
     }
   return s;
 }
@@ -106,6 +94,10 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
                        double scale, const at::Tensor& xd) {
   return at::linear(x, w) + at::linear(at::linear(xd, a), b) * scale;
+}
+
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter) {
+  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale, lora_dropout(x, adapter.dropout, adapter.dropout_seed));
 }
 
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "shardtrain/model/projections.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain {
@@ -27,13 +28,17 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
 std::string names::layer(int64_t i, const char* local) { return "model.layers." + std::to_string(i) + "." + local; }
 
 std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
-  const int64_t h = c.hidden_size, kv = c.num_kv_heads * c.head_dim(), f = c.intermediate_size;
-  // Shapes in names::kLayer's order: q k v o gate up down, then the two norms.
-  const std::vector<int64_t> layer_shapes[9] = {{h, h}, {kv, h}, {kv, h}, {h, h}, {f, h}, {f, h}, {h, f}, {h}, {h}};
+  const int64_t h = c.hidden_size;
   std::vector<ParamSpec> s;
   s.push_back({names::kEmbed, {c.vocab_size, h}, false, 0});
-  for (int64_t i = 0; i < c.num_layers; ++i)
-    for (int k = 0; k < 9; ++k) s.push_back({names::layer(i, names::kLayer[k]), layer_shapes[k], k >= 7, i + 1});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    for (Proj p : kProjections) {
+      const ProjShape shape = proj_shape(c, p);
+      s.push_back({proj_weight_name(i, p), {shape.out, shape.in}, false, i + 1});
+    }
+    s.push_back({names::layer(i, names::kInputNorm), {h}, true, i + 1});
+    s.push_back({names::layer(i, names::kPostNorm), {h}, true, i + 1});
+  }
   s.push_back({names::kNorm, {h}, true, c.num_layers + 1});
   s.push_back({names::kLmHead, {c.vocab_size, h}, false, c.num_layers + 1});
   return s;

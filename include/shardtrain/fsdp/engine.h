@@ -111,8 +111,23 @@ class FsdpEngine {
   at::Tensor forward(Pass& p, const at::Tensor& tokens, bool build_graph);
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
   at::Tensor run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train);
-  FlatUnit& trainable(int64_t u) { return lora() ? adapters_[u] : units_[u]; }
-  const FlatUnit& trainable(int64_t u) const { return lora() ? adapters_[u] : units_[u]; }
+  // What each unit has, decided once at construction: its base, its adapters (LoRA's decoder
+  // layers), which of them trains, and whether its backward runs at all.
+  struct UnitParts {
+    FlatUnit* base = nullptr;
+    FlatUnit* adapter = nullptr;    // gathered and freed with the base; nullptr: none
+    FlatUnit* trainable = nullptr;  // the base, or under LoRA the adapters (empty: the unit trains nothing)
+    bool input_grad = false;        // a unit before it trains: its input needs a gradient
+    bool runs_backward = false;     // it trains, or hands a gradient on to a unit that does
+  };
+  void assign_parts();
+  FlatUnit& trainable(int64_t u) { return *parts_[u].trainable; }
+  const FlatUnit& trainable(int64_t u) const { return *parts_[u].trainable; }
+  template <class F>
+  void for_each_part(int64_t u, F f) {
+    f(*parts_[u].base);
+    if (parts_[u].adapter) f(*parts_[u].adapter);
+  }
   std::map<std::string, at::Tensor> gather_full(std::vector<FlatUnit>& units);
   bool recomputes(int64_t u) const;  // activation checkpointing: a decoder layer keeps no graph
   void ensure(int64_t unit);
@@ -133,6 +148,8 @@ class FsdpEngine {
   Rotary rope_;
   std::vector<FlatUnit> units_;         // [num_layers + 2], model_units() order
   std::vector<FlatUnit> adapters_;      // LoRA: [num_layers + 2]; empty otherwise
+  std::vector<UnitParts> parts_;        // [units], pointing into units_ and adapters_
+  bool base_frozen_ = false;            // LoRA: the base does not train
   std::vector<ParamSpec> trainable_specs_;
   std::vector<int64_t> base_crc_rows_;
   bool backward_ = false;               // in backward(): a LoRA run skips the frozen embedding

@@ -4,26 +4,21 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/params.h"
+#include "shardtrain/model/projections.h"
 
 namespace shardtrain {
 
 // A weight by full Hugging Face name, already in the compute dtype.
 using WeightLookup = std::function<at::Tensor(const std::string& name)>;
-
-struct LayerWeights {
-  at::Tensor q_proj, k_proj, v_proj, o_proj;  // [H, H], [KV, H], [KV, H], [H, H]
-  at::Tensor gate_proj, up_proj, down_proj;   // [F, H], [F, H], [H, F]
-  at::Tensor input_norm, post_norm;           // [H]
-  static LayerWeights bind(const WeightLookup& w, int64_t layer);  // by names::kLayer
-  const at::Tensor& proj(int k) const;  // k: index into names::kLayer (0..6)
-};
 
 // A LoRA run's adapters for one forward: the lookup reads lora_param_specs' names.
 struct LoraRun {
@@ -31,6 +26,22 @@ struct LoraRun {
   WeightLookup adapter;
   uint64_t dropout_seed = 0;  // mixed with the layer and target; the same seed draws the same masks
   bool train = false;         // dropout only in training
+};
+
+// A projection with the parts it has: its weight and, when LoRA targets it, an adapter. Which
+// parts it has is decided once, when a layer's weights are bound; the forward only calls it.
+struct Projection {
+  at::Tensor weight;                   // [out, in]
+  std::optional<LoraAdapter> adapter;  // LoRA: the targeted projections only
+  at::Tensor operator()(const at::Tensor& x) const;  // x [.., in] -> [.., out]
+};
+
+struct LayerWeights {
+  std::array<Projection, kNumProjections> proj;  // by Proj: [H, H], [KV, H], [KV, H], [H, H], [F, H], [F, H], [H, F]
+  at::Tensor input_norm, post_norm;              // [H]
+  const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }
+  // By Hugging Face name; lora (nullptr: none) gives each projection it targets its adapter.
+  static LayerWeights bind(const WeightLookup& w, int64_t layer, const LoraRun* lora = nullptr);
 };
 
 // cos/sin tables in Hugging Face's rotate-half layout, computed in fp32.
@@ -48,9 +59,8 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // (no [B, nh, T, D] copies of K and V); otherwise, and when false, K and V are repeated.
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true);
 // x: [B, T, H] -> [B, T, H]
-// lora: the layer's adapters (nullptr: none).
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
-                         const at::Tensor& cos, const at::Tensor& sin, int64_t layer = -1, const LoraRun* lora = nullptr);
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const at::Tensor& cos,
+                         const at::Tensor& sin);
 
 // One unit's forward. Embedding: tokens [B, T] int64 -> hidden [B, T, H] in compute_dtype;
 // decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V].

@@ -10,20 +10,18 @@
 
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/params.h"
+#include "shardtrain/model/projections.h"
 
 namespace shardtrain {
-
-// The projections LoRA may target, in names::kLayer's order (index k is names::kLayer[k]).
-inline constexpr const char* kLoraTargets[7] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 
 struct LoraConfig {
   int64_t rank = 0;      // --lora-rank; 0: LoRA off (full fine-tuning)
   double alpha = 32;     // --lora-alpha; llama-recipes' default
   double dropout = 0.05; // --lora-dropout; llama-recipes' default
-  std::vector<std::string> targets{"q_proj", "v_proj"};  // --lora-targets; llama-recipes' default
+  std::vector<std::string> targets{"q_proj", "v_proj"};  // --lora-targets (proj_name()s); llama-recipes' default
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / static_cast<double>(rank); }  // PEFT's scaling
-  bool targets_proj(int k) const;  // k: index into kLoraTargets
+  bool targets_proj(Proj p) const;
   void validate() const;  // throws UsageError naming the option
 };
 // "q_proj,v_proj" -> targets; throws UsageError naming --lora-targets for an unknown or repeated one.
@@ -31,10 +29,10 @@ std::vector<std::string> parse_lora_targets(const std::string& csv);
 std::string join_lora_targets(const std::vector<std::string>& targets);
 
 // The adapters by Hugging Face module name, e.g. model.layers.3.self_attn.q_proj.lora_A.weight
-// ([r, in]) and ...lora_B.weight ([out, r]), layer by layer in kLoraTargets order, A before B.
+// ([r, in]) and ...lora_B.weight ([out, r]), layer by layer in kProjections order, A before B.
 // unit: the layer's FSDP unit (layer + 1), as for the base parameters. is_norm is false.
 std::vector<ParamSpec> lora_param_specs(const ModelConfig& cfg, const LoraConfig& lora);
-std::string lora_name(int64_t layer, int k, char ab);  // ab: 'A' or 'B'
+std::string lora_name(int64_t layer, Proj p, char ab);  // ab: 'A' or 'B'
 // PEFT's file names: "base_model.model." + name (adapter_model.safetensors keys).
 std::string peft_key(const std::string& name);
 
@@ -45,9 +43,18 @@ at::Tensor init_lora_param(const ParamSpec& spec, uint64_t seed);
 // Inverted dropout with a mask drawn from `seed` alone (CPU generator), so activation
 // checkpointing's recompute draws the same mask. p == 0 returns x.
 at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed);
+// One projection's adapter, bound for one forward: the part a targeted projection has.
+struct LoraAdapter {
+  at::Tensor a;             // [r, in]
+  at::Tensor b;             // [out, r]
+  double scale = 1;         // alpha / r
+  double dropout = 0;       // 0 outside training
+  uint64_t dropout_seed = 0;  // one mask per module and pass, as PEFT draws one per module
+};
 // x W^T + (xd A^T) B^T * scale, where xd is x after dropout (PEFT's lora.Linear.forward).
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
                        double scale, const at::Tensor& xd);
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter);
 // W + scale * B A: the merged weight (PEFT's merge_and_unload), in W's dtype.
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale);
 

@@ -27,11 +27,9 @@ namespace names {
 inline constexpr const char* kEmbed = "model.embed_tokens.weight";
 inline constexpr const char* kNorm = "model.norm.weight";
 inline constexpr const char* kLmHead = "lm_head.weight";
-// Inside "model.layers.<i>.", in Hugging Face's order.
-inline constexpr const char* kLayer[9] = {
-    "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
+// A layer's norms, inside "model.layers.<i>."; its projections are named in projections.h.
+inline constexpr const char* kInputNorm = "input_layernorm.weight";
+inline constexpr const char* kPostNorm = "post_attention_layernorm.weight";
 std::string layer(int64_t i, const char* local);  // "model.layers.<i>.<local>"
 }  // namespace names
 

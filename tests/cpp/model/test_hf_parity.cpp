@@ -115,7 +115,9 @@ TEST(HfParity, GreedyGenerationMatchesGenerate) {
   const auto prompt_t = f.ref.read("generate.prompt").to(at::kInt).flatten();
   std::vector<int32_t> prompt(prompt_t.data_ptr<int32_t>(), prompt_t.data_ptr<int32_t>() + prompt_t.numel());
   GenerateConfig g;
-  g.max_new_tokens = 12, g.eos_id = 2, g.max_context = f.cfg.max_position_embeddings;
+  g.max_new_tokens = 12;
+  g.eos_id = 2;
+  g.max_context = f.cfg.max_position_embeddings;
   const auto got = generate(tr.logits_fn(), prompt, g);
   const auto want_t = f.ref.read("generate.greedy").to(at::kInt).flatten();
   std::vector<int32_t> want(want_t.data_ptr<int32_t>(), want_t.data_ptr<int32_t>() + want_t.numel());

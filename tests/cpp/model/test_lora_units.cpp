@@ -20,11 +20,13 @@ TEST(LoraUnits, BadOptionsNameTheOption) {
   LoraConfig c;
   c.rank = -1;
   expect_usage(c, "--lora-rank");
-  c.rank = 8, c.dropout = 1.0;
+  c.rank = 8;
+  c.dropout = 1.0;
   expect_usage(c, "--lora-dropout");
   c.dropout = -0.1;
   expect_usage(c, "--lora-dropout");
-  c.dropout = 0, c.targets = {"q_proj", "w_proj"};
+  c.dropout = 0;
+  c.targets = {"q_proj", "w_proj"};
   expect_usage(c, "--lora-targets");
   EXPECT_THROW(parse_lora_targets("q_proj,lm_head"), UsageError);
   EXPECT_THROW(parse_lora_targets("q_proj,q_proj"), UsageError);
@@ -38,7 +40,8 @@ TEST(LoraUnits, BadOptionsNameTheOption) {
 TEST(LoraUnits, SpecsHavePeftShapesAndNames) {
   ModelConfig m = model_preset("tiny");
   LoraConfig l;
-  l.rank = 8, l.targets = {"k_proj", "down_proj"};
+  l.rank = 8;
+  l.targets = {"k_proj", "down_proj"};
   const auto s = lora_param_specs(m, l);
   ASSERT_EQ(s.size(), static_cast<size_t>(4 * m.num_layers));
   EXPECT_EQ(s[0].name, "model.layers.0.self_attn.k_proj.lora_A.weight");

@@ -1,0 +1,36 @@
+// A decoder layer's seven linear projections, named once: their Hugging Face module names, their
+// weight shapes and the order in which everything that walks them (parameter specs, weight
+// loading, LoRA targets, export, memory accounting) takes them.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "shardtrain/model/config.h"
+
+namespace shardtrain {
+
+enum class Proj { kQ, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kNumProjections = 7;
+// Hugging Face's order inside a layer: attention (q k v o), then the MLP (gate up down).
+inline constexpr std::array<Proj, kNumProjections> kProjections = {Proj::kQ,    Proj::kK,  Proj::kV,   Proj::kO,
+                                                                   Proj::kGate, Proj::kUp, Proj::kDown};
+
+// "q_proj": the name --lora-targets and PEFT's target_modules use.
+const char* proj_name(Proj p);
+// "self_attn.q_proj": the module inside "model.layers.<i>.".
+const char* proj_module(Proj p);
+// The projection whose proj_name() is `name`; empty for any other string.
+std::optional<Proj> proj_by_name(const std::string& name);
+// "q_proj,k_proj,...": every name, for messages that list the choices.
+std::string proj_names_csv();
+
+struct ProjShape {
+  int64_t out = 0, in = 0;  // the weight is [out, in]; x [.., in] -> [.., out]
+};
+ProjShape proj_shape(const ModelConfig& cfg, Proj p);
+// "model.layers.<i>.self_attn.q_proj.weight"
+std::string proj_weight_name(int64_t layer, Proj p);
+
+}  // namespace shardtrain

@@ -1,0 +1,57 @@
+#include "shardtrain/model/projections.h"
+
+#include "shardtrain/model/params.h"
+
+namespace shardtrain {
+
+namespace {
+struct ProjInfo {
+  const char* name;
+  const char* module;
+};
+// Indexed by Proj.
+constexpr ProjInfo kInfo[kNumProjections] = {
+    {"q_proj", "self_attn.q_proj"}, {"k_proj", "self_attn.k_proj"}, {"v_proj", "self_attn.v_proj"},
+    {"o_proj", "self_attn.o_proj"}, {"gate_proj", "mlp.gate_proj"}, {"up_proj", "mlp.up_proj"},
+    {"down_proj", "mlp.down_proj"}};
+const ProjInfo& info(Proj p) { return kInfo[static_cast<int>(p)]; }
+}  // namespace
+
+const char* proj_name(Proj p) { return info(p).name; }
+const char* proj_module(Proj p) { return info(p).module; }
+
+std::optional<Proj> proj_by_name(const std::string& name) {
+  for (Proj p : kProjections)
+    if (name == proj_name(p)) return p;
+  return std::nullopt;
+}
+
+std::string proj_names_csv() {
+  std::string s;
+  for (Proj p : kProjections) {
+    if (!s.empty()) s += ",";
+    s += proj_name(p);
+  }
+  return s;
+}
+
+ProjShape proj_shape(const ModelConfig& c, Proj p) {
+  const int64_t h = c.hidden_size;
+  const int64_t q = c.num_heads * c.head_dim();
+  const int64_t kv = c.num_kv_heads * c.head_dim();
+  const int64_t f = c.intermediate_size;
+  switch (p) {
+    case Proj::kQ: return {q, h};
+    case Proj::kK: return {kv, h};
+    case Proj::kV: return {kv, h};
+    case Proj::kO: return {h, q};
+    case Proj::kGate: return {f, h};
+    case Proj::kUp: return {f, h};
+    case Proj::kDown: return {h, f};
+  }
+  return {};
+}
+
+std::string proj_weight_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".weight"; }
+
+}  // namespace shardtrain
