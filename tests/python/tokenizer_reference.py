@@ -5,9 +5,11 @@ Trains a fresh Llama-2-style BPE model on the demo data plus a multilingual corp
 (OUTDIR/trained.model), then encodes a fixed list of strings with it and with the shipped
 data/demo/tokenizer.model, and writes OUTDIR/tokenizer_cases.json. When transformers can build
 its Llama tokenizer offline, each case also gets "hf_ids" and the script checks they agree.
+"sha256" holds hashlib's digest of each model file, the reference for the C++ SHA-256.
 
 Usage: tokenizer_reference.py OUTDIR
 """
+import hashlib
 import json
 import os
 import random
@@ -62,6 +64,11 @@ def cases_texts():
              "▁ already a meta symbol", long_line()] + corpus + prompts)
 
 
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
 def hf_tokenizer(model_path):
     # transformers 5 has no slow (sentencepiece) LlamaTokenizer and needs protobuf to read a
     # .model; build the tokenizers-backed one from vocab + merges the way its extractor does.
@@ -104,7 +111,8 @@ def main():
             cases.append(case)
     with open(os.path.join(out, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
         json.dump({"models": models, "cases": cases, "vocab_size": sizes, "bos_id": BOS,
-                   "eos_id": EOS}, f, ensure_ascii=False, indent=1)
+                   "eos_id": EOS, "sha256": {n: sha256(p) for n, p in models.items()}},
+                  f, ensure_ascii=False, indent=1)
     print(f"{len(cases)} cases, vocab sizes {sizes}, {len(diffs)} differ from transformers")
     for name, text in diffs:
         print(f"  hf differs [{name}]: {text[:40]!r}")

@@ -353,7 +353,9 @@ TEST(CliMpi, EvalAndGenerateAtFourRanksEqualOneRank) {
 }
 
 // A checkpoint written by the build before the module split (tests/data/ckpt_v1, 2 ranks) loads
-// at 1 rank and continues with that build's own losses.
+// at 1 rank and continues with that build's recorded losses. The same resume against an outside
+// reference (transformers and torch.optim.AdamW on the checkpoint's tensors): ctest
+// ckpt_v1_transformers (tests/python/check_ckpt_v1.py).
 TEST(CliMpi, CheckpointWrittenBeforeTheModuleSplitResumes) {
   const auto dir = tmp("ckpt_v1");
   std::filesystem::remove_all(dir);

@@ -1,7 +1,11 @@
 // Tokenizer parity with Python's sentencepiece (tests/python/tokenizer_reference.py): the same
-// model file must give identical ids, and decode(encode(x)) must equal Python's decode.
+// model file must give identical ids, and decode(encode(x)) must equal Python's decode. The model
+// file's SHA-256 (the tokenizer_sha256 prepare records) against hashlib's digest of the same file,
+// and the SHA-256 itself against the FIPS 180-2 test vectors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -49,7 +53,44 @@ TEST(Tokenizer, BosByDefaultEosOnRequestLikeLlamaTokenizer) {
   EXPECT_EQ(ids.back(), 2);
   EXPECT_EQ(tok.encode("7 1 8", false).size() + 2, ids.size());
   EXPECT_EQ(tok.decode(ids), "7 1 8");  // specials are skipped
-  EXPECT_EQ(tok.sha256(), sha256_file(tok.path()));
+}
+
+TEST(Tokenizer, Sha256OfTheModelFileEqualsHashlib) {
+  const auto j = cases();
+  const auto& want = j.at("sha256");  // hashlib.sha256(file bytes), written by tokenizer_reference.py
+  ASSERT_EQ(want.size(), 2u);
+  for (const auto& [name, path] : j["models"].items()) {
+    const Tokenizer tok(path.get<std::string>());
+    EXPECT_EQ(tok.sha256(), want.at(name).get<std::string>()) << name;
+    EXPECT_EQ(sha256_file(path.get<std::string>()), want.at(name).get<std::string>()) << name;
+  }
+}
+
+// FIPS 180-2, appendix B (the NIST example messages and their digests).
+TEST(Sha256, Fips180Vectors) {
+  EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // 448 bits
+  ASSERT_EQ(two_blocks.size(), 56u);
+  EXPECT_EQ(sha256_hex(two_blocks.data(), two_blocks.size()),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  const std::string million_a(1000000, 'a');
+  const std::string million_a_digest = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+  EXPECT_EQ(sha256_hex(million_a.data(), million_a.size()), million_a_digest);
+  // The same message fed in uneven pieces that straddle the 64-byte blocks.
+  Sha256 h;
+  size_t fed = 0;
+  for (size_t piece = 1; fed < million_a.size(); piece = piece % 131 + 1) {
+    const size_t n = std::min(piece, million_a.size() - fed);
+    h.update(million_a.data() + fed, n);
+    fed += n;
+  }
+  EXPECT_EQ(h.hex(), million_a_digest);
+  // And read from a file.
+  std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
+  const std::string path = std::string(SHARDTRAIN_TEST_TMP) + "/million_a.txt";
+  std::ofstream(path, std::ios::binary) << million_a;
+  EXPECT_EQ(sha256_file(path), million_a_digest);
 }
 
 TEST(Tokenizer, BadFilesAreUsageErrors) {

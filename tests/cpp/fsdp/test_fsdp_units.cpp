@@ -1,14 +1,23 @@
-// Pure FSDP arithmetic: group membership for every strategy, and flat-unit padding and shards.
+// Pure FSDP arithmetic: group membership for every strategy, flat-unit padding and shards, and
+// the memory model's terms. Expected sizes are worked out by hand for the tiny preset (written
+// out below) or taken from published figures (Llama-2 7B's parameter count); the activation
+// bytes per token are measured with the counting CPU allocator (runtime/host_tensor_memory.h)
+// around a real decoder layer and loss.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
+#include <map>
 #include <set>
 
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/fsdp/peak_tracker.h"
+#include "shardtrain/model/llama.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/host_tensor_memory.h"
 
 using namespace shardtrain;
 using namespace shardtrain::fsdp;
@@ -76,22 +85,95 @@ TEST(FlatLayout, PaddedToTheShardGroupAndTiledBySegments) {
   EXPECT_EQ(fsdp::flat_layout(specs, 3, 1).entries.size(), 2u);  // norm + lm_head
 }
 
-TEST(MemoryModel, ShardedStateIsSixteenBytesPerParameterOverTheGroup) {
+// The tiny preset: vocabulary 512, hidden 64, intermediate 176, 2 layers, 4 heads of 16, 2 kv
+// heads (kv width 32). Its units, by hand:
+//   embedding  512 x 64                                             = 32768
+//   layer      q 64x64 4096 + k 32x64 2048 + v 2048 + o 4096
+//              + gate, up, down 3 x 176x64 = 33792 + 2 norms x 64  = 46208
+//   head       norm 64 + lm_head 512 x 64                           = 32832
+//   total      32768 + 2 x 46208 + 32832                            = 158016
+// Padded to the shard group S and split in S:
+//   S = 2: every unit is even: padded = numel; shards 16384, 23104, 23104, 16416 (sum 79008)
+//   S = 3: 32768 = 3 x 10922 + 2 -> 32769 (shard 10923); 46208 = 3 x 15402 + 2 -> 46209 (15403);
+//          32832 = 3 x 10944 -> 32832 (10944); shards sum 52673, 3 padding elements
+//   S = 7: 32768 = 7 x 4681 + 1 -> 32774 (4682); 46208 = 7 x 6601 + 1 -> 46214 (6602);
+//          32832 = 7 x 4690 + 2 -> 32837 (4691); shards sum 22577, 6 + 6 + 6 + 5 = 23 padding
+TEST(FlatLayout, TinyUnitSizesWorkedOutByHand) {
+  const ModelConfig m = model_preset("tiny");
+  const auto specs = llama_param_specs(m);
+  const std::vector<int64_t> numel = {32768, 46208, 46208, 32832};
+  const std::map<int, std::vector<int64_t>> padded = {
+      {1, {32768, 46208, 46208, 32832}},
+      {2, {32768, 46208, 46208, 32832}},
+      {3, {32769, 46209, 46209, 32832}},
+      {7, {32774, 46214, 46214, 32837}}};
+  const std::map<int, std::vector<int64_t>> shard = {
+      {1, {32768, 46208, 46208, 32832}},
+      {2, {16384, 23104, 23104, 16416}},
+      {3, {10923, 15403, 15403, 10944}},
+      {7, {4682, 6602, 6602, 4691}}};
+  for (const auto& [S, want_padded] : padded) {
+    const auto units = unit_sizes(m, specs, S);
+    ASSERT_EQ(units.size(), 4u);
+    for (size_t u = 0; u < units.size(); ++u) {
+      EXPECT_EQ(units[u].numel, numel[u]) << "unit " << u;
+      EXPECT_EQ(units[u].padded, want_padded[u]) << "unit " << u << " S " << S;
+      EXPECT_EQ(units[u].shard_numel, shard.at(S)[u]) << "unit " << u << " S " << S;
+    }
+  }
+  // The tensors ATen allocates for these specs hold the same 158016 elements.
+  EXPECT_EQ(ParamStore::initialize(m, 1).numel(), 158016);
+}
+
+TEST(MemoryModel, TinyPersistentBytesWorkedOutByHand) {
+  const ModelConfig m = model_preset("tiny");
+  const auto specs = llama_param_specs(m);
+  // S = 2: 79008 shard elements (above): fp32 master 4 x 79008 = 316032, the fp32 gradient
+  // shard the same, AdamW's two moments 8 x 79008 = 632064; no padding. No-sync buffers: the
+  // padded units in fp32, 4 x 158016 = 632064. One unsharded replica: 16 x 158016 = 2528256.
+  const PersistentBytes two = persistent_bytes(unit_sizes(m, specs, 2), nullptr, true, 4);
+  EXPECT_EQ(two.param, 316032);
+  EXPECT_EQ(two.grad, 316032);
+  EXPECT_EQ(two.optimizer, 632064);
+  EXPECT_EQ(two.padding_elements, 0);
+  EXPECT_EQ(two.no_sync, 632064);
+  EXPECT_EQ(two.unsharded, 2528256);
+  EXPECT_EQ(persistent_bytes(unit_sizes(m, specs, 2), nullptr, false, 4).no_sync, 0);
+  // S = 3: 52673 shard elements: 4 x 52673 = 210692, 8 x 52673 = 421384; 3 padding elements;
+  // no-sync 4 x (32769 + 46209 + 46209 + 32832) = 4 x 158019 = 632076.
+  const PersistentBytes three = persistent_bytes(unit_sizes(m, specs, 3), nullptr, true, 4);
+  EXPECT_EQ(three.param, 210692);
+  EXPECT_EQ(three.grad, 210692);
+  EXPECT_EQ(three.optimizer, 421384);
+  EXPECT_EQ(three.padding_elements, 3);
+  EXPECT_EQ(three.no_sync, 632076);
+  EXPECT_EQ(three.unsharded, 2528256);
+  // S = 7: 22577 shard elements: 4 x 22577 = 90308; 23 padding elements.
+  const PersistentBytes seven = persistent_bytes(unit_sizes(m, specs, 7), nullptr, false, 4);
+  EXPECT_EQ(seven.param, 90308);
+  EXPECT_EQ(seven.optimizer, 180616);
+  EXPECT_EQ(seven.padding_elements, 23);
+}
+
+TEST(MemoryModel, Llama2SevenBMatchesItsPublishedParameterCount) {
+  // Llama-2-7b: 6,738,415,616 parameters (transformers' num_parameters() of meta-llama/Llama-2-7b-hf).
+  // By hand: a layer 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202383360 (8 x 25297920), the
+  // embedding and lm_head 32000 x 4096 = 131072000 (8 x 16384000), the final norm 4096: the head
+  // unit 131076096 = 8 x 16384512. Every unit divides by 8, so the 8-way shards have no padding and
+  // the sharded state is exactly 16 bytes x 6738415616 / 8 = 13476831232.
   const ModelConfig m = model_preset("llama2-7b");
   const auto units = unit_sizes(m, llama_param_specs(m), 8);
-  ASSERT_EQ(units.size(), static_cast<size_t>(m.num_layers + 2));
+  ASSERT_EQ(units.size(), 34u);
   int64_t numel = 0;
-  for (const auto& u : units) {
-    EXPECT_EQ(u.padded % 8, 0);
-    EXPECT_EQ(u.shard_numel * 8, u.padded);
-    EXPECT_LT(u.padded - u.numel, 8);
-    numel += u.numel;
-  }
-  EXPECT_EQ(numel, m.num_params());
+  for (const auto& u : units) numel += u.numel;
+  EXPECT_EQ(numel, 6738415616);
+  EXPECT_EQ(units[0].shard_numel, 16384000);
+  EXPECT_EQ(units[1].shard_numel, 25297920);
+  EXPECT_EQ(units[33].shard_numel, 16384512);
   const PersistentBytes p = persistent_bytes(units, nullptr, false, 2);
-  EXPECT_NEAR(static_cast<double>(p.param + p.grad + p.optimizer), 16.0 * m.num_params() / 8, 16.0 * units.size());
-  EXPECT_EQ(p.unsharded, 16 * m.num_params());
-  EXPECT_EQ(persistent_bytes(units, nullptr, true, 2).no_sync - p.no_sync, 4 * (numel + p.padding_elements * 1));
+  EXPECT_EQ(p.padding_elements, 0);
+  EXPECT_EQ(p.param + p.grad + p.optimizer, 13476831232);
+  EXPECT_EQ(p.unsharded, 16 * 6738415616);
 }
 
 TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
@@ -116,12 +198,50 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
   EXPECT_EQ(with_ac.engine_bytes, without.engine_bytes);  // the engine's own bytes do not include activations
 }
 
-TEST(MemoryModel, ActivationBytesPerTokenCountWhatAutogradSaves) {
-  const ModelConfig m = model_preset("tiny");  // h 64, i 176, 4 heads, 2 kv heads (kv width 32)
+namespace {
+// Bytes of CPU tensors held now, by the counting allocator (installed before anything below is made).
+int64_t held() { return host_tensor_bytes(); }
+}  // namespace
+
+// What autograd keeps, measured: the counting allocator around a real fp32 decoder layer's
+// forward, and around the loss's forward and backward, against the per-token figures.
+TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
+  track_host_tensor_memory();
+  const ModelConfig m = model_preset("tiny");
   const ActivationBytes a = activation_bytes_per_token(m, 4);
-  EXPECT_EQ(a.layer, 4 * (8 * 64 + 2 * 32 + 4 * 176 + 4));  // 8h + k, v at kv width (enable_gqa) + 4i floats + 4 log-sum-exp
-  EXPECT_EQ(a.layer_input, 4 * 64);
-  EXPECT_EQ(a.logits_loss, 12 * m.vocab_size);
+  const int64_t T = 128;
+  at::manual_seed(0);
+  const ParamStore params = ParamStore::initialize(m, 1);
+  const WeightLookup lookup = [&params](const std::string& name) { return params.get(name); };
+  const LayerWeights w = LayerWeights::bind(lookup, 0);
+  Rotary rope(m, T);
+  const at::Tensor x = at::randn({1, T, m.hidden_size}).set_requires_grad(true);
+  // The layer's input x is made before the count starts; its output, which the next layer
+  // keeps as its input, is counted instead: the same size.
+  const int64_t before_layer = held();
+  at::Tensor y = decoder_layer(m, w, x, rope.cos, rope.sin);
+  const int64_t layer_measured = held() - before_layer;
+  std::cout << "decoder layer: " << layer_measured << " bytes held after forward, " << layer_measured / T
+            << " per token; model " << a.layer << "\n";
+  EXPECT_GT(layer_measured, 0);
+  EXPECT_NEAR(static_cast<double>(layer_measured) / T, static_cast<double>(a.layer), 0.02 * a.layer);
+  y = at::Tensor();
+  EXPECT_EQ(held(), before_layer) << "dropping the output frees what the forward kept";
+
+  // The loss over T tokens (T + 1 positions): forward keeps the fp32 log-softmax; backward holds
+  // two logit-sized gradients beside it.
+  const at::Tensor logits = at::randn({1, T + 1, m.vocab_size}).set_requires_grad(true);
+  const at::Tensor labels = at::randint(m.vocab_size, {1, T + 1}, at::kLong);
+  const int64_t before_loss = held();
+  LossSum loss = causal_lm_loss(logits, labels);
+  const int64_t loss_fwd = held() - before_loss;
+  reset_host_tensor_peak();
+  loss.sum.backward();
+  const int64_t loss_peak = host_tensor_peak_bytes() - before_loss;
+  std::cout << "loss: forward keeps " << loss_fwd / T << " bytes per token, backward peak " << loss_peak / T
+            << "; model " << a.logits_loss << "\n";
+  EXPECT_NEAR(static_cast<double>(loss_fwd) / T, 4.0 * m.vocab_size, 0.02 * 4 * m.vocab_size);
+  EXPECT_NEAR(static_cast<double>(loss_peak) / T, static_cast<double>(a.logits_loss), 0.1 * a.logits_loss);
   EXPECT_GT(activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies
 }
 
