@@ -29,11 +29,11 @@ void AsyncSaver::wait() {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-double AsyncSaver::start(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& optimizer,
-                         const TrainState& state, const StripeOptions& stripe, int keep) {
+double AsyncSaver::start(const std::string& final_path, const StateRegistry& state, const StripeOptions& stripe,
+                         int keep) {
   const Stopwatch clock;
   wait();
-  auto snap = snapshot(engine, optimizer, state, /*copy=*/true);
+  auto snap = state.snapshot(/*copy=*/true);
   const double blocked = clock.seconds();
   thread_ = std::thread([this, snap = std::move(snap), final_path, stripe, keep, clock] {
     try {

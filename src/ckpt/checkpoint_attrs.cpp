@@ -1,59 +1,80 @@
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 
-#include "shardtrain/ckpt/checkpoint.h"
+#include <mutex>
+#include <vector>
+
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::ckpt {
+namespace {
 
-void write_attrs(hid_t file, const CheckpointAttrs& a) {
-  h5::write_attr(file, "format_version", a.format_version);
-  h5::write_attr(file, "step", a.step);
-  h5::write_attr(file, "loader_epoch", a.loader.epoch);
-  h5::write_attr(file, "loader_step", a.loader.step);
-  h5::write_attr(file, "adam_step", a.adam_step);
-  h5::write_attr(file, "world_size", a.world_size);
-  h5::write_attr(file, "sharding", a.sharding);
-  h5::write_attr(file, "run_config", a.run_config.dump());
-  h5::write_attr(file, "model_config", a.model_config.dump());
-  if (a.lora_rank > 0) {
-    h5::write_attr(file, "lora_rank", a.lora_rank);
-    h5::write_attr_double(file, "lora_alpha", a.lora_alpha);
-    h5::write_attr_double(file, "lora_dropout", a.lora_dropout);
-    h5::write_attr(file, "lora_targets", a.lora_targets);
-    h5::write_attr(file, "base_weights", a.base_weights);
-    h5::write_attr(file, "base_crc32", a.base_crc32);
+herr_t collect_name(hid_t, const char* name, const H5A_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+// One attribute into `values` by its HDF5 type class; what cannot be read is recorded, not thrown,
+// so that only a piece that needs it fails.
+void read_one(hid_t file, const std::string& path, const std::string& name, Values& values) {
+  h5::Handle attr(H5_CHECK(H5Aopen(file, name.c_str(), H5P_DEFAULT)), H5Aclose);
+  h5::Handle space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
+  if (H5_CHECK(H5Sget_simple_extent_npoints(space)) != 1) {
+    values.set_unreadable(name, path + ": attribute " + name + " is not a single value; the file is not what shardtrain wrote");
+    return;
+  }
+  h5::Handle type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type);
+  if (cls == H5T_INTEGER) values.set_int(name, h5::read_attr_int(file, name));
+  else if (cls == H5T_FLOAT) values.set_real(name, h5::read_attr_double(file, name));
+  else if (cls == H5T_STRING) values.set_text(name, h5::read_attr_string(file, name));
+  else values.set_unreadable(name, path + ": attribute " + name + " has a type shardtrain does not write");
+}
+
+}  // namespace
+
+void write_values(hid_t file, const Values& values) {
+  if (values.has(attr::kFormatVersion)) throw Error("checkpoint state may not save an attribute named format_version");
+  h5::write_attr(file, attr::kFormatVersion, kFormatVersion);
+  for (const auto& [key, v] : values.entries()) {
+    if (const auto* i = std::get_if<int64_t>(&v)) h5::write_attr(file, key, *i);
+    else if (const auto* d = std::get_if<double>(&v)) h5::write_attr_double(file, key, *d);
+    else h5::write_attr(file, key, std::get<std::string>(v));
   }
 }
 
-CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
-  if (!h5::has_attr(file, "format_version")) throw UsageError(path + " is not a shardtrain checkpoint");
-  CheckpointAttrs a;
-  a.format_version = h5::read_attr_int(file, "format_version");
-  if (a.format_version > kFormatVersion)
-    throw UsageError(path + " has checkpoint format " + std::to_string(a.format_version) + ", newer than this build's " +
+Values read_values(hid_t file, const std::string& path) {
+  if (!h5::has_attr(file, attr::kFormatVersion)) throw UsageError(path + " is not a shardtrain checkpoint");
+  const int64_t version = h5::read_attr_int(file, attr::kFormatVersion);
+  if (version > kFormatVersion)
+    throw UsageError(path + " has checkpoint format " + std::to_string(version) + ", newer than this build's " +
                      std::to_string(kFormatVersion) + "; upgrade shardtrain");
-  auto json_attr = [&](const char* name) {
-    try {
-      return nlohmann::json::parse(h5::read_attr_string(file, name));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(path + ": attribute " + name + " is not valid JSON (" + e.what() + "); the checkpoint is damaged");
-    }
-  };
-  a.step = h5::read_attr_int(file, "step");
-  a.loader = {h5::read_attr_int(file, "loader_epoch"), h5::read_attr_int(file, "loader_step")};
-  a.adam_step = h5::read_attr_int(file, "adam_step");
-  if (h5::has_attr(file, "world_size")) a.world_size = h5::read_attr_int(file, "world_size");
-  if (h5::has_attr(file, "sharding")) a.sharding = h5::read_attr_string(file, "sharding");
-  a.run_config = json_attr("run_config");
-  a.model_config = json_attr("model_config");
-  if (h5::has_attr(file, "lora_rank")) a.lora_rank = h5::read_attr_int(file, "lora_rank");
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5_CHECK(H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_name, &names));
+  Values values;
+  for (const auto& name : names) read_one(file, path, name, values);
+  return values.about(path, "");
+}
+
+CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
+  const Values v = read_values(file, path);
+  CheckpointAttrs a;
+  a.format_version = v.get_int(attr::kFormatVersion);
+  a.step = v.get_int(attr::kStep);
+  a.loader = {v.get_int(attr::kLoaderEpoch), v.get_int(attr::kLoaderStep)};
+  a.adam_step = v.get_int(attr::kAdamStep);
+  if (v.has(attr::kWorldSize)) a.world_size = v.get_int(attr::kWorldSize);
+  if (v.has(attr::kSharding)) a.sharding = v.get_text(attr::kSharding);
+  a.run_config = v.get_json(attr::kRunConfig);
+  a.model_config = v.get_json(attr::kModelConfig);
+  if (v.has(attr::kLoraRank)) a.lora_rank = v.get_int(attr::kLoraRank);
   if (a.lora_rank > 0) {
-    a.lora_alpha = h5::read_attr_double(file, "lora_alpha");
-    a.lora_dropout = h5::read_attr_double(file, "lora_dropout");
-    a.lora_targets = h5::read_attr_string(file, "lora_targets");
-    a.base_weights = h5::read_attr_string(file, "base_weights");
-    a.base_crc32 = h5::read_attr_int(file, "base_crc32");
+    a.lora_alpha = v.get_real(attr::kLoraAlpha);
+    a.lora_dropout = v.get_real(attr::kLoraDropout);
+    a.lora_targets = v.get_text(attr::kLoraTargets);
+    a.base_weights = v.get_text(attr::kBaseWeights);
+    a.base_crc32 = v.get_int(attr::kBaseCrc32);
   }
   if (a.step < 0 || a.adam_step < 0 || a.loader.epoch < 0 || a.loader.step < 0 || a.lora_rank < 0)
     throw Error(path + ": negative step, loader position or lora_rank; the checkpoint is damaged");

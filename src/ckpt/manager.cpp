@@ -16,6 +16,12 @@ std::string seconds_and_rate(double secs, const std::string& path) {
   std::snprintf(buf, sizeof buf, "%.3f s, %.3f GB, %.2f GB/s", secs, gb, gb / std::max(secs, 1e-9));
   return buf;
 }
+
+bool is_rank_zero(MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank == 0;
+}
 }  // namespace
 
 void CheckpointConfig::validate() const {
@@ -43,10 +49,11 @@ bool CheckpointConfig::continues_dir() const {
 }
 
 Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config)
-    : cfg_(std::move(cfg)), engine_(engine), optimizer_(optimizer), run_config_(std::move(run_config)) {
+    : cfg_(std::move(cfg)),
+      state_{0, {}, std::move(run_config)},
+      registry_(training_state(engine, optimizer, state_, cfg_.base_weights)) {  // collective: every rank builds the manager
   if (!enabled()) return;
-  if (engine_.lora()) base_crc_ = base_crc32(engine_);  // collective: every rank builds the manager
-  if (engine_.groups().world->rank() == 0) {
+  if (engine.groups().world->rank() == 0) {
     std::filesystem::create_directories(cfg_.dir);
     if (cfg_.overwrite) {
       const int removed = remove_checkpoints(cfg_.dir);
@@ -63,15 +70,15 @@ std::optional<TrainState> Manager::resume() {
     const std::string& path = candidates[i];
     const Stopwatch clock;
     try {
-      TrainState st = load(path, engine_, optimizer_);  // every rank reaches the same verdict
-      log::info("resumed from " + path + " at step " + std::to_string(st.step) + " (" +
+      load(path, registry_);  // every rank reaches the same verdict
+      log::info("resumed from " + path + " at step " + std::to_string(state_.step) + " (" +
                 seconds_and_rate(clock.seconds(), path) + ")");
-      return st;
+      return state_;
     } catch (const ResumeRefused&) {
       throw;  // another base or other LoRA settings: an older checkpoint would be just as wrong
     } catch (const Error& e) {
       if (cfg_.resume != "auto") throw;
-      if (engine_.groups().world->rank() == 0)
+      if (is_rank_zero(registry_.ranks().world))
         log::warn("checkpoint " + path + (i == 0 && path == latest_checkpoint(cfg_.dir) ? " (named by latest)" : "") +
                   " cannot be loaded: " + e.what() +
                   (i + 1 < candidates.size() ? "; falling back to " + candidates[i + 1] : ""));
@@ -91,17 +98,18 @@ bool Manager::due(int64_t step, bool requested, bool final) const {
 double Manager::after_step(int64_t step, const std::string& requested_by, bool final, const LoaderState& loader) {
   if (!due(step, !requested_by.empty(), final)) return 0;
   const std::string path = step_path(cfg_.dir, step);
-  const TrainState st{step, loader, run_config_, model_to_hf_json(engine_.model()), cfg_.base_weights, base_crc_};
+  state_.step = step;
+  state_.loader = loader;
   const std::string why = requested_by.empty() ? "" : " (" + requested_by + ")";
   if (saver_) {
-    const double blocked = saver_->start(path, engine_, optimizer_, st, cfg_.stripe, cfg_.keep);
+    const double blocked = saver_->start(path, registry_, cfg_.stripe, cfg_.keep);
     log::info("checkpoint " + path + " started in the background; the loop was blocked " + std::to_string(blocked) +
               " s" + why);
     if (final) saver_->wait();
     return blocked;
   }
   const Stopwatch clock;
-  save(path, engine_, optimizer_, st, cfg_.stripe, cfg_.keep);
+  save(path, registry_, cfg_.stripe, cfg_.keep);
   const double secs = clock.seconds();
   log::info("checkpoint " + path + why + " (" + seconds_and_rate(secs, path) + ")");
   return secs;

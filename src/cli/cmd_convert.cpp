@@ -109,16 +109,16 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
   if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
   fsdp::FsdpEngine engine(model, fc, groups, /*seed=*/0, weights.get());
   Optimizer optimizer = fsdp::make_optimizer(engine, OptimizerConfig{});  // a checkpoint holds its (empty) state
+  ckpt::TrainState st;
+  st.run_config = nlohmann::json{{"converted_from", o.input}};
+  ckpt::StateRegistry state = ckpt::training_state(engine, optimizer, st, base);  // collective
   if (to_hf) {
-    ckpt::load(o.input, engine, optimizer);  // verifies every checksum on the way
+    ckpt::load(o.input, state);  // verifies every checksum on the way
     if (engine.lora() && !o.merge_lora) export_peft(o.output, engine, base, env.rank(), tokenizer);
     else export_hf(o.output, model, engine, o.dtype, env.rank(), tokenizer);
   } else {
     const std::string tmp = o.output + ".tmp";
-    ckpt::TrainState st;
-    st.run_config = nlohmann::json{{"converted_from", o.input}};
-    st.model_config = model_to_hf_json(model);
-    ckpt::write(tmp, MPI_COMM_WORLD, ckpt::snapshot(engine, optimizer, st, /*copy=*/false));  // no `latest`: a lone file
+    ckpt::write(tmp, MPI_COMM_WORLD, state.snapshot(/*copy=*/false));  // no `latest`: a lone file
     if (env.rank() == 0) fs::rename(tmp, o.output);
   }
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));

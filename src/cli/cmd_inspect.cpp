@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "shardtrain/ckpt/checkpoint.h"
+#include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
@@ -65,21 +66,16 @@ int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env) {
   if (env.rank() != 0) return 0;
   std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
   h5::Handle f = h5::open_file(o.checkpoint);
-  if (!h5::has_attr(f, "format_version")) throw UsageError(o.checkpoint + " is not a shardtrain checkpoint");
-  auto attr_int = [&](const char* n) { return h5::has_attr(f, n) ? std::to_string(h5::read_attr_int(f, n)) : "?"; };
-  std::cout << o.checkpoint << "\n  format " << attr_int("format_version") << " | step " << attr_int("step")
-            << " | loader epoch " << attr_int("loader_epoch") << " step " << attr_int("loader_step") << " | adam step "
-            << attr_int("adam_step") << "\n  saved by " << attr_int("world_size") << " ranks, "
-            << h5::read_attr_string(f, "sharding") << "\n  model "
-            << nlohmann::json::parse(h5::read_attr_string(f, "model_config")).dump() << "\n  run "
-            << nlohmann::json::parse(h5::read_attr_string(f, "run_config")).dump() << "\n";
-  if (h5::has_attr(f, "lora_rank"))  // a LoRA run: the datasets are its adapters
-    std::cout << "  lora rank " << h5::read_attr_int(f, "lora_rank") << ", alpha " << h5::read_attr_double(f, "lora_alpha")
-              << ", dropout " << h5::read_attr_double(f, "lora_dropout") << ", targets "
-              << h5::read_attr_string(f, "lora_targets") << " | base "
-              << h5::read_attr_string(f, "base_weights") << " (CRC-32 " << h5::read_attr_int(f, "base_crc32") << ")\n";
+  const ckpt::CheckpointAttrs a = ckpt::read_attrs(f, o.checkpoint);  // refuses a foreign or newer file
+  std::cout << o.checkpoint << "\n  format " << a.format_version << " | step " << a.step << " | loader epoch "
+            << a.loader.epoch << " step " << a.loader.step << " | adam step " << a.adam_step << "\n  saved by "
+            << a.world_size << " ranks, " << a.sharding << "\n  model " << a.model_config.dump() << "\n  run "
+            << a.run_config.dump() << "\n";
+  if (a.lora_rank > 0)  // a LoRA run: the datasets are its adapters
+    std::cout << "  lora rank " << a.lora_rank << ", alpha " << a.lora_alpha << ", dropout " << a.lora_dropout
+              << ", targets " << a.lora_targets << " | base " << a.base_weights << " (CRC-32 " << a.base_crc32 << ")\n";
   int bad = 0, total = 0;
-  for (const char* group : ckpt::kGroups)
+  for (const std::string& group : children(f, "/"))  // every piece's tensors, whichever registered them
     for (const auto& name : children(f, group)) {
       const Row r = check(f, std::string("/") + group + "/" + name);
       bad += r.status != "ok";

@@ -19,10 +19,9 @@ class AsyncSaver {
   AsyncSaver(const AsyncSaver&) = delete;
   AsyncSaver& operator=(const AsyncSaver&) = delete;
 
-  // Waits for the previous save, copies the shards, starts the write; returns the seconds the
-  // caller was blocked.
-  double start(const std::string& final_path, fsdp::FsdpEngine& engine, Optimizer& optimizer, const TrainState& state,
-               const StripeOptions& stripe, int keep);
+  // Waits for the previous save, takes every piece's state (host copies of the tensors), starts
+  // the write; returns the seconds the caller was blocked.
+  double start(const std::string& final_path, const StateRegistry& state, const StripeOptions& stripe, int keep);
   void wait();  // rethrows a failure of the background write
 
  private:

@@ -1,5 +1,6 @@
-// A checkpoint's root attributes: everything in the file but the tensors. One writer and one
-// checked reader, so a hand-made or damaged file fails with a line naming it, never a crash.
+// A checkpoint's root attributes: everything in the file but the tensors. The format writes
+// format_version and every piece's Values; a reader takes them all back with one checked pass,
+// so a hand-made or damaged file fails with a line naming it, never a crash.
 #pragma once
 #include <hdf5.h>
 
@@ -8,28 +9,63 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/ckpt/values.h"
 #include "shardtrain/data/loader.h"
 
 namespace shardtrain::ckpt {
 
+// Bump only when a reader of the previous version would misread a new file; readers accept
+// every version up to their own.
+constexpr int64_t kFormatVersion = 1;
+
+// The root attributes' names: what the state pieces write (training_state.cpp) and what
+// read_attrs reads back, in one place.
+namespace attr {
+inline constexpr const char* kFormatVersion = "format_version";
+inline constexpr const char* kWorldSize = "world_size";
+inline constexpr const char* kSharding = "sharding";
+inline constexpr const char* kModelConfig = "model_config";
+inline constexpr const char* kAdamStep = "adam_step";
+inline constexpr const char* kStep = "step";
+inline constexpr const char* kLoaderEpoch = "loader_epoch";
+inline constexpr const char* kLoaderStep = "loader_step";
+inline constexpr const char* kRunConfig = "run_config";
+inline constexpr const char* kLoraRank = "lora_rank";
+inline constexpr const char* kLoraAlpha = "lora_alpha";
+inline constexpr const char* kLoraDropout = "lora_dropout";
+inline constexpr const char* kLoraTargets = "lora_targets";
+inline constexpr const char* kBaseWeights = "base_weights";
+inline constexpr const char* kBaseCrc32 = "base_crc32";
+}  // namespace attr
+
+// format_version, then every value; throws Error for a value named format_version.
+void write_values(hid_t file, const Values& values);
+// Every root attribute. Throws UsageError for a file that is not a shardtrain checkpoint or is of
+// a newer format; an attribute that is not a single value reads as an error for whoever asks for it.
+Values read_values(hid_t file, const std::string& path);
+
+// What commands need to know of a checkpoint before they build anything: the training's
+// attributes as one struct.
 struct CheckpointAttrs {
   int64_t format_version = 0;
-  int64_t step = 0, adam_step = 0, world_size = 1;
+  int64_t step = 0;
+  int64_t adam_step = 0;
+  int64_t world_size = 1;
   LoaderState loader;
   std::string sharding;
   nlohmann::json run_config, model_config;
   // LoRA (lora_rank > 0): the adapters' settings and the base they were trained on.
   int64_t lora_rank = 0;
-  double lora_alpha = 0, lora_dropout = 0;
+  double lora_alpha = 0;
+  double lora_dropout = 0;
   std::string lora_targets, base_weights;
   int64_t base_crc32 = -1;
 };
 
-void write_attrs(hid_t file, const CheckpointAttrs& a);
-// Throws UsageError for a file that is not a shardtrain checkpoint or is of a newer format, and
-// Error naming the file and attribute for a missing or malformed one.
+// Throws UsageError as read_values does, and Error naming the file and attribute for a missing
+// or malformed one.
 CheckpointAttrs read_attrs(hid_t file, const std::string& path);
-// The same from a path, serially (no MPI): for what a command needs before it builds anything.
+// The same from a path, serially (no MPI).
 CheckpointAttrs read_attrs(const std::string& path);
 
 }  // namespace shardtrain::ckpt

@@ -31,6 +31,8 @@ class Manager {
  public:
   // Collective over the world. run_config goes into every checkpoint (the arguments as given).
   Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config);
+  Manager(const Manager&) = delete;  // the registered pieces refer to state_
+  Manager& operator=(const Manager&) = delete;
   bool enabled() const { return !cfg_.dir.empty(); }
   // Collective: loads the checkpoint --resume names (auto: the newest that loads, skipping bad
   // ones with a warning). Empty when there is nothing to resume from.
@@ -45,11 +47,9 @@ class Manager {
  private:
   bool due(int64_t step, bool requested, bool final) const;
   CheckpointConfig cfg_;
-  fsdp::FsdpEngine& engine_;
-  Optimizer& optimizer_;
-  nlohmann::json run_config_;
+  TrainState state_;        // the loop's side: set before each save, filled by a resume
+  StateRegistry registry_;  // everything a checkpoint holds (training_state.h)
   std::unique_ptr<AsyncSaver> saver_;
-  int64_t base_crc_ = -1;  // LoRA: base_crc32() of the frozen base
 };
 
 }  // namespace shardtrain::ckpt

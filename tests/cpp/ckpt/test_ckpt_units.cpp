@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/io/h5.h"
@@ -203,21 +205,32 @@ TEST(CkptFiles, AFailedSaveIsOneLineThatNamesAFullDiskAndWhatIsKept) {
 
 TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
   const std::string path = fresh_dir("ckpt_attrs") + "/a.h5";
-  ckpt::CheckpointAttrs a;
-  a.format_version = ckpt::kFormatVersion, a.step = 7, a.adam_step = 7, a.world_size = 3, a.loader = {1, 2};
-  a.sharding = "full_shard", a.run_config = {{"args", {"--steps", "7"}}}, a.model_config = {{"vocab_size", 512}};
-  a.lora_rank = 8, a.lora_alpha = 16, a.lora_dropout = 0.05, a.lora_targets = "q_proj,v_proj";
-  a.base_weights = "/m", a.base_crc32 = 99;
+  ckpt::Values a;
+  a.set_int("step", 7);
+  a.set_int("adam_step", 7);
+  a.set_int("world_size", 3);
+  a.set_int("loader_epoch", 1);
+  a.set_int("loader_step", 2);
+  a.set_text("sharding", "full_shard");
+  a.set_json("run_config", {{"args", {"--steps", "7"}}});
+  a.set_json("model_config", {{"vocab_size", 512}});
+  a.set_int("lora_rank", 8);
+  a.set_real("lora_alpha", 16);
+  a.set_real("lora_dropout", 0.05);
+  a.set_text("lora_targets", "q_proj,v_proj");
+  a.set_text("base_weights", "/m");
+  a.set_int("base_crc32", 99);
   {
     h5::Handle f = h5::create_file(path);
-    ckpt::write_attrs(f, a);
+    ckpt::write_values(f, a);
   }
   {
     h5::Handle f = h5::open_file(path);
     const auto b = ckpt::read_attrs(f, path);
+    EXPECT_EQ(b.format_version, ckpt::kFormatVersion);
     EXPECT_EQ(b.step, 7);
     EXPECT_EQ(b.loader, (LoaderState{1, 2}));
-    EXPECT_EQ(b.run_config, a.run_config);
+    EXPECT_EQ(b.run_config, (nlohmann::json{{"args", {"--steps", "7"}}}));
     EXPECT_EQ(b.lora_targets, "q_proj,v_proj");
     EXPECT_EQ(b.base_crc32, 99);
     EXPECT_DOUBLE_EQ(b.lora_dropout, 0.05);
@@ -225,7 +238,7 @@ TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
   auto damaged = [&](const std::function<void(hid_t)>& damage, const std::string& want) {
     {
       h5::Handle f = h5::create_file(path);
-      ckpt::write_attrs(f, a);
+      ckpt::write_values(f, a);
       damage(f);
     }
     h5::Handle f = h5::open_file(path);
@@ -250,6 +263,69 @@ TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
   damaged([](hid_t f) { H5Adelete(f, "format_version"), h5::write_attr(f, "format_version", int64_t{99}); },
           "newer than this build's");
   damaged([](hid_t f) { H5Adelete(f, "step"), h5::write_attr(f, "step", int64_t{-3}); }, "negative step");
+}
+
+// A piece's values: typed getters whose errors name the file, the attribute and the piece.
+TEST(CkptValues, GettersNameTheFileTheAttributeAndThePiece) {
+  ckpt::Values v;
+  v.set_int("count", 3);
+  v.set_real("ratio", 0.5);
+  v.set_text("note", "{not json");
+  const ckpt::Values saved = v.about("/ck/step-1.h5", "dummy");
+  EXPECT_EQ(saved.get_int("count"), 3);
+  EXPECT_DOUBLE_EQ(saved.get_real("count"), 3.0) << "an integer reads as a real";
+  auto error = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error([&] { saved.get_int("missing"); }),
+            "/ck/step-1.h5: attribute missing of state \"dummy\" is missing; the checkpoint is damaged or was saved without it");
+  EXPECT_EQ(error([&] { saved.get_int("ratio"); }),
+            "/ck/step-1.h5: attribute ratio of state \"dummy\" is not an integer; the checkpoint is damaged");
+  EXPECT_NE(error([&] { saved.get_json("note"); }).find("/ck/step-1.h5: attribute note is not valid JSON"), std::string::npos);
+  ckpt::Values other;
+  other.set_int("count", 4);
+  EXPECT_NE(error([&] { v.merge(other, "twin"); }).find("checkpoint state \"twin\" saves attribute count"), std::string::npos);
+}
+
+namespace {
+// A value-only piece: enough to see the registry's rules without MPI or files.
+class Counter : public ckpt::Stateful {
+ public:
+  Counter(std::string name, std::string key) : name_(std::move(name)), key_(std::move(key)) {}
+  std::string name() const override { return name_; }
+  void save_values(ckpt::Values& out) const override { out.set_int(key_, 1); }
+
+ private:
+  std::string name_, key_;
+};
+}  // namespace
+
+TEST(CkptRegistry, NamesAndAttributesBelongToOnePiece) {
+  ckpt::StateRegistry reg;
+  reg.emplace<Counter>("a", "x");
+  EXPECT_THROW(reg.emplace<Counter>("a", "y"), Error) << "two pieces of one name";
+  reg.emplace<Counter>("b", "y");
+  EXPECT_EQ(reg.snapshot(false).values.entries().size(), 2u);
+  reg.emplace<Counter>("c", "x");
+  EXPECT_THROW(reg.snapshot(false), Error) << "two pieces saving one attribute";
+}
+
+// The root attributes of a checkpoint written before the state registry existed read as before.
+TEST(CkptAttrs, AVersion1CheckpointReads) {
+  const std::string path = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/ckpt_v1/step-00000002.h5";
+  const auto a = ckpt::read_attrs(path);
+  EXPECT_EQ(a.format_version, 1);
+  EXPECT_EQ(a.step, 2);
+  EXPECT_EQ(a.adam_step, 2);
+  EXPECT_EQ(a.world_size, 2);
+  EXPECT_EQ(a.sharding, "full_shard");
+  EXPECT_EQ(a.model_config.value("num_hidden_layers", 0), 2);
+  EXPECT_EQ(a.lora_rank, 0);
 }
 
 TEST(Checksum, Crc32MatchesTheKnownCheckValueAndContinues) {

@@ -1,0 +1,40 @@
+// The pieces of state a training run checkpoints, and the one place they are registered:
+// the model's shards, the optimizer (AdamW's moments and step count), the train step, the data
+// loader's position, the run's configuration and a LoRA run's adapters settings and base. A new
+// piece of state is a Stateful registered in training_state(); the file format needs no change.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/ckpt/state_registry.h"
+#include "shardtrain/data/loader.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/optim/optimizer.h"
+
+namespace shardtrain::ckpt {
+
+// The tensor groups of a training checkpoint, each holding one dataset per parameter: the fp32
+// master weights, then AdamW's first and second moments.
+inline constexpr const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
+
+// The loop's side of a checkpoint: what a save records and a load restores besides the engine
+// and the optimizer.
+struct TrainState {
+  int64_t step = 0;  // optimizer steps done
+  LoaderState loader;
+  nlohmann::json run_config;  // saved only: a load leaves this run's own
+};
+
+// Collective over the shard group: the CRC-32 of every base parameter's fp32 bytes, in Hugging
+// Face order, as the engine read them (the same at any world size, strategy and --param-dtype).
+int64_t base_crc32(fsdp::FsdpEngine& engine);
+
+// Collective over the world (a LoRA base's checksum). The pieces hold references to engine,
+// optimizer and state, which must outlive the registry. base_weights: a LoRA run's --weights
+// ("" for the seeded init), recorded beside its checksum.
+StateRegistry training_state(fsdp::FsdpEngine& engine, Optimizer& optimizer, TrainState& state,
+                             const std::string& base_weights = "");
+
+}  // namespace shardtrain::ckpt

@@ -1,0 +1,51 @@
+#include "shardtrain/ckpt/state_registry.h"
+
+#include <ATen/ATen.h>
+
+#include <set>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::ckpt {
+
+int64_t TensorSpec::numel() const {
+  int64_t n = 1;
+  for (const int64_t d : shape) n *= d;
+  return n;
+}
+
+Stateful& StateRegistry::add(std::unique_ptr<Stateful> piece) {
+  for (const auto& p : pieces_)
+    if (p->name() == piece->name()) throw Error("checkpoint state \"" + piece->name() + "\" is registered twice");
+  pieces_.push_back(std::move(piece));
+  return *pieces_.back();
+}
+
+std::vector<Stateful*> StateRegistry::pieces() const {
+  std::vector<Stateful*> out;
+  for (const auto& p : pieces_) out.push_back(p.get());
+  return out;
+}
+
+Snapshot StateRegistry::snapshot(bool copy) const {
+  Snapshot snap;
+  snap.writer = ranks_.writer;
+  snap.shard_rank = ranks_.shard_rank;
+  std::set<std::string> groups;
+  // Host copies, so training may update the live tensors while a thread writes these.
+  auto host = [&](const at::Tensor& t) { return t.is_cpu() && !copy ? t : t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
+  for (const auto& p : pieces_) {
+    for (auto& g : p->tensors()) {
+      if (!groups.insert(g.group).second)
+        throw Error("checkpoint state \"" + p->name() + "\" saves tensor group " + g.group + ", which another piece saves already");
+      for (auto& s : g.slices) s.data = host(s.data);
+      snap.groups.push_back(std::move(g));
+    }
+    Values mine;
+    p->save_values(mine);
+    snap.values.merge(mine, p->name());
+  }
+  return snap;
+}
+
+}  // namespace shardtrain::ckpt

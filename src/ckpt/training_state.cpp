@@ -1,0 +1,205 @@
+#include "shardtrain/ckpt/training_state.h"
+
+#include <zlib.h>
+
+#include <memory>
+
+#include "shardtrain/ckpt/checkpoint_attrs.h"
+#include "shardtrain/ckpt/crc_assembly.h"
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::ckpt {
+namespace {
+
+std::vector<TensorSpec> dataset_specs(const fsdp::FsdpEngine& engine) {
+  std::vector<TensorSpec> out;
+  for (const auto& s : engine.trainable_specs()) out.push_back({s.name, s.shape});
+  return out;
+}
+
+// A value a piece reads back must not be negative: a damaged file, named with the key.
+int64_t non_negative(const Values& saved, const std::string& key) {
+  const int64_t v = saved.get_int(key);
+  if (v < 0) throw Error(saved.origin() + ": negative " + key + "; the checkpoint is damaged");
+  return v;
+}
+
+// The engine's trainable shards (a LoRA run's adapters), as fp32 master weights; also the
+// layout at save time (information only) and the model's config, which a resume must match.
+class ModelShards : public Stateful {
+ public:
+  explicit ModelShards(fsdp::FsdpEngine& engine) : engine_(engine) {}
+  std::string name() const override { return "model"; }
+  std::vector<TensorGroup> tensors() override {
+    TensorGroup g{kGroups[0], dataset_specs(engine_), {}};
+    for (const auto& p : engine_.pieces()) g.slices.push_back({p.name, p.param_offset, p.numel, p.master});
+    return {g};
+  }
+  void save_values(Values& out) const override {
+    out.set_int(attr::kWorldSize, engine_.groups().world->size());
+    out.set_text(attr::kSharding, fsdp::sharding_name(engine_.config().sharding));
+    out.set_json(attr::kModelConfig, model_to_hf_json(engine_.model()));
+  }
+  // Another model's checkpoint: refused with both shapes named, before any tensor is read (an
+  // older checkpoint in the same directory would be just as wrong, so auto does not skip it).
+  void check(const Values& saved) const override {
+    const nlohmann::json config = saved.get_json(attr::kModelConfig);
+    const std::string path = saved.origin();
+    ModelConfig model;
+    try {
+      model = model_from_hf_json(config, path);
+    } catch (const std::exception& e) {
+      throw UsageError(path + ": its model_config attribute cannot be read (" + e.what() + "); the checkpoint is damaged");
+    }
+    const ModelConfig& mine = engine_.model();
+    if (!same_shape(model, mine))
+      throw ResumeRefused("--resume: " + path + " holds a model of shape " + describe_shape(model) + " but --model " +
+                          mine.name + " has " + describe_shape(mine) +
+                          "; resume with the model it was saved from, or use another --checkpoint-dir");
+  }
+
+ private:
+  fsdp::FsdpEngine& engine_;
+};
+
+// AdamW's moments for the engine's shards (make_optimizer's slot order) and its step count.
+class OptimizerState : public Stateful {
+ public:
+  OptimizerState(fsdp::FsdpEngine& engine, Optimizer& optimizer) : engine_(engine), optimizer_(optimizer) {}
+  std::string name() const override { return "optimizer"; }
+  std::vector<TensorGroup> tensors() override {
+    const auto& pieces = engine_.pieces();
+    auto& slots = optimizer_.adamw().slots();
+    if (slots.size() != pieces.size()) throw Error("checkpoint: the optimizer does not hold this engine's shards");
+    TensorGroup avg{kGroups[1], dataset_specs(engine_), {}};
+    TensorGroup avg_sq{kGroups[2], avg.datasets, {}};
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const auto& p = pieces[i];
+      avg.slices.push_back({p.name, p.param_offset, p.numel, slots[i].exp_avg});
+      avg_sq.slices.push_back({p.name, p.param_offset, p.numel, slots[i].exp_avg_sq});
+    }
+    return {avg, avg_sq};
+  }
+  void save_values(Values& out) const override { out.set_int(attr::kAdamStep, optimizer_.adamw().step_count()); }
+  void load_values(const Values& saved) override { optimizer_.adamw().set_step_count(non_negative(saved, attr::kAdamStep)); }
+
+ private:
+  fsdp::FsdpEngine& engine_;
+  Optimizer& optimizer_;
+};
+
+// Optimizer steps done; also the LR schedule's position.
+class TrainStep : public Stateful {
+ public:
+  explicit TrainStep(TrainState& state) : state_(state) {}
+  std::string name() const override { return "train_step"; }
+  void save_values(Values& out) const override { out.set_int(attr::kStep, state_.step); }
+  void load_values(const Values& saved) override { state_.step = non_negative(saved, attr::kStep); }
+
+ private:
+  TrainState& state_;
+};
+
+// The data loader's next position.
+class LoaderPosition : public Stateful {
+ public:
+  explicit LoaderPosition(TrainState& state) : state_(state) {}
+  std::string name() const override { return "data_loader"; }
+  void save_values(Values& out) const override {
+    out.set_int(attr::kLoaderEpoch, state_.loader.epoch);
+    out.set_int(attr::kLoaderStep, state_.loader.step);
+  }
+  void load_values(const Values& saved) override {
+    state_.loader = {non_negative(saved, attr::kLoaderEpoch), non_negative(saved, attr::kLoaderStep)};
+  }
+
+ private:
+  TrainState& state_;
+};
+
+// The command line of the run that saved: information for people and for convert, so a load
+// only checks that it reads.
+class RunConfig : public Stateful {
+ public:
+  explicit RunConfig(TrainState& state) : state_(state) {}
+  std::string name() const override { return "run_config"; }
+  void save_values(Values& out) const override { out.set_json(attr::kRunConfig, state_.run_config); }
+  void check(const Values& saved) const override { saved.get_json(attr::kRunConfig); }
+
+ private:
+  TrainState& state_;
+};
+
+// A LoRA run's adapter settings and the frozen base they were trained on. A file without
+// lora_rank is a full fine-tune's; a resume with other settings or on another base is refused.
+class LoraBase : public Stateful {
+ public:
+  LoraBase(fsdp::FsdpEngine& engine, std::string base_weights, int64_t base_crc)
+      : engine_(engine), base_weights_(std::move(base_weights)), base_crc_(base_crc) {}
+  std::string name() const override { return "lora"; }
+  void save_values(Values& out) const override {
+    const auto& l = engine_.config().lora;
+    if (!l.enabled()) return;
+    out.set_int(attr::kLoraRank, l.rank);
+    out.set_real(attr::kLoraAlpha, l.alpha);
+    out.set_real(attr::kLoraDropout, l.dropout);
+    out.set_text(attr::kLoraTargets, join_lora_targets(l.targets));
+    out.set_text(attr::kBaseWeights, base_weights_);
+    out.set_int(attr::kBaseCrc32, base_crc_);
+  }
+  void check(const Values& saved) const override {
+    const std::string path = saved.origin();
+    const int64_t rank = saved.has(attr::kLoraRank) ? non_negative(saved, attr::kLoraRank) : 0;
+    const std::string targets = rank > 0 ? saved.get_text(attr::kLoraTargets) : "";
+    const auto& l = engine_.config().lora;
+    if (rank != l.rank || (rank > 0 && targets != join_lora_targets(l.targets)))
+      throw ResumeRefused("--resume: " + path + " holds " +
+                          (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets : std::string("a full fine-tune")) +
+                          " but this run asks for " +
+                          (l.enabled() ? "LoRA rank " + std::to_string(l.rank) + " on " + join_lora_targets(l.targets)
+                                       : std::string("a full fine-tune")) +
+                          "; resume with the checkpoint's --lora-* options");
+    if (rank == 0) return;
+    const int64_t saved_crc = saved.get_int(attr::kBaseCrc32);
+    if (saved_crc == base_crc_) return;
+    const std::string base = saved.get_text(attr::kBaseWeights);
+    throw ResumeRefused("--resume: " + path + " was trained on base weights " + (base.empty() ? "(seeded init)" : base) +
+                        " (CRC-32 " + std::to_string(saved_crc) + ") but this run's base has CRC-32 " +
+                        std::to_string(base_crc_) + "; pass the same --weights as the run that saved it");
+  }
+
+ private:
+  fsdp::FsdpEngine& engine_;
+  std::string base_weights_;
+  int64_t base_crc_;
+};
+
+}  // namespace
+
+int64_t base_crc32(fsdp::FsdpEngine& engine) {
+  const auto specs = llama_param_specs(engine.model());
+  const auto per_tensor = combine_crc_rows(engine.groups().shard->mpi(), engine.base_crc_rows());
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (size_t d = 0; d < specs.size(); ++d) crc = crc32_combine(crc, per_tensor[d], static_cast<z_off_t>(4 * specs[d].numel()));
+  return static_cast<int64_t>(crc);
+}
+
+StateRegistry training_state(fsdp::FsdpEngine& engine, Optimizer& optimizer, TrainState& state,
+                             const std::string& base_weights) {
+  const auto& g = engine.groups();
+  Ranks ranks;
+  ranks.world = g.world->mpi();
+  ranks.shard = g.shard->mpi();
+  ranks.writer = g.layout.replicate_rank == 0;  // one replica writes: its shard group holds every byte once
+  ranks.shard_rank = g.layout.shard_rank;
+  StateRegistry reg(ranks);
+  reg.emplace<ModelShards>(engine);
+  reg.emplace<OptimizerState>(engine, optimizer);
+  reg.emplace<TrainStep>(state);
+  reg.emplace<LoaderPosition>(state);
+  reg.emplace<RunConfig>(state);
+  reg.emplace<LoraBase>(engine, base_weights, engine.lora() ? base_crc32(engine) : -1);  // collective
+  return reg;
+}
+
+}  // namespace shardtrain::ckpt

@@ -1,0 +1,86 @@
+#include "shardtrain/ckpt/values.h"
+
+#include <algorithm>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::ckpt {
+namespace {
+
+// "attribute step" or, when a piece asked, "attribute step of state \"train_step\"".
+std::string describe(const std::string& key, const std::string& piece) {
+  return "attribute " + key + (piece.empty() ? "" : " of state \"" + piece + "\"");
+}
+
+}  // namespace
+
+void Values::set_int(const std::string& key, int64_t v) { entries_.emplace_back(key, v); }
+
+void Values::set_real(const std::string& key, double v) { entries_.emplace_back(key, v); }
+
+void Values::set_text(const std::string& key, std::string v) { entries_.emplace_back(key, std::move(v)); }
+
+void Values::set_json(const std::string& key, const nlohmann::json& v) { entries_.emplace_back(key, v.dump()); }
+
+bool Values::has(const std::string& key) const {
+  if (unreadable_.count(key)) return true;
+  return std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return e.first == key; });
+}
+
+const Values::Value& Values::find(const std::string& key) const {
+  if (auto bad = unreadable_.find(key); bad != unreadable_.end()) throw Error(bad->second);
+  for (const auto& e : entries_)
+    if (e.first == key) return e.second;
+  throw Error(origin_ + ": " + describe(key, piece_) + " is missing; the checkpoint is damaged or was saved without it");
+}
+
+void Values::wrong_type(const std::string& key, const char* want) const {
+  throw Error(origin_ + ": " + describe(key, piece_) + " is not " + want + "; the checkpoint is damaged");
+}
+
+int64_t Values::get_int(const std::string& key) const {
+  const Value& v = find(key);
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  wrong_type(key, "an integer");
+}
+
+double Values::get_real(const std::string& key) const {
+  const Value& v = find(key);
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+  wrong_type(key, "a number");
+}
+
+std::string Values::get_text(const std::string& key) const {
+  const Value& v = find(key);
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  wrong_type(key, "a string");
+}
+
+nlohmann::json Values::get_json(const std::string& key) const {
+  const std::string text = get_text(key);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(origin_ + ": attribute " + key + " is not valid JSON (" + e.what() + "); the checkpoint is damaged");
+  }
+}
+
+void Values::merge(const Values& other, const std::string& piece) {
+  for (const auto& e : other.entries_) {
+    if (has(e.first))
+      throw Error("checkpoint state \"" + piece + "\" saves attribute " + e.first + ", which another piece saves already");
+    entries_.push_back(e);
+  }
+}
+
+void Values::set_unreadable(const std::string& key, const std::string& why) { unreadable_[key] = why; }
+
+Values Values::about(const std::string& origin, const std::string& piece) const {
+  Values v = *this;
+  v.origin_ = origin;
+  v.piece_ = piece;
+  return v;
+}
+
+}  // namespace shardtrain::ckpt
