@@ -117,6 +117,24 @@ class LoaderPosition : public Stateful {
   TrainState& state_;
 };
 
+// The random state training goes on drawing from: LoRA dropout's count of forward passes (the
+// masks come from the seed, the rank and that count). A file without it predates it: 0, as then.
+class RngState : public Stateful {
+ public:
+  explicit RngState(fsdp::FsdpEngine& engine) : engine_(engine) {}
+  std::string name() const override { return "rng"; }
+  void save_values(Values& out) const override {
+    out.set_int(attr::kDropoutPasses, static_cast<int64_t>(engine_.dropout_passes()));
+  }
+  void load_values(const Values& saved) override {
+    const int64_t passes = saved.has(attr::kDropoutPasses) ? non_negative(saved, attr::kDropoutPasses) : 0;
+    engine_.set_dropout_passes(static_cast<uint64_t>(passes));
+  }
+
+ private:
+  fsdp::FsdpEngine& engine_;
+};
+
 // The command line of the run that saved: information for people and for convert, so a load
 // only checks that it reads.
 class RunConfig : public Stateful {
@@ -197,6 +215,7 @@ StateRegistry training_state(fsdp::FsdpEngine& engine, Optimizer& optimizer, Tra
   reg.emplace<OptimizerState>(engine, optimizer);
   reg.emplace<TrainStep>(state);
   reg.emplace<LoaderPosition>(state);
+  reg.emplace<RngState>(engine);
   reg.emplace<RunConfig>(state);
   reg.emplace<LoraBase>(engine, base_weights, engine.lora() ? base_crc32(engine) : -1);  // collective
   return reg;

@@ -36,6 +36,7 @@ inline constexpr const char* kLoraDropout = "lora_dropout";
 inline constexpr const char* kLoraTargets = "lora_targets";
 inline constexpr const char* kBaseWeights = "base_weights";
 inline constexpr const char* kBaseCrc32 = "base_crc32";
+inline constexpr const char* kDropoutPasses = "dropout_passes";
 }  // namespace attr
 
 // format_version, then every value; throws Error for a value named format_version.

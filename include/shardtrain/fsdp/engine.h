@@ -98,6 +98,10 @@ class FsdpEngine {
   std::vector<FlatUnit>& units() { return units_; }  // the base (frozen under LoRA)
   std::vector<FlatUnit>& adapters() { return adapters_; }  // LoRA: [units], empty for embedding and head
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
+  // LoRA dropout draws each forward pass's masks from the seed, the rank and the passes so far;
+  // a checkpoint keeps the count so that a resume at the same world size draws the same masks.
+  uint64_t dropout_passes() const { return passes_; }
+  void set_dropout_passes(uint64_t passes) { passes_ = passes; }
 
  private:
   // One forward/backward over a micro-batch: the detached input leaf and the output of every unit, [units].

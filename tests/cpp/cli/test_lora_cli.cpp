@@ -92,6 +92,26 @@ TEST(LoraCli, ResumesAtOtherWorldSizesAndRefusesAnotherBase) {
                                                                                  << inspect.out;
 }
 
+// With dropout on, a resume at the same world size draws the masks the uninterrupted run drew:
+// the checkpoint keeps the count of passes the masks are drawn from.
+TEST(LoraCli, ResumeWithDropoutDrawsTheSameMasks) {
+  const auto dir = tmp("lora_dropout_ckpt");
+  const auto whole = tmp("lora_dropout_whole.jsonl");
+  const auto part = tmp("lora_dropout_part.jsonl");
+  std::filesystem::remove_all(dir);
+  const std::string train = kTrain + "--weights " + base(1234) + " --lora-rank 4 --lora-dropout 0.3 --lr 1e-2 --batch-size 4 --steps 6 ";
+  auto r = run(train + "--checkpoint-dir " + dir + " --save-every 3 --metrics-file " + whole, mpirun(2));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto p = run(train + "--resume " + dir + "/step-00000003.h5 --metrics-file " + part, mpirun(2));
+  ASSERT_EQ(p.code, 0) << p.out;
+  const auto all = read_jsonl(whole);
+  const auto rows = read_jsonl(part);
+  ASSERT_EQ(all.size(), 6u);
+  ASSERT_EQ(rows.size(), 3u);
+  for (size_t i = 0; i < rows.size(); ++i)
+    EXPECT_EQ(rows[i]["loss"].get<double>(), all[i + 3]["loss"].get<double>()) << "step " << i + 4;
+}
+
 TEST(LoraCli, PeftLoadsTheAdapterAndTransformersTheMergedWeights) {
   const auto adapter = tmp("lora_adapter"), merged = tmp("lora_merged"), conv = tmp("lora_converted");
   std::filesystem::remove_all(tmp("lora_export_ckpt"));
