@@ -2,6 +2,7 @@
 """The module layering test: every #include of another module's header must name a module that
 the including module declares in src/CMakeLists.txt (shardtrain_module(NAME ... DEPENDS ...)),
 and the declarations must form a stack: a module may depend only on modules declared before it.
+Namespaces follow modules: a file of module M opens only shardtrain::M (or a namespace inside it).
 
 usage: check_layering.py [ROOT]        check the tree at ROOT (default: this repository)
        check_layering.py --self-test   plant an upward include in a copy and expect a failure
@@ -15,6 +16,9 @@ import tempfile
 
 MODULE_RE = re.compile(r"shardtrain_module\(\s*(\w+)(.*?)\)", re.S)
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s*[<"]shardtrain/(\w+)/', re.M)
+NAMESPACE_RE = re.compile(r"^\s*namespace\s+(shardtrain(?:::\w+)*)\s*\{", re.M)
+# A block that only forward-declares another module's types: `namespace shardtrain::fsdp { class FsdpEngine; }`.
+FORWARD_ONLY_RE = re.compile(r"\s*\{\s*(?:(?:class|struct)\s+\w+\s*;\s*)+\}")
 
 
 def declared(root):
@@ -56,6 +60,13 @@ def check(root):
                         line = text.count("\n", 0, match.start()) + 1
                         problems.append(f"{f.relative_to(root)}:{line}: includes shardtrain/{used}/, "
                                         f"which module {m} does not declare (DEPENDS {' '.join(deps) or '-'})")
+                for match in NAMESPACE_RE.finditer(text):
+                    ns = match.group(1)
+                    forward_only = FORWARD_ONLY_RE.match(text, match.end() - 1)
+                    if ns != f"shardtrain::{m}" and not ns.startswith(f"shardtrain::{m}::") and not forward_only:
+                        line = text.count("\n", 0, match.start()) + 1
+                        problems.append(f"{f.relative_to(root)}:{line}: opens namespace {ns}; module {m}'s "
+                                        f"code belongs in shardtrain::{m}")
     for d in sorted((root / "src").iterdir()):
         if d.is_dir() and d.name not in mods:
             problems.append(f"src/{d.name}/ is not declared as a module in src/CMakeLists.txt")
@@ -79,6 +90,13 @@ def self_test():
             print("self-test: a planted upward include (model -> train) was not caught:\n" + out.stdout)
             return 1
         print("self-test: the planted include was caught:\n  " + out.stdout.strip().splitlines()[0])
+        target.write_text(target.read_text().replace('\n#include "shardtrain/train/fit.h"\n', "") +
+                          "\nnamespace shardtrain::fsdp {}\n")
+        out = subprocess.run([sys.executable, __file__, str(copy)], capture_output=True, text=True)
+        if out.returncode == 0 or "opens namespace shardtrain::fsdp" not in out.stdout:
+            print("self-test: a planted namespace of another module (fsdp in model) was not caught:\n" + out.stdout)
+            return 1
+        print("self-test: the planted namespace was caught:\n  " + out.stdout.strip().splitlines()[0])
     return 0
 
 

@@ -13,8 +13,8 @@ AsyncSaver::AsyncSaver() {
   int level = 0;
   MPI_CHECK(MPI_Query_thread(&level));
   if (level < MPI_THREAD_MULTIPLE)
-    throw UsageError("--async-save needs an MPI with MPI_THREAD_MULTIPLE; drop --async-save to save synchronously");
-  comm_ = MpiComm::dup();
+    throw runtime::UsageError("--async-save needs an MPI with MPI_THREAD_MULTIPLE; drop --async-save to save synchronously");
+  comm_ = runtime::MpiComm::dup();
 }
 
 AsyncSaver::~AsyncSaver() {
@@ -31,14 +31,14 @@ void AsyncSaver::wait() {
 
 double AsyncSaver::start(const std::string& final_path, const StateRegistry& state, const StripeOptions& stripe,
                          int keep) {
-  const Stopwatch clock;
+  const runtime::Stopwatch clock;
   wait();
   auto snap = state.snapshot(/*copy=*/true);
   const double blocked = clock.seconds();
   thread_ = std::thread([this, snap = std::move(snap), final_path, stripe, keep, clock] {
     try {
       write_and_publish(final_path, comm_.get(), snap, stripe, keep);
-      log::info("checkpoint " + final_path + " written in the background (" + std::to_string(clock.seconds()) + " s)");
+      runtime::log::info("checkpoint " + final_path + " written in the background (" + std::to_string(clock.seconds()) + " s)");
     } catch (...) {
       error_ = std::current_exception();
     }

@@ -21,7 +21,7 @@ void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snaps
   check_space(comm, final_path, need);
   try {
     write_file(tmp, comm, snap, stripe);
-    if (rank == 0) sync_file(tmp);  // a file system may report a full disk only now
+    if (rank == 0) runtime::sync_file(tmp);  // a file system may report a full disk only now
   } catch (const std::exception& e) {
     error = e.what();
   }

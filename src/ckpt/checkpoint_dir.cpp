@@ -55,15 +55,15 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 }
 
 void publish(const std::string& tmp, const std::string& final_path, int keep) {
-  sync_best_effort(tmp);
+  runtime::sync_best_effort(tmp);
   fs::rename(tmp, final_path);
   const auto dir = fs::path(final_path).parent_path();
   {
     std::ofstream(dir / "latest.tmp") << fs::path(final_path).filename().string() << "\n";
   }
-  sync_best_effort((dir / "latest.tmp").string());
+  runtime::sync_best_effort((dir / "latest.tmp").string());
   fs::rename(dir / "latest.tmp", dir / "latest");
-  sync_best_effort(dir.string());
+  runtime::sync_best_effort(dir.string());
   if (keep <= 0) return;
   // Only this run's history counts: files past the one just published are not it (and stay).
   std::vector<std::string> older;
@@ -96,20 +96,20 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& opt) 
   const fs::path p(spec);
   if (fs::is_directory(p, ec) || p.filename() == "latest") {
     const fs::path dir = fs::is_directory(p, ec) ? p : p.parent_path();
-    if (!fs::exists(dir, ec)) throw UsageError(opt + ": " + spec + " does not exist");
+    if (!fs::exists(dir, ec)) throw runtime::UsageError(opt + ": " + spec + " does not exist");
     const std::string name = latest_name(dir);
     const auto all = list_checkpoints(dir.string());
     if (name.empty() && !all.empty()) return all.back();  // no `latest` (an older layout): the newest
     if (name.empty())
-      throw UsageError(opt + ": " + dir.string() + " has no `latest` file (no checkpoint was completed there); pass a " +
+      throw runtime::UsageError(opt + ": " + dir.string() + " has no `latest` file (no checkpoint was completed there); pass a " +
                        "checkpoint file such as " + step_path(dir.string(), 100));
     const fs::path target = dir / name;
     if (!fs::exists(target, ec))
-      throw UsageError(opt + ": " + (dir / "latest").string() + " names " + name + ", which does not exist; pass one of " +
+      throw runtime::UsageError(opt + ": " + (dir / "latest").string() + " names " + name + ", which does not exist; pass one of " +
                        "the step-*.h5 files in " + dir.string());
     return target.string();
   }
-  if (!fs::exists(p, ec)) throw UsageError(opt + ": " + spec + " does not exist");
+  if (!fs::exists(p, ec)) throw runtime::UsageError(opt + ": " + spec + " does not exist");
   return spec;
 }
 

@@ -14,7 +14,7 @@ namespace shardtrain::ckpt {
 
 uint32_t crc_of(const at::Tensor& t) {
   const auto c = t.to(at::kCPU).contiguous();
-  return crc32_bytes(c.data_ptr(), c.nbytes());
+  return runtime::crc32_bytes(c.data_ptr(), c.nbytes());
 }
 
 std::vector<int64_t> local_crc_rows(const std::vector<TensorGroup>& groups) {

@@ -14,7 +14,7 @@
 namespace shardtrain::ckpt {
 namespace {
 
-using h5::Handle;
+using io::h5::Handle;
 
 // Selects the row-major flat range [b, e) of a dataset of `shape` (1-D or 2-D) in `space`.
 void select_flat(hid_t space, const std::vector<int64_t>& shape, int64_t b, int64_t e) {
@@ -48,7 +48,7 @@ void check_specs(const std::vector<TensorGroup>& groups) {
   for (const auto& g : groups)
     for (const auto& spec : g.datasets)
       if (spec.shape.empty() || spec.shape.size() > 2)
-        throw Error("checkpoint tensor " + g.group + "/" + spec.name + " is not 1-D or 2-D, which the format stores");
+        throw runtime::Error("checkpoint tensor " + g.group + "/" + spec.name + " is not 1-D or 2-D, which the format stores");
 }
 
 const TensorSlice* find_slice(const TensorGroup& g, const std::string& name) {
@@ -59,10 +59,10 @@ const TensorSlice* find_slice(const TensorGroup& g, const std::string& name) {
 // A collective write that failed on some ranks only (a full disk shows on the MPI-IO aggregators)
 // fails on all of them here, before the next collective call could leave the others waiting.
 void agree_on_write(MPI_Comm writers, herr_t rc, const std::string& what) {
-  const std::string mine = rc < 0 ? detail::h5_error_string() : "";
+  const std::string mine = rc < 0 ? runtime::detail::h5_error_string() : "";
   int ok = rc >= 0 ? 1 : 0;
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, writers));
-  if (!ok) throw Error(mine.empty() ? "another rank could not write " + what : "cannot write " + what + ": " + mine);
+  if (!ok) throw runtime::Error(mine.empty() ? "another rank could not write " + what : "cannot write " + what + ": " + mine);
 }
 
 // The writers' file access: MPI-IO with the striping hints, and large datasets on stripe boundaries.
@@ -91,7 +91,7 @@ void write_group(hid_t file, hid_t dxpl, MPI_Comm writers, const std::string& pa
   for (const auto& spec : g.datasets) {
     const TensorSlice* s = find_slice(g, spec.name);
     at::Tensor data = s ? s->data.contiguous() : at::empty({0}, at::kFloat);
-    std::lock_guard<std::recursive_mutex> per_dataset(h5::library_lock());
+    std::lock_guard<std::recursive_mutex> per_dataset(io::h5::library_lock());
     std::vector<hsize_t> dims(spec.shape.begin(), spec.shape.end());
     Handle space(H5_CHECK(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
     Handle dset(H5_CHECK(H5Dcreate2(grp, spec.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT,
@@ -111,19 +111,19 @@ void write_group(hid_t file, hid_t dxpl, MPI_Comm writers, const std::string& pa
 // This rank's slices of one group, read into the live views with a serial open.
 void read_group(hid_t file, const std::string& path, const std::string& piece, const TensorGroup& g) {
   if (H5_CHECK(H5Lexists(file, g.group.c_str(), H5P_DEFAULT)) <= 0)
-    throw UsageError(path + " holds no tensors of state \"" + piece + "\" (no group /" + g.group +
+    throw runtime::UsageError(path + " holds no tensors of state \"" + piece + "\" (no group /" + g.group +
                      "); it was saved without that state");
   for (const auto& s : g.slices) {
     auto spec = std::find_if(g.datasets.begin(), g.datasets.end(), [&](const TensorSpec& d) { return d.name == s.name; });
-    if (spec == g.datasets.end()) throw Error("checkpoint state \"" + piece + "\" holds a slice of an unlisted tensor " + s.name);
+    if (spec == g.datasets.end()) throw runtime::Error("checkpoint state \"" + piece + "\" holds a slice of an unlisted tensor " + s.name);
     const std::string name = "/" + g.group + "/" + s.name;
-    Handle dset = h5::open_dataset(file, name);  // names the file and the tensor when missing
-    const auto dims = h5::dataset_shape(dset);
+    Handle dset = io::h5::open_dataset(file, name);  // names the file and the tensor when missing
+    const auto dims = io::h5::dataset_shape(dset);
     if (std::vector<int64_t>(dims.begin(), dims.end()) != spec->shape)
-      throw UsageError(path + ": tensor " + name + " has a different shape from the model's; check --model");
+      throw runtime::UsageError(path + ": tensor " + name + " has a different shape from the model's; check --model");
     Handle type(H5_CHECK(H5Dget_type(dset)), H5Tclose);
     if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4)
-      throw UsageError(path + ": tensor " + name + " is not float32");
+      throw runtime::UsageError(path + ": tensor " + name + " is not float32");
     Handle space(H5_CHECK(H5Dget_space(dset)), H5Sclose);
     select_flat(space, spec->shape, s.offset, s.offset + s.numel);
     const hsize_t n = s.numel;
@@ -139,8 +139,8 @@ std::vector<int64_t> stored_crcs(hid_t file, const std::vector<TensorGroup>& gro
   std::vector<int64_t> out;
   for (const auto& g : groups)
     for (const auto& spec : g.datasets) {
-      Handle dset = h5::open_dataset(file, "/" + g.group + "/" + spec.name);
-      out.push_back(h5::read_attr_int(dset, "crc32"));
+      Handle dset = io::h5::open_dataset(file, "/" + g.group + "/" + spec.name);
+      out.push_back(io::h5::read_attr_int(dset, "crc32"));
     }
   return out;
 }
@@ -158,14 +158,14 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
   MPI_Comm writers = MPI_COMM_NULL;
   MPI_CHECK(MPI_Comm_split(comm, snap.writer ? 0 : MPI_UNDEFINED, snap.shard_rank, &writers));
   if (!snap.writer) return;
-  MpiComm own(writers);
+  runtime::MpiComm own(writers);
   check_specs(snap.groups);
   // Checksums are computed on a second thread while the datasets are written, then attached.
   auto crc_rows = std::async(std::launch::async, [&] { return local_crc_rows(snap.groups); });
-  std::unique_lock<std::recursive_mutex> lock(h5::library_lock());
+  std::unique_lock<std::recursive_mutex> lock(io::h5::library_lock());
   Handle fapl = parallel_fapl(writers, stripe);
   // Datasets stay contiguous (see docs/checkpoint-format.md: chunking measured 3-10x slower).
-  Handle file = h5::create_file(path, fapl);
+  Handle file = io::h5::create_file(path, fapl);
   Handle dxpl(H5_CHECK(H5Pcreate(H5P_DATASET_XFER)), H5Pclose);
   H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
   lock.unlock();
@@ -175,8 +175,8 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
   size_t d = 0;
   for (const auto& g : snap.groups)
     for (const auto& spec : g.datasets) {
-      Handle dset = h5::open_dataset(file, g.group + "/" + spec.name);
-      h5::write_attr(dset, "crc32", static_cast<int64_t>(crcs[d++]));
+      Handle dset = io::h5::open_dataset(file, g.group + "/" + spec.name);
+      io::h5::write_attr(dset, "crc32", static_cast<int64_t>(crcs[d++]));
     }
   write_values(file, snap.values);
   agree_on_write(own.get(), H5Fflush(file, H5F_SCOPE_GLOBAL), path + ": metadata");  // the closes below are collective
@@ -200,8 +200,8 @@ void read_file(const std::string& path, StateRegistry& reg) {
   std::string failure;  // a read can fail on some ranks only; all must learn it before the CRC collectives
   std::string refused;
   try {
-    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-    Handle file = h5::open_file(path);
+    std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
+    Handle file = io::h5::open_file(path);
     const Values values = read_values(file, path);  // a foreign file or a newer format: exit 2
     for (Stateful* p : pieces) p->check(values.about(path, p->name()));
     for (size_t i = 0; i < groups.size(); ++i) read_group(file, path, owners[i], groups[i]);
@@ -209,7 +209,7 @@ void read_file(const std::string& path, StateRegistry& reg) {
     stored = stored_crcs(file, groups);
   } catch (const ResumeRefused& e) {
     refused = e.what();  // every rank reads the same attributes: all refuse alike
-  } catch (const UsageError& e) {  // a truncated, foreign or mismatched file: the user's to fix (exit 2)
+  } catch (const runtime::UsageError& e) {  // a truncated, foreign or mismatched file: the user's to fix (exit 2)
     failure = e.what();
     usage = true;
   } catch (const std::exception& e) {
@@ -218,15 +218,15 @@ void read_file(const std::string& path, StateRegistry& reg) {
   int bad = failure.empty() && refused.empty() ? 0 : usage ? 1 : 2;  // 2: some rank failed otherwise
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, reg.ranks().world));
   if (!refused.empty()) throw ResumeRefused(refused);
-  if (bad == 1) throw AgreedUsageError(failure.empty() ? path + ": another rank found it damaged" : failure);
-  if (bad) throw Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
+  if (bad == 1) throw runtime::AgreedUsageError(failure.empty() ? path + ": another rank found it damaged" : failure);
+  if (bad) throw runtime::Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
   // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
   const auto crcs = combine_crc_rows(reg.ranks().shard, local_crc_rows(groups));
   size_t d = 0;
   for (const auto& g : groups)
     for (const auto& spec : g.datasets) {
       if (stored[d] != static_cast<int64_t>(crcs[d]))
-        throw Error(path + ": tensor /" + g.group + "/" + spec.name + " fails its CRC-32 check; the checkpoint is corrupt");
+        throw runtime::Error(path + ": tensor /" + g.group + "/" + spec.name + " fails its CRC-32 check; the checkpoint is corrupt");
       ++d;
     }
 }

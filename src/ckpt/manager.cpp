@@ -25,17 +25,17 @@ bool is_rank_zero(MPI_Comm comm) {
 }  // namespace
 
 void CheckpointConfig::validate() const {
-  if (save_every < 0 || keep < 0) throw UsageError("--save-every and --keep-checkpoints must be >= 0");
-  if (stripe.count < 0 || stripe.size < 0) throw UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
-  if (resume == "auto" && dir.empty()) throw UsageError("--resume auto needs --checkpoint-dir");
-  if (save_every > 0 && dir.empty()) throw UsageError("--save-every needs --checkpoint-dir (where the checkpoints go)");
+  if (save_every < 0 || keep < 0) throw runtime::UsageError("--save-every and --keep-checkpoints must be >= 0");
+  if (stripe.count < 0 || stripe.size < 0) throw runtime::UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
+  if (resume == "auto" && dir.empty()) throw runtime::UsageError("--resume auto needs --checkpoint-dir");
+  if (save_every > 0 && dir.empty()) throw runtime::UsageError("--save-every needs --checkpoint-dir (where the checkpoints go)");
   if (!resume.empty() && resume != "auto" && !std::filesystem::exists(resume))
-    throw UsageError("--resume: " + resume + " does not exist");
+    throw runtime::UsageError("--resume: " + resume + " does not exist");
   if (overwrite && !resume.empty())
-    throw UsageError("--overwrite-checkpoints starts a new run and --resume continues one: pass only one of them");
+    throw runtime::UsageError("--overwrite-checkpoints starts a new run and --resume continues one: pass only one of them");
   if (!dir.empty() && !overwrite && !continues_dir() && holds_checkpoints(dir)) {
     const std::string latest = latest_checkpoint(dir);
-    throw UsageError("--checkpoint-dir " + dir + " already holds checkpoints of another run" +
+    throw runtime::UsageError("--checkpoint-dir " + dir + " already holds checkpoints of another run" +
                      (latest.empty() ? "" : " (latest: " + std::filesystem::path(latest).filename().string() + ")") +
                      "; continue it with --resume auto, pass a new --checkpoint-dir, or replace them with "
                      "--overwrite-checkpoints");
@@ -48,7 +48,7 @@ bool CheckpointConfig::continues_dir() const {
   return !resume.empty() && std::filesystem::equivalent(std::filesystem::absolute(resume, ec).parent_path(), dir, ec);
 }
 
-Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config)
+Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, nlohmann::json run_config)
     : cfg_(std::move(cfg)),
       state_{0, {}, std::move(run_config)},
       registry_(training_state(engine, optimizer, state_, cfg_.base_weights)) {  // collective: every rank builds the manager
@@ -57,7 +57,7 @@ Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& opti
     std::filesystem::create_directories(cfg_.dir);
     if (cfg_.overwrite) {
       const int removed = remove_checkpoints(cfg_.dir);
-      if (removed) log::info("removed " + std::to_string(removed) + " files of an earlier run from " + cfg_.dir + " (--overwrite-checkpoints)");
+      if (removed) runtime::log::info("removed " + std::to_string(removed) + " files of an earlier run from " + cfg_.dir + " (--overwrite-checkpoints)");
     }
   }
   if (cfg_.async) saver_ = std::make_unique<AsyncSaver>();
@@ -68,24 +68,24 @@ std::optional<TrainState> Manager::resume() {
   const auto candidates = resume_candidates(cfg_.resume, cfg_.dir);
   for (size_t i = 0; i < candidates.size(); ++i) {
     const std::string& path = candidates[i];
-    const Stopwatch clock;
+    const runtime::Stopwatch clock;
     try {
       load(path, registry_);  // every rank reaches the same verdict
-      log::info("resumed from " + path + " at step " + std::to_string(state_.step) + " (" +
+      runtime::log::info("resumed from " + path + " at step " + std::to_string(state_.step) + " (" +
                 seconds_and_rate(clock.seconds(), path) + ")");
       return state_;
     } catch (const ResumeRefused&) {
       throw;  // another base or other LoRA settings: an older checkpoint would be just as wrong
-    } catch (const Error& e) {
+    } catch (const runtime::Error& e) {
       if (cfg_.resume != "auto") throw;
       if (is_rank_zero(registry_.ranks().world))
-        log::warn("checkpoint " + path + (i == 0 && path == latest_checkpoint(cfg_.dir) ? " (named by latest)" : "") +
+        runtime::log::warn("checkpoint " + path + (i == 0 && path == latest_checkpoint(cfg_.dir) ? " (named by latest)" : "") +
                   " cannot be loaded: " + e.what() +
                   (i + 1 < candidates.size() ? "; falling back to " + candidates[i + 1] : ""));
     }
   }
   const std::string from = cfg_.base_weights.empty() ? "random initialization (--seed)" : "the weights in " + cfg_.base_weights;
-  log::info((candidates.empty() ? "no checkpoint in " + cfg_.dir + " yet" : "no loadable checkpoint in " + cfg_.dir) +
+  runtime::log::info((candidates.empty() ? "no checkpoint in " + cfg_.dir + " yet" : "no loadable checkpoint in " + cfg_.dir) +
             "; starting from " + from);
   return std::nullopt;
 }
@@ -95,7 +95,7 @@ bool Manager::due(int64_t step, bool requested, bool final) const {
   return requested || final || (cfg_.save_every > 0 && step % cfg_.save_every == 0);
 }
 
-double Manager::after_step(int64_t step, const std::string& requested_by, bool final, const LoaderState& loader) {
+double Manager::after_step(int64_t step, const std::string& requested_by, bool final, const data::LoaderState& loader) {
   if (!due(step, !requested_by.empty(), final)) return 0;
   const std::string path = step_path(cfg_.dir, step);
   state_.step = step;
@@ -103,15 +103,15 @@ double Manager::after_step(int64_t step, const std::string& requested_by, bool f
   const std::string why = requested_by.empty() ? "" : " (" + requested_by + ")";
   if (saver_) {
     const double blocked = saver_->start(path, registry_, cfg_.stripe, cfg_.keep);
-    log::info("checkpoint " + path + " started in the background; the loop was blocked " + std::to_string(blocked) +
+    runtime::log::info("checkpoint " + path + " started in the background; the loop was blocked " + std::to_string(blocked) +
               " s" + why);
     if (final) saver_->wait();
     return blocked;
   }
-  const Stopwatch clock;
+  const runtime::Stopwatch clock;
   save(path, registry_, cfg_.stripe, cfg_.keep);
   const double secs = clock.seconds();
-  log::info("checkpoint " + path + why + " (" + seconds_and_rate(secs, path) + ")");
+  runtime::log::info("checkpoint " + path + why + " (" + seconds_and_rate(secs, path) + ")");
   return secs;
 }
 

@@ -73,7 +73,7 @@ void agree_on_save(MPI_Comm comm, const std::string& error, const std::string& t
   // The lowest failed rank + 1, or 0: one collective tells every rank whether and who.
   int first = error.empty() ? 0 : size - rank;
   if (!allreduce_max(comm, &first, !error.empty(), patience_s))
-    throw Error("checkpoint " + final_path + " could not be written (" + error + ")");
+    throw runtime::Error("checkpoint " + final_path + " could not be written (" + error + ")");
   if (first == 0) return;
   const int root = size - first;
   std::vector<char> what(error.begin(), error.end());

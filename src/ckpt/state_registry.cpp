@@ -16,7 +16,7 @@ int64_t TensorSpec::numel() const {
 
 Stateful& StateRegistry::add(std::unique_ptr<Stateful> piece) {
   for (const auto& p : pieces_)
-    if (p->name() == piece->name()) throw Error("checkpoint state \"" + piece->name() + "\" is registered twice");
+    if (p->name() == piece->name()) throw runtime::Error("checkpoint state \"" + piece->name() + "\" is registered twice");
   pieces_.push_back(std::move(piece));
   return *pieces_.back();
 }
@@ -37,7 +37,7 @@ Snapshot StateRegistry::snapshot(bool copy) const {
   for (const auto& p : pieces_) {
     for (auto& g : p->tensors()) {
       if (!groups.insert(g.group).second)
-        throw Error("checkpoint state \"" + p->name() + "\" saves tensor group " + g.group + ", which another piece saves already");
+        throw runtime::Error("checkpoint state \"" + p->name() + "\" saves tensor group " + g.group + ", which another piece saves already");
       for (auto& s : g.slices) s.data = host(s.data);
       snap.groups.push_back(std::move(g));
     }

@@ -20,7 +20,7 @@ std::vector<TensorSpec> dataset_specs(const fsdp::FsdpEngine& engine) {
 // A value a piece reads back must not be negative: a damaged file, named with the key.
 int64_t non_negative(const Values& saved, const std::string& key) {
   const int64_t v = saved.get_int(key);
-  if (v < 0) throw Error(saved.origin() + ": negative " + key + "; the checkpoint is damaged");
+  if (v < 0) throw runtime::Error(saved.origin() + ": negative " + key + "; the checkpoint is damaged");
   return v;
 }
 
@@ -38,23 +38,23 @@ class ModelShards : public Stateful {
   void save_values(Values& out) const override {
     out.set_int(attr::kWorldSize, engine_.groups().world->size());
     out.set_text(attr::kSharding, fsdp::sharding_name(engine_.config().sharding));
-    out.set_json(attr::kModelConfig, model_to_hf_json(engine_.model()));
+    out.set_json(attr::kModelConfig, model::model_to_hf_json(engine_.model()));
   }
   // Another model's checkpoint: refused with both shapes named, before any tensor is read (an
   // older checkpoint in the same directory would be just as wrong, so auto does not skip it).
   void check(const Values& saved) const override {
     const nlohmann::json config = saved.get_json(attr::kModelConfig);
     const std::string path = saved.origin();
-    ModelConfig model;
+    model::ModelConfig model;
     try {
-      model = model_from_hf_json(config, path);
+      model = model::model_from_hf_json(config, path);
     } catch (const std::exception& e) {
-      throw UsageError(path + ": its model_config attribute cannot be read (" + e.what() + "); the checkpoint is damaged");
+      throw runtime::UsageError(path + ": its model_config attribute cannot be read (" + e.what() + "); the checkpoint is damaged");
     }
-    const ModelConfig& mine = engine_.model();
-    if (!same_shape(model, mine))
-      throw ResumeRefused("--resume: " + path + " holds a model of shape " + describe_shape(model) + " but --model " +
-                          mine.name + " has " + describe_shape(mine) +
+    const model::ModelConfig& mine = engine_.model();
+    if (!model::same_shape(model, mine))
+      throw ResumeRefused("--resume: " + path + " holds a model of shape " + model::describe_shape(model) + " but --model " +
+                          mine.name + " has " + model::describe_shape(mine) +
                           "; resume with the model it was saved from, or use another --checkpoint-dir");
   }
 
@@ -65,12 +65,12 @@ class ModelShards : public Stateful {
 // AdamW's moments for the engine's shards (make_optimizer's slot order) and its step count.
 class OptimizerState : public Stateful {
  public:
-  OptimizerState(fsdp::FsdpEngine& engine, Optimizer& optimizer) : engine_(engine), optimizer_(optimizer) {}
+  OptimizerState(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer) : engine_(engine), optimizer_(optimizer) {}
   std::string name() const override { return "optimizer"; }
   std::vector<TensorGroup> tensors() override {
     const auto& pieces = engine_.pieces();
     auto& slots = optimizer_.adamw().slots();
-    if (slots.size() != pieces.size()) throw Error("checkpoint: the optimizer does not hold this engine's shards");
+    if (slots.size() != pieces.size()) throw runtime::Error("checkpoint: the optimizer does not hold this engine's shards");
     TensorGroup avg{kGroups[1], dataset_specs(engine_), {}};
     TensorGroup avg_sq{kGroups[2], avg.datasets, {}};
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -85,7 +85,7 @@ class OptimizerState : public Stateful {
 
  private:
   fsdp::FsdpEngine& engine_;
-  Optimizer& optimizer_;
+  optim::Optimizer& optimizer_;
 };
 
 // Optimizer steps done; also the LR schedule's position.
@@ -161,7 +161,7 @@ class LoraBase : public Stateful {
     out.set_int(attr::kLoraRank, l.rank);
     out.set_real(attr::kLoraAlpha, l.alpha);
     out.set_real(attr::kLoraDropout, l.dropout);
-    out.set_text(attr::kLoraTargets, join_lora_targets(l.targets));
+    out.set_text(attr::kLoraTargets, model::join_lora_targets(l.targets));
     out.set_text(attr::kBaseWeights, base_weights_);
     out.set_int(attr::kBaseCrc32, base_crc_);
   }
@@ -170,11 +170,11 @@ class LoraBase : public Stateful {
     const int64_t rank = saved.has(attr::kLoraRank) ? non_negative(saved, attr::kLoraRank) : 0;
     const std::string targets = rank > 0 ? saved.get_text(attr::kLoraTargets) : "";
     const auto& l = engine_.config().lora;
-    if (rank != l.rank || (rank > 0 && targets != join_lora_targets(l.targets)))
+    if (rank != l.rank || (rank > 0 && targets != model::join_lora_targets(l.targets)))
       throw ResumeRefused("--resume: " + path + " holds " +
                           (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets : std::string("a full fine-tune")) +
                           " but this run asks for " +
-                          (l.enabled() ? "LoRA rank " + std::to_string(l.rank) + " on " + join_lora_targets(l.targets)
+                          (l.enabled() ? "LoRA rank " + std::to_string(l.rank) + " on " + model::join_lora_targets(l.targets)
                                        : std::string("a full fine-tune")) +
                           "; resume with the checkpoint's --lora-* options");
     if (rank == 0) return;
@@ -195,14 +195,14 @@ class LoraBase : public Stateful {
 }  // namespace
 
 int64_t base_crc32(fsdp::FsdpEngine& engine) {
-  const auto specs = llama_param_specs(engine.model());
+  const auto specs = model::llama_param_specs(engine.model());
   const auto per_tensor = combine_crc_rows(engine.groups().shard->mpi(), engine.base_crc_rows());
   uLong crc = crc32(0L, Z_NULL, 0);
   for (size_t d = 0; d < specs.size(); ++d) crc = crc32_combine(crc, per_tensor[d], static_cast<z_off_t>(4 * specs[d].numel()));
   return static_cast<int64_t>(crc);
 }
 
-StateRegistry training_state(fsdp::FsdpEngine& engine, Optimizer& optimizer, TrainState& state,
+StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState& state,
                              const std::string& base_weights) {
   const auto& g = engine.groups();
   Ranks ranks;

@@ -28,14 +28,14 @@ bool Values::has(const std::string& key) const {
 }
 
 const Values::Value& Values::find(const std::string& key) const {
-  if (auto bad = unreadable_.find(key); bad != unreadable_.end()) throw Error(bad->second);
+  if (auto bad = unreadable_.find(key); bad != unreadable_.end()) throw runtime::Error(bad->second);
   for (const auto& e : entries_)
     if (e.first == key) return e.second;
-  throw Error(origin_ + ": " + describe(key, piece_) + " is missing; the checkpoint is damaged or was saved without it");
+  throw runtime::Error(origin_ + ": " + describe(key, piece_) + " is missing; the checkpoint is damaged or was saved without it");
 }
 
 void Values::wrong_type(const std::string& key, const char* want) const {
-  throw Error(origin_ + ": " + describe(key, piece_) + " is not " + want + "; the checkpoint is damaged");
+  throw runtime::Error(origin_ + ": " + describe(key, piece_) + " is not " + want + "; the checkpoint is damaged");
 }
 
 int64_t Values::get_int(const std::string& key) const {
@@ -62,14 +62,14 @@ nlohmann::json Values::get_json(const std::string& key) const {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(origin_ + ": attribute " + key + " is not valid JSON (" + e.what() + "); the checkpoint is damaged");
+    throw runtime::Error(origin_ + ": attribute " + key + " is not valid JSON (" + e.what() + "); the checkpoint is damaged");
   }
 }
 
 void Values::merge(const Values& other, const std::string& piece) {
   for (const auto& e : other.entries_) {
     if (has(e.first))
-      throw Error("checkpoint state \"" + piece + "\" saves attribute " + e.first + ", which another piece saves already");
+      throw runtime::Error("checkpoint state \"" + piece + "\" saves attribute " + e.first + ", which another piece saves already");
     entries_.push_back(e);
   }
 }

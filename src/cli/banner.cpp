@@ -34,7 +34,7 @@ std::string start_line(const TrainOptions& o) {
   return "fine-tuning " + name + " from the weights in " + o.weights;
 }
 
-std::string start_banner(const TrainOptions& o, const Topology& topo, const std::vector<std::string>& hosts,
+std::string start_banner(const TrainOptions& o, const runtime::Topology& topo, const std::vector<std::string>& hosts,
                          const comm::ProcessGroups& g, const DeviceChoice& device, const BannerFacts& f) {
   const auto& m = o.model;
   const auto& t = o.train;
@@ -57,7 +57,7 @@ std::string start_banner(const TrainOptions& o, const Topology& topo, const std:
     std::snprintf(buf, sizeof buf,
                   "  lora        rank %lld, alpha %g, dropout %g, targets %s: %lld trainable parameters | per rank: "
                   "frozen base %lld KiB (%s), adapters %lld KiB (fp32 master + AdamW)\n",
-                  static_cast<long long>(l.rank), l.alpha, l.dropout, join_lora_targets(l.targets).c_str(),
+                  static_cast<long long>(l.rank), l.alpha, l.dropout, model::join_lora_targets(l.targets).c_str(),
                   static_cast<long long>(f.adapter_params), static_cast<long long>(f.base_bytes >> 10),
                   dtype_label(o.fsdp.param_dtype), static_cast<long long>(f.adapter_bytes >> 10));
     b += buf;

@@ -16,19 +16,19 @@ namespace fs = std::filesystem;
 namespace shardtrain::cli {
 namespace {
 
-ModelConfig checkpoint_model(const std::string& path) {
-  return model_from_hf_json(ckpt::read_attrs(path).model_config, path);
+model::ModelConfig checkpoint_model(const std::string& path) {
+  return model::model_from_hf_json(ckpt::read_attrs(path).model_config, path);
 }
 
 // A LoRA checkpoint's settings (rank 0: not LoRA) and the base path it records.
-LoraConfig checkpoint_lora(const std::string& path, std::string* base) {
+model::LoraConfig checkpoint_lora(const std::string& path, std::string* base) {
   const ckpt::CheckpointAttrs a = ckpt::read_attrs(path);
-  LoraConfig l;
+  model::LoraConfig l;
   if (a.lora_rank == 0) return l;
   l.rank = a.lora_rank;
   l.alpha = a.lora_alpha;
   l.dropout = a.lora_dropout;
-  l.targets = parse_lora_targets(a.lora_targets);
+  l.targets = model::parse_lora_targets(a.lora_targets);
   *base = a.base_weights;
   return l;
 }
@@ -52,9 +52,9 @@ std::string recorded_option(const nlohmann::json& args, const std::string& opt) 
 TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string& tokenizer, const std::string& base) {
   nlohmann::json run;
   {
-    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-    h5::Handle f = h5::open_file(path);
-    if (h5::has_attr(f, "run_config")) run = nlohmann::json::parse(h5::read_attr_string(f, "run_config"), nullptr, false);
+    std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
+    io::h5::Handle f = io::h5::open_file(path);
+    if (io::h5::has_attr(f, "run_config")) run = nlohmann::json::parse(io::h5::read_attr_string(f, "run_config"), nullptr, false);
   }
   const nlohmann::json args = run.is_object() ? run.value("args", nlohmann::json()) : nlohmann::json();
   const bool converted = run.is_object() && run.contains("converted_from") && run["converted_from"].is_string();
@@ -68,47 +68,47 @@ TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string&
   return src;
 }
 
-void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
+void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
                int rank, const TokenizerSource& tokenizer) {
   auto full = engine.full_parameters();  // collective: every rank takes part
   if (engine.lora()) merge_adapters(full, engine.full_adapters(), model, engine.config().lora);
   if (rank != 0) return;
-  NamedTensors named;
-  for (const auto& spec : llama_param_specs(model)) named.emplace_back(spec.name, full.at(spec.name).to(dtype));
+  io::NamedTensors named;
+  for (const auto& spec : model::llama_param_specs(model)) named.emplace_back(spec.name, full.at(spec.name).to(dtype));
   fs::create_directories(dir);
-  write_safetensors_sharded(dir, named, 5ull << 30);
-  auto cfg = model_to_hf_json(model);
+  io::write_safetensors_sharded(dir, named, 5ull << 30);
+  auto cfg = model::model_to_hf_json(model);
   cfg["torch_dtype"] = dtype == at::kBFloat16 ? "bfloat16" : "float32";
   std::ofstream(fs::path(dir) / "config.json") << cfg.dump(2) << "\n";
   write_tokenizer_files(dir, tokenizer, model, /*full_model=*/true);
 }
 
-int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   ConvertOptions o = parse_convert(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   setup_threads(o.common.threads, env);
   const bool to_hf = o.from_checkpoint;
-  const ModelConfig model = to_hf ? checkpoint_model(o.input) : resolve_model(o.input);
+  const model::ModelConfig model = to_hf ? checkpoint_model(o.input) : model::resolve_model(o.input);
   auto groups = fsdp::make_mpi_groups(fsdp::Sharding::kFullShard, env.topology(), 0);
   fsdp::FsdpConfig fc;
   std::string base = o.weights;
   if (to_hf) fc.lora = checkpoint_lora(o.input, o.weights.empty() ? &base : &o.weights);
   if (fc.lora.enabled() && !base.empty() && !fs::exists(base))
-    throw UsageError("convert: the checkpoint's base weights " + base + " do not exist; pass --weights");
+    throw runtime::UsageError("convert: the checkpoint's base weights " + base + " do not exist; pass --weights");
   // A LoRA checkpoint is loaded onto its base (the checksum is verified); the seeded init's base has none to read.
   const std::string read_from = !to_hf ? o.input : fc.lora.enabled() ? base : "";
-  std::unique_ptr<SafetensorsModel> weights = read_from.empty() ? nullptr : std::make_unique<SafetensorsModel>(read_from);
+  std::unique_ptr<io::SafetensorsModel> weights = read_from.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(read_from);
   const TokenizerSource tokenizer = to_hf ? checkpoint_tokenizer(o.input, o.tokenizer, base) : TokenizerSource{};
   std::string failure;  // rank 0 checks before the load; every rank then fails alike
   try {
     if (env.rank() == 0) check_export_tokenizer(tokenizer, model);
-  } catch (const UsageError& e) {
+  } catch (const runtime::UsageError& e) {
     failure = e.what();
   }
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
   fsdp::FsdpEngine engine(model, fc, groups, /*seed=*/0, weights.get());
-  Optimizer optimizer = fsdp::make_optimizer(engine, OptimizerConfig{});  // a checkpoint holds its (empty) state
+  optim::Optimizer optimizer = fsdp::make_optimizer(engine, optim::OptimizerConfig{});  // a checkpoint holds its (empty) state
   ckpt::TrainState st;
   st.run_config = nlohmann::json{{"converted_from", o.input}};
   ckpt::StateRegistry state = ckpt::training_state(engine, optimizer, st, base);  // collective
@@ -122,7 +122,7 @@ int cmd_convert(const std::vector<std::string>& args, MpiEnv& env) {
     if (env.rank() == 0) fs::rename(tmp, o.output);
   }
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  log::info("converted " + o.input + " -> " + o.output + (to_hf ? " (Hugging Face safetensors)" : " (checkpoint)"));
+  runtime::log::info("converted " + o.input + " -> " + o.output + (to_hf ? " (Hugging Face safetensors)" : " (checkpoint)"));
   return 0;
 }
 

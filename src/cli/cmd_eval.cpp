@@ -17,36 +17,36 @@ namespace {
 
 // Every rank runs the same first rows (the gathers are collective); rank 0 writes tokens [B, T]
 // as int32 and logits as fp32 [B*T, vocab], with the shape in attributes.
-void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const TokenFile& data, int64_t batch, int rank) {
+void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data, int64_t batch, int rank) {
   std::vector<int64_t> rows(std::min(batch, data.rows()));
   std::iota(rows.begin(), rows.end(), 0);
-  const Batch b = data.read(rows);
+  const model::Batch b = data.read(rows);
   const at::Tensor logits = engine.logits(b.tokens).to(at::kFloat).contiguous();  // [B, T, V]
   if (rank != 0) return;
   const at::Tensor tokens = b.tokens.to(at::kInt).contiguous();
   const int64_t n = tokens.size(0), t = tokens.size(1), v = logits.size(2);
-  auto file = h5::create_file(path);
-  h5::write_matrix(file, "tokens", std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n * t), n, t);
-  h5::write_matrix(file, "logits", std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + n * t * v), n * t, v);
-  h5::write_attr(file, "rows", n);
-  h5::write_attr(file, "seq_len", t);
-  h5::write_attr(file, "vocab_size", v);
+  auto file = io::h5::create_file(path);
+  io::h5::write_matrix(file, "tokens", std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n * t), n, t);
+  io::h5::write_matrix(file, "logits", std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + n * t * v), n * t, v);
+  io::h5::write_attr(file, "rows", n);
+  io::h5::write_attr(file, "seq_len", t);
+  io::h5::write_attr(file, "vocab_size", v);
 }
 
 }  // namespace
 
-int cmd_eval(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   EvalOptions o = parse_eval(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
-  auto accuracy = load_accuracy_task(o.accuracy, o.model);
+  auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0, o.lora);  // every weight is read: no init to seed
   // --batch-size counts rows across all ranks, so any world size reads the same batches.
   const int64_t per_rank = (o.batch_size + env.size() - 1) / env.size();
-  Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
+  train::Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
   nlohmann::json j;
   std::string line;
   if (data) {

@@ -14,16 +14,16 @@
 
 namespace shardtrain::cli {
 
-int cmd_generate(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   GenerateOptions o = parse_generate(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
-  log::info_to_stderr();
+  runtime::log::info_to_stderr();
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  Tokenizer tok(o.tokenizer);
+  data::Tokenizer tok(o.tokenizer);
   tok.require_fits(o.model.vocab_size);  // every rank reads the same file: all throw alike
-  GenerateConfig g;
+  model::GenerateConfig g;
   g.max_new_tokens = o.max_new_tokens;
   g.temperature = o.temperature;
   g.top_p = o.top_p;
@@ -32,18 +32,18 @@ int cmd_generate(const std::vector<std::string>& args, MpiEnv& env) {
   g.max_context = o.model.max_position_embeddings;
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& p : o.prompts) {  // all checked before the weights load; every rank encodes alike
-    prompts.push_back(tok.encode(o.template_name == "alpaca" ? alpaca_prompt(p, o.input) : p));
+    prompts.push_back(tok.encode(o.template_name == "alpaca" ? data::alpaca_prompt(p, o.input) : p));
     if (static_cast<int64_t>(prompts.back().size()) >= g.max_context)
-      throw AgreedUsageError("--prompt is " + std::to_string(prompts.back().size()) + " tokens, but the model takes at most " +
+      throw runtime::AgreedUsageError("--prompt is " + std::to_string(prompts.back().size()) + " tokens, but the model takes at most " +
                              std::to_string(g.max_context) + " (max_position_embeddings), prompt and answer together; "
                              "shorten the prompt");
   }
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
-  const LogitsFn logits = [&](const at::Tensor& t) { return setup.engine->logits(t); };
+  const model::LogitsFn logits = [&](const at::Tensor& t) { return setup.engine->logits(t); };
   for (const auto& prompt : prompts) {
-    const auto out = generate(logits, prompt, g);
-    if (stopped_at_context_limit(prompt.size(), out.size(), g))
-      log::info("the answer stopped after " + std::to_string(out.size()) + " tokens at the model's limit of " +
+    const auto out = model::generate(logits, prompt, g);
+    if (model::stopped_at_context_limit(prompt.size(), out.size(), g))
+      runtime::log::info("the answer stopped after " + std::to_string(out.size()) + " tokens at the model's limit of " +
                 std::to_string(g.max_context) + " positions (max_position_embeddings), prompt included");
     if (env.rank() == 0) std::cout << tok.decode(out) << std::endl;
   }

@@ -33,14 +33,14 @@ herr_t collect(hid_t, const char* name, const LinkInfo*, void* out) {
 
 std::vector<std::string> children(hid_t parent, const std::string& path) {
   std::vector<std::string> names;
-  h5::Handle g(H5_CHECK(H5Gopen2(parent, path.c_str(), H5P_DEFAULT)), H5Gclose);
+  io::h5::Handle g(H5_CHECK(H5Gopen2(parent, path.c_str(), H5P_DEFAULT)), H5Gclose);
   H5_CHECK(H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names));
   return names;
 }
 
 Row check(hid_t file, const std::string& path) {
-  h5::Handle d = h5::open_dataset(file, path);
-  const auto dims = h5::dataset_shape(d);
+  io::h5::Handle d = io::h5::open_dataset(file, path);
+  const auto dims = io::h5::dataset_shape(d);
   std::ostringstream shape;
   shape << "[";
   hsize_t n = 1;
@@ -52,20 +52,20 @@ Row check(hid_t file, const std::string& path) {
   std::vector<float> buf(n);
   H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
   const uint32_t crc = ckpt::crc_of(at::from_blob(buf.data(), {static_cast<int64_t>(n)}, at::kFloat));
-  const bool has = h5::has_attr(d, "crc32");
-  const bool ok = has && h5::read_attr_int(d, "crc32") == static_cast<int64_t>(crc);
+  const bool has = io::h5::has_attr(d, "crc32");
+  const bool ok = has && io::h5::read_attr_int(d, "crc32") == static_cast<int64_t>(crc);
   return {path, shape.str(), !has ? "no checksum" : ok ? "ok" : "CORRUPT"};
 }
 
 }  // namespace
 
-int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   InspectOptions o = parse_inspect(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
-  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-  h5::Handle f = h5::open_file(o.checkpoint);
+  std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
+  io::h5::Handle f = io::h5::open_file(o.checkpoint);
   const ckpt::CheckpointAttrs a = ckpt::read_attrs(f, o.checkpoint);  // refuses a foreign or newer file
   std::cout << o.checkpoint << "\n  format " << a.format_version << " | step " << a.step << " | loader epoch "
             << a.loader.epoch << " step " << a.loader.step << " | adam step " << a.adam_step << "\n  saved by "

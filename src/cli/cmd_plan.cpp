@@ -18,7 +18,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::cout << help;
     return 0;
   }
-  const Stopwatch clock;
+  const runtime::Stopwatch clock;
   const auto rows = plan::plan_rows(o.input);
   if (!o.csv.empty()) report::write_text(o.csv, plan::plan_csv(rows));
   if (!o.png.empty()) plan::plan_png(o.png, o.input, rows);

@@ -48,7 +48,7 @@ std::string device_line(bool use_cuda, int device) {
 // A group of ranks to sweep: the MPI communicator, and the backend's communicator over it.
 struct Scope {
   std::string name;
-  MpiComm mpi;
+  runtime::MpiComm mpi;
   std::unique_ptr<comm::Communicator> comm;
 };
 
@@ -57,11 +57,11 @@ Scope make_scope(const std::string& name, int color, int key, bool use_cuda) {
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
   MPI_Comm dup;  // the backend gets its own communicator; the scope's carries the timing reductions
   MPI_CHECK(MPI_Comm_dup(c, &dup));
-  Scope s{name, MpiComm(c), nullptr};
+  Scope s{name, runtime::MpiComm(c), nullptr};
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(MpiComm(dup), name, cuda::NcclComm::bootstrap(dup));
+  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(runtime::MpiComm(dup), name, cuda::NcclComm::bootstrap(dup));
 #endif
-  if (!s.comm) s.comm = std::make_unique<comm::MpiCommunicator>(MpiComm(dup), name);
+  if (!s.comm) s.comm = std::make_unique<comm::MpiCommunicator>(runtime::MpiComm(dup), name);
   return s;
 }
 
@@ -128,7 +128,7 @@ Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at:
 
 }  // namespace
 
-int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   PreflightOptions o = parse_preflight(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
@@ -229,7 +229,7 @@ int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env) {
   std::fflush(stdout);
   if (root && !o.json.empty()) {
     std::ofstream out(o.json);
-    if (!(out << fabric_json.dump(2) << "\n")) throw UsageError("--json " + o.json + " cannot be written; check the directory");
+    if (!(out << fabric_json.dump(2) << "\n")) throw runtime::UsageError("--json " + o.json + " cannot be written; check the directory");
   }
   if (root) {
     if (failures.empty()) std::cout << "preflight: PASS" << std::endl;

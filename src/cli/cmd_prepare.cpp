@@ -7,19 +7,19 @@
 
 namespace shardtrain::cli {
 
-int cmd_prepare(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_prepare(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   PrepareCliOptions o = parse_prepare(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
-  if (env.size() > 1) throw UsageError("prepare is a single-process step; run it without mpirun/srun or with -np 1");
+  if (env.size() > 1) throw runtime::UsageError("prepare is a single-process step; run it without mpirun/srun or with -np 1");
   // Checked before tokenizing, which can take long; run_prepare makes the missing directories.
-  for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output}, {"--val-output", val_output_path(o.prepare)}}) {
+  for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output}, {"--val-output", data::val_output_path(o.prepare)}}) {
     if (out.empty()) continue;
     if (const std::string why = probe_writable_file(out); !why.empty())
-      throw UsageError(std::string(opt) + ": cannot write " + out + ": " + why);
+      throw runtime::UsageError(std::string(opt) + ": cannot write " + out + ": " + why);
   }
-  const PrepareReport r = run_prepare(o.prepare);
-  std::cout << format_report(o.prepare, r) << std::flush;
+  const data::PrepareReport r = data::run_prepare(o.prepare);
+  std::cout << data::format_report(o.prepare, r) << std::flush;
   return 0;
 }
 

@@ -18,7 +18,7 @@ void draw(const fs::path& path, const report::ChartSpec& c) {
 
 }  // namespace
 
-int cmd_report(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_report(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   ReportOptions o = parse_report(args, &help);
   if (o.common.wants_help()) return print_help(help, env);

@@ -24,8 +24,8 @@ report::RunSteps read_run(const ScalingRun& run, std::vector<std::string>& notes
   report::RunData data;
   try {
     data = report::parse_metrics(report::read_text(run.metrics), run.metrics, notes);
-  } catch (const UsageError& e) {
-    throw UsageError(what + e.what());
+  } catch (const runtime::UsageError& e) {
+    throw runtime::UsageError(what + e.what());
   }
   report::RunSteps steps;
   steps.nodes = run.nodes;
@@ -36,14 +36,14 @@ report::RunSteps read_run(const ScalingRun& run, std::vector<std::string>& notes
     steps.mfu.push_back(s.mfu);
   }
   if (steps.tokens_per_s.empty())
-    throw UsageError(what + run.metrics +
+    throw runtime::UsageError(what + run.metrics +
                      ": no line has a numeric tokens_per_s; pass the JSONL that train --metrics-file wrote");
   return steps;
 }
 
 }  // namespace
 
-int cmd_scaling(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_scaling(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   ScalingOptions o = parse_scaling(args, &help);
   if (o.common.wants_help()) return print_help(help, env);

@@ -20,12 +20,12 @@
 
 namespace shardtrain::cli {
 
-int print_help(const std::string& text, const MpiEnv& env) {
+int print_help(const std::string& text, const runtime::MpiEnv& env) {
   if (env.rank() == 0) std::cout << text;
   return 0;
 }
 
-void setup_threads(int threads, const MpiEnv& env) {
+void setup_threads(int threads, const runtime::MpiEnv& env) {
   if (threads <= 0) {  // the launchers' binding (launch/bind-rank.sh) sets OMP_NUM_THREADS to the rank's cores
     const char* omp = std::getenv("OMP_NUM_THREADS");
     threads = omp ? std::atoi(omp) : 0;
@@ -39,8 +39,8 @@ void setup_threads(int threads, const MpiEnv& env) {
 
 namespace {
 
-LoaderConfig loader_config(const TrainConfig& t, const MpiEnv& env) {
-  LoaderConfig lc;
+data::LoaderConfig loader_config(const train::TrainConfig& t, const runtime::MpiEnv& env) {
+  data::LoaderConfig lc;
   lc.micro_batch = t.batch_size;
   lc.grad_accum = t.grad_accum;
   lc.seed = t.seed;
@@ -49,7 +49,7 @@ LoaderConfig loader_config(const TrainConfig& t, const MpiEnv& env) {
   return lc;
 }
 
-BannerFacts banner_facts(const EngineSetup& s, const DataLoader& loader, const TokenFile& train, const TokenFile* val) {
+BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader, const data::TokenFile& train, const data::TokenFile* val) {
   BannerFacts f;
   f.num_params = s.engine->model().num_params();
   f.global_batch = loader.global_batch();
@@ -70,12 +70,12 @@ BannerFacts banner_facts(const EngineSetup& s, const DataLoader& loader, const T
 }
 
 // The one line a stopped run ends with, and its exit code (docs/reliability.md).
-int stop_message(FitEnd end, const SignalVerdict& signal, const NonfiniteGuard& nonfinite, const MpiEnv& env) {
-  if (end == FitEnd::kStoppedNonFinite) {
+int stop_message(train::FitEnd end, const train::SignalVerdict& signal, const train::NonfiniteGuard& nonfinite, const runtime::MpiEnv& env) {
+  if (end == train::FitEnd::kStoppedNonFinite) {
     if (env.rank() == 0) std::cerr << "shardtrain: error: " << nonfinite.last_message() << std::endl;
-    return kExitNonFinite;
+    return runtime::kExitNonFinite;
   }
-  log::info("stopped by " + signal.reason + (signal.save ? " after a checkpoint" : " without a checkpoint") +
+  runtime::log::info("stopped by " + signal.reason + (signal.save ? " after a checkpoint" : " without a checkpoint") +
             "; exiting with code " + std::to_string(signal.exit_code) +
             (signal.save ? "; resume with --resume auto" : ""));
   return signal.exit_code;
@@ -83,57 +83,57 @@ int stop_message(FitEnd end, const SignalVerdict& signal, const NonfiniteGuard& 
 
 }  // namespace
 
-int cmd_train(const std::vector<std::string>& args, MpiEnv& env) {
+int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   TrainOptions o = parse_train(args, &help);
   if (o.common.wants_help()) return print_help(help, env);
   // Build: data, engine, optimizer, and the loop's components.
-  install_stop_signals(!o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
+  runtime::install_stop_signals(!o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
+  runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
   check_writable_outputs(o, env);
   std::string checked_train, checked_val;
   auto train = open_token_file("--data", o.data, o.model, env, &checked_train);
   auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
-  log::info(start_line(o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
+  runtime::log::info(start_line(o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
   for (const auto& line : {checked_train, checked_val})
-    if (!line.empty()) log::info(line);
-  auto accuracy = load_accuracy_task(o.accuracy, o.model);
+    if (!line.empty()) runtime::log::info(line);
+  auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed);
   fsdp::FsdpEngine& engine = *setup.engine;
   o.fsdp = engine.config();  // as resolved for the device (--param-dtype auto), for the banner
   o.train.peak_tflops = hw::resolve_peak_tflops(o.train.peak_tflops, setup.device.name);
-  Optimizer optimizer = fsdp::make_optimizer(engine, o.optim);
-  DataLoader loader(*train, loader_config(o.train, env));
+  optim::Optimizer optimizer = fsdp::make_optimizer(engine, o.optim);
+  data::DataLoader loader(*train, loader_config(o.train, env));
   const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);
-  log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device, banner_facts(setup, loader, *train, val.get())));
-  const FaultInjector faults(o.faults, env.rank());
+  runtime::log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device, banner_facts(setup, loader, *train, val.get())));
+  const train::FaultInjector faults(o.faults, env.rank());
   faults.after_setup();
   o.ckpt.base_weights = o.weights;
   ckpt::Manager checkpoints(o.ckpt, engine, optimizer, nlohmann::json{{"args", o.args}});
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);
   const int64_t start = resumed ? resumed->step : 0;
-  Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size, o.train.val_batches, o.train.val_every);
-  SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);
-  NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
-  MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start);
+  train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size, o.train.val_batches, o.train.val_every);
+  train::SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);
+  train::NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
+  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start);
   auto watchdog = obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
-  StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(), engine.device().is_cuda());
-  TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite, profiler};
+  train::StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(), engine.device().is_cuda());
+  train::TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite, profiler};
   // Fit.
-  const FitEnd end = fit(o.train, o.optim, components, start);
+  const train::FitEnd end = train::fit(o.train, o.optim, components, start);
   watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats
-  if (end != FitEnd::kCompleted) return stop_message(end, signals.last(), nonfinite, env);
+  if (end != train::FitEnd::kCompleted) return stop_message(end, signals.last(), nonfinite, env);
   // Export.
   if (!o.save_model.empty()) {
     if (engine.lora() && !o.merge_lora) {
       export_peft(o.save_model, engine, o.weights, env.rank(), train_tokenizer(o));
-      log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
+      runtime::log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
     } else {
       export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
-      log::info("saved " + std::string(engine.lora() ? "the merged model" : "model") + " to " + o.save_model);
+      runtime::log::info("saved " + std::string(engine.lora() ? "the merged model" : "model") + " to " + o.save_model);
     }
   }
   return 0;

@@ -6,7 +6,7 @@
 
 namespace shardtrain::cli {
 
-DeviceChoice choose_device(const std::string& spec, const MpiEnv& env) {
+DeviceChoice choose_device(const std::string& spec, const runtime::MpiEnv& env) {
   DeviceChoice d;
 #ifdef SHARDTRAIN_HAVE_CUDA
   const int gpus = cuda::device_count();
@@ -16,7 +16,7 @@ DeviceChoice choose_device(const std::string& spec, const MpiEnv& env) {
   const char* why = " (this build has no CUDA: nvcc and nccl.h were not found at configure time)";
 #endif
   if (spec == "cuda" && gpus == 0)
-    throw UsageError("--device cuda: no CUDA device is visible on " + env.host() + why + "; use --device cpu");
+    throw runtime::UsageError("--device cuda: no CUDA device is visible on " + env.host() + why + "; use --device cpu");
   if (spec == "cpu" || gpus == 0) return d;
   d.cuda = true;
   d.index = env.topology().local_rank % gpus;

@@ -11,17 +11,17 @@
 
 namespace shardtrain::cli {
 
-EngineSetup::EngineSetup(const ModelConfig& model, const fsdp::FsdpConfig& cfg, MpiEnv& env, const std::string& path,
+EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg, runtime::MpiEnv& env, const std::string& path,
                          uint64_t seed, const std::string& lora_dir)
     : device(choose_device(cfg.device, env)),
       groups(fsdp::make_process_groups(cfg, env.topology(), device.cuda, env.host())),
-      weights(path.empty() ? nullptr : std::make_unique<SafetensorsModel>(path)),
-      adapter(lora_dir.empty() ? nullptr : std::make_unique<SafetensorsModel>(lora_dir + "/adapter_model.safetensors")) {
+      weights(path.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(path)),
+      adapter(lora_dir.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(lora_dir + "/adapter_model.safetensors")) {
   if (weights) {  // every rank reads the same headers, so every rank throws alike
     try {
-      check_weights(model, *weights);
-    } catch (const UsageError& e) {
-      throw AgreedUsageError(e.what());
+      model::check_weights(model, *weights);
+    } catch (const runtime::UsageError& e) {
+      throw runtime::AgreedUsageError(e.what());
     }
   }
   const at::Device dev = device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
@@ -31,7 +31,7 @@ EngineSetup::EngineSetup(const ModelConfig& model, const fsdp::FsdpConfig& cfg, 
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device.cuda) cuda::reset_peak_memory(device.index);  // peaks count training, not the build
 #endif
-  if (weights) log::info("loaded " + std::to_string(weights->bytes_read()) + " bytes of weights from " + path);
+  if (weights) runtime::log::info("loaded " + std::to_string(weights->bytes_read()) + " bytes of weights from " + path);
 }
 
 }  // namespace shardtrain::cli

@@ -11,16 +11,16 @@ namespace fs = std::filesystem;
 namespace shardtrain::cli {
 
 void merge_adapters(std::map<std::string, at::Tensor>& full, const std::map<std::string, at::Tensor>& adapters,
-                    const ModelConfig& model, const LoraConfig& lora) {
+                    const model::ModelConfig& model, const model::LoraConfig& lora) {
   for (int64_t i = 0; i < model.num_layers; ++i)
-    for (Proj p : kProjections) {
+    for (model::Proj p : model::kProjections) {
       if (!lora.targets_proj(p)) continue;
-      auto& w = full.at(proj_weight_name(i, p));
-      w = merge_lora(w, adapters.at(lora_name(i, p, 'A')), adapters.at(lora_name(i, p, 'B')), lora.scale());
+      auto& w = full.at(model::proj_weight_name(i, p));
+      w = model::merge_lora(w, adapters.at(model::lora_name(i, p, 'A')), adapters.at(model::lora_name(i, p, 'B')), lora.scale());
     }
 }
 
-nlohmann::json peft_adapter_config(const LoraConfig& lora, const std::string& base) {
+nlohmann::json peft_adapter_config(const model::LoraConfig& lora, const std::string& base) {
   // The keys PEFT's LoraConfig needs for a plain LoRA on a causal LM; the rest take its defaults.
   return {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"base_model_name_or_path", base},
           {"r", lora.rank}, {"lora_alpha", lora.alpha}, {"lora_dropout", lora.dropout},
@@ -34,10 +34,10 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
                  const TokenizerSource& tokenizer) {
   const auto adapters = engine.full_adapters();  // collective
   if (rank != 0) return;
-  NamedTensors named;
-  for (const auto& spec : engine.trainable_specs()) named.emplace_back(peft_key(spec.name), adapters.at(spec.name));
+  io::NamedTensors named;
+  for (const auto& spec : engine.trainable_specs()) named.emplace_back(model::peft_key(spec.name), adapters.at(spec.name));
   fs::create_directories(dir);
-  write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), named, {{"format", "pt"}});
+  io::write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), named, {{"format", "pt"}});
   std::ofstream(fs::path(dir) / "adapter_config.json") << peft_adapter_config(engine.config().lora, base).dump(2) << "\n";
   write_tokenizer_files(dir, tokenizer, engine.model(), /*full_model=*/false);
 }

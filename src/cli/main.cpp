@@ -15,12 +15,12 @@
 using namespace shardtrain;
 
 int main(int argc, char** argv) {
-  std::unique_ptr<MpiEnv> env;
+  std::unique_ptr<runtime::MpiEnv> env;
   try {
     const std::string cmd = argc > 1 ? argv[1] : "";
     std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
     if (cmd == "plan") return cli::cmd_plan(args);  // arithmetic on one process: no MPI start-up
-    env = std::make_unique<MpiEnv>(&argc, &argv);
+    env = std::make_unique<runtime::MpiEnv>(&argc, &argv);
     args.assign(argv + std::min(argc, 2), argv + argc);
     if (cmd == "prepare") return cli::cmd_prepare(args, *env);
     if (cmd == "train") return cli::cmd_train(args, *env);
@@ -39,16 +39,16 @@ int main(int argc, char** argv) {
       if (!env || env->rank() == 0) std::cout << cli::top_level_help();
       return cmd.empty() ? 2 : 0;
     }
-    throw UsageError("unknown command '" + cmd + "'; run 'shardtrain --help' for the list");
-  } catch (const AgreedUsageError& e) {  // thrown on every rank: one line, then exit 2 together
+    throw runtime::UsageError("unknown command '" + cmd + "'; run 'shardtrain --help' for the list");
+  } catch (const runtime::AgreedUsageError& e) {  // thrown on every rank: one line, then exit 2 together
     if (!env || env->rank() == 0) std::cerr << "shardtrain: error: " << e.what() << std::endl;
     if (env) MPI_Barrier(MPI_COMM_WORLD);
-    MpiEnv::abort(2);
-  } catch (const UsageError& e) {
+    runtime::MpiEnv::abort(2);
+  } catch (const runtime::UsageError& e) {
     std::cerr << "shardtrain: error: " << e.what() << std::endl;
-    MpiEnv::abort(2);
+    runtime::MpiEnv::abort(2);
   } catch (const std::exception& e) {
-    std::cerr << "shardtrain: fatal: " << e.what() << " (" << shardtrain::detail::identity() << ")" << std::endl;
-    MpiEnv::abort(1);
+    std::cerr << "shardtrain: fatal: " << e.what() << " (" << shardtrain::runtime::detail::identity() << ")" << std::endl;
+    runtime::MpiEnv::abort(1);
   }
 }

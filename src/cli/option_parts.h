@@ -20,7 +20,7 @@ struct ModelArgs {
 po::options_description common_desc(CommonOptions& c);
 po::options_description model_desc(ModelArgs& m);
 // The model config: `from` (a checkpoint's) or --model / --weights' config.json, then the overrides.
-ModelConfig resolve(const ModelArgs& m, const ModelConfig* from = nullptr);
+model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from = nullptr);
 // eval and generate refuse to run a random model: they need --weights.
 void require_weights(const std::string& command, const ModelArgs& m);
 // train's model and weights: as given, or, when resuming without either, the checkpoint's.
@@ -29,8 +29,8 @@ void resolve_train_model(TrainOptions& o, const ModelArgs& m);
 struct AccuracyArgs {
   std::string format = "auto";
 };
-po::options_description accuracy_desc(AccuracyConfig& a, AccuracyArgs& raw);
-void check_accuracy(AccuracyConfig& a, const AccuracyArgs& raw);
+po::options_description accuracy_desc(train::AccuracyConfig& a, AccuracyArgs& raw);
+void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw);
 
 // The sharding group shared by train, eval and generate (training adds the backward's options).
 struct FsdpArgs {
@@ -46,10 +46,10 @@ struct LoraArgs {
   std::string targets = "q_proj,v_proj";
   bool merge = false;
 };
-po::options_description lora_desc(LoraConfig& l, LoraArgs& raw);
-void check_lora(LoraConfig& l, const LoraArgs& raw);
+po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw);
+void check_lora(model::LoraConfig& l, const LoraArgs& raw);
 // eval/generate --lora DIR: the settings of a PEFT adapter (adapter_config.json); dropout 0.
-LoraConfig read_adapter_config(const std::string& dir);
+model::LoraConfig read_adapter_config(const std::string& dir);
 
 void require_file(const std::string& opt, const std::string& path);
 // A double option with its default shown in --help as one types it (1e-4, 0.95), not as Boost's
@@ -69,14 +69,14 @@ at::ScalarType parse_dtype(const std::string& s, const char* opt);
 void check_threads(const CommonOptions& c);
 
 po::options_description observability_desc(obs::ObsConfig& o);
-void check_debug_sleep(FaultConfig& f, const std::string& debug_sleep);  // RANK:STEP:SECONDS
+void check_debug_sleep(train::FaultConfig& f, const std::string& debug_sleep);  // RANK:STEP:SECONDS
 
 // train's --on-signal, --on-nonfinite and --max-nonfinite-steps.
 struct RunControlArgs {
   std::string on_signal = "continue", on_nonfinite = "stop";
 };
-po::options_description run_control_desc(TrainConfig& t, RunControlArgs& raw);
-void check_run_control(TrainConfig& t, const RunControlArgs& raw);
-void check_debug_nan(FaultConfig& f, const std::string& spec);  // RANK:STEP[:nan|inf]
+po::options_description run_control_desc(train::TrainConfig& t, RunControlArgs& raw);
+void check_run_control(train::TrainConfig& t, const RunControlArgs& raw);
+void check_debug_nan(train::FaultConfig& f, const std::string& spec);  // RANK:STEP[:nan|inf]
 
 }  // namespace shardtrain::cli::parts

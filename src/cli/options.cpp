@@ -28,7 +28,7 @@ po::options_description common_desc(CommonOptions& c) {
 
 po::options_description model_desc(ModelArgs& m) {
   std::string presets;
-  for (const auto& n : model_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  for (const auto& n : model::model_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   po::options_description d("Model");
   d.add_options()("model", po::value(&m.spec),
                   ("preset (" + presets + ") or a Hugging Face config.json / model directory "
@@ -44,7 +44,7 @@ po::options_description model_desc(ModelArgs& m) {
   return d;
 }
 
-ModelConfig resolve(const ModelArgs& m, const ModelConfig* from) {
+model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from) {
   std::string spec = m.spec;
   if (spec.empty()) {  // --weights DIR (or a file in it) with its config.json names the model
     const fs::path w(m.weights);
@@ -52,7 +52,7 @@ ModelConfig resolve(const ModelArgs& m, const ModelConfig* from) {
     const fs::path dir = fs::is_directory(w, ec) ? w : w.parent_path();
     spec = !m.weights.empty() && fs::exists(dir / "config.json", ec) ? dir.string() : "tiny";
   }
-  ModelConfig c = from ? *from : resolve_model(spec);
+  model::ModelConfig c = from ? *from : model::resolve_model(spec);
   if (m.n_layers) c.num_layers = m.n_layers;
   if (m.hidden) c.hidden_size = m.hidden;
   if (m.inter) c.intermediate_size = m.inter;
@@ -66,7 +66,7 @@ ModelConfig resolve(const ModelArgs& m, const ModelConfig* from) {
 
 void require_weights(const std::string& command, const ModelArgs& m) {
   if (m.weights.empty())
-    throw UsageError(command + " needs --weights (a Hugging Face model directory, safetensors file or index): a randomly "
+    throw runtime::UsageError(command + " needs --weights (a Hugging Face model directory, safetensors file or index): a randomly "
                      "initialized model's " + (command == "eval" ? "loss" : "text") + " means nothing. For a checkpoint, "
                      "export it first: shardtrain convert --input CHECKPOINT_DIR --output MODEL_DIR");
 }
@@ -91,13 +91,13 @@ void resolve_train_model(TrainOptions& o, const ModelArgs& m) {
       if (i + 1 < candidates.size()) continue;
       throw;
     }
-    const ModelConfig saved = model_from_hf_json(attrs.model_config, candidates[i]);
+    const model::ModelConfig saved = model::model_from_hf_json(attrs.model_config, candidates[i]);
     o.model = resolve(m, &saved);
     o.model_from = "checkpoint " + candidates[i];
     o.resume_checkpoint = candidates[i];
     if (attrs.lora_rank == 0) return;
     if (o.fsdp.lora.rank != attrs.lora_rank)
-      throw UsageError("--resume: " + candidates[i] + " was trained with LoRA (--lora-rank " +
+      throw runtime::UsageError("--resume: " + candidates[i] + " was trained with LoRA (--lora-rank " +
                        std::to_string(attrs.lora_rank) + " --lora-alpha " + round_trip(attrs.lora_alpha) +
                        " --lora-targets " + attrs.lora_targets + "); pass the same --lora-* options to resume it");
     o.weights = attrs.base_weights;
@@ -108,7 +108,7 @@ void resolve_train_model(TrainOptions& o, const ModelArgs& m) {
 void require_file(const std::string& opt, const std::string& path) {
   std::error_code ec;
   if (!path.empty() && !fs::exists(path, ec))
-    throw UsageError(opt + ": " + path + (ec ? ": " + ec.message() : " does not exist"));
+    throw runtime::UsageError(opt + ": " + path + (ec ? ": " + ec.message() : " does not exist"));
 }
 
 namespace {
@@ -139,7 +139,7 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
     if (vm.count("config")) {
       const auto path = vm["config"].as<std::string>();
       std::ifstream in(path);
-      if (!in) throw UsageError("--config: cannot open " + path);
+      if (!in) throw runtime::UsageError("--config: cannot open " + path);
       std::ostringstream text;
       text << in.rdbuf();
       placeholder = placeholder || has_placeholder(text.str());
@@ -151,11 +151,11 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
     po::notify(vm);
   } catch (const po::error_with_option_name& e) {
     if (placeholder)
-      throw UsageError("option '" + e.get_option_name() + "' is unknown or has a bad value (its text holds a %...% sequence); see --help");
-    if (dynamic_cast<const po::unknown_option*>(&e)) throw UsageError(unknown_option_message(e.get_option_name(), all, config_path));
-    throw UsageError(e.what());
+      throw runtime::UsageError("option '" + e.get_option_name() + "' is unknown or has a bad value (its text holds a %...% sequence); see --help");
+    if (dynamic_cast<const po::unknown_option*>(&e)) throw runtime::UsageError(unknown_option_message(e.get_option_name(), all, config_path));
+    throw runtime::UsageError(e.what());
   } catch (const po::error& e) {
-    throw UsageError(e.what());
+    throw runtime::UsageError(e.what());
   }
 }
 
@@ -198,19 +198,19 @@ void positive(const char* opt, double v, const char* hint) {
   if (!(v > 0)) {
     std::ostringstream os;
     os << opt << " must be positive, got " << v << "; " << hint;
-    throw UsageError(os.str());
+    throw runtime::UsageError(os.str());
   }
 }
 
 at::ScalarType parse_dtype(const std::string& s, const char* opt) {
   if (s == "fp32" || s == "float32") return at::kFloat;
   if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
-  throw UsageError(std::string(opt) + " must be fp32 or bf16" + (std::string(opt) == "--param-dtype" ? " (or auto)" : "") +
+  throw runtime::UsageError(std::string(opt) + " must be fp32 or bf16" + (std::string(opt) == "--param-dtype" ? " (or auto)" : "") +
                    ", got '" + s + "'");
 }
 
 void check_threads(const CommonOptions& c) {
-  if (c.threads < 0) throw UsageError("--threads must be >= 0 (0: all of this rank's cores)");
+  if (c.threads < 0) throw runtime::UsageError("--threads must be >= 0 (0: all of this rank's cores)");
 }
 
 po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training) {
@@ -243,7 +243,7 @@ int64_t parse_loss_chunk(const std::string& v) {
   char* end = nullptr;
   const long long n = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end != '\0' || n < 1 || n > (1ll << 40))
-    throw UsageError("--loss-chunk must be auto, off or a number of tokens >= 1, got '" + v + "'");
+    throw runtime::UsageError("--loss-chunk must be auto, off or a number of tokens >= 1, got '" + v + "'");
   return n;
 }
 
@@ -256,7 +256,7 @@ void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
   f.validate();
 }
 
-po::options_description accuracy_desc(AccuracyConfig& a, AccuracyArgs& raw) {
+po::options_description accuracy_desc(train::AccuracyConfig& a, AccuracyArgs& raw) {
   po::options_description d("Task accuracy (exact match by greedy generation)");
   d.add_options()("accuracy-file", po::value(&a.file), "JSONL with prompts and reference answers (alpaca or samsum)")(
       "tokenizer", po::value(&a.tokenizer), "SentencePiece tokenizer.model (needed with --accuracy-file; train's --save-model export also carries it)")(
@@ -266,13 +266,13 @@ po::options_description accuracy_desc(AccuracyConfig& a, AccuracyArgs& raw) {
   return d;
 }
 
-void check_accuracy(AccuracyConfig& a, const AccuracyArgs& raw) {
-  a.format = parse_format(raw.format);
-  if (a.format == DataFormat::kText) throw UsageError("--accuracy-format text has no answers to match; use alpaca or samsum");
+void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw) {
+  a.format = data::parse_format(raw.format);
+  if (a.format == data::DataFormat::kText) throw runtime::UsageError("--accuracy-format text has no answers to match; use alpaca or samsum");
   require_file("--accuracy-file", a.file);
   require_file("--tokenizer", a.tokenizer);
-  if (!a.file.empty() && a.tokenizer.empty()) throw UsageError("--accuracy-file needs --tokenizer (the model's tokenizer.model)");
-  if (a.samples < 0) throw UsageError("--accuracy-samples must be >= 0");
+  if (!a.file.empty() && a.tokenizer.empty()) throw runtime::UsageError("--accuracy-file needs --tokenizer (the model's tokenizer.model)");
+  if (a.samples < 0) throw runtime::UsageError("--accuracy-samples must be >= 0");
   positive("--max-new-tokens", static_cast<double>(a.max_new_tokens), "use 1 or more");
 }
 
@@ -360,7 +360,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   require_file("--data", o.data);
   require_file("--val-data", o.val_data);
   check_accuracy(o.accuracy, acc);
-  positive("--lr", op.schedule.base_lr, ("try " + round_trip(LrSchedule{}.base_lr) + " (the default) for fine-tuning").c_str());
+  positive("--lr", op.schedule.base_lr, ("try " + round_trip(optim::LrSchedule{}.base_lr) + " (the default) for fine-tuning").c_str());
   t.validate();
   op.validate();
   check_threads(o.common);
@@ -373,7 +373,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   check_debug_sleep(o.faults, debug_sleep);
   check_debug_nan(o.faults, debug_nan);
   o.args = args;
-  if (o.data.empty()) throw UsageError("--data is required: a token file made by 'shardtrain prepare'");
+  if (o.data.empty()) throw runtime::UsageError("--data is required: a token file made by 'shardtrain prepare'");
   return o;
 }
 
@@ -404,8 +404,8 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   check_accuracy(o.accuracy, acc);
   if (!o.lora.empty()) o.fsdp.lora = read_adapter_config(o.lora);
   if (o.data.empty() && o.accuracy.file.empty())
-    throw UsageError("nothing to evaluate: pass --data (loss) and/or --accuracy-file with --tokenizer (exact match)");
-  if (!o.save_logits.empty() && o.data.empty()) throw UsageError("--save-logits needs --data (the rows to run)");
+    throw runtime::UsageError("nothing to evaluate: pass --data (loss) and/or --accuracy-file with --tokenizer (exact match)");
+  if (!o.save_logits.empty() && o.data.empty()) throw runtime::UsageError("--save-logits needs --data (the rows to run)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
   check_threads(o.common);
   check_fsdp(o.fsdp, fa);

@@ -37,18 +37,18 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
     return o;
   }
   if (p.tokenizer.empty() || p.input.empty() || p.output.empty())
-    throw UsageError("prepare needs --tokenizer, --input and --output");
+    throw runtime::UsageError("prepare needs --tokenizer, --input and --output");
   require_file("--tokenizer", p.tokenizer);
   require_file("--input", p.input);
   require_file("--val-input", p.val_input);
-  p.format = parse_format(format);
-  if (mode != "packing" && mode != "padding") throw UsageError("--mode must be packing or padding, got '" + mode + "'");
+  p.format = data::parse_format(format);
+  if (mode != "packing" && mode != "padding") throw runtime::UsageError("--mode must be packing or padding, got '" + mode + "'");
   p.packing = mode == "packing";
-  if (p.seq_len < 2) throw UsageError("--seq-len must be at least 2, got " + std::to_string(p.seq_len));
-  if (p.val_fraction < 0 || p.val_fraction >= 1) throw UsageError("--val-fraction must be in [0, 1)");
-  if (p.val_fraction > 0 && !p.val_input.empty()) throw UsageError("use --val-fraction or --val-input, not both");
-  if (p.show_bad < 0) throw UsageError("--show-bad must be >= 0");
-  if (!p.val_output.empty() && p.val_output == p.output) throw UsageError("--val-output must differ from --output");
+  if (p.seq_len < 2) throw runtime::UsageError("--seq-len must be at least 2, got " + std::to_string(p.seq_len));
+  if (p.val_fraction < 0 || p.val_fraction >= 1) throw runtime::UsageError("--val-fraction must be in [0, 1)");
+  if (p.val_fraction > 0 && !p.val_input.empty()) throw runtime::UsageError("use --val-fraction or --val-input, not both");
+  if (p.show_bad < 0) throw runtime::UsageError("--show-bad must be >= 0");
+  if (!p.val_output.empty() && p.val_output == p.output) throw runtime::UsageError("--val-output must differ from --output");
   return o;
 }
 
@@ -78,14 +78,14 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   require_weights("generate", m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
-  if (o.tokenizer.empty()) throw UsageError("generate needs --tokenizer (the model's tokenizer.model)");
+  if (o.tokenizer.empty()) throw runtime::UsageError("generate needs --tokenizer (the model's tokenizer.model)");
   require_file("--tokenizer", o.tokenizer);
-  if (o.prompts.empty()) throw UsageError("generate needs at least one --prompt");
+  if (o.prompts.empty()) throw runtime::UsageError("generate needs at least one --prompt");
   if (o.template_name != "none" && o.template_name != "alpaca")
-    throw UsageError("--template must be none or alpaca, got '" + o.template_name + "'");
+    throw runtime::UsageError("--template must be none or alpaca, got '" + o.template_name + "'");
   positive("--max-new-tokens", static_cast<double>(o.max_new_tokens), "use 1 or more");
-  if (o.temperature < 0) throw UsageError("--temperature must be >= 0 (0 is greedy)");
-  if (!(o.top_p > 0 && o.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
+  if (o.temperature < 0) throw runtime::UsageError("--temperature must be >= 0 (0 is greedy)");
+  if (!(o.top_p > 0 && o.top_p <= 1)) throw runtime::UsageError("--top-p must be in (0, 1]");
   check_threads(o.common);
   if (!o.lora.empty()) o.fsdp.lora = read_adapter_config(o.lora);
   check_fsdp(o.fsdp, fa);
@@ -112,7 +112,7 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
     if (help_text) *help_text = usage_text(o.common, "Usage: [mpirun -np N] shardtrain convert --input A --output B", all);
     return o;
   }
-  if (o.input.empty() || o.output.empty()) throw UsageError("convert needs --input and --output");
+  if (o.input.empty() || o.output.empty()) throw runtime::UsageError("convert needs --input and --output");
   require_file("--input", o.input);
   o.from_checkpoint = is_checkpoint_input(o.input);
   if (o.from_checkpoint) o.input = ckpt::resolve_checkpoint(o.input, "--input");
@@ -129,7 +129,7 @@ bool is_checkpoint_input(const std::string& path) {
   if (!fs::is_directory(p, ec)) return p.extension() == ".h5" || p.filename() == "latest";
   if (fs::exists(p / "config.json", ec)) return false;  // a Hugging Face model directory
   if (ckpt::holds_checkpoints(path)) return true;
-  throw UsageError("--input " + path + " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
+  throw runtime::UsageError("--input " + path + " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
                    "directory (no latest or step-*.h5); pass one of those or a step-N.h5 file");
 }
 
@@ -146,7 +146,7 @@ InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* 
     if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain inspect CHECKPOINT_DIR | CHECKPOINT.h5", all);
     return o;
   }
-  if (o.checkpoint.empty()) throw UsageError("inspect needs a checkpoint: shardtrain inspect DIR (its latest) or DIR/step-N.h5");
+  if (o.checkpoint.empty()) throw runtime::UsageError("inspect needs a checkpoint: shardtrain inspect DIR (its latest) or DIR/step-N.h5");
   o.checkpoint = ckpt::resolve_checkpoint(o.checkpoint, "inspect");
   return o;
 }

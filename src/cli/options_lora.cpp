@@ -10,7 +10,7 @@ namespace fs = std::filesystem;
 
 namespace shardtrain::cli::parts {
 
-po::options_description lora_desc(LoraConfig& l, LoraArgs& raw) {
+po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw) {
   po::options_description d("LoRA (parameter-efficient fine-tuning; the base stays frozen)");
   d.add_options()("lora-rank", po::value(&l.rank)->default_value(l.rank), "adapter rank r (0: off, full fine-tuning)")(
       "lora-alpha", real(&l.alpha, 32.0), "scaling alpha; the adapter's output is scaled by alpha/r")(
@@ -21,27 +21,27 @@ po::options_description lora_desc(LoraConfig& l, LoraArgs& raw) {
   return d;
 }
 
-void check_lora(LoraConfig& l, const LoraArgs& raw) {
-  l.targets = parse_lora_targets(raw.targets);
+void check_lora(model::LoraConfig& l, const LoraArgs& raw) {
+  l.targets = model::parse_lora_targets(raw.targets);
   l.validate();
-  if (raw.merge && !l.enabled()) throw UsageError("--merge-lora needs --lora-rank > 0");
+  if (raw.merge && !l.enabled()) throw runtime::UsageError("--merge-lora needs --lora-rank > 0");
 }
 
-LoraConfig read_adapter_config(const std::string& dir) {
+model::LoraConfig read_adapter_config(const std::string& dir) {
   const fs::path cfg = fs::path(dir) / "adapter_config.json", weights = fs::path(dir) / "adapter_model.safetensors";
   std::error_code ec;
   if (!fs::exists(cfg, ec) || !fs::exists(weights, ec))
-    throw UsageError("--lora: " + dir + " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
+    throw runtime::UsageError("--lora: " + dir + " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
   nlohmann::json j;
   try {
     std::ifstream(cfg) >> j;
   } catch (const std::exception& e) {
-    throw UsageError("--lora: cannot parse " + cfg.string() + ": " + e.what());
+    throw runtime::UsageError("--lora: cannot parse " + cfg.string() + ": " + e.what());
   }
   if (j.value("peft_type", "") != "LORA" || j.value("use_dora", false) || j.value("use_rslora", false) ||
       !j.value("rank_pattern", nlohmann::json::object()).empty() || !j.value("alpha_pattern", nlohmann::json::object()).empty())
-    throw UsageError("--lora: " + cfg.string() + " is not a plain LoRA adapter (peft_type LORA, no DoRA/rsLoRA/patterns)");
-  LoraConfig l;
+    throw runtime::UsageError("--lora: " + cfg.string() + " is not a plain LoRA adapter (peft_type LORA, no DoRA/rsLoRA/patterns)");
+  model::LoraConfig l;
   l.rank = j.at("r").get<int64_t>();
   l.alpha = j.at("lora_alpha").get<double>();
   l.dropout = 0;  // inference
@@ -49,9 +49,9 @@ LoraConfig read_adapter_config(const std::string& dir) {
   for (const auto& t : j.at("target_modules")) l.targets.push_back(t.get<std::string>());
   // PEFT stores the targets as a set; shardtrain's order is the layer's.
   std::vector<std::string> ordered;
-  for (Proj p : kProjections)
-    if (std::find(l.targets.begin(), l.targets.end(), proj_name(p)) != l.targets.end()) ordered.push_back(proj_name(p));
-  if (ordered.size() != l.targets.size()) throw UsageError("--lora: " + cfg.string() + " targets modules shardtrain does not know");
+  for (model::Proj p : model::kProjections)
+    if (std::find(l.targets.begin(), l.targets.end(), model::proj_name(p)) != l.targets.end()) ordered.push_back(model::proj_name(p));
+  if (ordered.size() != l.targets.size()) throw runtime::UsageError("--lora: " + cfg.string() + " targets modules shardtrain does not know");
   l.targets = ordered;
   l.validate();
   return l;

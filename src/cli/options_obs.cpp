@@ -21,12 +21,12 @@ po::options_description observability_desc(obs::ObsConfig& o) {
   return d;
 }
 
-void check_debug_sleep(FaultConfig& f, const std::string& debug_sleep) {
+void check_debug_sleep(train::FaultConfig& f, const std::string& debug_sleep) {
   if (debug_sleep.empty()) return;
   char extra = 0;
   if (std::sscanf(debug_sleep.c_str(), "%d:%d:%lf%c", &f.sleep_rank, &f.sleep_step, &f.sleep_seconds, &extra) != 3 ||
       f.sleep_rank < 0 || f.sleep_step < 0 || f.sleep_seconds <= 0)
-    throw UsageError("--debug-sleep '" + debug_sleep + "' must be RANK:STEP:SECONDS, e.g. 1:3:30 (STEP 0: every step)");
+    throw runtime::UsageError("--debug-sleep '" + debug_sleep + "' must be RANK:STEP:SECONDS, e.g. 1:3:30 (STEP 0: every step)");
 }
 
 }  // namespace shardtrain::cli::parts

@@ -22,10 +22,10 @@ std::vector<int> parse_nodes(const std::string& csv) {
       used = 0;
     }
     if (used == 0 || used != item.size() || n < 1)
-      throw UsageError("--nodes '" + csv + "' must be node counts >= 1 separated by commas, e.g. 1,2,4,8,16");
+      throw runtime::UsageError("--nodes '" + csv + "' must be node counts >= 1 separated by commas, e.g. 1,2,4,8,16");
     out.push_back(n);
   }
-  if (out.empty()) throw UsageError("--nodes is empty; give node counts such as 1,2,4,8,16");
+  if (out.empty()) throw runtime::UsageError("--nodes is empty; give node counts such as 1,2,4,8,16");
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -80,14 +80,14 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
                               o.common.help_all ? all : visible);
     return o;
   }
-  if (m.spec.empty() && m.weights.empty()) throw UsageError("--model is required: a preset such as llama2-7b, or a config.json");
+  if (m.spec.empty() && m.weights.empty()) throw runtime::UsageError("--model is required: a preset such as llama2-7b, or a config.json");
   in.model = resolve(m);
   in.gpu = plan::gpu_spec(gpu);
-  if (gpu_memory_gb < 0) throw UsageError("--gpu-memory-gb must be >= 0");
+  if (gpu_memory_gb < 0) throw runtime::UsageError("--gpu-memory-gb must be >= 0");
   if (gpu_memory_gb > 0) in.gpu.memory_bytes = gpu_memory_gb * 1e9;
   in.allowances = !no_allowances;
   in.fsdp.loss_chunk = parse_loss_chunk(loss_chunk);
-  if (in.gpus_per_node < 1) throw UsageError("--gpus-per-node must be >= 1");
+  if (in.gpus_per_node < 1) throw runtime::UsageError("--gpus-per-node must be >= 1");
   in.nodes = parse_nodes(nodes);
   if (strategy == "all") {
     using fsdp::Sharding;
@@ -96,22 +96,22 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   } else {
     try {
       in.strategies = {fsdp::parse_sharding(strategy)};
-    } catch (const UsageError&) {
-      throw UsageError("--strategy '" + strategy + "' is unknown; use all, full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2");
+    } catch (const runtime::UsageError&) {
+      throw runtime::UsageError("--strategy '" + strategy + "' is unknown; use all, full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2");
     }
   }
-  if (in.fsdp.shard_group_size < 0) throw UsageError("--shard-group-size must be >= 0 (0: one node)");
+  if (in.fsdp.shard_group_size < 0) throw runtime::UsageError("--shard-group-size must be >= 0 (0: one node)");
   positive("--seq-len", static_cast<double>(in.seq_len), "tokens per row");
   positive("--batch-size", static_cast<double>(in.batch_size), "rows per rank per micro-batch");
   positive("--grad-accum", static_cast<double>(in.grad_accum), "micro-batches per step");
   if (in.seq_len > in.model.max_position_embeddings)
-    throw UsageError("--seq-len " + std::to_string(in.seq_len) + " exceeds the model's max_position_embeddings (" +
+    throw runtime::UsageError("--seq-len " + std::to_string(in.seq_len) + " exceeds the model's max_position_embeddings (" +
                      std::to_string(in.model.max_position_embeddings) + ")");
-  if (in.fsdp.max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be >= 1");
-  if (!(in.default_mfu > 0 && in.default_mfu <= 1)) throw UsageError("--mfu must be in (0, 1]");
+  if (in.fsdp.max_inflight_gathers < 1) throw runtime::UsageError("--max-inflight-gathers must be >= 1");
+  if (!(in.default_mfu > 0 && in.default_mfu <= 1)) throw runtime::UsageError("--mfu must be in (0, 1]");
   in.fsdp.param_dtype = parse_dtype(param_dtype, "--param-dtype");
   in.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
-  if (in.fsdp.no_sync_accumulation && in.grad_accum < 2) throw UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
+  if (in.fsdp.no_sync_accumulation && in.grad_accum < 2) throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
   check_lora(in.fsdp.lora, lora);
   in.fabric = plan::load_fabric(fabric);
   if (!calibrate.empty()) in.calibration = plan::read_calibration(calibrate);

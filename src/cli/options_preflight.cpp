@@ -19,9 +19,9 @@ int64_t parse_bytes(const std::string& s, const char* opt) {
   const double mult = unit.empty() || unit == "B" ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
                     : unit == "G" ? 1073741824.0 : -1;
   if (used == 0 || mult < 0 || !(v > 0))  // !(v > 0): NaN too
-    throw UsageError(std::string(opt) + " '" + s + "' is not a size; write bytes with an optional K, M or G (e.g. 1M)");
+    throw runtime::UsageError(std::string(opt) + " '" + s + "' is not a size; write bytes with an optional K, M or G (e.g. 1M)");
   if (!(v * mult < 0x1p50))  // 1 PiB; beyond int64 the cast would be undefined (found by fuzz_options)
-    throw UsageError(std::string(opt) + " '" + s + "' is too large; a collective of at most 1 PiB (e.g. 1G)");
+    throw runtime::UsageError(std::string(opt) + " '" + s + "' is too large; a collective of at most 1 PiB (e.g. 1G)");
   return static_cast<int64_t>(v * mult);
 }
 
@@ -50,22 +50,22 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
     return o;
   }
   fsdp::check_device_option(o.device);
-  if (o.min_busbw < 0) throw UsageError("--min-busbw must be >= 0 (GB/s)");
+  if (o.min_busbw < 0) throw runtime::UsageError("--min-busbw must be >= 0 (GB/s)");
   o.min_bytes = parse_bytes(min_b, "--min-bytes");
   o.max_bytes = parse_bytes(max_b, "--max-bytes");
-  if (o.max_bytes < o.min_bytes) throw UsageError("--max-bytes must be >= --min-bytes");
-  if (o.step_factor < 2) throw UsageError("--step-factor must be 2 or more");
-  if (o.iters < 1 || o.warmup < 0) throw UsageError("--iters must be >= 1 and --warmup >= 0");
-  if (o.ranks_per_node < 0) throw UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
+  if (o.max_bytes < o.min_bytes) throw runtime::UsageError("--max-bytes must be >= --min-bytes");
+  if (o.step_factor < 2) throw runtime::UsageError("--step-factor must be 2 or more");
+  if (o.iters < 1 || o.warmup < 0) throw runtime::UsageError("--iters must be >= 1 and --warmup >= 0");
+  if (o.ranks_per_node < 0) throw runtime::UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
   o.ops.clear();
   std::stringstream ss(ops);
   for (std::string op; std::getline(ss, op, ',');) {
     if (op != "all_gather" && op != "reduce_scatter" && op != "all_reduce")
-      throw UsageError("--ops: unknown collective '" + op + "'; use all_gather, reduce_scatter, all_reduce");
+      throw runtime::UsageError("--ops: unknown collective '" + op + "'; use all_gather, reduce_scatter, all_reduce");
     o.ops.push_back(op);
   }
   if (scopes != "intra" && scopes != "inter" && scopes != "intra,inter" && scopes != "inter,intra")
-    throw UsageError("--scopes must be intra, inter or intra,inter");
+    throw runtime::UsageError("--scopes must be intra, inter or intra,inter");
   o.intra = scopes.find("intra") != std::string::npos;
   o.inter = scopes.find("inter") != std::string::npos;
   o.sweep = !no_sweep;

@@ -32,12 +32,12 @@ ReportOptions parse_report(const std::vector<std::string>& args, std::string* he
     return o;
   }
   if (o.metrics.empty())
-    throw UsageError("no metrics file given: pass one or more METRICS.jsonl (written by train --metrics-file)");
-  if (o.out_dir.empty()) throw UsageError("--out-dir is required: the directory for the charts and summary.md");
-  if (o.smooth < 0) throw UsageError("--smooth must be >= 0 steps (0: no moving average), got " + std::to_string(o.smooth));
+    throw runtime::UsageError("no metrics file given: pass one or more METRICS.jsonl (written by train --metrics-file)");
+  if (o.out_dir.empty()) throw runtime::UsageError("--out-dir is required: the directory for the charts and summary.md");
+  if (o.smooth < 0) throw runtime::UsageError("--smooth must be >= 0 steps (0: no moving average), got " + std::to_string(o.smooth));
   for (const auto& m : o.metrics)
     if (!std::filesystem::is_regular_file(m))
-      throw UsageError(m + " is not a file; pass the JSONL that train --metrics-file wrote");
+      throw runtime::UsageError(m + " is not a file; pass the JSONL that train --metrics-file wrote");
   check_threads(o.common);
   return o;
 }

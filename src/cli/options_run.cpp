@@ -8,7 +8,7 @@
 
 namespace shardtrain::cli::parts {
 
-po::options_description run_control_desc(TrainConfig& t, RunControlArgs& raw) {
+po::options_description run_control_desc(train::TrainConfig& t, RunControlArgs& raw) {
   po::options_description d("Signals and non-finite losses (exit codes: docs/reliability.md)");
   d.add_options()("on-signal", po::value(&raw.on_signal)->default_value("continue"),
                   "continue: SIGUSR1 checkpoints and training goes on; exit: SIGUSR1 checkpoints and exits 75; "
@@ -23,19 +23,19 @@ po::options_description run_control_desc(TrainConfig& t, RunControlArgs& raw) {
   return d;
 }
 
-void check_run_control(TrainConfig& t, const RunControlArgs& raw) {
-  t.on_signal = parse_on_signal(raw.on_signal);
+void check_run_control(train::TrainConfig& t, const RunControlArgs& raw) {
+  t.on_signal = train::parse_on_signal(raw.on_signal);
   if (raw.on_nonfinite != "stop" && raw.on_nonfinite != "skip")
-    throw UsageError("--on-nonfinite must be stop or skip, got '" + raw.on_nonfinite + "'");
+    throw runtime::UsageError("--on-nonfinite must be stop or skip, got '" + raw.on_nonfinite + "'");
   t.nonfinite.skip = raw.on_nonfinite == "skip";
 }
 
-void check_debug_nan(FaultConfig& f, const std::string& spec) {
+void check_debug_nan(train::FaultConfig& f, const std::string& spec) {
   if (spec.empty()) return;
   char kind[8] = {0};
   const int n = std::sscanf(spec.c_str(), "%d:%d:%7s", &f.nan_rank, &f.nan_step, kind);
   if (n < 2 || f.nan_rank < 0 || f.nan_step < 0 || (n == 3 && std::strcmp(kind, "inf") != 0 && std::strcmp(kind, "nan") != 0))
-    throw UsageError("--debug-nan '" + spec + "' must be RANK:STEP[:nan|inf], e.g. 1:3 (STEP 0: every step)");
+    throw runtime::UsageError("--debug-nan '" + spec + "' must be RANK:STEP[:nan|inf], e.g. 1:3 (STEP 0: every step)");
   f.nan_is_inf = n == 3 && std::strcmp(kind, "inf") == 0;
 }
 

@@ -18,10 +18,10 @@ ScalingRun parse_run(const std::string& spec) {
   const bool digits = !nodes.empty() && nodes.size() <= 6 &&
                       std::all_of(nodes.begin(), nodes.end(), [](unsigned char c) { return std::isdigit(c); });
   if (!digits || std::stoi(nodes) < 1 || colon + 1 >= spec.size())
-    throw UsageError("--run '" + spec + "' must be NODES:METRICS.jsonl with NODES a whole number >= 1, e.g. --run 4:metrics-4n.jsonl");
+    throw runtime::UsageError("--run '" + spec + "' must be NODES:METRICS.jsonl with NODES a whole number >= 1, e.g. --run 4:metrics-4n.jsonl");
   ScalingRun r{std::stoi(nodes), spec.substr(colon + 1)};
   if (!std::filesystem::is_regular_file(r.metrics))
-    throw UsageError("--run " + spec + ": " + r.metrics + " is not a file; pass the JSONL that train --metrics-file wrote");
+    throw runtime::UsageError("--run " + spec + ": " + r.metrics + " is not a file; pass the JSONL that train --metrics-file wrote");
   return r;
 }
 
@@ -48,9 +48,9 @@ ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* 
           all);
     return o;
   }
-  if (runs.empty()) throw UsageError("--run is required: pass --run NODES:METRICS.jsonl once per node count");
-  if (o.out_dir.empty()) throw UsageError("--out-dir is required: the directory for scaling.md, .csv and .png");
-  if (o.skip_steps < 0) throw UsageError("--skip-steps must be >= 0 (0: use every step)");
+  if (runs.empty()) throw runtime::UsageError("--run is required: pass --run NODES:METRICS.jsonl once per node count");
+  if (o.out_dir.empty()) throw runtime::UsageError("--out-dir is required: the directory for scaling.md, .csv and .png");
+  if (o.skip_steps < 0) throw runtime::UsageError("--skip-steps must be >= 0 (0: use every step)");
   for (const auto& r : runs) o.runs.push_back(parse_run(r));
   check_threads(o.common);
   return o;

@@ -37,7 +37,7 @@ std::string agreed_failure(const std::string& mine) {
 
 namespace {
 
-std::string local_token_check(const char* opt, const TokenFile& f, const ModelConfig& model, const MpiEnv& env,
+std::string local_token_check(const char* opt, const data::TokenFile& f, const model::ModelConfig& model, const runtime::MpiEnv& env,
                               int64_t* bad_row) {
   const std::string name = std::string(opt) + " " + f.path();
   if (f.seq_len() > model.max_position_embeddings)
@@ -47,10 +47,10 @@ std::string local_token_check(const char* opt, const TokenFile& f, const ModelCo
   if (tok_vocab > model.vocab_size)
     return name + " was tokenized with a " + std::to_string(tok_vocab) + "-piece tokenizer but the model's vocab_size is " +
            std::to_string(model.vocab_size) + "; prepare the data with the model's own tokenizer.model";
-  const auto [begin, end] = balanced_part(f.rows(), env.size(), env.rank());
+  const auto [begin, end] = data::balanced_part(f.rows(), env.size(), env.rank());
   try {
     *bad_row = f.first_token_outside(model.vocab_size, begin, end).row;
-  } catch (const UsageError& e) {
+  } catch (const runtime::UsageError& e) {
     return std::string(opt) + " " + e.what();
   }
   return "";
@@ -58,19 +58,19 @@ std::string local_token_check(const char* opt, const TokenFile& f, const ModelCo
 
 }  // namespace
 
-std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model,
-                                           const MpiEnv& env, std::string* checked) {
-  const Stopwatch clock;
-  std::unique_ptr<TokenFile> f;
+std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::string& path, const model::ModelConfig& model,
+                                           const runtime::MpiEnv& env, std::string* checked) {
+  const runtime::Stopwatch clock;
+  std::unique_ptr<data::TokenFile> f;
   std::string failure;
   int64_t bad_row = -1;
   try {
-    f = std::make_unique<TokenFile>(path);
+    f = std::make_unique<data::TokenFile>(path);
     failure = local_token_check(opt, *f, model, env, &bad_row);
-  } catch (const UsageError& e) {
+  } catch (const runtime::UsageError& e) {
     failure = std::string(opt) + " " + e.what();
   }
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
   int64_t first = bad_row < 0 ? INT64_MAX : bad_row;  // the file's first bad row, wherever it was found
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
   if (first == INT64_MAX) {
@@ -80,11 +80,11 @@ std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& p
                              " against vocab_size " + std::to_string(model.vocab_size) + " in " + secs + " s (" +
                              std::to_string(env.size()) + " ranks)";
     if (checked) *checked = line;
-    else log::info(line);
+    else runtime::log::info(line);
     return f;
   }
   const auto at = f->first_token_outside(model.vocab_size, first, first + 1);  // every rank: the same one row
-  throw AgreedUsageError(std::string(opt) + " " + path + ": row " + std::to_string(at.row) + " holds token id " +
+  throw runtime::AgreedUsageError(std::string(opt) + " " + path + ": row " + std::to_string(at.row) + " holds token id " +
                          std::to_string(at.token) + " at position " + std::to_string(at.column) +
                          ", outside the model's vocabulary [0, " + std::to_string(model.vocab_size) +
                          "); prepare the data with the model's tokenizer or use a model whose vocab_size covers it");
@@ -131,7 +131,7 @@ std::string probe_writable_file(const std::string& path) {
   return why + " (in " + p.string() + ", where its missing directories would be made)";
 }
 
-void check_writable_outputs(const TrainOptions& o, const MpiEnv& env) {
+void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env) {
   std::string failure;
   auto probe = [&](const std::string& opt, const std::string& dir, const char* hint) {
     if (!failure.empty() || dir.empty()) return;
@@ -153,11 +153,11 @@ void check_writable_outputs(const TrainOptions& o, const MpiEnv& env) {
   if (env.rank() == 0 && failure.empty() && !o.save_model.empty()) {  // now, not after the run
     try {
       check_export_tokenizer(train_tokenizer(o), o.model);
-    } catch (const UsageError& e) {
+    } catch (const runtime::UsageError& e) {
       failure = e.what();
     }
   }
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw AgreedUsageError(agreed);
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
 }
 
 }  // namespace shardtrain::cli

@@ -51,8 +51,8 @@ std::string recorded_tokenizer_sha256(const std::string& data) {
   std::error_code ec;
   if (data.empty() || !fs::is_regular_file(data, ec)) return "";
   try {
-    return TokenFile(data).meta().tokenizer_sha256;
-  } catch (const Error&) {
+    return data::TokenFile(data).meta().tokenizer_sha256;
+  } catch (const runtime::Error&) {
     return "";
   }
 }
@@ -67,14 +67,14 @@ void copy_unchanged(const fs::path& from, const fs::path& to) {
 void write_json(const fs::path& path, const nlohmann::json& j) {
   std::ofstream out(path);
   out << j.dump(2) << "\n";
-  if (!out) throw Error("cannot write " + path.string());
+  if (!out) throw runtime::Error("cannot write " + path.string());
 }
 
 // tokenizer_config.json and special_tokens_map.json as Llama-2's on the Hub, which transformers'
 // LlamaTokenizer (the fast one, converted from tokenizer.model) reads.
-void write_llama_tokenizer_config(const fs::path& dir, const std::string& spm, const ModelConfig& model) {
-  const Tokenizer tok(spm);
-  const auto cfg = model_to_hf_json(model);
+void write_llama_tokenizer_config(const fs::path& dir, const std::string& spm, const model::ModelConfig& model) {
+  const data::Tokenizer tok(spm);
+  const auto cfg = model::model_to_hf_json(model);
   const bool has_pad = cfg.contains("pad_token_id") && cfg["pad_token_id"].is_number_integer();
   const int32_t pad_id = has_pad ? cfg["pad_token_id"].get<int32_t>() : -1;
   nlohmann::json config = {{"tokenizer_class", "LlamaTokenizer"},
@@ -102,8 +102,8 @@ void write_llama_tokenizer_config(const fs::path& dir, const std::string& spm, c
 }
 
 // transformers' GenerationConfig with the model config's special ids, so generate() stops at EOS.
-void write_generation_config(const fs::path& dir, const ModelConfig& model) {
-  const auto cfg = model_to_hf_json(model);
+void write_generation_config(const fs::path& dir, const model::ModelConfig& model) {
+  const auto cfg = model::model_to_hf_json(model);
   nlohmann::json gen = nlohmann::json::object();
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (cfg.contains(key)) gen[key] = cfg[key];
@@ -119,26 +119,26 @@ TokenizerSource train_tokenizer(const TrainOptions& o) {
   return src;
 }
 
-void check_export_tokenizer(const TokenizerSource& src, const ModelConfig& model) {
+void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig& model) {
   const Resolved r = resolve(src);
   if (r.spm.empty()) return;
   std::string sha;
   if (r.write_config) {  // described by us: a SentencePiece model whose pieces the embedding can look up
-    const Tokenizer tok(r.spm);
+    const data::Tokenizer tok(r.spm);
     tok.require_fits(model.vocab_size);
     sha = tok.sha256();
   } else {
-    sha = sha256_file(r.spm);
+    sha = runtime::sha256_file(r.spm);
   }
   const std::string want = recorded_tokenizer_sha256(src.data);
   if (want.empty() || sha == want) return;
-  throw UsageError(r.named + " (sha256 " + sha + ") is not the tokenizer the token file " + src.data +
+  throw runtime::UsageError(r.named + " (sha256 " + sha + ") is not the tokenizer the token file " + src.data +
                    " was prepared with (tokenizer_sha256 " + want + "); " +
                    (r.copy_from.empty() ? "pass the tokenizer.model that prepare used"
                                         : "prepare the data with the model's own tokenizer.model"));
 }
 
-void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const ModelConfig& model,
+void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const model::ModelConfig& model,
                            bool full_model) {
   check_export_tokenizer(src, model);
   const Resolved r = resolve(src);
@@ -162,7 +162,7 @@ void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, c
   for (const char* name : kTokenizerFiles)
     if (!written.count(name)) fs::remove(out / name);
   if (written.empty())
-    log::warn("the export in " + dir + " has no tokenizer files, so AutoTokenizer.from_pretrained cannot load it; "
+    runtime::log::warn("the export in " + dir + " has no tokenizer files, so AutoTokenizer.from_pretrained cannot load it; "
               "pass --tokenizer with the tokenizer.model the data was prepared with");
   if (!full_model) return;
   // A --weights directory's generation defaults (a Hub model's sampling settings) stay with the model.

@@ -18,7 +18,7 @@ double bus_factor(Op op, int ranks) {
 
 std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int factor) {
   if (min_bytes <= 0 || max_bytes < min_bytes || factor < 2)
-    throw UsageError("sweep sizes need 0 < --min-bytes <= --max-bytes and --step-factor >= 2");
+    throw runtime::UsageError("sweep sizes need 0 < --min-bytes <= --max-bytes and --step-factor >= 2");
   std::vector<int64_t> out;
   for (int64_t b = min_bytes; b <= max_bytes; b *= factor) {
     out.push_back(b);

@@ -7,7 +7,7 @@
 
 namespace shardtrain::comm {
 
-double CollectiveLog::now() { return monotonic_seconds(); }
+double CollectiveLog::now() { return runtime::monotonic_seconds(); }
 
 int64_t CollectiveLog::started(Op op, int64_t bytes, std::function<bool()> done) {
   std::lock_guard<std::mutex> lock(mu_);

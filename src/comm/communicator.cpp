@@ -65,7 +65,7 @@ double Communicator::all_reduce_sum(double v) {
 
 namespace {
 void check_flat(const char* what, const at::Tensor& t) {
-  if (!t.is_contiguous()) throw Error(std::string(what) + ": buffers must be contiguous");
+  if (!t.is_contiguous()) throw runtime::Error(std::string(what) + ": buffers must be contiguous");
 }
 }  // namespace
 
@@ -73,14 +73,14 @@ void check_all_gather(const Communicator& c, const at::Tensor& in, const at::Ten
   check_flat("all_gather", in);
   check_flat("all_gather", out);
   if (out.numel() != in.numel() * c.size() || in.scalar_type() != out.scalar_type())
-    throw Error("all_gather on " + c.name() + ": output must hold size x input elements of the same dtype");
+    throw runtime::Error("all_gather on " + c.name() + ": output must hold size x input elements of the same dtype");
 }
 
 void check_reduce_scatter(const Communicator& c, const at::Tensor& in, const at::Tensor& out) {
   check_flat("reduce_scatter", in);
   check_flat("reduce_scatter", out);
   if (in.numel() != out.numel() * c.size() || in.scalar_type() != out.scalar_type())
-    throw Error("reduce_scatter on " + c.name() + ": input must hold size x output elements of the same dtype");
+    throw runtime::Error("reduce_scatter on " + c.name() + ": input must hold size x output elements of the same dtype");
 }
 
 }  // namespace shardtrain::comm

@@ -40,12 +40,12 @@ MPI_Datatype mpi_type(at::ScalarType t) {
     case at::kInt: return MPI_INT32_T;
     case at::kByte:
     case at::kBool: return MPI_UINT8_T;
-    default: throw Error(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
+    default: throw runtime::Error(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
   }
 }
 
 int count_of(const at::Tensor& t) {
-  if (t.numel() > INT32_MAX) throw Error("MPI backend: a buffer over 2^31 elements needs chunking");
+  if (t.numel() > INT32_MAX) throw runtime::Error("MPI backend: a buffer over 2^31 elements needs chunking");
   return static_cast<int>(t.numel());
 }
 
@@ -66,12 +66,12 @@ class MpiWork : public Work {
 };
 
 void require_cpu(const at::Tensor& t) {
-  if (!t.device().is_cpu()) throw Error("MPI backend takes CPU tensors; use the NCCL backend for CUDA");
+  if (!t.device().is_cpu()) throw runtime::Error("MPI backend takes CPU tensors; use the NCCL backend for CUDA");
 }
 
 }  // namespace
 
-MpiCommunicator::MpiCommunicator(MpiComm comm, std::string name)
+MpiCommunicator::MpiCommunicator(runtime::MpiComm comm, std::string name)
     : Communicator(std::move(name)), comm_(std::move(comm)), rank_(comm_.rank()), size_(comm_.size()) {}
 
 WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
@@ -97,7 +97,7 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Te
 
 WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
   require_cpu(t);
-  if (!t.is_contiguous()) throw Error("all_reduce: the tensor must be contiguous");
+  if (!t.is_contiguous()) throw runtime::Error("all_reduce: the tensor must be contiguous");
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), sum_op(t.scalar_type()),
                            comm_.get(), w->request()));
@@ -106,7 +106,7 @@ WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
 
 WorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
   require_cpu(t);
-  if (!t.is_contiguous()) throw Error("broadcast: the tensor must be contiguous");
+  if (!t.is_contiguous()) throw runtime::Error("broadcast: the tensor must be contiguous");
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
   MPI_CHECK(MPI_Ibcast(t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), root, comm_.get(), w->request()));
   return tracked(Op::kBroadcast, t.nbytes(), std::move(w));
@@ -119,7 +119,7 @@ void MpiCommunicator::barrier() {
 }
 
 std::unique_ptr<MpiCommunicator> mpi_world() {
-  return std::make_unique<MpiCommunicator>(MpiComm::dup(), "world");
+  return std::make_unique<MpiCommunicator>(runtime::MpiComm::dup(), "world");
 }
 
 }  // namespace shardtrain::comm

@@ -18,14 +18,14 @@ ncclDataType_t nccl_type(at::ScalarType t) {
     case at::kInt: return ncclInt32;
     case at::kByte:
     case at::kBool: return ncclUint8;
-    default: throw Error(std::string("NCCL backend: unsupported dtype ") + c10::toString(t));
+    default: throw runtime::Error(std::string("NCCL backend: unsupported dtype ") + c10::toString(t));
   }
 }
 
 using cuda::current_stream;  // LibTorch's current stream, not the legacy default
 
 void require_cuda(const at::Tensor& t) {
-  if (!t.is_cuda() || !t.is_contiguous()) throw Error("NCCL backend takes contiguous CUDA tensors");
+  if (!t.is_cuda() || !t.is_contiguous()) throw runtime::Error("NCCL backend takes contiguous CUDA tensors");
 }
 
 class NcclWork : public Work {
@@ -41,7 +41,7 @@ class NcclWork : public Work {
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MpiComm group, std::string name, cuda::NcclComm comm)
+NcclCommunicator::NcclCommunicator(runtime::MpiComm group, std::string name, cuda::NcclComm comm)
     : Communicator(std::move(name)), mpi_(std::move(group)),
       device_(at::kCUDA, static_cast<c10::DeviceIndex>(cuda::current_device())) {
   const int rank = comm.rank();

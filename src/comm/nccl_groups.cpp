@@ -6,11 +6,11 @@
 
 namespace shardtrain::comm {
 
-ProcessGroups make_nccl_groups(const GroupLayout& layout, const Topology& topo, const std::string& host) {
+ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo, const std::string& host) {
   // The world is bootstrapped once over MPI; the shard and replicate groups are split from it
   // (collective over the world, in this order on every rank) and share its resources.
   const NcclCommunicator* world = nullptr;
-  ProcessGroups pg = make_groups(layout, topo, [&](MpiComm c, const char* name) {
+  ProcessGroups pg = make_groups(layout, topo, [&](runtime::MpiComm c, const char* name) {
     const std::string n = name;
     std::unique_ptr<NcclCommunicator> made;
     if (n == "world") {

@@ -29,7 +29,7 @@ void NcclWatchdog::run() {
                 << "): " << ncclGetErrorString(bad) << "; " << ncclGetLastError(c)
                 << ". Aborting the NCCL communicators and the job." << std::endl;
       for (ncclComm_t other : comms_) ncclCommAbort(other);  // unblocks kernels waiting on peers
-      MpiEnv::abort(1);
+      runtime::MpiEnv::abort(1);
     }
     std::this_thread::sleep_for(period_);
   }

@@ -6,14 +6,14 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 DataFormat parse_format(const std::string& s) {
   if (s == "auto") return DataFormat::kAuto;
   if (s == "alpaca") return DataFormat::kAlpaca;
   if (s == "samsum") return DataFormat::kSamsum;
   if (s == "text") return DataFormat::kText;
-  throw UsageError("--format must be alpaca, samsum, text or auto, got '" + s + "'");
+  throw runtime::UsageError("--format must be alpaca, samsum, text or auto, got '" + s + "'");
 }
 
 const char* format_name(DataFormat f) {
@@ -106,7 +106,7 @@ DataFormat detect(const nlohmann::json& j) {
   if (j.contains("text")) return DataFormat::kText;
   std::string keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
-  throw UsageError("cannot detect the data format from the keys {" + keys +
+  throw runtime::UsageError("cannot detect the data format from the keys {" + keys +
                    "}; expected alpaca (instruction/input/output), samsum (dialogue/summary) or text; pass --format");
 }
 
@@ -233,7 +233,7 @@ void for_each_record(std::istream& in, DataFormat& format, const std::function<b
 
 std::vector<Record> read_records(const std::string& path, DataFormat& format, int64_t limit) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path + " cannot be opened");
+  if (!in) throw runtime::UsageError(path + " cannot be opened");
   std::vector<Record> out;
   for_each_record(in, format, [&](int64_t, ParsedLine& p) {
     if (p.ok) out.push_back(std::move(p.record));
@@ -264,4 +264,4 @@ Sample tokenize_record(const Record& r, const Tokenizer& tok) {
   return s;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

@@ -3,12 +3,12 @@
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 DataLoader::DataLoader(const TokenFile& file, LoaderConfig cfg) : file_(&file), cfg_(cfg) {
-  if (cfg_.micro_batch <= 0 || cfg_.grad_accum <= 0) throw UsageError("--batch-size and --grad-accum must be positive");
+  if (cfg_.micro_batch <= 0 || cfg_.grad_accum <= 0) throw runtime::UsageError("--batch-size and --grad-accum must be positive");
   if (cfg_.drop_last && file.rows() < global_batch())
-    throw UsageError(file.path() + " has " + std::to_string(file.rows()) + " rows, fewer than one global batch of " +
+    throw runtime::UsageError(file.path() + " has " + std::to_string(file.rows()) + " rows, fewer than one global batch of " +
                      std::to_string(global_batch()) + " (batch-size x grad-accum x ranks); lower --batch-size");
 }
 
@@ -17,7 +17,7 @@ DataLoader::~DataLoader() {
 }
 
 int64_t DataLoader::steps_per_epoch() const {
-  return std::max<int64_t>(1, shardtrain::steps_per_epoch(file_->rows(), global_batch(), cfg_.drop_last));
+  return std::max<int64_t>(1, shardtrain::data::steps_per_epoch(file_->rows(), global_batch(), cfg_.drop_last));
 }
 
 const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
@@ -34,7 +34,7 @@ const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
 }
 
 std::vector<int64_t> DataLoader::global_rows(LoaderState s) {
-  return shardtrain::global_batch(order(s.epoch), global_batch(), s.step);
+  return shardtrain::data::global_batch(order(s.epoch), global_batch(), s.step);
 }
 
 LoaderState DataLoader::after(LoaderState s) const {
@@ -67,9 +67,9 @@ void DataLoader::restore(LoaderState s) {
     pending_ = {};
   }
   if (s.epoch < 0 || s.step < 0 || s.step >= steps_per_epoch())
-    throw UsageError("data-loader position epoch " + std::to_string(s.epoch) + " step " + std::to_string(s.step) +
+    throw runtime::UsageError("data-loader position epoch " + std::to_string(s.epoch) + " step " + std::to_string(s.step) +
                      " is outside this dataset's " + std::to_string(steps_per_epoch()) + " steps per epoch");
   pos_ = s;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

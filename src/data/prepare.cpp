@@ -11,20 +11,20 @@
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/sha256.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok, int64_t seq_len,
                       bool strict, size_t max_examples) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError("--input " + path + " cannot be opened");
+  if (!in) throw runtime::UsageError("--input " + path + " cannot be opened");
   ReadResult res;
-  res.sha256 = sha256_file(path);
+  res.sha256 = runtime::sha256_file(path);
   for_each_record(in, format, [&](int64_t lineno, ParsedLine& p) {
     ++res.stats.read;
     if (!p.ok) {
       const std::string where = path + ":" + std::to_string(lineno) + ": " + p.reason +
                                 (p.detail.empty() ? "" : " (" + p.detail + ")");
-      if (strict) throw UsageError(where + "; fix the line or drop --strict to skip bad lines");
+      if (strict) throw runtime::UsageError(where + "; fix the line or drop --strict to skip bad lines");
       ++res.stats.skipped;
       ++res.stats.skipped_by_reason[p.reason];
       if (res.stats.examples.size() < max_examples) res.stats.examples.push_back(where);
@@ -85,7 +85,7 @@ void make_parent(const char* opt, const std::string& path) {
   const auto dir = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  if (ec) throw UsageError(std::string(opt) + ": cannot write " + path + ": " + ec.message());
+  if (ec) throw runtime::UsageError(std::string(opt) + ": cannot write " + path + ": " + ec.message());
 }
 
 TokenFileMeta meta_for(const PrepareOptions& o, const Tokenizer& tok, const ReadResult& r, const std::string& source,
@@ -113,7 +113,7 @@ void require_samples(const std::string& path, const ReadResult& r) {
   os << "no usable samples in " << path << ": read " << r.stats.read << ", skipped " << r.stats.skipped;
   for (const auto& [reason, n] : r.stats.skipped_by_reason) os << " (" << reason << ": " << n << ")";
   if (!r.stats.examples.empty()) os << "; first: " << r.stats.examples.front();
-  throw UsageError(os.str());
+  throw runtime::UsageError(os.str());
 }
 
 }  // namespace
@@ -193,4 +193,4 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
   return os.str();
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

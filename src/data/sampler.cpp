@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> p(n);
@@ -45,4 +45,4 @@ std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>&
   return micro;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

@@ -7,7 +7,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 namespace {
 
@@ -23,22 +23,22 @@ const std::pair<const char*, std::string M::*> kStringAttrs[] = {
     {"tokenizer_sha256", &M::tokenizer_sha256}, {"source_file", &M::source_file}, {"source_sha256", &M::source_sha256}};
 
 void write_meta(hid_t f, const TokenFileMeta& m) {
-  h5::write_attr(f, "format_version", kTokenFileVersion);
-  for (const auto& [name, field] : kIntAttrs) h5::write_attr(f, name, m.*field);
-  for (const auto& [name, field] : kStringAttrs) h5::write_attr(f, name, m.*field);
+  io::h5::write_attr(f, "format_version", kTokenFileVersion);
+  for (const auto& [name, field] : kIntAttrs) io::h5::write_attr(f, name, m.*field);
+  for (const auto& [name, field] : kStringAttrs) io::h5::write_attr(f, name, m.*field);
 }
 
 void read_meta(hid_t f, TokenFileMeta& m) {  // absent attributes keep their defaults
   for (const auto& [name, field] : kIntAttrs)
-    if (h5::has_attr(f, name)) m.*field = h5::read_attr_int(f, name);
+    if (io::h5::has_attr(f, name)) m.*field = io::h5::read_attr_int(f, name);
   for (const auto& [name, field] : kStringAttrs)
-    if (h5::has_attr(f, name)) m.*field = h5::read_attr_string(f, name);
+    if (io::h5::has_attr(f, name)) m.*field = io::h5::read_attr_string(f, name);
 }
 
 }  // namespace
 
 void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta) {
-  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
+  std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
   meta.seq_len = rows.seq_len;
   meta.rows = rows.rows;
   meta.tokens = rows.tokens;
@@ -48,9 +48,9 @@ void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta m
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   try {
     {
-      h5::Handle f = h5::create_file(tmp);
-      h5::write_matrix<int32_t>(f, "tokens", rows.tokens_data, rows.rows, rows.seq_len);
-      h5::write_matrix<uint8_t>(f, "loss_mask", rows.mask_data, rows.rows, rows.seq_len);
+      io::h5::Handle f = io::h5::create_file(tmp);
+      io::h5::write_matrix<int32_t>(f, "tokens", rows.tokens_data, rows.rows, rows.seq_len);
+      io::h5::write_matrix<uint8_t>(f, "loss_mask", rows.mask_data, rows.rows, rows.seq_len);
       write_meta(f, meta);
       H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
     }
@@ -63,26 +63,26 @@ void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta m
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
-  std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-  file_ = h5::open_file(path);
-  if (!h5::has_attr(file_, "format_version") || !h5::has_attr(file_, "seq_len"))
-    throw UsageError(path + " is not a shardtrain token file (no format_version/seq_len); make it with 'shardtrain prepare'");
-  const int64_t version = h5::read_attr_int(file_, "format_version");
+  std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
+  file_ = io::h5::open_file(path);
+  if (!io::h5::has_attr(file_, "format_version") || !io::h5::has_attr(file_, "seq_len"))
+    throw runtime::UsageError(path + " is not a shardtrain token file (no format_version/seq_len); make it with 'shardtrain prepare'");
+  const int64_t version = io::h5::read_attr_int(file_, "format_version");
   if (version > kTokenFileVersion)
-    throw UsageError(path + " has token-file format " + std::to_string(version) + ", newer than this build's " +
+    throw runtime::UsageError(path + " has token-file format " + std::to_string(version) + ", newer than this build's " +
                      std::to_string(kTokenFileVersion) + "; upgrade shardtrain or re-run prepare");
-  tokens_ = h5::open_dataset(file_, "tokens");
-  mask_ = h5::open_dataset(file_, "loss_mask");
-  const auto shape = h5::dataset_shape(tokens_);
-  if (shape.size() != 2 || h5::dataset_shape(mask_) != shape)
-    throw UsageError(path + ": /tokens and /loss_mask must both be [rows, seq_len]");
+  tokens_ = io::h5::open_dataset(file_, "tokens");
+  mask_ = io::h5::open_dataset(file_, "loss_mask");
+  const auto shape = io::h5::dataset_shape(tokens_);
+  if (shape.size() != 2 || io::h5::dataset_shape(mask_) != shape)
+    throw runtime::UsageError(path + ": /tokens and /loss_mask must both be [rows, seq_len]");
   read_meta(file_, meta_);
   meta_.rows = static_cast<int64_t>(shape[0]);  // the datasets, not the attributes, are the truth
   meta_.seq_len = static_cast<int64_t>(shape[1]);
-  if (meta_.rows == 0) throw UsageError(path + " holds no rows");
+  if (meta_.rows == 0) throw runtime::UsageError(path + " holds no rows");
   // A damaged shape would size every batch's buffers: no context window is a million tokens.
   if (meta_.seq_len <= 0 || meta_.seq_len > (int64_t{1} << 20))
-    throw UsageError(path + ": rows of " + std::to_string(meta_.seq_len) + " tokens; the file is damaged, re-run prepare");
+    throw runtime::UsageError(path + ": rows of " + std::to_string(meta_.seq_len) + " tokens; the file is damaged, re-run prepare");
 }
 
 TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, int64_t end) const {
@@ -93,12 +93,12 @@ TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, 
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = b + static_cast<int64_t>(i);
     std::vector<int32_t> toks;
     try {
-      std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-      toks = h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
-    } catch (const UsageError&) {
+      std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
+      toks = io::h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
+    } catch (const runtime::UsageError&) {
       throw;
-    } catch (const Error& e) {
-      throw UsageError(path_ + ": rows " + std::to_string(b) + ".." + std::to_string(b + rows.size() - 1) +
+    } catch (const runtime::Error& e) {
+      throw runtime::UsageError(path_ + ": rows " + std::to_string(b) + ".." + std::to_string(b + rows.size() - 1) +
                        " cannot be read; the file is damaged (re-run 'shardtrain prepare'): " + e.what());
     }
     for (size_t i = 0; i < toks.size(); ++i)
@@ -108,22 +108,22 @@ TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, 
   return {};
 }
 
-Batch TokenFile::read(const std::vector<int64_t>& rows) const {
+model::Batch TokenFile::read(const std::vector<int64_t>& rows) const {
   for (int64_t r : rows)
-    if (r < 0 || r >= meta_.rows) throw Error(path_ + ": row " + std::to_string(r) + " out of range");
+    if (r < 0 || r >= meta_.rows) throw runtime::Error(path_ + ": row " + std::to_string(r) + " out of range");
   std::vector<int32_t> toks;
   std::vector<uint8_t> mask;
   {
-    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-    toks = h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
-    mask = h5::read_rows<uint8_t>(mask_, rows, meta_.seq_len);
+    std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
+    toks = io::h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
+    mask = io::h5::read_rows<uint8_t>(mask_, rows, meta_.seq_len);
   }
   const int64_t b = static_cast<int64_t>(rows.size());
-  Batch out;
+  model::Batch out;
   out.tokens = at::from_blob(toks.data(), {b, meta_.seq_len}, at::kInt).to(at::kLong);
   const auto ignored = at::from_blob(mask.data(), {b, meta_.seq_len}, at::kByte).eq(0);  // outside the loss
   out.labels = out.tokens.masked_fill(ignored, -100);
   return out;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

@@ -17,8 +17,8 @@ namespace shardtrain::fsdp {
 
 using comm::Communicator;
 
-FsdpEngine::FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-                       const SafetensorsModel* weights, at::Device device, const SafetensorsModel* adapters)
+FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
+                       const io::SafetensorsModel* weights, at::Device device, const io::SafetensorsModel* adapters)
     : model_(std::move(model)),
       cfg_(std::move(cfg)),
       groups_(groups),
@@ -81,46 +81,46 @@ double FsdpEngine::comm_wait_seconds() const {
   return w;
 }
 
-GradResult FsdpEngine::forward_backward(const std::vector<Batch>& micro_batches) {
+GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_batches) {
   GradResult r;
   PhaseClock clock(*this);
   peaks_.discard();  // the step's phases start from what is held now (not from validation's or a save's)
-  auto close_phase = [&](Phase p) {
+  auto close_phase = [&](runtime::Phase p) {
     clock.close(p);
     auto& peak = r.peak_bytes[static_cast<int>(p)];
     peak = std::max(peak, take_phase_peak());
   };
   int64_t local_tokens = 0;
   for (const auto& mb : micro_batches)
-    if (mb.tokens.size(0) > 0) local_tokens += count_loss_tokens(mb.labels);
+    if (mb.tokens.size(0) > 0) local_tokens += model::count_loss_tokens(mb.labels);
   r.tokens = static_cast<int64_t>(std::llround(sum_world(static_cast<double>(local_tokens))));
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
-  for (const Batch& mb : micro_batches) {
+  for (const model::Batch& mb : micro_batches) {
     Pass p;
-    const int64_t chunk = loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
+    const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
     auto logits = forward(p, to_device(mb.tokens), /*build_graph=*/true);  // under fused_head: the normed hidden
     at::Tensor loss;
     if (!p.empty) {
       const auto labels = to_device(mb.labels);
       const at::Tensor sum =
-          p.fused_head ? chunked_lm_loss(logits, units_.back().named_views().at(names::kLmHead), labels, chunk, 1.0 / denom)
-                       : causal_lm_loss(logits, labels, /*count=*/false).sum;
+          p.fused_head ? model::chunked_lm_loss(logits, units_.back().named_views().at(model::names::kLmHead), labels, chunk, 1.0 / denom)
+                       : model::causal_lm_loss(logits, labels, /*count=*/false).sum;
       loss_sum += sum.detach();
       loss = sum / denom;
     }
     logits = at::Tensor();  // autograd keeps only what backward needs
     p.outputs.back() = at::Tensor();
-    close_phase(Phase::kForward);
+    close_phase(runtime::Phase::kForward);
     backward(p, loss, !cfg_.no_sync_accumulation);
-    close_phase(Phase::kBackward);
+    close_phase(runtime::Phase::kBackward);
   }
   if (cfg_.no_sync_accumulation) reduce_accumulated();
   reducer_.finish();
   r.loss = sum_world(loss_sum.item<double>()) / denom;
-  close_phase(Phase::kBackward);  // the reductions' completion and the loss's all-reduce
+  close_phase(runtime::Phase::kBackward);  // the reductions' completion and the loss's all-reduce
   r.phases = clock.finish();
   return r;
 }
@@ -164,9 +164,9 @@ std::map<std::string, at::Tensor> FsdpEngine::gather_full(std::vector<FlatUnit>&
   return out;
 }
 
-Optimizer make_optimizer(FsdpEngine& engine, const OptimizerConfig& cfg) {
+optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg) {
   comm::Communicator& shard = *engine.groups().shard;
-  Optimizer opt(cfg, [&shard](double sq) { return shard.size() > 1 ? shard.all_reduce_sum(sq) : sq; });
+  optim::Optimizer opt(cfg, [&shard](double sq) { return shard.size() > 1 ? shard.all_reduce_sum(sq) : sq; });
   for (const ShardPiece& p : engine.pieces()) opt.add(p.master, p.decay);  // padding is zero: pieces cover the norm
   return opt;
 }

@@ -4,7 +4,7 @@
 
 namespace shardtrain::fsdp {
 
-FlatLayout flat_layout(const std::vector<ParamSpec>& specs, int64_t unit, int shard_size) {
+FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit, int shard_size) {
   FlatLayout l;
   l.shard_size = shard_size;
   for (size_t i = 0; i < specs.size(); ++i) {

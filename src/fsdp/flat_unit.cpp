@@ -9,9 +9,9 @@
 
 namespace shardtrain::fsdp {
 
-FlatUnit::FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen)
+FlatUnit::FlatUnit(model::UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen)
     : spec_(spec), layout_(std::move(layout)), master_(std::move(master)), frozen_(frozen) {
-  if (master_.numel() != layout_.shard_numel) throw Error("FSDP unit: master shard has the wrong size");
+  if (master_.numel() != layout_.shard_numel) throw runtime::Error("FSDP unit: master shard has the wrong size");
 }
 
 void FlatUnit::start(comm::Communicator& shard) {
@@ -32,7 +32,7 @@ void FlatUnit::begin_gather(comm::Communicator& shard, at::ScalarType dtype) {
 
 void FlatUnit::begin_regather(comm::Communicator& shard) {
   if (gathered_) return;
-  if (!flat_.defined()) throw Error("FSDP unit: regather without a forward");
+  if (!flat_.defined()) throw runtime::Error("FSDP unit: regather without a forward");
   auto* impl = flat_.storage().unsafeGetStorageImpl();
   const size_t nbytes = static_cast<size_t>(layout_.padded) * flat_.element_size();
   impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));

@@ -8,9 +8,9 @@
 
 namespace shardtrain::fsdp {
 
-std::vector<UnitSize> unit_sizes(const ModelConfig& model, const std::vector<ParamSpec>& specs, int shard_size) {
+std::vector<UnitSize> unit_sizes(const model::ModelConfig& model, const std::vector<model::ParamSpec>& specs, int shard_size) {
   std::vector<UnitSize> out;
-  const auto units = model_units(model);
+  const auto units = model::model_units(model);
   for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u) {
     out.push_back(unit_size(flat_layout(specs, u, shard_size), units[u].kind));
   }
@@ -50,7 +50,7 @@ struct Walk {
   int64_t shard_bytes(int64_t u) const { return s.shard_size > 1 ? trainable(u).shard_numel * s.reduce_elt : 0; }
   void gather(int64_t u, bool backward) {
     if (u < 0 || u >= static_cast<int64_t>(base.size())) return;
-    if (backward && adapters && base[u].kind == UnitKind::kEmbedding) return;  // frozen: no backward
+    if (backward && adapters && base[u].kind == model::UnitKind::kEmbedding) return;  // frozen: no backward
     gathered[u] = true;
   }
   void note(int64_t activations) {
@@ -91,17 +91,17 @@ struct Walk {
 }  // namespace
 
 StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize>* adapters, const FsdpConfig& cfg,
-                   const StepShape& s, const ActivationBytes& act, int64_t persistent) {
+                   const StepShape& s, const model::ActivationBytes& act, int64_t persistent) {
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
-  const int64_t fused_chunk = loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
+  const int64_t fused_chunk = model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
   Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}};
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
-  const auto is_layer = [&](int64_t u) { return base[u].kind == UnitKind::kDecoderLayer; };
+  const auto is_layer = [&](int64_t u) { return base[u].kind == model::UnitKind::kDecoderLayer; };
   // What autograd keeps of unit u after its forward, per token.
   const auto kept = [&](int64_t u) -> int64_t {
-    if (!is_layer(u)) return base[u].kind == UnitKind::kHead ? act.head : 0;
+    if (!is_layer(u)) return base[u].kind == model::UnitKind::kHead ? act.head : 0;
     return cfg.activation_checkpointing ? act.layer_input : act.layer;
   };
   w.note(0);
@@ -112,19 +112,19 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
       for (int k = 1; k <= ahead; ++k) w.gather(u + k, false);
       w.note(stored * tokens);
       stored += kept(u);
-      if (reshard && base[u].kind != UnitKind::kHead) w.gathered[u] = false;
+      if (reshard && base[u].kind != model::UnitKind::kHead) w.gathered[u] = false;
     }
     for (int64_t u = U - 1; u >= 0; --u) {
       w.gather(u, true);
       for (int k = 1; k <= ahead; ++k) w.gather(u - k, true);
       const bool frozen = adapters && (*adapters)[u].numel == 0;  // no adapters here: nothing to reduce
       int64_t working = 0;  // per token, on top of what is stored, while u's backward runs
-      if (base[u].kind == UnitKind::kHead) working = act.logits_loss;
+      if (base[u].kind == model::UnitKind::kHead) working = act.logits_loss;
       else if (is_layer(u)) working = act.layer_backward + (cfg.activation_checkpointing ? act.layer - act.layer_input : 0);
       const int64_t leaf_grad = frozen ? 0 : w.trainable(u).padded * s.param_elt;  // before the reduction converts it
       // The head's weight gradient appears after the loss's logit gradients are freed; a layer's
       // weight gradients build up while its backward runs.
-      const bool head = base[u].kind == UnitKind::kHead;
+      const bool head = base[u].kind == model::UnitKind::kHead;
       if (head && fused_chunk > 0) {
         // fp32: the accumulator is the weight gradient, then the unit's gradient is made from it;
         // bf16: each chunk's [V, H] product and the cast of the accumulator sit beside it.

@@ -11,7 +11,7 @@ namespace shardtrain::fsdp {
 #ifdef SHARDTRAIN_HAVE_CUDA
 struct PhaseClock::Events {
   std::vector<cuda::Event> marks;  // [boundaries + 1], timing events
-  std::vector<Phase> phases;       // the phase each interval closes
+  std::vector<runtime::Phase> phases;       // the phase each interval closes
   void record() {
     marks.emplace_back(/*timing=*/true);
     marks.back().record(cuda::current_stream());
@@ -22,7 +22,7 @@ struct PhaseClock::Events {};
 #endif
 
 PhaseClock::PhaseClock(const FsdpEngine& engine)
-    : engine_(engine), mark_(monotonic_seconds()), wait_mark_(engine.comm_wait_seconds()) {
+    : engine_(engine), mark_(runtime::monotonic_seconds()), wait_mark_(engine.comm_wait_seconds()) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (engine_.device().is_cuda()) {
     events_ = std::make_unique<Events>();
@@ -33,25 +33,25 @@ PhaseClock::PhaseClock(const FsdpEngine& engine)
 
 PhaseClock::~PhaseClock() = default;
 
-void PhaseClock::close(Phase p) {
-  const double now = monotonic_seconds(), wait = engine_.comm_wait_seconds();
+void PhaseClock::close(runtime::Phase p) {
+  const double now = runtime::monotonic_seconds(), wait = engine_.comm_wait_seconds();
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (events_) {  // the GPU's time, read in finish(); collectives wait on the device, not the host
     events_->record();
     events_->phases.push_back(p);
-    times_[Phase::kExposedComm] += wait - wait_mark_;
+    times_[runtime::Phase::kExposedComm] += wait - wait_mark_;
     mark_ = now;
     wait_mark_ = wait;
     return;
   }
 #endif
   times_[p] += (now - mark_) - (wait - wait_mark_);
-  times_[Phase::kExposedComm] += wait - wait_mark_;
+  times_[runtime::Phase::kExposedComm] += wait - wait_mark_;
   mark_ = now;
   wait_mark_ = wait;
 }
 
-PhaseTimes PhaseClock::finish() {
+runtime::PhaseTimes PhaseClock::finish() {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (events_ && !events_->phases.empty()) {
     events_->marks.back().synchronize();

@@ -13,7 +13,7 @@ Sharding parse_sharding(const std::string& s) {
   if (s == "no_shard") return Sharding::kNoShard;
   if (s == "hybrid_shard") return Sharding::kHybridShard;
   if (s == "hybrid_shard_zero2") return Sharding::kHybridShardZero2;
-  throw UsageError("--sharding must be full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2, got '" +
+  throw runtime::UsageError("--sharding must be full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2, got '" +
                    s + "'");
 }
 
@@ -30,12 +30,12 @@ const char* sharding_name(Sharding s) {
 bool reshard_after_forward(Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; }
 bool is_hybrid(Sharding s) { return s == Sharding::kHybridShard || s == Sharding::kHybridShardZero2; }
 
-comm::GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_size) {
+comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
   comm::GroupLayout g;
   const int r = t.rank, w = t.world;
-  if (shard_group_size < 0) throw UsageError("--shard-group-size must be >= 0 (0: one node)");
+  if (shard_group_size < 0) throw runtime::UsageError("--shard-group-size must be >= 0 (0: one node)");
   if (shard_group_size > 0 && !is_hybrid(s))
-    throw UsageError("--shard-group-size applies to hybrid_shard and hybrid_shard_zero2, not " +
+    throw runtime::UsageError("--shard-group-size applies to hybrid_shard and hybrid_shard_zero2, not " +
                      std::string(sharding_name(s)));
   if (s == Sharding::kFullShard || s == Sharding::kShardGradOp) {
     g.shard_size = w;
@@ -51,7 +51,7 @@ comm::GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_si
   }
   if (shard_group_size > 0) {
     if (w % shard_group_size != 0)
-      throw UsageError("--shard-group-size " + std::to_string(shard_group_size) + " does not divide the " +
+      throw runtime::UsageError("--shard-group-size " + std::to_string(shard_group_size) + " does not divide the " +
                        std::to_string(w) + " ranks; pick a divisor of the world size");
     const int S = shard_group_size;
     g.shard_size = S;
@@ -63,7 +63,7 @@ comm::GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_si
     return g;
   }
   if (t.local_size * t.num_nodes != w)
-    throw UsageError("hybrid sharding needs the same number of ranks on every node (" + std::to_string(w) + " ranks on " +
+    throw runtime::UsageError("hybrid sharding needs the same number of ranks on every node (" + std::to_string(w) + " ranks on " +
                      std::to_string(t.num_nodes) + " nodes); set --ranks-per-node or --shard-group-size");
   g.shard_size = t.local_size;
   g.shard_color = t.node;
@@ -75,32 +75,32 @@ comm::GroupLayout group_layout(Sharding s, const Topology& t, int shard_group_si
 }
 
 void check_device_option(const std::string& spec) {
-  if (spec != "auto" && spec != "cpu" && spec != "cuda") throw UsageError("--device must be auto, cpu or cuda");
+  if (spec != "auto" && spec != "cpu" && spec != "cuda") throw runtime::UsageError("--device must be auto, cpu or cuda");
 }
 
 void FsdpConfig::validate() const {
   // --shard-group-size is checked against the world by group_layout, the one place that knows it.
-  if (ranks_per_node < 0) throw UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
-  if (max_inflight_gathers < 1) throw UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
+  if (ranks_per_node < 0) throw runtime::UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
+  if (max_inflight_gathers < 1) throw runtime::UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
   check_device_option(device);
   const auto dtype_ok = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
   if (!dtype_ok(param_dtype) && param_dtype != at::ScalarType::Undefined)
-    throw UsageError("--param-dtype must be auto, fp32 or bf16");
-  if (!dtype_ok(reduce_dtype)) throw UsageError("--reduce-dtype must be fp32 or bf16");
+    throw runtime::UsageError("--param-dtype must be auto, fp32 or bf16");
+  if (!dtype_ok(reduce_dtype)) throw runtime::UsageError("--reduce-dtype must be fp32 or bf16");
   lora.validate();
 }
 
-comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const Topology& topo, bool nccl, const std::string& host) {
+comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo, bool nccl, const std::string& host) {
   const comm::GroupLayout layout = group_layout(cfg.sharding, topo, cfg.shard_group_size);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (nccl) return comm::make_nccl_groups(layout, topo, host);
 #endif
-  if (nccl) throw UsageError("--device cuda: this build has no NCCL (rebuild where nvcc and nccl.h are found)");
+  if (nccl) throw runtime::UsageError("--device cuda: this build has no NCCL (rebuild where nvcc and nccl.h are found)");
   (void)host;
   return comm::make_mpi_groups(layout, topo);
 }
 
-comm::ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size) {
+comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size) {
   return comm::make_mpi_groups(group_layout(s, topo, shard_group_size), topo);
 }
 

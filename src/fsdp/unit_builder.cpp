@@ -7,16 +7,16 @@
 
 namespace shardtrain::fsdp {
 
-BuiltUnits build_units(const ModelConfig& model, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
-                       const SafetensorsModel* weights, const SafetensorsModel* adapters, at::Device device) {
+BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
+                       const io::SafetensorsModel* weights, const io::SafetensorsModel* adapters, at::Device device) {
   BuiltUnits b;
   const bool lora = cfg.lora.enabled();
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  const auto specs = llama_param_specs(model);
-  const auto unit_specs = model_units(model);
+  const auto specs = model::llama_param_specs(model);
+  const auto unit_specs = model::model_units(model);
   // A LoRA run's base is frozen: no fp32 master, only the compute dtype.
   const auto base_options = lora ? fp32.dtype(cfg.param_dtype) : fp32;
-  b.trainable_specs = lora ? lora_param_specs(model, cfg.lora) : specs;
+  b.trainable_specs = lora ? model::lora_param_specs(model, cfg.lora) : specs;
   if (lora) b.base_crc_rows.assign(specs.size() * 3, -1);
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     FlatLayout layout = flat_layout(specs, u, shard_size);
@@ -25,14 +25,14 @@ BuiltUnits build_units(const ModelConfig& model, const FsdpConfig& cfg, int shar
       const auto& e = layout.entries[s.entry];
       // Only this rank's bytes are read from the file; the seeded init is per parameter.
       at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
-                                 : init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
+                                 : model::init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
       master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
       if (lora) {  // the frozen base's checksum is taken in fp32, before any conversion
         const auto c = piece.contiguous();
         int64_t* row = &b.base_crc_rows[e.spec * 3];
         row[0] = s.param_offset;
         row[1] = s.numel;
-        row[2] = static_cast<int64_t>(crc32_bytes(c.data_ptr(), c.nbytes()));
+        row[2] = static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()));
       }
     }
     b.units.emplace_back(unit_specs[u], std::move(layout), master, /*frozen=*/lora);
@@ -41,8 +41,8 @@ BuiltUnits build_units(const ModelConfig& model, const FsdpConfig& cfg, int shar
       auto am = at::zeros({al.shard_numel}, fp32);
       for (const Segment& s : shard_segments(al, shard_rank)) {
         const auto& e = al.entries[s.entry];
-        at::Tensor piece = adapters ? adapters->read_flat(peft_key(e.name), s.param_offset, s.param_offset + s.numel).to(at::kFloat)
-                                    : init_lora_param(b.trainable_specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
+        at::Tensor piece = adapters ? adapters->read_flat(model::peft_key(e.name), s.param_offset, s.param_offset + s.numel).to(at::kFloat)
+                                    : model::init_lora_param(b.trainable_specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
         am.narrow(0, s.shard_offset, s.numel).copy_(piece);
       }
       b.adapters.emplace_back(unit_specs[u], std::move(al), am);

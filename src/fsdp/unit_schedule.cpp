@@ -32,16 +32,16 @@ void FsdpEngine::prefetch_from(int64_t u, int direction) {
 }
 
 bool FsdpEngine::recomputes(int64_t u) const {
-  return cfg_.activation_checkpointing && units_[u].kind() == UnitKind::kDecoderLayer;
+  return cfg_.activation_checkpointing && units_[u].kind() == model::UnitKind::kDecoderLayer;
 }
 
 at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train) {
   const auto views = units_[u].named_views();
   const auto lookup = [&views](const std::string& name) { return views.at(name); };
-  if (!parts_[u].adapter) return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
+  if (!parts_[u].adapter) return model::unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
   const auto adapter_views = parts_[u].adapter->named_views();
-  const LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, dropout_seed, train};
-  return unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype, &run);
+  const model::LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, dropout_seed, train};
+  return model::unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype, &run);
 }
 
 at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_graph) {
@@ -60,16 +60,16 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
       at::AutoGradMode mode(build_graph && !recomputes(u));
       // The graph is cut here: the unit's input is a leaf whose gradient backward hands on (not
       // to a frozen embedding, which needs none).
-      if (units_[u].kind() != UnitKind::kEmbedding) {
+      if (units_[u].kind() != model::UnitKind::kEmbedding) {
         x = build_graph ? x.detach().requires_grad_(parts_[u].input_grad) : x;
         p.inputs[u] = x;
       }
-      const bool fused = p.fused_head && units_[u].kind() == UnitKind::kHead;
-      x = p.outputs[u] = fused ? rms_norm(x, units_[u].named_views().at(names::kNorm), model_.rms_norm_eps)
+      const bool fused = p.fused_head && units_[u].kind() == model::UnitKind::kHead;
+      x = p.outputs[u] = fused ? model::rms_norm(x, units_[u].named_views().at(model::names::kNorm), model_.rms_norm_eps)
                                : run_unit(u, x, p.dropout_seed, p.train);
     }
     // The head's backward follows at once: like FSDP2's root, it stays gathered until then.
-    const bool head = units_[u].kind() == UnitKind::kHead;
+    const bool head = units_[u].kind() == model::UnitKind::kHead;
     if (!build_graph || (reshard && !head)) for_each_part(u, [](FlatUnit& unit) { unit.free_storage(); });
   }
   return x;
@@ -83,7 +83,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
     ensure(u);
     prefetch_from(u, -1);
     if (!p.empty && parts_[u].runs_backward) {  // a LoRA run's embedding trains nothing and needs no input gradient
-      if (units_[u].kind() == UnitKind::kHead) {
+      if (units_[u].kind() == model::UnitKind::kHead) {
         loss.backward();
       } else {
         at::Tensor out = p.outputs[u];
@@ -93,7 +93,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
         }
         torch::autograd::backward({out}, {grad_out});
       }
-      if (units_[u].kind() != UnitKind::kEmbedding) grad_out = p.inputs[u].grad();
+      if (units_[u].kind() != model::UnitKind::kEmbedding) grad_out = p.inputs[u].grad();
     }
     FlatUnit& t = trainable(u);  // the base, or under LoRA the unit's adapters
     if (!t.empty()) {

@@ -28,7 +28,7 @@ GpuSpec gpu_spec(const std::string& name) {
   if (name == "cpu") return {name, 1, 0, 0};  // memory and bandwidth: from --gpu-memory and --calibrate
   std::string names;
   for (const auto& n : gpu_names()) names += (names.empty() ? "" : ", ") + n;
-  throw UsageError("--gpu '" + name + "' is unknown; use one of " + names);
+  throw runtime::UsageError("--gpu '" + name + "' is unknown; use one of " + names);
 }
 
 std::vector<std::string> gpu_names() {

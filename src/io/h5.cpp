@@ -5,7 +5,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain::h5 {
+namespace shardtrain::io::h5 {
 
 std::recursive_mutex& library_lock() {
   static std::recursive_mutex m;
@@ -44,17 +44,17 @@ Handle create_file(const std::string& path, hid_t fapl) {
 
 Handle open_file(const std::string& path) {
   quiet_errors();
-  if (!std::filesystem::is_regular_file(path)) throw UsageError(path + " does not exist or is not a file");
+  if (!std::filesystem::is_regular_file(path)) throw runtime::UsageError(path + " does not exist or is not a file");
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is_h5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
 #else
   const htri_t is_h5 = H5Fis_hdf5(path.c_str());  // Debian 12 ships HDF5 1.10
 #endif
   if (is_h5 <= 0)
-    throw UsageError(path + " is not an HDF5 file; produce it with 'shardtrain prepare'");
+    throw runtime::UsageError(path + " is not an HDF5 file; produce it with 'shardtrain prepare'");
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0)  // a truncated copy or a half-written file: HDF5 checks the stored end of file here
-    throw UsageError(path + " is truncated or damaged (HDF5: " + detail::h5_error_string() +
+    throw runtime::UsageError(path + " is truncated or damaged (HDF5: " + runtime::detail::h5_error_string() +
                      "); copy it again or re-create it");
   return Handle(f, H5Fclose);
 }
@@ -63,7 +63,7 @@ Handle open_dataset(hid_t file, const std::string& name) {
   if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) {
     char fname[1024] = {0};
     H5Fget_name(file, fname, sizeof fname);
-    throw UsageError(std::string(fname) + " has no dataset " + name);
+    throw runtime::UsageError(std::string(fname) + " has no dataset " + name);
   }
   return Handle(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)), H5Dclose);
 }
@@ -156,7 +156,7 @@ Handle open_single_attr(hid_t obj, const std::string& name) {
   if (H5_CHECK(H5Sget_simple_extent_npoints(space)) != 1) {
     char fname[1024] = {0};
     H5Fget_name(obj, fname, sizeof fname);
-    throw Error(std::string(fname) + ": attribute " + name + " is not a single value; the file is not what shardtrain wrote");
+    throw runtime::Error(std::string(fname) + ": attribute " + name + " is not a single value; the file is not what shardtrain wrote");
   }
   return attr;
 }
@@ -194,4 +194,4 @@ int64_t read_attr_int(hid_t obj, const std::string& name) {
   return v;
 }
 
-}  // namespace shardtrain::h5
+}  // namespace shardtrain::io::h5

@@ -11,16 +11,16 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::io {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open " + path + ": " + std::strerror(errno));
+  if (fd < 0) throw runtime::Error("cannot open " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     int e = errno;
     ::close(fd);
-    throw Error("cannot stat " + path + ": " + std::strerror(e));
+    throw runtime::Error("cannot stat " + path + ": " + std::strerror(e));
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
@@ -28,7 +28,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     if (p == MAP_FAILED) {
       int e = errno;
       ::close(fd);
-      throw Error("cannot mmap " + path + ": " + std::strerror(e));
+      throw runtime::Error("cannot mmap " + path + ": " + std::strerror(e));
     }
     data_ = static_cast<const uint8_t*>(p);
   }
@@ -56,4 +56,4 @@ void MappedFile::reset() {
   size_ = 0;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::io

@@ -11,7 +11,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::io {
 namespace fs = std::filesystem;
 namespace {
 
@@ -42,11 +42,11 @@ at::ScalarType to_scalar(StDType d) { return row(d).scalar; }
 StDType from_scalar(at::ScalarType s, const std::string& name) {
   for (const auto& r : kDTypes)
     if (r.scalar == s) return r.st;
-  throw Error("safetensors: tensor '" + name + "' has a dtype safetensors cannot store");
+  throw runtime::Error("safetensors: tensor '" + name + "' has a dtype safetensors cannot store");
 }
 
 [[noreturn]] void bad(const std::string& origin, const std::string& what) {
-  throw Error(origin + ": malformed safetensors: " + what);
+  throw runtime::Error(origin + ": malformed safetensors: " + what);
 }
 
 uint64_t read_le64(const uint8_t* p) {
@@ -148,7 +148,7 @@ const StTensorInfo* SafetensorsFile::find(const std::string& name) const {
 
 const StTensorInfo& SafetensorsFile::info(const std::string& name) const {
   const auto* t = find(name);
-  if (!t) throw Error(path() + ": no tensor named '" + name + "'");
+  if (!t) throw runtime::Error(path() + ": no tensor named '" + name + "'");
   return *t;
 }
 
@@ -167,9 +167,9 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
 
 at::Tensor SafetensorsFile::read_rows(const std::string& name, int64_t row_begin, int64_t row_end) const {
   const auto& t = info(name);
-  if (t.shape.empty()) throw Error(path() + ": tensor '" + name + "' is a scalar and has no rows");
+  if (t.shape.empty()) throw runtime::Error(path() + ": tensor '" + name + "' is a scalar and has no rows");
   if (row_begin < 0 || row_begin > row_end || row_end > t.shape[0])
-    throw Error(path() + ": rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
+    throw runtime::Error(path() + ": rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
                 ") out of range for tensor '" + name + "' with " + std::to_string(t.shape[0]) + " rows");
   const uint64_t row_bytes = t.shape[0] ? (t.end - t.begin) / t.shape[0] : 0;
   auto shape = t.shape;
@@ -180,7 +180,7 @@ at::Tensor SafetensorsFile::read_rows(const std::string& name, int64_t row_begin
 at::Tensor SafetensorsFile::read_flat(const std::string& name, int64_t begin, int64_t end) const {
   const auto& t = info(name);
   if (begin < 0 || begin > end || end > t.numel())
-    throw Error(path() + ": elements [" + std::to_string(begin) + ", " + std::to_string(end) +
+    throw runtime::Error(path() + ": elements [" + std::to_string(begin) + ", " + std::to_string(end) +
                 ") out of range for tensor '" + name + "' of " + std::to_string(t.numel()) + " elements");
   const uint64_t es = st_dtype_size(t.dtype);
   return copy_out(t, begin * es, (end - begin) * es, {end - begin});
@@ -192,7 +192,7 @@ SafetensorsModel::SafetensorsModel(const std::string& path) {
   if (fs::is_directory(p, ec)) {
     p = fs::exists(p / "model.safetensors.index.json", ec) ? p / "model.safetensors.index.json" : p / "model.safetensors";
   }
-  if (!fs::exists(p, ec)) throw UsageError("--weights: " + p.string() + (ec ? ": " + ec.message() : " does not exist"));
+  if (!fs::exists(p, ec)) throw runtime::UsageError("--weights: " + p.string() + (ec ? ": " + ec.message() : " does not exist"));
   if (p.extension() != ".json") {
     files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
     for (const auto& t : files_[0]->tensors()) where_[t.name] = 0;
@@ -208,7 +208,7 @@ SafetensorsModel::SafetensorsModel(const std::string& path) {
       files_.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / f).string()));
     }
     const auto& file = *files_[file_ids[f]];
-    if (!file.find(tensor)) throw Error(p.string() + ": index maps '" + tensor + "' to " + f + ", which lacks it");
+    if (!file.find(tensor)) throw runtime::Error(p.string() + ": index maps '" + tensor + "' to " + f + ", which lacks it");
     where_[tensor] = file_ids[f];
   }
 }
@@ -218,17 +218,17 @@ std::map<std::string, std::string> parse_safetensors_index(const std::string& te
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw Error(origin + ": invalid index JSON: " + e.what());
+    throw runtime::Error(origin + ": invalid index JSON: " + e.what());
   }
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
-    throw Error(origin + ": index has no \"weight_map\" object");
+    throw runtime::Error(origin + ": index has no \"weight_map\" object");
   std::map<std::string, std::string> where;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it.value().is_string()) throw Error(origin + ": weight_map['" + it.key() + "'] is not a file name");
+    if (!it.value().is_string()) throw runtime::Error(origin + ": weight_map['" + it.key() + "'] is not a file name");
     const std::string f = it.value().get<std::string>();
     // Shards sit beside the index: a path elsewhere is a damaged or hostile index.
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-      throw Error(origin + ": weight_map['" + it.key() + "'] = '" + f + "' is not a file name in the index's directory");
+      throw runtime::Error(origin + ": weight_map['" + it.key() + "'] = '" + f + "' is not a file name in the index's directory");
     where[it.key()] = f;
   }
   return where;
@@ -244,7 +244,7 @@ const SafetensorsFile& SafetensorsModel::file_of(const std::string& name) const 
   auto it = where_.find(name);
   if (it == where_.end()) {
     std::string origin = files_.empty() ? "safetensors" : files_[0]->path();
-    throw Error(origin + ": missing tensor '" + name + "'");
+    throw runtime::Error(origin + ": missing tensor '" + name + "'");
   }
   return *files_[it->second];
 }
@@ -275,14 +275,14 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write " + tmp);
+    if (!out) throw runtime::Error("cannot write " + tmp);
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(hs.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(hs.data(), static_cast<std::streamsize>(hs.size()));
     for (const auto& [n, t] : sorted)
       out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-    if (!out.flush()) throw Error("write failed for " + tmp);
+    if (!out.flush()) throw runtime::Error("write failed for " + tmp);
   }
   fs::rename(tmp, path);
 }
@@ -319,4 +319,4 @@ std::vector<std::string> write_safetensors_sharded(const std::string& dir, const
   return names;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::io

@@ -1,6 +1,6 @@
 #include "shardtrain/model/activation_memory.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora) {
   const int64_t h = cfg.hidden_size, i = cfg.intermediate_size, nh = cfg.num_heads;
@@ -38,4 +38,4 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   return a;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -11,7 +11,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 namespace fs = std::filesystem;
 namespace {
 
@@ -42,7 +42,7 @@ const std::map<std::string, ModelConfig>& presets() {
 }
 
 void require(bool ok, const std::string& msg) {
-  if (!ok) throw UsageError(msg);
+  if (!ok) throw runtime::UsageError(msg);
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ void ModelConfig::validate() const {
   if (params > std::ldexp(1.0, 50)) {
     char n[32];
     std::snprintf(n, sizeof n, "%.3g", params);
-    throw UsageError(std::string("these sizes give ") + n + " parameters, over the 2^50 this build supports; check "
+    throw runtime::UsageError(std::string("these sizes give ") + n + " parameters, over the 2^50 this build supports; check "
                      "--hidden-size, --n-layers, --vocab-size and --intermediate-size");
   }
 }
@@ -103,27 +103,27 @@ ModelConfig model_preset(const std::string& name) {
     os << "--model: unknown preset '" << name << "'; choose one of";
     for (const auto& n : model_preset_names()) os << " " << n;
     os << ", or give a Hugging Face config.json";
-    throw UsageError(os.str());
+    throw runtime::UsageError(os.str());
   }
   return it->second;
 }
 
 ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origin) {
-  if (!j.is_object()) throw UsageError("--model " + origin + ": config.json is a JSON " + j.type_name() + ", not an object");
+  if (!j.is_object()) throw runtime::UsageError("--model " + origin + ": config.json is a JSON " + j.type_name() + ", not an object");
   auto get = [&](const char* key, auto fallback, bool required) {
     using T = decltype(fallback);
     if (!j.contains(key) || j[key].is_null()) {
-      if (required) throw UsageError("--model " + origin + ": config.json lacks \"" + key + "\"");
+      if (required) throw runtime::UsageError("--model " + origin + ": config.json lacks \"" + key + "\"");
       return fallback;
     }
     const auto& v = j[key];
-    if (!v.is_number()) throw UsageError("--model " + origin + ": \"" + key + "\" has the wrong type");
+    if (!v.is_number()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" has the wrong type");
     if constexpr (std::is_integral_v<T>) {
       // A float is taken only when it is a whole number in range: 1e300 has no int64 value.
       if (v.is_number_float()) {
         const double d = v.get<double>();
         if (!(d == std::floor(d) && std::fabs(d) <= 9.0e18))
-          throw UsageError("--model " + origin + ": \"" + key + "\" must be an integer, got " + v.dump());
+          throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be an integer, got " + v.dump());
         return static_cast<T>(d);
       }
     }
@@ -132,14 +132,14 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   // Optional fields read with a type check: nlohmann's value() throws its own error on a wrong type.
   auto flag = [&](const nlohmann::json& obj, const char* key) {
     if (!obj.contains(key) || obj[key].is_null()) return false;
-    if (!obj[key].is_boolean()) throw UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
+    if (!obj[key].is_boolean()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
     return obj[key].get<bool>();
   };
   if (j.contains("model_type") && j["model_type"].is_string() && j["model_type"] != "llama")
-    throw UsageError("--model " + origin + ": model_type is '" + j["model_type"].get<std::string>() +
+    throw runtime::UsageError("--model " + origin + ": model_type is '" + j["model_type"].get<std::string>() +
                      "', expected 'llama'");
   if (flag(j, "tie_word_embeddings"))
-    throw UsageError("--model " + origin + ": tie_word_embeddings=true; Llama-2 models have an untied lm_head");
+    throw runtime::UsageError("--model " + origin + ": tie_word_embeddings=true; Llama-2 models have an untied lm_head");
   ModelConfig c;
   c.name = origin;
   c.vocab_size = get("vocab_size", int64_t{32000}, true);
@@ -156,21 +156,21 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
     const auto& rp = j["rope_parameters"];
     if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) c.rope_theta = rp["rope_theta"].get<double>();
     if (rp.contains("rope_type") && !rp["rope_type"].is_string())
-      throw UsageError("--model " + origin + ": rope_parameters.rope_type must be a string");
+      throw runtime::UsageError("--model " + origin + ": rope_parameters.rope_type must be a string");
     if (rp.value("rope_type", std::string("default")) != "default")
-      throw UsageError("--model " + origin + ": rope_type '" + rp["rope_type"].get<std::string>() +
+      throw runtime::UsageError("--model " + origin + ": rope_type '" + rp["rope_type"].get<std::string>() +
                        "' is not Llama-2's plain RoPE");
   }
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!j.contains(key) || j[key].is_null() || !c.torch_dtype.empty()) continue;
-    if (!j[key].is_string()) throw UsageError("--model " + origin + ": \"" + key + "\" must be a string such as \"bfloat16\"");
+    if (!j[key].is_string()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be a string such as \"bfloat16\"");
     c.torch_dtype = j[key].get<std::string>();
   }
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    throw UsageError("--model " + origin + ": rope_scaling is set; Llama-2 uses unscaled RoPE");
+    throw runtime::UsageError("--model " + origin + ": rope_scaling is set; Llama-2 uses unscaled RoPE");
   if (j.contains("head_dim") && j["head_dim"].is_number_integer() && c.num_heads > 0 &&
       j["head_dim"].get<int64_t>() != c.hidden_size / c.num_heads)
-    throw UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");
+    throw runtime::UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");
   return c;
 }
 
@@ -214,12 +214,12 @@ ModelConfig resolve_model(const std::string& spec) {
   fs::path p(spec);
   if (fs::is_directory(p, ec)) p /= "config.json";
   std::ifstream in(p);
-  if (!in) throw UsageError("--model: cannot open " + p.string() + " (" + (ec ? ec.message() : "no such file") + ")");
+  if (!in) throw runtime::UsageError("--model: cannot open " + p.string() + " (" + (ec ? ec.message() : "no such file") + ")");
   nlohmann::json j;
   try {
     in >> j;  // from the stream: a device or FIFO named by mistake fails at its first bad byte
   } catch (const nlohmann::json::exception& e) {
-    throw UsageError("--model " + p.string() + ": invalid JSON: " + e.what());
+    throw runtime::UsageError("--model " + p.string() + ": invalid JSON: " + e.what());
   }
   return model_from_hf_json(j, p.string());
 }
@@ -229,9 +229,9 @@ ModelConfig model_from_hf_text(const std::string& text, const std::string& origi
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw UsageError("--model " + origin + ": invalid JSON: " + e.what());
+    throw runtime::UsageError("--model " + origin + ": invalid JSON: " + e.what());
   }
   return model_from_hf_json(j, origin);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -1,10 +1,10 @@
 #include "shardtrain/model/flops.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 double flops_per_token(const ModelConfig& c, int64_t seq_len) {
   const double n = static_cast<double>(c.num_params() - c.num_embedding_params());
   return 6.0 * n + 12.0 * c.num_layers * c.num_heads * c.head_dim() * static_cast<double>(seq_len);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -8,7 +8,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 at::Tensor top_p_filter(const at::Tensor& logits, double top_p) {
   if (top_p >= 1.0) return logits;
@@ -22,7 +22,7 @@ at::Tensor top_p_filter(const at::Tensor& logits, double top_p) {
 }
 
 std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt, const GenerateConfig& cfg) {
-  if (prompt.empty()) throw UsageError("generate needs a non-empty prompt (at least the BOS token)");
+  if (prompt.empty()) throw runtime::UsageError("generate needs a non-empty prompt (at least the BOS token)");
   c10::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg.seed);
   std::vector<int64_t> ctx(prompt.begin(), prompt.end());
@@ -51,4 +51,4 @@ bool stopped_at_context_limit(size_t prompt_tokens, size_t new_tokens, const Gen
          static_cast<int64_t>(new_tokens) < cfg.max_new_tokens;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

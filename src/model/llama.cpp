@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 at::Tensor Projection::operator()(const at::Tensor& x) const {
   if (!adapter) return at::linear(x, weight);
@@ -130,4 +130,4 @@ int64_t count_loss_tokens(const at::Tensor& labels) {
   return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<int64_t>();
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -2,7 +2,7 @@
 
 #include <torch/autograd.h>
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 namespace {
 
@@ -82,4 +82,4 @@ at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, c
                               std::max<int64_t>(1, chunk_tokens), grad_hint);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -8,7 +8,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 bool LoraConfig::targets_proj(Proj p) const {
   for (const auto& t : targets)
@@ -18,32 +18,32 @@ bool LoraConfig::targets_proj(Proj p) const {
 
 void LoraConfig::validate() const {
   // Checked even with LoRA off, so a typo in a config file is never silently ignored.
-  if (rank < 0) throw UsageError("--lora-rank must be >= 0 (0: LoRA off), got " + std::to_string(rank));
+  if (rank < 0) throw runtime::UsageError("--lora-rank must be >= 0 (0: LoRA off), got " + std::to_string(rank));
   if (!(alpha > 0)) {
     std::ostringstream os;
     os << "--lora-alpha must be positive, got " << alpha;
-    throw UsageError(os.str());
+    throw runtime::UsageError(os.str());
   }
   if (!(dropout >= 0 && dropout < 1)) {
     std::ostringstream os;
     os << "--lora-dropout must be in [0, 1), got " << dropout;
-    throw UsageError(os.str());
+    throw runtime::UsageError(os.str());
   }
-  if (targets.empty()) throw UsageError("--lora-targets must name at least one projection");
+  if (targets.empty()) throw runtime::UsageError("--lora-targets must name at least one projection");
   for (const auto& t : targets)
-    if (!proj_by_name(t)) throw UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
+    if (!proj_by_name(t)) throw runtime::UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
 }
 
 std::vector<std::string> parse_lora_targets(const std::string& csv) {
   std::vector<std::string> out;
   std::stringstream ss(csv);
   for (std::string t; std::getline(ss, t, ',');) {
-    if (!proj_by_name(t)) throw UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
+    if (!proj_by_name(t)) throw runtime::UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
     for (const auto& seen : out)
-      if (seen == t) throw UsageError("--lora-targets: '" + t + "' is named twice");
+      if (seen == t) throw runtime::UsageError("--lora-targets: '" + t + "' is named twice");
     out.push_back(t);
   }
-  if (out.empty()) throw UsageError("--lora-targets must name at least one projection");
+  if (out.empty()) throw runtime::UsageError("--lora-targets must name at least one projection");
   return out;
 }
 
@@ -104,4 +104,4 @@ at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor
   return (w.to(at::kFloat) + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * scale).to(w.scalar_type());
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

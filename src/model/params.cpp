@@ -10,7 +10,7 @@
 #include "shardtrain/model/projections.h"
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 int64_t ParamSpec::numel() const {
   int64_t n = 1;
@@ -62,39 +62,39 @@ ParamStore ParamStore::initialize(const ModelConfig& cfg, uint64_t seed) {
   return p;
 }
 
-void check_weights(const ModelConfig& cfg, const SafetensorsModel& weights) {
+void check_weights(const ModelConfig& cfg, const io::SafetensorsModel& weights) {
   auto dims = [](const std::vector<int64_t>& v) {
     std::string out;
     for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + std::to_string(v[i]);
     return "[" + out + "]";
   };
   // config.json's torch_dtype, when it names a float type, is what every tensor must be stored in.
-  const std::map<std::string, StDType> float_dtypes = {{"float32", StDType::F32}, {"float", StDType::F32},
-                                                       {"bfloat16", StDType::BF16}, {"float16", StDType::F16},
-                                                       {"half", StDType::F16}};
+  const std::map<std::string, io::StDType> float_dtypes = {{"float32", io::StDType::F32}, {"float", io::StDType::F32},
+                                                       {"bfloat16", io::StDType::BF16}, {"float16", io::StDType::F16},
+                                                       {"half", io::StDType::F16}};
   const auto it = float_dtypes.find(cfg.torch_dtype);
-  const std::optional<StDType> declared = it == float_dtypes.end() ? std::nullopt : std::optional(it->second);
+  const std::optional<io::StDType> declared = it == float_dtypes.end() ? std::nullopt : std::optional(it->second);
   const auto names = weights.names();
   const std::string origin = names.empty() ? "the weights" : weights.file_of(names.front()).path();
   for (const auto& s : llama_param_specs(cfg)) {
     if (std::find(names.begin(), names.end(), s.name) == names.end())
-      throw UsageError("--weights: " + origin + " has no tensor '" + s.name + "', which --model " + cfg.name +
+      throw runtime::UsageError("--weights: " + origin + " has no tensor '" + s.name + "', which --model " + cfg.name +
                        " needs; pass the config.json that came with these weights");
     const auto& info = weights.info(s.name);
     const std::string where = "--weights: tensor '" + s.name + "' in " + weights.file_of(s.name).path();
     if (info.shape != s.shape)
-      throw UsageError(where + " has shape " + dims(info.shape) + " but the model config (--model " + cfg.name +
+      throw runtime::UsageError(where + " has shape " + dims(info.shape) + " but the model config (--model " + cfg.name +
                        ") needs " + dims(s.shape) + "; pass the config.json that came with these weights");
-    if (info.dtype != StDType::F32 && info.dtype != StDType::BF16 && info.dtype != StDType::F16)
-      throw UsageError(where + " has dtype " + st_dtype_name(info.dtype) +
+    if (info.dtype != io::StDType::F32 && info.dtype != io::StDType::BF16 && info.dtype != io::StDType::F16)
+      throw runtime::UsageError(where + " has dtype " + io::st_dtype_name(info.dtype) +
                        "; shardtrain reads F32, BF16 or F16 weights: convert them (e.g. with transformers, torch_dtype)");
     if (declared && info.dtype != *declared)
-      throw UsageError(where + " has dtype " + st_dtype_name(info.dtype) + " but " + cfg.name + " says torch_dtype \"" +
+      throw runtime::UsageError(where + " has dtype " + io::st_dtype_name(info.dtype) + " but " + cfg.name + " says torch_dtype \"" +
                        cfg.torch_dtype + "\"; pass the config.json that came with these weights, or correct its torch_dtype");
   }
 }
 
-ParamStore ParamStore::load(const ModelConfig& cfg, const SafetensorsModel& weights) {
+ParamStore ParamStore::load(const ModelConfig& cfg, const io::SafetensorsModel& weights) {
   check_weights(cfg, weights);
   ParamStore p;
   p.specs_ = llama_param_specs(cfg);
@@ -107,12 +107,12 @@ ParamStore ParamStore::load(const ModelConfig& cfg, const SafetensorsModel& weig
 
 const at::Tensor& ParamStore::get(const std::string& name) const {
   auto it = index_.find(name);
-  if (it == index_.end()) throw Error("no parameter named '" + name + "'");
+  if (it == index_.end()) throw runtime::Error("no parameter named '" + name + "'");
   return tensors_[it->second];
 }
 
-NamedTensors ParamStore::named() const {
-  NamedTensors out;
+io::NamedTensors ParamStore::named() const {
+  io::NamedTensors out;
   for (size_t i = 0; i < specs_.size(); ++i) out.emplace_back(specs_[i].name, tensors_[i].detach());
   return out;
 }
@@ -123,4 +123,4 @@ int64_t ParamStore::numel() const {
   return n;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -2,7 +2,7 @@
 
 #include "shardtrain/model/params.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 namespace {
 struct ProjInfo {
@@ -54,4 +54,4 @@ ProjShape proj_shape(const ModelConfig& c, Proj p) {
 
 std::string proj_weight_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".weight"; }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

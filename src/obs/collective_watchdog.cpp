@@ -82,7 +82,7 @@ CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups, std::v
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &lowest, 1, MPI_INT, MPI_MIN, groups_[g]->mpi()));
     group_ids_[g] = lowest;
   }
-  side_ = MpiComm::dup();
+  side_ = runtime::MpiComm::dup();
   thread_ = std::thread([this] { run(); });
 }
 
@@ -133,7 +133,7 @@ void CollectiveWatchdog::report_and_exit(const Verdict& v, const std::vector<Hea
   for (const auto* g : groups_) names.push_back(g->name());
   if (rank_ == 0)
     std::fprintf(stderr, "shardtrain: %s\n",
-                 verdict_message(v, beats, hosts_, names, timeout_s_, kExitCollectiveTimeout).c_str());
+                 verdict_message(v, beats, hosts_, names, timeout_s_, runtime::kExitCollectiveTimeout).c_str());
   const double now = comm::CollectiveLog::now();
   std::string dump = "shardtrain: collective watchdog: rank " + std::to_string(rank_) + " (" + hosts_[rank_] +
                      ") last collectives:";
@@ -156,7 +156,7 @@ void CollectiveWatchdog::report_and_exit(const Verdict& v, const std::vector<Hea
       if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
-  std::_Exit(kExitCollectiveTimeout);
+  std::_Exit(runtime::kExitCollectiveTimeout);
 }
 
 }  // namespace shardtrain::obs

@@ -97,7 +97,7 @@ HttpServer::HttpServer(const std::string& bind_address, int port, std::function<
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(bind_address.c_str(), std::to_string(port).c_str(), &hints, &found);
   if (rc != 0)
-    throw UsageError("--metrics-bind " + bind_address + ": " + ::gai_strerror(rc) +
+    throw runtime::UsageError("--metrics-bind " + bind_address + ": " + ::gai_strerror(rc) +
                      "; give an IP address of this host, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface)");
   std::string why = "no address";
   for (addrinfo* a = found; a && listen_fd_ < 0; a = a->ai_next) {
@@ -115,7 +115,7 @@ HttpServer::HttpServer(const std::string& bind_address, int port, std::function<
   }
   ::freeaddrinfo(found);
   if (listen_fd_ < 0)
-    throw UsageError(where + ": cannot listen (" + why +
+    throw runtime::UsageError(where + ": cannot listen (" + why +
                      "); pick a free port and an address of this host, or leave --metrics-port off");
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
@@ -127,7 +127,7 @@ HttpServer::HttpServer(const std::string& bind_address, int port, std::function<
   port_ = std::atoi(serv);
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) {
     ::close(listen_fd_);
-    throw Error(std::string("metrics endpoint: pipe: ") + std::strerror(errno));
+    throw runtime::Error(std::string("metrics endpoint: pipe: ") + std::strerror(errno));
   }
   thread_ = std::thread([this] { serve(); });
 }

@@ -5,12 +5,12 @@
 
 namespace shardtrain::obs {
 
-NodeExporter::NodeExporter(const std::string& bind, int port, std::string job, const Topology& topo,
+NodeExporter::NodeExporter(const std::string& bind, int port, std::string job, const runtime::Topology& topo,
                            const std::vector<std::string>& hosts)
     : job_(std::move(job)), hosts_(hosts) {
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, topo.node, topo.local_rank, &node));
-  node_ = MpiComm(node);
+  node_ = runtime::MpiComm(node);
   members_.resize(static_cast<size_t>(node_.size()));
   MPI_CHECK(MPI_Allgather(&topo.rank, 1, MPI_INT, members_.data(), 1, MPI_INT, node_.get()));
   std::vector<int> node_of(static_cast<size_t>(topo.world));  // every rank's node, for the port offset
@@ -25,7 +25,7 @@ NodeExporter::NodeExporter(const std::string& bind, int port, std::string job, c
       }
   server_ = std::make_unique<HttpServer>(bind, port == 0 ? 0 : port + offset, [this] { return text(); });
   const bool any = server_->address() == "0.0.0.0" || server_->address() == "[::]";
-  log::info_all("serving Prometheus metrics of node " + std::to_string(topo.node) + " (" +
+  runtime::log::info_all("serving Prometheus metrics of node " + std::to_string(topo.node) + " (" +
                 std::to_string(members_.size()) + " ranks) on http://" + (any ? hosts_[topo.rank] : server_->address()) + ":" +
                 std::to_string(server_->port()) + "/metrics");
 }

@@ -11,7 +11,7 @@ const char* group_name(int g) {
   return names[g];
 }
 
-int RankSeries::packed_size() { return 7 + kNumPhases + 5 + 2 * kGroups * comm::kNumOps; }
+int RankSeries::packed_size() { return 7 + runtime::kNumPhases + 5 + 2 * kGroups * comm::kNumOps; }
 
 std::vector<double> RankSeries::pack() const {
   std::vector<double> v = {step, loss, lr, tokens_per_s, tflops_per_device, mfu, step_seconds};
@@ -94,8 +94,8 @@ std::string exposition(const std::string& job, const std::vector<RankSeries>& ra
   gauge("shardtrain_step_seconds", "Wall time of the last step: data, forward, backward, optimizer.", &RankSeries::step_seconds);
   family("shardtrain_phase_seconds", "gauge", "This rank's last step by phase; compute phases exclude exposed_comm.",
          [&](const RankSeries& r, const std::string& l) {
-           for (int p = 0; p < kNumPhases; ++p)
-             out += "shardtrain_phase_seconds{" + l + ",phase=\"" + phase_name(static_cast<Phase>(p)) + "\"} " +
+           for (int p = 0; p < runtime::kNumPhases; ++p)
+             out += "shardtrain_phase_seconds{" + l + ",phase=\"" + runtime::phase_name(static_cast<runtime::Phase>(p)) + "\"} " +
                     number(r.phases.s[p]) + "\n";
          });
   family("shardtrain_memory_bytes", "gauge", "Peak memory: host resident set, GPU allocated and reserved.",

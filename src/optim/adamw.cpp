@@ -7,12 +7,12 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::optim {
 
 void AdamWConfig::validate() const {
-  if (weight_decay < 0) throw UsageError("--weight-decay must be >= 0");
-  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) throw UsageError("--beta1 and --beta2 must be in [0, 1)");
-  if (!(eps > 0)) throw UsageError("--adam-eps must be positive");
+  if (weight_decay < 0) throw runtime::UsageError("--weight-decay must be >= 0");
+  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) throw runtime::UsageError("--beta1 and --beta2 must be in [0, 1)");
+  if (!(eps > 0)) throw runtime::UsageError("--adam-eps must be positive");
 }
 
 void AdamW::add(const at::Tensor& param, bool decay) {
@@ -64,4 +64,4 @@ void scale_grads(const std::vector<at::Tensor>& grads, double total_norm, double
   at::_foreach_mul_(live, coef);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::optim

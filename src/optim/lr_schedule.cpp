@@ -6,7 +6,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::optim {
 
 namespace {
 bool known_kind(const std::string& kind) {
@@ -18,12 +18,12 @@ void LrSchedule::validate() const {
   if (!known_kind(kind)) {
     std::string accepted;
     for (const char* k : kLrScheduleKinds) accepted += (accepted.empty() ? "" : ", ") + std::string(k);
-    throw UsageError("--lr-schedule must be one of " + accepted + ", got '" + kind + "'");
+    throw runtime::UsageError("--lr-schedule must be one of " + accepted + ", got '" + kind + "'");
   }
-  if (!(base_lr > 0)) throw UsageError("--lr must be positive");
-  if (warmup_steps < 0) throw UsageError("--warmup-steps must be >= 0");
-  if (gamma <= 0 || gamma > 1) throw UsageError("--gamma must be in (0, 1]");
-  if (min_lr_ratio < 0 || min_lr_ratio > 1) throw UsageError("--min-lr-ratio must be in [0, 1]");
+  if (!(base_lr > 0)) throw runtime::UsageError("--lr must be positive");
+  if (warmup_steps < 0) throw runtime::UsageError("--warmup-steps must be >= 0");
+  if (gamma <= 0 || gamma > 1) throw runtime::UsageError("--gamma must be in (0, 1]");
+  if (min_lr_ratio < 0 || min_lr_ratio > 1) throw runtime::UsageError("--min-lr-ratio must be in [0, 1]");
 }
 
 double LrSchedule::at(int64_t step, int64_t epoch) const {
@@ -37,4 +37,4 @@ double LrSchedule::at(int64_t step, int64_t epoch) const {
   return min_lr + (base_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::optim

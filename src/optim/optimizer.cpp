@@ -5,12 +5,12 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::optim {
 
 void OptimizerConfig::validate() const {
   adamw.validate();
   schedule.validate();
-  if (grad_clip < 0) throw UsageError("--grad-clip must be >= 0 (0: off)");
+  if (grad_clip < 0) throw runtime::UsageError("--grad-clip must be >= 0 (0: off)");
 }
 
 Optimizer::Optimizer(const OptimizerConfig& cfg, std::function<double(double)> sum_across)
@@ -33,4 +33,4 @@ double Optimizer::step(double lr, const std::vector<at::Tensor>& grads) {
   return norm;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::optim

@@ -64,7 +64,7 @@ comm::Op op_named(const std::string& s, const std::string& file) {
   if (s == "all_gather") return comm::Op::kAllGather;
   if (s == "reduce_scatter") return comm::Op::kReduceScatter;
   if (s == "all_reduce") return comm::Op::kAllReduce;
-  throw UsageError("--fabric " + file + ": unknown collective '" + s + "'; use all_gather, reduce_scatter, all_reduce");
+  throw runtime::UsageError("--fabric " + file + ": unknown collective '" + s + "'; use all_gather, reduce_scatter, all_reduce");
 }
 
 // A scope of a fabric file: {"ranks": n, "groups_per_node": g, "all_gather": [[bytes, busbw], ...], ...}.
@@ -73,14 +73,14 @@ comm::Op op_named(const std::string& s, const std::string& file) {
 std::map<comm::Op, BandwidthTable> read_scope(const nlohmann::json& j, const std::string& file) {
   std::map<comm::Op, BandwidthTable> out;
   const int ranks = j.value("ranks", 0), groups = j.value("groups_per_node", 1);
-  if (ranks < 2 || groups < 1) throw UsageError("--fabric " + file + ": each scope needs \"ranks\" >= 2");
+  if (ranks < 2 || groups < 1) throw runtime::UsageError("--fabric " + file + ": each scope needs \"ranks\" >= 2");
   for (const auto& [key, rows] : j.items()) {
     if (!rows.is_array()) continue;
     Points p;
     for (const auto& r : rows) {
       if (!r.is_array() || r.size() != 2 || !r[0].is_number() || !r[1].is_number() || r[0].get<double>() <= 0 ||
           r[1].get<double>() <= 0)
-        throw UsageError("--fabric " + file + ": " + key + " rows must be [bytes, busbw GB/s] with both > 0");
+        throw runtime::UsageError("--fabric " + file + ": " + key + " rows must be [bytes, busbw GB/s] with both > 0");
       p.emplace_back(r[0].get<double>() * groups, r[1].get<double>() * groups);
     }
     if (!p.empty()) out[op_named(key, file)] = per_rank(p, ranks * groups);
@@ -105,7 +105,7 @@ double Fabric::seconds(comm::Op op, double bytes, int ranks, bool spans_nodes) c
   const auto& scope = spans_nodes ? inter : intra;
   const auto it = scope.find(op);
   if (it == scope.end())  // a preflight on one node has no inter-node scope, and one rank per node no intra-node one
-    throw UsageError("--fabric " + name + " has no " + (spans_nodes ? "inter-node " : "intra-node ") + comm::op_name(op) +
+    throw runtime::UsageError("--fabric " + name + " has no " + (spans_nodes ? "inter-node " : "intra-node ") + comm::op_name(op) +
                      " figures; run preflight with the ranks per node and nodes of the plan");
   const double busbw = it->second.busbw(bytes / ranks);  // GB/s
   return latency_s + bytes * comm::bus_factor(op, ranks) / (busbw * 1e9);
@@ -114,25 +114,25 @@ double Fabric::seconds(comm::Op op, double bytes, int ranks, bool spans_nodes) c
 Fabric load_fabric(const std::string& spec) {
   if (spec == "p5" || spec == "p4de") return published(spec);
   std::ifstream in(spec);
-  if (!in) throw UsageError("--fabric '" + spec + "' is neither p4de, p5 nor a readable JSON file");
+  if (!in) throw runtime::UsageError("--fabric '" + spec + "' is neither p4de, p5 nor a readable JSON file");
   nlohmann::json j;
   try {
     in >> j;
   } catch (const std::exception&) {
-    throw UsageError("--fabric " + spec + " is not JSON; write it with `shardtrain preflight --json FILE`");
+    throw runtime::UsageError("--fabric " + spec + " is not JSON; write it with `shardtrain preflight --json FILE`");
   }
   // Files from before the version field said "shardtrain-fabric/1" in "format" alone.
   const std::string format = j.is_object() ? j.value("format", std::string()) : std::string();
   const bool legacy = format == std::string(kFabricFormat) + "/1";
   if (format != kFabricFormat && !legacy)
-    throw UsageError("--fabric " + spec + " is not a fabric file (\"format\" is '" + format + "', expected '" + kFabricFormat +
+    throw runtime::UsageError("--fabric " + spec + " is not a fabric file (\"format\" is '" + format + "', expected '" + kFabricFormat +
                      "'); write it with `shardtrain preflight --json FILE`");
   const int version = legacy ? 1 : j.value("format_version", 0);
   if (version < 1 || version > kFabricFormatVersion)
-    throw UsageError("--fabric " + spec + " has format_version " + std::to_string(version) + "; this shardtrain reads 1 to " +
+    throw runtime::UsageError("--fabric " + spec + " has format_version " + std::to_string(version) + "; this shardtrain reads 1 to " +
                      std::to_string(kFabricFormatVersion) + ": write it again with this version's `shardtrain preflight --json FILE`");
   if (!j.contains("intra") && !j.contains("inter"))
-    throw UsageError("--fabric " + spec + " needs an \"intra\" or \"inter\" scope (see docs/planner.md)");
+    throw runtime::UsageError("--fabric " + spec + " needs an \"intra\" or \"inter\" scope (see docs/planner.md)");
   Fabric f;
   f.name = spec;
   f.source = j.value("source", spec);

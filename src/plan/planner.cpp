@@ -26,9 +26,9 @@ constexpr double kAdamBytesPerElement = 28;  // AdamW reads and writes master, e
 int elt_of(at::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
 
 // One unit's forward FLOPs per token (a third of forward + backward).
-double unit_forward_flops(const ModelConfig& m, const UnitSize& u, int64_t seq_len) {
-  if (u.kind == UnitKind::kEmbedding) return 0;
-  if (u.kind == UnitKind::kHead) return 2.0 * static_cast<double>(m.vocab_size * m.hidden_size);
+double unit_forward_flops(const model::ModelConfig& m, const UnitSize& u, int64_t seq_len) {
+  if (u.kind == model::UnitKind::kEmbedding) return 0;
+  if (u.kind == model::UnitKind::kHead) return 2.0 * static_cast<double>(m.vocab_size * m.hidden_size);
   return 2.0 * static_cast<double>(u.numel) + 4.0 * m.num_heads * m.head_dim() * static_cast<double>(seq_len);
 }
 
@@ -40,7 +40,7 @@ struct UnitComm {  // seconds, per micro-batch unless said
 
 Calibration read_calibration(const std::string& metrics_file) {
   std::ifstream in(metrics_file);
-  if (!in) throw UsageError("--calibrate '" + metrics_file + "' cannot be read; pass a train --metrics-file");
+  if (!in) throw runtime::UsageError("--calibrate '" + metrics_file + "' cannot be read; pass a train --metrics-file");
   std::vector<double> tflops, fwd, bwd, opt;
   std::string line;
   int64_t n = 0;
@@ -50,7 +50,7 @@ Calibration read_calibration(const std::string& metrics_file) {
     try {
       j = nlohmann::json::parse(line);
     } catch (const std::exception&) {
-      throw UsageError("--calibrate " + metrics_file + " line " + std::to_string(n + 1) + " is not JSON");
+      throw runtime::UsageError("--calibrate " + metrics_file + " line " + std::to_string(n + 1) + " is not JSON");
     }
     ++n;
     if (!j.contains("phases") || !j.contains("tflops_per_device") || j.value("step", 0) <= 1) continue;  // step 1 warms up
@@ -70,21 +70,21 @@ Calibration read_calibration(const std::string& metrics_file) {
     if (elems > 0) opt.push_back(p.value("optimizer", 0.0) / static_cast<double>(elems));
   }
   if (tflops.empty())
-    throw UsageError("--calibrate " + metrics_file + " has no measured step after the first; train 3 steps or more");
-  Calibration c{metrics_file, median(tflops), opt.empty() ? 0.0 : median(opt)};
-  c.forward_tflops = fwd.empty() ? c.compute_tflops : median(fwd);
-  c.backward_tflops = bwd.empty() ? c.compute_tflops : median(bwd);
+    throw runtime::UsageError("--calibrate " + metrics_file + " has no measured step after the first; train 3 steps or more");
+  Calibration c{metrics_file, runtime::median(tflops), opt.empty() ? 0.0 : runtime::median(opt)};
+  c.forward_tflops = fwd.empty() ? c.compute_tflops : runtime::median(fwd);
+  c.backward_tflops = bwd.empty() ? c.compute_tflops : runtime::median(bwd);
   return c;
 }
 
 std::vector<PlanRow> plan_rows(const PlanInput& in) {
   std::vector<PlanRow> rows;
-  const ModelConfig& m = in.model;
+  const model::ModelConfig& m = in.model;
   const bool lora = in.fsdp.lora.enabled();
   const int pe = elt_of(in.fsdp.param_dtype), re = elt_of(in.fsdp.reduce_dtype);
-  const auto base_specs = llama_param_specs(m);
-  const auto lora_specs = lora ? lora_param_specs(m, in.fsdp.lora) : std::vector<ParamSpec>{};
-  const ActivationBytes act = activation_bytes_per_token(m, pe, lora ? &in.fsdp.lora : nullptr);
+  const auto base_specs = model::llama_param_specs(m);
+  const auto lora_specs = lora ? model::lora_param_specs(m, in.fsdp.lora) : std::vector<model::ParamSpec>{};
+  const model::ActivationBytes act = model::activation_bytes_per_token(m, pe, lora ? &in.fsdp.lora : nullptr);
   const bool calibrated = in.calibration.compute_tflops > 0;
   const double fwd_tflops = calibrated ? in.calibration.forward_tflops : in.gpu.peak_tflops * in.default_mfu;
   const double bwd_tflops = calibrated ? in.calibration.backward_tflops : in.gpu.peak_tflops * in.default_mfu;
@@ -95,7 +95,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.nodes = nodes;
       r.ranks = nodes * in.gpus_per_node;
       r.sharding = s;
-      Topology topo{0, r.ranks, 0, in.gpus_per_node, 0, nodes};
+      runtime::Topology topo{0, r.ranks, 0, in.gpus_per_node, 0, nodes};
       const comm::GroupLayout g = fsdp::group_layout(s, topo, in.fsdp.shard_group_size);
       r.shard_size = g.shard_size;
       r.replicas = g.replicate_size;
@@ -141,13 +141,13 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         fwd[u] = f / (fwd_tflops * 1e12);
         // Backward is twice forward's FLOPs (input and weight gradients), once under LoRA (no
         // weight gradients), plus the recomputed forward under activation checkpointing.
-        const bool recompute = cfg.activation_checkpointing && base[u].kind == UnitKind::kDecoderLayer;
+        const bool recompute = cfg.activation_checkpointing && base[u].kind == model::UnitKind::kDecoderLayer;
         bwd[u] = (lora ? 1.0 : 2.0) * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
         const double gbytes = static_cast<double>(base[u].padded * pe + (lora ? adapters[u].padded * pe : 0));
         const UnitSize& t = trainable[u];
         const bool trains = t.numel > 0;
         c[u].gather = in.fabric.seconds(Op::kAllGather, gbytes, r.shard_size, shard_spans);
-        c[u].regather = regather && base[u].kind != UnitKind::kHead && !(lora && base[u].kind == UnitKind::kEmbedding)
+        c[u].regather = regather && base[u].kind != model::UnitKind::kHead && !(lora && base[u].kind == model::UnitKind::kEmbedding)
                             ? c[u].gather : 0;
         if (trains) {
           c[u].reduce = in.fabric.seconds(Op::kReduceScatter, static_cast<double>(t.padded * re), r.shard_size, shard_spans);
@@ -189,7 +189,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.step_s = total + r.optimizer_s;
       const double tokens_per_gpu = static_cast<double>(tokens_mb * in.grad_accum);
       r.tokens_per_s_per_gpu = tokens_per_gpu / r.step_s;
-      r.mfu = in.gpu.peak_tflops > 0 ? r.tokens_per_s_per_gpu * flops_per_token(m, in.seq_len) * lora_factor / (in.gpu.peak_tflops * 1e12) : 0;
+      r.mfu = in.gpu.peak_tflops > 0 ? r.tokens_per_s_per_gpu * model::flops_per_token(m, in.seq_len) * lora_factor / (in.gpu.peak_tflops * 1e12) : 0;
       rows.push_back(r);
     }
     // Efficiency against the fewest nodes of this strategy (per-GPU throughput ratio).

@@ -23,7 +23,7 @@ double segment_distance(double px, double py, double x0, double y0, double x1, d
 Canvas::Canvas(int width, int height, uint32_t background)
     : width_(width), height_(height), clip_x1_(width), clip_y1_(height) {
   if (width <= 0 || height <= 0 || width > 16384 || height > 16384)
-    throw Error("canvas size must be 1..16384 pixels each way, got " + std::to_string(width) + "x" +
+    throw runtime::Error("canvas size must be 1..16384 pixels each way, got " + std::to_string(width) + "x" +
                 std::to_string(height));
   rgb_.resize(static_cast<size_t>(width) * height * 3);
   fill(background);

@@ -11,7 +11,7 @@ namespace shardtrain::report {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw UsageError(path + ": cannot open the file; pass a readable JSONL from train --metrics-file");
+  if (!in) throw runtime::UsageError(path + ": cannot open the file; pass a readable JSONL from train --metrics-file");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -21,14 +21,14 @@ void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::trunc);
   out << text;
   out.close();
-  if (!out) throw Error("cannot write " + path.string());
+  if (!out) throw runtime::Error("cannot write " + path.string());
 }
 
 fs::path make_out_dir(const std::string& out_dir) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (!fs::is_directory(out_dir))
-    throw UsageError("--out-dir " + out_dir + ": cannot create the directory" + (ec ? " (" + ec.message() + ")" : ""));
+    throw runtime::UsageError("--out-dir " + out_dir + ": cannot create the directory" + (ec ? " (" + ec.message() + ")" : ""));
   return fs::path(out_dir);
 }
 

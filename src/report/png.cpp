@@ -22,17 +22,17 @@ void put_chunk(std::vector<uint8_t>& out, const char type[4], const std::vector<
   const size_t start = out.size();
   out.insert(out.end(), type, type + 4);
   out.insert(out.end(), data.begin(), data.end());
-  put_u32(out, crc32_bytes(out.data() + start, out.size() - start));
+  put_u32(out, runtime::crc32_bytes(out.data() + start, out.size() - start));
 }
 
 }  // namespace
 
 std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t>& rgb) {
   if (width <= 0 || height <= 0 || width > (1 << 24) || height > (1 << 24))
-    throw Error("PNG size must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
+    throw runtime::Error("PNG size must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
   const size_t stride = static_cast<size_t>(width) * 3;
   if (rgb.size() != stride * static_cast<size_t>(height))
-    throw Error("PNG pixel buffer holds " + std::to_string(rgb.size()) + " bytes, expected " +
+    throw runtime::Error("PNG pixel buffer holds " + std::to_string(rgb.size()) + " bytes, expected " +
                 std::to_string(stride * height));
   // Every scanline starts with its filter type; "Sub" (1) makes flat chart areas all zeros.
   std::vector<uint8_t> raw;
@@ -45,7 +45,7 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
   uLongf packed_size = compressBound(static_cast<uLong>(raw.size()));
   std::vector<uint8_t> packed(packed_size);
   if (compress2(packed.data(), &packed_size, raw.data(), static_cast<uLong>(raw.size()), 9) != Z_OK)
-    throw Error("zlib could not compress the PNG image data");
+    throw runtime::Error("zlib could not compress the PNG image data");
   packed.resize(packed_size);
 
   std::vector<uint8_t> out = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
@@ -62,10 +62,10 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb) {
   const std::vector<uint8_t> bytes = encode_png(width, height, rgb);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw Error("cannot write PNG " + path + ": " + std::strerror(errno));
+  if (!out) throw runtime::Error("cannot write PNG " + path + ": " + std::strerror(errno));
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   out.close();
-  if (!out) throw Error("cannot write PNG " + path + ": write failed (disk full?)");
+  if (!out) throw runtime::Error("cannot write PNG " + path + ": write failed (disk full?)");
 }
 
 }  // namespace shardtrain::report

@@ -49,7 +49,7 @@ Series series_of(const RunData& run, const std::string& name, uint32_t color, F 
 // state and the legend has room above it. A series cut off names its peak in the legend.
 void cap_spikes(Panel& p, double headroom) {
   double cap = 0;
-  for (const auto& s : p.series) cap = std::max({cap, headroom * quantile(s.y, 0.5), 1.25 * quantile(s.y, 0.9)});
+  for (const auto& s : p.series) cap = std::max({cap, headroom * runtime::quantile(s.y, 0.5), 1.25 * runtime::quantile(s.y, 0.9)});
   if (!(cap > 0)) return;  // no data, or all zero: the axis follows the data
   p.ymax = cap;
   for (auto& s : p.series) {
@@ -153,7 +153,7 @@ ChartSpec throughput_chart(const std::vector<RunData>& runs, const std::string& 
 ChartSpec breakdown_chart(const std::vector<RunData>& runs, const std::vector<RunStats>& stats,
                           const std::string& title) {
   if (stats.size() != runs.size())
-    throw Error("breakdown_chart: " + std::to_string(stats.size()) + " RunStats for " + std::to_string(runs.size()) +
+    throw runtime::Error("breakdown_chart: " + std::to_string(stats.size()) + " RunStats for " + std::to_string(runs.size()) +
                 " runs");
   const bool spread = std::any_of(stats.begin(), stats.end(), [](const RunStats& s) { return s.spread_steps > 0; });
   ChartSpec spec;

@@ -70,7 +70,7 @@ StepRecord to_record(const nlohmann::json& j) {
 const std::vector<std::string>& phase_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
-    for (int p = 0; p < kNumPhases; ++p) out.push_back(phase_name(static_cast<Phase>(p)));
+    for (int p = 0; p < runtime::kNumPhases; ++p) out.push_back(runtime::phase_name(static_cast<runtime::Phase>(p)));
     return out;
   }();
   return names;
@@ -95,7 +95,7 @@ RunData parse_metrics(const std::string& text, const std::string& source, std::v
         notes.push_back(source + ": ignored its last line, which is not complete JSON (a write cut short)");
         break;
       }
-      throw UsageError(source + ": line " + std::to_string(i + 1) +
+      throw runtime::UsageError(source + ": line " + std::to_string(i + 1) +
                        " is not JSON; pass the JSONL that train --metrics-file wrote");
     }
     const double step = j.is_object() ? num(j, "step") : kNaN;
@@ -107,7 +107,7 @@ RunData parse_metrics(const std::string& text, const std::string& source, std::v
     by_step[r.step] = std::move(r);
   }
   if (by_step.empty())
-    throw UsageError(source + ": no line has a \"step\" of 1 or more; pass the JSONL that train --metrics-file wrote");
+    throw runtime::UsageError(source + ": no line has a \"step\" of 1 or more; pass the JSONL that train --metrics-file wrote");
   for (auto& [step, r] : by_step) run.steps.push_back(std::move(r));
   return run;
 }
@@ -196,10 +196,10 @@ RunStats run_stats(const RunData& run) {
       host = r.straggler_host;
     }
   }
-  s.tokens_per_s = median(tps);
-  s.mfu = median(mfu);
-  s.step_time_s = median(step_s);
-  s.spread_ratio = median(ratios);
+  s.tokens_per_s = runtime::median(tps);
+  s.mfu = runtime::median(mfu);
+  s.step_time_s = runtime::median(step_s);
+  s.spread_ratio = runtime::median(ratios);
   for (const auto& [rank, entry] : slowest)  // std::map order: the lowest rank wins a tie
     if (entry.first > s.straggler_count) {
       s.straggler_rank = rank;
@@ -211,7 +211,7 @@ RunStats run_stats(const RunData& run) {
     if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
   for (const auto& name : order)
     if (const auto it = phases.find(name); it != phases.end()) {
-      const double m = median(it->second);
+      const double m = runtime::median(it->second);
       s.phases.push_back({name, m, s.step_time_s > 0 ? m / s.step_time_s : kNaN});
     }
   return s;

@@ -27,8 +27,8 @@ RunSummary summarize_run(const RunSteps& run, int skip_steps) {
   std::vector<double> mfu;
   for (size_t i = first; i < std::min(run.mfu.size(), s.steps); ++i) mfu.push_back(run.mfu[i]);
   s.used = tps.size();
-  s.tokens_per_s = median(tps);
-  s.mfu = median(mfu);
+  s.tokens_per_s = runtime::median(tps);
+  s.mfu = runtime::median(mfu);
   return s;
 }
 
@@ -37,11 +37,11 @@ std::vector<ScalingRow> scaling_rows(const std::vector<RunSummary>& runs) {
   std::sort(sorted.begin(), sorted.end(), [](const RunSummary& a, const RunSummary& b) { return a.nodes < b.nodes; });
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i].nodes <= 0)
-      throw UsageError("--run " + sorted[i].source + ": the node count must be 1 or more");
+      throw runtime::UsageError("--run " + sorted[i].source + ": the node count must be 1 or more");
     if (!(sorted[i].tokens_per_s > 0) || !std::isfinite(sorted[i].tokens_per_s))
-      throw UsageError("--run " + sorted[i].source + ": its median tokens_per_s is not a positive number");
+      throw runtime::UsageError("--run " + sorted[i].source + ": its median tokens_per_s is not a positive number");
     if (i > 0 && sorted[i].nodes == sorted[i - 1].nodes)
-      throw UsageError("--run: " + sorted[i - 1].source + " and " + sorted[i].source + " are both for " +
+      throw runtime::UsageError("--run: " + sorted[i - 1].source + " and " + sorted[i].source + " are both for " +
                        std::to_string(sorted[i].nodes) + " nodes; pass one run per node count");
   }
   std::vector<ScalingRow> rows;

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 uint32_t crc32_bytes(const void* data, size_t nbytes, uint32_t crc) {
   const auto* p = static_cast<const Bytef*>(data);
@@ -18,4 +18,4 @@ uint32_t crc32_bytes(const void* data, size_t nbytes, uint32_t crc) {
   return static_cast<uint32_t>(c);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

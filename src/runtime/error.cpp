@@ -6,7 +6,7 @@
 #include <mutex>
 #include <sstream>
 
-namespace shardtrain::detail {
+namespace shardtrain::runtime::detail {
 namespace {
 std::mutex g_mu;
 int g_rank = -1;
@@ -48,4 +48,4 @@ std::string mpi_error_string(int code) {
   return std::string(buf, static_cast<size_t>(len));
 }
 
-}  // namespace shardtrain::detail
+}  // namespace shardtrain::runtime::detail

@@ -8,7 +8,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 namespace {
 int sync_path(const std::string& path) {  // 0, or the errno of the open or the fsync
@@ -26,4 +26,4 @@ void sync_file(const std::string& path) {
 
 bool sync_best_effort(const std::string& path) { return sync_path(path) == 0; }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

@@ -5,7 +5,7 @@
 
 #include <atomic>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 namespace {
 
 std::atomic<int64_t> g_current{0}, g_peak{0};
@@ -58,4 +58,4 @@ int64_t host_tensor_bytes() { return g_current.load(); }
 int64_t host_tensor_peak_bytes() { return g_peak.load(); }
 void reset_host_tensor_peak() { g_peak.store(g_current.load()); }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

@@ -5,7 +5,7 @@
 #include <ctime>
 #include <mutex>
 
-namespace shardtrain::log {
+namespace shardtrain::runtime::log {
 namespace {
 int g_rank = 0;
 std::FILE* g_info = stdout;  // info lines' stream; stderr where stdout carries the command's answer
@@ -37,4 +37,4 @@ void info_all(const std::string& msg) { emit(g_info, "INFO", msg); }
 void warn(const std::string& msg) { emit(stderr, "WARN", msg); }
 void error(const std::string& msg) { emit(stderr, "ERROR", msg); }
 
-}  // namespace shardtrain::log
+}  // namespace shardtrain::runtime::log

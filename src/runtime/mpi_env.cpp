@@ -6,7 +6,7 @@
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 MpiComm& MpiComm::operator=(MpiComm&& o) noexcept {
   if (this != &o) {
@@ -129,4 +129,4 @@ void MpiEnv::abort(int code) {
   std::exit(code);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

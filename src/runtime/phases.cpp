@@ -4,7 +4,7 @@
 
 #include "shardtrain/runtime/stats.h"
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 const char* phase_name(Phase p) {
   static const char* names[kNumPhases] = {"data_wait", "forward", "backward", "optimizer", "exposed_comm", "checkpoint"};
@@ -37,4 +37,4 @@ PhaseSummary summarize_phases(const std::vector<PhaseTimes>& per_rank) {
   return out;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

@@ -6,7 +6,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 namespace {
 
 constexpr uint32_t kK[64] = {
@@ -120,4 +120,4 @@ std::string sha256_file(const std::string& path) {
   return h.hex();
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

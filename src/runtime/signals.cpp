@@ -3,7 +3,7 @@
 #include <atomic>
 #include <csignal>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 namespace {
 std::atomic<int> g_pending{0};  // lock-free, so safe in a handler
 static_assert(std::atomic<int>::is_always_lock_free);
@@ -31,4 +31,4 @@ void install_stop_signals(bool checkpoint_signal) {
 
 int take_pending_signals() { return g_pending.exchange(0); }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

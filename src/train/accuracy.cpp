@@ -2,7 +2,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r\n");
@@ -10,15 +10,15 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
-AccuracyResult exact_match(const LogitsFn& logits, const Tokenizer& tok, const std::vector<Record>& records,
+AccuracyResult exact_match(const model::LogitsFn& logits, const data::Tokenizer& tok, const std::vector<data::Record>& records,
                            int64_t max_new_tokens, int64_t max_context, size_t max_examples) {
   AccuracyResult r;
-  GenerateConfig g;
+  model::GenerateConfig g;
   g.max_new_tokens = max_new_tokens;
   g.eos_id = tok.eos_id();
   g.max_context = max_context;
-  for (const Record& rec : records) {
-    const std::string got = trim(tok.decode(generate(logits, tok.encode(rec.prompt), g)));
+  for (const data::Record& rec : records) {
+    const std::string got = trim(tok.decode(model::generate(logits, tok.encode(rec.prompt), g)));
     const std::string want = trim(rec.answer);
     r.correct += got == want;
     ++r.total;
@@ -28,4 +28,4 @@ AccuracyResult exact_match(const LogitsFn& logits, const Tokenizer& tok, const s
   return r;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

@@ -8,7 +8,7 @@
 
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 namespace {
 void fill_rates(StepMetrics& m, double tokens, double seconds, double flops_per_token, double peak_tflops, int world_size) {
@@ -60,12 +60,12 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
   {  // the kept steps replace the file in one rename: a crash here never loses the history
     std::ofstream tmp(path + ".tmp", std::ios::trunc);
     tmp << kept;
-    if (!tmp.flush()) throw UsageError("--metrics-file: cannot write " + path + ".tmp; check that its directory is writable");
+    if (!tmp.flush()) throw runtime::UsageError("--metrics-file: cannot write " + path + ".tmp; check that its directory is writable");
   }
   std::filesystem::rename(path + ".tmp", path, ec);
-  if (ec) throw UsageError("--metrics-file: cannot replace " + path + " (" + ec.message() + ")");
+  if (ec) throw runtime::UsageError("--metrics-file: cannot replace " + path + " (" + ec.message() + ")");
   out_.open(path, std::ios::app);
-  if (!out_) throw UsageError("--metrics-file: cannot write " + path);
+  if (!out_) throw runtime::UsageError("--metrics-file: cannot write " + path);
 }
 
 void MetricsWriter::write(const StepMetrics& m) {
@@ -85,7 +85,7 @@ void MetricsWriter::write(const StepMetrics& m) {
     j["skipped_steps"] = m.skipped_steps;
     if (m.skipped) j["skipped"] = true;
     j["eta_s"] = m.eta_s;
-    for (int p = 0; p < kNumPhases; ++p) j["phases"][phase_name(static_cast<Phase>(p))] = m.phases.s[p];
+    for (int p = 0; p < runtime::kNumPhases; ++p) j["phases"][runtime::phase_name(static_cast<runtime::Phase>(p))] = m.phases.s[p];
   }
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
   if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
@@ -123,4 +123,4 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps) {
   return s;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

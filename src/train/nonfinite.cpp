@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstdio>
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 std::string format_rows(const std::vector<int64_t>& rows, size_t limit) {
   std::string s = "[";
@@ -41,4 +41,4 @@ NonfiniteVerdict NonfiniteGuard::check(int64_t step, double loss, double grad_no
   return v;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

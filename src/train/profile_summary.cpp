@@ -6,7 +6,7 @@
 #include <regex>
 #include <utility>
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 const char* kernel_kind_name(KernelKind k) {
   static const char* names[] = {"GEMM", "attention", "elementwise and other", "optimizer", "communication",
@@ -135,4 +135,4 @@ std::string format_profile(const ProfileSummary& s, int64_t step, const std::str
   return out;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

@@ -10,7 +10,7 @@
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/model/flops.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 namespace {
 
 nlohmann::json comm_json(const comm::ProcessGroups& g) {
@@ -33,9 +33,9 @@ nlohmann::json memory_json(const fsdp::MemoryReport& m) {
 }  // namespace
 
 MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine,
-                                   const MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len, int64_t start_step)
+                                   const runtime::MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len, int64_t start_step)
     : cfg_(cfg), engine_(engine), env_(env), hosts_(std::move(hosts)),
-      seq_len_(seq_len), flops_per_token_(flops_per_token(engine.model(), seq_len)), start_step_(start_step),
+      seq_len_(seq_len), flops_per_token_(model::flops_per_token(engine.model(), seq_len)), start_step_(start_step),
       writer_(env.rank() == 0 ? cfg.metrics_file : "", start_step) {
   if (obs.metrics_port > 0)
     exporter_ = std::make_unique<obs::NodeExporter>(obs.metrics_bind, obs.metrics_port, obs.metrics_job, env.topology(), hosts_);
@@ -43,7 +43,7 @@ MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig&
 
 void MetricsPublisher::begin_step() {
   for (auto* c : engine_.groups().all()) c->reset_stats();
-  if (host_tensor_memory_tracked()) reset_host_tensor_peak();
+  if (runtime::host_tensor_memory_tracked()) runtime::reset_host_tensor_peak();
 }
 
 void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
@@ -54,11 +54,11 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   m.extra = {{"comm", comm_json(engine_.groups())}, {"memory", memory_json(engine_.memory())}};
   m.extra["memory"]["peak_gathered_units"] = engine_.peak_gathered_units();
   auto& by_phase = m.extra["memory"]["peak_bytes_by_phase"];
-  for (Phase p : {Phase::kForward, Phase::kBackward, Phase::kOptimizer})
-    by_phase[phase_name(p)] = m.peak_bytes[static_cast<int>(p)];
+  for (runtime::Phase p : {runtime::Phase::kForward, runtime::Phase::kBackward, runtime::Phase::kOptimizer})
+    by_phase[runtime::phase_name(p)] = m.peak_bytes[static_cast<int>(p)];
   m.extra["memory"]["peak_bytes_by_phase_counts"] = engine_.phase_peak_is_device() ? "cuda_allocator" : "engine_tensors";
   // Every CPU tensor, activations included: what the planner's memory model predicts on CPU.
-  if (host_tensor_memory_tracked()) m.extra["memory"]["host_tensor_peak_bytes"] = host_tensor_peak_bytes();
+  if (runtime::host_tensor_memory_tracked()) m.extra["memory"]["host_tensor_peak_bytes"] = runtime::host_tensor_peak_bytes();
   const fsdp::MemoryPeaks step_peak = engine_.end_step_peaks();  // every phase's, not only the last one's
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (engine_.device().is_cuda()) {
@@ -77,7 +77,7 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
 
 void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total, double checkpoint_s) {
   if (checkpoint_s > 0) last_checkpoint_s_ = checkpoint_s;
-  timed_s_ += m.step_time_s + m.phases[Phase::kCheckpoint];
+  timed_s_ += m.step_time_s + m.phases[runtime::Phase::kCheckpoint];
   m.eta_s = timed_s_ / static_cast<double>(m.step - start_step_) * static_cast<double>(total - m.step);
   // Every rank reaches the same log_step verdict, so the summary is a collective all join; the
   // metrics line gets it on every progress step, the log only at --breakdown-every.
@@ -92,10 +92,10 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) {
     StepMetrics line = m;  // the metrics file keeps the step's own figures
     interval_.take(line, flops_per_token_, cfg_.peak_tflops, env_.size());
-    log::info(progress_line(line, total));
+    runtime::log::info(progress_line(line, total));
   }
   const bool breakdown_due = run_ends || (cfg_.breakdown_every > 0 && log_steps_ % cfg_.breakdown_every == 0);
-  if (!breakdown.empty() && breakdown_due) log::info(breakdown);
+  if (!breakdown.empty() && breakdown_due) runtime::log::info(breakdown);
   if (!exporter_) return;
   auto& r = series_;
   r.rank = env_.rank();
@@ -122,9 +122,9 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
 }
 
 void MetricsPublisher::write_initial(const StepMetrics& m) {
-  log::info("before training: val_loss " + std::to_string(m.val_loss) + " | exact_match " +
+  runtime::log::info("before training: val_loss " + std::to_string(m.val_loss) + " | exact_match " +
             std::to_string(100.0 * m.val_accuracy) + "%");
   writer_.write(m);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

@@ -11,7 +11,7 @@
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/train/profile_summary.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 namespace prof = torch::autograd::profiler;
 namespace impl = torch::profiler::impl;
@@ -35,7 +35,7 @@ StepProfiler::StepProfiler(int64_t step, std::string dir, int rank, bool cuda)
   if (step_ <= 0) return;
   std::error_code ec;
   std::filesystem::create_directories(dir_, ec);
-  if (ec) throw UsageError("--profile-dir: cannot create " + dir_ + " (" + ec.message() + ")");
+  if (ec) throw runtime::UsageError("--profile-dir: cannot create " + dir_ + " (" + ec.message() + ")");
   if (!cuda_) setenv("KINETO_LOG_LEVEL", "5", 0);  // no "gpuGetDeviceCount failed" line on a CPU run
   prof::prepareProfiler(impl::ProfilerConfig(impl::ProfilerState::KINETO), activities(cuda_));  // CUPTI's setup, off the step
 }
@@ -86,9 +86,9 @@ void StepProfiler::end(int64_t step) {
   const std::string text = format_profile(summary, step, std::string(cuda_ ? "CUDA" : "CPU") + ", rank " + std::to_string(rank_));
   std::ofstream(base + "profile" + suffix + ".md") << text;
   if (cuda_ && !summary.device)
-    log::warn("--profile-step: the profiler recorded no GPU kernels (is CUPTI, libcupti.so from the nvidia-cuda-cupti "
+    runtime::log::warn("--profile-step: the profiler recorded no GPU kernels (is CUPTI, libcupti.so from the nvidia-cuda-cupti "
               "wheel, on the library path?); the summary is of host ops");
-  log::info("profile of step " + std::to_string(step) + " (trace and summary in " + dir_ + "):\n" + text);
+  runtime::log::info("profile of step " + std::to_string(step) + " (trace and summary in " + dir_ + "):\n" + text);
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

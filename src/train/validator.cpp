@@ -7,27 +7,27 @@
 #include "shardtrain/data/loader.h"
 #include "shardtrain/runtime/error.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
-EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
-                         const LogitsFn& logits, const std::function<double(double)>& sum_all) {
+EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
+                         const model::LogitsFn& logits, const std::function<double(double)>& sum_all) {
   c10::NoGradGuard no_grad;
-  LoaderConfig lc;
+  data::LoaderConfig lc;
   lc.micro_batch = batch_size;
   lc.shuffle = false;
   lc.prefetch = false;
   lc.rank = rank;
   lc.world = world;
-  DataLoader loader(data, lc);
+  data::DataLoader loader(data, lc);
   int64_t n = loader.steps_per_epoch();
   if (max_batches > 0) n = std::min(n, max_batches);
   double sum = 0, count = 0;
   for (int64_t b = 0; b < n; ++b) {
-    const StepData d = loader.next();
-    const Batch& batch = d.micro.front();
+    const data::StepData d = loader.next();
+    const model::Batch& batch = d.micro.front();
     auto lg = logits(batch.tokens);
     if (batch.tokens.size(0) == 0) continue;
-    auto ls = causal_lm_loss(lg, batch.labels);
+    auto ls = model::causal_lm_loss(lg, batch.labels);
     sum += ls.sum.item<double>();
     count += static_cast<double>(ls.count);
   }
@@ -42,25 +42,25 @@ EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_
   return r;
 }
 
-std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& o, const ModelConfig& model) {
+std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& o, const model::ModelConfig& model) {
   if (o.file.empty()) return nullptr;
-  DataFormat fmt = o.format;
-  auto task = std::make_unique<AccuracyTask>(AccuracyTask{Tokenizer(o.tokenizer), {}, o.max_new_tokens});
+  data::DataFormat fmt = o.format;
+  auto task = std::make_unique<AccuracyTask>(AccuracyTask{data::Tokenizer(o.tokenizer), {}, o.max_new_tokens});
   task->tokenizer.require_fits(model.vocab_size);
-  task->records = read_records(o.file, fmt, o.samples);
-  if (task->records.empty()) throw UsageError("--accuracy-file " + o.file + " has no usable records");
-  for (const Record& r : task->records)  // checked here, before training, not at the first validation
+  task->records = data::read_records(o.file, fmt, o.samples);
+  if (task->records.empty()) throw runtime::UsageError("--accuracy-file " + o.file + " has no usable records");
+  for (const data::Record& r : task->records)  // checked here, before training, not at the first validation
     if (r.prompt.empty())
-      throw UsageError("--accuracy-file " + o.file +
+      throw runtime::UsageError("--accuracy-file " + o.file +
                        ": exact-match accuracy needs prompt/answer records (alpaca or samsum), not plain text");
   return task;
 }
 
-Validator::Validator(fsdp::FsdpEngine& engine, const TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
+Validator::Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
                      int64_t max_batches, int64_t every)
     : engine_(engine), val_(val), accuracy_(accuracy), batch_size_(batch_size), max_batches_(max_batches), every_(every) {}
 
-LogitsFn Validator::logits_fn() {
+model::LogitsFn Validator::logits_fn() {
   return [this](const at::Tensor& t) { return engine_.logits(t); };
 }
 
@@ -77,4 +77,4 @@ void Validator::run(StepMetrics& m) {
   if (accuracy_) m.val_accuracy = accuracy().exact_match;
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

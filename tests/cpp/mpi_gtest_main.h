@@ -12,11 +12,11 @@
 
 #include "shardtrain/runtime/mpi_env.h"
 
-inline int mpi_gtest_main(int argc, char** argv, shardtrain::MpiEnv*& global_env) {
+inline int mpi_gtest_main(int argc, char** argv, shardtrain::runtime::MpiEnv*& global_env) {
   int ranks_per_node = 0;
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0) ranks_per_node = std::atoi(argv[i] + 17);
-  shardtrain::MpiEnv env(&argc, &argv);
+  shardtrain::runtime::MpiEnv env(&argc, &argv);
   env.set_ranks_per_node(ranks_per_node);
   global_env = &env;
   at::set_num_threads(1);

@@ -9,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = fuzz::scratch_path(".h5");
   fuzz::write_file(path, data, size);
   fuzz::expect_clean([&] {
-    h5::Handle file = h5::open_file(path);
+    io::h5::Handle file = io::h5::open_file(path);
     const auto a = ckpt::read_attrs(file, path);
     if (a.step < 0 || a.lora_rank < 0) __builtin_trap();
   });

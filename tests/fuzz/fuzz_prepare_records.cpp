@@ -8,20 +8,20 @@
 using namespace shardtrain;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const Tokenizer tok(SHARDTRAIN_SOURCE_DIR "/data/demo/tokenizer.model");
+  static const data::Tokenizer tok(SHARDTRAIN_SOURCE_DIR "/data/demo/tokenizer.model");
   if (size == 0) return 0;
-  static const DataFormat kFormats[] = {DataFormat::kAuto, DataFormat::kAlpaca, DataFormat::kSamsum, DataFormat::kText};
-  DataFormat format = kFormats[data[0] % 4];
+  static const data::DataFormat kFormats[] = {data::DataFormat::kAuto, data::DataFormat::kAlpaca, data::DataFormat::kSamsum, data::DataFormat::kText};
+  data::DataFormat format = kFormats[data[0] % 4];
   std::istringstream in(std::string(reinterpret_cast<const char*>(data) + 1, size - 1));
   fuzz::expect_clean([&] {
-    std::vector<Sample> samples;
+    std::vector<data::Sample> samples;
     int64_t last_line = 0;
-    for_each_record(in, format, [&](int64_t line, ParsedLine& p) {
+    data::for_each_record(in, format, [&](int64_t line, data::ParsedLine& p) {
       if (line < last_line || line < 1) __builtin_trap();  // line numbers name the record in order
       last_line = line;
       if (p.ok != p.reason.empty()) __builtin_trap();      // a skip always says why
       if (p.ok) {
-        Sample s = tokenize_record(p.record, tok);
+        data::Sample s = data::tokenize_record(p.record, tok);
         if (s.ids.size() != s.mask.size()) __builtin_trap();
         if (s.ids.size() > 64) s.ids.resize(64), s.mask.resize(64);
         samples.push_back(std::move(s));
@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return samples.size() < 64;
     });
     for (bool packing : {true, false}) {
-      const Rows r = make_rows(samples, 16, packing, tok.eos_id());
+      const data::Rows r = data::make_rows(samples, 16, packing, tok.eos_id());
       if (static_cast<int64_t>(r.tokens_data.size()) != r.rows * 16) __builtin_trap();
     }
   });

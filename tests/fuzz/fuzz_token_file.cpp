@@ -8,9 +8,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string path = fuzz::scratch_path(".h5");
   fuzz::write_file(path, data, size);
   fuzz::expect_clean([&] {
-    TokenFile f(path);
+    data::TokenFile f(path);
     if (f.rows() <= 0 || f.seq_len() < 0) __builtin_trap();
-    const Batch b = f.read({0, f.rows() - 1});
+    const model::Batch b = f.read({0, f.rows() - 1});
     if (b.tokens.size(0) != 2 || b.tokens.size(1) != f.seq_len()) __builtin_trap();
   });
   // Every handle the reader opened is closed again, on success and on each error path.

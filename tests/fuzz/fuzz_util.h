@@ -17,7 +17,7 @@ template <typename F>
 void expect_clean(F&& f) {
   try {
     f();
-  } catch (const Error&) {
+  } catch (const runtime::Error&) {
   }
 }
 

@@ -25,7 +25,7 @@ class AsyncSaver {
   void wait();  // rethrows a failure of the background write
 
  private:
-  MpiComm comm_;
+  runtime::MpiComm comm_;
   std::thread thread_;
   std::exception_ptr error_;
 };

@@ -52,7 +52,7 @@ struct CheckpointAttrs {
   int64_t step = 0;
   int64_t adam_step = 0;
   int64_t world_size = 1;
-  LoaderState loader;
+  data::LoaderState loader;
   std::string sharding;
   nlohmann::json run_config, model_config;
   // LoRA (lora_rank > 0): the adapters' settings and the base they were trained on.

@@ -30,7 +30,7 @@ struct CheckpointConfig {
 class Manager {
  public:
   // Collective over the world. run_config goes into every checkpoint (the arguments as given).
-  Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, Optimizer& optimizer, nlohmann::json run_config);
+  Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, nlohmann::json run_config);
   Manager(const Manager&) = delete;  // the registered pieces refer to state_
   Manager& operator=(const Manager&) = delete;
   bool enabled() const { return !cfg_.dir.empty(); }
@@ -41,7 +41,7 @@ class Manager {
   // empty when none) asks. `final`: the
   // loop ends after this step, so a background save is waited for. Returns the seconds the
   // loop was blocked (0: no save).
-  double after_step(int64_t step, const std::string& requested_by, bool final, const LoaderState& loader);
+  double after_step(int64_t step, const std::string& requested_by, bool final, const data::LoaderState& loader);
   void finish();  // waits for a background save; rethrows its failure
 
  private:

@@ -13,9 +13,9 @@ namespace shardtrain::ckpt {
 
 // Thrown on every rank by agree_on_save: main prints rank 0's line once and exits 2, since a
 // retry cannot succeed until someone frees space or fixes the directory.
-class SaveFailed : public AgreedUsageError {
+class SaveFailed : public runtime::AgreedUsageError {
  public:
-  using AgreedUsageError::AgreedUsageError;
+  using runtime::AgreedUsageError::AgreedUsageError;
 };
 
 // Pure: the line for a failed save of final_path. free_bytes < need_bytes reads as a full disk;

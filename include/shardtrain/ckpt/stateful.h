@@ -39,9 +39,9 @@ struct TensorGroup {
 
 // A checkpoint this run must not continue from (another model, other LoRA settings or another
 // base). --resume auto does not fall back to an older checkpoint, which would be just as wrong.
-class ResumeRefused : public AgreedUsageError {
+class ResumeRefused : public runtime::AgreedUsageError {
  public:
-  using AgreedUsageError::AgreedUsageError;
+  using runtime::AgreedUsageError::AgreedUsageError;
 };
 
 class Stateful {

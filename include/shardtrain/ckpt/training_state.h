@@ -23,7 +23,7 @@ inline constexpr const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
 // and the optimizer.
 struct TrainState {
   int64_t step = 0;  // optimizer steps done
-  LoaderState loader;
+  data::LoaderState loader;
   nlohmann::json run_config;  // saved only: a load leaves this run's own
 };
 
@@ -34,7 +34,7 @@ int64_t base_crc32(fsdp::FsdpEngine& engine);
 // Collective over the world (a LoRA base's checksum). The pieces hold references to engine,
 // optimizer and state, which must outlive the registry. base_weights: a LoRA run's --weights
 // ("" for the seeded init), recorded beside its checksum.
-StateRegistry training_state(fsdp::FsdpEngine& engine, Optimizer& optimizer, TrainState& state,
+StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState& state,
                              const std::string& base_weights = "");
 
 }  // namespace shardtrain::ckpt

@@ -23,7 +23,7 @@ struct BannerFacts {
 };
 
 // hosts: every rank's host, by rank. Pure apart from formatting.
-std::string start_banner(const TrainOptions& o, const Topology& topo, const std::vector<std::string>& hosts,
+std::string start_banner(const TrainOptions& o, const runtime::Topology& topo, const std::vector<std::string>& hosts,
                          const comm::ProcessGroups& g, const DeviceChoice& device, const BannerFacts& f);
 
 // The run's first line: what it starts from (pretrained weights, a checkpoint, or random

@@ -15,18 +15,18 @@ class FsdpEngine;
 
 namespace shardtrain::cli {
 
-int cmd_prepare(const std::vector<std::string>& args, MpiEnv& env);
-int cmd_train(const std::vector<std::string>& args, MpiEnv& env);
-int cmd_eval(const std::vector<std::string>& args, MpiEnv& env);
-int cmd_generate(const std::vector<std::string>& args, MpiEnv& env);
-int cmd_convert(const std::vector<std::string>& args, MpiEnv& env);
-int cmd_inspect(const std::vector<std::string>& args, MpiEnv& env);
-int cmd_preflight(const std::vector<std::string>& args, MpiEnv& env);
-int cmd_scaling(const std::vector<std::string>& args, MpiEnv& env);
+int cmd_prepare(const std::vector<std::string>& args, runtime::MpiEnv& env);
+int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env);
+int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env);
+int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env);
+int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env);
+int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env);
+int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env);
+int cmd_scaling(const std::vector<std::string>& args, runtime::MpiEnv& env);
 int cmd_plan(const std::vector<std::string>& args);  // runs without MPI
-int cmd_report(const std::vector<std::string>& args, MpiEnv& env);
+int cmd_report(const std::vector<std::string>& args, runtime::MpiEnv& env);
 
-int print_help(const std::string& text, const MpiEnv& env);
+int print_help(const std::string& text, const runtime::MpiEnv& env);
 // Where an export's tokenizer comes from: the --weights directory's own tokenizer files when it has
 // them, else a SentencePiece --tokenizer. data: the token file whose recorded tokenizer_sha256 the
 // exported tokenizer.model must match ("" or unreadable: not checked).
@@ -40,17 +40,17 @@ TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string&
 // Throws UsageError when the tokenizer.model the export would carry is not the one the token file
 // was prepared with (naming both), or a --tokenizer is no SentencePiece model that fits the
 // vocabulary: train checks before its first step, convert before it loads.
-void check_export_tokenizer(const TokenizerSource& src, const ModelConfig& model);
+void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig& model);
 // Rank 0, into an export directory: the tokenizer files (copied unchanged from --weights, or
 // tokenizer.model with the tokenizer_config.json and special_tokens_map.json of a Llama-2
 // LlamaTokenizer) and, for a full model, generation_config.json. With no source the export
 // stands and one warning line says how to add one.
-void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const ModelConfig& model,
+void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const model::ModelConfig& model,
                            bool full_model);
 // Collective: every rank gathers the full parameters; rank 0 writes Hugging Face safetensors
 // (5 GiB shards), config.json with torch_dtype and the tokenizer files into dir. A LoRA engine's
 // adapters are merged into the weights (W + alpha/r B A), as PEFT's merge_and_unload.
-void export_hf(const std::string& dir, const ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
+void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
                int rank, const TokenizerSource& tokenizer);
 // Collective: a LoRA engine's adapters as PEFT saves them: adapter_model.safetensors (fp32) and
 // adapter_config.json, which peft.PeftModel.from_pretrained loads, with the tokenizer files.
@@ -59,7 +59,7 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
                  const TokenizerSource& tokenizer);
 // full[W] = W + alpha/r B A for every targeted projection (pure; fp32 host tensors by name).
 void merge_adapters(std::map<std::string, at::Tensor>& full, const std::map<std::string, at::Tensor>& adapters,
-                    const ModelConfig& model, const LoraConfig& lora);
+                    const model::ModelConfig& model, const model::LoraConfig& lora);
 
 // One CUDA device per rank, picked by node-local rank among the visible ones (CUDA_VISIBLE_DEVICES
 // applies), for --device auto|cuda; cpu otherwise. Selects the device. Throws UsageError for
@@ -69,9 +69,9 @@ struct DeviceChoice {
   int index = -1;
   std::string name = "cpu";  // the GPU's name, for the FLOP/s peak table
 };
-DeviceChoice choose_device(const std::string& spec, const MpiEnv& env);
+DeviceChoice choose_device(const std::string& spec, const runtime::MpiEnv& env);
 
 // Sets LibTorch's intra-op pool: 0 means this rank's share of the machine's cores.
-void setup_threads(int threads, const MpiEnv& env);
+void setup_threads(int threads, const runtime::MpiEnv& env);
 
 }  // namespace shardtrain::cli

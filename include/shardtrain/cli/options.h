@@ -29,7 +29,7 @@ struct CommonOptions {
 // the user typed reaches the component without being copied by hand.
 struct TrainOptions {
   CommonOptions common;
-  ModelConfig model;
+  model::ModelConfig model;
   std::string weights;     // safetensors file, directory or index (optional)
   std::string model_from;  // where the model configuration came from, for the log
   bool resumes = false;    // --resume finds a checkpoint to continue from
@@ -39,37 +39,37 @@ struct TrainOptions {
   std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
   bool merge_lora = false; // LoRA: --save-model writes merged full weights instead of the adapter
   std::vector<std::string> args;  // as given, stored in checkpoints
-  TrainConfig train;
+  train::TrainConfig train;
   fsdp::FsdpConfig fsdp;
-  OptimizerConfig optim;
+  optim::OptimizerConfig optim;
   ckpt::CheckpointConfig ckpt;
-  AccuracyConfig accuracy;
+  train::AccuracyConfig accuracy;
   obs::ObsConfig obs;
-  FaultConfig faults;
+  train::FaultConfig faults;
 };
 
 // eval and generate run through the FSDP engine: any device, strategy and number of ranks.
 struct EvalOptions {
   CommonOptions common;
-  ModelConfig model;
+  model::ModelConfig model;
   std::string weights;
   std::string lora;  // a PEFT adapter directory to apply (fsdp.lora holds its settings)
   std::string data;  // token file: loss and perplexity
   std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other implementations
-  AccuracyConfig accuracy;
+  train::AccuracyConfig accuracy;
   fsdp::FsdpConfig fsdp;
   int64_t batch_size = 8, max_batches = 0;
 };
 
 struct PrepareCliOptions {
   CommonOptions common;
-  PrepareOptions prepare;
+  data::PrepareOptions prepare;
 };
 
 struct GenerateOptions {
   CommonOptions common;
   fsdp::FsdpConfig fsdp;
-  ModelConfig model;
+  model::ModelConfig model;
   std::string weights, tokenizer;
   std::string lora;  // a PEFT adapter directory to apply (fsdp.lora holds its settings)
   std::vector<std::string> prompts;

@@ -18,8 +18,8 @@ std::string agreed_failure(const std::string& mine);
 // recorded vocabulary, and every token id in [0, vocab_size), scanned once with the rows split
 // over the ranks (the file's max_token_id attribute is not trusted). Names the row. The line
 // saying what was checked is logged, or left in *checked for the caller to log later.
-std::unique_ptr<TokenFile> open_token_file(const char* opt, const std::string& path, const ModelConfig& model,
-                                           const MpiEnv& env, std::string* checked = nullptr);
+std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::string& path, const model::ModelConfig& model,
+                                           const runtime::MpiEnv& env, std::string* checked = nullptr);
 
 // Why a file could not be created in dir (or in its nearest existing ancestor, as
 // create_directories would), or "" when it can. Creates nothing that outlives the call.
@@ -30,6 +30,6 @@ std::string probe_writable_file(const std::string& path);
 
 // Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written, and
 // the tokenizer --save-model's export will carry is the one --data was prepared with.
-void check_writable_outputs(const TrainOptions& o, const MpiEnv& env);
+void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);
 
 }  // namespace shardtrain::cli

@@ -8,7 +8,7 @@ namespace shardtrain::comm {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(MpiComm comm, std::string name);
+  MpiCommunicator(runtime::MpiComm comm, std::string name);
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   MPI_Comm mpi() const override { return comm_.get(); }
@@ -20,7 +20,7 @@ class MpiCommunicator : public Communicator {
   void barrier() override;
 
  private:
-  MpiComm comm_;
+  runtime::MpiComm comm_;
   int rank_ = 0, size_ = 1;
 };
 

@@ -21,7 +21,7 @@ class NcclCommunicator : public Communicator {
  public:
   // comm: NCCL over the same ranks as `group` (bootstrapped over it, or split from a parent).
   // Collective over the group: splits the reduction communicator from comm.
-  NcclCommunicator(MpiComm group, std::string name, cuda::NcclComm comm);
+  NcclCommunicator(runtime::MpiComm group, std::string name, cuda::NcclComm comm);
 
   WorkPtr all_gather_async(const at::Tensor& in, const at::Tensor& out) override;
   WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) override;
@@ -48,7 +48,7 @@ class NcclCommunicator : public Communicator {
   Lane& lane(Op op) { return op == Op::kReduceScatter || op == Op::kAllReduce ? reduce_ : gather_; }
   cudaStream_t begin(Lane& l);  // the lane's stream waits for the caller's current stream
   WorkPtr finish(Lane& l, Op op, int64_t bytes, std::vector<at::Tensor> keep);
-  MpiComm mpi_;
+  runtime::MpiComm mpi_;
   at::Device device_;  // the current device when the communicator was made
   Lane gather_, reduce_;
   std::array<std::string, kNumOps> nvtx_;  // "all_gather shard", ... built once
@@ -57,6 +57,6 @@ class NcclCommunicator : public Communicator {
 // The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,
 // then rank 0 of each broadcasts its ncclUniqueId over that group's MPI communicator. A watchdog
 // thread polls every communicator's async error and aborts the job naming rank and host.
-ProcessGroups make_nccl_groups(const GroupLayout& layout, const Topology& topo, const std::string& host);
+ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo, const std::string& host);
 
 }  // namespace shardtrain::comm

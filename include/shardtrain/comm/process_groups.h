@@ -25,8 +25,8 @@ struct ProcessGroups {
 };
 
 // The groups split from MPI_COMM_WORLD by the layout, each wrapped by `backend` (MPI or NCCL).
-using Backend = std::function<std::unique_ptr<Communicator>(MpiComm group, const char* name)>;
-ProcessGroups make_groups(const GroupLayout& layout, const Topology& topo, const Backend& backend);
-ProcessGroups make_mpi_groups(const GroupLayout& layout, const Topology& topo);
+using Backend = std::function<std::unique_ptr<Communicator>(runtime::MpiComm group, const char* name)>;
+ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo, const Backend& backend);
+ProcessGroups make_mpi_groups(const GroupLayout& layout, const runtime::Topology& topo);
 
 }  // namespace shardtrain::comm

@@ -10,7 +10,7 @@
 
 #include "shardtrain/data/tokenizer.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 enum class DataFormat { kAuto, kAlpaca, kSamsum, kText };
 DataFormat parse_format(const std::string& s);  // throws UsageError naming --format
@@ -61,4 +61,4 @@ struct Sample {
 // samsum encodes the two separately.
 Sample tokenize_record(const Record& r, const Tokenizer& tok);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

@@ -8,7 +8,7 @@
 
 #include "shardtrain/data/token_file.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 struct LoaderConfig {
   int64_t micro_batch = 8;  // rows per micro-batch per rank
@@ -26,7 +26,7 @@ struct LoaderState {
 
 struct StepData {
   LoaderState position;        // which step this is
-  std::vector<Batch> micro;    // [grad_accum] this rank's micro-batches (some may have 0 rows)
+  std::vector<model::Batch> micro;    // [grad_accum] this rank's micro-batches (some may have 0 rows)
   std::vector<int64_t> rows;   // this rank's row indices, micro-batches concatenated
   int64_t global_rows = 0;     // rows in the global batch (all ranks) at this step
   std::vector<int64_t> batch_rows;  // the global batch's row indices, for messages that name them
@@ -64,4 +64,4 @@ class DataLoader {
   std::vector<int64_t> order_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

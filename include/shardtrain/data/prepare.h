@@ -9,7 +9,7 @@
 #include "shardtrain/data/instruction.h"
 #include "shardtrain/data/tokenizer.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 struct ReadStats {
   int64_t read = 0, skipped = 0, truncated = 0;
@@ -69,4 +69,4 @@ std::string val_output_path(const PrepareOptions& o);
 PrepareReport run_prepare(const PrepareOptions& o);
 std::string format_report(const PrepareOptions& o, const PrepareReport& r);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

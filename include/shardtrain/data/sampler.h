@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 // Deterministic Fisher-Yates permutation from (seed, epoch), identical on every platform.
 std::vector<int64_t> epoch_permutation(int64_t n, uint64_t seed, int64_t epoch);
@@ -25,4 +25,4 @@ std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t glo
 std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>& batch, int rank, int world,
                                                      int64_t grad_accum);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

@@ -11,7 +11,7 @@
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/io/h5.h"
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 constexpr int64_t kTokenFileVersion = 1;
 
@@ -34,7 +34,7 @@ class TokenFile {
   int64_t seq_len() const { return meta_.seq_len; }
   const std::string& path() const { return path_; }
   // Thread-safe: holds the HDF5 lock while reading.
-  Batch read(const std::vector<int64_t>& rows) const;
+  model::Batch read(const std::vector<int64_t>& rows) const;
   // The first token outside [0, limit) in rows [begin, end), read in blocks of rows (row -1:
   // none). A read failure throws UsageError naming the file: its data is damaged.
   struct TokenAt {
@@ -45,7 +45,7 @@ class TokenFile {
  private:
   std::string path_;
   TokenFileMeta meta_;
-  h5::Handle file_, tokens_, mask_;
+  io::h5::Handle file_, tokens_, mask_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

@@ -10,7 +10,7 @@ namespace sentencepiece {
 class SentencePieceProcessor;
 }
 
-namespace shardtrain {
+namespace shardtrain::data {
 
 class Tokenizer {
  public:
@@ -40,4 +40,4 @@ class Tokenizer {
   int32_t bos_ = 1, eos_ = 2, vocab_ = 0;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::data

@@ -48,8 +48,8 @@ struct MemoryReport {
 struct GradResult {
   double loss = 0;     // mean over the global batch's loss tokens
   int64_t tokens = 0;  // loss tokens in the global batch
-  PhaseTimes phases;   // forward, backward and the exposed communication inside them
-  std::array<int64_t, kNumPhases> peak_bytes{};  // forward and backward: see take_phase_peak()
+  runtime::PhaseTimes phases;   // forward, backward and the exposed communication inside them
+  std::array<int64_t, runtime::kNumPhases> peak_bytes{};  // forward and backward: see take_phase_peak()
 };
 
 class FsdpEngine {
@@ -57,15 +57,15 @@ class FsdpEngine {
   // Weights: the seeded init (identical at any world size), or `weights` read shard by shard.
   // With cfg.lora enabled, the base is frozen and the trainable pieces are the adapters: seeded
   // (PEFT's init), or read from `adapters` (PEFT's adapter_model.safetensors keys).
-  FsdpEngine(ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-             const SafetensorsModel* weights = nullptr, at::Device device = at::kCPU,
-             const SafetensorsModel* adapters = nullptr);
+  FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
+             const io::SafetensorsModel* weights = nullptr, at::Device device = at::kCPU,
+             const io::SafetensorsModel* adapters = nullptr);
   FsdpEngine(const FsdpEngine&) = delete;  // the peak tracker reads through `this`
   FsdpEngine& operator=(const FsdpEngine&) = delete;
 
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
   // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
-  GradResult forward_backward(const std::vector<Batch>& micro_batches);
+  GradResult forward_backward(const std::vector<model::Batch>& micro_batches);
   at::Tensor logits(const at::Tensor& tokens);  // forward only, on this rank's tokens; on the host
   double sum_world(double v) { return groups_.world->all_reduce_sum(v); }
   double comm_wait_seconds() const;  // host time blocked on collectives so far, all groups
@@ -82,7 +82,7 @@ class FsdpEngine {
   std::map<std::string, at::Tensor> full_adapters();  // LoRA: every adapter, unsharded, fp32
   bool lora() const { return cfg_.lora.enabled(); }
   // What trains and what checkpoints hold: the model's parameters, or a LoRA run's adapters.
-  const std::vector<ParamSpec>& trainable_specs() const { return trainable_specs_; }
+  const std::vector<model::ParamSpec>& trainable_specs() const { return trainable_specs_; }
   // LoRA: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each base
   // parameter as read at construction, [llama_param_specs x 3], -1 where it holds none; combined
   // over the shard group into one checksum of the base (ckpt::base_crc32).
@@ -92,7 +92,7 @@ class FsdpEngine {
   void release_grads();                   // frees the gradient shards (after the optimizer step)
   MemoryReport memory() const;
   const comm::ProcessGroups& groups() const { return groups_; }
-  const ModelConfig& model() const { return model_; }
+  const model::ModelConfig& model() const { return model_; }
   const FsdpConfig& config() const { return cfg_; }
   const at::Device& device() const { return device_; }
   std::vector<FlatUnit>& units() { return units_; }  // the base (frozen under LoRA)
@@ -145,16 +145,16 @@ class FsdpEngine {
   void reduce_accumulated();
   at::Tensor to_device(const at::Tensor& host) const;
 
-  ModelConfig model_;
+  model::ModelConfig model_;
   FsdpConfig cfg_;
   comm::ProcessGroups& groups_;
   at::Device device_;
-  Rotary rope_;
+  model::Rotary rope_;
   std::vector<FlatUnit> units_;         // [num_layers + 2], model_units() order
   std::vector<FlatUnit> adapters_;      // LoRA: [num_layers + 2]; empty otherwise
   std::vector<UnitParts> parts_;        // [units], pointing into units_ and adapters_
   bool base_frozen_ = false;            // LoRA: the base does not train
-  std::vector<ParamSpec> trainable_specs_;
+  std::vector<model::ParamSpec> trainable_specs_;
   std::vector<int64_t> base_crc_rows_;
   bool backward_ = false;               // in backward(): a LoRA run skips the frozen embedding
   uint64_t seed_ = 0, passes_ = 0;      // LoRA dropout: each training pass draws its own masks
@@ -170,6 +170,6 @@ class FsdpEngine {
 
 // The optimizer component for an engine: AdamW over this rank's master shards, the gradient
 // norm summed across the shard group (whose shards tile the model; replicas hold equal ones).
-Optimizer make_optimizer(FsdpEngine& engine, const OptimizerConfig& cfg);
+optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg);
 
 }  // namespace shardtrain::fsdp

@@ -30,7 +30,7 @@ struct FlatLayout {
 };
 
 // The unit's parameters in model order.
-FlatLayout flat_layout(const std::vector<ParamSpec>& specs, int64_t unit, int shard_size);
+FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit, int shard_size);
 
 // A piece of one parameter inside one rank's shard: parameter elements
 // [param_offset, param_offset + numel) sit at shard elements [shard_offset, ...).

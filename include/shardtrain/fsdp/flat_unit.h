@@ -16,11 +16,11 @@ class FlatUnit {
  public:
   // frozen (a LoRA run's base): master is kept in the compute dtype and the gathered leaf does
   // not require grad, so autograd computes no weight gradient for it.
-  FlatUnit(UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen = false);
+  FlatUnit(model::UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen = false);
   bool frozen() const { return frozen_; }
   bool empty() const { return layout_.padded == 0; }  // a unit without adapters
-  const UnitSpec& spec() const { return spec_; }
-  UnitKind kind() const { return spec_.kind; }
+  const model::UnitSpec& spec() const { return spec_; }
+  model::UnitKind kind() const { return spec_.kind; }
   const FlatLayout& layout() const { return layout_; }
   at::Tensor& master() { return master_; }  // fp32 [shard_numel] (frozen: compute dtype), persistent
   const at::Tensor& master() const { return master_; }
@@ -44,7 +44,7 @@ class FlatUnit {
 
  private:
   void start(comm::Communicator& shard);
-  UnitSpec spec_;
+  model::UnitSpec spec_;
   FlatLayout layout_;
   at::Tensor master_, grad_;
   at::Tensor flat_;  // [padded] leaf, requires grad; storage present only while gathered

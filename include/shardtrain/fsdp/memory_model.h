@@ -13,12 +13,12 @@
 namespace shardtrain::fsdp {
 
 struct UnitSize {
-  UnitKind kind = UnitKind::kEmbedding;
+  model::UnitKind kind = model::UnitKind::kEmbedding;
   int64_t numel = 0, padded = 0, shard_numel = 0;  // elements: FlatLayout's
 };
-inline UnitSize unit_size(const FlatLayout& l, UnitKind kind) { return {kind, l.numel, l.padded, l.shard_numel}; }
+inline UnitSize unit_size(const FlatLayout& l, model::UnitKind kind) { return {kind, l.numel, l.padded, l.shard_numel}; }
 // Every unit of `specs` (the model's or LoRA's), in model_units() order, sharded over shard_size.
-std::vector<UnitSize> unit_sizes(const ModelConfig& model, const std::vector<ParamSpec>& specs, int shard_size);
+std::vector<UnitSize> unit_sizes(const model::ModelConfig& model, const std::vector<model::ParamSpec>& specs, int shard_size);
 
 // A gathered unit: the padded flat buffer in the compute dtype.
 inline int64_t gathered_bytes(int64_t padded, int elt) { return padded * elt; }
@@ -49,6 +49,6 @@ struct StepPeak {
   int gathered_units = 0;
 };
 StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize>* adapters, const FsdpConfig& cfg,
-                   const StepShape& shape, const ActivationBytes& act, int64_t persistent);
+                   const StepShape& shape, const model::ActivationBytes& act, int64_t persistent);
 
 }  // namespace shardtrain::fsdp

@@ -20,12 +20,12 @@ class PhaseClock {
   ~PhaseClock();
   PhaseClock(const PhaseClock&) = delete;
   PhaseClock& operator=(const PhaseClock&) = delete;
-  void close(Phase p);  // the time since the last boundary goes to p
-  PhaseTimes finish();  // CUDA: waits for the last event; call once
+  void close(runtime::Phase p);  // the time since the last boundary goes to p
+  runtime::PhaseTimes finish();  // CUDA: waits for the last event; call once
 
  private:
   const FsdpEngine& engine_;
-  PhaseTimes times_;
+  runtime::PhaseTimes times_;
   double mark_, wait_mark_;
   struct Events;                    // CUDA only: one event per boundary, and the phase it closes
   std::unique_ptr<Events> events_;  // null on CPU

@@ -37,7 +37,7 @@ struct FsdpConfig {
   // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
   int max_inflight_gathers = 2;
   bool tf32 = true;  // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
-  LoraConfig lora;   // rank > 0: the base is frozen and only the adapters train
+  model::LoraConfig lora;   // rank > 0: the base is frozen and only the adapters train
   // Training's head and loss fused (model/lm_loss.h): tokens whose logits live at once; 0: auto
   // (a chunk of logits about the size of the hidden states); -1: unfused (all logits, then the loss).
   int64_t loss_chunk = 0;
@@ -50,12 +50,12 @@ void check_device_option(const std::string& spec);
 // Pure: the groups of `rank`. Hybrid strategies shard within a node (topology.local_size ranks)
 // unless shard_group_size > 0 picks contiguous blocks of that size. Throws UsageError, with
 // the same message on every rank, when the sizes do not divide.
-comm::GroupLayout group_layout(Sharding s, const Topology& topo, int shard_group_size);
+comm::GroupLayout group_layout(Sharding s, const runtime::Topology& topo, int shard_group_size);
 
 // The strategy's groups as MPI communicators (CPU), or NCCL ones bootstrapped over the same MPI
 // groups (CUDA builds, nccl = true).
-comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const Topology& topo, bool nccl = false,
+comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo, bool nccl = false,
                                         const std::string& host = "");
-comm::ProcessGroups make_mpi_groups(Sharding s, const Topology& topo, int shard_group_size);
+comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size);
 
 }  // namespace shardtrain::fsdp

@@ -33,13 +33,13 @@ struct ShardPiece {
 struct BuiltUnits {
   std::vector<FlatUnit> units;              // [num_layers + 2], model_units() order; frozen under LoRA
   std::vector<FlatUnit> adapters;           // LoRA: [num_layers + 2]; empty otherwise
-  std::vector<ParamSpec> trainable_specs;   // the model's parameters, or under LoRA the adapters
+  std::vector<model::ParamSpec> trainable_specs;   // the model's parameters, or under LoRA the adapters
   std::vector<ShardPiece> pieces;           // this rank's pieces of every trainable unit's shard
   std::vector<int64_t> base_crc_rows;       // LoRA: [specs * 3] (param_offset, numel, CRC-32) of this rank's base pieces
   std::vector<at::Tensor> no_sync;          // [units] fp32 [padded], with no_sync_accumulation
 };
 
-BuiltUnits build_units(const ModelConfig& model, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
-                       const SafetensorsModel* weights, const SafetensorsModel* adapters, at::Device device);
+BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
+                       const io::SafetensorsModel* weights, const io::SafetensorsModel* adapters, at::Device device);
 
 }  // namespace shardtrain::fsdp

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace shardtrain::h5 {
+namespace shardtrain::io::h5 {
 
 // HDF5 here is not built thread-safe; every thread that calls it holds this lock.
 std::recursive_mutex& library_lock();
@@ -57,4 +57,4 @@ bool has_attr(hid_t obj, const std::string& name);
 std::string read_attr_string(hid_t obj, const std::string& name);
 int64_t read_attr_int(hid_t obj, const std::string& name);
 
-}  // namespace shardtrain::h5
+}  // namespace shardtrain::io::h5

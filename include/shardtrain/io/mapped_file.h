@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace shardtrain {
+namespace shardtrain::io {
 
 class MappedFile {
  public:
@@ -28,4 +28,4 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::io

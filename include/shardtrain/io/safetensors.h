@@ -12,7 +12,7 @@
 
 #include "shardtrain/io/mapped_file.h"
 
-namespace shardtrain {
+namespace shardtrain::io {
 
 enum class StDType { F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL };
 
@@ -92,4 +92,4 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
 std::vector<std::string> write_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
                                                    uint64_t max_shard_bytes);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::io

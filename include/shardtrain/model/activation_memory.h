@@ -7,7 +7,7 @@
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/lora.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 struct ActivationBytes {  // per token
   int64_t layer = 0;        // one decoder layer's saved tensors, its input included
@@ -25,4 +25,4 @@ struct ActivationBytes {  // per token
 // elt: bytes of the compute dtype (4 fp32, 2 bf16). lora: nullptr or disabled for full fine-tuning.
 ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora = nullptr);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

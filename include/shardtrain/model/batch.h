@@ -3,11 +3,11 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 struct Batch {
   at::Tensor tokens;  // [B, T] int64
   at::Tensor labels;  // [B, T] int64: the token where the mask is set, else -100 (HF convention)
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

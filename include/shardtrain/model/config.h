@@ -6,7 +6,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 struct ModelConfig {
   std::string name = "custom";
@@ -42,4 +42,4 @@ nlohmann::json model_to_hf_json(const ModelConfig& c);
 std::string describe_shape(const ModelConfig& c);
 bool same_shape(const ModelConfig& a, const ModelConfig& b);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -4,10 +4,10 @@
 
 #include "shardtrain/model/config.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 // 6·N + 12·L·H·Q·T (torchtitan, llm-foundry): N = parameters excluding the input embedding,
 // L layers, H heads, Q head dim, T sequence length. Covers forward + backward.
 double flops_per_token(const ModelConfig& cfg, int64_t seq_len);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 using LogitsFn = std::function<at::Tensor(const at::Tensor& tokens)>;  // [B, T] int64 -> [B, T, V]
 
@@ -32,4 +32,4 @@ std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>
 // max_new_tokens).
 bool stopped_at_context_limit(size_t prompt_tokens, size_t new_tokens, const GenerateConfig& cfg);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -15,7 +15,7 @@
 #include "shardtrain/model/params.h"
 #include "shardtrain/model/projections.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 // A weight by full Hugging Face name, already in the compute dtype.
 using WeightLookup = std::function<at::Tensor(const std::string& name)>;
@@ -80,4 +80,4 @@ struct LossSum {
 LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, bool count = true);
 int64_t count_loss_tokens(const at::Tensor& labels);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

@@ -3,7 +3,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 // hidden [B, T, H] (the final norm's output) and weight [V, H] (lm_head) in the compute dtype;
 // labels [B, T] int64 with -100 where no loss is taken. Returns the fp32 sum of
@@ -22,4 +22,4 @@ at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, c
 // at least 256; < 0 unfused.
 int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t requested);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

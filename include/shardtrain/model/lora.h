@@ -12,7 +12,7 @@
 #include "shardtrain/model/params.h"
 #include "shardtrain/model/projections.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 struct LoraConfig {
   int64_t rank = 0;      // --lora-rank; 0: LoRA off (full fine-tuning)
@@ -58,4 +58,4 @@ at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapt
 // W + scale * B A: the merged weight (PEFT's merge_and_unload), in W's dtype.
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

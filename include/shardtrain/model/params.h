@@ -10,7 +10,7 @@
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/config.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 // The model's units, which are also its FSDP units: the embedding, each decoder layer, and the
 // head (final norm + lm_head).
@@ -51,19 +51,19 @@ at::Tensor init_param(const ParamSpec& spec, uint64_t seed, double std = 0.02);
 // Throws UsageError naming the tensor and its file when the weights lack one of the model's
 // tensors, or hold one whose shape differs from the model config's, or whose dtype is not
 // F32, BF16 or F16. Reads only the headers.
-void check_weights(const ModelConfig& cfg, const SafetensorsModel& weights);
+void check_weights(const ModelConfig& cfg, const io::SafetensorsModel& weights);
 
 class ParamStore {
  public:
   static ParamStore initialize(const ModelConfig& cfg, uint64_t seed);
   // Checks every tensor's presence, shape and dtype; converts to fp32 master weights.
-  static ParamStore load(const ModelConfig& cfg, const SafetensorsModel& weights);
+  static ParamStore load(const ModelConfig& cfg, const io::SafetensorsModel& weights);
 
   const std::vector<ParamSpec>& specs() const { return specs_; }
   std::vector<at::Tensor>& tensors() { return tensors_; }
   const std::vector<at::Tensor>& tensors() const { return tensors_; }
   const at::Tensor& get(const std::string& name) const;
-  NamedTensors named() const;
+  io::NamedTensors named() const;
   int64_t numel() const;
 
  private:
@@ -72,4 +72,4 @@ class ParamStore {
   std::map<std::string, size_t> index_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

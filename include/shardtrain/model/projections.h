@@ -9,7 +9,7 @@
 
 #include "shardtrain/model/config.h"
 
-namespace shardtrain {
+namespace shardtrain::model {
 
 enum class Proj { kQ, kK, kV, kO, kGate, kUp, kDown };
 inline constexpr int kNumProjections = 7;
@@ -33,4 +33,4 @@ ProjShape proj_shape(const ModelConfig& cfg, Proj p);
 // "model.layers.<i>.self_attn.q_proj.weight"
 std::string proj_weight_name(int64_t layer, Proj p);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::model

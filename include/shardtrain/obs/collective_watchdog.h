@@ -63,7 +63,7 @@ class CollectiveWatchdog {
   std::array<double, kWatchedGroups> group_ids_{};
   double timeout_s_, interval_s_;
   int dump_last_, rank_ = 0, world_ = 1;
-  MpiComm side_;
+  runtime::MpiComm side_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> abandon_{false};  // unwinding from an error: leave at once, peers or not
   std::thread thread_;

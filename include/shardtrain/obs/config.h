@@ -22,6 +22,6 @@ struct ObsConfig {
 // The hang watchdog over every group, or null when --collective-timeout is 0 or this MPI lacks
 // MPI_THREAD_MULTIPLE (rank 0 then says so). Collective over the world.
 std::unique_ptr<CollectiveWatchdog> start_watchdog(const ObsConfig& cfg, const comm::ProcessGroups& groups,
-                                                   const std::vector<std::string>& hosts, const MpiEnv& env);
+                                                   const std::vector<std::string>& hosts, const runtime::MpiEnv& env);
 
 }  // namespace shardtrain::obs

@@ -16,7 +16,7 @@ class NodeExporter {
  public:
   // Collective over MPI_COMM_WORLD. Simulated nodes that share a host (--ranks-per-node) listen
   // on port + 1, port + 2, ... so that each still has its own endpoint. bind: --metrics-bind.
-  NodeExporter(const std::string& bind, int port, std::string job, const Topology& topo,
+  NodeExporter(const std::string& bind, int port, std::string job, const runtime::Topology& topo,
                const std::vector<std::string>& hosts);
   void publish(const RankSeries& mine);  // collective over the node: every rank, every step
   int port() const { return server_ ? server_->port() : 0; }  // 0 on ranks that do not serve
@@ -24,7 +24,7 @@ class NodeExporter {
 
  private:
   std::string job_;
-  MpiComm node_;
+  runtime::MpiComm node_;
   std::vector<int> members_;  // world ranks of this node, by node-local rank
   std::vector<std::string> hosts_;
   std::mutex mu_;

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace shardtrain {
+namespace shardtrain::optim {
 
 struct AdamWConfig {
   double beta1 = 0.9;
@@ -47,4 +47,4 @@ double grad_sq_norm(const std::vector<at::Tensor>& grads);
 // torch.nn.utils.clip_grad_norm_'s rule: scale by min(1, max_norm / (norm + 1e-6)).
 void scale_grads(const std::vector<at::Tensor>& grads, double total_norm, double max_norm);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::optim

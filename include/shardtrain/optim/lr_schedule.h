@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-namespace shardtrain {
+namespace shardtrain::optim {
 
 // The accepted schedule kinds, as --lr-schedule takes them.
 inline constexpr const char* kLrScheduleKinds[] = {"cosine", "steplr", "constant"};
@@ -23,4 +23,4 @@ struct LrSchedule {
   double at(int64_t step, int64_t epoch) const;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::optim

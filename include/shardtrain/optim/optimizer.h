@@ -10,7 +10,7 @@
 #include "shardtrain/optim/adamw.h"
 #include "shardtrain/optim/lr_schedule.h"
 
-namespace shardtrain {
+namespace shardtrain::optim {
 
 // Everything the user sets about optimization (parsed once, validated once).
 struct OptimizerConfig {
@@ -39,4 +39,4 @@ class Optimizer {
   AdamW adamw_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::optim

@@ -20,7 +20,7 @@ struct Calibration {
 Calibration read_calibration(const std::string& metrics_file);  // throws UsageError naming --calibrate
 
 struct PlanInput {
-  ModelConfig model;
+  model::ModelConfig model;
   fsdp::FsdpConfig fsdp;  // sharding is overridden per row
   GpuSpec gpu;
   Fabric fabric;

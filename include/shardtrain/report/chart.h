@@ -41,7 +41,7 @@ const std::vector<uint32_t>& default_palette();
 uint32_t palette_color(size_t i);
 
 // Lays the panels out left to right, top to bottom, `columns` per row, each panel_w x panel_h
-// pixels, and writes the PNG. Throws shardtrain::Error when the file cannot be written.
+// pixels, and writes the PNG. Throws runtime::Error when the file cannot be written.
 void draw_chart_png(const std::string& path, const std::vector<Panel>& panels, int columns, int panel_w = 640,
                     int panel_h = 400);
 

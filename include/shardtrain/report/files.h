@@ -5,13 +5,13 @@
 
 namespace shardtrain::report {
 
-// A metrics file's whole text; shardtrain::UsageError naming the path when it cannot be opened.
+// A metrics file's whole text; runtime::UsageError naming the path when it cannot be opened.
 std::string read_text(const std::string& path);
 
-// Replaces the file's contents; shardtrain::Error naming the path when the write fails.
+// Replaces the file's contents; runtime::Error naming the path when the write fails.
 void write_text(const std::filesystem::path& path, const std::string& text);
 
-// Creates --out-dir (and its parents) if missing and returns it; shardtrain::UsageError naming
+// Creates --out-dir (and its parents) if missing and returns it; runtime::UsageError naming
 // --out-dir when it is not a directory afterwards (e.g. a file is in the way).
 std::filesystem::path make_out_dir(const std::string& out_dir);
 

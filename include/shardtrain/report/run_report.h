@@ -98,7 +98,7 @@ ChartSpec throughput_chart(const std::vector<RunData>& runs, const std::string& 
 // Per run: each phase's seconds against step; when any run has cross-rank data, a second column
 // with the max and median step time over ranks. Rare spikes (checkpoints, warmup) are cut off
 // at the top and named in the legend so that the steady state stays readable. stats[i] is
-// run_stats(runs[i]); throws shardtrain::Error when the sizes differ.
+// run_stats(runs[i]); throws runtime::Error when the sizes differ.
 ChartSpec breakdown_chart(const std::vector<RunData>& runs, const std::vector<RunStats>& stats,
                           const std::string& title);
 

@@ -36,7 +36,7 @@ struct ScalingRow {
 };
 
 RunSummary summarize_run(const RunSteps& run, int skip_steps);
-// Rows sorted by node count. Throws shardtrain::UsageError for two runs with the same node count
+// Rows sorted by node count. Throws runtime::UsageError for two runs with the same node count
 // or a non-positive node count or throughput.
 std::vector<ScalingRow> scaling_rows(const std::vector<RunSummary>& runs);
 

@@ -5,8 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 uint32_t crc32_bytes(const void* data, size_t nbytes, uint32_t crc = 0);  // crc: continue from a previous value
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

@@ -2,7 +2,7 @@
 #pragma once
 #include <chrono>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 // Seconds on the monotonic clock since an arbitrary origin (differences only).
 inline double monotonic_seconds() {
@@ -19,4 +19,4 @@ class Stopwatch {
   double start_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

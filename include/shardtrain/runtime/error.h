@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 // Something went wrong at run time (I/O, a library call, a malformed file).
 class Error : public std::runtime_error {
@@ -34,15 +34,15 @@ std::string mpi_error_string(int code);
 std::string h5_error_string();  // walks the HDF5 error stack (defined in io: src/io/h5_error.cpp, the only module that links HDF5)
 }  // namespace detail
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime
 
-#define ST_FAIL(lib, msg) ::shardtrain::detail::fail(lib, msg, "", __FILE__, __LINE__)
+#define ST_FAIL(lib, msg) ::shardtrain::runtime::detail::fail(lib, msg, "", __FILE__, __LINE__)
 
 #define MPI_CHECK(call)                                                                         \
   do {                                                                                          \
     int st_rc_ = (call);                                                                        \
     if (st_rc_ != 0 /* MPI_SUCCESS */)                                                          \
-      ::shardtrain::detail::fail("MPI", ::shardtrain::detail::mpi_error_string(st_rc_), #call, \
+      ::shardtrain::runtime::detail::fail("MPI", ::shardtrain::runtime::detail::mpi_error_string(st_rc_), #call, \
                                  __FILE__, __LINE__);                                           \
   } while (0)
 
@@ -51,7 +51,7 @@ std::string h5_error_string();  // walks the HDF5 error stack (defined in io: sr
   ([&]() {                                                                                 \
     auto st_v_ = (call);                                                                   \
     if (st_v_ < 0)                                                                         \
-      ::shardtrain::detail::fail("HDF5", ::shardtrain::detail::h5_error_string(), #call,   \
+      ::shardtrain::runtime::detail::fail("HDF5", ::shardtrain::runtime::detail::h5_error_string(), #call,   \
                                  __FILE__, __LINE__);                                      \
     return st_v_;                                                                          \
   }())
@@ -61,12 +61,12 @@ std::string h5_error_string();  // walks the HDF5 error stack (defined in io: sr
   do {                                                                                           \
     cudaError_t st_e_ = (call);                                                                  \
     if (st_e_ != cudaSuccess)                                                                    \
-      ::shardtrain::detail::fail("CUDA", cudaGetErrorString(st_e_), #call, __FILE__, __LINE__); \
+      ::shardtrain::runtime::detail::fail("CUDA", cudaGetErrorString(st_e_), #call, __FILE__, __LINE__); \
   } while (0)
 
 #define NCCL_CHECK(call)                                                                         \
   do {                                                                                           \
     ncclResult_t st_r_ = (call);                                                                 \
     if (st_r_ != ncclSuccess)                                                                    \
-      ::shardtrain::detail::fail("NCCL", ncclGetErrorString(st_r_), #call, __FILE__, __LINE__); \
+      ::shardtrain::runtime::detail::fail("NCCL", ncclGetErrorString(st_r_), #call, __FILE__, __LINE__); \
   } while (0)

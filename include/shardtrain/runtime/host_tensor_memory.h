@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 // Installs the counting allocator (idempotent). Tensors allocated before this are not counted.
 void track_host_tensor_memory();
@@ -13,4 +13,4 @@ int64_t host_tensor_bytes();       // held now
 int64_t host_tensor_peak_bytes();  // the most held since the last reset
 void reset_host_tensor_peak();     // the peak restarts from what is held now
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

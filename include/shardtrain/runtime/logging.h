@@ -2,7 +2,7 @@
 #pragma once
 #include <string>
 
-namespace shardtrain::log {
+namespace shardtrain::runtime::log {
 
 void set_rank(int rank);
 // From now on info lines go to stderr: for commands whose stdout is their answer (generate).
@@ -12,4 +12,4 @@ void info_all(const std::string& msg);  // whichever rank calls it, as info (e.g
 void warn(const std::string& msg);   // every rank, stderr, prefixed with the rank
 void error(const std::string& msg);  // every rank, stderr
 
-}  // namespace shardtrain::log
+}  // namespace shardtrain::runtime::log

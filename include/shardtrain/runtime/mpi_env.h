@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 // Move-only owner of an MPI communicator (never frees MPI_COMM_WORLD/SELF/NULL).
 class MpiComm {
@@ -61,4 +61,4 @@ class MpiEnv {
   bool owns_ = false;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 enum class Phase { kDataWait = 0, kForward, kBackward, kOptimizer, kExposedComm, kCheckpoint };
 constexpr int kNumPhases = 6;
@@ -28,4 +28,4 @@ struct PhaseSummary {
 };
 PhaseSummary summarize_phases(const std::vector<PhaseTimes>& per_rank);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

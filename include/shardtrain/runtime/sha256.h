@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 class Sha256 {
  public:
@@ -27,4 +27,4 @@ class Sha256 {
 std::string sha256_hex(const void* data, size_t n);
 std::string sha256_file(const std::string& path);  // throws Error when unreadable
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

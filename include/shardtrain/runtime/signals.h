@@ -4,7 +4,7 @@
 // The exit codes are the documented contract with the launchers (docs/reliability.md).
 #pragma once
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 // A checkpoint was written and training stopped early (EX_TEMPFAIL: resume or requeue me).
 constexpr int kExitCheckpointed = 75;
@@ -27,4 +27,4 @@ constexpr int kSignalRelayedTerm = 8; // SIGUSR2: a SIGTERM relayed through mpir
 void install_stop_signals(bool checkpoint_signal);
 int take_pending_signals();  // the bits seen on this rank since the last take, cleared atomically
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-namespace shardtrain {
+namespace shardtrain::runtime {
 
 // The middle finite value, or the mean of the two middle ones for an even count.
 inline double median(std::vector<double> values) {
@@ -31,4 +31,4 @@ inline double quantile(std::vector<double> values, double q) {
   return values[k];
 }
 
-}  // namespace shardtrain
+}  // namespace shardtrain::runtime

@@ -9,7 +9,7 @@
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/model/generate.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 struct AccuracyResult {
   int64_t correct = 0, total = 0;
@@ -19,7 +19,7 @@ struct AccuracyResult {
 
 std::string trim(const std::string& s);
 
-AccuracyResult exact_match(const LogitsFn& logits, const Tokenizer& tok, const std::vector<Record>& records,
+AccuracyResult exact_match(const model::LogitsFn& logits, const data::Tokenizer& tok, const std::vector<data::Record>& records,
                            int64_t max_new_tokens, int64_t max_context, size_t max_examples = 3);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 // --on-signal: what SIGUSR1 and SIGTERM/SIGINT do at the next step boundary (docs/reliability.md).
 enum class OnSignal {
@@ -39,4 +39,4 @@ struct TrainConfig {
   void validate() const;   // throws UsageError naming the option
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

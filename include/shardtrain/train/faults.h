@@ -6,7 +6,7 @@
 
 #include <vector>
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 struct FaultConfig {
   int fail_on_rank = -1;  // this rank throws after setup
@@ -30,4 +30,4 @@ class FaultInjector {
   int rank_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

@@ -20,12 +20,12 @@
 #include "shardtrain/train/step_profiler.h"
 #include "shardtrain/train/validator.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 struct TrainComponents {
   fsdp::FsdpEngine& engine;
-  Optimizer& optimizer;
-  DataLoader& loader;
+  optim::Optimizer& optimizer;
+  data::DataLoader& loader;
   Validator& validator;
   ckpt::Manager& checkpoints;
   SignalHandler& signals;
@@ -40,6 +40,6 @@ struct TrainComponents {
 enum class FitEnd { kCompleted, kStoppedBySignal, kStoppedNonFinite };
 
 // Trains from start_step (a resumed run's) to the configured number of steps.
-FitEnd fit(const TrainConfig& cfg, const OptimizerConfig& optim, TrainComponents& c, int64_t start_step);
+FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c, int64_t start_step);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

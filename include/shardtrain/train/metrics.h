@@ -8,15 +8,15 @@
 
 #include "shardtrain/runtime/phases.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 struct StepMetrics {
   int64_t step = 0, epoch = 0, tokens = 0;  // tokens: loss tokens in the global batch
   double loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;
-  PhaseTimes phases;         // this rank's step-time breakdown
-  std::array<int64_t, kNumPhases> peak_bytes{};  // the most memory held in each phase (0: not measured)
+  runtime::PhaseTimes phases;         // this rank's step-time breakdown
+  std::array<int64_t, runtime::kNumPhases> peak_bytes{};  // the most memory held in each phase (0: not measured)
   double eta_s = 0;          // remaining steps x this run's mean step (+ checkpoint) time
   double val_loss = -1;      // < 0: no validation this step
   double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
@@ -61,4 +61,4 @@ class MetricsWriter {
 std::string progress_line(const StepMetrics& m, int64_t total_steps);
 std::string format_duration(double secs);  // 42s, 3m05s, 2h14m
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

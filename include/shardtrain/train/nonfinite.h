@@ -9,7 +9,7 @@
 
 #include "shardtrain/train/config.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 struct NonfiniteVerdict {
   bool finite = true;   // the step may go on to the optimizer
@@ -35,4 +35,4 @@ class NonfiniteGuard {
 // "[3, 17, 42]", or the first `limit` and "... (N rows)" after them.
 std::string format_rows(const std::vector<int64_t>& rows, size_t limit = 16);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

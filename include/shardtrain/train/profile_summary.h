@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 enum class KernelKind { kGemm, kAttention, kElementwise, kOptimizer, kCommunication, kMemory, kCount };
 const char* kernel_kind_name(KernelKind k);
@@ -49,4 +49,4 @@ ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events,
 // Markdown: a header line, the shares table and the top kernels table.
 std::string format_profile(const ProfileSummary& s, int64_t step, const std::string& what);
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

@@ -13,13 +13,13 @@
 #include "shardtrain/train/config.h"
 #include "shardtrain/train/metrics.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 class MetricsPublisher {
  public:
   // Collective over the world (the exporter's node communicator). start_step: a resumed run
   // keeps its metrics file's lines up to there.
-  MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine, const MpiEnv& env,
+  MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine, const runtime::MpiEnv& env,
                    std::vector<std::string> hosts, int64_t seq_len, int64_t start_step);
   void begin_step();  // zeroes the collectives' per-step counts
   // After the step's compute: throughput from m.step_time_s, memory and this step's collectives.
@@ -33,7 +33,7 @@ class MetricsPublisher {
  private:
   TrainConfig cfg_;
   fsdp::FsdpEngine& engine_;
-  const MpiEnv& env_;
+  const runtime::MpiEnv& env_;
   std::vector<std::string> hosts_;
   int64_t seq_len_;
   double flops_per_token_;
@@ -48,4 +48,4 @@ class MetricsPublisher {
   obs::RankSeries series_;  // collective counters accumulate across steps
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

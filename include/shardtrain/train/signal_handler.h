@@ -9,7 +9,7 @@
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/train/config.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 struct SignalVerdict {
   bool save = false;   // checkpoint at this step boundary
@@ -35,4 +35,4 @@ class SignalHandler {
   SignalVerdict last_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

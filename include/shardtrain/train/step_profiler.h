@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 class StepProfiler {
  public:
@@ -27,4 +27,4 @@ class StepProfiler {
 // The name of the range fit() puts around the gradient clip and the optimizer step.
 inline constexpr const char* kOptimizerRange = "shardtrain::optimizer";
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

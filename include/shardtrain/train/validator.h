@@ -16,7 +16,7 @@
 #include "shardtrain/train/accuracy.h"
 #include "shardtrain/train/metrics.h"
 
-namespace shardtrain {
+namespace shardtrain::train {
 
 struct EvalResult {
   double loss = 0;
@@ -27,31 +27,31 @@ struct EvalResult {
 // Forward-only loss over a token file, in file order. Each rank takes its part of every batch
 // and runs every batch, even an empty part (a sharded forward is collective); `sum_all` totals
 // across ranks (none: one rank).
-EvalResult evaluate_loss(const TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
-                         const LogitsFn& logits, const std::function<double(double)>& sum_all = {});
+EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
+                         const model::LogitsFn& logits, const std::function<double(double)>& sum_all = {});
 
 // --accuracy-file and its companions (train's validation, and eval).
 struct AccuracyConfig {
   std::string file, tokenizer;
-  DataFormat format = DataFormat::kAuto;
+  data::DataFormat format = data::DataFormat::kAuto;
   int64_t samples = 100, max_new_tokens = 32;
 };
 
 // The exact-match task: its tokenizer and records, loaded and checked once, before training.
 struct AccuracyTask {
-  Tokenizer tokenizer;
-  std::vector<Record> records;
+  data::Tokenizer tokenizer;
+  std::vector<data::Record> records;
   int64_t max_new_tokens;
-  AccuracyResult run(const LogitsFn& logits, const ModelConfig& model) const {
+  AccuracyResult run(const model::LogitsFn& logits, const model::ModelConfig& model) const {
     return exact_match(logits, tokenizer, records, max_new_tokens, model.max_position_embeddings);
   }
 };
-std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& cfg, const ModelConfig& model);  // null: no file
+std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& cfg, const model::ModelConfig& model);  // null: no file
 
 class Validator {
  public:
   // val and accuracy may be null. every: validate every N steps (0: at the end only).
-  Validator(fsdp::FsdpEngine& engine, const TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
+  Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
             int64_t max_batches, int64_t every = 0);
   bool has_loss() const { return val_ != nullptr; }
   bool has_accuracy() const { return accuracy_ != nullptr; }
@@ -59,13 +59,13 @@ class Validator {
   EvalResult loss();          // collective
   AccuracyResult accuracy();  // collective: every rank decodes every record
   void run(StepMetrics& m);   // collective: whatever is configured, into m
-  LogitsFn logits_fn();       // the engine's forward, for generation
+  model::LogitsFn logits_fn();       // the engine's forward, for generation
 
  private:
   fsdp::FsdpEngine& engine_;
-  const TokenFile* val_;
+  const data::TokenFile* val_;
   const AccuracyTask* accuracy_;
   int64_t batch_size_, max_batches_, every_;
 };
 
-}  // namespace shardtrain
+}  // namespace shardtrain::train

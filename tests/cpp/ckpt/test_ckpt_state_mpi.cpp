@@ -88,7 +88,7 @@ std::string path_for(const std::string& name) {
 std::string load_error(const std::string& path, ckpt::StateRegistry& reg) {
   try {
     ckpt::load(path, reg);
-  } catch (const Error& e) {
+  } catch (const runtime::Error& e) {
     return e.what();
   }
   return "";
@@ -113,12 +113,12 @@ TEST(CkptState, ANewPieceRoundTripsWithoutChangesToTheFormat) {
   EXPECT_EQ(b.count, 41);
   EXPECT_EQ(b.note, a.note);
   if (g_rank == 0) {  // the whole dataset in logical shape, with the CRC-32 of its row-major bytes
-    std::lock_guard<std::recursive_mutex> lock(h5::library_lock());
-    h5::Handle f = h5::open_file(path);
-    h5::Handle d = h5::open_dataset(f, "/dummy/w");
-    EXPECT_EQ(h5::dataset_shape(d), (std::vector<hsize_t>{5, 7}));
-    EXPECT_EQ(h5::read_attr_int(d, "crc32"), static_cast<int64_t>(ckpt::crc_of(at::arange(35, at::kFloat) + 100.0f)));
-    EXPECT_EQ(h5::read_attr_int(f, "format_version"), ckpt::kFormatVersion);
+    std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
+    io::h5::Handle f = io::h5::open_file(path);
+    io::h5::Handle d = io::h5::open_dataset(f, "/dummy/w");
+    EXPECT_EQ(io::h5::dataset_shape(d), (std::vector<hsize_t>{5, 7}));
+    EXPECT_EQ(io::h5::read_attr_int(d, "crc32"), static_cast<int64_t>(ckpt::crc_of(at::arange(35, at::kFloat) + 100.0f)));
+    EXPECT_EQ(io::h5::read_attr_int(f, "format_version"), ckpt::kFormatVersion);
   }
 }
 

@@ -42,7 +42,7 @@ std::string slurp(const fs::path& p) {
 std::string message(const ckpt::CheckpointConfig& c) {
   try {
     c.validate();
-  } catch (const UsageError& e) {
+  } catch (const runtime::UsageError& e) {
     return e.what();
   }
   return "";
@@ -113,7 +113,7 @@ TEST(CkptFiles, ResolveTakesAFileADirectoryOrItsLatest) {
   auto refusal = [](const std::string& spec, const std::string& opt) {
     try {
       ckpt::resolve_checkpoint(spec, opt);
-    } catch (const UsageError& e) {
+    } catch (const runtime::UsageError& e) {
       return std::string(e.what());
     }
     return std::string();
@@ -159,13 +159,17 @@ TEST(CkptConfig, BadValuesNameTheOption) {
   ckpt::CheckpointConfig c = ok;
   c.resume = "auto";
   EXPECT_NE(message(c).find("--checkpoint-dir"), std::string::npos);
-  c = ok, c.save_every = -1;
+  c = ok;
+  c.save_every = -1;
   EXPECT_NE(message(c).find("--save-every"), std::string::npos);
-  c = ok, c.stripe.size = -4;
+  c = ok;
+  c.stripe.size = -4;
   EXPECT_NE(message(c).find("--ckpt-stripe-size"), std::string::npos);
-  c = ok, c.resume = "/nonexistent/step-1.h5";
+  c = ok;
+  c.resume = "/nonexistent/step-1.h5";
   EXPECT_NE(message(c).find("--resume"), std::string::npos);
-  c = ok, c.save_every = 10;
+  c = ok;
+  c.save_every = 10;
   EXPECT_EQ(message(c), "--save-every needs --checkpoint-dir (where the checkpoints go)");
 }
 
@@ -183,7 +187,8 @@ TEST(CkptConfig, ANewRunRefusesAnotherRunsCheckpointDirectory) {
   EXPECT_EQ(message(c), "");
   c.resume = ckpt::step_path(c.dir, 40);
   EXPECT_EQ(message(c), "") << "resuming a file of the same directory continues that run";
-  c.resume = "", c.overwrite = true;
+  c.resume = "";
+  c.overwrite = true;
   EXPECT_EQ(message(c), "");
   c.resume = "auto";
   EXPECT_NE(message(c).find("pass only one of them"), std::string::npos);
@@ -221,15 +226,15 @@ TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
   a.set_text("base_weights", "/m");
   a.set_int("base_crc32", 99);
   {
-    h5::Handle f = h5::create_file(path);
+    io::h5::Handle f = io::h5::create_file(path);
     ckpt::write_values(f, a);
   }
   {
-    h5::Handle f = h5::open_file(path);
+    io::h5::Handle f = io::h5::open_file(path);
     const auto b = ckpt::read_attrs(f, path);
     EXPECT_EQ(b.format_version, ckpt::kFormatVersion);
     EXPECT_EQ(b.step, 7);
-    EXPECT_EQ(b.loader, (LoaderState{1, 2}));
+    EXPECT_EQ(b.loader, (data::LoaderState{1, 2}));
     EXPECT_EQ(b.run_config, (nlohmann::json{{"args", {"--steps", "7"}}}));
     EXPECT_EQ(b.lora_targets, "q_proj,v_proj");
     EXPECT_EQ(b.base_crc32, 99);
@@ -237,32 +242,32 @@ TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
   }
   auto damaged = [&](const std::function<void(hid_t)>& damage, const std::string& want) {
     {
-      h5::Handle f = h5::create_file(path);
+      io::h5::Handle f = io::h5::create_file(path);
       ckpt::write_values(f, a);
       damage(f);
     }
-    h5::Handle f = h5::open_file(path);
+    io::h5::Handle f = io::h5::open_file(path);
     try {
       ckpt::read_attrs(f, path);
       ADD_FAILURE() << "accepted a file damaged for: " << want;
-    } catch (const Error& e) {
+    } catch (const runtime::Error& e) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     }
   };
-  damaged([](hid_t f) { H5Adelete(f, "run_config"), h5::write_attr(f, "run_config", std::string("{oops")); },
+  damaged([](hid_t f) { H5Adelete(f, "run_config"), io::h5::write_attr(f, "run_config", std::string("{oops")); },
           "attribute run_config is not valid JSON");
   // An array attribute: H5Aread would have written 4 values into one int64 (a stack overflow before).
   damaged([](hid_t f) {
             H5Adelete(f, "step");
             const hsize_t n = 4;
-            h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-            h5::Handle attr(H5Acreate2(f, "step", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+            io::h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+            io::h5::Handle attr(H5Acreate2(f, "step", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
           },
           "attribute step is not a single value");
-  damaged([](hid_t f) { H5Adelete(f, "format_version"), h5::write_attr(f, "format_version", int64_t{99}); },
+  damaged([](hid_t f) { H5Adelete(f, "format_version"), io::h5::write_attr(f, "format_version", int64_t{99}); },
           "newer than this build's");
-  damaged([](hid_t f) { H5Adelete(f, "step"), h5::write_attr(f, "step", int64_t{-3}); }, "negative step");
+  damaged([](hid_t f) { H5Adelete(f, "step"), io::h5::write_attr(f, "step", int64_t{-3}); }, "negative step");
 }
 
 // A piece's values: typed getters whose errors name the file, the attribute and the piece.
@@ -277,7 +282,7 @@ TEST(CkptValues, GettersNameTheFileTheAttributeAndThePiece) {
   auto error = [&](const std::function<void()>& f) {
     try {
       f();
-    } catch (const Error& e) {
+    } catch (const runtime::Error& e) {
       return std::string(e.what());
     }
     return std::string();
@@ -308,11 +313,11 @@ class Counter : public ckpt::Stateful {
 TEST(CkptRegistry, NamesAndAttributesBelongToOnePiece) {
   ckpt::StateRegistry reg;
   reg.emplace<Counter>("a", "x");
-  EXPECT_THROW(reg.emplace<Counter>("a", "y"), Error) << "two pieces of one name";
+  EXPECT_THROW(reg.emplace<Counter>("a", "y"), runtime::Error) << "two pieces of one name";
   reg.emplace<Counter>("b", "y");
   EXPECT_EQ(reg.snapshot(false).values.entries().size(), 2u);
   reg.emplace<Counter>("c", "x");
-  EXPECT_THROW(reg.snapshot(false), Error) << "two pieces saving one attribute";
+  EXPECT_THROW(reg.snapshot(false), runtime::Error) << "two pieces saving one attribute";
 }
 
 // The root attributes of a checkpoint written before the state registry existed read as before.
@@ -331,19 +336,19 @@ TEST(CkptAttrs, AVersion1CheckpointReads) {
 TEST(Checksum, Crc32MatchesTheKnownCheckValueAndContinues) {
   // CRC-32 (ISO-HDLC, zlib's) of "123456789" is 0xCBF43926: the catalogue's check value.
   const std::string s = "123456789";
-  EXPECT_EQ(crc32_bytes(s.data(), s.size()), 0xCBF43926u);
-  EXPECT_EQ(crc32_bytes(s.data() + 4, 5, crc32_bytes(s.data(), 4)), 0xCBF43926u);
-  EXPECT_EQ(crc32_bytes(nullptr, 0), 0u);
+  EXPECT_EQ(runtime::crc32_bytes(s.data(), s.size()), 0xCBF43926u);
+  EXPECT_EQ(runtime::crc32_bytes(s.data() + 4, 5, runtime::crc32_bytes(s.data(), 4)), 0xCBF43926u);
+  EXPECT_EQ(runtime::crc32_bytes(nullptr, 0), 0u);
 }
 
 TEST(FileSync, AMissingFileIsAnErrorNamingItAndBestEffortSaysSo) {
   const std::string missing = "/nonexistent-dir/shardtrain-sync-test";
   try {
-    sync_file(missing);
+    runtime::sync_file(missing);
     FAIL() << "sync_file should throw";
-  } catch (const Error& e) {
+  } catch (const runtime::Error& e) {
     EXPECT_NE(std::string(e.what()).find(missing), std::string::npos) << e.what();
   }
-  EXPECT_FALSE(sync_best_effort(missing));
-  EXPECT_TRUE(sync_best_effort("/tmp"));
+  EXPECT_FALSE(runtime::sync_best_effort(missing));
+  EXPECT_TRUE(runtime::sync_best_effort("/tmp"));
 }

@@ -327,38 +327,41 @@ TEST(Cli, GenerateWritesTheAnswerAloneToStdout) {
 
 // Decoding stops when prompt and answer fill the model's positions, and says why.
 TEST(Cli, GenerateStopsAtTheContextLimit) {
-  const LogitsFn never_eos = [](const at::Tensor& t) {
+  const model::LogitsFn never_eos = [](const at::Tensor& t) {
     auto l = at::zeros({1, t.size(1), 16});
     l.select(2, 5).fill_(1);
     return l;
   };
-  GenerateConfig g;
-  g.max_new_tokens = 20, g.max_context = 8, g.eos_id = 2;
-  const auto out = generate(never_eos, {1, 3, 4}, g);
+  model::GenerateConfig g;
+  g.max_new_tokens = 20;
+  g.max_context = 8;
+  g.eos_id = 2;
+  const auto out = model::generate(never_eos, {1, 3, 4}, g);
   EXPECT_EQ(out.size(), 5u);
-  EXPECT_TRUE(stopped_at_context_limit(3, out.size(), g));
+  EXPECT_TRUE(model::stopped_at_context_limit(3, out.size(), g));
   g.max_new_tokens = 4;
-  EXPECT_EQ(generate(never_eos, {1, 3, 4}, g).size(), 4u);
-  EXPECT_FALSE(stopped_at_context_limit(3, 4, g)) << "--max-new-tokens ended it";
+  EXPECT_EQ(model::generate(never_eos, {1, 3, 4}, g).size(), 4u);
+  EXPECT_FALSE(model::stopped_at_context_limit(3, 4, g)) << "--max-new-tokens ended it";
   g.eos_id = 5;
-  EXPECT_TRUE(generate(never_eos, {1, 3, 4}, g).empty());
-  EXPECT_FALSE(stopped_at_context_limit(3, 0, g)) << "EOS ended it";
+  EXPECT_TRUE(model::generate(never_eos, {1, 3, 4}, g).empty());
+  EXPECT_FALSE(model::stopped_at_context_limit(3, 0, g)) << "EOS ended it";
 }
 
 // A progress line's tokens/s covers every step since the previous line, not its last one.
 TEST(Cli, ProgressThroughputCoversTheInterval) {
-  IntervalThroughput interval;
+  train::IntervalThroughput interval;
   interval.add(1000, 1.0);  // a slow step (a checkpoint's, the warm-up's) and two fast ones
   interval.add(1000, 0.1);
   interval.add(1000, 0.1);
-  StepMetrics m;
-  m.step_time_s = 0.1, m.tokens_per_s = 10000;
+  train::StepMetrics m;
+  m.step_time_s = 0.1;
+  m.tokens_per_s = 10000;
   interval.take(m, /*flops_per_token=*/1e9, /*peak_tflops=*/10, /*world_size=*/2);
   EXPECT_DOUBLE_EQ(m.tokens_per_s, 3000 / 1.2);
   EXPECT_DOUBLE_EQ(m.step_time_s, 0.4);
   EXPECT_DOUBLE_EQ(m.tflops_per_device, 2500 * 1e9 / 2 / 1e12);
   EXPECT_DOUBLE_EQ(m.mfu, m.tflops_per_device / 10);
-  StepMetrics next;
+  train::StepMetrics next;
   next.tokens_per_s = 7;
   interval.take(next, 1e9, 10, 2);  // a new interval: nothing since
   EXPECT_EQ(next.tokens_per_s, 7);
@@ -385,7 +388,8 @@ TEST(ReportAxis, LossAxisNeverGoesBelowZero) {
   run.label = "r";
   for (int s = 1; s <= 50; ++s) {
     report::StepRecord r;
-    r.step = s, r.loss = 6.0 * std::exp(-0.1 * s) + 0.02;
+    r.step = s;
+    r.loss = 6.0 * std::exp(-0.1 * s) + 0.02;
     run.steps.push_back(r);
   }
   const report::Panel loss = report::loss_chart({run}, 0, "").panels[0];

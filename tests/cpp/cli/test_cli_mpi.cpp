@@ -135,8 +135,8 @@ TEST(CliMpi, AFlippedByteIsCaughtByItsChecksum) {
   std::filesystem::remove_all(dir);
   ASSERT_EQ(run(kTrain + "--steps 2 --save-every 1 --checkpoint-dir " + dir, mpirun(2)).code, 0);
   const std::string ckpt = dir + "/step-00000002.h5";
-  shardtrain::h5::Handle f = shardtrain::h5::open_file(ckpt);
-  shardtrain::h5::Handle d = shardtrain::h5::open_dataset(f, "/model/lm_head.weight");
+  shardtrain::io::h5::Handle f = shardtrain::io::h5::open_file(ckpt);
+  shardtrain::io::h5::Handle d = shardtrain::io::h5::open_dataset(f, "/model/lm_head.weight");
   const haddr_t offset = H5Dget_offset(d);
   ASSERT_NE(offset, HADDR_UNDEF);
   d.reset(), f.reset();

@@ -49,9 +49,12 @@ void expect_one_line_exit2(const Result& r, const std::string& needle) {
 }
 
 // A small token file: rows x 16 tokens below 500, all in the loss.
-Rows small_rows(int64_t rows) {
-  Rows r;
-  r.rows = rows, r.seq_len = 16, r.tokens = rows * 16, r.loss_tokens = rows * 16;
+data::Rows small_rows(int64_t rows) {
+  data::Rows r;
+  r.rows = rows;
+  r.seq_len = 16;
+  r.tokens = rows * 16;
+  r.loss_tokens = rows * 16;
   for (int64_t i = 0; i < rows * 16; ++i) r.tokens_data.push_back(static_cast<int32_t>(3 + (i * 37) % 497));
   r.mask_data.assign(rows * 16, 1);
   return r;
@@ -62,50 +65,50 @@ Rows small_rows(int64_t rows) {
 
 TEST(Signals, VerdictPerPolicy) {
   const bool ckpt = true, none = false;
-  auto v = signal_verdict(kSignalCheckpoint, OnSignal::kContinue, ckpt);  // the old SIGUSR1 behaviour
+  auto v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kContinue, ckpt);  // the old SIGUSR1 behaviour
   EXPECT_TRUE(v.save && !v.stop);
   EXPECT_EQ(v.reason, "SIGUSR1");
-  v = signal_verdict(kSignalCheckpoint, OnSignal::kExit, ckpt);
+  v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kExit, ckpt);
   EXPECT_TRUE(v.save && v.stop);
-  EXPECT_EQ(v.exit_code, kExitCheckpointed);
-  v = signal_verdict(kSignalCheckpoint, OnSignal::kExit, none);  // nothing to save: not caught at all
+  EXPECT_EQ(v.exit_code, runtime::kExitCheckpointed);
+  v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kExit, none);  // nothing to save: not caught at all
   EXPECT_FALSE(v.save || v.stop);
-  for (OnSignal p : {OnSignal::kContinue, OnSignal::kExit}) {  // SIGTERM saves by default when it can
-    v = signal_verdict(kSignalTerminate, p, ckpt);
+  for (train::OnSignal p : {train::OnSignal::kContinue, train::OnSignal::kExit}) {  // SIGTERM saves by default when it can
+    v = train::signal_verdict(runtime::kSignalTerminate, p, ckpt);
     EXPECT_TRUE(v.save && v.stop);
-    EXPECT_EQ(v.exit_code, kExitCheckpointed);
+    EXPECT_EQ(v.exit_code, runtime::kExitCheckpointed);
     EXPECT_EQ(v.reason, "SIGTERM");
-    v = signal_verdict(kSignalTerminate, p, none);
+    v = train::signal_verdict(runtime::kSignalTerminate, p, none);
     EXPECT_TRUE(!v.save && v.stop);
-    EXPECT_EQ(v.exit_code, kExitTerminated);
+    EXPECT_EQ(v.exit_code, runtime::kExitTerminated);
   }
-  v = signal_verdict(kSignalTerminate, OnSignal::kExitNoSave, ckpt);
+  v = train::signal_verdict(runtime::kSignalTerminate, train::OnSignal::kExitNoSave, ckpt);
   EXPECT_TRUE(!v.save && v.stop);
   EXPECT_EQ(v.exit_code, 143);
-  v = signal_verdict(kSignalInterrupt, OnSignal::kExitNoSave, ckpt);
+  v = train::signal_verdict(runtime::kSignalInterrupt, train::OnSignal::kExitNoSave, ckpt);
   EXPECT_EQ(v.exit_code, 130);
   EXPECT_EQ(v.reason, "SIGINT");
-  v = signal_verdict(kSignalInterrupt | kSignalCheckpoint, OnSignal::kExitNoSave, ckpt);  // USR1 still saves
+  v = train::signal_verdict(runtime::kSignalInterrupt | runtime::kSignalCheckpoint, train::OnSignal::kExitNoSave, ckpt);  // USR1 still saves
   EXPECT_TRUE(v.save && v.stop);
-  EXPECT_EQ(v.exit_code, kExitCheckpointed);
-  EXPECT_EQ(signal_verdict(0, OnSignal::kExit, ckpt).reason, "");
-  EXPECT_THROW(parse_on_signal("save"), UsageError);
-  EXPECT_EQ(parse_on_signal("exit-nosave"), OnSignal::kExitNoSave);
+  EXPECT_EQ(v.exit_code, runtime::kExitCheckpointed);
+  EXPECT_EQ(train::signal_verdict(0, train::OnSignal::kExit, ckpt).reason, "");
+  EXPECT_THROW(train::parse_on_signal("save"), runtime::UsageError);
+  EXPECT_EQ(train::parse_on_signal("exit-nosave"), train::OnSignal::kExitNoSave);
 }
 
 TEST(Signals, HandlersRecordEverySignalOnce) {
-  install_stop_signals(true);
-  take_pending_signals();
+  runtime::install_stop_signals(true);
+  runtime::take_pending_signals();
   raise(SIGTERM);
   raise(SIGUSR1);
-  EXPECT_EQ(take_pending_signals(), kSignalTerminate | kSignalCheckpoint);
-  EXPECT_EQ(take_pending_signals(), 0) << "taking clears";
+  EXPECT_EQ(runtime::take_pending_signals(), runtime::kSignalTerminate | runtime::kSignalCheckpoint);
+  EXPECT_EQ(runtime::take_pending_signals(), 0) << "taking clears";
   raise(SIGINT);
-  EXPECT_EQ(take_pending_signals(), kSignalInterrupt);
+  EXPECT_EQ(runtime::take_pending_signals(), runtime::kSignalInterrupt);
 }
 
 TEST(Nonfinite, StopNamesTheStepAndRows) {
-  NonfiniteGuard g({/*skip=*/false, 10}, "train.h5");
+  train::NonfiniteGuard g({/*skip=*/false, 10}, "train.h5");
   EXPECT_TRUE(g.check(1, 2.5, 1.0, {1, 2}).finite);
   const auto v = g.check(7, std::nan(""), 1.0, {12, 3, 40});
   EXPECT_FALSE(v.finite);
@@ -116,7 +119,7 @@ TEST(Nonfinite, StopNamesTheStepAndRows) {
 }
 
 TEST(Nonfinite, SkipCountsAndStopsAfterNInARow) {
-  NonfiniteGuard g({/*skip=*/true, 3}, "d.h5");
+  train::NonfiniteGuard g({/*skip=*/true, 3}, "d.h5");
   EXPECT_FALSE(g.check(1, NAN, 1, {}).stop);
   EXPECT_FALSE(g.check(2, NAN, 1, {}).stop);
   EXPECT_TRUE(g.check(3, 1, 1, {}).finite);  // a finite step resets the run of skips
@@ -126,7 +129,7 @@ TEST(Nonfinite, SkipCountsAndStopsAfterNInARow) {
   EXPECT_TRUE(v.stop);
   EXPECT_NE(v.message.find("3 non-finite steps in a row"), std::string::npos) << v.message;
   EXPECT_EQ(g.skipped(), 5);
-  EXPECT_EQ(format_rows({1, 2, 3, 4}, 2), "[1, 2, ... (4 rows)]");
+  EXPECT_EQ(train::format_rows({1, 2, 3, 4}, 2), "[1, 2, ... (4 rows)]");
 }
 
 TEST(RunChecks, ProbeWritableDirCreatesNothing) {
@@ -157,8 +160,8 @@ TEST(DataErrors, TruncatedTokenFileIsOneLineExit2) {
 TEST(DataErrors, Hdf5ThatIsNotATokenFile) {
   const auto t = tmp("not_tokens.h5");
   {
-    h5::Handle f = h5::create_file(t);
-    h5::write_attr(f, "hello", int64_t{1});
+    io::h5::Handle f = io::h5::create_file(t);
+    io::h5::write_attr(f, "hello", int64_t{1});
   }
   expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)), "is not a shardtrain token file");
 }
@@ -167,20 +170,21 @@ TEST(DataErrors, Hdf5ThatIsNotATokenFile) {
 // caught it removed: the scan at open finds it and names the row, once.
 TEST(DataErrors, TokenIdOutsideVocabNamesTheRow) {
   const auto t = tmp("bad_token.h5");
-  Rows rows = small_rows(40);
+  data::Rows rows = small_rows(40);
   rows.tokens_data[33 * 16 + 5] = 700;  // tiny's vocab_size is 512
-  TokenFileMeta meta;
-  meta.format = "text", meta.packing = "none";
-  write_token_file(t, rows, meta);
+  data::TokenFileMeta meta;
+  meta.format = "text";
+  meta.packing = "none";
+  data::write_token_file(t, rows, meta);
   {
-    h5::Handle f(H5Fopen(t.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
+    io::h5::Handle f(H5Fopen(t.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
     ASSERT_GE(H5Adelete(f, "max_token_id"), 0);
   }
   expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)),
                         "row 33 holds token id 700 at position 5, outside the model's vocabulary [0, 512)");
   // And a negative id, which no attribute records.
   rows.tokens_data[33 * 16 + 5] = 3, rows.tokens_data[2 * 16] = -4;
-  write_token_file(t, rows, meta);
+  data::write_token_file(t, rows, meta);
   expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)), "row 2 holds token id -4 at position 0");
 }
 
@@ -197,7 +201,7 @@ TEST(DataErrors, TruncatedOrForeignCheckpoint) {
                         ckpt + " is truncated or damaged (HDF5: ");
   const auto foreign = tmp("foreign.h5");
   {
-    h5::Handle f = h5::create_file(foreign);
+    io::h5::Handle f = io::h5::create_file(foreign);
   }
   expect_one_line_exit2(run(kTrain + "--steps 2 --data " + kDemo + "/train.h5 --resume " + foreign, mpirun(2)),
                         foreign + " is not a shardtrain checkpoint");
@@ -244,10 +248,10 @@ TEST(DataErrors, WeightsOfAnotherShapeOrDtype) {
   expect_one_line_exit2(r, "tensor 'model.embed_tokens.weight' in " + dir + "/model.safetensors has dtype F32 but " + dir +
                                "/config.json says torch_dtype \"bfloat16\"");
   // The same tensors with one stored as int32: not weights shardtrain can read.
-  SafetensorsModel m(dir);
-  NamedTensors t;
+  io::SafetensorsModel m(dir);
+  io::NamedTensors t;
   for (const auto& n : m.names()) t.emplace_back(n, n == "model.norm.weight" ? m.read(n).to(at::kInt) : m.read(n));
-  write_safetensors(dir + "/model.safetensors", t, {{"format", "pt"}});
+  io::write_safetensors(dir + "/model.safetensors", t, {{"format", "pt"}});
   r = run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --weights " + dir, mpirun(2));
   expect_one_line_exit2(r, "tensor 'model.norm.weight' in " + dir + "/model.safetensors has dtype I32");
 }
@@ -292,8 +296,8 @@ TEST(DataErrors, PrepareMakesOutputDirectoriesAndNamesTheOptionOnFailure) {
 
 // The global batch of a 1-based step in epoch 0, from the sampler's pure functions.
 std::vector<int64_t> batch_rows(int64_t step, int64_t batch) {
-  TokenFile f(kDemo + "/train.h5");
-  return global_batch(epoch_permutation(f.rows(), 1234, 0), batch, step - 1);
+  data::TokenFile f(kDemo + "/train.h5");
+  return data::global_batch(data::epoch_permutation(f.rows(), 1234, 0), batch, step - 1);
 }
 
 TEST(Nonfinite, StopNamesStepAndRowsOnEveryRankAlike) {
@@ -303,7 +307,7 @@ TEST(Nonfinite, StopNamesStepAndRowsOnEveryRankAlike) {
   EXPECT_EQ(count(r.out, "shardtrain: error: "), 1u) << r.out;
   EXPECT_NE(r.out.find("step 3: non-finite loss"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gradient norm nan"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("rows " + format_rows(batch_rows(3, 8)) + " of"), std::string::npos)
+  EXPECT_NE(r.out.find("rows " + train::format_rows(batch_rows(3, 8)) + " of"), std::string::npos)
       << "the rows of the global batch (2 ranks x 4)\n" << r.out;
   const auto lines = read_jsonl(m);
   ASSERT_EQ(lines.size(), 3u) << "steps 1-3, then the stop";

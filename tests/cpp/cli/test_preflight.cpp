@@ -30,8 +30,8 @@ TEST(BusBandwidth, SweepSizesAreNcclTestsSteps) {
   EXPECT_EQ(s.front(), 1 << 20);
   EXPECT_EQ(s.back(), 1 << 30);
   EXPECT_EQ(comm::sweep_sizes(1 << 20, 100 << 20, 4), (std::vector<int64_t>{1 << 20, 4 << 20, 16 << 20, 64 << 20}));
-  EXPECT_THROW(comm::sweep_sizes(0, 10, 2), UsageError);
-  EXPECT_THROW(comm::sweep_sizes(1, 10, 1), UsageError);
+  EXPECT_THROW(comm::sweep_sizes(0, 10, 2), runtime::UsageError);
+  EXPECT_THROW(comm::sweep_sizes(1, 10, 1), runtime::UsageError);
   // Every rank's share is equal, and nobody gets zero elements.
   EXPECT_EQ(comm::sweep_elements(1 << 20, 4, 3), 262143);
   EXPECT_EQ(comm::sweep_elements(4, 4, 8), 8);
@@ -41,9 +41,9 @@ TEST(PreflightOptions, SizesAndValidation) {
   EXPECT_EQ(cli::parse_bytes("1M", "--min-bytes"), 1 << 20);
   EXPECT_EQ(cli::parse_bytes("2G", "--max-bytes"), int64_t{2} << 30);
   EXPECT_EQ(cli::parse_bytes("4096", "--max-bytes"), 4096);
-  EXPECT_THROW(cli::parse_bytes("12X", "--max-bytes"), UsageError);
-  EXPECT_THROW(cli::parse_preflight({"--ops", "broadcast"}, nullptr), UsageError);
-  EXPECT_THROW(cli::parse_preflight({"--min-bytes", "4M", "--max-bytes", "1M"}, nullptr), UsageError);
+  EXPECT_THROW(cli::parse_bytes("12X", "--max-bytes"), runtime::UsageError);
+  EXPECT_THROW(cli::parse_preflight({"--ops", "broadcast"}, nullptr), runtime::UsageError);
+  EXPECT_THROW(cli::parse_preflight({"--min-bytes", "4M", "--max-bytes", "1M"}, nullptr), runtime::UsageError);
   const auto o = cli::parse_preflight({"--ops", "all_reduce", "--scopes", "inter", "--min-busbw", "2.5"}, nullptr);
   EXPECT_EQ(o.ops, std::vector<std::string>{"all_reduce"});
   EXPECT_FALSE(o.intra);

@@ -79,8 +79,8 @@ TEST(CommMpi, BroadcastBarrierAndAccounting) {
 
 TEST(CommMpi, MismatchedBuffersAreErrorsNotCorruption) {
   auto in = at::zeros({4}, at::kFloat), out = at::empty({4 * W() + 1}, at::kFloat);
-  EXPECT_THROW(g_world->all_gather(in, out), Error);
-  EXPECT_THROW(g_world->reduce_scatter(out, in), Error);
+  EXPECT_THROW(g_world->all_gather(in, out), runtime::Error);
+  EXPECT_THROW(g_world->reduce_scatter(out, in), runtime::Error);
 }
 
 int main(int argc, char** argv) {

@@ -15,25 +15,25 @@
 using namespace shardtrain;
 
 TEST(Utf8, AcceptsValidRejectsInvalid) {
-  EXPECT_TRUE(valid_utf8(""));
-  EXPECT_TRUE(valid_utf8("naïve café 日本語 👍🏽"));
-  EXPECT_FALSE(valid_utf8("caf\xe9"));          // Latin-1
-  EXPECT_FALSE(valid_utf8("\xc3"));             // truncated
-  EXPECT_FALSE(valid_utf8("\xc0\xaf"));         // overlong '/'
-  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));     // UTF-16 surrogate
-  EXPECT_FALSE(valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
-  EXPECT_FALSE(valid_utf8("\xff"));
+  EXPECT_TRUE(data::valid_utf8(""));
+  EXPECT_TRUE(data::valid_utf8("naïve café 日本語 👍🏽"));
+  EXPECT_FALSE(data::valid_utf8("caf\xe9"));          // Latin-1
+  EXPECT_FALSE(data::valid_utf8("\xc3"));             // truncated
+  EXPECT_FALSE(data::valid_utf8("\xc0\xaf"));         // overlong '/'
+  EXPECT_FALSE(data::valid_utf8("\xed\xa0\x80"));     // UTF-16 surrogate
+  EXPECT_FALSE(data::valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
+  EXPECT_FALSE(data::valid_utf8("\xff"));
 }
 
 TEST(Records, FormatsAndSkipReasons) {
-  auto parse = [](const std::string& line, DataFormat f = DataFormat::kAuto) { return parse_line(line, f); };
-  DataFormat f = DataFormat::kAuto;
-  auto a = parse_line(R"({"instruction":"Add.","input":"1 + 2","output":"3"})", f);
+  auto parse = [](const std::string& line, data::DataFormat f = data::DataFormat::kAuto) { return data::parse_line(line, f); };
+  data::DataFormat f = data::DataFormat::kAuto;
+  auto a = data::parse_line(R"({"instruction":"Add.","input":"1 + 2","output":"3"})", f);
   ASSERT_TRUE(a.ok);
-  EXPECT_EQ(f, DataFormat::kAlpaca);
-  EXPECT_EQ(a.record.prompt, alpaca_prompt("Add.", "1 + 2"));
+  EXPECT_EQ(f, data::DataFormat::kAlpaca);
+  EXPECT_EQ(a.record.prompt, data::alpaca_prompt("Add.", "1 + 2"));
   EXPECT_NE(a.record.prompt.find("### Input:\n1 + 2\n\n### Response:"), std::string::npos);
-  EXPECT_EQ(parse_line(R"({"instruction":"Hi","output":"x"})", f).record.prompt.find("### Input"), std::string::npos);
+  EXPECT_EQ(data::parse_line(R"({"instruction":"Hi","output":"x"})", f).record.prompt.find("### Input"), std::string::npos);
   EXPECT_EQ(parse(R"({"dialogue":"A: hi","summary":"greeting"})").record.prompt,
             "Summarize this dialog:\nA: hi\n---\nSummary:\n");
   EXPECT_EQ(parse(R"({"text":"plain"})").record.answer, "plain");
@@ -41,20 +41,20 @@ TEST(Records, FormatsAndSkipReasons) {
   EXPECT_EQ(parse(R"([1,2])").reason, "malformed JSON");
   EXPECT_EQ(parse(R"({"text":"a","n":8e888888})").reason, "malformed JSON");  // nlohmann's out_of_range escaped before (fuzz_prepare_records)
   EXPECT_EQ(parse("{\"text\":\"caf\xe9\"}").reason, "invalid UTF-8");
-  EXPECT_EQ(parse(R"({"instruction":"x"})", DataFormat::kAlpaca).reason, "missing field");
-  EXPECT_EQ(parse(R"({"text":"  "})", DataFormat::kText).reason, "empty text");
-  EXPECT_EQ(parse(R"({"text":5})", DataFormat::kText).reason, "not a string");
-  DataFormat unknown = DataFormat::kAuto;
-  EXPECT_THROW(parse_line(R"({"question":"?"})", unknown), UsageError);
-  EXPECT_THROW(parse_format("csv"), UsageError);
+  EXPECT_EQ(parse(R"({"instruction":"x"})", data::DataFormat::kAlpaca).reason, "missing field");
+  EXPECT_EQ(parse(R"({"text":"  "})", data::DataFormat::kText).reason, "empty text");
+  EXPECT_EQ(parse(R"({"text":5})", data::DataFormat::kText).reason, "not a string");
+  data::DataFormat unknown = data::DataFormat::kAuto;
+  EXPECT_THROW(data::parse_line(R"({"question":"?"})", unknown), runtime::UsageError);
+  EXPECT_THROW(data::parse_format("csv"), runtime::UsageError);
 }
 
 namespace {
-Sample sample(std::vector<int32_t> ids, std::vector<uint8_t> mask) { return {std::move(ids), std::move(mask)}; }
+data::Sample sample(std::vector<int32_t> ids, std::vector<uint8_t> mask) { return {std::move(ids), std::move(mask)}; }
 }  // namespace
 
 TEST(Rows, PaddingPutsOneSamplePerRow) {
-  auto r = make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7}, {0, 1})}, 4, /*packing=*/false, 2);
+  auto r = data::make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7}, {0, 1})}, 4, /*packing=*/false, 2);
   EXPECT_EQ(r.rows, 2);
   EXPECT_EQ(r.tokens_data, (std::vector<int32_t>{1, 5, 6, 2, 1, 7, 2, 2}));
   EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 0, 0, 1, 0, 0}));
@@ -63,29 +63,29 @@ TEST(Rows, PaddingPutsOneSamplePerRow) {
 }
 
 TEST(Rows, PackingFillsRowsAndPadsOnlyTheLast) {
-  auto r = make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7, 8}, {1, 1, 1}), sample({1, 9}, {0, 1})}, 3, true, 2);
+  auto r = data::make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7, 8}, {1, 1, 1}), sample({1, 9}, {0, 1})}, 3, true, 2);
   EXPECT_EQ(r.rows, 3);
   EXPECT_EQ(r.tokens_data, (std::vector<int32_t>{1, 5, 6, 1, 7, 8, 1, 9, 2}));
   EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 1, 1, 1, 0, 1, 0}));
-  auto spill = make_rows({sample({1, 5}, {0, 1}), sample({1, 7, 8}, {0, 1, 1})}, 4, true, 0);
+  auto spill = data::make_rows({sample({1, 5}, {0, 1}), sample({1, 7, 8}, {0, 1, 1})}, 4, true, 0);
   EXPECT_EQ(spill.tokens_data, (std::vector<int32_t>{1, 5, 1, 7, 8, 0, 0, 0}));  // a sample crosses rows
 }
 
 TEST(Split, ValidationChoiceIsSeededAndSized) {
-  auto v = validation_choice(1000, 0.1, 7);
+  auto v = data::validation_choice(1000, 0.1, 7);
   EXPECT_EQ(std::count(v.begin(), v.end(), true), 100);
-  EXPECT_EQ(v, validation_choice(1000, 0.1, 7));
-  EXPECT_NE(v, validation_choice(1000, 0.1, 8));
-  auto tiny = validation_choice(3, 0.01, 1);
+  EXPECT_EQ(v, data::validation_choice(1000, 0.1, 7));
+  EXPECT_NE(v, data::validation_choice(1000, 0.1, 8));
+  auto tiny = data::validation_choice(3, 0.01, 1);
   EXPECT_EQ(std::count(tiny.begin(), tiny.end(), true), 1);  // at least one each side
-  auto most = validation_choice(3, 0.99, 1);
+  auto most = data::validation_choice(3, 0.99, 1);
   EXPECT_EQ(std::count(most.begin(), most.end(), true), 2);
 }
 
 TEST(Sampler, EpochPermutationIsDeterministicPermutation) {
-  auto a = epoch_permutation(1000, 42, 3), b = epoch_permutation(1000, 42, 3);
+  auto a = data::epoch_permutation(1000, 42, 3), b = data::epoch_permutation(1000, 42, 3);
   EXPECT_EQ(a, b);
-  EXPECT_NE(a, epoch_permutation(1000, 42, 4));
+  EXPECT_NE(a, data::epoch_permutation(1000, 42, 4));
   auto s = a;
   std::sort(s.begin(), s.end());
   for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(s[i], i);
@@ -96,7 +96,7 @@ TEST(Sampler, BalancedPartsTileTheRange) {
     for (int64_t parts : {1, 2, 3, 5}) {
       int64_t next = 0;
       for (int64_t i = 0; i < parts; ++i) {
-        auto [b, e] = balanced_part(count, parts, i);
+        auto [b, e] = data::balanced_part(count, parts, i);
         EXPECT_EQ(b, next);
         EXPECT_LE(e - b, count / parts + 1);
         EXPECT_GE(e - b, count / parts);
@@ -104,22 +104,22 @@ TEST(Sampler, BalancedPartsTileTheRange) {
       }
       EXPECT_EQ(next, count);
     }
-  EXPECT_EQ(steps_per_epoch(50, 6, false), 9);
-  EXPECT_EQ(steps_per_epoch(50, 6, true), 8);
+  EXPECT_EQ(data::steps_per_epoch(50, 6, false), 9);
+  EXPECT_EQ(data::steps_per_epoch(50, 6, true), 8);
 }
 
 // Any world size partitions each global batch exactly; concatenated in rank order it is the batch.
 TEST(Sampler, RanksPartitionEveryGlobalBatchAtAnyWorldSize) {
-  const auto order = epoch_permutation(50, 3, 0);
-  for (int64_t step = 0; step < steps_per_epoch(50, 6, false); ++step) {
-    const auto batch = global_batch(order, 6, step);
+  const auto order = data::epoch_permutation(50, 3, 0);
+  for (int64_t step = 0; step < data::steps_per_epoch(50, 6, false); ++step) {
+    const auto batch = data::global_batch(order, 6, step);
     for (int world : {1, 2, 3, 4})
       for (int64_t accum : {1, 2}) {
         std::vector<int64_t> joined;
         for (int r = 0; r < world; ++r)
-          for (const auto& mb : rank_micro_batches(batch, r, world, accum)) joined.insert(joined.end(), mb.begin(), mb.end());
+          for (const auto& mb : data::rank_micro_batches(batch, r, world, accum)) joined.insert(joined.end(), mb.begin(), mb.end());
         EXPECT_EQ(joined, batch) << "world " << world << " accum " << accum << " step " << step;
       }
   }
-  EXPECT_EQ(global_batch(order, 6, 8).size(), 2u);  // 50 = 8 * 6 + 2: the short last batch
+  EXPECT_EQ(data::global_batch(order, 6, 8).size(), 2u);  // 50 = 8 * 6 + 2: the short last batch
 }

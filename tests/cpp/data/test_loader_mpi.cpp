@@ -19,22 +19,26 @@ std::string g_path;
 
 // Row r holds token 3 + r everywhere, so a batch's content names its rows.
 void write_fixture() {
-  Rows rows;
-  rows.rows = kRows, rows.seq_len = kSeq;
+  data::Rows rows;
+  rows.rows = kRows;
+  rows.seq_len = kSeq;
   for (int64_t r = 0; r < kRows; ++r)
     for (int64_t c = 0; c < kSeq; ++c) rows.tokens_data.push_back(static_cast<int32_t>(3 + r)), rows.mask_data.push_back(c > 0);
-  write_token_file(g_path, rows, TokenFileMeta{});
+  data::write_token_file(g_path, rows, data::TokenFileMeta{});
 }
 
-LoaderConfig config(int rank, int world, bool prefetch = true) {
-  LoaderConfig c;
+data::LoaderConfig config(int rank, int world, bool prefetch = true) {
+  data::LoaderConfig c;
   c.grad_accum = world == 1 ? 2 : 1;  // the same global batch of 6 at every world size
   c.micro_batch = kGlobal / (world * c.grad_accum);
-  c.rank = rank, c.world = world, c.seed = 11, c.prefetch = prefetch;
+  c.rank = rank;
+  c.world = world;
+  c.seed = 11;
+  c.prefetch = prefetch;
   return c;
 }
 
-std::vector<int64_t> rows_from_content(const StepData& d) {
+std::vector<int64_t> rows_from_content(const data::StepData& d) {
   std::vector<int64_t> rows;
   for (const auto& mb : d.micro)
     for (int64_t i = 0; i < mb.tokens.size(0); ++i) rows.push_back(mb.tokens[i][0].item<int64_t>() - 3);
@@ -53,8 +57,8 @@ std::vector<int64_t> allgather(const std::vector<int64_t>& mine) {
 }  // namespace
 
 TEST(LoaderMpi, AnEpochCoversEveryRowExactlyOnce) {
-  TokenFile f(g_path);
-  DataLoader dl(f, config(g_rank, g_world));
+  data::TokenFile f(g_path);
+  data::DataLoader dl(f, config(g_rank, g_world));
   ASSERT_EQ(dl.global_batch(), kGlobal);
   ASSERT_EQ(dl.steps_per_epoch(), 9);  // 8 full batches and one of 2
   std::vector<int64_t> mine;
@@ -69,7 +73,7 @@ TEST(LoaderMpi, AnEpochCoversEveryRowExactlyOnce) {
       }
     mine.insert(mine.end(), rows.begin(), rows.end());
   }
-  EXPECT_EQ(dl.state(), (LoaderState{1, 0}));
+  EXPECT_EQ(dl.state(), (data::LoaderState{1, 0}));
   auto all = allgather(mine);
   std::sort(all.begin(), all.end());
   ASSERT_EQ(all.size(), static_cast<size_t>(kRows)) << "no row dropped or read twice";
@@ -77,9 +81,9 @@ TEST(LoaderMpi, AnEpochCoversEveryRowExactlyOnce) {
 }
 
 TEST(LoaderMpi, GlobalBatchesEqualTheSingleRankSequence) {
-  TokenFile f(g_path);
-  DataLoader dl(f, config(g_rank, g_world));
-  DataLoader single(f, config(0, 1, /*prefetch=*/false));
+  data::TokenFile f(g_path);
+  data::DataLoader dl(f, config(g_rank, g_world));
+  data::DataLoader single(f, config(0, 1, /*prefetch=*/false));
   for (int64_t s = 0; s < 2 * dl.steps_per_epoch() + 3; ++s) {  // across two epoch boundaries
     const auto global = allgather(rows_from_content(dl.next()));
     const auto one = single.next();
@@ -89,18 +93,18 @@ TEST(LoaderMpi, GlobalBatchesEqualTheSingleRankSequence) {
 }
 
 TEST(LoaderMpi, ARestoredPositionContinuesTheExactSequence) {
-  TokenFile f(g_path);
-  DataLoader a(f, config(g_rank, g_world));
+  data::TokenFile f(g_path);
+  data::DataLoader a(f, config(g_rank, g_world));
   for (int i = 0; i < 5; ++i) a.next();
-  const LoaderState saved = a.state();
-  EXPECT_EQ(saved, (LoaderState{0, 5}));
+  const data::LoaderState saved = a.state();
+  EXPECT_EQ(saved, (data::LoaderState{0, 5}));
   std::vector<std::vector<int64_t>> expected;
   for (int i = 0; i < 7; ++i) expected.push_back(rows_from_content(a.next()));  // crosses into epoch 1
-  DataLoader b(f, config(g_rank, g_world));
+  data::DataLoader b(f, config(g_rank, g_world));
   b.next();  // a prefetched step that restore must discard
   b.restore(saved);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(rows_from_content(b.next()), expected[i]) << "step " << i;
-  EXPECT_THROW(b.restore(LoaderState{0, 99}), UsageError);
+  EXPECT_THROW(b.restore(data::LoaderState{0, 99}), runtime::UsageError);
 }
 
 int main(int argc, char** argv) {

@@ -45,7 +45,7 @@ TEST(Prepare, GoldenFilesMatchThePythonReference) {
       auto r = run(prepare_cmd(want["path"], out, "--seq-len 64 --mode padding --format " + format));
       ASSERT_EQ(r.code, 0) << r.out;
       EXPECT_NE(r.out.find("read " + std::to_string(want["read"].get<int>())), std::string::npos) << r.out;
-      TokenFile f(out);
+      data::TokenFile f(out);
       const auto& m = f.meta();
       EXPECT_EQ(m.samples_read, want["read"].get<int64_t>()) << name;
       EXPECT_EQ(nlohmann::json::parse(m.skip_reasons_json), want["skipped"]) << name;
@@ -55,16 +55,16 @@ TEST(Prepare, GoldenFilesMatchThePythonReference) {
       EXPECT_EQ(m.loss_tokens, want["loss_tokens"].get<int64_t>()) << name;
       EXPECT_EQ(m.format, want["format"].get<std::string>());
       EXPECT_EQ(m.packing, "padding");
-      EXPECT_EQ(m.tokenizer_sha256, sha256_file(kTok));
-      EXPECT_EQ(m.source_sha256, sha256_file(want["path"]));
+      EXPECT_EQ(m.tokenizer_sha256, runtime::sha256_file(kTok));
+      EXPECT_EQ(m.source_sha256, runtime::sha256_file(want["path"]));
       ASSERT_EQ(f.rows(), static_cast<int64_t>(want["rows"].size()));
       ASSERT_EQ(f.seq_len(), 64);
       std::vector<int64_t> all(f.rows());
       for (int64_t i = 0; i < f.rows(); ++i) all[i] = i;
-      h5::Handle file = h5::open_file(out);
-      h5::Handle tokens = h5::open_dataset(file, "tokens"), mask = h5::open_dataset(file, "loss_mask");
-      const auto t = h5::read_rows<int32_t>(tokens, all, 64);
-      const auto k = h5::read_rows<uint8_t>(mask, all, 64);
+      io::h5::Handle file = io::h5::open_file(out);
+      io::h5::Handle tokens = io::h5::open_dataset(file, "tokens"), mask = io::h5::open_dataset(file, "loss_mask");
+      const auto t = io::h5::read_rows<int32_t>(tokens, all, 64);
+      const auto k = io::h5::read_rows<uint8_t>(mask, all, 64);
       for (int64_t row = 0; row < f.rows(); ++row)
         for (int64_t col = 0; col < 64; ++col) {  // token by token
           ASSERT_EQ(t[row * 64 + col], want["rows"][row][col].get<int32_t>()) << name << " row " << row << " col " << col;
@@ -135,12 +135,12 @@ TEST(Prepare, PackingWithAFractionSplit) {
   const auto dir = fresh_dir("packed");
   auto r = run(prepare_cmd(source("data/demo/val.jsonl"), dir + "/train.h5", "--seq-len 128 --val-fraction 0.25 --seed 3"));
   ASSERT_EQ(r.code, 0) << r.out;
-  TokenFile train(dir + "/train.h5"), val(dir + "/train.val.h5");
+  data::TokenFile train(dir + "/train.h5"), val(dir + "/train.val.h5");
   EXPECT_EQ(train.meta().samples + val.meta().samples, 200);
   EXPECT_EQ(val.meta().samples, 50);
   EXPECT_EQ(val.meta().split, "validation");
   EXPECT_EQ(train.meta().packing, "packing");
-  for (const TokenFile* f : {&train, &val})  // packed: every row but the last is full
+  for (const data::TokenFile* f : {&train, &val})  // packed: every row but the last is full
     EXPECT_EQ(f->rows(), (f->meta().tokens + 127) / 128);
   auto b = train.read({0});
   EXPECT_EQ(b.tokens[0][0].item<int64_t>(), 1);  // the first row opens with BOS

@@ -24,12 +24,12 @@ nlohmann::json cases() {
 
 TEST(Tokenizer, IdsAndDecodeMatchPythonSentencepiece) {
   const auto j = cases();
-  std::map<std::string, Tokenizer> toks;
-  for (const auto& [name, path] : j["models"].items()) toks.emplace(name, Tokenizer(path.get<std::string>()));
+  std::map<std::string, data::Tokenizer> toks;
+  for (const auto& [name, path] : j["models"].items()) toks.emplace(name, data::Tokenizer(path.get<std::string>()));
   ASSERT_EQ(toks.size(), 2u);  // a freshly trained model and the shipped demo model
   int checked = 0, long_lines = 0, empty = 0;
   for (const auto& c : j["cases"]) {
-    const Tokenizer& tok = toks.at(c["model"].get<std::string>());
+    const data::Tokenizer& tok = toks.at(c["model"].get<std::string>());
     const std::string text = c["text"];
     const auto want = c["ids"].get<std::vector<int32_t>>();
     const auto got = tok.encode(text);
@@ -43,7 +43,7 @@ TEST(Tokenizer, IdsAndDecodeMatchPythonSentencepiece) {
 }
 
 TEST(Tokenizer, BosByDefaultEosOnRequestLikeLlamaTokenizer) {
-  Tokenizer tok(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/demo/tokenizer.model");
+  data::Tokenizer tok(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/demo/tokenizer.model");
   EXPECT_EQ(tok.bos_id(), 1);
   EXPECT_EQ(tok.eos_id(), 2);
   EXPECT_EQ(tok.vocab_size(), 512);
@@ -60,25 +60,25 @@ TEST(Tokenizer, Sha256OfTheModelFileEqualsHashlib) {
   const auto& want = j.at("sha256");  // hashlib.sha256(file bytes), written by tokenizer_reference.py
   ASSERT_EQ(want.size(), 2u);
   for (const auto& [name, path] : j["models"].items()) {
-    const Tokenizer tok(path.get<std::string>());
+    const data::Tokenizer tok(path.get<std::string>());
     EXPECT_EQ(tok.sha256(), want.at(name).get<std::string>()) << name;
-    EXPECT_EQ(sha256_file(path.get<std::string>()), want.at(name).get<std::string>()) << name;
+    EXPECT_EQ(runtime::sha256_file(path.get<std::string>()), want.at(name).get<std::string>()) << name;
   }
 }
 
 // FIPS 180-2, appendix B (the NIST example messages and their digests).
 TEST(Sha256, Fips180Vectors) {
-  EXPECT_EQ(sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(runtime::sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(runtime::sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // 448 bits
   ASSERT_EQ(two_blocks.size(), 56u);
-  EXPECT_EQ(sha256_hex(two_blocks.data(), two_blocks.size()),
+  EXPECT_EQ(runtime::sha256_hex(two_blocks.data(), two_blocks.size()),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   const std::string million_a(1000000, 'a');
   const std::string million_a_digest = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
-  EXPECT_EQ(sha256_hex(million_a.data(), million_a.size()), million_a_digest);
+  EXPECT_EQ(runtime::sha256_hex(million_a.data(), million_a.size()), million_a_digest);
   // The same message fed in uneven pieces that straddle the 64-byte blocks.
-  Sha256 h;
+  runtime::Sha256 h;
   size_t fed = 0;
   for (size_t piece = 1; fed < million_a.size(); piece = piece % 131 + 1) {
     const size_t n = std::min(piece, million_a.size() - fed);
@@ -90,13 +90,13 @@ TEST(Sha256, Fips180Vectors) {
   std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
   const std::string path = std::string(SHARDTRAIN_TEST_TMP) + "/million_a.txt";
   std::ofstream(path, std::ios::binary) << million_a;
-  EXPECT_EQ(sha256_file(path), million_a_digest);
+  EXPECT_EQ(runtime::sha256_file(path), million_a_digest);
 }
 
 TEST(Tokenizer, BadFilesAreUsageErrors) {
-  EXPECT_THROW(Tokenizer("/nonexistent/tokenizer.model"), UsageError);
+  EXPECT_THROW(data::Tokenizer("/nonexistent/tokenizer.model"), runtime::UsageError);
   const std::string junk = std::string(SHARDTRAIN_TEST_TMP) + "/junk.model";
   std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
   std::ofstream(junk) << "not a protobuf";
-  EXPECT_THROW(Tokenizer{junk}, UsageError);
+  EXPECT_THROW(data::Tokenizer{junk}, runtime::UsageError);
 }

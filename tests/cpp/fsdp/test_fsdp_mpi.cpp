@@ -23,14 +23,14 @@ using comm::Op;
 using fsdp::Sharding;
 
 namespace {
-MpiEnv* g_env = nullptr;
+runtime::MpiEnv* g_env = nullptr;
 constexpr int64_t kGlobalRows = 8, kSeq = 24, kSteps = 20;
 constexpr uint64_t kSeed = 5;
 
-ModelConfig tiny() { return model_preset("tiny"); }
+model::ModelConfig tiny() { return model::model_preset("tiny"); }
 
 // The step's global batch, identical on every rank; some labels masked like a prompt.
-Batch global_batch(int64_t step) {
+model::Batch global_batch(int64_t step) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + step);
   auto t = at::randint(3, 512, {kGlobalRows, kSeq}, gen, at::kLong);
   auto labels = t.clone();
@@ -39,8 +39,8 @@ Batch global_batch(int64_t step) {
   return {t, labels};
 }
 
-std::vector<Batch> take(const Batch& b, const std::vector<std::vector<int64_t>>& parts) {
-  std::vector<Batch> out;
+std::vector<model::Batch> take(const model::Batch& b, const std::vector<std::vector<int64_t>>& parts) {
+  std::vector<model::Batch> out;
   for (const auto& p : parts) {
     auto idx = at::tensor(p, at::kLong);
     out.push_back({b.tokens.index_select(0, idx), b.labels.index_select(0, idx)});
@@ -72,12 +72,15 @@ std::string describe(const Case& c) {
 
 fsdp::FsdpConfig fsdp_config(const Case& c) {
   fsdp::FsdpConfig f;
-  f.sharding = c.sharding, f.activation_checkpointing = c.ac, f.param_dtype = c.dtype, f.no_sync_accumulation = !c.sync;
+  f.sharding = c.sharding;
+  f.activation_checkpointing = c.ac;
+  f.param_dtype = c.dtype;
+  f.no_sync_accumulation = !c.sync;
   return f;
 }
 
-OptimizerConfig optim_config() {
-  OptimizerConfig o;
+optim::OptimizerConfig optim_config() {
+  optim::OptimizerConfig o;
   // Adam's update is lr * g / (sqrt(v) + eps). An element whose gradient is pure summation-order
   // noise (|g| ~ 1e-9, sign arbitrary) moves by up to lr * |g| / eps, so with eps = 1e-8 a
   // different (sharded) summation order alone moved one embedding element by 8e-4 in 20 steps
@@ -90,9 +93,9 @@ OptimizerConfig optim_config() {
 // The engine and its optimizer component: one training step as train's loop takes it.
 struct Stepper {
   fsdp::FsdpEngine& eng;
-  Optimizer opt;
+  optim::Optimizer opt;
   explicit Stepper(fsdp::FsdpEngine& e) : eng(e), opt(fsdp::make_optimizer(e, optim_config())) {}
-  fsdp::GradResult step(const std::vector<Batch>& micro, double lr) {
+  fsdp::GradResult step(const std::vector<model::Batch>& micro, double lr) {
     const fsdp::GradResult g = eng.forward_backward(micro);
     opt.step(lr, eng.grad_shards());
     eng.release_grads();
@@ -114,14 +117,14 @@ Gaps compare(const Case& c) {
   oracle::TrainConfig tc;
   tc.param_dtype = c.dtype;
   tc.adamw = optim_config().adamw;
-  oracle::Trainer ref(tiny(), tc, ParamStore::initialize(tiny(), kSeed));
+  oracle::Trainer ref(tiny(), tc, model::ParamStore::initialize(tiny(), kSeed));
   const int rank = g_env->rank(), world = g_env->size();
   double worst_loss = 0;
   for (int64_t s = 0; s < kSteps; ++s) {
-    const Batch b = global_batch(s);
+    const model::Batch b = global_batch(s);
     const double lr = 3e-3;
-    const auto mine = run.step(take(b, rank_micro_batches(all_rows(), rank, world, c.accum)), lr);
-    const auto want = ref.step(take(b, rank_micro_batches(all_rows(), 0, 1, c.accum)), lr);
+    const auto mine = run.step(take(b, data::rank_micro_batches(all_rows(), rank, world, c.accum)), lr);
+    const auto want = ref.step(take(b, data::rank_micro_batches(all_rows(), 0, 1, c.accum)), lr);
     EXPECT_EQ(mine.tokens, want.tokens);
     worst_loss = std::max(worst_loss, std::abs(mine.loss - want.loss) / std::abs(want.loss));
   }
@@ -175,10 +178,10 @@ Gaps bf16_vs_fp32() {
   oracle::TrainConfig t16, t32;
   t16.param_dtype = at::kBFloat16;
   t16.adamw = t32.adamw = optim_config().adamw;
-  oracle::Trainer a(tiny(), t16, ParamStore::initialize(tiny(), kSeed)), b(tiny(), t32, ParamStore::initialize(tiny(), kSeed));
+  oracle::Trainer a(tiny(), t16, model::ParamStore::initialize(tiny(), kSeed)), b(tiny(), t32, model::ParamStore::initialize(tiny(), kSeed));
   Gaps g;
   for (int64_t s = 0; s < kSteps; ++s) {
-    const Batch batch = global_batch(s);
+    const model::Batch batch = global_batch(s);
     const double la = a.step({batch}, 3e-3).loss, lb = b.step({batch}, 3e-3).loss;
     g.loss = std::max(g.loss, std::abs(la - lb) / std::abs(lb));
   }
@@ -215,9 +218,9 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
     auto groups = fsdp::make_mpi_groups(s, g_env->topology(), 0);
     fsdp::FsdpEngine eng(tiny(), fsdp_config(c), groups, kSeed);
     Stepper run(eng);
-    run.step(take(global_batch(0), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
+    run.step(take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
     for (auto* g : groups.all()) g->reset_stats();
-    run.step(take(global_batch(1), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
+    run.step(take(global_batch(1), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
     int64_t padded = 0, shard = 0;
     for (auto& u : eng.units()) padded += u.layout().padded, shard += u.layout().shard_numel;
     const int64_t units = static_cast<int64_t>(eng.units().size());
@@ -254,7 +257,7 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
     Stepper run(eng);
     std::vector<double> losses;
     for (int64_t step = 0; step < 3; ++step)
-      losses.push_back(run.step(take(global_batch(step), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)), 1e-3).loss);
+      losses.push_back(run.step(take(global_batch(step), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)), 1e-3).loss);
     EXPECT_EQ(eng.peak_gathered_units(), limit) << "tiny has " << eng.units().size() << " units";
     if (reference.empty()) reference = losses;
     EXPECT_EQ(losses, reference) << "limit " << limit;
@@ -266,9 +269,9 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
 TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
-  Optimizer opt = fsdp::make_optimizer(eng, optim_config());
+  optim::Optimizer opt = fsdp::make_optimizer(eng, optim_config());
   for (auto& u : eng.units()) EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
-  const auto g = eng.forward_backward(take(global_batch(0), rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
+  const auto g = eng.forward_backward(take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
   int64_t grads = 0, two_largest = 0;
   std::vector<int64_t> sizes;
   for (auto& u : eng.units()) {
@@ -279,7 +282,7 @@ TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
   std::sort(sizes.rbegin(), sizes.rend());
   two_largest = sizes[0] + sizes[1];
   const int64_t persistent = eng.memory().persistent();
-  const auto fwd = g.peak_bytes[static_cast<int>(Phase::kForward)], bwd = g.peak_bytes[static_cast<int>(Phase::kBackward)];
+  const auto fwd = g.peak_bytes[static_cast<int>(runtime::Phase::kForward)], bwd = g.peak_bytes[static_cast<int>(runtime::Phase::kBackward)];
   EXPECT_GE(fwd, persistent + sizes.back()) << "a unit is gathered in forward";
   EXPECT_LE(fwd, persistent + two_largest) << "forward holds no gradient and at most two gathered units";
   EXPECT_GE(bwd, persistent + grads) << "every gradient shard exists by the end of backward";
@@ -297,19 +300,19 @@ TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {
   const auto m = eng.memory();
   const int w = g_env->size();
   EXPECT_LE(m.persistent(), m.unsharded_bytes / w + 16 * m.padding_elements);
-  EXPECT_EQ(m.unsharded_bytes, 16 * ParamStore::initialize(tiny(), kSeed).numel());
+  EXPECT_EQ(m.unsharded_bytes, 16 * model::ParamStore::initialize(tiny(), kSeed).numel());
   for (auto& u : eng.units()) EXPECT_FALSE(u.active()) << "full parameters exist only while a unit computes";
 }
 
 TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
   const std::string dir = std::string(SHARDTRAIN_TEST_TMP) + "/fsdp_load_w" + std::to_string(g_env->size());
-  auto ref = ParamStore::initialize(tiny(), 77);
+  auto ref = model::ParamStore::initialize(tiny(), 77);
   if (g_env->rank() == 0) {
     std::filesystem::create_directories(dir);
-    write_safetensors(dir + "/model.safetensors", ref.named());
+    io::write_safetensors(dir + "/model.safetensors", ref.named());
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  SafetensorsModel st(dir + "/model.safetensors");
+  io::SafetensorsModel st(dir + "/model.safetensors");
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed, &st);
   const double total = 4.0 * ref.numel(), w = g_env->size();

@@ -23,7 +23,7 @@ using namespace shardtrain;
 using namespace shardtrain::fsdp;
 
 namespace {
-Topology topo(int rank, int world, int per_node) { return topology_from_ranks_per_node(rank, world, per_node); }
+runtime::Topology topo(int rank, int world, int per_node) { return runtime::topology_from_ranks_per_node(rank, world, per_node); }
 }  // namespace
 
 TEST(Groups, FullShardAndNoShardAreOppositeEnds) {
@@ -56,16 +56,16 @@ TEST(Groups, HybridShardsInsideNodesAndReplicatesAcross) {
 }
 
 TEST(Groups, SizesThatDoNotDivideAreUsageErrors) {
-  EXPECT_THROW(group_layout(Sharding::kHybridShard, topo(0, 6, 6), 4), UsageError);
-  EXPECT_THROW(group_layout(Sharding::kFullShard, topo(0, 4, 4), 2), UsageError);  // not hybrid
-  EXPECT_THROW(topology_from_ranks_per_node(0, 6, 4), UsageError);
-  EXPECT_THROW(parse_sharding("zero3"), UsageError);
+  EXPECT_THROW(group_layout(Sharding::kHybridShard, topo(0, 6, 6), 4), runtime::UsageError);
+  EXPECT_THROW(group_layout(Sharding::kFullShard, topo(0, 4, 4), 2), runtime::UsageError);  // not hybrid
+  EXPECT_THROW(runtime::topology_from_ranks_per_node(0, 6, 4), runtime::UsageError);
+  EXPECT_THROW(parse_sharding("zero3"), runtime::UsageError);
   EXPECT_TRUE(reshard_after_forward(parse_sharding("hybrid_shard")));
   EXPECT_FALSE(reshard_after_forward(parse_sharding("shard_grad_op")));
 }
 
 TEST(FlatLayout, PaddedToTheShardGroupAndTiledBySegments) {
-  auto specs = llama_param_specs(model_preset("tiny"));
+  auto specs = model::llama_param_specs(model::model_preset("tiny"));
   for (int S : {1, 2, 3, 4, 7}) {
     for (int64_t unit = 0; unit < 4; ++unit) {
       auto l = fsdp::flat_layout(specs, unit, S);
@@ -99,8 +99,8 @@ TEST(FlatLayout, PaddedToTheShardGroupAndTiledBySegments) {
 //   S = 7: 32768 = 7 x 4681 + 1 -> 32774 (4682); 46208 = 7 x 6601 + 1 -> 46214 (6602);
 //          32832 = 7 x 4690 + 2 -> 32837 (4691); shards sum 22577, 6 + 6 + 6 + 5 = 23 padding
 TEST(FlatLayout, TinyUnitSizesWorkedOutByHand) {
-  const ModelConfig m = model_preset("tiny");
-  const auto specs = llama_param_specs(m);
+  const model::ModelConfig m = model::model_preset("tiny");
+  const auto specs = model::llama_param_specs(m);
   const std::vector<int64_t> numel = {32768, 46208, 46208, 32832};
   const std::map<int, std::vector<int64_t>> padded = {
       {1, {32768, 46208, 46208, 32832}},
@@ -122,12 +122,12 @@ TEST(FlatLayout, TinyUnitSizesWorkedOutByHand) {
     }
   }
   // The tensors ATen allocates for these specs hold the same 158016 elements.
-  EXPECT_EQ(ParamStore::initialize(m, 1).numel(), 158016);
+  EXPECT_EQ(model::ParamStore::initialize(m, 1).numel(), 158016);
 }
 
 TEST(MemoryModel, TinyPersistentBytesWorkedOutByHand) {
-  const ModelConfig m = model_preset("tiny");
-  const auto specs = llama_param_specs(m);
+  const model::ModelConfig m = model::model_preset("tiny");
+  const auto specs = model::llama_param_specs(m);
   // S = 2: 79008 shard elements (above): fp32 master 4 x 79008 = 316032, the fp32 gradient
   // shard the same, AdamW's two moments 8 x 79008 = 632064; no padding. No-sync buffers: the
   // padded units in fp32, 4 x 158016 = 632064. One unsharded replica: 16 x 158016 = 2528256.
@@ -161,8 +161,8 @@ TEST(MemoryModel, Llama2SevenBMatchesItsPublishedParameterCount) {
   // embedding and lm_head 32000 x 4096 = 131072000 (8 x 16384000), the final norm 4096: the head
   // unit 131076096 = 8 x 16384512. Every unit divides by 8, so the 8-way shards have no padding and
   // the sharded state is exactly 16 bytes x 6738415616 / 8 = 13476831232.
-  const ModelConfig m = model_preset("llama2-7b");
-  const auto units = unit_sizes(m, llama_param_specs(m), 8);
+  const model::ModelConfig m = model::model_preset("llama2-7b");
+  const auto units = unit_sizes(m, model::llama_param_specs(m), 8);
   ASSERT_EQ(units.size(), 34u);
   int64_t numel = 0;
   for (const auto& u : units) numel += u.numel;
@@ -177,13 +177,14 @@ TEST(MemoryModel, Llama2SevenBMatchesItsPublishedParameterCount) {
 }
 
 TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
-  const ModelConfig m = model_preset("tiny");
-  const auto units = unit_sizes(m, llama_param_specs(m), 4);
-  const ActivationBytes act = activation_bytes_per_token(m, 4);
+  const model::ModelConfig m = model::model_preset("tiny");
+  const auto units = unit_sizes(m, model::llama_param_specs(m), 4);
+  const model::ActivationBytes act = model::activation_bytes_per_token(m, 4);
   const StepShape shape{2, 64, 1, 4, 4, 4};
   auto peak_units = [&](Sharding s, int inflight) {
     FsdpConfig c;
-    c.sharding = s, c.max_inflight_gathers = inflight;
+    c.sharding = s;
+    c.max_inflight_gathers = inflight;
     return step_peak(units, nullptr, c, shape, act, 0).gathered_units;
   };
   EXPECT_EQ(peak_units(Sharding::kFullShard, 2), 2);  // the unit computing and the one prefetched
@@ -200,26 +201,26 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
 
 namespace {
 // Bytes of CPU tensors held now, by the counting allocator (installed before anything below is made).
-int64_t held() { return host_tensor_bytes(); }
+int64_t held() { return runtime::host_tensor_bytes(); }
 }  // namespace
 
 // What autograd keeps, measured: the counting allocator around a real fp32 decoder layer's
 // forward, and around the loss's forward and backward, against the per-token figures.
 TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
-  track_host_tensor_memory();
-  const ModelConfig m = model_preset("tiny");
-  const ActivationBytes a = activation_bytes_per_token(m, 4);
+  runtime::track_host_tensor_memory();
+  const model::ModelConfig m = model::model_preset("tiny");
+  const model::ActivationBytes a = model::activation_bytes_per_token(m, 4);
   const int64_t T = 128;
   at::manual_seed(0);
-  const ParamStore params = ParamStore::initialize(m, 1);
-  const WeightLookup lookup = [&params](const std::string& name) { return params.get(name); };
-  const LayerWeights w = LayerWeights::bind(lookup, 0);
-  Rotary rope(m, T);
+  const model::ParamStore params = model::ParamStore::initialize(m, 1);
+  const model::WeightLookup lookup = [&params](const std::string& name) { return params.get(name); };
+  const model::LayerWeights w = model::LayerWeights::bind(lookup, 0);
+  model::Rotary rope(m, T);
   const at::Tensor x = at::randn({1, T, m.hidden_size}).set_requires_grad(true);
   // The layer's input x is made before the count starts; its output, which the next layer
   // keeps as its input, is counted instead: the same size.
   const int64_t before_layer = held();
-  at::Tensor y = decoder_layer(m, w, x, rope.cos, rope.sin);
+  at::Tensor y = model::decoder_layer(m, w, x, rope.cos, rope.sin);
   const int64_t layer_measured = held() - before_layer;
   std::cout << "decoder layer: " << layer_measured << " bytes held after forward, " << layer_measured / T
             << " per token; model " << a.layer << "\n";
@@ -233,16 +234,16 @@ TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
   const at::Tensor logits = at::randn({1, T + 1, m.vocab_size}).set_requires_grad(true);
   const at::Tensor labels = at::randint(m.vocab_size, {1, T + 1}, at::kLong);
   const int64_t before_loss = held();
-  LossSum loss = causal_lm_loss(logits, labels);
+  model::LossSum loss = model::causal_lm_loss(logits, labels);
   const int64_t loss_fwd = held() - before_loss;
-  reset_host_tensor_peak();
+  runtime::reset_host_tensor_peak();
   loss.sum.backward();
-  const int64_t loss_peak = host_tensor_peak_bytes() - before_loss;
+  const int64_t loss_peak = runtime::host_tensor_peak_bytes() - before_loss;
   std::cout << "loss: forward keeps " << loss_fwd / T << " bytes per token, backward peak " << loss_peak / T
             << "; model " << a.logits_loss << "\n";
   EXPECT_NEAR(static_cast<double>(loss_fwd) / T, 4.0 * m.vocab_size, 0.02 * 4 * m.vocab_size);
   EXPECT_NEAR(static_cast<double>(loss_peak) / T, static_cast<double>(a.logits_loss), 0.1 * a.logits_loss);
-  EXPECT_GT(activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies
+  EXPECT_GT(model::activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies
 }
 
 namespace {

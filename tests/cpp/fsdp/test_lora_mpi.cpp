@@ -18,20 +18,22 @@ using namespace shardtrain;
 using fsdp::Sharding;
 
 namespace {
-MpiEnv* g_env = nullptr;
+runtime::MpiEnv* g_env = nullptr;
 const std::string kRef = std::string(SHARDTRAIN_REF_DIR) + "/lora";
 
 struct Fixture {
-  ModelConfig cfg = resolve_model(kRef + "/model/config.json");
-  SafetensorsFile ref{kRef + "/reference.safetensors"};
-  SafetensorsModel base{kRef + "/model"};
-  SafetensorsModel adapters{kRef + "/adapter_init/adapter_model.safetensors"};
-  Batch batch{ref.read("tokens"), ref.read("labels")};
+  model::ModelConfig cfg = model::resolve_model(kRef + "/model/config.json");
+  io::SafetensorsFile ref{kRef + "/reference.safetensors"};
+  io::SafetensorsModel base{kRef + "/model"};
+  io::SafetensorsModel adapters{kRef + "/adapter_init/adapter_model.safetensors"};
+  model::Batch batch{ref.read("tokens"), ref.read("labels")};
 };
 
-LoraConfig peft_lora() {  // as lora_reference.py's LoraConfig
-  LoraConfig l;
-  l.rank = 4, l.alpha = 8, l.dropout = 0;
+model::LoraConfig peft_lora() {  // as lora_reference.py's LoraConfig
+  model::LoraConfig l;
+  l.rank = 4;
+  l.alpha = 8;
+  l.dropout = 0;
   l.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   return l;
 }
@@ -41,15 +43,18 @@ Sharding strategy() { return g_env->topology().local_size < g_env->size() ? Shar
 
 fsdp::FsdpConfig config(bool ac = false, at::ScalarType dtype = at::kFloat) {
   fsdp::FsdpConfig f;
-  f.sharding = strategy(), f.activation_checkpointing = ac, f.param_dtype = dtype, f.lora = peft_lora();
+  f.sharding = strategy();
+  f.activation_checkpointing = ac;
+  f.param_dtype = dtype;
+  f.lora = peft_lora();
   return f;
 }
 
-std::vector<Batch> my_rows(const Batch& b, int64_t accum) {
+std::vector<model::Batch> my_rows(const model::Batch& b, int64_t accum) {
   std::vector<int64_t> all(b.tokens.size(0));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  std::vector<Batch> out;
-  for (const auto& p : rank_micro_batches(all, g_env->rank(), g_env->size(), accum)) {
+  std::vector<model::Batch> out;
+  for (const auto& p : data::rank_micro_batches(all, g_env->rank(), g_env->size(), accum)) {
     auto idx = at::tensor(p, at::kLong);
     out.push_back({b.tokens.index_select(0, idx), b.labels.index_select(0, idx)});
   }
@@ -66,7 +71,7 @@ double worst_grad_gap(fsdp::FsdpEngine& eng, const Fixture& f) {
   double worst = 0;
   for (size_t i = 0; i < eng.pieces().size(); ++i) {
     const auto& p = eng.pieces()[i];
-    const auto want = f.ref.read("grad." + peft_key(p.name)).flatten().narrow(0, p.param_offset, p.numel);
+    const auto want = f.ref.read("grad." + model::peft_key(p.name)).flatten().narrow(0, p.param_offset, p.numel);
     EXPECT_TRUE(grads[i].defined()) << p.name;
     worst = std::max(worst, (grads[i] - want).abs().max().item<double>());
   }
@@ -113,10 +118,10 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
   fsdp::FsdpEngine eng(f.cfg, config(), groups, 1, &f.base, at::kCPU, &f.adapters);
-  OptimizerConfig oc;
+  optim::OptimizerConfig oc;
   oc.adamw = {0.9, 0.95, 1e-8, 0.1};
   oc.grad_clip = 1.0;
-  Optimizer opt = fsdp::make_optimizer(eng, oc);
+  optim::Optimizer opt = fsdp::make_optimizer(eng, oc);
   const auto losses = f.ref.read("adamw_losses");
   for (int64_t s = 0; s < 3; ++s) {
     const auto r = eng.forward_backward(my_rows(f.batch, 1));
@@ -126,9 +131,9 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
   }
   double worst = 0;
   for (const auto& [name, t] : eng.full_adapters()) {
-    const auto want = f.ref.read("final." + peft_key(name));
+    const auto want = f.ref.read("final." + model::peft_key(name));
     worst = std::max(worst, (t - want).abs().max().item<double>());
-    EXPECT_GT((t - f.adapters.read(peft_key(name))).abs().max().item<double>(), 1e-4) << name << " moved";
+    EXPECT_GT((t - f.adapters.read(model::peft_key(name))).abs().max().item<double>(), 1e-4) << name << " moved";
   }
   EXPECT_LE(worst, 1e-4) << where();
   if (g_env->rank() == 0) std::printf("  %s: adapters after 3 AdamW steps within %.1e of PEFT\n", where().c_str(), worst);

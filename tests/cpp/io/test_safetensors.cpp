@@ -40,14 +40,14 @@ std::string craft(const std::string& name, const std::string& header, size_t dat
 }
 void expect_error(const std::string& path, const std::string& fragment) {
   try {
-    SafetensorsFile f(path);
+    io::SafetensorsFile f(path);
     FAIL() << "no error for " << path;
-  } catch (const Error& e) {
+  } catch (const runtime::Error& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << "message names the file";
   }
 }
-NamedTensors sample() {
+io::NamedTensors sample() {
   auto g = at::make_generator<at::CPUGeneratorImpl>(3);
   return {{"a.weight", at::randn({5, 7}, g)},
           {"b.bf16", at::randn({3, 4}, g).to(at::kBFloat16)},
@@ -60,9 +60,9 @@ NamedTensors sample() {
 
 TEST(Safetensors, RoundTripIsByteIdentical) {
   const auto p1 = tmp("rt1.safetensors"), p2 = tmp("rt2.safetensors");
-  write_safetensors(p1, sample(), {{"format", "pt"}});
-  SafetensorsFile f(p1);
-  NamedTensors back;
+  io::write_safetensors(p1, sample(), {{"format", "pt"}});
+  io::SafetensorsFile f(p1);
+  io::NamedTensors back;
   for (const auto& t : f.tensors()) back.emplace_back(t.name, f.read(t.name));
   for (const auto& [n, t] : sample()) {
     auto r = f.read(n);
@@ -70,39 +70,39 @@ TEST(Safetensors, RoundTripIsByteIdentical) {
     EXPECT_TRUE(r.equal(t)) << n;
   }
   EXPECT_EQ(f.metadata().at("format"), "pt");
-  write_safetensors(p2, back, f.metadata());
+  io::write_safetensors(p2, back, f.metadata());
   EXPECT_EQ(slurp(p1), slurp(p2));
 }
 
 TEST(Safetensors, RowAndFlatRangesReadOnlyThoseBytes) {
   const auto p = tmp("ranges.safetensors");
   auto x = at::arange(48, at::kFloat).reshape({8, 6});
-  write_safetensors(p, {{"x", x}});
-  SafetensorsFile f(p);
+  io::write_safetensors(p, {{"x", x}});
+  io::SafetensorsFile f(p);
   EXPECT_TRUE(f.read_rows("x", 2, 5).equal(x.narrow(0, 2, 3)));
   EXPECT_EQ(f.bytes_read(), 3u * 6 * 4);
   EXPECT_TRUE(f.read_flat("x", 7, 20).equal(x.flatten().narrow(0, 7, 13)));
   EXPECT_EQ(f.bytes_read(), 3u * 6 * 4 + 13 * 4);
-  EXPECT_THROW(f.read_rows("x", 6, 9), Error);
-  EXPECT_THROW(f.read_flat("x", -1, 3), Error);
-  EXPECT_THROW(f.read("nope"), Error);
+  EXPECT_THROW(f.read_rows("x", 6, 9), runtime::Error);
+  EXPECT_THROW(f.read_flat("x", -1, 3), runtime::Error);
+  EXPECT_THROW(f.read("nope"), runtime::Error);
 }
 
 TEST(Safetensors, ShardedIndexReadsAcrossFiles) {
   const auto dir = tmp("sharded");
   fs::remove_all(dir);
-  auto files = write_safetensors_sharded(dir, sample(), 100);
+  auto files = io::write_safetensors_sharded(dir, sample(), 100);
   EXPECT_GT(files.size(), 1u);
   ASSERT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));
-  SafetensorsModel m(dir);
+  io::SafetensorsModel m(dir);
   EXPECT_EQ(m.num_files(), files.size());
   for (const auto& [n, t] : sample()) EXPECT_TRUE(m.read(n).equal(t)) << n;
-  EXPECT_THROW(m.read("missing"), Error);
+  EXPECT_THROW(m.read("missing"), runtime::Error);
 }
 
 TEST(Safetensors, TruncatedFiles) {
   const auto good = tmp("good.safetensors");
-  write_safetensors(good, sample());
+  io::write_safetensors(good, sample());
   const auto bytes = slurp(good);
   const auto tiny = tmp("trunc5.safetensors");
   spit(tiny, bytes.substr(0, 5));
@@ -154,13 +154,13 @@ TEST(Safetensors, OtherDefects) {
 }
 
 TEST(Safetensors, IndexWeightMapIsCheckedWithoutTouchingFiles) {
-  const auto m = parse_safetensors_index(R"({"metadata":{},"weight_map":{"b":"s2.safetensors","a":"s1.safetensors"}})", "i.json");
+  const auto m = io::parse_safetensors_index(R"({"metadata":{},"weight_map":{"b":"s2.safetensors","a":"s1.safetensors"}})", "i.json");
   EXPECT_EQ(m, (std::map<std::string, std::string>{{"a", "s1.safetensors"}, {"b", "s2.safetensors"}}));
   auto bad = [](const std::string& text, const std::string& want) {
     try {
-      parse_safetensors_index(text, "i.json");
+      io::parse_safetensors_index(text, "i.json");
       ADD_FAILURE() << "accepted " << text;
-    } catch (const Error& e) {
+    } catch (const runtime::Error& e) {
       EXPECT_EQ(std::string(e.what()).rfind("i.json: ", 0), 0u) << e.what();
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }

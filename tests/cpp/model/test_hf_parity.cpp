@@ -15,16 +15,16 @@ namespace {
 const std::string kRef = SHARDTRAIN_REF_DIR;
 
 struct Fixture {
-  ModelConfig cfg = resolve_model(kRef + "/model/config.json");
-  SafetensorsFile ref{kRef + "/reference.safetensors"};
-  Batch batch{ref.read("tokens"), ref.read("labels")};
+  model::ModelConfig cfg = model::resolve_model(kRef + "/model/config.json");
+  io::SafetensorsFile ref{kRef + "/reference.safetensors"};
+  model::Batch batch{ref.read("tokens"), ref.read("labels")};
 
   oracle::Trainer trainer() const {
     oracle::TrainConfig tc;
     tc.grad_clip = 1.0;
     tc.adamw = {0.9, 0.95, 1e-8, 0.1};
-    SafetensorsModel w(kRef + "/model");
-    return oracle::Trainer(cfg, tc, ParamStore::load(cfg, w));
+    io::SafetensorsModel w(kRef + "/model");
+    return oracle::Trainer(cfg, tc, model::ParamStore::load(cfg, w));
   }
 };
 }  // namespace
@@ -45,7 +45,7 @@ TEST(HfParity, LogitsAndLossMatch) {
   ASSERT_EQ(logits.sizes(), ref_logits.sizes());
   const double max_diff = (logits - ref_logits).abs().max().item<double>();
   EXPECT_LE(max_diff, 1e-5) << "max |logits - HF logits|";
-  auto ls = causal_lm_loss(logits, f.batch.labels);
+  auto ls = model::causal_lm_loss(logits, f.batch.labels);
   const double loss = ls.sum.item<double>() / ls.count;
   EXPECT_NEAR(loss, f.ref.read("loss").item<double>(), 1e-5);
   EXPECT_EQ(ls.count, (16 - 5) + (10 - 1));  // row 0 masks positions 0-4, row 1 positions 10-15
@@ -54,7 +54,7 @@ TEST(HfParity, LogitsAndLossMatch) {
 TEST(HfParity, EveryGradientMatches) {
   Fixture f;
   auto tr = f.trainer();
-  auto ls = causal_lm_loss(tr.logits(f.batch.tokens), f.batch.labels);
+  auto ls = model::causal_lm_loss(tr.logits(f.batch.tokens), f.batch.labels);
   (ls.sum / static_cast<double>(ls.count)).backward();
   const auto& specs = tr.params().specs();
   ASSERT_EQ(specs.size(), 2u + 9u * 2u + 1u);
@@ -86,10 +86,10 @@ TEST(HfParity, AdamWTrajectoryMatchesTorchOptim) {
 // kernel, so the parameters and both moments agree to float rounding.
 TEST(HfParity, FusedAdamWEqualsTorchFused) {
   Fixture f;
-  OptimizerConfig cfg;
+  optim::OptimizerConfig cfg;
   cfg.adamw = {0.9, 0.95, 1e-8, 0.1};
   cfg.grad_clip = 0;  // torch's step alone
-  Optimizer opt(cfg);
+  optim::Optimizer opt(cfg);
   std::vector<at::Tensor> params;
   for (int i = 0; i < 3; ++i) {
     params.push_back(f.ref.read("fused.init." + std::to_string(i)).clone());
@@ -114,11 +114,11 @@ TEST(HfParity, GreedyGenerationMatchesGenerate) {
   auto tr = f.trainer();
   const auto prompt_t = f.ref.read("generate.prompt").to(at::kInt).flatten();
   std::vector<int32_t> prompt(prompt_t.data_ptr<int32_t>(), prompt_t.data_ptr<int32_t>() + prompt_t.numel());
-  GenerateConfig g;
+  model::GenerateConfig g;
   g.max_new_tokens = 12;
   g.eos_id = 2;
   g.max_context = f.cfg.max_position_embeddings;
-  const auto got = generate(tr.logits_fn(), prompt, g);
+  const auto got = model::generate(tr.logits_fn(), prompt, g);
   const auto want_t = f.ref.read("generate.greedy").to(at::kInt).flatten();
   std::vector<int32_t> want(want_t.data_ptr<int32_t>(), want_t.data_ptr<int32_t>() + want_t.numel());
   EXPECT_EQ(got, want);
@@ -128,10 +128,10 @@ TEST(HfParity, TopPKeepsWhatTopPLogitsWarperKeeps) {
   Fixture f;
   const auto logits = f.ref.read("topp.logits");
   for (const char* p : {"0.3", "0.8", "0.95"}) {
-    const auto kept = top_p_filter(logits, std::stod(p)).isfinite();
+    const auto kept = model::top_p_filter(logits, std::stod(p)).isfinite();
     const auto want = f.ref.read(std::string("topp.keep_") + p).to(at::kBool);
     EXPECT_TRUE(kept.equal(want)) << "top_p " << p << ": kept " << kept.sum().item<int64_t>() << ", HF kept "
                                   << want.sum().item<int64_t>();
   }
-  EXPECT_TRUE(top_p_filter(logits, 1.0).equal(logits));
+  EXPECT_TRUE(model::top_p_filter(logits, 1.0).equal(logits));
 }

@@ -13,7 +13,7 @@ struct Grads {
 };
 Grads attention_grads(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& v0, bool native) {
   auto q = q0.clone().requires_grad_(), k = k0.clone().requires_grad_(), v = v0.clone().requires_grad_();
-  auto out = causal_attention(q, k, v, native);
+  auto out = model::causal_attention(q, k, v, native);
   (out.to(at::kFloat) * at::linspace(-1, 1, out.numel()).view(out.sizes())).sum().backward();
   return {out.detach(), q.grad(), k.grad(), v.grad()};
 }
@@ -35,7 +35,7 @@ TEST(ModelKernels, NativeGroupedQueryAttentionEqualsRepeatedKv) {
   }
   // Multi-head attention (nkv == nh) takes neither path.
   auto q = at::randn({1, 4, 9, 8}), k = at::randn({1, 4, 9, 8}), v = at::randn({1, 4, 9, 8});
-  EXPECT_TRUE(at::equal(causal_attention(q, k, v, true), causal_attention(q, k, v, false)));
+  EXPECT_TRUE(at::equal(model::causal_attention(q, k, v, true), model::causal_attention(q, k, v, false)));
 }
 
 namespace {
@@ -46,7 +46,7 @@ struct LossGrads {
 // hint: the gradient the fused loss prepares for (backward brings 0.37).
 LossGrads head_loss(const at::Tensor& h0, const at::Tensor& w0, const at::Tensor& labels, int64_t chunk, double hint = 1) {
   auto h = h0.clone().requires_grad_(), w = w0.clone().requires_grad_();
-  auto loss = chunk > 0 ? chunked_lm_loss(h, w, labels, chunk, hint) : causal_lm_loss(at::linear(h, w), labels, false).sum;
+  auto loss = chunk > 0 ? model::chunked_lm_loss(h, w, labels, chunk, hint) : model::causal_lm_loss(at::linear(h, w), labels, false).sum;
   (loss * 0.37).backward();
   return {loss.detach(), h.grad(), w.grad()};
 }
@@ -81,18 +81,18 @@ TEST(ModelKernels, ChunkedLmLossWithAFrozenHead) {
   auto labels = at::randint(0, 40, {2, 9}, at::kLong);
   auto h0 = at::randn({2, 9, 8}), w = at::randn({40, 8});
   auto h = h0.clone().requires_grad_();
-  chunked_lm_loss(h, w, labels, 4).backward();
+  model::chunked_lm_loss(h, w, labels, 4).backward();
   const auto ref = head_loss(h0, w, labels, 0);
   EXPECT_TRUE(at::allclose(h.grad(), ref.dh / 0.37, 1e-5, 1e-6));
   EXPECT_FALSE(w.grad().defined());
 }
 
 TEST(ModelKernels, LossChunkTokens) {
-  EXPECT_EQ(loss_chunk_tokens(16384, 32000, 4096, 0), 2048);  // Llama-2 7B, 4 x 4096 tokens: logits chunk ~ hidden size
-  EXPECT_EQ(loss_chunk_tokens(65536, 32000, 8192, 0), 16384);  // 70B: vocab / hidden rounds up to 4
-  EXPECT_EQ(loss_chunk_tokens(2048, 32000, 256, 0), 256);     // 16 by the rule: the floor
-  EXPECT_EQ(loss_chunk_tokens(10, 32000, 4096, 0), 10);
-  EXPECT_EQ(loss_chunk_tokens(100, 512, 64, 1000), 100);
-  EXPECT_EQ(loss_chunk_tokens(100, 512, 64, 7), 7);
-  EXPECT_EQ(loss_chunk_tokens(100, 512, 64, -1), 0);
+  EXPECT_EQ(model::loss_chunk_tokens(16384, 32000, 4096, 0), 2048);  // Llama-2 7B, 4 x 4096 tokens: logits chunk ~ hidden size
+  EXPECT_EQ(model::loss_chunk_tokens(65536, 32000, 8192, 0), 16384);  // 70B: vocab / hidden rounds up to 4
+  EXPECT_EQ(model::loss_chunk_tokens(2048, 32000, 256, 0), 256);     // 16 by the rule: the floor
+  EXPECT_EQ(model::loss_chunk_tokens(10, 32000, 4096, 0), 10);
+  EXPECT_EQ(model::loss_chunk_tokens(100, 512, 64, 1000), 100);
+  EXPECT_EQ(model::loss_chunk_tokens(100, 512, 64, 7), 7);
+  EXPECT_EQ(model::loss_chunk_tokens(100, 512, 64, -1), 0);
 }

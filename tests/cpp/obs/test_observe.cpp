@@ -23,8 +23,8 @@
 using namespace shardtrain;
 
 namespace {
-PhaseTimes phases(double data, double fwd, double bwd, double opt, double comm, double ckpt) {
-  PhaseTimes p;
+runtime::PhaseTimes phases(double data, double fwd, double bwd, double opt, double comm, double ckpt) {
+  runtime::PhaseTimes p;
   p.s = {data, fwd, bwd, opt, comm, ckpt};
   return p;
 }
@@ -32,14 +32,14 @@ PhaseTimes phases(double data, double fwd, double bwd, double opt, double comm, 
 
 TEST(Phases, SummaryIsMinMedianMaxAndTheStragglerIsTheBusiestRank) {
   // Rank 2 loads data slowly; the others wait for it in their collectives.
-  const std::vector<PhaseTimes> ranks = {phases(0.01, 0.10, 0.20, 0.05, 0.30, 0), phases(0.02, 0.11, 0.19, 0.05, 0.29, 0),
+  const std::vector<runtime::PhaseTimes> ranks = {phases(0.01, 0.10, 0.20, 0.05, 0.30, 0), phases(0.02, 0.11, 0.19, 0.05, 0.29, 0),
                                          phases(0.31, 0.10, 0.20, 0.05, 0.01, 0), phases(0.01, 0.12, 0.21, 0.05, 0.28, 0)};
-  const PhaseSummary s = summarize_phases(ranks);
+  const runtime::PhaseSummary s = runtime::summarize_phases(ranks);
   EXPECT_DOUBLE_EQ(s.min[0], 0.01);
   EXPECT_DOUBLE_EQ(s.max[0], 0.31);
   EXPECT_DOUBLE_EQ(s.median[0], 0.015);
   EXPECT_DOUBLE_EQ(s.median[1], 0.105);
-  EXPECT_DOUBLE_EQ(s.max[static_cast<int>(Phase::kExposedComm)], 0.30);
+  EXPECT_DOUBLE_EQ(s.max[static_cast<int>(runtime::Phase::kExposedComm)], 0.30);
   EXPECT_EQ(s.straggler, 2);
   EXPECT_NEAR(s.straggler_busy_s, 0.66, 1e-12);
   EXPECT_NEAR(s.median_busy_s, (0.37 + 0.39) / 2, 1e-12);  // busy: 0.36, 0.37, 0.66, 0.39
@@ -50,9 +50,9 @@ TEST(Phases, SummaryIsMinMedianMaxAndTheStragglerIsTheBusiestRank) {
 }
 
 TEST(Phases, DurationsPrintLikeAClock) {
-  EXPECT_EQ(format_duration(42.4), "42s");
-  EXPECT_EQ(format_duration(185), "3m05s");
-  EXPECT_EQ(format_duration(2 * 3600 + 14 * 60 + 59), "2h14m");
+  EXPECT_EQ(train::format_duration(42.4), "42s");
+  EXPECT_EQ(train::format_duration(185), "3m05s");
+  EXPECT_EQ(train::format_duration(2 * 3600 + 14 * 60 + 59), "2h14m");
 }
 
 namespace {
@@ -129,9 +129,10 @@ TEST(CollectiveLog, NumbersInIssueOrderAndAgesOnlyWhileTheHostWaits) {
 
 TEST(Prometheus, TextFormatHasOneFamilyPerMetricAndEveryRankLabelled) {
   obs::RankSeries a, b;
-  a.rank = 0, a.host = "node-a", a.step = 7, a.skipped_steps = 3, a.loss = 1.2345678901234567, a.phases[Phase::kForward] = 0.5;
+  a.rank = 0, a.host = "node-a", a.step = 7, a.skipped_steps = 3, a.loss = 1.2345678901234567, a.phases[runtime::Phase::kForward] = 0.5;
   a.calls[1][static_cast<int>(comm::Op::kAllGather)] = 14, a.bytes[1][static_cast<int>(comm::Op::kAllGather)] = 1 << 20;
-  b.rank = 1, b.host = "node\"b", b.step = 7, b.gpu_peak_allocated = 123, b.gpu_peak_reserved = 456;
+  b.rank = 1;
+  b.host = "node\"b", b.step = 7, b.gpu_peak_allocated = 123, b.gpu_peak_reserved = 456;
   const std::string t = obs::exposition("job-42", {a, b});
   EXPECT_NE(t.find("# TYPE shardtrain_loss gauge\n"), std::string::npos);
   EXPECT_NE(t.find("shardtrain_loss{job=\"job-42\",host=\"node-a\",rank=\"0\"} 1.2345678901234567\n"), std::string::npos);
@@ -181,7 +182,9 @@ namespace {
 int connect_loopback(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET, a.sin_port = htons(static_cast<uint16_t>(port)), a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
   return fd;
 }
@@ -200,7 +203,8 @@ std::pair<std::string, double> exchange(int port, const std::string& request) {
 
 TEST(HttpServer, SilentClientsNeitherBlockScrapesNorStayOpen) {
   obs::HttpLimits limits;
-  limits.deadline_s = 1, limits.max_connections = 4;
+  limits.deadline_s = 1;
+  limits.max_connections = 4;
   obs::HttpServer server("127.0.0.1", 0, [] { return std::string("shardtrain_step 3\n"); }, limits);
   EXPECT_EQ(server.address(), "127.0.0.1");
   std::vector<int> silent;
@@ -227,14 +231,14 @@ TEST(HttpServer, BindErrorsNameTheOption) {
   try {
     obs::HttpServer server("300.1.2.3", 0, [] { return std::string(); });
     FAIL() << "bound to 300.1.2.3";
-  } catch (const UsageError& e) {
+  } catch (const runtime::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("--metrics-bind 300.1.2.3"), std::string::npos) << e.what();
   }
   obs::HttpServer first("127.0.0.1", 0, [] { return std::string(); });
   try {
     obs::HttpServer second("127.0.0.1", first.port(), [] { return std::string(); });
     FAIL() << "two servers on one port";
-  } catch (const UsageError& e) {
+  } catch (const runtime::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("--metrics-port " + std::to_string(first.port()) + " (--metrics-bind 127.0.0.1): cannot listen"),
               std::string::npos) << e.what();
   }

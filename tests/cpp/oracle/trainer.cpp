@@ -7,14 +7,15 @@
 namespace shardtrain::oracle {
 
 namespace {
-OptimizerConfig optimizer_config(const TrainConfig& c) {
-  OptimizerConfig o;
-  o.adamw = c.adamw, o.grad_clip = c.grad_clip;
+optim::OptimizerConfig optimizer_config(const TrainConfig& c) {
+  optim::OptimizerConfig o;
+  o.adamw = c.adamw;
+  o.grad_clip = c.grad_clip;
   return o;
 }
 }  // namespace
 
-Trainer::Trainer(ModelConfig model, TrainConfig cfg, ParamStore params)
+Trainer::Trainer(model::ModelConfig model, TrainConfig cfg, model::ParamStore params)
     : model_(std::move(model)), cfg_(std::move(cfg)), params_(std::move(params)),
       rope_(model_, model_.max_position_embeddings), opt_(optimizer_config(cfg_)) {
   for (size_t i = 0; i < params_.specs().size(); ++i) opt_.add(params_.tensors()[i], !params_.specs()[i].is_norm);
@@ -22,17 +23,17 @@ Trainer::Trainer(ModelConfig model, TrainConfig cfg, ParamStore params)
 
 at::Tensor Trainer::logits(const at::Tensor& tokens) {
   const auto w = [this](const std::string& name) { return params_.get(name).to(cfg_.param_dtype); };
-  return llama_forward(model_, w, tokens, rope_, cfg_.param_dtype);
+  return model::llama_forward(model_, w, tokens, rope_, cfg_.param_dtype);
 }
 
-StepResult Trainer::step(const std::vector<Batch>& micro_batches, double lr) {
+StepResult Trainer::step(const std::vector<model::Batch>& micro_batches, double lr) {
   StepResult r;
-  for (const auto& mb : micro_batches) r.tokens += count_loss_tokens(mb.labels);
+  for (const auto& mb : micro_batches) r.tokens += model::count_loss_tokens(mb.labels);
   for (auto& p : params_.tensors()) p.mutable_grad() = at::Tensor();
   double loss_sum = 0;
   for (const auto& mb : micro_batches) {
     if (mb.tokens.size(0) == 0) continue;  // a short final batch leaves some micro-steps empty
-    auto ls = causal_lm_loss(logits(mb.tokens), mb.labels);
+    auto ls = model::causal_lm_loss(logits(mb.tokens), mb.labels);
     (ls.sum / static_cast<double>(std::max<int64_t>(1, r.tokens))).backward();
     loss_sum += ls.sum.item<double>();
   }
@@ -43,8 +44,8 @@ StepResult Trainer::step(const std::vector<Batch>& micro_batches, double lr) {
   return r;
 }
 
-EvalResult Trainer::evaluate(const TokenFile& data, int64_t max_batches) {
-  return evaluate_loss(data, cfg_.batch_size, max_batches, 0, 1, logits_fn());
+train::EvalResult Trainer::evaluate(const data::TokenFile& data, int64_t max_batches) {
+  return train::evaluate_loss(data, cfg_.batch_size, max_batches, 0, 1, logits_fn());
 }
 
 }  // namespace shardtrain::oracle

@@ -21,7 +21,7 @@ namespace shardtrain::oracle {
 struct TrainConfig {
   int64_t batch_size = 8;  // for evaluate()
   at::ScalarType param_dtype = at::kFloat;  // compute dtype; master weights stay fp32
-  AdamWConfig adamw;
+  optim::AdamWConfig adamw;
   double grad_clip = 1.0;  // <= 0 disables clipping
 };
 
@@ -33,27 +33,27 @@ struct StepResult {
 
 class Trainer {
  public:
-  Trainer(ModelConfig model, TrainConfig cfg, ParamStore params);
+  Trainer(model::ModelConfig model, TrainConfig cfg, model::ParamStore params);
 
   // One optimizer step over the micro-batches; the loss is normalized by their total token
   // count so accumulation equals one big batch.
-  StepResult step(const std::vector<Batch>& micro_batches, double lr);
-  EvalResult evaluate(const TokenFile& data, int64_t max_batches);
+  StepResult step(const std::vector<model::Batch>& micro_batches, double lr);
+  train::EvalResult evaluate(const data::TokenFile& data, int64_t max_batches);
   at::Tensor logits(const at::Tensor& tokens);
-  LogitsFn logits_fn() {
+  model::LogitsFn logits_fn() {
     return [this](const at::Tensor& t) { return logits(t); };
   }
 
-  ParamStore& params() { return params_; }
-  const ModelConfig& model() const { return model_; }
-  AdamW& optimizer() { return opt_.adamw(); }
+  model::ParamStore& params() { return params_; }
+  const model::ModelConfig& model() const { return model_; }
+  optim::AdamW& optimizer() { return opt_.adamw(); }
 
  private:
-  ModelConfig model_;
+  model::ModelConfig model_;
   TrainConfig cfg_;
-  ParamStore params_;
-  Rotary rope_;
-  Optimizer opt_;
+  model::ParamStore params_;
+  model::Rotary rope_;
+  optim::Optimizer opt_;
 };
 
 }  // namespace shardtrain::oracle

@@ -34,7 +34,11 @@ void expect_ticks(double lo, double hi, int max_ticks, const std::vector<double>
 
 RunSummary summary(int nodes, double tps, double mfu = kNaN) {
   RunSummary s;
-  s.nodes = nodes, s.source = std::to_string(nodes) + "n.jsonl", s.tokens_per_s = tps, s.mfu = mfu, s.used = 5;
+  s.nodes = nodes;
+  s.source = std::to_string(nodes) + "n.jsonl";
+  s.tokens_per_s = tps;
+  s.mfu = mfu;
+  s.used = 5;
   return s;
 }
 
@@ -77,12 +81,12 @@ TEST(Report, PngEncoderChecksItsInputAndNamesThePathOnFailure) {
   ASSERT_GT(png.size(), 33u);
   EXPECT_EQ(std::string(png.begin() + 1, png.begin() + 4), "PNG");
   EXPECT_EQ(std::string(png.begin() + 12, png.begin() + 16), "IHDR");
-  EXPECT_THROW(encode_png(2, 2, rgb), Error);  // buffer is for 2x3
-  EXPECT_THROW(encode_png(0, 3, {}), Error);
+  EXPECT_THROW(encode_png(2, 2, rgb), runtime::Error);  // buffer is for 2x3
+  EXPECT_THROW(encode_png(0, 3, {}), runtime::Error);
   try {
     write_png("/nonexistent-dir/chart.png", 2, 3, rgb);
     FAIL() << "expected an Error";
-  } catch (const Error& e) {
+  } catch (const runtime::Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent-dir/chart.png"), std::string::npos) << e.what();
   }
 }
@@ -138,7 +142,7 @@ TEST(Report, ChartsSurviveEmptyNaNAndOddPanels) {
   const auto r = check_png(path, 960, 480);
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NO_THROW(draw_chart_png(tmp("report_no_panels.png"), {}, 2, 100, 80));
-  EXPECT_THROW(draw_chart_png("/nonexistent-dir/c.png", {empty}, 1), Error);
+  EXPECT_THROW(draw_chart_png("/nonexistent-dir/c.png", {empty}, 1), runtime::Error);
 }
 
 TEST(Scaling, SummarySkipsWarmupStepsUnlessThatLeavesNone) {
@@ -187,9 +191,9 @@ TEST(Scaling, RowsMatchHandComputedNumbers) {
 }
 
 TEST(Scaling, RowsRejectDuplicateNodeCountsAndNoThroughput) {
-  EXPECT_THROW(scaling_rows({summary(2, 10), summary(2, 12)}), UsageError);
-  EXPECT_THROW(scaling_rows({summary(2, kNaN)}), UsageError);
-  EXPECT_THROW(scaling_rows({summary(0, 5)}), UsageError);
+  EXPECT_THROW(scaling_rows({summary(2, 10), summary(2, 12)}), runtime::UsageError);
+  EXPECT_THROW(scaling_rows({summary(2, kNaN)}), runtime::UsageError);
+  EXPECT_THROW(scaling_rows({summary(0, 5)}), runtime::UsageError);
   EXPECT_TRUE(scaling_rows({}).empty());
 }
 

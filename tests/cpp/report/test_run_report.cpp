@@ -104,12 +104,12 @@ TEST(RunReport, BadLinesAndFilesWithoutStepsAreUsageErrors) {
   try {
     parse_metrics("{\"step\": 1, \"loss\": 2}\nnot json\n{\"step\": 2, \"loss\": 2}\n", "bad.jsonl", notes);
     FAIL() << "expected a UsageError";
-  } catch (const UsageError& e) {
+  } catch (const runtime::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("bad.jsonl: line 2 is not JSON"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(parse_metrics("not json\n", "one.jsonl", notes), UsageError);  // a single line is no truncation
-  EXPECT_THROW(parse_metrics("{\"step\": 0, \"val_loss\": 2}\n", "zero.jsonl", notes), UsageError);
-  EXPECT_THROW(parse_metrics("", "empty.jsonl", notes), UsageError);
+  EXPECT_THROW(parse_metrics("not json\n", "one.jsonl", notes), runtime::UsageError);  // a single line is no truncation
+  EXPECT_THROW(parse_metrics("{\"step\": 0, \"val_loss\": 2}\n", "zero.jsonl", notes), runtime::UsageError);
+  EXPECT_THROW(parse_metrics("", "empty.jsonl", notes), runtime::UsageError);
 }
 
 TEST(RunReport, MovingAverageIsATrailingMeanThatSkipsNaN) {
@@ -147,7 +147,8 @@ TEST(RunReport, RankSpreadPrefersBusyTimeThenAStepEntry) {
   s.across_ranks["step"] = {0.8, 0.85, 0.95};
   EXPECT_EQ(rank_spread(s).slowest, 0.95);
   EXPECT_EQ(rank_spread(s).median, 0.85);
-  s.straggler_busy_s = 0.6, s.median_busy_s = 0.5;
+  s.straggler_busy_s = 0.6;
+  s.median_busy_s = 0.5;
   r = rank_spread(s);
   EXPECT_TRUE(r.busy);
   EXPECT_EQ(r.slowest, 0.6);
@@ -155,9 +156,9 @@ TEST(RunReport, RankSpreadPrefersBusyTimeThenAStepEntry) {
 }
 
 TEST(RunReport, StatsAndMarkdownMatchHandComputedNumbers) {
-  EXPECT_EQ(quantile({5, 1, kNaN, 3, 2, 4}, 0.9), 5);
-  EXPECT_EQ(quantile({5, 1, 3, 2, 4}, 0.5), 3);
-  EXPECT_TRUE(std::isnan(quantile({}, 0.5)));
+  EXPECT_EQ(runtime::quantile({5, 1, kNaN, 3, 2, 4}, 0.9), 5);
+  EXPECT_EQ(runtime::quantile({5, 1, 3, 2, 4}, 0.5), 3);
+  EXPECT_TRUE(std::isnan(runtime::quantile({}, 0.5)));
   const RunStats a = run_stats(parsed(run_a_text(), "runA"));
   EXPECT_EQ(a.steps, 5u);
   EXPECT_EQ(a.final_loss, 1.4);
@@ -191,7 +192,8 @@ TEST(RunReport, StatsAndMarkdownMatchHandComputedNumbers) {
   EXPECT_NE(md.find("No per-phase timings"), std::string::npos) << md;
   EXPECT_NE(md.find("Note: a note"), std::string::npos) << md;
   RunStats tiny = a;  // seconds never print with an exponent
-  tiny.phases[0].median_s = 5.511e-05, tiny.step_time_s = 1234.5;
+  tiny.phases[0].median_s = 5.511e-05;
+  tiny.step_time_s = 1234.5;
   const std::string tiny_md = report_markdown({tiny}, "", {});
   EXPECT_NE(tiny_md.find("| data_wait | 0.00005511 |"), std::string::npos) << tiny_md;
   EXPECT_NE(tiny_md.find("| step (step_time_s) | 1234 |"), std::string::npos) << tiny_md;
@@ -227,7 +229,7 @@ TEST(RunReport, ChartsHaveTheExpectedPanelsAndCutSpikesOff) {
   EXPECT_NE(br.panels[2].title.find("no per-phase timings"), std::string::npos) << br.panels[2].title;
   EXPECT_NE(br.panels[3].title.find("no phases_across_ranks"), std::string::npos) << br.panels[3].title;
   EXPECT_EQ(breakdown_chart({runs[1]}, {stats[1]}, "").panels.size(), 1u);
-  EXPECT_THROW(breakdown_chart(runs, {stats[0]}, ""), Error);  // stats must match runs one to one
+  EXPECT_THROW(breakdown_chart(runs, {stats[0]}, ""), runtime::Error);  // stats must match runs one to one
 }
 
 namespace {

@@ -14,7 +14,7 @@
 using namespace shardtrain;
 
 TEST(LrSchedule, WarmupThenCosineToFloor) {
-  LrSchedule s;
+  optim::LrSchedule s;
   s.base_lr = 1.0;
   s.warmup_steps = 4;
   s.total_steps = 104;
@@ -27,17 +27,17 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
 }
 
 TEST(LrSchedule, AnUnknownKindIsRefusedNotTakenForCosine) {
-  LrSchedule s;
+  optim::LrSchedule s;
   s.kind = "linear";
-  EXPECT_THROW(s.validate(), UsageError);
-  EXPECT_THROW(s.at(5, 0), UsageError);
+  EXPECT_THROW(s.validate(), runtime::UsageError);
+  EXPECT_THROW(s.at(5, 0), runtime::UsageError);
   s.kind = "constant";
   s.warmup_steps = 0;
   EXPECT_DOUBLE_EQ(s.at(5, 0), s.base_lr);
 }
 
 TEST(LrSchedule, StepLrPerEpoch) {
-  LrSchedule s;
+  optim::LrSchedule s;
   s.kind = "steplr";
   s.base_lr = 1e-4;
   EXPECT_DOUBLE_EQ(s.at(0, 0), 1e-4);
@@ -46,19 +46,19 @@ TEST(LrSchedule, StepLrPerEpoch) {
 
 namespace {
 oracle::Trainer tiny_trainer(at::ScalarType dtype = at::kFloat) {
-  auto cfg = model_preset("tiny");
+  auto cfg = model::model_preset("tiny");
   oracle::TrainConfig tc;
   tc.param_dtype = dtype;
-  return oracle::Trainer(cfg, tc, ParamStore::initialize(cfg, 5));
+  return oracle::Trainer(cfg, tc, model::ParamStore::initialize(cfg, 5));
 }
 // Token ids in the tiny vocabulary, deterministic; labels = tokens (HF convention).
-Batch synthetic_batch(int64_t rows, uint64_t seed) {
+model::Batch synthetic_batch(int64_t rows, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   auto t = at::randint(3, 512, {rows, 32}, gen, at::kLong);
   return {t, t.clone()};
 }
-std::vector<Batch> split(const Batch& b, int64_t parts) {
-  std::vector<Batch> out;
+std::vector<model::Batch> split(const model::Batch& b, int64_t parts) {
+  std::vector<model::Batch> out;
   const int64_t n = b.tokens.size(0) / parts;
   for (int64_t i = 0; i < parts; ++i) out.push_back({b.tokens.narrow(0, i * n, n), b.labels.narrow(0, i * n, n)});
   return out;
@@ -93,8 +93,8 @@ TEST(Trainer, Bf16ComputeTracksFp32) {
 
 TEST(Trainer, ClippingBoundsTheUpdateNorm) {
   std::vector<at::Tensor> g = {at::full({4}, 3.0), at::full({2}, 4.0)};
-  const double n = std::sqrt(grad_sq_norm(g));
+  const double n = std::sqrt(optim::grad_sq_norm(g));
   EXPECT_NEAR(n, std::sqrt(4 * 9.0 + 2 * 16.0), 1e-6 * n);  // fp32 per-tensor norms (foreach kernel)
-  scale_grads(g, n, 1.0);
-  EXPECT_NEAR(std::sqrt(grad_sq_norm(g)), 1.0, 1e-5);
+  optim::scale_grads(g, n, 1.0);
+  EXPECT_NEAR(std::sqrt(optim::grad_sq_norm(g)), 1.0, 1e-5);
 }
