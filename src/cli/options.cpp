@@ -10,6 +10,7 @@
 #include "option_parts.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
 
 namespace fs = std::filesystem;
 
@@ -53,6 +54,9 @@ model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from) {
     spec = !m.weights.empty() && fs::exists(dir / "config.json", ec) ? dir.string() : "tiny";
   }
   model::ModelConfig c = from ? *from : model::resolve_model(spec);
+  for (const std::string& field : c.unknown_fields)
+    runtime::log::warn_once("--model " + c.name + ": config.json field '" + field + "' is not one shardtrain knows; it is " +
+                            "ignored (docs/models.md lists the fields and what shardtrain does with each)");
   if (m.n_layers) c.num_layers = m.n_layers;
   if (m.hidden) c.hidden_size = m.hidden;
   if (m.inter) c.intermediate_size = m.inter;

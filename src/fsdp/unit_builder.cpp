@@ -25,7 +25,7 @@ BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, i
       const auto& e = layout.entries[s.entry];
       // Only this rank's bytes are read from the file; the seeded init is per parameter.
       at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
-                                 : model::init_param(specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
+                                 : model::init_param(specs[e.spec], seed, model.initializer_range).flatten().narrow(0, s.param_offset, s.numel);
       master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
       if (lora) {  // the frozen base's checksum is taken in fp32, before any conversion
         const auto c = piece.contiguous();

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include "shardtrain/model/config_fields.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
@@ -70,6 +71,7 @@ void ModelConfig::validate() const {
                                    std::to_string(head_dim()));
   require(rms_norm_eps > 0, "rms_norm_eps must be positive");
   require(rope_theta > 0, "rope_theta must be positive");
+  require(initializer_range > 0, "initializer_range must be positive");
   // num_params() in floating point first: sizes whose count overflows int64 are no model anyone trains.
   const double h = static_cast<double>(hidden_size), kv = static_cast<double>(num_kv_heads) * head_dim();
   const double layer = h * h * 2 + h * kv * 2 + 3 * h * static_cast<double>(intermediate_size) + 2 * h;
@@ -135,11 +137,7 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
     if (!obj[key].is_boolean()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
     return obj[key].get<bool>();
   };
-  if (j.contains("model_type") && j["model_type"].is_string() && j["model_type"] != "llama")
-    throw runtime::UsageError("--model " + origin + ": model_type is '" + j["model_type"].get<std::string>() +
-                     "', expected 'llama'");
-  if (flag(j, "tie_word_embeddings"))
-    throw runtime::UsageError("--model " + origin + ": tie_word_embeddings=true; Llama-2 models have an untied lm_head");
+  flag(j, "tie_word_embeddings");  // its type; its value is checked with the other fields below
   ModelConfig c;
   c.name = origin;
   c.vocab_size = get("vocab_size", int64_t{32000}, true);
@@ -166,11 +164,11 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
     if (!j[key].is_string()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be a string such as \"bfloat16\"");
     c.torch_dtype = j[key].get<std::string>();
   }
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
-    throw runtime::UsageError("--model " + origin + ": rope_scaling is set; Llama-2 uses unscaled RoPE");
   if (j.contains("head_dim") && j["head_dim"].is_number_integer() && c.num_heads > 0 &&
       j["head_dim"].get<int64_t>() != c.hidden_size / c.num_heads)
     throw runtime::UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");
+  c.initializer_range = get("initializer_range", 0.02, false);
+  c.unknown_fields = check_config_fields(j, origin);  // refuses what is set to math shardtrain does not implement
   return c;
 }
 
@@ -197,6 +195,7 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
           {"max_position_embeddings", c.max_position_embeddings},
           {"rms_norm_eps", c.rms_norm_eps},
           {"rope_theta", c.rope_theta},
+          {"initializer_range", c.initializer_range},
           {"hidden_act", "silu"},
           {"attention_bias", false},
           {"mlp_bias", false},

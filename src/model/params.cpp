@@ -57,7 +57,7 @@ ParamStore ParamStore::initialize(const ModelConfig& cfg, uint64_t seed) {
   p.specs_ = llama_param_specs(cfg);
   for (const auto& s : p.specs_) {
     p.index_[s.name] = p.tensors_.size();
-    p.tensors_.push_back(init_param(s, seed).set_requires_grad(true));
+    p.tensors_.push_back(init_param(s, seed, cfg.initializer_range).set_requires_grad(true));
   }
   return p;
 }

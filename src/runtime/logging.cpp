@@ -35,6 +35,9 @@ void info(const std::string& msg) {
 }
 void info_all(const std::string& msg) { emit(g_info, "INFO", msg); }
 void warn(const std::string& msg) { emit(stderr, "WARN", msg); }
+void warn_once(const std::string& msg) {
+  if (g_rank == 0) emit(stderr, "WARN", msg);
+}
 void error(const std::string& msg) { emit(stderr, "ERROR", msg); }
 
 }  // namespace shardtrain::runtime::log

@@ -19,8 +19,11 @@ struct ModelConfig {
   int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  double initializer_range = 0.02;  // the std of the seeded init (transformers' _init_weights)
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; "" when not given.
   std::string torch_dtype;
+  // config.json fields shardtrain does not know: ignored, and named in a warning (config_fields.h).
+  std::vector<std::string> unknown_fields;
 
   int64_t head_dim() const { return hidden_size / num_heads; }
   // Throws UsageError naming the option (and config.json key) to change.

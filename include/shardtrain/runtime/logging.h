@@ -10,6 +10,7 @@ void info_to_stderr();
 void info(const std::string& msg);   // rank 0 only, stdout (stderr after info_to_stderr)
 void info_all(const std::string& msg);  // whichever rank calls it, as info (e.g. node-local rank 0)
 void warn(const std::string& msg);   // every rank, stderr, prefixed with the rank
+void warn_once(const std::string& msg);  // rank 0 only, stderr: what every rank would say alike
 void error(const std::string& msg);  // every rank, stderr
 
 }  // namespace shardtrain::runtime::log

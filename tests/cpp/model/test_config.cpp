@@ -2,9 +2,12 @@
 // the seeded init, FLOPs per token and the accelerator table MFU reads.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/model/config.h"
+#include "shardtrain/model/config_fields.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
@@ -83,12 +86,12 @@ TEST(Config, ReadsTorchDtypeUnderEitherKey) {
 
 TEST(Config, DeterministicInitPerParameter) {
   auto specs = model::llama_param_specs(model::model_preset("tiny"));
-  auto a = model::init_param(specs[1], 7), b = model::init_param(specs[1], 7), c = model::init_param(specs[1], 8);
+  auto a = model::init_param(specs[1], 7, 0.02), b = model::init_param(specs[1], 7, 0.02), c = model::init_param(specs[1], 8, 0.02);
   EXPECT_TRUE(a.equal(b));
   EXPECT_FALSE(a.equal(c));
-  EXPECT_FALSE(model::init_param(specs[2], 7).narrow(0, 0, 1).equal(a.narrow(0, 0, 1)));
+  EXPECT_FALSE(model::init_param(specs[2], 7, 0.02).narrow(0, 0, 1).equal(a.narrow(0, 0, 1)));
   EXPECT_NEAR(a.std().item<double>(), 0.02, 0.002);
-  EXPECT_TRUE(model::init_param(specs[8], 7).eq(1).all().item<bool>());  // input_layernorm
+  EXPECT_TRUE(model::init_param(specs[8], 7, 0.02).eq(1).all().item<bool>());  // input_layernorm
 }
 
 TEST(Flops, TorchtitanFormula) {
@@ -124,4 +127,72 @@ TEST(Config, MalformedConfigJsonIsAUsageErrorNamingTheFile) {
   bad(R"({"vocab_size":512,"hidden_size":1099511627776,"intermediate_size":176,"num_hidden_layers":4096,"num_attention_heads":4})",
       "over the 2^50 this build supports");  // num_params() overflowed int64 before
   bad("{\"vocab_size\":", "invalid JSON");
+}
+
+// Every config.json field that changes the math is honoured or refused naming the field and its
+// value; harmless fields pass quietly; a field nobody listed is returned for a warning.
+TEST(Config, FieldsShardtrainDoesNotImplementAreRefusedByNameAndValue) {
+  const std::string ok = R"({"vocab_size":512,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4)";
+  auto refused = [&](const std::string& field, const std::string& value, const std::string& want) {
+    try {
+      model::model_from_hf_text(ok + ",\"" + field + "\":" + value + "}", "c.json");
+      ADD_FAILURE() << "accepted " << field << " = " << value;
+    } catch (const runtime::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("c.json: " + field + " is " + want), std::string::npos) << e.what();
+    }
+  };
+  refused("attention_bias", "true", "true");
+  refused("mlp_bias", "true", "true");
+  refused("hidden_act", R"("gelu")", "gelu");
+  refused("hidden_act", R"("relu")", "relu");
+  refused("attention_dropout", "0.1", "0.1");
+  refused("tie_word_embeddings", "true", "true");
+  refused("rope_scaling", R"({"rope_type":"llama3","factor":8.0})", R"({"factor":8.0,"rope_type":"llama3"})");
+  refused("model_type", R"("mistral")", "mistral");
+  try {
+    model::model_from_hf_text(ok + R"(,"quantization_config":{"quant_method":"bitsandbytes"}})", "c.json");
+    ADD_FAILURE() << "accepted a quantized model";
+  } catch (const runtime::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("quantization_config"), std::string::npos) << e.what();
+  }
+  // transformers' defaults, written out, are accepted; 0 and 0.0 are the same dropout.
+  const auto c = model::model_from_hf_text(ok + R"(,"attention_bias":false,"mlp_bias":false,"hidden_act":"silu",)"
+                                                R"("attention_dropout":0.0,"rope_scaling":null,"model_type":"llama",)"
+                                                R"("pretraining_tp":1,"use_cache":true,"initializer_range":0.01,"my_field":3})",
+                                           "c.json");
+  EXPECT_EQ(c.unknown_fields, std::vector<std::string>{"my_field"});
+  EXPECT_EQ(c.initializer_range, 0.01);
+}
+
+// A run without --weights draws its init with config.json's initializer_range, as transformers' _init_weights.
+TEST(Config, InitializerRangeSetsTheSeededInitsStd) {
+  model::ModelConfig c = model::model_preset("tiny");
+  c.initializer_range = 0.01;
+  const auto wide = model::ParamStore::initialize(c, 3);
+  const double std = wide.get("model.embed_tokens.weight").std().item<double>();  // 512 x 64 draws
+  EXPECT_NEAR(std, 0.01, 0.0005);
+}
+
+// docs/models.md's field table is the code's: every field once, with the same use.
+TEST(Config, ModelsDocListsEveryFieldWithItsUse) {
+  std::ifstream in(std::string(SHARDTRAIN_SOURCE_DIR) + "/docs/models.md");
+  ASSERT_TRUE(in) << "docs/models.md";
+  std::map<std::string, std::string> doc;
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line == "<!-- config-fields:begin -->") inside = true;
+    if (line == "<!-- config-fields:end -->") inside = false;
+    const auto a = line.find("| `");
+    const auto b = line.find("` | ");
+    if (!inside || a != 0 || b == std::string::npos) continue;
+    const auto c = line.find(" |", b + 4);
+    doc[line.substr(3, b - 3)] = line.substr(b + 4, c - b - 4);
+  }
+  const std::map<model::FieldUse, std::string> use = {
+      {model::FieldUse::kRead, "read"}, {model::FieldUse::kHarmless, "harmless"}, {model::FieldUse::kChecked, "checked"}};
+  for (const auto& f : model::config_fields()) {
+    EXPECT_EQ(doc.count(f.name), 1u) << f.name << " is missing from docs/models.md";
+    EXPECT_EQ(doc[f.name], use.at(f.use)) << f.name;
+  }
+  EXPECT_EQ(doc.size(), model::config_fields().size()) << "docs/models.md lists a field the code does not";
 }

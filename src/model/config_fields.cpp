@@ -1,0 +1,106 @@
+#include "shardtrain/model/config_fields.h"
+
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/runtime/error.h"
+
+namespace shardtrain::model {
+namespace {
+
+// A checked field's accepted value: absent and null are always accepted (transformers' default).
+struct Accepted {
+  const char* name;
+  nlohmann::json value;
+  const char* why;  // what the refusal says shardtrain implements instead
+};
+
+const std::vector<Accepted>& accepted_values() {
+  static const std::vector<Accepted> a = {
+      {"model_type", "llama", "shardtrain implements LlamaForCausalLM (model_type llama)"},
+      {"attention_bias", false, "the attention projections have no biases here"},
+      {"mlp_bias", false, "the MLP projections have no biases here"},
+      {"hidden_act", "silu", "the MLP's activation is SiLU here"},
+      {"attention_dropout", 0, "attention has no dropout here"},
+      {"tie_word_embeddings", false, "lm_head is a parameter of its own here"},
+      {"rope_scaling", nullptr, "RoPE is unscaled here"},
+  };
+  return a;
+}
+
+std::string shown(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+
+}  // namespace
+
+const std::vector<ConfigField>& config_fields() {
+  static const std::vector<ConfigField> f = {
+      {"vocab_size", FieldUse::kRead, "embedding and lm_head rows"},
+      {"hidden_size", FieldUse::kRead, "the model width"},
+      {"intermediate_size", FieldUse::kRead, "the MLP width"},
+      {"num_hidden_layers", FieldUse::kRead, "decoder layers"},
+      {"num_attention_heads", FieldUse::kRead, "query heads"},
+      {"num_key_value_heads", FieldUse::kRead, "key/value heads (grouped-query attention when fewer)"},
+      {"head_dim", FieldUse::kChecked, "must equal hidden_size / num_attention_heads"},
+      {"max_position_embeddings", FieldUse::kRead, "the longest sequence, and the rotary table's length"},
+      {"rms_norm_eps", FieldUse::kRead, "RMSNorm's epsilon"},
+      {"rope_theta", FieldUse::kRead, "RoPE's base"},
+      {"rope_parameters", FieldUse::kChecked, "transformers 5's RoPE block: rope_theta read, rope_type default only"},
+      {"rope_scaling", FieldUse::kChecked, "null only: RoPE is unscaled"},
+      {"initializer_range", FieldUse::kRead, "the std of the seeded init of a run without --weights"},
+      {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)"},
+      {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype"},
+      {"model_type", FieldUse::kChecked, "llama only"},
+      {"attention_bias", FieldUse::kChecked, "false only"},
+      {"mlp_bias", FieldUse::kChecked, "false only"},
+      {"hidden_act", FieldUse::kChecked, "silu only"},
+      {"attention_dropout", FieldUse::kChecked, "0 only"},
+      {"tie_word_embeddings", FieldUse::kChecked, "false only"},
+      {"quantization_config", FieldUse::kChecked, "refused: quantized weights are not trained here"},
+      {"pretraining_tp", FieldUse::kHarmless, "Meta's tensor-parallel split of the same matmuls: equal math"},
+      {"architectures", FieldUse::kHarmless, "the class name; the weights' names are checked on load"},
+      {"bos_token_id", FieldUse::kHarmless, "generation's tokens; training takes the tokenizer's"},
+      {"eos_token_id", FieldUse::kHarmless, "generation's tokens; training takes the tokenizer's"},
+      {"pad_token_id", FieldUse::kHarmless, "padding is masked out of the loss by its labels"},
+      {"use_cache", FieldUse::kHarmless, "inference's key/value cache"},
+      {"transformers_version", FieldUse::kHarmless, "the writer's version"},
+      {"_name_or_path", FieldUse::kHarmless, "where the writer loaded it from"},
+      {"id2label", FieldUse::kHarmless, "classification heads' labels"},
+      {"label2id", FieldUse::kHarmless, "classification heads' labels"},
+      {"problem_type", FieldUse::kHarmless, "classification heads' loss"},
+      {"is_encoder_decoder", FieldUse::kHarmless, "false for every decoder-only model"},
+      {"chunk_size_feed_forward", FieldUse::kHarmless, "chunks the MLP over positions: equal math"},
+      {"output_attentions", FieldUse::kHarmless, "what a forward returns"},
+      {"output_hidden_states", FieldUse::kHarmless, "what a forward returns"},
+      {"return_dict", FieldUse::kHarmless, "what a forward returns"},
+      {"torchscript", FieldUse::kHarmless, "export mode"},
+      {"tokenizer_class", FieldUse::kHarmless, "the tokenizer comes from --tokenizer"},
+  };
+  return f;
+}
+
+std::vector<std::string> check_config_fields(const nlohmann::json& j, const std::string& origin) {
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : j.items()) {
+    const ConfigField* field = nullptr;
+    for (const ConfigField& f : config_fields())
+      if (key == f.name) field = &f;
+    if (!field) {
+      unknown.push_back(key);
+      continue;
+    }
+    if (key == "quantization_config" && !value.is_null())
+      throw runtime::UsageError("--model " + origin + ": quantization_config is set (quantized weights); give the model in "
+                                "float32, bfloat16 or float16");
+    for (const Accepted& a : accepted_values()) {
+      if (key != a.name || value.is_null()) continue;
+      // 0 and 0.0 are the same dropout: compare numbers as numbers.
+      const bool same = value.is_number() && a.value.is_number() ? value.get<double>() == a.value.get<double>()
+                                                                 : value == a.value;
+      if (!same)
+        throw runtime::UsageError("--model " + origin + ": " + key + " is " + shown(value) + ", which shardtrain does not " +
+                                  "implement (" + a.why + "); use a model without it");
+    }
+  }
+  return unknown;
+}
+
+}  // namespace shardtrain::model
