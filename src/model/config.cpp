@@ -72,6 +72,13 @@ void ModelConfig::validate() const {
   require(rms_norm_eps > 0, "rms_norm_eps must be positive");
   require(rope_theta > 0, "rope_theta must be positive");
   require(initializer_range > 0, "initializer_range must be positive");
+  bool known_act = false;
+  std::string acts;
+  for (const auto& a : hidden_acts()) {
+    known_act = known_act || a == hidden_act;
+    acts += (acts.empty() ? "" : ", ") + a;
+  }
+  require(known_act, name + ": hidden_act is " + hidden_act + ", which shardtrain does not implement (it implements " + acts + ")");
   // num_params() in floating point first: sizes whose count overflows int64 are no model anyone trains.
   const double h = static_cast<double>(hidden_size), kv = static_cast<double>(num_kv_heads) * head_dim();
   const double layer = h * h * 2 + h * kv * 2 + 3 * h * static_cast<double>(intermediate_size) + 2 * h;
@@ -90,6 +97,11 @@ int64_t ModelConfig::num_params() const {
   const int64_t mlp = 3 * h * intermediate_size;
   const int64_t layer = attn + mlp + 2 * h;
   return num_layers * layer + 2 * vocab_size * h + h;  // embed + untied lm_head + final norm
+}
+
+const std::vector<std::string>& hidden_acts() {
+  static const std::vector<std::string> a = {"silu", "swish", "gelu", "gelu_pytorch_tanh", "relu"};
+  return a;
 }
 
 std::vector<std::string> model_preset_names() {
@@ -168,6 +180,10 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
       j["head_dim"].get<int64_t>() != c.hidden_size / c.num_heads)
     throw runtime::UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");
   c.initializer_range = get("initializer_range", 0.02, false);
+  if (j.contains("hidden_act") && !j["hidden_act"].is_null()) {
+    if (!j["hidden_act"].is_string()) throw runtime::UsageError("--model " + origin + ": \"hidden_act\" must be a string such as \"silu\"");
+    c.hidden_act = j["hidden_act"].get<std::string>();
+  }
   c.unknown_fields = check_config_fields(j, origin);  // refuses what is set to math shardtrain does not implement
   return c;
 }
@@ -196,7 +212,7 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
           {"rms_norm_eps", c.rms_norm_eps},
           {"rope_theta", c.rope_theta},
           {"initializer_range", c.initializer_range},
-          {"hidden_act", "silu"},
+          {"hidden_act", c.hidden_act},
           {"attention_bias", false},
           {"mlp_bias", false},
           {"tie_word_embeddings", false},

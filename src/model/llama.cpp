@@ -63,6 +63,14 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
   return x * cos + rotated * sin;
 }
 
+at::Tensor activation(const std::string& name, const at::Tensor& x) {
+  // transformers' ACT2FN: silu/swish = nn.SiLU, gelu = GELU (erf), gelu_pytorch_tanh = GELU(tanh), relu.
+  if (name == "gelu") return at::gelu(x);
+  if (name == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
+  if (name == "relu") return at::relu(x);
+  return at::silu(x);  // ModelConfig::validate() admits only hidden_acts()
+}
+
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa) {
   const int64_t rep = q.size(1) / k.size(1);
   constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
@@ -94,7 +102,7 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + w[Proj::kO](attn);
   auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);
-  auto mlp = w[Proj::kDown](at::silu(w[Proj::kGate](m)) * w[Proj::kUp](m));
+  auto mlp = w[Proj::kDown](activation(cfg.hidden_act, w[Proj::kGate](m)) * w[Proj::kUp](m));
   return out + mlp;
 }
 

@@ -18,27 +18,33 @@ void note_alloc(int64_t n) {
   }
 }
 
-// Wraps the default allocator; each allocation's context remembers its size for the free.
+// Wraps the default allocator. The count rides in a header before the data, and the DataPtr's
+// context is its data pointer, as LibTorch's own CPU allocator makes it: copy-on-write storage
+// (lazy clones) requires that, and refuses a DataPtr whose context is anything else.
 class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
   c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
+    c10::DataPtr inner = base_->allocate(n + kHeader);
     const c10::Device device = inner.device();
+    char* raw = static_cast<char*>(inner.get());
     auto* ctx = new Context{std::move(inner), static_cast<int64_t>(n)};
+    *reinterpret_cast<Context**>(raw) = ctx;
     note_alloc(ctx->bytes);
-    return {data, ctx, &release, device};
+    void* data = raw + kHeader;
+    return {data, data, &release, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
 
  private:
+  static constexpr size_t kHeader = 64;  // keeps the data 64-byte aligned, as the base allocator's
   struct Context {
     c10::DataPtr inner;  // frees through the default allocator
     int64_t bytes;
   };
-  static void release(void* p) {
-    auto* ctx = static_cast<Context*>(p);
+  static void release(void* data) {
+    auto* ctx = *reinterpret_cast<Context**>(static_cast<char*>(data) - kHeader);
     g_current.fetch_sub(ctx->bytes);
     delete ctx;
   }

@@ -36,9 +36,7 @@ def run(config, name):
 refusals = [
     (LlamaConfig(**TINY, attention_bias=True), "attention_bias", "true"),
     (LlamaConfig(**TINY, mlp_bias=True), "mlp_bias", "true"),
-    (LlamaConfig(**TINY, hidden_act="gelu"), "hidden_act", "gelu"),
-    (LlamaConfig(**TINY, hidden_act="gelu_pytorch_tanh"), "hidden_act", "gelu_pytorch_tanh"),
-    (LlamaConfig(**TINY, hidden_act="relu"), "hidden_act", "relu"),
+    (LlamaConfig(**TINY, hidden_act="gelu_new"), "hidden_act", "gelu_new"),
     (LlamaConfig(**TINY, attention_dropout=0.1), "attention_dropout", "0.1"),
     (LlamaConfig(**TINY, tie_word_embeddings=True), "tie_word_embeddings", "true"),
     (MistralConfig(**TINY), "model_type", "mistral"),

@@ -19,6 +19,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  std::string hidden_act = "silu";  // the MLP's activation: one of hidden_acts()
   double initializer_range = 0.02;  // the std of the seeded init (transformers' _init_weights)
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; "" when not given.
   std::string torch_dtype;
@@ -31,6 +32,9 @@ struct ModelConfig {
   int64_t num_params() const;
   int64_t num_embedding_params() const { return vocab_size * hidden_size; }
 };
+
+// config.json's hidden_act values shardtrain implements, as transformers' ACT2FN computes them.
+const std::vector<std::string>& hidden_acts();
 
 std::vector<std::string> model_preset_names();
 // Throws UsageError listing the presets when the name is unknown.

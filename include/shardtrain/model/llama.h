@@ -53,6 +53,8 @@ struct Rotary {
 };
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// The MLP's activation by config.json's hidden_act (hidden_acts()).
+at::Tensor activation(const std::string& name, const at::Tensor& x);
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // Causal SDPA. q: [B, nh, T, D]; k, v: [B, nkv, T, D] with nkv dividing nh (grouped-query
 // attention). native_gqa: SDPA's enable_gqa where the fused kernel SDPA would pick handles it

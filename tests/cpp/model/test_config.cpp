@@ -135,7 +135,7 @@ TEST(Config, FieldsShardtrainDoesNotImplementAreRefusedByNameAndValue) {
   const std::string ok = R"({"vocab_size":512,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4)";
   auto refused = [&](const std::string& field, const std::string& value, const std::string& want) {
     try {
-      model::model_from_hf_text(ok + ",\"" + field + "\":" + value + "}", "c.json");
+      model::model_from_hf_text(ok + ",\"" + field + "\":" + value + "}", "c.json").validate();
       ADD_FAILURE() << "accepted " << field << " = " << value;
     } catch (const runtime::UsageError& e) {
       EXPECT_NE(std::string(e.what()).find("c.json: " + field + " is " + want), std::string::npos) << e.what();
@@ -143,8 +143,8 @@ TEST(Config, FieldsShardtrainDoesNotImplementAreRefusedByNameAndValue) {
   };
   refused("attention_bias", "true", "true");
   refused("mlp_bias", "true", "true");
-  refused("hidden_act", R"("gelu")", "gelu");
-  refused("hidden_act", R"("relu")", "relu");
+  refused("hidden_act", R"("gelu_new")", "gelu_new");
+  refused("hidden_act", R"("tanh")", "tanh");
   refused("attention_dropout", "0.1", "0.1");
   refused("tie_word_embeddings", "true", "true");
   refused("rope_scaling", R"({"rope_type":"llama3","factor":8.0})", R"({"factor":8.0,"rope_type":"llama3"})");

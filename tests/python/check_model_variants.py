@@ -1,0 +1,77 @@
+"""Llama variants written by transformers load, evaluate and export exactly: for each config.json
+variant shardtrain implements (hidden_act gelu, gelu_pytorch_tanh, relu; rope_theta of CodeLlama),
+a tiny random LlamaForCausalLM saved with save_pretrained; `shardtrain eval` on the first rows of a
+token file equals transformers' loss (2e-5 relative, fp32); 2 steps of training at 2 ranks with
+--save-model export a model that transformers loads with the loss `shardtrain eval` gives it.
+
+usage: check_model_variants.py SHARDTRAIN TOKEN_FILE.h5 WORKDIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+BIN, DATA, WORK = sys.argv[1:4]
+ROWS, BATCH = 16, 8
+TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1, tie_word_embeddings=False)
+VARIANTS = {
+    "gelu": dict(hidden_act="gelu"),
+    "gelu_pytorch_tanh": dict(hidden_act="gelu_pytorch_tanh"),
+    "relu": dict(hidden_act="relu"),
+    "rope_theta_1e6": dict(rope_theta=1e6),
+}
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def shardtrain_eval(model_dir):
+    out = subprocess.run([BIN, "eval", "--weights", model_dir, "--data", DATA, "--batch-size", str(BATCH),
+                          "--max-batches", str(ROWS // BATCH), "--threads", "1"], check=True, capture_output=True, text=True,
+                         env=ENV).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))["loss"]
+
+
+def transformers_loss(model_dir):
+    with h5py.File(DATA, "r") as f:
+        tokens = torch.from_numpy(f["tokens"][:ROWS].astype(np.int64))
+        mask = torch.from_numpy(f["loss_mask"][:ROWS].astype(bool))
+    labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        logits = model(input_ids=tokens).logits.float()
+    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
+                                             ignore_index=-100).item()
+
+
+for name, extra in VARIANTS.items():
+    torch.manual_seed(0)
+    d = os.path.join(WORK, name)
+    LlamaForCausalLM(LlamaConfig(**TINY, **extra, attn_implementation="eager")).float().save_pretrained(d)
+    ours, theirs = shardtrain_eval(d), transformers_loss(d)
+    rel = abs(ours - theirs) / abs(theirs)
+    check(rel <= 2e-5, f"{name}: eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")
+    export = os.path.join(WORK, name + "-export")
+    p = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", BIN, "train", "--weights", d,
+                        "--data", DATA, "--steps", "2", "--batch-size", "4", "--threads", "1", "--lr", "1e-3",
+                        "--save-model", export], capture_output=True, text=True, env=ENV)
+    check(p.returncode == 0, f"{name}: 2 steps at 2 ranks with --save-model" + ("" if p.returncode == 0 else "\n" + p.stdout[-800:] + p.stderr[-800:]))
+    if p.returncode == 0:
+        saved = json.load(open(os.path.join(export, "config.json")))
+        check(all(saved.get(k) == v for k, v in extra.items()), f"{name}: the export's config.json keeps {extra}")
+        ours, theirs = shardtrain_eval(export), transformers_loss(export)
+        rel = abs(ours - theirs) / abs(theirs)
+        check(rel <= 2e-5, f"{name}: export's eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")
+
+sys.exit(1 if failures else 0)
