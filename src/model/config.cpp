@@ -161,15 +161,12 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   c.max_position_embeddings = get("max_position_embeddings", int64_t{4096}, false);
   c.rms_norm_eps = get("rms_norm_eps", 1e-5, false);
   c.rope_theta = get("rope_theta", 10000.0, false);
-  // transformers >= 5 nests it: "rope_parameters": {"rope_theta": ..., "rope_type": "default"}.
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object()) {
-    const auto& rp = j["rope_parameters"];
-    if (rp.contains("rope_theta") && rp["rope_theta"].is_number()) c.rope_theta = rp["rope_theta"].get<double>();
-    if (rp.contains("rope_type") && !rp["rope_type"].is_string())
-      throw runtime::UsageError("--model " + origin + ": rope_parameters.rope_type must be a string");
-    if (rp.value("rope_type", std::string("default")) != "default")
-      throw runtime::UsageError("--model " + origin + ": rope_type '" + rp["rope_type"].get<std::string>() +
-                       "' is not Llama-2's plain RoPE");
+  // transformers 4: "rope_scaling": {"rope_type": "llama3", ...}; transformers 5 nests all of it, the
+  // base included: "rope_parameters": {"rope_theta": ..., "rope_type": "default" | "llama3", ...}.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const RopeScaling r = parse_rope_scaling(j[key], key, origin, &c.rope_theta);
+    if (r.scaled() || !c.rope_scaling.scaled()) c.rope_scaling = r;
   }
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!j.contains(key) || j[key].is_null() || !c.torch_dtype.empty()) continue;
@@ -211,6 +208,7 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
           {"max_position_embeddings", c.max_position_embeddings},
           {"rms_norm_eps", c.rms_norm_eps},
           {"rope_theta", c.rope_theta},
+          {"rope_scaling", rope_scaling_json(c.rope_scaling)},
           {"initializer_range", c.initializer_range},
           {"hidden_act", c.hidden_act},
           {"attention_bias", false},

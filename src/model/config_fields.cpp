@@ -21,7 +21,6 @@ const std::vector<Accepted>& accepted_values() {
       {"mlp_bias", false, "the MLP projections have no biases here"},
       {"attention_dropout", 0, "attention has no dropout here"},
       {"tie_word_embeddings", false, "lm_head is a parameter of its own here"},
-      {"rope_scaling", nullptr, "RoPE is unscaled here"},
   };
   return a;
 }
@@ -42,8 +41,8 @@ const std::vector<ConfigField>& config_fields() {
       {"max_position_embeddings", FieldUse::kRead, "the longest sequence, and the rotary table's length"},
       {"rms_norm_eps", FieldUse::kRead, "RMSNorm's epsilon"},
       {"rope_theta", FieldUse::kRead, "RoPE's base"},
-      {"rope_parameters", FieldUse::kChecked, "transformers 5's RoPE block: rope_theta read, rope_type default only"},
-      {"rope_scaling", FieldUse::kChecked, "null only: RoPE is unscaled"},
+      {"rope_parameters", FieldUse::kRead, "transformers 5's RoPE block: rope_theta and rope_scaling's keys"},
+      {"rope_scaling", FieldUse::kRead, "rope_type default, linear (factor) or llama3 (factor, low/high_freq_factor, original_max_position_embeddings); others refused"},
       {"initializer_range", FieldUse::kRead, "the std of the seeded init of a run without --weights"},
       {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)"},
       {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype"},

@@ -33,7 +33,7 @@ LayerWeights LayerWeights::bind(const WeightLookup& w, int64_t layer, const Lora
 
 Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
   const int64_t d = cfg.head_dim();
-  auto inv_freq = 1.0 / at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);  // [d/2]
+  auto inv_freq = rope_inv_freq(cfg.rope_scaling, cfg.rope_theta, d);                              // [d/2]
   auto pos = at::arange(max_pos, at::kLong).to(at::kFloat);                                         // [T]
   auto freqs = at::outer(pos, inv_freq);                                                            // [T, d/2]
   auto emb = at::cat({freqs, freqs}, -1);                                                           // [T, d]

@@ -1,5 +1,6 @@
 """Llama variants written by transformers load, evaluate and export exactly: for each config.json
-variant shardtrain implements (hidden_act gelu, gelu_pytorch_tanh, relu; rope_theta of CodeLlama),
+variant shardtrain implements (hidden_act gelu, gelu_pytorch_tanh, relu; rope_theta of CodeLlama;
+Llama-3.1's llama3 RoPE scaling and linear scaling),
 a tiny random LlamaForCausalLM saved with save_pretrained; `shardtrain eval` on the first rows of a
 token file equals transformers' loss (2e-5 relative, fp32); 2 steps of training at 2 ranks with
 --save-model export a model that transformers loads with the loss `shardtrain eval` gives it.
@@ -25,6 +26,9 @@ VARIANTS = {
     "gelu_pytorch_tanh": dict(hidden_act="gelu_pytorch_tanh"),
     "relu": dict(hidden_act="relu"),
     "rope_theta_1e6": dict(rope_theta=1e6),
+    "rope_llama3": dict(rope_theta=500000.0, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                                high_freq_factor=4.0, original_max_position_embeddings=16)),
+    "rope_linear": dict(rope_scaling=dict(rope_type="linear", factor=2.0)),
 }
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 failures = []
@@ -69,7 +73,10 @@ for name, extra in VARIANTS.items():
     check(p.returncode == 0, f"{name}: 2 steps at 2 ranks with --save-model" + ("" if p.returncode == 0 else "\n" + p.stdout[-800:] + p.stderr[-800:]))
     if p.returncode == 0:
         saved = json.load(open(os.path.join(export, "config.json")))
-        check(all(saved.get(k) == v for k, v in extra.items()), f"{name}: the export's config.json keeps {extra}")
+        reread = LlamaConfig.from_pretrained(export).rope_parameters
+        check(all(k == "rope_scaling" or saved.get(k) == v for k, v in extra.items()) and
+              all(reread.get(k) == v for k, v in extra.get("rope_scaling", {}).items()),
+              f"{name}: the export's config.json keeps {extra}")
         ours, theirs = shardtrain_eval(export), transformers_loss(export)
         rel = abs(ours - theirs) / abs(theirs)
         check(rel <= 2e-5, f"{name}: export's eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shardtrain/model/rope_scaling.h"
+
 namespace shardtrain::model {
 
 struct ModelConfig {
@@ -19,6 +21,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
+  RopeScaling rope_scaling;  // config.json's rope_scaling (or rope_parameters' rope_type and its keys)
   std::string hidden_act = "silu";  // the MLP's activation: one of hidden_acts()
   double initializer_range = 0.02;  // the std of the seeded init (transformers' _init_weights)
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; "" when not given.

@@ -65,8 +65,17 @@ TEST(Config, ReadsHuggingFaceJsonBothRopeLayouts) {
   j.erase("rope_theta");
   j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
   EXPECT_DOUBLE_EQ(model::model_from_hf_json(j, "x").rope_theta, 500000.0);
-  j["rope_parameters"]["rope_type"] = "llama3";
+  j["rope_parameters"]["rope_type"] = "dynamic";
   EXPECT_THROW(model::model_from_hf_json(j, "x"), runtime::UsageError);
+  // Llama-3.1's block in either layout; the same config in transformers 4's rope_scaling.
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  const auto l3 = model::model_from_hf_json(j, "x");
+  EXPECT_EQ(l3.rope_scaling.type, "llama3");
+  EXPECT_EQ(l3.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_EQ(model::model_from_hf_json(model::model_to_hf_json(l3), "x").rope_scaling.factor, 8.0);  // exports keep it
+  j["rope_parameters"]["yarn_beta"] = 1;
+  EXPECT_THROW(model::model_from_hf_json(j, "x"), runtime::UsageError);  // a key llama3 does not have
   j = model::model_to_hf_json(model::model_preset("small"));
   j.erase("hidden_size");
   EXPECT_THROW(model::model_from_hf_json(j, "x"), runtime::UsageError);
@@ -138,7 +147,8 @@ TEST(Config, FieldsShardtrainDoesNotImplementAreRefusedByNameAndValue) {
       model::model_from_hf_text(ok + ",\"" + field + "\":" + value + "}", "c.json").validate();
       ADD_FAILURE() << "accepted " << field << " = " << value;
     } catch (const runtime::UsageError& e) {
-      EXPECT_NE(std::string(e.what()).find("c.json: " + field + " is " + want), std::string::npos) << e.what();
+      const std::string line = want.empty() ? "c.json: " + field + ".rope_type is dynamic" : "c.json: " + field + " is " + want;
+      EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
     }
   };
   refused("attention_bias", "true", "true");
@@ -147,7 +157,7 @@ TEST(Config, FieldsShardtrainDoesNotImplementAreRefusedByNameAndValue) {
   refused("hidden_act", R"("tanh")", "tanh");
   refused("attention_dropout", "0.1", "0.1");
   refused("tie_word_embeddings", "true", "true");
-  refused("rope_scaling", R"({"rope_type":"llama3","factor":8.0})", R"({"factor":8.0,"rope_type":"llama3"})");
+  refused("rope_scaling", R"({"rope_type":"dynamic","factor":2.0})", "");  // ... rope_scaling.rope_type is dynamic
   refused("model_type", R"("mistral")", "mistral");
   try {
     model::model_from_hf_text(ok + R"(,"quantization_config":{"quant_method":"bitsandbytes"}})", "c.json");

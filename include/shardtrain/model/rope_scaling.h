@@ -1,0 +1,32 @@
+// RoPE scaling as config.json gives it (transformers 4's "rope_scaling" or transformers 5's
+// "rope_parameters"), and the inverse frequencies it yields, as transformers' ROPE_INIT_FUNCTIONS
+// compute them: "default", "linear" (positions interpolated by factor) and "llama3" (Llama-3.1's
+// wavelength-dependent interpolation). Other kinds (dynamic, yarn, longrope) are refused.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+namespace shardtrain::model {
+
+struct RopeScaling {
+  std::string type = "default";  // default, linear or llama3
+  double factor = 1.0;           // linear and llama3
+  double low_freq_factor = 1.0;  // llama3
+  double high_freq_factor = 4.0;  // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3: the pre-training context
+  bool scaled() const { return type != "default"; }
+};
+
+// The block's rope_theta (if any) goes to *theta. Throws UsageError naming `origin`, the key and
+// its value for a kind or a key shardtrain does not implement.
+RopeScaling parse_rope_scaling(const nlohmann::json& block, const std::string& key, const std::string& origin,
+                               double* theta);
+// transformers 4's "rope_scaling" block for exports; null for default.
+nlohmann::json rope_scaling_json(const RopeScaling& r);
+// inv_freq [head_dim / 2] in fp32 for base theta.
+at::Tensor rope_inv_freq(const RopeScaling& r, double theta, int64_t head_dim);
+
+}  // namespace shardtrain::model
