@@ -16,22 +16,32 @@ from transformers import LlamaForCausalLM
 ROWS, BATCH = 16, 8
 
 
-def main(binary, model_dir, token_file):
+def shardtrain_eval(binary, model_dir, token_file):
+    """`shardtrain eval` of the first ROWS rows: its JSON line (loss, tokens)."""
     out = subprocess.run([binary, "eval", "--model", model_dir, "--weights", model_dir, "--data", token_file,
                           "--batch-size", str(BATCH), "--max-batches", str(ROWS // BATCH), "--threads", "1"],
                          check=True, capture_output=True, text=True).stdout
-    ours = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+
+
+def transformers_loss(model_dir, token_file):
+    """transformers' mean loss over the loss tokens of the first ROWS rows, and their count."""
     with h5py.File(token_file, "r") as f:
         tokens = torch.from_numpy(f["tokens"][:ROWS].astype(np.int64))
         mask = torch.from_numpy(f["loss_mask"][:ROWS].astype(bool))
     labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
-    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     with torch.no_grad():
         logits = model(input_ids=tokens).logits.float()
     lg, lb = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
     total = torch.nn.functional.cross_entropy(lg, lb, ignore_index=-100, reduction="sum").item()
     count = int((lb != -100).sum())
-    hf = total / count
+    return total / count, count
+
+
+def main(binary, model_dir, token_file):
+    ours = shardtrain_eval(binary, model_dir, token_file)
+    hf, count = transformers_loss(model_dir, token_file)
     assert count == ours["tokens"], (count, ours["tokens"])
     assert abs(hf - ours["loss"]) <= 1e-5 * abs(hf), f"transformers {hf} vs shardtrain {ours['loss']}"
     print(f"transformers loads {model_dir}: loss {hf:.7f} over {count} tokens, shardtrain eval {ours['loss']:.7f}")

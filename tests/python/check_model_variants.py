@@ -12,13 +12,13 @@ import os
 import subprocess
 import sys
 
-import h5py
-import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_hf_export  # noqa: E402  (its eval and transformers loss over the same rows)
+
 BIN, DATA, WORK = sys.argv[1:4]
-ROWS, BATCH = 16, 8
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1, tie_word_embeddings=False)
 VARIANTS = {
@@ -41,22 +41,11 @@ def check(ok, what):
 
 
 def shardtrain_eval(model_dir):
-    out = subprocess.run([BIN, "eval", "--weights", model_dir, "--data", DATA, "--batch-size", str(BATCH),
-                          "--max-batches", str(ROWS // BATCH), "--threads", "1"], check=True, capture_output=True, text=True,
-                         env=ENV).stdout
-    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))["loss"]
+    return check_hf_export.shardtrain_eval(BIN, model_dir, DATA)["loss"]
 
 
 def transformers_loss(model_dir):
-    with h5py.File(DATA, "r") as f:
-        tokens = torch.from_numpy(f["tokens"][:ROWS].astype(np.int64))
-        mask = torch.from_numpy(f["loss_mask"][:ROWS].astype(bool))
-    labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
-    with torch.no_grad():
-        logits = model(input_ids=tokens).logits.float()
-    return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1),
-                                             ignore_index=-100).item()
+    return check_hf_export.transformers_loss(model_dir, DATA)[0]
 
 
 for name, extra in VARIANTS.items():
