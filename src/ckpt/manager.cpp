@@ -51,7 +51,8 @@ bool CheckpointConfig::continues_dir() const {
 Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, nlohmann::json run_config)
     : cfg_(std::move(cfg)),
       state_{0, {}, std::move(run_config)},
-      registry_(training_state(engine, optimizer, state_, cfg_.base_weights)) {  // collective: every rank builds the manager
+      // Collective: every rank builds the manager; a LoRA base is checksummed only for a save or a resume.
+      registry_(training_state(engine, optimizer, state_, cfg_.base_weights, !cfg_.dir.empty() || !cfg_.resume.empty())) {
   if (!enabled()) return;
   if (engine.groups().world->rank() == 0) {
     std::filesystem::create_directories(cfg_.dir);

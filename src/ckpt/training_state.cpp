@@ -203,7 +203,7 @@ int64_t base_crc32(fsdp::FsdpEngine& engine) {
 }
 
 StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState& state,
-                             const std::string& base_weights) {
+                             const std::string& base_weights, bool checksum_base) {
   const auto& g = engine.groups();
   Ranks ranks;
   ranks.world = g.world->mpi();
@@ -217,7 +217,7 @@ StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimiz
   reg.emplace<LoaderPosition>(state);
   reg.emplace<RngState>(engine);
   reg.emplace<RunConfig>(state);
-  reg.emplace<LoraBase>(engine, base_weights, engine.lora() ? base_crc32(engine) : -1);  // collective
+  reg.emplace<LoraBase>(engine, base_weights, engine.lora() && checksum_base ? base_crc32(engine) : -1);  // collective
   return reg;
 }
 

@@ -45,14 +45,13 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
 }
 
 void FsdpEngine::assign_parts() {
-  base_frozen_ = !adapters_.empty();
   parts_.assign(units_.size(), UnitParts{});
   bool trains_before = false;  // some unit before this one trains
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitParts& p = parts_[u];
     p.base = &units_[u];
     if (!adapters_.empty() && !adapters_[u].empty()) p.adapter = &adapters_[u];
-    p.trainable = base_frozen_ ? &adapters_[u] : &units_[u];
+    p.trainable = base_frozen() ? &adapters_[u] : &units_[u];
     p.input_grad = trains_before;
     p.runs_backward = trains_before || !p.trainable->empty();
     trains_before = p.runs_backward;

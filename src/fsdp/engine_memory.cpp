@@ -57,7 +57,7 @@ MemoryReport FsdpEngine::memory() const {
     trainable_units.push_back(unit_size(trainable(static_cast<int64_t>(i)).layout(), units_[i].kind()));
     base_units.push_back(unit_size(units_[i].layout(), units_[i].kind()));
   }
-  const PersistentBytes p = persistent_bytes(trainable_units, base_frozen_ ? &base_units : nullptr, cfg_.no_sync_accumulation,
+  const PersistentBytes p = persistent_bytes(trainable_units, base_frozen() ? &base_units : nullptr, cfg_.no_sync_accumulation,
                                              static_cast<int>(c10::elementSize(cfg_.param_dtype)));
   MemoryReport m;
   m.param_bytes = p.param;

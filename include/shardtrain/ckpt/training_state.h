@@ -31,10 +31,11 @@ struct TrainState {
 // Face order, as the engine read them (the same at any world size, strategy and --param-dtype).
 int64_t base_crc32(fsdp::FsdpEngine& engine);
 
-// Collective over the world (a LoRA base's checksum). The pieces hold references to engine,
+// Collective over the world when it checksums a LoRA base. The pieces hold references to engine,
 // optimizer and state, which must outlive the registry. base_weights: a LoRA run's --weights
-// ("" for the seeded init), recorded beside its checksum.
+// ("" for the seeded init), recorded beside its checksum. checksum_base: false for a registry
+// that never saves or loads (a run without checkpoints), which skips reading the whole base.
 StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState& state,
-                             const std::string& base_weights = "");
+                             const std::string& base_weights = "", bool checksum_base = true);
 
 }  // namespace shardtrain::ckpt

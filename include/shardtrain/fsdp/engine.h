@@ -125,6 +125,7 @@ class FsdpEngine {
     bool runs_backward = false;     // it trains, or hands a gradient on to a unit that does
   };
   void assign_parts();
+  bool base_frozen() const { return !adapters_.empty(); }  // LoRA: the adapters train, the base does not
   FlatUnit& trainable(int64_t u) { return *parts_[u].trainable; }
   const FlatUnit& trainable(int64_t u) const { return *parts_[u].trainable; }
   template <class F>
@@ -153,7 +154,6 @@ class FsdpEngine {
   std::vector<FlatUnit> units_;         // [num_layers + 2], model_units() order
   std::vector<FlatUnit> adapters_;      // LoRA: [num_layers + 2]; empty otherwise
   std::vector<UnitParts> parts_;        // [units], pointing into units_ and adapters_
-  bool base_frozen_ = false;            // LoRA: the base does not train
   std::vector<model::ParamSpec> trainable_specs_;
   std::vector<int64_t> base_crc_rows_;
   bool backward_ = false;               // in backward(): a LoRA run skips the frozen embedding
