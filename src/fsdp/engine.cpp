@@ -105,7 +105,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     if (!p.empty) {
       const auto labels = to_device(mb.labels);
       const at::Tensor sum =
-          p.fused_head ? model::chunked_lm_loss(logits, units_.back().named_views().at(model::names::kLmHead), labels, chunk, 1.0 / denom)
+          p.fused_head ? model::chunked_lm_loss(logits, lm_head_view(), labels, chunk, 1.0 / denom)
                        : model::causal_lm_loss(logits, labels, /*count=*/false).sum;
       loss_sum += sum.detach();
       loss = sum / denom;

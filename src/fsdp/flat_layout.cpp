@@ -9,7 +9,7 @@ FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit,
   l.shard_size = shard_size;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i].unit != unit) continue;
-    l.entries.push_back({i, specs[i].name, specs[i].shape, l.numel, specs[i].numel(), specs[i].is_norm});
+    l.entries.push_back({i, specs[i].name, specs[i].shape, l.numel, specs[i].numel(), specs[i].decays()});
     l.numel += specs[i].numel();
   }
   l.padded = (l.numel + shard_size - 1) / shard_size * shard_size;

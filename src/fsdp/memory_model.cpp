@@ -43,6 +43,7 @@ struct Walk {
   int64_t persistent;
   std::vector<bool> gathered, grad;
   std::deque<int64_t> pending;  // units whose reduction is in flight, oldest first
+  int64_t tied_grad = 0;        // a tied embedding's leaf gradient, from the head's backward to its own
   StepPeak peak;
 
   const UnitSize& trainable(int64_t u) const { return adapters ? (*adapters)[u] : base[u]; }
@@ -64,7 +65,7 @@ struct Walk {
       if (grad[u]) gs += 4 * trainable(static_cast<int64_t>(u)).shard_numel;
     }
     for (const int64_t u : pending) r += send_bytes(u) + shard_bytes(u);
-    const int64_t engine = persistent + g + r + gs;
+    const int64_t engine = persistent + g + r + gs + tied_grad;
     peak.engine_bytes = std::max(peak.engine_bytes, engine);
     peak.gathered_units = std::max(peak.gathered_units, n);
     if (engine + activations > peak.total_bytes) {
@@ -110,12 +111,16 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
     for (int64_t u = 0; u < U; ++u) {
       w.gather(u, false);
       for (int k = 1; k <= ahead; ++k) w.gather(u + k, false);
+      const bool head = base[u].kind == model::UnitKind::kHead;
+      if (head && s.tied_embedding) w.gather(0, false);
       w.note(stored * tokens);
       stored += kept(u);
-      if (reshard && base[u].kind != model::UnitKind::kHead) w.gathered[u] = false;
+      if (reshard && !head) w.gathered[u] = false;
     }
     for (int64_t u = U - 1; u >= 0; --u) {
       w.gather(u, true);
+      const bool tied_head = s.tied_embedding && base[u].kind == model::UnitKind::kHead;
+      if (tied_head) w.gathered[0] = true;
       for (int k = 1; k <= ahead; ++k) w.gather(u - k, true);
       const bool frozen = adapters && (*adapters)[u].numel == 0;  // no adapters here: nothing to reduce
       int64_t working = 0;  // per token, on top of what is stored, while u's backward runs
@@ -139,6 +144,9 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
       stored -= kept(u);
       if (!frozen && !cfg.no_sync_accumulation) w.reduce(u, stored * tokens);
       w.gathered[u] = false;
+      if (tied_head && !adapters) w.tied_grad = base[0].padded * s.param_elt;
+      if (tied_head && reshard) w.gathered[0] = false;
+      if (u == 0) w.tied_grad = 0;
     }
   }
   if (cfg.no_sync_accumulation)

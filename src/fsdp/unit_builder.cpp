@@ -55,7 +55,7 @@ BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, i
       p.shape = e.shape;
       p.param_offset = s.param_offset;
       p.numel = s.numel;
-      p.decay = !e.is_norm;
+      p.decay = e.decay;
       p.master = unit.master().narrow(0, s.shard_offset, s.numel);
       p.unit = u;
       p.shard_offset = s.shard_offset;

@@ -35,8 +35,26 @@ bool FsdpEngine::recomputes(int64_t u) const {
   return cfg_.activation_checkpointing && units_[u].kind() == model::UnitKind::kDecoderLayer;
 }
 
+void FsdpEngine::gather_tied_embedding() {
+  FlatUnit& e = units_.front();  // not prefetch(): a frozen embedding is needed here in backward too
+  if (!e.active()) e.begin_gather(*groups_.shard, cfg_.param_dtype);
+  else if (!e.gathered()) e.begin_regather(*groups_.shard);
+  e.wait();
+  note_gathered();
+}
+
+bool FsdpEngine::reads_embedding(int64_t u) const {
+  return model_.tie_word_embeddings && units_[u].kind() == model::UnitKind::kHead;
+}
+
+at::Tensor FsdpEngine::lm_head_view() const {
+  const FlatUnit& owner = model_.tie_word_embeddings ? units_.front() : units_.back();
+  return owner.named_views().at(model::names::lm_head(model_));
+}
+
 at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train) {
-  const auto views = units_[u].named_views();
+  auto views = units_[u].named_views();
+  if (reads_embedding(u)) views.emplace(model::names::kEmbed, lm_head_view());  // one leaf: both gradients add up in it
   const auto lookup = [&views](const std::string& name) { return views.at(name); };
   if (!parts_[u].adapter) return model::unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
   const auto adapter_views = parts_[u].adapter->named_views();
@@ -55,6 +73,7 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);
     ensure(u);
+    if (reads_embedding(u)) gather_tied_embedding();
     prefetch_from(u, +1);
     if (!p.empty) {
       at::AutoGradMode mode(build_graph && !recomputes(u));
@@ -68,9 +87,10 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
       x = p.outputs[u] = fused ? model::rms_norm(x, units_[u].named_views().at(model::names::kNorm), model_.rms_norm_eps)
                                : run_unit(u, x, p.dropout_seed, p.train);
     }
-    // The head's backward follows at once: like FSDP2's root, it stays gathered until then.
+    // The head's backward follows at once: like FSDP2's root, it (and a tied embedding) stays gathered until then.
     const bool head = units_[u].kind() == model::UnitKind::kHead;
     if (!build_graph || (reshard && !head)) for_each_part(u, [](FlatUnit& unit) { unit.free_storage(); });
+    if (reads_embedding(u) && !build_graph) units_.front().free_storage();
   }
   return x;
 }
@@ -81,6 +101,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
   for (int64_t u = static_cast<int64_t>(units_.size()) - 1; u >= 0; --u) {
     cuda::NvtxRange range(nvtx_names_[u].second);
     ensure(u);
+    if (reads_embedding(u)) gather_tied_embedding();
     prefetch_from(u, -1);
     if (!p.empty && parts_[u].runs_backward) {  // a LoRA run's embedding trains nothing and needs no input gradient
       if (units_[u].kind() == model::UnitKind::kHead) {
@@ -105,6 +126,8 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
     p.outputs[u] = at::Tensor();
     p.inputs[u] = at::Tensor();
     for_each_part(u, [](FlatUnit& unit) { unit.release(); });
+    // A tied embedding keeps the head's gradient in its leaf until its own backward adds to it.
+    if (reads_embedding(u) && reshard_after_forward(cfg_.sharding)) units_.front().free_storage();
   }
   backward_ = false;
 }

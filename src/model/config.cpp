@@ -1,5 +1,6 @@
 #include "shardtrain/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include <type_traits>
 
 #include "shardtrain/model/config_fields.h"
+#include "shardtrain/model/projections.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
@@ -30,16 +32,56 @@ ModelConfig make(const std::string& name, int64_t vocab, int64_t hidden, int64_t
   return c;
 }
 
+ModelConfig llama3(const std::string& name, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, double factor,
+                   bool tied) {
+  ModelConfig c = make(name, 128256, hidden, inter, layers, heads, 8, 131072);
+  c.rope_theta = 500000.0;
+  c.rope_scaling = {"llama3", factor, 1.0, 4.0, 8192};
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
 const std::map<std::string, ModelConfig>& presets() {
-  // Published Llama-2 shapes (Touvron et al. 2023; HF meta-llama/Llama-2-*-hf config.json).
-  static const std::map<std::string, ModelConfig> p = {
-      {"tiny", make("tiny", 512, 64, 176, 2, 4, 2, 512)},
-      {"small", make("small", 4096, 256, 688, 4, 8, 4, 1024)},
-      {"llama2-7b", make("llama2-7b", 32000, 4096, 11008, 32, 32, 32, 4096)},
-      {"llama2-13b", make("llama2-13b", 32000, 5120, 13824, 40, 40, 40, 4096)},
-      {"llama2-70b", make("llama2-70b", 32000, 8192, 28672, 80, 64, 8, 4096)},
-  };
+  // Shapes from the published config.json files on the Hugging Face Hub: meta-llama/Llama-2-*-hf,
+  // meta-llama/Llama-3.1-*, meta-llama/Llama-3.2-*, mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B.
+  static const std::map<std::string, ModelConfig> p = [] {
+    std::map<std::string, ModelConfig> m = {
+        {"tiny", make("tiny", 512, 64, 176, 2, 4, 2, 512)},
+        {"small", make("small", 4096, 256, 688, 4, 8, 4, 1024)},
+        {"llama2-7b", make("llama2-7b", 32000, 4096, 11008, 32, 32, 32, 4096)},
+        {"llama2-13b", make("llama2-13b", 32000, 5120, 13824, 40, 40, 40, 4096)},
+        {"llama2-70b", make("llama2-70b", 32000, 8192, 28672, 80, 64, 8, 4096)},
+        {"llama3.1-8b", llama3("llama3.1-8b", 4096, 14336, 32, 32, 8.0, false)},
+        {"llama3.1-70b", llama3("llama3.1-70b", 8192, 28672, 80, 64, 8.0, false)},
+        {"llama3.1-405b", llama3("llama3.1-405b", 16384, 53248, 126, 128, 8.0, false)},
+        {"llama3.2-1b", llama3("llama3.2-1b", 2048, 8192, 16, 32, 32.0, true)},
+        {"llama3.2-3b", llama3("llama3.2-3b", 3072, 8192, 28, 24, 32.0, true)},
+    };
+    ModelConfig mistral = make("mistral-7b", 32768, 4096, 14336, 32, 32, 8, 32768);
+    mistral.model_type = "mistral";
+    mistral.rope_theta = 1e6;
+    m["mistral-7b"] = mistral;
+    ModelConfig qwen = make("qwen2.5-7b", 152064, 3584, 18944, 28, 28, 4, 32768);
+    qwen.model_type = "qwen2";
+    qwen.rope_theta = 1e6;
+    qwen.rms_norm_eps = 1e-6;
+    qwen.max_window_layers = 28;
+    m["qwen2.5-7b"] = qwen;
+    return m;
+  }();
   return p;
+}
+
+// Every parameter once, in T (double first: sizes past int64 are caught before they wrap).
+template <class T>
+T count_params(const ModelConfig& c) {
+  T layer = 2 * static_cast<T>(c.hidden_size);  // the two norms
+  for (Proj p : kProjections) {
+    const ProjShape s = proj_shape(c, p);
+    layer += static_cast<T>(s.out) * static_cast<T>(s.in) + (has_bias(c, p) ? static_cast<T>(s.out) : T{0});
+  }
+  const T embed = static_cast<T>(c.vocab_size) * static_cast<T>(c.hidden_size);
+  return static_cast<T>(c.num_layers) * layer + embed * (c.tie_word_embeddings ? 1 : 2) + static_cast<T>(c.hidden_size);
 }
 
 void require(bool ok, const std::string& msg) {
@@ -59,16 +101,22 @@ void ModelConfig::validate() const {
   pos(num_heads, "--n-heads", "num_attention_heads");
   pos(num_kv_heads, "--n-kv-heads", "num_key_value_heads");
   pos(max_position_embeddings, "--max-seq-len", "max_position_embeddings");
-  require(hidden_size % num_heads == 0,
+  require(std::find(model_types().begin(), model_types().end(), model_type) != model_types().end(),
+          name + ": model_type is " + model_type + ", which shardtrain does not implement (it implements llama, mistral and qwen2)");
+  require(explicit_head_dim >= 0, name + ": head_dim must be positive");
+  require(explicit_head_dim > 0 || hidden_size % num_heads == 0,
           "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
               " does not divide --hidden-size (hidden_size) = " + std::to_string(hidden_size) +
-              "; pick a head count that divides the width");
+              "; pick a head count that divides the width, or give head_dim");
   require(num_heads % num_kv_heads == 0,
           "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
               " is not a multiple of --n-kv-heads (num_key_value_heads) = " +
               std::to_string(num_kv_heads) + "; pick n_kv_heads dividing n_heads");
-  require(head_dim() % 2 == 0, "--hidden-size / --n-heads must be even for rotary embeddings, got " +
-                                   std::to_string(head_dim()));
+  require(head_dim() % 2 == 0, "the head dimension (head_dim, or --hidden-size / --n-heads) must be even for rotary "
+                               "embeddings, got " + std::to_string(head_dim()));
+  require(sliding_window >= 0, name + ": sliding_window must be positive or null");
+  require(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_layers,
+          name + ": layer_types must name one kind per layer (num_hidden_layers)");
   require(rms_norm_eps > 0, "rms_norm_eps must be positive");
   require(rope_theta > 0, "rope_theta must be positive");
   require(initializer_range > 0, "initializer_range must be positive");
@@ -80,9 +128,7 @@ void ModelConfig::validate() const {
   }
   require(known_act, name + ": hidden_act is " + hidden_act + ", which shardtrain does not implement (it implements " + acts + ")");
   // num_params() in floating point first: sizes whose count overflows int64 are no model anyone trains.
-  const double h = static_cast<double>(hidden_size), kv = static_cast<double>(num_kv_heads) * head_dim();
-  const double layer = h * h * 2 + h * kv * 2 + 3 * h * static_cast<double>(intermediate_size) + 2 * h;
-  const double params = static_cast<double>(num_layers) * layer + 2 * static_cast<double>(vocab_size) * h + h;
+  const double params = count_params<double>(*this);
   if (params > std::ldexp(1.0, 50)) {
     char n[32];
     std::snprintf(n, sizeof n, "%.3g", params);
@@ -91,12 +137,20 @@ void ModelConfig::validate() const {
   }
 }
 
-int64_t ModelConfig::num_params() const {
-  const int64_t h = hidden_size, kv = num_kv_heads * head_dim();
-  const int64_t attn = h * h * 2 + h * kv * 2;  // q, o: [h, h]; k, v: [kv, h]
-  const int64_t mlp = 3 * h * intermediate_size;
-  const int64_t layer = attn + mlp + 2 * h;
-  return num_layers * layer + 2 * vocab_size * h + h;  // embed + untied lm_head + final norm
+int64_t ModelConfig::num_params() const { return count_params<int64_t>(*this); }
+
+int64_t ModelConfig::num_matmul_params() const {
+  return num_params() - num_embedding_params() + (tie_word_embeddings ? num_embedding_params() : 0);
+}
+
+int64_t ModelConfig::attention_window(int64_t layer) const {
+  if (sliding_window <= 0) return 0;
+  return sliding_layers.empty() || sliding_layers[static_cast<size_t>(layer)] ? sliding_window : 0;
+}
+
+const std::vector<std::string>& model_types() {
+  static const std::vector<std::string> t = {"llama", "mistral", "qwen2"};
+  return t;
 }
 
 const std::vector<std::string>& hidden_acts() {
@@ -121,6 +175,38 @@ ModelConfig model_preset(const std::string& name) {
   }
   return it->second;
 }
+
+namespace {
+
+// What sets the families apart, read as transformers' LlamaConfig, MistralConfig and Qwen2Config
+// read it: biases, tied embeddings, the sliding window and which layers use it.
+template <class Get, class Flag>
+void read_family_fields(const nlohmann::json& j, const std::string& origin, ModelConfig& c, Get get, Flag flag) {
+  c.tie_word_embeddings = flag(j, "tie_word_embeddings");
+  if (c.model_type == "llama") {
+    c.attention_bias = flag(j, "attention_bias");
+    c.mlp_bias = flag(j, "mlp_bias");
+  }
+  if (c.model_type == "mistral") c.sliding_window = get("sliding_window", int64_t{0}, false);
+  if (c.model_type != "qwen2") return;
+  // Qwen2Config: the window applies only with use_sliding_window, to the layers layer_types marks
+  // "sliding_attention" (by default those from max_window_layers on).
+  c.max_window_layers = get("max_window_layers", int64_t{28}, false);
+  if (flag(j, "use_sliding_window")) c.sliding_window = get("sliding_window", int64_t{4096}, false);
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    if (!j["layer_types"].is_array()) throw runtime::UsageError("--model " + origin + ": \"layer_types\" must be a list");
+    for (const auto& t : j["layer_types"]) {
+      if (t != "full_attention" && t != "sliding_attention")
+        throw runtime::UsageError("--model " + origin + ": layer_types holds " + t.dump() +
+                                  ", which shardtrain does not implement (full_attention or sliding_attention)");
+      c.sliding_layers.push_back(t == "sliding_attention");
+    }
+  } else if (c.sliding_window > 0) {
+    for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back(i >= c.max_window_layers);
+  }
+}
+
+}  // namespace
 
 ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origin) {
   if (!j.is_object()) throw runtime::UsageError("--model " + origin + ": config.json is a JSON " + j.type_name() + ", not an object");
@@ -149,9 +235,12 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
     if (!obj[key].is_boolean()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
     return obj[key].get<bool>();
   };
-  flag(j, "tie_word_embeddings");  // its type; its value is checked with the other fields below
   ModelConfig c;
   c.name = origin;
+  if (j.contains("model_type") && !j["model_type"].is_null()) {
+    if (!j["model_type"].is_string()) throw runtime::UsageError("--model " + origin + ": \"model_type\" must be a string such as \"llama\"");
+    c.model_type = j["model_type"].get<std::string>();
+  }
   c.vocab_size = get("vocab_size", int64_t{32000}, true);
   c.hidden_size = get("hidden_size", int64_t{0}, true);
   c.intermediate_size = get("intermediate_size", int64_t{0}, true);
@@ -173,14 +262,17 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
     if (!j[key].is_string()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be a string such as \"bfloat16\"");
     c.torch_dtype = j[key].get<std::string>();
   }
-  if (j.contains("head_dim") && j["head_dim"].is_number_integer() && c.num_heads > 0 &&
-      j["head_dim"].get<int64_t>() != c.hidden_size / c.num_heads)
-    throw runtime::UsageError("--model " + origin + ": head_dim must equal hidden_size / num_attention_heads");
+  c.explicit_head_dim = get("head_dim", int64_t{0}, false);
+  read_family_fields(j, origin, c, get, flag);
   c.initializer_range = get("initializer_range", 0.02, false);
   if (j.contains("hidden_act") && !j["hidden_act"].is_null()) {
     if (!j["hidden_act"].is_string()) throw runtime::UsageError("--model " + origin + ": \"hidden_act\" must be a string such as \"silu\"");
     c.hidden_act = j["hidden_act"].get<std::string>();
   }
+  nlohmann::json ids = nlohmann::json::object();  // kept for exports: generation reads them
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+    if (j.contains(key)) ids[key] = j[key];
+  if (!ids.empty()) c.special_token_ids = ids.dump();
   c.unknown_fields = check_config_fields(j, origin);  // refuses what is set to math shardtrain does not implement
   return c;
 }
@@ -197,26 +289,44 @@ bool same_shape(const ModelConfig& a, const ModelConfig& b) {
 }
 
 nlohmann::json model_to_hf_json(const ModelConfig& c) {
-  return {{"architectures", {"LlamaForCausalLM"}},
-          {"model_type", "llama"},
-          {"vocab_size", c.vocab_size},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.intermediate_size},
-          {"num_hidden_layers", c.num_layers},
-          {"num_attention_heads", c.num_heads},
-          {"num_key_value_heads", c.num_kv_heads},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"rms_norm_eps", c.rms_norm_eps},
-          {"rope_theta", c.rope_theta},
-          {"rope_scaling", rope_scaling_json(c.rope_scaling)},
-          {"initializer_range", c.initializer_range},
-          {"hidden_act", c.hidden_act},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", false},
-          {"bos_token_id", 1},
-          {"eos_token_id", 2},
-          {"torch_dtype", "float32"}};
+  const std::map<std::string, std::string> architectures = {
+      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+  nlohmann::json j = {{"architectures", {architectures.at(c.model_type)}},
+                      {"model_type", c.model_type},
+                      {"vocab_size", c.vocab_size},
+                      {"hidden_size", c.hidden_size},
+                      {"intermediate_size", c.intermediate_size},
+                      {"num_hidden_layers", c.num_layers},
+                      {"num_attention_heads", c.num_heads},
+                      {"num_key_value_heads", c.num_kv_heads},
+                      {"head_dim", c.head_dim()},
+                      {"max_position_embeddings", c.max_position_embeddings},
+                      {"rms_norm_eps", c.rms_norm_eps},
+                      {"rope_theta", c.rope_theta},
+                      {"rope_scaling", rope_scaling_json(c.rope_scaling)},
+                      {"initializer_range", c.initializer_range},
+                      {"hidden_act", c.hidden_act},
+                      {"attention_dropout", 0.0},
+                      {"tie_word_embeddings", c.tie_word_embeddings},
+                      {"bos_token_id", 1},
+                      {"eos_token_id", 2},
+                      {"torch_dtype", "float32"}};
+  if (!c.special_token_ids.empty()) j.update(nlohmann::json::parse(c.special_token_ids));
+  if (c.model_type == "llama") {
+    j["attention_bias"] = c.attention_bias;
+    j["mlp_bias"] = c.mlp_bias;
+  }
+  const nlohmann::json window = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  if (c.model_type == "mistral") j["sliding_window"] = window;
+  if (c.model_type == "qwen2") {
+    j["use_sliding_window"] = c.sliding_window > 0;
+    j["sliding_window"] = window;
+    j["max_window_layers"] = c.max_window_layers;
+    nlohmann::json types = nlohmann::json::array();
+    for (int64_t i = 0; i < c.num_layers; ++i) types.push_back(c.attention_window(i) > 0 ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  }
+  return j;
 }
 
 ModelConfig resolve_model(const std::string& spec) {

@@ -16,11 +16,7 @@ struct Accepted {
 
 const std::vector<Accepted>& accepted_values() {
   static const std::vector<Accepted> a = {
-      {"model_type", "llama", "shardtrain implements LlamaForCausalLM (model_type llama)"},
-      {"attention_bias", false, "the attention projections have no biases here"},
-      {"mlp_bias", false, "the MLP projections have no biases here"},
       {"attention_dropout", 0, "attention has no dropout here"},
-      {"tie_word_embeddings", false, "lm_head is a parameter of its own here"},
   };
   return a;
 }
@@ -37,21 +33,25 @@ const std::vector<ConfigField>& config_fields() {
       {"num_hidden_layers", FieldUse::kRead, "decoder layers"},
       {"num_attention_heads", FieldUse::kRead, "query heads"},
       {"num_key_value_heads", FieldUse::kRead, "key/value heads (grouped-query attention when fewer)"},
-      {"head_dim", FieldUse::kChecked, "must equal hidden_size / num_attention_heads"},
+      {"head_dim", FieldUse::kRead, "the width of each head (default hidden_size / num_attention_heads)"},
       {"max_position_embeddings", FieldUse::kRead, "the longest sequence, and the rotary table's length"},
       {"rms_norm_eps", FieldUse::kRead, "RMSNorm's epsilon"},
       {"rope_theta", FieldUse::kRead, "RoPE's base"},
       {"rope_parameters", FieldUse::kRead, "transformers 5's RoPE block: rope_theta and rope_scaling's keys"},
-      {"rope_scaling", FieldUse::kRead, "rope_type default, linear (factor) or llama3 (factor, low/high_freq_factor, original_max_position_embeddings); others refused"},
+      {"rope_scaling", FieldUse::kRead, "rope_type default, linear (factor), dynamic (factor) or llama3 (factor, low/high_freq_factor, original_max_position_embeddings); others refused"},
       {"initializer_range", FieldUse::kRead, "the std of the seeded init of a run without --weights"},
       {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)"},
       {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype"},
-      {"model_type", FieldUse::kChecked, "llama only"},
-      {"attention_bias", FieldUse::kChecked, "false only"},
-      {"mlp_bias", FieldUse::kChecked, "false only"},
+      {"model_type", FieldUse::kRead, "llama, mistral or qwen2 (others refused): which of the switches below apply"},
+      {"attention_bias", FieldUse::kRead, "llama: biases on q, k, v and o (qwen2 always has q, k and v biases; mistral none)"},
+      {"mlp_bias", FieldUse::kRead, "llama: biases on gate, up and down"},
+      {"sliding_window", FieldUse::kRead, "mistral: each query attends to this many positions (itself included); qwen2: with use_sliding_window"},
+      {"use_sliding_window", FieldUse::kRead, "qwen2: the sliding window applies (to the layers layer_types marks)"},
+      {"max_window_layers", FieldUse::kRead, "qwen2: layers from this index on slide, unless layer_types says otherwise"},
+      {"layer_types", FieldUse::kRead, "qwen2: full_attention or sliding_attention per layer"},
       {"hidden_act", FieldUse::kRead, "the MLP's activation: silu (swish), gelu, gelu_pytorch_tanh or relu"},
       {"attention_dropout", FieldUse::kChecked, "0 only"},
-      {"tie_word_embeddings", FieldUse::kChecked, "false only"},
+      {"tie_word_embeddings", FieldUse::kRead, "lm_head is the embedding matrix: one parameter, both gradients summed"},
       {"quantization_config", FieldUse::kChecked, "refused: quantized weights are not trained here"},
       {"pretraining_tp", FieldUse::kHarmless, "Meta's tensor-parallel split of the same matmuls: equal math"},
       {"architectures", FieldUse::kHarmless, "the class name; the weights' names are checked on load"},

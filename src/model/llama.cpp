@@ -7,15 +7,17 @@
 namespace shardtrain::model {
 
 at::Tensor Projection::operator()(const at::Tensor& x) const {
-  if (!adapter) return at::linear(x, weight);
-  return lora_linear(x, weight, *adapter);
+  if (!adapter) return at::linear(x, weight, bias);
+  return lora_linear(x, weight, *adapter, bias);
 }
 
-LayerWeights LayerWeights::bind(const WeightLookup& w, int64_t layer, const LoraRun* lora) {
+LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora) {
   LayerWeights lw;
+  lw.window = cfg.attention_window(layer);
   for (Proj p : kProjections) {
     Projection& proj = lw.proj[static_cast<int>(p)];
     proj.weight = w(proj_weight_name(layer, p));
+    if (has_bias(cfg, p)) proj.bias = w(proj_bias_name(layer, p));
     if (!lora || !lora->cfg->targets_proj(p)) continue;
     LoraAdapter a;
     a.a = lora->adapter(lora_name(layer, p, 'A'));
@@ -33,7 +35,8 @@ LayerWeights LayerWeights::bind(const WeightLookup& w, int64_t layer, const Lora
 
 Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
   const int64_t d = cfg.head_dim();
-  auto inv_freq = rope_inv_freq(cfg.rope_scaling, cfg.rope_theta, d);                              // [d/2]
+  // Runs never pass max_position_embeddings (run_checks), where dynamic RoPE would change the base.
+  auto inv_freq = rope_inv_freq(cfg.rope_scaling, cfg.rope_theta, d, cfg.max_position_embeddings, max_pos);  // [d/2]
   auto pos = at::arange(max_pos, at::kLong).to(at::kFloat);                                         // [T]
   auto freqs = at::outer(pos, inv_freq);                                                            // [T, d/2]
   auto emb = at::cat({freqs, freqs}, -1);                                                           // [T, d]
@@ -71,8 +74,25 @@ at::Tensor activation(const std::string& name, const at::Tensor& x) {
   return at::silu(x);  // ModelConfig::validate() admits only hidden_acts()
 }
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa) {
+namespace {
+
+// Causal attention limited to the last `window` keys: an explicit boolean mask (true: attend).
+at::Tensor windowed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  const int64_t T = q.size(2), rep = q.size(1) / k.size(1);
+  const auto pos = at::arange(T, at::TensorOptions().dtype(at::kLong).device(q.device()));
+  const auto back = pos.unsqueeze(1) - pos.unsqueeze(0);  // [T, T]: query i minus key j
+  const auto mask = back.ge(0).logical_and(back.lt(window));
+  const auto kr = rep == 1 ? k : k.repeat_interleave(rep, 1);  // repeat_kv
+  const auto vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
+  return at::scaled_dot_product_attention(q, kr, vr, mask, 0.0, /*is_causal=*/false);
+}
+
+}  // namespace
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa,
+                            int64_t window) {
   const int64_t rep = q.size(1) / k.size(1);
+  if (window > 0 && window < q.size(2)) return windowed_attention(q, k, v, window);
   constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
   const bool gqa = rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
   if (rep == 1 || gqa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
@@ -98,7 +118,7 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   auto s = sin.narrow(0, 0, T).to(x.scalar_type());
   q = apply_rotary(q, c, s);
   k = apply_rotary(k, c, s);
-  auto attn = causal_attention(q, k, v);
+  auto attn = causal_attention(q, k, v, /*native_gqa=*/true, w.window);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + w[Proj::kO](attn);
   auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);
@@ -111,10 +131,10 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
   switch (unit.kind) {
     case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(w, unit.layer, lora), x, rope.cos, rope.sin);
+      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora), x, rope.cos, rope.sin);
     case UnitKind::kHead: break;
   }
-  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::kLmHead));
+  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::lm_head(cfg)));
 }
 
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,

@@ -92,12 +92,12 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
 }
 
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
-                       double scale, const at::Tensor& xd) {
-  return at::linear(x, w) + at::linear(at::linear(xd, a), b) * scale;
+                       double scale, const at::Tensor& xd, const at::Tensor& bias) {
+  return at::linear(x, w, bias) + at::linear(at::linear(xd, a), b) * scale;
 }
 
-at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter) {
-  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale, lora_dropout(x, adapter.dropout, adapter.dropout_seed));
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter, const at::Tensor& bias) {
+  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale, lora_dropout(x, adapter.dropout, adapter.dropout_seed), bias);
 }
 
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale) {

@@ -53,5 +53,13 @@ ProjShape proj_shape(const ModelConfig& c, Proj p) {
 }
 
 std::string proj_weight_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".weight"; }
+std::string proj_bias_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".bias"; }
+
+bool has_bias(const ModelConfig& c, Proj p) {
+  const bool attention = p == Proj::kQ || p == Proj::kK || p == Proj::kV || p == Proj::kO;
+  if (c.model_type == "qwen2") return attention && p != Proj::kO;
+  if (c.model_type == "mistral") return false;
+  return attention ? c.attention_bias : c.mlp_bias;
+}
 
 }  // namespace shardtrain::model

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -21,9 +22,9 @@ RopeScaling parse_rope_scaling(const nlohmann::json& block, const std::string& k
     if (!block[type_key].is_string()) throw runtime::UsageError(where + "." + type_key + " must be a string");
     r.type = block[type_key].get<std::string>();
   }
-  if (r.type != "default" && r.type != "linear" && r.type != "llama3")
+  if (r.type != "default" && r.type != "linear" && r.type != "dynamic" && r.type != "llama3")
     throw runtime::UsageError(where + ".rope_type is " + r.type + ", which shardtrain does not implement (it implements " +
-                              "default, linear and llama3)");
+                              "default, linear, dynamic and llama3)");
   auto number = [&](const char* k) {
     if (!block[k].is_number()) throw runtime::UsageError(where + "." + k + " must be a number, got " + block[k].dump());
     return block[k].get<double>();
@@ -70,8 +71,15 @@ nlohmann::json rope_scaling_json(const RopeScaling& r) {
   return j;
 }
 
-at::Tensor rope_inv_freq(const RopeScaling& r, double theta, int64_t head_dim) {
+at::Tensor rope_inv_freq(const RopeScaling& r, double theta, int64_t head_dim, int64_t max_position_embeddings,
+                         int64_t seq_len) {
   const int64_t d = head_dim;
+  if (r.type == "dynamic") {
+    // NTK-aware: a larger base once the sequence outgrows max_position_embeddings, the base itself until then.
+    const double seq = static_cast<double>(std::max(seq_len, max_position_embeddings));
+    const double max_pos = static_cast<double>(max_position_embeddings);
+    theta *= std::pow(r.factor * seq / max_pos - (r.factor - 1), static_cast<double>(d) / static_cast<double>(d - 2));
+  }
   // In fp32, as transformers: base ** (arange(0, d, 2).float() / d), then its reciprocal.
   at::Tensor inv_freq = 1.0 / at::pow(theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);  // [d/2]
   if (r.type == "linear") return inv_freq / r.factor;

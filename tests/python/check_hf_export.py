@@ -11,7 +11,7 @@ import sys
 import h5py
 import numpy as np
 import torch
-from transformers import LlamaForCausalLM
+from transformers import AutoModelForCausalLM
 
 ROWS, BATCH = 16, 8
 
@@ -30,7 +30,7 @@ def transformers_loss(model_dir, token_file):
         tokens = torch.from_numpy(f["tokens"][:ROWS].astype(np.int64))
         mask = torch.from_numpy(f["loss_mask"][:ROWS].astype(bool))
     labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     with torch.no_grad():
         logits = model(input_ids=tokens).logits.float()
     lg, lb = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)

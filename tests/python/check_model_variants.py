@@ -1,19 +1,35 @@
-"""Llama variants written by transformers load, evaluate and export exactly: for each config.json
-variant shardtrain implements (hidden_act gelu, gelu_pytorch_tanh, relu; rope_theta of CodeLlama;
-Llama-3.1's llama3 RoPE scaling and linear scaling),
-a tiny random LlamaForCausalLM saved with save_pretrained; `shardtrain eval` on the first rows of a
-token file equals transformers' loss (2e-5 relative, fp32); 2 steps of training at 2 ranks with
---save-model export a model that transformers loads with the loss `shardtrain eval` gives it.
+"""Every model family and config.json variant shardtrain implements loads, evaluates, trains and
+exports exactly as transformers does. For each variant (Llama's activations, RoPE theta and scaling
+kinds, explicit head_dim, attention and MLP biases, tied embeddings; Mistral with and without its
+sliding window in reach; Qwen2 with its q/k/v biases, tied embeddings and sliding layers), a tiny
+random model written by transformers' save_pretrained (biases drawn non-zero, so that they count):
+- `shardtrain eval` on the first rows of a token file equals transformers' loss (2e-5 relative, fp32);
+- 3 AdamW steps at 2 ranks, full_shard, on a 4-row file (every step the whole file) give the losses
+  and the final weights that torch.optim.AdamW gives transformers' model (losses within 1e-5, the
+  test_hf_parity tolerance; the weights' change within 1% of transformers' change, in L2, and no
+  weight further than 2e-4 from transformers': AdamW's step is about lr = 1e-3 per weight whatever
+  the gradient, so float rounding in a near-zero gradient can move a weight by a fraction of
+  it), and the `--save-model` export reloads in
+  transformers with the loss `shardtrain eval` gives it, its config.json keeping the variant;
+- Qwen2 (biases, tied head) resumes at 1 rank from a checkpoint written at 2: its step-3 loss and
+  weights equal the straight run's;
+- tied variants also train LoRA adapters (the base, tied head included, frozen): 2 ranks give 1 rank's
+  losses, and PEFT applies the exported adapter to the base with the loss `eval --lora` gives.
 
 usage: check_model_variants.py SHARDTRAIN TOKEN_FILE.h5 WORKDIR
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
+import h5py
+import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from safetensors.torch import load_file
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_hf_export  # noqa: E402  (its eval and transformers loss over the same rows)
@@ -22,14 +38,25 @@ BIN, DATA, WORK = sys.argv[1:4]
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1, tie_word_embeddings=False)
 VARIANTS = {
-    "gelu": dict(hidden_act="gelu"),
-    "gelu_pytorch_tanh": dict(hidden_act="gelu_pytorch_tanh"),
-    "relu": dict(hidden_act="relu"),
-    "rope_theta_1e6": dict(rope_theta=1e6),
-    "rope_llama3": dict(rope_theta=500000.0, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                                                                high_freq_factor=4.0, original_max_position_embeddings=16)),
-    "rope_linear": dict(rope_scaling=dict(rope_type="linear", factor=2.0)),
+    "gelu": (LlamaConfig, dict(hidden_act="gelu")),
+    "gelu_pytorch_tanh": (LlamaConfig, dict(hidden_act="gelu_pytorch_tanh")),
+    "relu": (LlamaConfig, dict(hidden_act="relu")),
+    "rope_theta_1e6": (LlamaConfig, dict(rope_theta=1e6)),
+    "rope_llama3": (LlamaConfig, dict(rope_theta=500000.0, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                                             high_freq_factor=4.0, original_max_position_embeddings=16))),
+    "rope_linear": (LlamaConfig, dict(rope_scaling=dict(rope_type="linear", factor=2.0))),
+    "rope_dynamic": (LlamaConfig, dict(rope_scaling=dict(rope_type="dynamic", factor=2.0))),
+    "head_dim": (LlamaConfig, dict(head_dim=32)),
+    "attention_bias": (LlamaConfig, dict(attention_bias=True)),
+    "mlp_bias": (LlamaConfig, dict(mlp_bias=True)),
+    "tied": (LlamaConfig, dict(tie_word_embeddings=True)),
+    "mistral_window": (MistralConfig, dict(sliding_window=16)),  # rows are 64 tokens: the window bites
+    "mistral_window_out_of_reach": (MistralConfig, dict(sliding_window=4096)),
+    "qwen2_tied": (Qwen2Config, dict(tie_word_embeddings=True)),
+    "qwen2_sliding": (Qwen2Config, dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)),
 }
+ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+STEPS, ROWS = 3, 4
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 failures = []
 
@@ -48,26 +75,155 @@ def transformers_loss(model_dir):
     return check_hf_export.transformers_loss(model_dir, DATA)[0]
 
 
-for name, extra in VARIANTS.items():
+def small_token_file(path):
+    """The first ROWS rows of DATA, with its attributes: a global batch of ROWS is the whole file."""
+    with h5py.File(DATA, "r") as src, h5py.File(path, "w") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+        for name in ("tokens", "loss_mask"):
+            dst.create_dataset(name, data=src[name][:ROWS])
+        return torch.from_numpy(src["tokens"][:ROWS].astype(np.int64)), torch.from_numpy(src["loss_mask"][:ROWS].astype(bool))
+
+
+def transformers_steps(model_dir, tokens, mask):
+    """STEPS of torch.optim.AdamW on the whole batch, grouped as Hugging Face's Trainer groups
+    weight decay (not on norms or biases), with the gradient clipped at 1: losses and parameters."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
+    labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
+    named = list(model.named_parameters())  # a tied matrix once, as it trains once
+    decay = [p for n, p in named if "norm" not in n and not n.endswith(".bias")]
+    no_decay = [p for n, p in named if "norm" in n or n.endswith(".bias")]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": no_decay, "weight_decay": 0.0}], foreach=False, **ADAMW)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = model(input_ids=tokens, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    return losses, {n: p.detach() for n, p in named}
+
+
+def lora_check(name, base):
+    """LoRA over a tied base: world sizes agree, and PEFT reads the adapter as shardtrain applies it."""
+    losses = {}
+    for np_ in (1, 2):
+        out = os.path.join(WORK, f"{name}-lora{np_}")
+        metrics = out + ".jsonl"
+        p = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_), BIN, "train", "--weights", base,
+                            "--data", small, "--steps", str(STEPS), "--batch-size", str(ROWS), "--threads", "1", "--lr", "1e-2",
+                            "--lr-schedule", "constant", "--warmup-steps", "0", "--lora-rank", "4", "--lora-dropout", "0",
+                            "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                            "--metrics-file", metrics, "--save-model", out], capture_output=True, text=True, env=ENV)
+        check(p.returncode == 0, f"{name}: LoRA at {np_} rank(s)" + ("" if p.returncode == 0 else "\n" + p.stderr[-800:]))
+        if p.returncode != 0:
+            return
+        losses[np_] = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line][:STEPS]
+    worst = max(abs(a - b) for a, b in zip(losses[1], losses[2]))
+    check(worst <= 1e-5 and losses[2][-1] < losses[2][0], f"{name}: LoRA losses at 2 ranks {losses[2]} equal 1 rank's (max diff {worst:.1e})")
+    adapter = os.path.join(WORK, f"{name}-lora2")
+    out = subprocess.run([BIN, "eval", "--model", base, "--weights", base, "--lora", adapter, "--data", DATA, "--batch-size", "8",
+                          "--max-batches", "2", "--threads", "1"], check=True, capture_output=True, text=True).stdout
+    ours = json.loads(next(line for line in out.splitlines() if line.startswith("{")))["loss"]
+    from peft import PeftModel
+    with h5py.File(DATA, "r") as f:
+        rows = torch.from_numpy(f["tokens"][:16].astype(np.int64))
+        rows_mask = torch.from_numpy(f["loss_mask"][:16].astype(bool))
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="eager"),
+                                      adapter)
+    with torch.no_grad():
+        theirs = model(input_ids=rows, labels=torch.where(rows_mask, rows, torch.full_like(rows, -100))).loss.item()
+    rel = abs(ours - theirs) / theirs
+    check(rel <= 2e-5, f"{name}: PEFT applies the LoRA export with loss {theirs:.7f}, eval --lora {ours:.7f} (rel {rel:.1e})")
+
+
+def resume_check(name, base, straight_losses, straight_export):
+    """2 steps at 2 ranks with a checkpoint, then step 3 resumed at 1 rank, equal the straight run."""
+    ckpt = os.path.join(WORK, name + "-ckpt")
+    common = ["--weights", base, "--data", small, "--batch-size", str(ROWS), "--threads", "1", "--lr", "1e-3",
+              "--lr-schedule", "constant", "--warmup-steps", "0", "--weight-decay", "0.1", "--grad-clip", "1",
+              "--checkpoint-dir", ckpt]
+    shutil.rmtree(ckpt, ignore_errors=True)
+    first = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", BIN, "train", "--steps", "2"] + common,
+                           capture_output=True, text=True, env=ENV)
+    metrics = os.path.join(WORK, name + "-resumed.jsonl")
+    export = os.path.join(WORK, name + "-resumed")
+    second = subprocess.run([BIN, "train", "--steps", str(STEPS), "--resume", "auto", "--metrics-file", metrics, "--save-model", export]
+                            + common, capture_output=True, text=True, env=ENV)
+    ok = first.returncode == 0 and second.returncode == 0
+    check(ok, f"{name}: 2 steps at 2 ranks, then resumed at 1 rank" + ("" if ok else "\n" + first.stderr[-600:] + second.stderr[-600:]))
+    if not ok:
+        return
+    resumed = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line]
+    a, b = saved_weights(export), saved_weights(straight_export)
+    worst = max((a[n] - b[n]).abs().max().item() for n in b)
+    check(len(resumed) == 1 and abs(resumed[0] - straight_losses[-1]) <= 1e-6 and worst <= 1e-6 and set(a) == set(b),
+          f"{name}: the resumed step 3 has loss {resumed} (straight {straight_losses[-1]:.7f}), weights within {worst:.1e}")
+
+
+def saved_weights(export):
+    out = {}
+    for f in sorted(os.listdir(export)):
+        if f.endswith(".safetensors"):
+            out.update(load_file(os.path.join(export, f)))
+    return out
+
+
+hf_logging.disable_progress_bar()
+small = os.path.join(WORK, "rows4.h5")
+tokens, mask = small_token_file(small)
+for name, (config_class, extra) in VARIANTS.items():
     torch.manual_seed(0)
     d = os.path.join(WORK, name)
-    LlamaForCausalLM(LlamaConfig(**TINY, **extra, attn_implementation="eager")).float().save_pretrained(d)
+    model = AutoModelForCausalLM.from_config(config_class(**{**TINY, **extra}), attn_implementation="eager").float()
+    with torch.no_grad():  # transformers initializes biases to zero: draw them, or a bias would test nothing
+        for n, p in model.named_parameters():
+            if n.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+    model.save_pretrained(d)
     ours, theirs = shardtrain_eval(d), transformers_loss(d)
     rel = abs(ours - theirs) / abs(theirs)
     check(rel <= 2e-5, f"{name}: eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")
+
     export = os.path.join(WORK, name + "-export")
+    metrics = os.path.join(WORK, name + "-metrics.jsonl")
     p = subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", BIN, "train", "--weights", d,
-                        "--data", DATA, "--steps", "2", "--batch-size", "4", "--threads", "1", "--lr", "1e-3",
-                        "--save-model", export], capture_output=True, text=True, env=ENV)
-    check(p.returncode == 0, f"{name}: 2 steps at 2 ranks with --save-model" + ("" if p.returncode == 0 else "\n" + p.stdout[-800:] + p.stderr[-800:]))
-    if p.returncode == 0:
-        saved = json.load(open(os.path.join(export, "config.json")))
-        reread = LlamaConfig.from_pretrained(export).rope_parameters
-        check(all(k == "rope_scaling" or saved.get(k) == v for k, v in extra.items()) and
-              all(reread.get(k) == v for k, v in extra.get("rope_scaling", {}).items()),
-              f"{name}: the export's config.json keeps {extra}")
-        ours, theirs = shardtrain_eval(export), transformers_loss(export)
-        rel = abs(ours - theirs) / abs(theirs)
-        check(rel <= 2e-5, f"{name}: export's eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")
+                        "--data", small, "--steps", str(STEPS), "--batch-size", str(ROWS), "--threads", "1",
+                        "--sharding", "full_shard", "--lr", "1e-3", "--lr-schedule", "constant", "--warmup-steps", "0",
+                        "--weight-decay", "0.1", "--beta1", "0.9", "--beta2", "0.95", "--grad-clip", "1",
+                        "--metrics-file", metrics, "--save-model", export], capture_output=True, text=True, env=ENV)
+    check(p.returncode == 0, f"{name}: {STEPS} steps at 2 ranks with --save-model" + ("" if p.returncode == 0 else "\n" + p.stdout[-800:] + p.stderr[-800:]))
+    if p.returncode != 0:
+        continue
+    ref_losses, ref_params = transformers_steps(d, tokens, mask)
+    steps = [json.loads(line) for line in open(metrics) if '"step"' in line]
+    got = [s["loss"] for s in steps if "loss" in s][:STEPS]
+    worst = max(abs(a - b) for a, b in zip(got, ref_losses)) if len(got) == STEPS else float("inf")
+    check(worst <= 1e-5, f"{name}: AdamW losses {['%.6f' % x for x in got]} vs transformers {['%.6f' % x for x in ref_losses]} (max diff {worst:.1e})")
+    saved, initial = saved_weights(export), saved_weights(d)
+    check(set(saved) == set(ref_params), f"{name}: the export holds transformers' tensors" +
+          ("" if set(saved) == set(ref_params) else f": extra {sorted(set(saved) - set(ref_params))}, missing {sorted(set(ref_params) - set(saved))}"))
+    names = [n for n in ref_params if n in saved]
+    ours_change = torch.cat([(saved[n].float() - initial[n].float()).flatten() for n in names])
+    their_change = torch.cat([(ref_params[n] - initial[n].float()).flatten() for n in names])
+    rel = ((ours_change - their_change).norm() / their_change.norm()).item()
+    worst = (ours_change - their_change).abs().max().item()
+    check(rel <= 1e-2 and worst <= 2e-4, f"{name}: weights after {STEPS} steps: change {rel:.1e} (L2, relative) from transformers', "
+          f"at most {worst:.1e} per weight")
+
+    config = json.load(open(os.path.join(export, "config.json")))
+    reread = AutoConfig.from_pretrained(export)
+    kept = all(k == "rope_scaling" or config.get(k) == v for k, v in extra.items()) and \
+        all(reread.rope_parameters.get(k) == v for k, v in extra.get("rope_scaling", {}).items()) and \
+        config["model_type"] == model.config.model_type
+    check(kept, f"{name}: the export's config.json keeps model_type {model.config.model_type} and {extra}")
+    ours, theirs = shardtrain_eval(export), transformers_loss(export)
+    rel = abs(ours - theirs) / abs(theirs)
+    check(rel <= 2e-5, f"{name}: export's eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")
+    if model.config.tie_word_embeddings:
+        lora_check(name, d)
+    if name == "qwen2_tied":
+        resume_check(name, d, got, export)
 
 sys.exit(1 if failures else 0)

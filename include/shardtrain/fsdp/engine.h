@@ -115,6 +115,10 @@ class FsdpEngine {
   at::Tensor forward(Pass& p, const at::Tensor& tokens, bool build_graph);
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
   at::Tensor run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train);
+  // tie_word_embeddings: the head multiplies by the embedding unit's matrix, gathered for it.
+  bool reads_embedding(int64_t u) const;
+  void gather_tied_embedding();
+  at::Tensor lm_head_view() const;  // lm_head.weight's view, or the tied embedding's; gathered
   // What each unit has, decided once at construction: its base, its adapters (LoRA's decoder
   // layers), which of them trains, and whether its backward runs at all.
   struct UnitParts {

@@ -15,7 +15,7 @@ struct FlatEntry {
   std::string name;
   std::vector<int64_t> shape;
   int64_t offset = 0, numel = 0;  // in the flat buffer
-  bool is_norm = false;
+  bool decay = true;  // ParamSpec::decays()
 };
 
 struct FlatLayout {

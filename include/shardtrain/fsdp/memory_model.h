@@ -40,6 +40,7 @@ struct StepShape {
   int64_t micro_batch_rows = 1, seq_len = 1, grad_accum = 1;
   int param_elt = 4, reduce_elt = 4;
   int shard_size = 1;  // the ranks a unit is sharded over
+  bool tied_embedding = false;  // the head multiplies by the embedding: gathered for it, its gradient kept until the embedding's backward
 };
 struct StepPeak {
   int64_t engine_bytes = 0;  // the engine's own accounting (held_bytes): no activations

@@ -1,4 +1,5 @@
-// Llama-2 architecture hyper-parameters: named presets, Hugging Face config.json, validation.
+// The architecture's hyper-parameters (Llama, Mistral and Qwen2: one decoder with switches):
+// named presets, Hugging Face config.json, validation.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -10,8 +11,12 @@
 
 namespace shardtrain::model {
 
+// The architectures transformers builds from config.json's model_type; all are this decoder.
+const std::vector<std::string>& model_types();
+
 struct ModelConfig {
   std::string name = "custom";
+  std::string model_type = "llama";  // one of model_types(): llama, mistral or qwen2
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -24,16 +29,33 @@ struct ModelConfig {
   RopeScaling rope_scaling;  // config.json's rope_scaling (or rope_parameters' rope_type and its keys)
   std::string hidden_act = "silu";  // the MLP's activation: one of hidden_acts()
   double initializer_range = 0.02;  // the std of the seeded init (transformers' _init_weights)
+  int64_t explicit_head_dim = 0;    // config.json's head_dim; 0: hidden_size / num_heads
+  bool attention_bias = false;      // llama: q, k, v and o have biases (qwen2: q, k, v always; has_bias())
+  bool mlp_bias = false;            // llama: gate, up and down have biases
+  bool tie_word_embeddings = false;  // lm_head is the embedding matrix: one parameter
+  // Attention reaches back sliding_window positions (the query's own included) in the layers
+  // that slide; 0: every layer attends to the whole prefix. Mistral: every layer; Qwen2 (with
+  // use_sliding_window): the layers layer_types marks "sliding_attention".
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;  // qwen2: [num_layers]; empty: all layers slide when sliding_window > 0
+  int64_t max_window_layers = 0;     // qwen2's config field, kept for exports
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; "" when not given.
   std::string torch_dtype;
+  // config.json's bos/eos/pad_token_id as given, a JSON object kept for exports ("": Llama-2's 1 and 2).
+  std::string special_token_ids;
   // config.json fields shardtrain does not know: ignored, and named in a warning (config_fields.h).
   std::vector<std::string> unknown_fields;
 
-  int64_t head_dim() const { return hidden_size / num_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads; }
+  // How far back layer `layer` attends (0: the whole prefix).
+  int64_t attention_window(int64_t layer) const;
   // Throws UsageError naming the option (and config.json key) to change.
   void validate() const;
-  int64_t num_params() const;
+  int64_t num_params() const;  // every parameter once: a tied lm_head is the embedding
   int64_t num_embedding_params() const { return vocab_size * hidden_size; }
+  // The parameters that take part in matmuls (every one but the embedding lookup; a tied
+  // lm_head counts, since the head multiplies by it): the N of 6 N flops per token.
+  int64_t num_matmul_params() const;
 };
 
 // config.json's hidden_act values shardtrain implements, as transformers' ACT2FN computes them.

@@ -32,6 +32,7 @@ struct LoraRun {
 // parts it has is decided once, when a layer's weights are bound; the forward only calls it.
 struct Projection {
   at::Tensor weight;                   // [out, in]
+  at::Tensor bias;                     // [out]; undefined where the model has none (has_bias)
   std::optional<LoraAdapter> adapter;  // LoRA: the targeted projections only
   at::Tensor operator()(const at::Tensor& x) const;  // x [.., in] -> [.., out]
 };
@@ -39,9 +40,10 @@ struct Projection {
 struct LayerWeights {
   std::array<Projection, kNumProjections> proj;  // by Proj: [H, H], [KV, H], [KV, H], [H, H], [F, H], [F, H], [H, F]
   at::Tensor input_norm, post_norm;              // [H]
+  int64_t window = 0;                            // attention reaches this far back (0: the whole prefix)
   const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }
   // By Hugging Face name; lora (nullptr: none) gives each projection it targets its adapter.
-  static LayerWeights bind(const WeightLookup& w, int64_t layer, const LoraRun* lora = nullptr);
+  static LayerWeights bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora = nullptr);
 };
 
 // cos/sin tables in Hugging Face's rotate-half layout, computed in fp32.
@@ -59,7 +61,9 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // Causal SDPA. q: [B, nh, T, D]; k, v: [B, nkv, T, D] with nkv dividing nh (grouped-query
 // attention). native_gqa: SDPA's enable_gqa where the fused kernel SDPA would pick handles it
 // (no [B, nh, T, D] copies of K and V); otherwise, and when false, K and V are repeated.
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true);
+// window > 0 and < T: query i sees keys i - window + 1 .. i (transformers' sliding window).
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true,
+                            int64_t window = 0);
 // x: [B, T, H] -> [B, T, H]
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const at::Tensor& cos,
                          const at::Tensor& sin);

@@ -51,10 +51,11 @@ struct LoraAdapter {
   double dropout = 0;       // 0 outside training
   uint64_t dropout_seed = 0;  // one mask per module and pass, as PEFT draws one per module
 };
-// x W^T + (xd A^T) B^T * scale, where xd is x after dropout (PEFT's lora.Linear.forward).
+// x W^T + bias + (xd A^T) B^T * scale, where xd is x after dropout (PEFT's lora.Linear.forward:
+// the base layer, bias included, then the adapter). bias: [out], or undefined for none.
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
-                       double scale, const at::Tensor& xd);
-at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter);
+                       double scale, const at::Tensor& xd, const at::Tensor& bias = {});
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter, const at::Tensor& bias = {});
 // W + scale * B A: the merged weight (PEFT's merge_and_unload), in W's dtype.
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale);
 

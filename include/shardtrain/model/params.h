@@ -31,6 +31,8 @@ inline constexpr const char* kLmHead = "lm_head.weight";
 inline constexpr const char* kInputNorm = "input_layernorm.weight";
 inline constexpr const char* kPostNorm = "post_attention_layernorm.weight";
 std::string layer(int64_t i, const char* local);  // "model.layers.<i>.<local>"
+// The head's matrix: lm_head.weight, or with tie_word_embeddings the embedding's.
+const char* lm_head(const ModelConfig& cfg);
 }  // namespace names
 
 struct ParamSpec {
@@ -38,10 +40,14 @@ struct ParamSpec {
   std::vector<int64_t> shape;  // logical shape, as in Hugging Face
   bool is_norm = false;        // RMSNorm weights: initialized to 1, no weight decay
   int64_t unit = 0;            // index into model_units(): 0 embedding, 1..L layers, L+1 head
+  bool is_bias = false;        // a projection's bias: initialized to 0, no weight decay
   int64_t numel() const;
+  // Weight decay applies, as Hugging Face's Trainer groups it: not to norms, not to biases.
+  bool decays() const { return !is_norm && !is_bias; }
 };
 
-// Hugging Face order: embeddings, each layer (q k v o gate up down, two norms), norm, lm_head.
+// Hugging Face order: embeddings, each layer (q k v o gate up down, each weight followed by its
+// bias if it has one; two norms), norm, lm_head (absent when tied: the embedding serves).
 std::vector<ParamSpec> llama_param_specs(const ModelConfig& cfg);
 
 // Deterministic per-parameter init: the same tensor whatever world size or strategy asks for it,

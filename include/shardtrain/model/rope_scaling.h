@@ -1,7 +1,8 @@
 // RoPE scaling as config.json gives it (transformers 4's "rope_scaling" or transformers 5's
 // "rope_parameters"), and the inverse frequencies it yields, as transformers' ROPE_INIT_FUNCTIONS
-// compute them: "default", "linear" (positions interpolated by factor) and "llama3" (Llama-3.1's
-// wavelength-dependent interpolation). Other kinds (dynamic, yarn, longrope) are refused.
+// compute them: "default", "linear" (positions interpolated by factor), "dynamic" (NTK-aware: the
+// base grows once a sequence outgrows max_position_embeddings) and "llama3" (Llama-3.1's
+// wavelength-dependent interpolation). Other kinds (yarn, longrope) are refused.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -12,8 +13,8 @@
 namespace shardtrain::model {
 
 struct RopeScaling {
-  std::string type = "default";  // default, linear or llama3
-  double factor = 1.0;           // linear and llama3
+  std::string type = "default";  // default, linear, dynamic or llama3
+  double factor = 1.0;           // linear, dynamic and llama3
   double low_freq_factor = 1.0;  // llama3
   double high_freq_factor = 4.0;  // llama3
   int64_t original_max_position_embeddings = 0;  // llama3: the pre-training context
@@ -26,7 +27,9 @@ RopeScaling parse_rope_scaling(const nlohmann::json& block, const std::string& k
                                double* theta);
 // transformers 4's "rope_scaling" block for exports; null for default.
 nlohmann::json rope_scaling_json(const RopeScaling& r);
-// inv_freq [head_dim / 2] in fp32 for base theta.
-at::Tensor rope_inv_freq(const RopeScaling& r, double theta, int64_t head_dim);
+// inv_freq [head_dim / 2] in fp32 for base theta, for a forward over seq_len positions (only
+// dynamic depends on it, and only past max_position_embeddings, which runs never reach).
+at::Tensor rope_inv_freq(const RopeScaling& r, double theta, int64_t head_dim, int64_t max_position_embeddings,
+                         int64_t seq_len);
 
 }  // namespace shardtrain::model

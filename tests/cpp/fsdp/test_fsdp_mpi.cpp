@@ -61,13 +61,33 @@ struct Case {
   int64_t accum = 1;
   at::ScalarType dtype = at::kFloat;
   bool sync = true;
+  model::ModelConfig model = tiny();
 };
+
+// Qwen2's shape in small: q/k/v biases, the head tied to the embedding, the second layer sliding.
+model::ModelConfig tiny_qwen2() {
+  model::ModelConfig m = tiny();
+  m.model_type = "qwen2";
+  m.tie_word_embeddings = true;
+  m.sliding_window = 8;
+  m.sliding_layers = {false, true};
+  return m;
+}
+
+// Llama with every bias and a tied head.
+model::ModelConfig tiny_biased_tied() {
+  model::ModelConfig m = tiny();
+  m.attention_bias = m.mlp_bias = true;
+  m.tie_word_embeddings = true;
+  return m;
+}
 
 std::string describe(const Case& c) {
   return std::string(fsdp::sharding_name(c.sharding)) + " sgs=" + std::to_string(c.shard_group_size) +
          " ac=" + std::to_string(c.ac) + " accum=" + std::to_string(c.accum) +
          " dtype=" + c10::toString(c.dtype) + " sync=" + std::to_string(c.sync) +
-         " world=" + std::to_string(g_env->size());
+         " world=" + std::to_string(g_env->size()) + (c.model.model_type == "llama" ? "" : " " + c.model.model_type) +
+         (c.model.tie_word_embeddings ? " tied" : "");
 }
 
 fsdp::FsdpConfig fsdp_config(const Case& c) {
@@ -109,15 +129,37 @@ struct Gaps {
   double param_rel = 0;  // worst ||difference|| / ||parameter|| over the tensors
 };
 
+// The seeded init with non-zero biases (theirs is zero, which would test little), written by
+// rank 0 to a file that the engine reads shard by shard and the single-rank trainer whole.
+std::string start_weights(const model::ModelConfig& m) {
+  const std::string path = std::string(SHARDTRAIN_TEST_TMP) + "/fsdp_start_" + m.model_type + (m.attention_bias ? "_bias" : "") +
+                           (m.tie_word_embeddings ? "_tied" : "") + "_w" + std::to_string(g_env->size()) + ".safetensors";
+  if (g_env->rank() == 0) {
+    model::ParamStore init = model::ParamStore::initialize(m, kSeed);
+    for (size_t i = 0; i < init.specs().size(); ++i) {
+      if (!init.specs()[i].is_bias) continue;
+      model::ParamSpec drawn = init.specs()[i];
+      drawn.is_bias = false;
+      init.tensors()[i].detach().copy_(model::init_param(drawn, kSeed, 0.5));
+    }
+    std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
+    io::write_safetensors(path, init.named());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
 // Runs the case against the single-rank Trainer.
 Gaps compare(const Case& c) {
   auto groups = fsdp::make_mpi_groups(c.sharding, g_env->topology(), c.shard_group_size);
-  fsdp::FsdpEngine eng(tiny(), fsdp_config(c), groups, kSeed);
+  const std::string start = start_weights(c.model);
+  io::SafetensorsModel weights(start);
+  fsdp::FsdpEngine eng(c.model, fsdp_config(c), groups, kSeed, &weights);
   Stepper run(eng);
   oracle::TrainConfig tc;
   tc.param_dtype = c.dtype;
   tc.adamw = optim_config().adamw;
-  oracle::Trainer ref(tiny(), tc, model::ParamStore::initialize(tiny(), kSeed));
+  oracle::Trainer ref(c.model, tc, model::ParamStore::load(c.model, weights));
   const int rank = g_env->rank(), world = g_env->size();
   double worst_loss = 0;
   for (int64_t s = 0; s < kSteps; ++s) {
@@ -158,6 +200,21 @@ TEST(FsdpMpi, EveryStrategyEqualsSingleRankTraining) {
     expect_equivalent({s, 0, /*ac=*/false, /*accum=*/1});
     expect_equivalent({s, 0, /*ac=*/true, /*accum=*/4});
   }
+}
+
+// One tied matrix (the embedding's and the head's gradients summed into one shard) and biases
+// (sharded, reduced, stepped like weights) give single-rank training under every strategy.
+TEST(FsdpMpi, TiedEmbeddingsAndBiasesUnderEveryStrategy) {
+  for (const model::ModelConfig& m : {tiny_qwen2(), tiny_biased_tied()})
+    for (Sharding s : strategies()) {
+      Case c{s, 0, /*ac=*/false, /*accum=*/1};
+      c.model = m;
+      expect_equivalent(c);
+      c.ac = true;
+      c.accum = 4;
+      c.sync = s == Sharding::kShardGradOp;  // and no_sync accumulation once
+      expect_equivalent(c);
+    }
 }
 
 TEST(FsdpMpi, CheckpointingAndAccumulationModes) {

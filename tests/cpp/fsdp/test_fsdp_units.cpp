@@ -214,7 +214,7 @@ TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
   at::manual_seed(0);
   const model::ParamStore params = model::ParamStore::initialize(m, 1);
   const model::WeightLookup lookup = [&params](const std::string& name) { return params.get(name); };
-  const model::LayerWeights w = model::LayerWeights::bind(lookup, 0);
+  const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
   model::Rotary rope(m, T);
   const at::Tensor x = at::randn({1, T, m.hidden_size}).set_requires_grad(true);
   // The layer's input x is made before the count starts; its output, which the next layer

@@ -24,6 +24,45 @@ TEST(Config, PublishedLlama2ParameterCounts) {
   EXPECT_EQ(model::model_preset("llama2-70b").num_kv_heads, 8);
 }
 
+TEST(Config, PublishedParameterCountsOfLlama3MistralQwen2) {
+  // Counts of meta-llama/Llama-3.1-{8B,70B,405B}, Llama-3.2-{1B,3B} (tied), mistralai/Mistral-7B-v0.3
+  // and Qwen/Qwen2.5-7B (q/k/v biases), as their model cards give them.
+  EXPECT_EQ(model::model_preset("llama3.1-8b").num_params(), 8030261248);
+  EXPECT_EQ(model::model_preset("llama3.1-70b").num_params(), 70553706496);
+  EXPECT_EQ(model::model_preset("llama3.1-405b").num_params(), 405853388800);
+  EXPECT_EQ(model::model_preset("llama3.2-1b").num_params(), 1235814400);
+  EXPECT_EQ(model::model_preset("llama3.2-3b").num_params(), 3212749824);
+  EXPECT_EQ(model::model_preset("mistral-7b").num_params(), 7248023552);
+  EXPECT_EQ(model::model_preset("qwen2.5-7b").num_params(), 7615616512);
+  // A tied head still multiplies: its matrix counts in the flops (6 N per token).
+  const auto tied = model::model_preset("llama3.2-1b");
+  EXPECT_EQ(tied.num_matmul_params(), tied.num_params());
+}
+
+// Biases follow their weights, a tied lm_head is not a second parameter, and the specs sum to the count.
+TEST(Config, ParamSpecsOfBiasesAndTiedEmbeddings) {
+  for (const char* name : {"qwen2.5-7b", "llama3.2-1b"}) {
+    model::ModelConfig cfg = model::model_preset(name);
+    cfg.num_layers = 1;
+    cfg.attention_bias = cfg.mlp_bias = true;  // qwen2 ignores them, as transformers does
+    const auto specs = model::llama_param_specs(cfg);
+    int64_t n = 0;
+    int biases = 0;
+    for (const auto& s : specs) {
+      n += s.numel();
+      biases += s.is_bias;
+      EXPECT_EQ(s.decays(), !s.is_bias && !s.is_norm) << s.name;
+    }
+    EXPECT_EQ(n, cfg.num_params()) << name;
+    EXPECT_EQ(biases, cfg.model_type == "qwen2" ? 3 : 7) << name;
+    EXPECT_EQ(specs[2].name, "model.layers.0.self_attn.q_proj.bias");
+    EXPECT_EQ(specs[2].shape, (std::vector<int64_t>{cfg.num_heads * cfg.head_dim()}));
+    const bool has_head = specs.back().name == "lm_head.weight";
+    EXPECT_EQ(has_head, !cfg.tie_word_embeddings) << name;
+    EXPECT_STREQ(model::names::lm_head(cfg), cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  }
+}
+
 TEST(Config, ParamSpecsUseHuggingFaceNamesAndSumToCount) {
   auto cfg = model::model_preset("tiny");
   auto specs = model::llama_param_specs(cfg);
@@ -147,18 +186,15 @@ TEST(Config, FieldsShardtrainDoesNotImplementAreRefusedByNameAndValue) {
       model::model_from_hf_text(ok + ",\"" + field + "\":" + value + "}", "c.json").validate();
       ADD_FAILURE() << "accepted " << field << " = " << value;
     } catch (const runtime::UsageError& e) {
-      const std::string line = want.empty() ? "c.json: " + field + ".rope_type is dynamic" : "c.json: " + field + " is " + want;
+      const std::string line = want.empty() ? "c.json: " + field + ".rope_type is yarn" : "c.json: " + field + " is " + want;
       EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
     }
   };
-  refused("attention_bias", "true", "true");
-  refused("mlp_bias", "true", "true");
   refused("hidden_act", R"("gelu_new")", "gelu_new");
   refused("hidden_act", R"("tanh")", "tanh");
   refused("attention_dropout", "0.1", "0.1");
-  refused("tie_word_embeddings", "true", "true");
-  refused("rope_scaling", R"({"rope_type":"dynamic","factor":2.0})", "");  // ... rope_scaling.rope_type is dynamic
-  refused("model_type", R"("mistral")", "mistral");
+  refused("rope_scaling", R"({"rope_type":"yarn","factor":2.0})", "");  // ... rope_scaling.rope_type is yarn
+  refused("model_type", R"("gemma")", "gemma");
   try {
     model::model_from_hf_text(ok + R"(,"quantization_config":{"quant_method":"bitsandbytes"}})", "c.json");
     ADD_FAILURE() << "accepted a quantized model";

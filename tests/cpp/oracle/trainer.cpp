@@ -18,7 +18,7 @@ optim::OptimizerConfig optimizer_config(const TrainConfig& c) {
 Trainer::Trainer(model::ModelConfig model, TrainConfig cfg, model::ParamStore params)
     : model_(std::move(model)), cfg_(std::move(cfg)), params_(std::move(params)),
       rope_(model_, model_.max_position_embeddings), opt_(optimizer_config(cfg_)) {
-  for (size_t i = 0; i < params_.specs().size(); ++i) opt_.add(params_.tensors()[i], !params_.specs()[i].is_norm);
+  for (size_t i = 0; i < params_.specs().size(); ++i) opt_.add(params_.tensors()[i], params_.specs()[i].decays());
 }
 
 at::Tensor Trainer::logits(const at::Tensor& tokens) {
