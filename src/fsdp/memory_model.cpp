@@ -43,7 +43,7 @@ struct Walk {
   int64_t persistent;
   std::vector<bool> gathered, grad;
   std::deque<int64_t> pending;  // units whose reduction is in flight, oldest first
-  int64_t tied_grad = 0;        // a tied embedding's leaf gradient, from the head's backward to its own
+  int64_t tied_grad = 0;        // a tied embedding's leaf gradient, from the head's backward to the embedding's
   StepPeak peak;
 
   const UnitSize& trainable(int64_t u) const { return adapters ? (*adapters)[u] : base[u]; }
@@ -65,7 +65,8 @@ struct Walk {
       if (grad[u]) gs += 4 * trainable(static_cast<int64_t>(u)).shard_numel;
     }
     for (const int64_t u : pending) r += send_bytes(u) + shard_bytes(u);
-    const int64_t engine = persistent + g + r + gs + tied_grad;
+    const int64_t engine = persistent + g + r + gs;
+    activations += tied_grad;  // autograd's, like the activations: not in the engine's own count
     peak.engine_bytes = std::max(peak.engine_bytes, engine);
     peak.gathered_units = std::max(peak.gathered_units, n);
     if (engine + activations > peak.total_bytes) {

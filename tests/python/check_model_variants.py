@@ -1,6 +1,7 @@
 """Every model family and config.json variant shardtrain implements loads, evaluates, trains and
 exports exactly as transformers does. For each variant (Llama's activations, RoPE theta and scaling
-kinds, explicit head_dim, attention and MLP biases, tied embeddings; Mistral with and without its
+kinds, explicit head_dim, attention and MLP biases, tied embeddings, weights in float16 as the Hub's
+Llama-2 and in bfloat16 shards with an index; Mistral with and without its
 sliding window in reach; Qwen2 with its q/k/v biases, tied embeddings and sliding layers), a tiny
 random model written by transformers' save_pretrained (biases drawn non-zero, so that they count):
 - `shardtrain eval` on the first rows of a token file equals transformers' loss (2e-5 relative, fp32);
@@ -54,7 +55,10 @@ VARIANTS = {
     "mistral_window_out_of_reach": (MistralConfig, dict(sliding_window=4096)),
     "qwen2_tied": (Qwen2Config, dict(tie_word_embeddings=True)),
     "qwen2_sliding": (Qwen2Config, dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)),
+    "llama2_fp16": (LlamaConfig, dict()),  # stored as the Hub's Llama-2 is: float16
+    "llama2_bf16_sharded": (LlamaConfig, dict()),  # bfloat16 in several files with an index
 }
+SAVED_AS = {"llama2_fp16": dict(dtype=torch.float16), "llama2_bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 STEPS, ROWS = 3, 4
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -181,7 +185,10 @@ for name, (config_class, extra) in VARIANTS.items():
         for n, p in model.named_parameters():
             if n.endswith(".bias"):
                 p.normal_(0.0, 0.5)
-    model.save_pretrained(d)
+    save = SAVED_AS.get(name, {})
+    model.to(save.get("dtype", torch.float32)).save_pretrained(d, **({"max_shard_size": save["max_shard_size"]} if "max_shard_size" in save else {}))
+    if "max_shard_size" in save:
+        check(os.path.exists(os.path.join(d, "model.safetensors.index.json")), f"{name}: transformers wrote an index")
     ours, theirs = shardtrain_eval(d), transformers_loss(d)
     rel = abs(ours - theirs) / abs(theirs)
     check(rel <= 2e-5, f"{name}: eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")
