@@ -32,7 +32,7 @@ NLOHMANN_SHA256=ec57940def6b6186c30be0e0ee81d1e58f86d11a54a145b28686a1e3e4aae801
 BUILD_PACKAGES=(g++ make ninja-build pkg-config patchelf binutils file ca-certificates
   python3 python3-venv
   openmpi-bin libopenmpi-dev libhdf5-openmpi-dev zlib1g-dev libhwloc-plugins  # bundle.sh packs hwloc_pci.so
-  libboost-program-options-dev libfabric-dev libsentencepiece-dev)
+  libboost-program-options-dev libfabric-dev libsentencepiece-dev libpcre2-dev libutf8proc-dev)
 torch_site=${SHARDTRAIN_TORCH_SITE:-$(ls -d "$repo"/.venv/lib/python3*/site-packages 2> /dev/null | head -1)}
 cuda_home=${SHARDTRAIN_CUDA_HOME:-/usr/local/cuda}
 [ "$cuda_home" != none ] && [ -x "$cuda_home/bin/nvcc" ] && cuda_home=$(readlink -f "$cuda_home") || cuda_home=none

@@ -22,6 +22,7 @@ DEBIAN_PACKAGES=(
   libfabric-dev libfabric-bin
   nlohmann-json3-dev
   libsentencepiece-dev
+  libpcre2-dev libutf8proc-dev  # tokenizer.json: its regexes (PCRE2) and NFC (utf8proc)
   libgtest-dev
   patchelf  # scripts/bundle.sh sets the bundle's RUNPATHs
   curl procps  # test tools: the tests scrape /metrics with curl and find ranks with pgrep

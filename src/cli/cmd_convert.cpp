@@ -62,7 +62,7 @@ TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string&
   src.weights = !base.empty() ? base : converted ? run["converted_from"].get<std::string>() : recorded_option(args, "--weights");
   src.tokenizer = tokenizer;
   std::error_code ec;
-  if (src.tokenizer.empty() && fs::is_regular_file(recorded_option(args, "--tokenizer"), ec))
+  if (src.tokenizer.empty() && fs::exists(recorded_option(args, "--tokenizer"), ec))
     src.tokenizer = recorded_option(args, "--tokenizer");
   src.data = recorded_option(args, "--data");
   return src;

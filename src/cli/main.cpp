@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
     if (cmd == "plan") return cli::cmd_plan(args);  // arithmetic on one process: no MPI start-up
+    if (cmd == "tokenize") return cli::cmd_tokenize(args);  // a filter in a pipe: no MPI start-up either
     env = std::make_unique<runtime::MpiEnv>(&argc, &argv);
     args.assign(argv + std::min(argc, 2), argv + argc);
     if (cmd == "prepare") return cli::cmd_prepare(args, *env);

@@ -52,6 +52,10 @@ void check_lora(model::LoraConfig& l, const LoraArgs& raw);
 model::LoraConfig read_adapter_config(const std::string& dir);
 
 void require_file(const std::string& opt, const std::string& path);
+// --tokenizer: empty, or a path that names a tokenizer file (data::resolve_tokenizer_file's UsageError otherwise).
+void require_tokenizer(const std::string& path);
+// Every command's --tokenizer takes the same kinds of path (data::resolve_tokenizer_file).
+inline constexpr const char* kTokenizerHelp = "SentencePiece .model, Hugging Face tokenizer.json, or a model directory holding one";
 // A double option with its default shown in --help as one types it (1e-4, 0.95), not as Boost's
 // lexical_cast prints it (0.0001000000000000000048). Every double option with a default uses it.
 po::typed_value<double>* real(double* target, double default_value);

@@ -9,6 +9,7 @@
 
 #include "option_parts.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
+#include "shardtrain/data/tokenizer.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
@@ -113,6 +114,10 @@ void require_file(const std::string& opt, const std::string& path) {
   std::error_code ec;
   if (!path.empty() && !fs::exists(path, ec))
     throw runtime::UsageError(opt + ": " + path + (ec ? ": " + ec.message() : " does not exist"));
+}
+
+void require_tokenizer(const std::string& path) {
+  if (!path.empty()) data::resolve_tokenizer_file(path);
 }
 
 namespace {
@@ -263,7 +268,7 @@ void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
 po::options_description accuracy_desc(train::AccuracyConfig& a, AccuracyArgs& raw) {
   po::options_description d("Task accuracy (exact match by greedy generation)");
   d.add_options()("accuracy-file", po::value(&a.file), "JSONL with prompts and reference answers (alpaca or samsum)")(
-      "tokenizer", po::value(&a.tokenizer), "SentencePiece tokenizer.model (needed with --accuracy-file; train's --save-model export also carries it)")(
+      "tokenizer", po::value(&a.tokenizer), (std::string(kTokenizerHelp) + " (needed with --accuracy-file; train's --save-model export also carries it)").c_str())(
       "accuracy-format", po::value(&raw.format)->default_value("auto"), "alpaca, samsum or auto")(
       "accuracy-samples", po::value(&a.samples)->default_value(a.samples), "first N records of the file (0: all)")(
       "max-new-tokens", po::value(&a.max_new_tokens)->default_value(a.max_new_tokens), "generation limit per answer");
@@ -274,8 +279,8 @@ void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw) {
   a.format = data::parse_format(raw.format);
   if (a.format == data::DataFormat::kText) throw runtime::UsageError("--accuracy-format text has no answers to match; use alpaca or samsum");
   require_file("--accuracy-file", a.file);
-  require_file("--tokenizer", a.tokenizer);
-  if (!a.file.empty() && a.tokenizer.empty()) throw runtime::UsageError("--accuracy-file needs --tokenizer (the model's tokenizer.model)");
+  require_tokenizer(a.tokenizer);
+  if (!a.file.empty() && a.tokenizer.empty()) throw runtime::UsageError("--accuracy-file needs --tokenizer (the model's tokenizer.json or tokenizer.model, or its directory)");
   if (a.samples < 0) throw runtime::UsageError("--accuracy-samples must be >= 0");
   positive("--max-new-tokens", static_cast<double>(a.max_new_tokens), "use 1 or more");
 }
@@ -421,6 +426,7 @@ std::string top_level_help() {
          "Usage: shardtrain <command> [options]\n\n"
          "Commands:\n"
          "  prepare  tokenize JSONL (alpaca, samsum, text) into an HDF5 token file\n"
+         "  tokenize print the token ids of {\"text\": ...} JSONL lines, one JSON array per line\n"
          "  train    train or fine-tune a model\n"
          "  eval     loss/perplexity on a token file, exact-match accuracy on a JSONL file\n"
          "  generate greedy or top-p text generation from a model\n"

@@ -1,4 +1,4 @@
-// Options of the data-side commands: prepare and generate.
+// Options of the data-side commands: prepare, tokenize, generate, convert and inspect.
 #include <filesystem>
 
 #include "option_parts.h"
@@ -16,7 +16,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   auto& p = o.prepare;
   std::string format = "auto", mode = "packing";
   po::options_description d("Prepare");
-  d.add_options()("tokenizer", po::value(&p.tokenizer), "SentencePiece tokenizer.model (Llama-2 format)")(
+  d.add_options()("tokenizer", po::value(&p.tokenizer), kTokenizerHelp)(
       "input", po::value(&p.input), "JSONL input: one JSON object per line")(
       "format", po::value(&format)->default_value("auto"), "alpaca (instruction/input/output), samsum (dialogue/summary), text, or auto")(
       "output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
@@ -38,7 +38,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   }
   if (p.tokenizer.empty() || p.input.empty() || p.output.empty())
     throw runtime::UsageError("prepare needs --tokenizer, --input and --output");
-  require_file("--tokenizer", p.tokenizer);
+  require_tokenizer(p.tokenizer);
   require_file("--input", p.input);
   require_file("--val-input", p.val_input);
   p.format = data::parse_format(format);
@@ -57,7 +57,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   ModelArgs m;
   FsdpArgs fa;
   po::options_description d("Generation");
-  d.add_options()("tokenizer", po::value(&o.tokenizer), "SentencePiece tokenizer.model")(
+  d.add_options()("tokenizer", po::value(&o.tokenizer), kTokenizerHelp)(
       "prompt", po::value(&o.prompts)->composing(), "prompt text (repeatable)")(
       "template", po::value(&o.template_name)->default_value("none"), "none (raw prompt) or alpaca (prompt is the instruction)")(
       "input", po::value(&o.input), "alpaca input field, with --template alpaca")(
@@ -78,8 +78,8 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   require_weights("generate", m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
-  if (o.tokenizer.empty()) throw runtime::UsageError("generate needs --tokenizer (the model's tokenizer.model)");
-  require_file("--tokenizer", o.tokenizer);
+  if (o.tokenizer.empty()) throw runtime::UsageError("generate needs --tokenizer (the model's tokenizer.json or tokenizer.model, or its directory)");
+  require_tokenizer(o.tokenizer);
   if (o.prompts.empty()) throw runtime::UsageError("generate needs at least one --prompt");
   if (o.template_name != "none" && o.template_name != "alpaca")
     throw runtime::UsageError("--template must be none or alpaca, got '" + o.template_name + "'");
@@ -103,8 +103,8 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
       "weights", po::value(&o.weights), "a LoRA checkpoint's base (default: the path it records)")(
       "merge-lora", po::bool_switch(&o.merge_lora), "a LoRA checkpoint: write merged full weights, not the PEFT adapter")(
       "tokenizer", po::value(&o.tokenizer),
-      "SentencePiece tokenizer.model the export carries (default: the tokenizer files of the --weights directory the "
-      "checkpoint records, else the --tokenizer it records)");
+      "tokenizer the export carries: a SentencePiece .model, a tokenizer.json or a model directory (default: the tokenizer "
+      "files of the --weights directory the checkpoint records, else the --tokenizer it records)");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
@@ -117,7 +117,7 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   o.from_checkpoint = is_checkpoint_input(o.input);
   if (o.from_checkpoint) o.input = ckpt::resolve_checkpoint(o.input, "--input");
   require_file("--weights", o.weights);
-  require_file("--tokenizer", o.tokenizer);
+  require_tokenizer(o.tokenizer);
   o.dtype = parse_dtype(dtype, "--dtype");
   check_threads(o.common);
   return o;
@@ -131,6 +131,26 @@ bool is_checkpoint_input(const std::string& path) {
   if (ckpt::holds_checkpoints(path)) return true;
   throw runtime::UsageError("--input " + path + " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
                    "directory (no latest or step-*.h5); pass one of those or a step-N.h5 file");
+}
+
+TokenizeOptions parse_tokenize(const std::vector<std::string>& args, std::string* help_text) {
+  TokenizeOptions o;
+  po::options_description d("Tokenize");
+  d.add_options()("tokenizer", po::value(&o.tokenizer), kTokenizerHelp)(
+      "input", po::value(&o.input), "JSONL of {\"text\": ...} lines (default: stdin); blank lines are skipped")(
+      "add-special", po::bool_switch(&o.add_special),
+      "add the special tokens the tokenizer adds itself (BOS for Llama-2 and Llama-3), as transformers' add_special_tokens=True");
+  po::options_description all;
+  all.add(common_desc(o.common)).add(d);
+  parse_into(args, all);
+  if (o.common.wants_help()) {
+    if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain tokenize --tokenizer T [--input F.jsonl] [--add-special]", all);
+    return o;
+  }
+  if (o.tokenizer.empty()) throw runtime::UsageError("tokenize needs --tokenizer (a tokenizer.json, a SentencePiece .model, or a model directory)");
+  require_tokenizer(o.tokenizer);
+  require_file("--input", o.input);
+  return o;
 }
 
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text) {

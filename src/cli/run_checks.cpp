@@ -46,7 +46,7 @@ std::string local_token_check(const char* opt, const data::TokenFile& f, const m
   const int64_t tok_vocab = f.meta().tokenizer_vocab_size;
   if (tok_vocab > model.vocab_size)
     return name + " was tokenized with a " + std::to_string(tok_vocab) + "-piece tokenizer but the model's vocab_size is " +
-           std::to_string(model.vocab_size) + "; prepare the data with the model's own tokenizer.model";
+           std::to_string(model.vocab_size) + "; prepare the data with the model's own tokenizer";
   const auto [begin, end] = data::balanced_part(f.rows(), env.size(), env.rank());
   try {
     *bad_row = f.first_token_outside(model.vocab_size, begin, end).row;

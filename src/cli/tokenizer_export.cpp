@@ -1,5 +1,6 @@
 // The tokenizer files every export carries, so that AutoTokenizer.from_pretrained(export) and
 // pipeline("text-generation", model=export) work on what train and convert write.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -22,11 +23,18 @@ const char* const kTokenizerFiles[] = {"tokenizer.model",         "tokenizer.jso
                                        "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
                                        "chat_template.json"};
 
+// What a --tokenizer file brings along from its directory (the tokenizer file itself aside).
+const char* const kCompanionFiles[] = {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                                       "chat_template.jinja", "chat_template.json"};
+
 // The tokenizer an export carries, resolved once for the check and the writing.
 struct Resolved {
   fs::path copy_from;         // --weights' directory, whose tokenizer files are copied unchanged; empty: none
-  std::string spm;            // the SentencePiece tokenizer.model the export carries; "" when none (or none known)
-  bool write_config = false;  // spm comes without a tokenizer_config.json: Llama-2's is written for it
+  std::vector<std::string> weights_files;  // its tokenizer.model / tokenizer.json, whose sha256 the token file may record
+  std::string file;           // --tokenizer's tokenizer file (a .model or a tokenizer.json); "" when none (or none known)
+  bool json = false;          // file is a tokenizer.json
+  fs::path companions_from;   // file's directory, when it holds a tokenizer_config.json to copy along; empty: none
+  bool write_config = false;  // file is a SentencePiece model without a tokenizer_config.json: Llama-2's is written for it
   std::string named;          // how messages name it
 };
 
@@ -34,15 +42,22 @@ Resolved resolve(const TokenizerSource& src) {
   std::error_code ec;  // the non-throwing forms: a missing or odd path is no tokenizer source
   fs::path dir = src.weights;
   if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
-  const bool spm = !src.weights.empty() && fs::is_regular_file(dir / "tokenizer.model", ec);
-  const bool json = !src.weights.empty() && fs::is_regular_file(dir / "tokenizer.json", ec);
-  if (spm || json) {
-    Resolved r{dir, spm ? (dir / "tokenizer.model").string() : "", false, "--weights " + dir.string() + "'s tokenizer.model"};
-    r.write_config = spm && !fs::exists(dir / "tokenizer_config.json", ec);
+  Resolved r;
+  for (const char* name : {"tokenizer.model", "tokenizer.json"})
+    if (!src.weights.empty() && fs::is_regular_file(dir / name, ec)) r.weights_files.push_back((dir / name).string());
+  if (!r.weights_files.empty()) {
+    r.copy_from = dir;
+    r.named = "--weights " + dir.string() + "'s " + fs::path(r.weights_files.front()).filename().string();
     return r;
   }
-  if (!src.tokenizer.empty()) return {{}, src.tokenizer, true, "--tokenizer " + src.tokenizer};
-  return {};
+  if (src.tokenizer.empty()) return r;
+  r.file = data::resolve_tokenizer_file(src.tokenizer);
+  r.json = data::is_tokenizer_json(r.file);
+  const fs::path home = fs::path(r.file).parent_path();
+  r.write_config = !r.json && !fs::exists(home / "tokenizer_config.json", ec);
+  if (!r.write_config) r.companions_from = home.empty() ? fs::path(".") : home;
+  r.named = "--tokenizer " + src.tokenizer;
+  return r;
 }
 
 // The tokenizer_sha256 a token file records; "" when there is none to read (a damaged --data is
@@ -121,21 +136,19 @@ TokenizerSource train_tokenizer(const TrainOptions& o) {
 
 void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig& model) {
   const Resolved r = resolve(src);
-  if (r.spm.empty()) return;
-  std::string sha;
-  if (r.write_config) {  // described by us: a SentencePiece model whose pieces the embedding can look up
-    const data::Tokenizer tok(r.spm);
+  std::vector<std::string> shas;
+  if (!r.file.empty()) {  // a --tokenizer: one whose ids the embedding can look up
+    const data::Tokenizer tok(r.file);
     tok.require_fits(model.vocab_size);
-    sha = tok.sha256();
-  } else {
-    sha = runtime::sha256_file(r.spm);
+    shas.push_back(tok.sha256());
   }
+  for (const auto& f : r.weights_files) shas.push_back(runtime::sha256_file(f));
   const std::string want = recorded_tokenizer_sha256(src.data);
-  if (want.empty() || sha == want) return;
-  throw runtime::UsageError(r.named + " (sha256 " + sha + ") is not the tokenizer the token file " + src.data +
+  if (shas.empty() || want.empty() || std::find(shas.begin(), shas.end(), want) != shas.end()) return;
+  throw runtime::UsageError(r.named + " (sha256 " + shas.front() + ") is not the tokenizer the token file " + src.data +
                    " was prepared with (tokenizer_sha256 " + want + "); " +
-                   (r.copy_from.empty() ? "pass the tokenizer.model that prepare used"
-                                        : "prepare the data with the model's own tokenizer.model"));
+                   (r.copy_from.empty() ? "pass the tokenizer that prepare used"
+                                        : "prepare the data with the model's own tokenizer"));
 }
 
 void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const model::ModelConfig& model,
@@ -150,12 +163,18 @@ void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, c
     copy_unchanged(r.copy_from / name, out / name);
     written.insert(name);
   }
-  if (r.copy_from.empty() && !r.spm.empty()) {
-    copy_unchanged(r.spm, out / "tokenizer.model");
-    written.insert("tokenizer.model");
+  if (!r.file.empty()) {  // under the name AutoTokenizer looks for, whatever the file was called
+    const char* name = r.json ? "tokenizer.json" : "tokenizer.model";
+    copy_unchanged(r.file, out / name);
+    written.insert(name);
+  }
+  for (const char* name : kCompanionFiles) {
+    if (r.companions_from.empty() || !fs::is_regular_file(r.companions_from / name, ec)) continue;
+    copy_unchanged(r.companions_from / name, out / name);
+    written.insert(name);
   }
   if (r.write_config) {
-    write_llama_tokenizer_config(out, r.spm, model);
+    write_llama_tokenizer_config(out, r.file, model);
     written.insert({"tokenizer_config.json", "special_tokens_map.json"});
   }
   // An earlier export's files left in dir would be loaded with these (tokenizer.json before tokenizer.model).
@@ -163,7 +182,7 @@ void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, c
     if (!written.count(name)) fs::remove(out / name);
   if (written.empty())
     runtime::log::warn("the export in " + dir + " has no tokenizer files, so AutoTokenizer.from_pretrained cannot load it; "
-              "pass --tokenizer with the tokenizer.model the data was prepared with");
+              "pass --tokenizer with the tokenizer the data was prepared with");
   if (!full_model) return;
   // A --weights directory's generation defaults (a Hub model's sampling settings) stay with the model.
   if (!r.copy_from.empty() && fs::is_regular_file(r.copy_from / "generation_config.json", ec))

@@ -96,7 +96,7 @@ TokenFileMeta meta_for(const PrepareOptions& o, const Tokenizer& tok, const Read
   m.samples_skipped = r.stats.skipped;
   m.samples_truncated = r.stats.truncated;
   m.skip_reasons_json = nlohmann::json(r.stats.skipped_by_reason).dump();
-  m.pad_id = tok.eos_id();
+  m.pad_id = tok.pad_id();
   m.packing = o.packing ? "packing" : "padding";
   m.format = format_name(r.format);
   m.split = split;
@@ -149,8 +149,8 @@ PrepareReport run_prepare(const PrepareOptions& o) {
   }
   rep.train_samples = static_cast<int64_t>(train_samples.size());
   rep.val_samples = static_cast<int64_t>(val_samples.size());
-  rep.train = make_rows(train_samples, o.seq_len, o.packing, tok.eos_id());
-  if (want_val) rep.val = make_rows(val_samples, o.seq_len, o.packing, tok.eos_id());
+  rep.train = make_rows(train_samples, o.seq_len, o.packing, tok.pad_id());
+  if (want_val) rep.val = make_rows(val_samples, o.seq_len, o.packing, tok.pad_id());
   const auto& val_src = o.val_input.empty() ? train : val;
   make_parent("--output", o.output);
   if (want_val) make_parent("--val-output", rep.val_output);

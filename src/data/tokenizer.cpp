@@ -2,63 +2,150 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <fstream>
 
+#include "shardtrain/data/bpe_tokenizer.h"
+#include "shardtrain/data/tokenizer_config.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/sha256.h"
 
+namespace fs = std::filesystem;
+
 namespace shardtrain::data {
 
-Tokenizer::Tokenizer(const std::string& model_path)
-    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()), path_(model_path) {
-  if (!std::filesystem::is_regular_file(model_path))
-    throw runtime::UsageError("--tokenizer " + model_path + " is not a file; pass a SentencePiece tokenizer.model");
-  const auto st = sp_->Load(model_path);
-  if (!st.ok())
-    throw runtime::UsageError("--tokenizer " + model_path + " is not a SentencePiece model: " + st.ToString());
-  bos_ = sp_->bos_id();
-  eos_ = sp_->eos_id();
-  vocab_ = sp_->GetPieceSize();
-  if (bos_ < 0 || eos_ < 0)
-    throw runtime::UsageError("--tokenizer " + model_path + " defines no BOS/EOS ids; train it with bos_id=1 eos_id=2 as Llama-2's is");
-  sha256_ = runtime::sha256_file(model_path);
+namespace {
+const char* const kWhatToPass = "pass a SentencePiece .model, a tokenizer.json, or a model directory holding one";
+}  // namespace
+
+std::string resolve_tokenizer_file(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (fs::is_directory(p, ec)) {
+    for (const char* name : {"tokenizer.json", "tokenizer.model"})  // AutoTokenizer prefers the fast tokenizer.json
+      if (fs::is_regular_file(p / name, ec)) return (p / name).string();
+    throw runtime::UsageError("--tokenizer " + path + " is a directory with neither tokenizer.json nor tokenizer.model; " + kWhatToPass);
+  }
+  if (!fs::exists(p, ec)) throw runtime::UsageError("--tokenizer " + path + " does not exist; " + kWhatToPass);
+  if (!fs::is_regular_file(p, ec)) throw runtime::UsageError("--tokenizer " + path + " is not a file; " + kWhatToPass);
+  return path;
+}
+
+bool is_tokenizer_json(const std::string& file) {
+  if (fs::path(file).extension() == ".json") return true;
+  std::ifstream in(file, std::ios::binary);
+  char c = 0;
+  while (in.get(c) && std::isspace(static_cast<unsigned char>(c))) {
+  }
+  return in && c == '{';  // a renamed tokenizer.json; a SentencePiece model is a protobuf
+}
+
+Tokenizer::Tokenizer(const std::string& path) : path_(resolve_tokenizer_file(path)) {
+  const TokenizerConfig cfg = read_tokenizer_config(fs::path(path_).parent_path().string());
+  if (is_tokenizer_json(path_)) load_json(cfg);
+  else load_sentencepiece(cfg);
+  sha256_ = runtime::sha256_file(path_);
 }
 
 Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
+int32_t Tokenizer::special_id(const SpecialTokenName& name, const char* key, const TokenizerConfig& cfg) const {
+  int32_t id = -1;
+  if (bpe_) {
+    id = bpe_->token_to_id(name.content);
+  } else {
+    id = sp_->PieceToId(name.content);  // SentencePiece answers unk for an unknown piece: check
+    if (id < 0 || sp_->IdToPiece(id) != name.content) id = -1;
+    for (const auto& [added, content] : cfg.added_tokens)
+      if (id < 0 && content == name.content) id = added;
+  }
+  if (id < 0)
+    throw runtime::UsageError(name.file + ": " + key + " \"" + name.content + "\" is not a token of " + path_ +
+                              "; use the tokenizer files that belong together (the model directory's)");
+  return id;
+}
+
+void Tokenizer::load_sentencepiece(const TokenizerConfig& cfg) {
+  sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto st = sp_->Load(path_);
+  if (!st.ok()) throw runtime::UsageError("--tokenizer " + path_ + " is not a SentencePiece model: " + st.ToString() + "; " + kWhatToPass);
+  sp_pieces_ = sp_->GetPieceSize();
+  vocab_ = sp_pieces_;
+  for (const auto& [id, content] : cfg.added_tokens) vocab_ = std::max(vocab_, id + 1);
+  // Without config files: the model's own ids, as before tokenizer_config.json was read.
+  bos_ = cfg.bos.set() ? special_id(cfg.bos, "bos_token", cfg) : cfg.bos.state == SpecialTokenName::State::kNull ? -1 : sp_->bos_id();
+  eos_ = cfg.eos.set() ? special_id(cfg.eos, "eos_token", cfg) : cfg.eos.state == SpecialTokenName::State::kNull ? -1 : sp_->eos_id();
+  pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token", cfg) : -1;
+  add_bos_token_ = cfg.add_bos_token.value_or(true);  // LlamaTokenizer's defaults
+  add_eos_token_ = cfg.add_eos_token.value_or(false);
+  if ((cfg.bos.state == SpecialTokenName::State::kAbsent && bos_ < 0) || eos_ < 0)
+    throw runtime::UsageError("--tokenizer " + path_ + " defines no BOS/EOS ids; train it with bos_id=1 eos_id=2 as Llama-2's is");
+}
+
+void Tokenizer::load_json(const TokenizerConfig& cfg) {
+  bpe_ = std::make_unique<BpeTokenizer>(path_);
+  bpe_->set_split_special_tokens(cfg.split_special_tokens);
+  vocab_ = bpe_->vocab_size();
+  using State = SpecialTokenName::State;
+  bos_ = cfg.bos.set() ? special_id(cfg.bos, "bos_token", cfg) : cfg.bos.state == State::kAbsent ? cfg.generation_bos : -1;
+  eos_ = cfg.eos.set() ? special_id(cfg.eos, "eos_token", cfg) : cfg.eos.state == State::kAbsent ? cfg.generation_eos : -1;
+  pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token", cfg) : -1;
+  const std::string dir = fs::path(path_).parent_path().string();
+  if (eos_ < 0)
+    throw runtime::UsageError(path_ + ": no eos_token: put the model's tokenizer_config.json (or special_tokens_map.json, "
+                              "generation_config.json) beside it; training appends EOS to every sample");
+  if (bos_ >= vocab_ || eos_ >= vocab_)
+    throw runtime::UsageError((dir.empty() ? std::string(".") : dir) + "/generation_config.json: bos_token_id/eos_token_id " +
+                              std::to_string(std::max(bos_, eos_)) + " is outside " + path_ + "'s " + std::to_string(vocab_) + " ids");
+  const auto& suffix = bpe_->special_suffix();
+  suffix_has_eos_ = !suffix.empty() && suffix.back() == eos_;
+}
+
 std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_bos, bool add_eos) const {
+  if (bpe_) {
+    std::vector<int32_t> ids = bpe_->encode(text, add_bos);
+    if (add_eos && !(add_bos && suffix_has_eos_)) ids.push_back(eos_);
+    return ids;
+  }
   std::vector<int> ids;
   const auto st = sp_->Encode(text, &ids);
   if (!st.ok()) throw runtime::Error("sentencepiece could not encode text: " + st.ToString());
   std::vector<int32_t> out;
   out.reserve(ids.size() + 2);
-  if (add_bos) out.push_back(bos_);
+  if (add_bos && add_bos_token_ && bos_ >= 0) out.push_back(bos_);
   out.insert(out.end(), ids.begin(), ids.end());
-  if (add_eos) out.push_back(eos_);
+  if (add_eos || (add_bos && add_eos_token_)) out.push_back(eos_);
   return out;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  if (bpe_) return bpe_->decode(ids, /*skip_special=*/true);
   std::vector<int> keep;
   keep.reserve(ids.size());
   for (int32_t id : ids)
-    if (id != bos_ && id != eos_ && id >= 0 && id < vocab_) keep.push_back(id);
+    if (id != bos_ && id != eos_ && id != pad_ && id >= 0 && id < sp_pieces_) keep.push_back(id);
   std::string text;
   const auto st = sp_->Decode(keep, &text);
   if (!st.ok()) throw runtime::Error("sentencepiece could not decode ids: " + st.ToString());
   return text;
 }
 
-int32_t Tokenizer::unk_id() const { return sp_->unk_id(); }
+int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id() : sp_->unk_id(); }
 
-std::string Tokenizer::piece(int32_t id) const { return sp_->IdToPiece(id); }
+std::string Tokenizer::piece(int32_t id) const {
+  if (bpe_) return bpe_->id_to_token(id);
+  return id >= 0 && id < sp_pieces_ ? sp_->IdToPiece(id) : std::string();
+}
 
 void Tokenizer::require_fits(int64_t model_vocab_size) const {
   if (vocab_ > model_vocab_size)
     throw runtime::UsageError("--tokenizer " + path_ + " has " + std::to_string(vocab_) + " pieces but the model's vocab_size is " +
-                     std::to_string(model_vocab_size) + "; use the tokenizer.model that came with the model");
+                              std::to_string(model_vocab_size) + " (its ids, added tokens included, go up to " + std::to_string(vocab_ - 1) +
+                              "); use the tokenizer that came with the model");
 }
 
 }  // namespace shardtrain::data

@@ -24,12 +24,13 @@ int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env);
 int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env);
 int cmd_scaling(const std::vector<std::string>& args, runtime::MpiEnv& env);
 int cmd_plan(const std::vector<std::string>& args);  // runs without MPI
+int cmd_tokenize(const std::vector<std::string>& args);  // runs without MPI
 int cmd_report(const std::vector<std::string>& args, runtime::MpiEnv& env);
 
 int print_help(const std::string& text, const runtime::MpiEnv& env);
 // Where an export's tokenizer comes from: the --weights directory's own tokenizer files when it has
-// them, else a SentencePiece --tokenizer. data: the token file whose recorded tokenizer_sha256 the
-// exported tokenizer.model must match ("" or unreadable: not checked).
+// them, else --tokenizer (a .model, a tokenizer.json or a directory). data: the token file whose
+// recorded tokenizer_sha256 the exported tokenizer file must match ("" or unreadable: not checked).
 struct TokenizerSource {
   std::string weights, tokenizer, data;
 };
@@ -37,13 +38,14 @@ TokenizerSource train_tokenizer(const TrainOptions& o);  // --weights, --tokeniz
 // A checkpoint's: `tokenizer` and `base` when given, else what its run recorded (--weights, or for a
 // converted checkpoint the model directory it came from; an existing --tokenizer) and its --data.
 TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string& tokenizer, const std::string& base);
-// Throws UsageError when the tokenizer.model the export would carry is not the one the token file
-// was prepared with (naming both), or a --tokenizer is no SentencePiece model that fits the
-// vocabulary: train checks before its first step, convert before it loads.
+// Throws UsageError when the tokenizer the export would carry is not the one the token file was
+// prepared with (naming both), or a --tokenizer is no tokenizer that fits the vocabulary: train
+// checks before its first step, convert before it loads.
 void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig& model);
-// Rank 0, into an export directory: the tokenizer files (copied unchanged from --weights, or
-// tokenizer.model with the tokenizer_config.json and special_tokens_map.json of a Llama-2
-// LlamaTokenizer) and, for a full model, generation_config.json. With no source the export
+// Rank 0, into an export directory: the tokenizer files (copied unchanged from --weights; or
+// --tokenizer's tokenizer.json or tokenizer.model with the tokenizer_config.json,
+// special_tokens_map.json and chat template beside it, a bare tokenizer.model getting those of a
+// Llama-2 LlamaTokenizer) and, for a full model, generation_config.json. With no source the export
 // stands and one warning line says how to add one.
 void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const model::ModelConfig& model,
                            bool full_model);

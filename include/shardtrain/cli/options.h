@@ -86,7 +86,15 @@ struct ConvertOptions {
   at::ScalarType dtype = at::kFloat;  // of the exported safetensors
   std::string weights;      // a LoRA checkpoint's base; empty: the path the checkpoint records
   bool merge_lora = false;  // a LoRA checkpoint: merged full weights instead of the PEFT adapter
-  std::string tokenizer;    // the export's tokenizer.model when the checkpoint's --weights directory has none
+  std::string tokenizer;    // the export's tokenizer when the checkpoint's --weights directory has none
+};
+
+// `shardtrain tokenize`: {"text": ...} JSONL to one JSON array of ids per line.
+struct TokenizeOptions {
+  CommonOptions common;
+  std::string tokenizer;
+  std::string input;         // empty: stdin
+  bool add_special = false;  // the tokens the tokenizer adds itself (BOS for Llama-3), as add_special_tokens=True
 };
 
 struct InspectOptions {
@@ -143,6 +151,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
 GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text);
 ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* help_text);
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text);
+TokenizeOptions parse_tokenize(const std::vector<std::string>& args, std::string* help_text);
 PreflightOptions parse_preflight(const std::vector<std::string>& args, std::string* help_text);
 ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* help_text);
 PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_text);

@@ -1,0 +1,32 @@
+// The special tokens a model directory names, read as transformers reads them: tokenizer_config.json,
+// special_tokens_map.json (only when the config has no added_tokens_decoder, whose entries it
+// then overrides), and generation_config.json's ids for a BOS or EOS named nowhere else.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace shardtrain::data {
+
+struct SpecialTokenName {
+  enum class State { kAbsent, kNull, kSet };  // kNull: named as null (Qwen2's bos_token: no BOS)
+  State state = State::kAbsent;
+  std::string content;  // kSet: the token's text ("<|begin_of_text|>")
+  std::string file;     // where it was named, for messages
+  bool set() const { return state == State::kSet; }
+};
+
+struct TokenizerConfig {
+  SpecialTokenName bos, eos, pad, unk;
+  std::optional<bool> add_bos_token, add_eos_token;  // tokenizer_config.json's; SentencePiece honours them
+  bool split_special_tokens = false;                 // special-token text in the input stays text
+  std::map<int32_t, std::string> added_tokens;       // added_tokens_decoder: id -> content
+  int32_t generation_bos = -1, generation_eos = -1;  // generation_config.json's (the first of a list); -1: none
+};
+
+// Reads the files present in dir (none present: all absent). A file that is not JSON, or a token
+// given as anything but a string, {"content": ...} or null, throws UsageError naming file and key.
+TokenizerConfig read_tokenizer_config(const std::string& dir);
+
+}  // namespace shardtrain::data
