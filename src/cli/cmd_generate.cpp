@@ -28,7 +28,7 @@ int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   g.temperature = o.temperature;
   g.top_p = o.top_p;
   g.seed = o.seed;
-  g.eos_id = tok.eos_id();
+  g.stop_ids = tok.stop_ids();
   g.max_context = o.model.max_position_embeddings;
   std::vector<std::vector<int32_t>> prompts;
   for (const auto& p : o.prompts) {  // all checked before the weights load; every rank encodes alike

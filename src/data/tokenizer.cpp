@@ -46,6 +46,8 @@ Tokenizer::Tokenizer(const std::string& path) : path_(resolve_tokenizer_file(pat
   const TokenizerConfig cfg = read_tokenizer_config(fs::path(path_).parent_path().string());
   if (is_tokenizer_json(path_)) load_json(cfg);
   else load_sentencepiece(cfg);
+  // transformers' generate() stops at generation_config.json's eos_token_id (every one), else at EOS.
+  stop_ids_ = cfg.generation_eos_ids.empty() ? std::vector<int32_t>{eos_} : cfg.generation_eos_ids;
   sha256_ = runtime::sha256_file(path_);
 }
 

@@ -102,6 +102,14 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
   if (gen.is_object()) {
     c.generation_bos = read_id(gen, "bos_token_id", gen_file);
     c.generation_eos = read_id(gen, "eos_token_id", gen_file);
+    // generate() stops at any of them (Llama-3-Instruct: <|end_of_text|> and <|eot_id|>).
+    if (gen.contains("eos_token_id") && gen["eos_token_id"].is_array())
+      for (const auto& id : gen["eos_token_id"]) {
+        nlohmann::json one = {{"eos_token_id", id}};
+        c.generation_eos_ids.push_back(read_id(one, "eos_token_id", gen_file));
+      }
+    else if (c.generation_eos >= 0)
+      c.generation_eos_ids.push_back(c.generation_eos);
   }
   return c;
 }

@@ -1,5 +1,7 @@
 #include "shardtrain/model/generate.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
@@ -38,7 +40,7 @@ std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>
       auto probs = top_p_filter(last / cfg.temperature, cfg.top_p).softmax(-1);
       next = at::multinomial(probs, 1, /*replacement=*/false, gen).item<int64_t>();
     }
-    if (next == cfg.eos_id) break;
+    if (std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), next) != cfg.stop_ids.end()) break;
     out.push_back(static_cast<int32_t>(next));
     ctx.push_back(next);
   }

@@ -15,7 +15,7 @@ AccuracyResult exact_match(const model::LogitsFn& logits, const data::Tokenizer&
   AccuracyResult r;
   model::GenerateConfig g;
   g.max_new_tokens = max_new_tokens;
-  g.eos_id = tok.eos_id();
+  g.stop_ids = tok.stop_ids();
   g.max_context = max_context;
   for (const data::Record& rec : records) {
     const std::string got = trim(tok.decode(model::generate(logits, tok.encode(rec.prompt), g)));

@@ -39,6 +39,8 @@ class Tokenizer {
   int32_t bos_id() const { return bos_; }  // -1: the tokenizer has none (Qwen2)
   int32_t eos_id() const { return eos_; }
   int32_t pad_id() const { return pad_ >= 0 ? pad_ : eos_; }  // pad_token, else EOS
+  // Where generation stops: generation_config.json's eos_token_id list (Llama-3-Instruct's two), else EOS.
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   int32_t unk_id() const;
   std::string piece(int32_t id) const;  // "<s>", "Ġthe", "<|end_of_text|>"
   // Ids the tokenizer can produce: its largest id + 1, added tokens included.
@@ -62,6 +64,7 @@ class Tokenizer {
   int32_t bos_ = -1, eos_ = -1, pad_ = -1, vocab_ = 0, sp_pieces_ = 0;
   bool add_bos_token_ = true, add_eos_token_ = false;  // SentencePiece: tokenizer_config.json's flags
   bool suffix_has_eos_ = false;  // a tokenizer.json's post_processor already ends with EOS
+  std::vector<int32_t> stop_ids_;
 };
 
 }  // namespace shardtrain::data

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace shardtrain::data {
 
@@ -23,6 +24,7 @@ struct TokenizerConfig {
   bool split_special_tokens = false;                 // special-token text in the input stays text
   std::map<int32_t, std::string> added_tokens;       // added_tokens_decoder: id -> content
   int32_t generation_bos = -1, generation_eos = -1;  // generation_config.json's (the first of a list); -1: none
+  std::vector<int32_t> generation_eos_ids;           // generation_config.json's eos_token_id, every one
 };
 
 // Reads the files present in dir (none present: all absent). A file that is not JSON, or a token

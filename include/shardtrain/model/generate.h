@@ -16,7 +16,7 @@ struct GenerateConfig {
   double temperature = 0;  // 0: greedy
   double top_p = 1.0;
   uint64_t seed = 0;
-  int32_t eos_id = 2;
+  std::vector<int32_t> stop_ids = {2};  // EOS ids: any of them ends the answer
   int64_t max_context = 0;  // stop before the context exceeds this (the model's max positions)
 };
 

@@ -335,14 +335,16 @@ TEST(Cli, GenerateStopsAtTheContextLimit) {
   model::GenerateConfig g;
   g.max_new_tokens = 20;
   g.max_context = 8;
-  g.eos_id = 2;
+  g.stop_ids = {2};
   const auto out = model::generate(never_eos, {1, 3, 4}, g);
   EXPECT_EQ(out.size(), 5u);
   EXPECT_TRUE(model::stopped_at_context_limit(3, out.size(), g));
   g.max_new_tokens = 4;
   EXPECT_EQ(model::generate(never_eos, {1, 3, 4}, g).size(), 4u);
   EXPECT_FALSE(model::stopped_at_context_limit(3, 4, g)) << "--max-new-tokens ended it";
-  g.eos_id = 5;
+  g.stop_ids = {5};
+  EXPECT_TRUE(model::generate(never_eos, {1, 3, 4}, g).empty());
+  g.stop_ids = {2, 5};  // any stop id ends it (Llama-3-Instruct's <|end_of_text|> and <|eot_id|>)
   EXPECT_TRUE(model::generate(never_eos, {1, 3, 4}, g).empty());
   EXPECT_FALSE(model::stopped_at_context_limit(3, 0, g)) << "EOS ended it";
 }

@@ -134,6 +134,8 @@ TEST(TokenizerJson, SpecialTokensFromTheConfigFiles) {
   const data::Tokenizer g(bare);
   EXPECT_EQ(g.bos_id(), 5);
   EXPECT_EQ(g.eos_id(), 7);
+  EXPECT_EQ(g.stop_ids(), (std::vector<int32_t>{7, 8}));  // generate() stops at either, as transformers' does
+  EXPECT_EQ(q.stop_ids(), std::vector<int32_t>{q.eos_id()});
   // A token the config names that the tokenizer lacks.
   std::ofstream(bare + "/tokenizer_config.json") << R"({"eos_token": {"content": "<|no such token|>"}})";
   const std::string msg = load_error(bare);

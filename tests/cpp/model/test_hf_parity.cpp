@@ -116,7 +116,7 @@ TEST(HfParity, GreedyGenerationMatchesGenerate) {
   std::vector<int32_t> prompt(prompt_t.data_ptr<int32_t>(), prompt_t.data_ptr<int32_t>() + prompt_t.numel());
   model::GenerateConfig g;
   g.max_new_tokens = 12;
-  g.eos_id = 2;
+  g.stop_ids = {2};
   g.max_context = f.cfg.max_position_embeddings;
   const auto got = model::generate(tr.logits_fn(), prompt, g);
   const auto want_t = f.ref.read("generate.greedy").to(at::kInt).flatten();
