@@ -81,10 +81,12 @@ def cmd_logits(a):
     with h5py.File(a.shardtrain, "r") as f:
         tokens = torch.from_numpy(f["tokens"][()]).long()
         ours = torch.from_numpy(f["logits"][()]).view(tokens.shape[0], tokens.shape[1], -1)
+        # Packed rows: transformers attends within each sample given their positions (use_cache off).
+        positions = torch.from_numpy(f["position_ids"][()]).long().to(a.device) if "position_ids" in f else None
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[a.dtype]
     model = LlamaForCausalLM.from_pretrained(a.dir, torch_dtype=dtype, attn_implementation="sdpa").to(a.device).eval()
     with torch.no_grad():
-        ref = model(tokens.to(a.device)).logits.float().cpu()
+        ref = model(tokens.to(a.device), position_ids=positions, use_cache=False).logits.float().cpu()
     rel = ((ours - ref).norm() / ref.norm()).item()  # relative RMS error over every logit
     lo, lr = next_token_loss(ours, tokens), next_token_loss(ref, tokens)
     ok = rel <= a.tol and abs(lo - lr) <= a.tol * abs(lr)

@@ -16,18 +16,22 @@ namespace shardtrain::cli {
 namespace {
 
 // Every rank runs the same first rows (the gathers are collective); rank 0 writes tokens [B, T]
-// as int32 and logits as fp32 [B*T, vocab], with the shape in attributes.
+// as int32 (and a packed file's position_ids), and logits as fp32 [B*T, vocab], with the shape in attributes.
 void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data, int64_t batch, int rank) {
   std::vector<int64_t> rows(std::min(batch, data.rows()));
   std::iota(rows.begin(), rows.end(), 0);
   const model::Batch b = data.read(rows);
-  const at::Tensor logits = engine.logits(b.tokens).to(at::kFloat).contiguous();  // [B, T, V]
+  const at::Tensor logits = engine.logits(b.tokens, b.positions).to(at::kFloat).contiguous();  // [B, T, V]
   if (rank != 0) return;
   const at::Tensor tokens = b.tokens.to(at::kInt).contiguous();
   const int64_t n = tokens.size(0), t = tokens.size(1), v = logits.size(2);
   auto file = io::h5::create_file(path);
   io::h5::write_matrix(file, "tokens", std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n * t), n, t);
   io::h5::write_matrix(file, "logits", std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + n * t * v), n * t, v);
+  if (b.positions.defined()) {
+    const at::Tensor pos = b.positions.to(at::kInt).contiguous();
+    io::h5::write_matrix(file, "position_ids", std::vector<int32_t>(pos.data_ptr<int32_t>(), pos.data_ptr<int32_t>() + n * t), n, t);
+  }
   io::h5::write_attr(file, "rows", n);
   io::h5::write_attr(file, "seq_len", t);
   io::h5::write_attr(file, "vocab_size", v);

@@ -277,7 +277,8 @@ po::options_description accuracy_desc(train::AccuracyConfig& a, AccuracyArgs& ra
 
 void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw) {
   a.format = data::parse_format(raw.format);
-  if (a.format == data::DataFormat::kText) throw runtime::UsageError("--accuracy-format text has no answers to match; use alpaca or samsum");
+  if (a.format == data::DataFormat::kText || a.format == data::DataFormat::kChat)
+    throw runtime::UsageError("--accuracy-format " + raw.format + " has no single answer to match; use alpaca or samsum");
   require_file("--accuracy-file", a.file);
   require_tokenizer(a.tokenizer);
   if (!a.file.empty() && a.tokenizer.empty()) throw runtime::UsageError("--accuracy-file needs --tokenizer (the model's tokenizer.json or tokenizer.model, or its directory)");

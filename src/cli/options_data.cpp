@@ -14,11 +14,16 @@ using namespace parts;
 PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text) {
   PrepareCliOptions o;
   auto& p = o.prepare;
-  std::string format = "auto", mode = "packing";
+  std::string format = "auto", mode = "packing", chat_template = "auto", train_on = "assistant";
   po::options_description d("Prepare");
   d.add_options()("tokenizer", po::value(&p.tokenizer), kTokenizerHelp)(
       "input", po::value(&p.input), "JSONL input: one JSON object per line")(
-      "format", po::value(&format)->default_value("auto"), "alpaca (instruction/input/output), samsum (dialogue/summary), text, or auto")(
+      "format", po::value(&format)->default_value("auto"),
+      "alpaca (instruction/input/output), samsum (dialogue/summary), text, chat (messages or ShareGPT conversations), or auto")(
+      "chat-template", po::value(&chat_template)->default_value("auto"),
+      "chat records: llama2, llama3, mistral, chatml, or auto (from the tokenizer's tokenizer_config.json chat_template)")(
+      "train-on", po::value(&train_on)->default_value("assistant"),
+      "assistant (chat: the assistant turns; other formats: the answer) or all (every token in the loss)")(
       "output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
       "seq-len", po::value(&p.seq_len)->default_value(512), "tokens per row; longer samples are truncated")(
       "mode", po::value(&mode)->default_value("packing"), "packing (concatenate samples into full rows) or padding (one sample per row)")(
@@ -42,6 +47,9 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   require_file("--input", p.input);
   require_file("--val-input", p.val_input);
   p.format = data::parse_format(format);
+  p.chat_template = data::parse_chat_template(chat_template);
+  if (train_on != "assistant" && train_on != "all") throw runtime::UsageError("--train-on must be assistant or all, got '" + train_on + "'");
+  p.train_on_all = train_on == "all";
   if (mode != "packing" && mode != "padding") throw runtime::UsageError("--mode must be packing or padding, got '" + mode + "'");
   p.packing = mode == "packing";
   if (p.seq_len < 2) throw runtime::UsageError("--seq-len must be at least 2, got " + std::to_string(p.seq_len));

@@ -43,6 +43,10 @@ std::string local_token_check(const char* opt, const data::TokenFile& f, const m
   if (f.seq_len() > model.max_position_embeddings)
     return name + " has rows of " + std::to_string(f.seq_len()) + " tokens, more than the model's max_position_embeddings " +
            std::to_string(model.max_position_embeddings) + "; re-run prepare with a smaller --seq-len";
+  // prepare records its counts; a file whose rows hold no loss token would train at loss 0.
+  if (f.meta().tokens > 0 && f.meta().loss_tokens == 0)
+    return name + " holds no token in the loss (every row's loss_mask is 0): training on it learns nothing; re-run prepare "
+                  "(with the right --format and a --seq-len that keeps the answers)";
   const int64_t tok_vocab = f.meta().tokenizer_vocab_size;
   if (tok_vocab > model.vocab_size)
     return name + " was tokenized with a " + std::to_string(tok_vocab) + "-piece tokenizer but the model's vocab_size is " +

@@ -13,7 +13,8 @@ DataFormat parse_format(const std::string& s) {
   if (s == "alpaca") return DataFormat::kAlpaca;
   if (s == "samsum") return DataFormat::kSamsum;
   if (s == "text") return DataFormat::kText;
-  throw runtime::UsageError("--format must be alpaca, samsum, text or auto, got '" + s + "'");
+  if (s == "chat") return DataFormat::kChat;
+  throw runtime::UsageError("--format must be alpaca, samsum, text, chat or auto, got '" + s + "'");
 }
 
 const char* format_name(DataFormat f) {
@@ -21,6 +22,7 @@ const char* format_name(DataFormat f) {
     case DataFormat::kAlpaca: return "alpaca";
     case DataFormat::kSamsum: return "samsum";
     case DataFormat::kText: return "text";
+    case DataFormat::kChat: return "chat";
     default: return "auto";
   }
 }
@@ -101,13 +103,14 @@ bool field(const nlohmann::json& j, const char* key, bool required_nonempty, std
 }
 
 DataFormat detect(const nlohmann::json& j) {
+  if (is_chat_record(j)) return DataFormat::kChat;
   if (j.contains("instruction") || j.contains("output")) return DataFormat::kAlpaca;
   if (j.contains("dialogue") || j.contains("summary")) return DataFormat::kSamsum;
   if (j.contains("text")) return DataFormat::kText;
   std::string keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
   throw runtime::UsageError("cannot detect the data format from the keys {" + keys +
-                   "}; expected alpaca (instruction/input/output), samsum (dialogue/summary) or text; pass --format");
+                   "}; expected alpaca (instruction/input/output), samsum (dialogue/summary), text, or chat (messages/conversations); pass --format");
 }
 
 }  // namespace
@@ -140,6 +143,15 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
     r.prompt = alpaca_prompt(instruction, input);
     r.answer = output;
     r.joint = true;
+  } else if (format == DataFormat::kChat) {
+    ChatParse c = parse_chat(j);
+    if (!c.ok) {
+      p.reason = c.reason;
+      p.detail = c.detail;
+      p.fatal = c.fatal;
+      return p;
+    }
+    r.messages = std::move(c.messages);
   } else if (format == DataFormat::kSamsum) {
     std::string dialogue, summary;
     if (!field(j, "dialogue", true, dialogue, p) || !field(j, "summary", true, summary, p)) return p;

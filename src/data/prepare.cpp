@@ -1,11 +1,15 @@
 #include "shardtrain/data/prepare.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "shardtrain/data/chat_tokenize.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/runtime/error.h"
@@ -13,30 +17,66 @@
 
 namespace shardtrain::data {
 
+namespace {
+// A sample whose every loss token fell past --seq-len: it would train nothing.
+const char* const kAnswerCut = "answer cut away by --seq-len";
+}  // namespace
+
 ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok, int64_t seq_len,
-                      bool strict, size_t max_examples) {
+                      bool strict, size_t max_examples, const ChatSettings& chat) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw runtime::UsageError("--input " + path + " cannot be opened");
   ReadResult res;
   res.sha256 = runtime::sha256_file(path);
+  res.chat_template = chat.chat_template;
+  std::unique_ptr<ChatEncoder> chat_encoder;  // made at the first chat record: auto reads the template then
+  // Keeps s, or drops it and counts it when truncation left no token in its loss.
+  auto keep = [&](Sample s, bool had_loss, int64_t lineno) {
+    if (had_loss && std::count(s.mask.begin(), s.mask.end(), 1) == 0) {
+      ++res.stats.skipped;
+      ++res.stats.skipped_by_reason[kAnswerCut];
+      if (res.stats.examples.size() < max_examples)
+        res.stats.examples.push_back(path + ":" + std::to_string(lineno) + ": " + kAnswerCut);
+      return;
+    }
+    res.samples.push_back(std::move(s));
+  };
   for_each_record(in, format, [&](int64_t lineno, ParsedLine& p) {
     ++res.stats.read;
     if (!p.ok) {
       const std::string where = path + ":" + std::to_string(lineno) + ": " + p.reason +
                                 (p.detail.empty() ? "" : " (" + p.detail + ")");
+      if (p.fatal) throw runtime::UsageError(where);
       if (strict) throw runtime::UsageError(where + "; fix the line or drop --strict to skip bad lines");
       ++res.stats.skipped;
       ++res.stats.skipped_by_reason[p.reason];
       if (res.stats.examples.size() < max_examples) res.stats.examples.push_back(where);
       return true;
     }
+    if (format == DataFormat::kChat) {
+      if (!chat_encoder) {
+        if (res.chat_template == ChatTemplate::kAuto) res.chat_template = detect_chat_template(tok.path());
+        chat_encoder = std::make_unique<ChatEncoder>(tok, res.chat_template);
+      }
+      ChatSample c = chat_encoder->encode(p.record.messages, chat.train_on_all);
+      const bool had_loss = std::count(c.sample.mask.begin(), c.sample.mask.end(), 1) > 0;
+      int64_t dropped = 0;
+      const ChatFit fit = fit_chat(c, seq_len, &dropped);
+      res.stats.cut_at_turn += fit == ChatFit::kCutAtTurn;
+      res.stats.turns_dropped += dropped;
+      res.stats.truncated += fit == ChatFit::kTruncated;
+      keep(std::move(c.sample), had_loss, lineno);
+      return true;
+    }
     Sample s = tokenize_record(p.record, tok);
+    if (chat.train_on_all) s.mask.assign(s.ids.size(), 1);
+    const bool had_loss = std::count(s.mask.begin(), s.mask.end(), 1) > 0;
     if (static_cast<int64_t>(s.ids.size()) > seq_len) {
       s.ids.resize(seq_len);
       s.mask.resize(seq_len);
       ++res.stats.truncated;
     }
-    res.samples.push_back(std::move(s));
+    keep(std::move(s), had_loss, lineno);
     return true;
   });
   res.format = format;
@@ -46,26 +86,32 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
 Rows make_rows(const std::vector<Sample>& samples, int64_t seq_len, bool packing, int32_t pad_id) {
   Rows r;
   r.seq_len = seq_len;
-  auto new_row = [&] {
-    r.tokens_data.resize(r.tokens_data.size() + seq_len, pad_id);
-    r.mask_data.resize(r.mask_data.size() + seq_len, 0);
-    ++r.rows;
-  };
   int64_t col = seq_len;  // column in the current row; seq_len means "row full"
+  auto finish_row = [&] {  // the padded tail continues the row's last positions
+    const size_t row = static_cast<size_t>((r.rows - 1) * seq_len);
+    for (int64_t c = col; c < seq_len && c > 0; ++c) r.position_data[row + c] = r.position_data[row + c - 1] + 1;
+  };
   for (const Sample& s : samples) {
-    if (!packing) col = seq_len;
-    for (size_t i = 0; i < s.ids.size(); ++i) {
-      if (col == seq_len) {
-        new_row();
-        col = 0;
-      }
+    const int64_t n = static_cast<int64_t>(s.ids.size());
+    if (n == 0) continue;
+    if (!packing || col + n > seq_len) {
+      if (r.rows > 0) finish_row();
+      r.tokens_data.resize(r.tokens_data.size() + seq_len, pad_id);
+      r.mask_data.resize(r.mask_data.size() + seq_len, 0);
+      r.position_data.resize(r.position_data.size() + seq_len, 0);
+      ++r.rows;
+      col = 0;
+    }
+    for (int64_t i = 0; i < n && col < seq_len; ++i) {
       const size_t at = static_cast<size_t>((r.rows - 1) * seq_len + col++);
       r.tokens_data[at] = s.ids[i];
       r.mask_data[at] = s.mask[i];
+      r.position_data[at] = static_cast<int32_t>(i);
       ++r.tokens;
       r.loss_tokens += s.mask[i];
     }
   }
+  if (r.rows > 0) finish_row();
   return r;
 }
 
@@ -128,16 +174,19 @@ std::string val_output_path(const PrepareOptions& o) {
 PrepareReport run_prepare(const PrepareOptions& o) {
   Tokenizer tok(o.tokenizer);
   PrepareReport rep;
-  ReadResult train = read_jsonl(o.input, o.format, tok, o.seq_len, o.strict, o.show_bad);
+  ReadResult train = read_jsonl(o.input, o.format, tok, o.seq_len, o.strict, o.show_bad, {o.chat_template, o.train_on_all});
   require_samples(o.input, train);
   rep.format = format_name(train.format);
+  if (train.format == DataFormat::kChat)
+    rep.chat_template = std::string(chat_template_name(train.chat_template)) +
+                        (o.chat_template == ChatTemplate::kAuto ? " (from the tokenizer's chat_template)" : "");
   rep.train_stats = train.stats;
   rep.val_output = val_output_path(o);
   const bool want_val = !rep.val_output.empty();
   std::vector<Sample> train_samples, val_samples;
   ReadResult val;
   if (!o.val_input.empty()) {
-    val = read_jsonl(o.val_input, train.format, tok, o.seq_len, o.strict, o.show_bad);
+    val = read_jsonl(o.val_input, train.format, tok, o.seq_len, o.strict, o.show_bad, {train.chat_template, o.train_on_all});
     require_samples(o.val_input, val);
     rep.val_stats = val.stats;
     train_samples = std::move(train.samples);
@@ -151,6 +200,11 @@ PrepareReport run_prepare(const PrepareOptions& o) {
   rep.val_samples = static_cast<int64_t>(val_samples.size());
   rep.train = make_rows(train_samples, o.seq_len, o.packing, tok.pad_id());
   if (want_val) rep.val = make_rows(val_samples, o.seq_len, o.packing, tok.pad_id());
+  // A file without a loss token trains at loss 0 and learns nothing: refuse it here.
+  for (const auto& [rows, file] : {std::pair{&rep.train, o.output}, std::pair{&rep.val, rep.val_output}})
+    if (rows->rows > 0 && rows->loss_tokens == 0)
+      throw runtime::UsageError(file + " would hold no token in the loss (every sample's loss mask is empty); check --format "
+                                "and --train-on, or raise --seq-len if answers are cut away");
   const auto& val_src = o.val_input.empty() ? train : val;
   make_parent("--output", o.output);
   if (want_val) make_parent("--val-output", rep.val_output);
@@ -178,14 +232,21 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
       sep = ", ";
     }
     if (!s.skipped_by_reason.empty()) os << ")";
-    os << " | truncated to " << o.seq_len << ": " << s.truncated << "\n";
+    os << " | truncated to " << o.seq_len << ": " << s.truncated;
+    if (s.skipped_by_reason.count(kAnswerCut)) os << " | raise --seq-len to keep the samples whose answer it cut away";
+    if (!r.chat_template.empty())
+      os << " | dialogues cut at a turn boundary: " << s.cut_at_turn << " (" << s.turns_dropped << " assistant turns dropped)";
+    os << "\n";
     for (const auto& e : s.examples) os << "  skipped " << e << "\n";
   };
   auto rows = [&](const char* what, const std::string& file, int64_t samples, const Rows& x) {
     os << what << " " << file << ": " << samples << " samples -> " << x.rows << " rows x " << x.seq_len << " ("
        << (o.packing ? "packed" : "padded") << "), " << x.tokens << " tokens, " << x.loss_tokens << " in the loss\n";
   };
-  os << "format " << r.format << "\n";
+  os << "format " << r.format << (o.format == DataFormat::kAuto ? " (detected from the first record)" : "");
+  if (!r.chat_template.empty())
+    os << ", chat template " << r.chat_template << ", loss on " << (o.train_on_all ? "every token" : "the assistant turns");
+  os << "\n";
   stats("input", o.input, r.train_stats);
   if (!o.val_input.empty()) stats("validation input", o.val_input, r.val_stats);
   rows("train", o.output, r.train_samples, r.train);

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
 
 namespace shardtrain::data {
 
@@ -51,6 +52,7 @@ void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta m
       io::h5::Handle f = io::h5::create_file(tmp);
       io::h5::write_matrix<int32_t>(f, "tokens", rows.tokens_data, rows.rows, rows.seq_len);
       io::h5::write_matrix<uint8_t>(f, "loss_mask", rows.mask_data, rows.rows, rows.seq_len);
+      if (meta.packing == "packing") io::h5::write_matrix<int32_t>(f, "position_ids", rows.position_data, rows.rows, rows.seq_len);
       write_meta(f, meta);
       H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
     }
@@ -83,6 +85,14 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   // A damaged shape would size every batch's buffers: no context window is a million tokens.
   if (meta_.seq_len <= 0 || meta_.seq_len > (int64_t{1} << 20))
     throw runtime::UsageError(path + ": rows of " + std::to_string(meta_.seq_len) + " tokens; the file is damaged, re-run prepare");
+  if (io::h5::has_dataset(file_, "position_ids")) {
+    positions_ = io::h5::open_dataset(file_, "position_ids");
+    if (io::h5::dataset_shape(positions_) != shape)
+      throw runtime::UsageError(path + ": /position_ids must be [rows, seq_len] like /tokens; the file is damaged, re-run prepare");
+  } else if (meta_.packing == "packing") {
+    runtime::log::warn_once(path + " was packed without document boundaries (an older prepare): its samples attend to the "
+                            "samples before them in a row; re-run 'shardtrain prepare' to train each sample on its own");
+  }
 }
 
 TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, int64_t end) const {
@@ -111,18 +121,20 @@ TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, 
 model::Batch TokenFile::read(const std::vector<int64_t>& rows) const {
   for (int64_t r : rows)
     if (r < 0 || r >= meta_.rows) throw runtime::Error(path_ + ": row " + std::to_string(r) + " out of range");
-  std::vector<int32_t> toks;
+  std::vector<int32_t> toks, pos;
   std::vector<uint8_t> mask;
   {
     std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
     toks = io::h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
     mask = io::h5::read_rows<uint8_t>(mask_, rows, meta_.seq_len);
+    if (positions_.valid()) pos = io::h5::read_rows<int32_t>(positions_, rows, meta_.seq_len);
   }
   const int64_t b = static_cast<int64_t>(rows.size());
   model::Batch out;
   out.tokens = at::from_blob(toks.data(), {b, meta_.seq_len}, at::kInt).to(at::kLong);
   const auto ignored = at::from_blob(mask.data(), {b, meta_.seq_len}, at::kByte).eq(0);  // outside the loss
   out.labels = out.tokens.masked_fill(ignored, -100);
+  if (!pos.empty()) out.positions = at::from_blob(pos.data(), {b, meta_.seq_len}, at::kInt).to(at::kLong);
   return out;
 }
 

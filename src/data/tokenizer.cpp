@@ -24,7 +24,9 @@ std::string resolve_tokenizer_file(const std::string& path) {
   std::error_code ec;
   const fs::path p(path);
   if (fs::is_directory(p, ec)) {
-    for (const char* name : {"tokenizer.json", "tokenizer.model"})  // AutoTokenizer prefers the fast tokenizer.json
+    // Llama-2's and Mistral's directories hold both: their tokenizer.json was converted from the
+    // SentencePiece model (and uses normalizers the byte-level reader refuses), so the model wins.
+    for (const char* name : {"tokenizer.model", "tokenizer.json"})
       if (fs::is_regular_file(p / name, ec)) return (p / name).string();
     throw runtime::UsageError("--tokenizer " + path + " is a directory with neither tokenizer.json nor tokenizer.model; " + kWhatToPass);
   }

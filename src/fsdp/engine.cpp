@@ -100,7 +100,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     Pass p;
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
-    auto logits = forward(p, to_device(mb.tokens), /*build_graph=*/true);  // under fused_head: the normed hidden
+    auto logits = forward(p, to_device(mb.tokens), mb.positions, /*build_graph=*/true);  // under fused_head: the normed hidden
     at::Tensor loss;
     if (!p.empty) {
       const auto labels = to_device(mb.labels);
@@ -138,10 +138,10 @@ at::Tensor FsdpEngine::to_device(const at::Tensor& host) const {
   return host.pin_memory().to(device_, /*non_blocking=*/true);  // no host sync per micro-batch
 }
 
-at::Tensor FsdpEngine::logits(const at::Tensor& tokens) {
+at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positions) {
   c10::NoGradGuard no_grad;
   Pass p;
-  auto out = forward(p, tokens.to(device_), /*build_graph=*/false);
+  auto out = forward(p, tokens.to(device_), positions, /*build_graph=*/false);
   for (auto& u : units_) u.release();
   for (auto& u : adapters_) u.release();
   return out.to(at::kCPU);  // evaluation and decoding run their arithmetic on the host

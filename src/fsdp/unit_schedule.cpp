@@ -52,23 +52,25 @@ at::Tensor FsdpEngine::lm_head_view() const {
   return owner.named_views().at(model::names::lm_head(model_));
 }
 
-at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train) {
+at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
   auto views = units_[u].named_views();
   if (reads_embedding(u)) views.emplace(model::names::kEmbed, lm_head_view());  // one leaf: both gradients add up in it
   const auto lookup = [&views](const std::string& name) { return views.at(name); };
-  if (!parts_[u].adapter) return model::unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype);
+  if (!parts_[u].adapter) return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype);
   const auto adapter_views = parts_[u].adapter->named_views();
-  const model::LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, dropout_seed, train};
-  return model::unit_forward(model_, units_[u].spec(), lookup, x, rope_, cfg_.param_dtype, &run);
+  const model::LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, p.dropout_seed,
+                           p.train};
+  return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, &run);
 }
 
-at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_graph) {
+at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph) {
   const bool reshard = reshard_after_forward(cfg_.sharding);
   p.inputs.assign(units_.size(), at::Tensor());
   p.outputs.assign(units_.size(), at::Tensor());
   p.empty = tokens.size(0) == 0;
   p.train = build_graph;
   p.dropout_seed = (seed_ * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(groups_.world->rank()) << 40) ^ passes_++;
+  if (!p.empty) p.layout = model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype);
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);
@@ -85,7 +87,7 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, bool build_gra
       }
       const bool fused = p.fused_head && units_[u].kind() == model::UnitKind::kHead;
       x = p.outputs[u] = fused ? model::rms_norm(x, units_[u].named_views().at(model::names::kNorm), model_.rms_norm_eps)
-                               : run_unit(u, x, p.dropout_seed, p.train);
+                               : run_unit(u, x, p);
     }
     // The head's backward follows at once: like FSDP2's root, it (and a tied embedding) stays gathered until then.
     const bool head = units_[u].kind() == model::UnitKind::kHead;
@@ -110,7 +112,7 @@ void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
         at::Tensor out = p.outputs[u];
         if (recomputes(u)) {  // recompute with the regathered weights
           at::AutoGradMode on(true);
-          out = run_unit(u, p.inputs[u], p.dropout_seed, p.train);
+          out = run_unit(u, p.inputs[u], p);
         }
         torch::autograd::backward({out}, {grad_out});
       }

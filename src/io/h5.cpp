@@ -59,6 +59,8 @@ Handle open_file(const std::string& path) {
   return Handle(f, H5Fclose);
 }
 
+bool has_dataset(hid_t file, const std::string& name) { return H5Lexists(file, name.c_str(), H5P_DEFAULT) > 0; }
+
 Handle open_dataset(hid_t file, const std::string& name) {
   if (H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0) {
     char fname[1024] = {0};

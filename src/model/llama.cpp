@@ -74,25 +74,14 @@ at::Tensor activation(const std::string& name, const at::Tensor& x) {
   return at::silu(x);  // ModelConfig::validate() admits only hidden_acts()
 }
 
-namespace {
-
-// Causal attention limited to the last `window` keys: an explicit boolean mask (true: attend).
-at::Tensor windowed_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
-  const int64_t T = q.size(2), rep = q.size(1) / k.size(1);
-  const auto pos = at::arange(T, at::TensorOptions().dtype(at::kLong).device(q.device()));
-  const auto back = pos.unsqueeze(1) - pos.unsqueeze(0);  // [T, T]: query i minus key j
-  const auto mask = back.ge(0).logical_and(back.lt(window));
-  const auto kr = rep == 1 ? k : k.repeat_interleave(rep, 1);  // repeat_kv
-  const auto vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
-  return at::scaled_dot_product_attention(q, kr, vr, mask, 0.0, /*is_causal=*/false);
-}
-
-}  // namespace
-
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa,
                             int64_t window) {
   const int64_t rep = q.size(1) / k.size(1);
-  if (window > 0 && window < q.size(2)) return windowed_attention(q, k, v, window);
+  if (window > 0 && window < q.size(2)) {  // an explicit mask: the last `window` keys
+    const auto kr = rep == 1 ? k : k.repeat_interleave(rep, 1);  // repeat_kv
+    const auto vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
+    return at::scaled_dot_product_attention(q, kr, vr, sliding_band(q.size(2), window, q.device()), 0.0, /*is_causal=*/false);
+  }
   constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
   const bool gqa = rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
   if (rep == 1 || gqa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
@@ -103,8 +92,7 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::scaled_dot_product_attention(q, kr, vr, {}, 0.0, /*is_causal=*/true);
 }
 
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const at::Tensor& cos,
-                         const at::Tensor& sin) {
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout) {
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t D = cfg.head_dim();
@@ -114,11 +102,11 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   auto q = w[Proj::kQ](h).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
   auto k = w[Proj::kK](h).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
   auto v = w[Proj::kV](h).view({B, T, nkv, D}).transpose(1, 2);
-  auto c = cos.narrow(0, 0, T).to(x.scalar_type());
-  auto s = sin.narrow(0, 0, T).to(x.scalar_type());
+  const auto c = layout.cos.to(x.scalar_type());
+  const auto s = layout.sin.to(x.scalar_type());
   q = apply_rotary(q, c, s);
   k = apply_rotary(k, c, s);
-  auto attn = causal_attention(q, k, v, /*native_gqa=*/true, w.window);
+  auto attn = layout_attention(layout, q, k, v, w.window);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + w[Proj::kO](attn);
   auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);
@@ -127,20 +115,21 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
 }
 
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const Rotary& rope, at::ScalarType compute_dtype, const LoraRun* lora) {
+                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora) {
   switch (unit.kind) {
     case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora), x, rope.cos, rope.sin);
+      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora), x, layout);
     case UnitKind::kHead: break;
   }
   return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::lm_head(cfg)));
 }
 
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
-                         at::ScalarType compute_dtype, const LoraRun* lora) {
+                         at::ScalarType compute_dtype, const LoraRun* lora, const at::Tensor& positions) {
+  const TokenLayout layout = token_layout(rope, positions, tokens.size(1), tokens.device(), compute_dtype);
   at::Tensor x = tokens;
-  for (const UnitSpec& u : model_units(cfg)) x = unit_forward(cfg, u, w, x, rope, compute_dtype, lora);
+  for (const UnitSpec& u : model_units(cfg)) x = unit_forward(cfg, u, w, x, layout, compute_dtype, lora);
   return x;
 }
 

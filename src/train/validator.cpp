@@ -10,7 +10,7 @@
 namespace shardtrain::train {
 
 EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
-                         const model::LogitsFn& logits, const std::function<double(double)>& sum_all) {
+                         const BatchLogitsFn& logits, const std::function<double(double)>& sum_all) {
   c10::NoGradGuard no_grad;
   data::LoaderConfig lc;
   lc.micro_batch = batch_size;
@@ -25,7 +25,7 @@ EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_
   for (int64_t b = 0; b < n; ++b) {
     const data::StepData d = loader.next();
     const model::Batch& batch = d.micro.front();
-    auto lg = logits(batch.tokens);
+    auto lg = logits(batch);
     if (batch.tokens.size(0) == 0) continue;
     auto ls = model::causal_lm_loss(lg, batch.labels);
     sum += ls.sum.item<double>();
@@ -66,7 +66,8 @@ model::LogitsFn Validator::logits_fn() {
 
 EvalResult Validator::loss() {
   const auto& world = *engine_.groups().world;
-  return evaluate_loss(*val_, batch_size_, max_batches_, world.rank(), world.size(), logits_fn(),
+  const BatchLogitsFn logits = [this](const model::Batch& b) { return engine_.logits(b.tokens, b.positions); };
+  return evaluate_loss(*val_, batch_size_, max_batches_, world.rank(), world.size(), logits,
                        [this](double v) { return engine_.sum_world(v); });
 }
 

@@ -25,9 +25,11 @@ import subprocess
 import sys
 
 import h5py
-import numpy as np
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import token_rows  # noqa: E402
 
 BATCH, SEED, STEPS, LR = 8, 7, 4, "1e-3"
 MASK = (1 << 64) - 1
@@ -62,16 +64,14 @@ def help_default(binary, option):
 
 def batch(f, rows):
     idx = sorted(rows)  # h5py reads in increasing order; restore the step's order after
-    tokens = f["tokens"][idx].astype(np.int64)
-    mask = f["loss_mask"][idx].astype(bool)
-    order = [idx.index(r) for r in rows]
-    tokens, mask = torch.from_numpy(tokens[order]), torch.from_numpy(mask[order])
-    return tokens, torch.where(mask, tokens, torch.full_like(tokens, -100))
+    tokens, labels, positions = token_rows.read(f, idx)
+    order = torch.tensor([idx.index(r) for r in rows])
+    return tokens[order], labels[order], None if positions is None else positions[order]
 
 
-def loss_of(model, tokens, labels):
+def loss_of(model, tokens, labels, positions):
     """Sum of token cross-entropies over the counted labels / their count (labels shifted by one)."""
-    logits = model(input_ids=tokens).logits.float()
+    logits = token_rows.forward(model, tokens, positions).logits.float()
     lg, lb = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
     return torch.nn.functional.cross_entropy(lg, lb, ignore_index=-100, reduction="sum") / (lb != -100).sum()
 
@@ -142,8 +142,8 @@ def main(binary, ckpt_dir, token_file, work):
         opt.state[p] = {"step": torch.tensor(float(adam_step)), "exp_avg": exp_avg[k].clone(),
                         "exp_avg_sq": exp_avg_sq[k].clone()}
 
-    tokens, labels = batches[0]
-    loss3 = loss_of(model, tokens, labels)
+    tokens, labels, positions = batches[0]
+    loss3 = loss_of(model, tokens, labels, positions)
     ok &= check(abs(loss3.item() - ours[3]["loss"]) <= 1e-5 * abs(loss3.item()),
                 f"step 3: transformers' loss of the checkpoint's weights {loss3.item():.7f}, shardtrain {ours[3]['loss']:.7f}")
     loss3.backward()
@@ -153,8 +153,8 @@ def main(binary, ckpt_dir, token_file, work):
                     f"step 3: gradient norm {norm:.6f}, shardtrain {ours[3]['grad_norm']:.6f}")
     opt.step()
     with torch.no_grad():
-        tokens, labels = batches[1]
-        loss4 = loss_of(model, tokens, labels).item()
+        tokens, labels, positions = batches[1]
+        loss4 = loss_of(model, tokens, labels, positions).item()
     ok &= check(abs(loss4 - ours[4]["loss"]) <= 1e-5 * abs(loss4),
                 f"step 4 (after torch.optim.AdamW at lr {ours[3]['lr']:.3g}): transformers {loss4:.7f}, "
                 f"shardtrain {ours[4]['loss']:.7f}")

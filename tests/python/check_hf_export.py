@@ -8,10 +8,14 @@ import json
 import subprocess
 import sys
 
+import os
+
 import h5py
-import numpy as np
 import torch
 from transformers import AutoModelForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import token_rows  # noqa: E402
 
 ROWS, BATCH = 16, 8
 
@@ -27,12 +31,10 @@ def shardtrain_eval(binary, model_dir, token_file):
 def transformers_loss(model_dir, token_file):
     """transformers' mean loss over the loss tokens of the first ROWS rows, and their count."""
     with h5py.File(token_file, "r") as f:
-        tokens = torch.from_numpy(f["tokens"][:ROWS].astype(np.int64))
-        mask = torch.from_numpy(f["loss_mask"][:ROWS].astype(bool))
-    labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
+        tokens, labels, positions = token_rows.read(f, slice(0, ROWS))
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
     with torch.no_grad():
-        logits = model(input_ids=tokens).logits.float()
+        logits = token_rows.forward(model, tokens, positions).logits.float()
     lg, lb = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
     total = torch.nn.functional.cross_entropy(lg, lb, ignore_index=-100, reduction="sum").item()
     count = int((lb != -100).sum())

@@ -26,7 +26,6 @@ import subprocess
 import sys
 
 import h5py
-import numpy as np
 import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
@@ -34,6 +33,7 @@ from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_hf_export  # noqa: E402  (its eval and transformers loss over the same rows)
+import token_rows  # noqa: E402
 
 BIN, DATA, WORK = sys.argv[1:4]
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
@@ -84,16 +84,16 @@ def small_token_file(path):
     with h5py.File(DATA, "r") as src, h5py.File(path, "w") as dst:
         for k, v in src.attrs.items():
             dst.attrs[k] = v
-        for name in ("tokens", "loss_mask"):
-            dst.create_dataset(name, data=src[name][:ROWS])
-        return torch.from_numpy(src["tokens"][:ROWS].astype(np.int64)), torch.from_numpy(src["loss_mask"][:ROWS].astype(bool))
+        for name in ("tokens", "loss_mask", "position_ids"):
+            if name in src:
+                dst.create_dataset(name, data=src[name][:ROWS])
+        return token_rows.read(src, slice(0, ROWS))
 
 
-def transformers_steps(model_dir, tokens, mask):
+def transformers_steps(model_dir, tokens, labels, positions):
     """STEPS of torch.optim.AdamW on the whole batch, grouped as Hugging Face's Trainer groups
     weight decay (not on norms or biases), with the gradient clipped at 1: losses and parameters."""
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
-    labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
     named = list(model.named_parameters())  # a tied matrix once, as it trains once
     decay = [p for n, p in named if "norm" not in n and not n.endswith(".bias")]
     no_decay = [p for n, p in named if "norm" in n or n.endswith(".bias")]
@@ -101,7 +101,7 @@ def transformers_steps(model_dir, tokens, mask):
     losses = []
     for _ in range(STEPS):
         opt.zero_grad(set_to_none=True)
-        loss = model(input_ids=tokens, labels=labels).loss
+        loss = token_rows.forward(model, tokens, positions, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -132,12 +132,11 @@ def lora_check(name, base):
     ours = json.loads(next(line for line in out.splitlines() if line.startswith("{")))["loss"]
     from peft import PeftModel
     with h5py.File(DATA, "r") as f:
-        rows = torch.from_numpy(f["tokens"][:16].astype(np.int64))
-        rows_mask = torch.from_numpy(f["loss_mask"][:16].astype(bool))
+        rows, rows_labels, rows_positions = token_rows.read(f, slice(0, 16))
     model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, attn_implementation="eager"),
                                       adapter)
     with torch.no_grad():
-        theirs = model(input_ids=rows, labels=torch.where(rows_mask, rows, torch.full_like(rows, -100))).loss.item()
+        theirs = token_rows.forward(model, rows, rows_positions, labels=rows_labels).loss.item()
     rel = abs(ours - theirs) / theirs
     check(rel <= 2e-5, f"{name}: PEFT applies the LoRA export with loss {theirs:.7f}, eval --lora {ours:.7f} (rel {rel:.1e})")
 
@@ -176,7 +175,7 @@ def saved_weights(export):
 
 hf_logging.disable_progress_bar()
 small = os.path.join(WORK, "rows4.h5")
-tokens, mask = small_token_file(small)
+tokens, labels, positions = small_token_file(small)
 for name, (config_class, extra) in VARIANTS.items():
     torch.manual_seed(0)
     d = os.path.join(WORK, name)
@@ -203,7 +202,7 @@ for name, (config_class, extra) in VARIANTS.items():
     check(p.returncode == 0, f"{name}: {STEPS} steps at 2 ranks with --save-model" + ("" if p.returncode == 0 else "\n" + p.stdout[-800:] + p.stderr[-800:]))
     if p.returncode != 0:
         continue
-    ref_losses, ref_params = transformers_steps(d, tokens, mask)
+    ref_losses, ref_params = transformers_steps(d, tokens, labels, positions)
     steps = [json.loads(line) for line in open(metrics) if '"step"' in line]
     got = [s["loss"] for s in steps if "loss" in s][:STEPS]
     worst = max(abs(a - b) for a, b in zip(got, ref_losses)) if len(got) == STEPS else float("inf")

@@ -6,14 +6,17 @@ losses equal `shardtrain eval --lora` on the same rows (and eval of the merged w
 Usage: check_peft_export.py SHARDTRAIN_BIN BASE_DIR ADAPTER_DIR MERGED_DIR TOKEN_FILE.h5
 """
 import json
+import os
 import subprocess
 import sys
 
 import h5py
-import numpy as np
 import torch
 from peft import PeftModel
 from transformers import LlamaForCausalLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import token_rows  # noqa: E402
 
 ROWS, BATCH = 16, 8
 
@@ -26,11 +29,9 @@ def shardtrain_loss(binary, *args):
 
 def torch_loss(model, token_file):
     with h5py.File(token_file, "r") as f:
-        tokens = torch.from_numpy(f["tokens"][:ROWS].astype(np.int64))
-        mask = torch.from_numpy(f["loss_mask"][:ROWS].astype(bool))
-    labels = torch.where(mask, tokens, torch.full_like(tokens, -100))
+        tokens, labels, positions = token_rows.read(f, slice(0, ROWS))
     with torch.no_grad():
-        logits = model(input_ids=tokens).logits.float()
+        logits = token_rows.forward(model, tokens, positions).logits.float()
     lg, lb = logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1)
     total = torch.nn.functional.cross_entropy(lg, lb, ignore_index=-100, reduction="sum").item()
     return total / int((lb != -100).sum()), int((lb != -100).sum())

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Independent reference for `shardtrain prepare` on the golden JSONL files in tests/data/prepare/.
 
-Implements the prepare spec literally with Python SentencePiece and data/demo/tokenizer.model
+Implements the prepare spec literally (a sample whose every loss token --seq-len cuts away is
+dropped and counted as a skip, after being counted as truncated) with Python SentencePiece and data/demo/tokenizer.model
 (seq_len 64, padding mode) and writes OUTDIR/prepare_expected.json with, per file, the counts
 (read, skipped by reason, truncated, kept, tokens, loss_tokens) and every padded row and mask.
 
@@ -79,8 +80,13 @@ def prepare(sp, path, fmt):
             p, a = [BOS] + sp.encode(prompt), sp.encode(answer) + [EOS]
             ids, mask = p + a, [0] * len(p) + [1] * len(a)
         if len(ids) > SEQ_LEN:
+            had_loss = sum(mask) > 0
             ids, mask = ids[:SEQ_LEN], mask[:SEQ_LEN]
             res["truncated"] += 1
+            if had_loss and sum(mask) == 0:  # the answer is cut away entirely: dropped, counted as a skip
+                reason = "answer cut away by --seq-len"
+                res["skipped"][reason] = res["skipped"].get(reason, 0) + 1
+                continue
         res["tokens"] += len(ids)
         res["loss_tokens"] += sum(mask)
         pad = SEQ_LEN - len(ids)

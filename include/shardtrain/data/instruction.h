@@ -1,5 +1,6 @@
-// Instruction-tuning records from JSONL (alpaca, samsum, plain text), with llama-recipes'
-// prompt templates, tokenized into ids plus a loss mask that hides the prompt.
+// Instruction-tuning records from JSONL (alpaca, samsum, plain text, chat), with llama-recipes'
+// prompt templates, tokenized into ids plus a loss mask that hides the prompt. Chat records are
+// tokenized by ChatEncoder (chat_tokenize.h), with the model family's chat template.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,11 +9,12 @@
 #include <string_view>
 #include <vector>
 
+#include "shardtrain/data/chat.h"
 #include "shardtrain/data/tokenizer.h"
 
 namespace shardtrain::data {
 
-enum class DataFormat { kAuto, kAlpaca, kSamsum, kText };
+enum class DataFormat { kAuto, kAlpaca, kSamsum, kText, kChat };
 DataFormat parse_format(const std::string& s);  // throws UsageError naming --format
 const char* format_name(DataFormat f);
 
@@ -26,12 +28,14 @@ struct Record {
   std::string prompt;  // masked out of the loss; empty for plain text
   std::string answer;  // the trained-on part (the whole text for kText)
   bool joint = false;  // alpaca: tokenize prompt + answer as one string, as alpaca_dataset.py does
+  std::vector<ChatMessage> messages;  // kChat: the conversation (prompt and answer stay empty)
 };
 
 struct ParsedLine {
   bool ok = false;
   std::string reason;  // skip reason: "invalid UTF-8", "malformed JSON", "missing field", ...
   std::string detail;  // e.g. which field, or the JSON parser's message
+  bool fatal = false;  // a chat record prepare refuses (exit 2) rather than skips: chat.h
   Record record;
 };
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/data/chat_template.h"
 #include "shardtrain/data/instruction.h"
 #include "shardtrain/data/tokenizer.h"
 
@@ -13,6 +14,7 @@ namespace shardtrain::data {
 
 struct ReadStats {
   int64_t read = 0, skipped = 0, truncated = 0;
+  int64_t cut_at_turn = 0, turns_dropped = 0;  // chat: dialogues cut after their last assistant turn that fits
   std::map<std::string, int64_t> skipped_by_reason;
   std::vector<std::string> examples;  // "file:line: reason (detail)" for the first few skips
 };
@@ -21,22 +23,34 @@ struct ReadResult {
   std::vector<Sample> samples;  // kept, truncated to seq_len, in file order
   ReadStats stats;
   DataFormat format = DataFormat::kAuto;
+  ChatTemplate chat_template = ChatTemplate::kAuto;  // the one chat records used (resolved at the first)
   std::string sha256;  // of the source file's bytes
 };
 
+// How chat records become samples: the template (kAuto: the tokenizer directory's, resolved at the
+// first chat record) and --train-on all (every token in the loss, for every format).
+struct ChatSettings {
+  ChatTemplate chat_template = ChatTemplate::kAuto;
+  bool train_on_all = false;
+};
+
 // Blank lines are ignored; bad lines are skipped and counted, or with strict, the first one
-// throws UsageError naming the line.
+// throws UsageError naming the line. A chat record that is wrong (ParsedLine::fatal) always throws.
 ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok, int64_t seq_len,
-                      bool strict, size_t max_examples = 5);
+                      bool strict, size_t max_examples = 5, const ChatSettings& chat = {});
 
 struct Rows {
   int64_t rows = 0, seq_len = 0, tokens = 0, loss_tokens = 0;
-  std::vector<int32_t> tokens_data;  // [rows, seq_len]
-  std::vector<uint8_t> mask_data;    // [rows, seq_len]
+  std::vector<int32_t> tokens_data;    // [rows, seq_len]
+  std::vector<uint8_t> mask_data;      // [rows, seq_len]
+  std::vector<int32_t> position_data;  // [rows, seq_len]: each token's position in its sample
 };
 
-// packing: samples are concatenated and cut every seq_len tokens, as llama-recipes' packing
-// does, except that the last partial row is padded instead of dropped. Padding: one row each.
+// packing: whole samples (each at most seq_len, as read_jsonl truncates them) placed one after
+// another, a new row whenever the next does not fit; positions restart at 0 with each sample, and
+// the padded tail of a row continues its last sample's. So no sample is cut across rows and,
+// with document masking in the model, a packed row trains what the samples one per row would.
+// Padding: one sample per row, positions 0..seq_len-1.
 Rows make_rows(const std::vector<Sample>& samples, int64_t seq_len, bool packing, int32_t pad_id);
 
 // Which samples go to validation: a seeded choice of round(fraction * n), at least one each.
@@ -45,6 +59,8 @@ std::vector<bool> validation_choice(int64_t n, double fraction, uint64_t seed);
 struct PrepareOptions {
   std::string tokenizer, input, output;
   DataFormat format = DataFormat::kAuto;
+  ChatTemplate chat_template = ChatTemplate::kAuto;  // --chat-template
+  bool train_on_all = false;                         // --train-on all
   int64_t seq_len = 512;
   bool packing = true, strict = false;
   double val_fraction = 0;  // > 0: hold out this share of the input
@@ -58,6 +74,7 @@ struct PrepareReport {
   ReadStats train_stats, val_stats;
   Rows train, val;
   std::string format, val_output;
+  std::string chat_template;  // chat: the template used, and where it came from
   int64_t train_samples = 0, val_samples = 0;
 };
 

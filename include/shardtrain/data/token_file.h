@@ -1,5 +1,6 @@
-// The prepared-data file: /tokens [N, seq_len] int32 and /loss_mask [N, seq_len] uint8, with
-// provenance in root attributes. Readers select only the rows they need (HDF5 hyperslabs).
+// The prepared-data file: /tokens [N, seq_len] int32 and /loss_mask [N, seq_len] uint8, packed
+// files also /position_ids [N, seq_len] int32 (0 where a sample starts), with provenance in root
+// attributes. Readers select only the rows they need (HDF5 hyperslabs).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -13,7 +14,8 @@
 
 namespace shardtrain::data {
 
-constexpr int64_t kTokenFileVersion = 1;
+// 2: packed files hold /position_ids [N, seq_len] int32, each token's position in its sample.
+constexpr int64_t kTokenFileVersion = 2;
 
 struct TokenFileMeta {
   int64_t seq_len = 0, rows = 0, samples = 0, tokens = 0, loss_tokens = 0, max_token_id = 0;
@@ -45,7 +47,7 @@ class TokenFile {
  private:
   std::string path_;
   TokenFileMeta meta_;
-  io::h5::Handle file_, tokens_, mask_;
+  io::h5::Handle file_, tokens_, mask_, positions_;  // positions_: packed files only
 };
 
 }  // namespace shardtrain::data

@@ -66,7 +66,8 @@ class FsdpEngine {
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
   // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
   GradResult forward_backward(const std::vector<model::Batch>& micro_batches);
-  at::Tensor logits(const at::Tensor& tokens);  // forward only, on this rank's tokens; on the host
+  // Forward only, on this rank's tokens [B, T] (positions: Batch::positions); on the host.
+  at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {});
   double sum_world(double v) { return groups_.world->all_reduce_sum(v); }
   double comm_wait_seconds() const;  // host time blocked on collectives so far, all groups
   // The most memory held since the last call. On a GPU, the caching allocator's peak (every
@@ -111,10 +112,11 @@ class FsdpEngine {
     bool train = false;          // LoRA dropout applies
     uint64_t dropout_seed = 0;   // the same in forward and in activation checkpointing's recompute
     bool fused_head = false;     // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
+    model::TokenLayout layout;   // positions and documents, for forward and the recompute
   };
-  at::Tensor forward(Pass& p, const at::Tensor& tokens, bool build_graph);
+  at::Tensor forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph);
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
-  at::Tensor run_unit(int64_t u, const at::Tensor& x, uint64_t dropout_seed, bool train);
+  at::Tensor run_unit(int64_t u, const at::Tensor& x, const Pass& p);
   // tie_word_embeddings: the head multiplies by the embedding unit's matrix, gathered for it.
   bool reads_embedding(int64_t u) const;
   void gather_tied_embedding();

@@ -29,6 +29,7 @@ class Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   operator hid_t() const { return id_; }
+  bool valid() const { return id_ != H5I_INVALID_HID; }
   void reset();
 
  private:
@@ -40,6 +41,7 @@ class Handle {
 Handle create_file(const std::string& path, hid_t fapl = H5P_DEFAULT);
 Handle open_file(const std::string& path);    // read-only; throws UsageError when not HDF5, truncated or damaged
 Handle open_dataset(hid_t file, const std::string& name);  // throws UsageError naming file+dataset
+bool has_dataset(hid_t file, const std::string& name);
 std::vector<hsize_t> dataset_shape(hid_t dset);
 
 // A 2-D dataset, chunked by rows and written whole. T: int32_t, uint8_t or float.

@@ -8,6 +8,9 @@ namespace shardtrain::model {
 struct Batch {
   at::Tensor tokens;  // [B, T] int64
   at::Tensor labels;  // [B, T] int64: the token where the mask is set, else -100 (HF convention)
+  // [B, T] int64: each token's position in its document, 0 where a packed document starts (HF's
+  // position_ids); undefined: one document per row, positions 0..T-1.
+  at::Tensor positions;
 };
 
 }  // namespace shardtrain::model

@@ -14,6 +14,7 @@
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/model/projections.h"
+#include "shardtrain/model/token_layout.h"
 
 namespace shardtrain::model {
 
@@ -64,17 +65,17 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 // window > 0 and < T: query i sees keys i - window + 1 .. i (transformers' sliding window).
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true,
                             int64_t window = 0);
-// x: [B, T, H] -> [B, T, H]
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const at::Tensor& cos,
-                         const at::Tensor& sin);
+// x: [B, T, H] -> [B, T, H]; the layout gives the rotary tables and the documents (token_layout.h).
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout);
 
 // One unit's forward. Embedding: tokens [B, T] int64 -> hidden [B, T, H] in compute_dtype;
 // decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V].
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const Rotary& rope, at::ScalarType compute_dtype, const LoraRun* lora = nullptr);
-// Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype.
+                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora = nullptr);
+// Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype; positions
+// [B, T] as Batch::positions (undefined: one document per row).
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
-                         at::ScalarType compute_dtype, const LoraRun* lora = nullptr);
+                         at::ScalarType compute_dtype, const LoraRun* lora = nullptr, const at::Tensor& positions = {});
 
 // Sum of token cross-entropies (fp32) over positions whose next-token label is not -100, and
 // their count: labels[:, 1:] against logits[:, :-1], Hugging Face's shift.

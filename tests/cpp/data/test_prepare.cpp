@@ -140,8 +140,56 @@ TEST(Prepare, PackingWithAFractionSplit) {
   EXPECT_EQ(val.meta().samples, 50);
   EXPECT_EQ(val.meta().split, "validation");
   EXPECT_EQ(train.meta().packing, "packing");
-  for (const data::TokenFile* f : {&train, &val})  // packed: every row but the last is full
-    EXPECT_EQ(f->rows(), (f->meta().tokens + 127) / 128);
+  for (const data::TokenFile* f : {&train, &val}) {  // packed: whole samples, several to a row
+    EXPECT_GE(f->rows(), (f->meta().tokens + 127) / 128);
+    EXPECT_LE(2 * f->rows(), f->meta().samples);
+  }
   auto b = train.read({0});
   EXPECT_EQ(b.tokens[0][0].item<int64_t>(), 1);  // the first row opens with BOS
+  ASSERT_TRUE(b.positions.defined());
+  EXPECT_EQ(b.positions[0][0].item<int64_t>(), 0);
+  // Each sample restarts its positions at 0 on its BOS.
+  EXPECT_TRUE(b.positions[0].eq(0).equal(b.tokens[0].eq(1)));
+}
+
+// A sample whose answer --seq-len cuts away entirely trains nothing: it is dropped and counted,
+// with the advice to raise --seq-len; a token file without a loss token is refused by train.
+TEST(Prepare, AnswersCutAwayAreDroppedAndAFileWithoutLossIsRefused) {
+  const auto dir = fresh_dir("cut_answers");
+  const std::string input = dir + "/in.jsonl";
+  std::string long_instruction;
+  for (int i = 0; i < 40; ++i) long_instruction += "reverse the digits and read them back slowly ";
+  {
+    std::ofstream out(input);
+    out << R"({"instruction": ")" << long_instruction << R"(", "input": "", "output": "4321"})" << "\n";
+    out << R"({"instruction": "Sort", "input": "", "output": "1234"})" << "\n";
+  }
+  auto r = run(prepare_cmd(input, dir + "/out.h5", "--seq-len 128"));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("answer cut away by --seq-len 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("raise --seq-len"), std::string::npos) << r.out;
+  EXPECT_EQ(data::TokenFile(dir + "/out.h5").meta().samples, 1);
+  // Only the cut one: nothing usable is left, and the reason is named.
+  {
+    std::ofstream out(input);
+    out << R"({"instruction": ")" << long_instruction << R"(", "input": "", "output": "4321"})" << "\n";
+  }
+  r = run(prepare_cmd(input, dir + "/none.h5", "--seq-len 128"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("answer cut away by --seq-len"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir + "/none.h5"));
+  // A token file whose rows hold no loss token (written directly: prepare no longer makes one).
+  data::Rows rows;
+  rows.rows = 2;
+  rows.seq_len = 8;
+  rows.tokens = 16;
+  rows.tokens_data.assign(16, 5);
+  rows.mask_data.assign(16, 0);
+  rows.position_data.assign(16, 0);
+  data::TokenFileMeta meta;
+  meta.packing = "padding";
+  data::write_token_file(dir + "/no_loss.h5", rows, meta);
+  r = run("train --model tiny --data " + dir + "/no_loss.h5 --steps 1 --threads 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("holds no token in the loss"), std::string::npos) << r.out;
 }

@@ -217,15 +217,17 @@ TEST(TokenizerJson, VocabularyLargerThanTheModelIsRefused) {
   }
 }
 
-TEST(TokenizerJson, PathsAreResolvedLikeAutoTokenizer) {
+TEST(TokenizerJson, PathsAreResolvedToTheFileTheModelCameWith) {
   const std::string both = std::string(SHARDTRAIN_TEST_TMP) + "/tokenizer_json/both";
   fs::remove_all(both);
   fs::create_directories(both);
   fs::copy_file(kRef + "/llama3/tokenizer.json", both + "/tokenizer.json");
   fs::copy_file(kRef + "/llama3/tokenizer_config.json", both + "/tokenizer_config.json");
   fs::copy_file(std::string(SHARDTRAIN_SOURCE_DIR) + "/data/demo/tokenizer.model", both + "/tokenizer.model");
-  EXPECT_TRUE(data::Tokenizer(both).is_json());  // the fast tokenizer.json first
-  EXPECT_FALSE(data::Tokenizer(both + "/tokenizer.model").is_json());  // a file as given
+  EXPECT_FALSE(data::Tokenizer(both).is_json());  // Llama-2's layout: the SentencePiece model its tokenizer.json came from
+  EXPECT_TRUE(data::Tokenizer(both + "/tokenizer.json").is_json());  // a file as given
+  fs::remove(both + "/tokenizer.model");
+  EXPECT_TRUE(data::Tokenizer(both).is_json());  // Llama-3's and Qwen2's layout
   const std::string empty = std::string(SHARDTRAIN_TEST_TMP) + "/tokenizer_json/empty";
   fs::create_directories(empty);
   EXPECT_NE(load_error(empty).find(empty + " is a directory with neither tokenizer.json nor tokenizer.model"), std::string::npos);

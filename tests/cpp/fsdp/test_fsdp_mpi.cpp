@@ -9,11 +9,14 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
 #include "oracle/trainer.h"
+#include "shardtrain/data/prepare.h"
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/data/token_file.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/mpi_env.h"
 #include "mpi_gtest_main.h"
@@ -215,6 +218,71 @@ TEST(FsdpMpi, TiedEmbeddingsAndBiasesUnderEveryStrategy) {
       c.sync = s == Sharding::kShardGradOp;  // and no_sync accumulation once
       expect_equivalent(c);
     }
+}
+
+// Packing without cross-document attention: the same samples packed (several per row, positions
+// restarting, attention within each sample) and padded (one per row) give the same token-weighted
+// loss and the same gradients, through real token files, with and without sliding windows.
+TEST(FsdpMpi, PackedRowsTrainWhatPaddedRowsTrain) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
+  std::vector<data::Sample> samples;
+  for (int i = 0; i < 24; ++i) {
+    const int64_t n = 2 + at::randint(0, 9, {1}, gen, at::kLong).item<int64_t>();  // 2..10 tokens, rows of 24
+    const auto ids = at::randint(3, 512, {n}, gen, at::kInt);
+    data::Sample s;
+    s.ids.assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + n);
+    s.mask.assign(n, 1);
+    std::fill(s.mask.begin(), s.mask.begin() + n / 3, 0);  // a prompt outside the loss
+    samples.push_back(s);
+  }
+  const std::string dir = std::string(SHARDTRAIN_TEST_TMP) + "/packing_w" + std::to_string(g_env->size());
+  if (g_env->rank() == 0) {
+    std::filesystem::create_directories(dir);
+    for (const bool packing : {true, false}) {
+      data::TokenFileMeta meta;
+      meta.packing = packing ? "packing" : "padding";
+      data::write_token_file(dir + (packing ? "/packed.h5" : "/padded.h5"), data::make_rows(samples, kSeq, packing, 0), meta);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const data::TokenFile packed(dir + "/packed.h5"), padded(dir + "/padded.h5");
+  ASSERT_LT(packed.rows(), padded.rows() / 2) << "several samples share a packed row";
+  auto all = [](const data::TokenFile& f) {
+    std::vector<int64_t> rows(f.rows());
+    for (int64_t i = 0; i < f.rows(); ++i) rows[i] = i;
+    return f.read(rows);
+  };
+  for (const model::ModelConfig& m : {tiny(), tiny_qwen2()}) {
+    auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+    fsdp::FsdpEngine eng(m, fsdp_config({}), groups, kSeed);
+    std::vector<double> loss;
+    std::vector<at::Tensor> grads;
+    for (const data::TokenFile* f : {&packed, &padded}) {
+      const model::Batch b = all(*f);
+      std::vector<int64_t> rows(b.tokens.size(0));
+      for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+      std::vector<model::Batch> mine;
+      for (const auto& part : data::rank_micro_batches(rows, g_env->rank(), g_env->size(), 1)) {
+        const auto idx = at::tensor(part, at::kLong);
+        mine.push_back({b.tokens.index_select(0, idx), b.labels.index_select(0, idx),
+                        b.positions.defined() ? b.positions.index_select(0, idx) : at::Tensor()});
+      }
+      loss.push_back(eng.forward_backward(mine).loss);
+      std::vector<at::Tensor> g;
+      for (const auto& s : eng.grad_shards()) g.push_back(s.defined() ? s.flatten() : at::zeros({0}));
+      grads.push_back(at::cat(g));
+      eng.release_grads();
+    }
+    double diff = (grads[0] - grads[1]).pow(2).sum().item<double>(), norm = grads[1].pow(2).sum().item<double>();
+    MPI_Allreduce(MPI_IN_PLACE, &diff, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    const double rel = std::sqrt(diff / norm);
+    EXPECT_NEAR(loss[0], loss[1], 1e-6 * loss[1]) << m.model_type;
+    EXPECT_LE(rel, 1e-6) << m.model_type << ": packed gradients differ from padded ones";
+    if (g_env->rank() == 0)
+      std::printf("  %s, world %d: loss %.9f packed vs %.9f padded, gradient rel %.1e\n", m.model_type.c_str(), g_env->size(),
+                  loss[0], loss[1], rel);
+  }
 }
 
 TEST(FsdpMpi, CheckpointingAndAccumulationModes) {

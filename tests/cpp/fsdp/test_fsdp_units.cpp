@@ -220,7 +220,7 @@ TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
   // The layer's input x is made before the count starts; its output, which the next layer
   // keeps as its input, is counted instead: the same size.
   const int64_t before_layer = held();
-  at::Tensor y = model::decoder_layer(m, w, x, rope.cos, rope.sin);
+  at::Tensor y = model::decoder_layer(m, w, x, model::token_layout(rope, {}, T, at::kCPU, at::kFloat));
   const int64_t layer_measured = held() - before_layer;
   std::cout << "decoder layer: " << layer_measured << " bytes held after forward, " << layer_measured / T
             << " per token; model " << a.layer << "\n";

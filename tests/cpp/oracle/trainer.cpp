@@ -21,9 +21,9 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig cfg, model::ParamStore pa
   for (size_t i = 0; i < params_.specs().size(); ++i) opt_.add(params_.tensors()[i], params_.specs()[i].decays());
 }
 
-at::Tensor Trainer::logits(const at::Tensor& tokens) {
+at::Tensor Trainer::logits(const at::Tensor& tokens, const at::Tensor& positions) {
   const auto w = [this](const std::string& name) { return params_.get(name).to(cfg_.param_dtype); };
-  return model::llama_forward(model_, w, tokens, rope_, cfg_.param_dtype);
+  return model::llama_forward(model_, w, tokens, rope_, cfg_.param_dtype, nullptr, positions);
 }
 
 StepResult Trainer::step(const std::vector<model::Batch>& micro_batches, double lr) {
@@ -33,7 +33,7 @@ StepResult Trainer::step(const std::vector<model::Batch>& micro_batches, double 
   double loss_sum = 0;
   for (const auto& mb : micro_batches) {
     if (mb.tokens.size(0) == 0) continue;  // a short final batch leaves some micro-steps empty
-    auto ls = model::causal_lm_loss(logits(mb.tokens), mb.labels);
+    auto ls = model::causal_lm_loss(logits(mb.tokens, mb.positions), mb.labels);
     (ls.sum / static_cast<double>(std::max<int64_t>(1, r.tokens))).backward();
     loss_sum += ls.sum.item<double>();
   }
@@ -45,7 +45,8 @@ StepResult Trainer::step(const std::vector<model::Batch>& micro_batches, double 
 }
 
 train::EvalResult Trainer::evaluate(const data::TokenFile& data, int64_t max_batches) {
-  return train::evaluate_loss(data, cfg_.batch_size, max_batches, 0, 1, logits_fn());
+  return train::evaluate_loss(data, cfg_.batch_size, max_batches, 0, 1,
+                              [this](const model::Batch& b) { return logits(b.tokens, b.positions); });
 }
 
 }  // namespace shardtrain::oracle

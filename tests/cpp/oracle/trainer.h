@@ -39,7 +39,7 @@ class Trainer {
   // count so accumulation equals one big batch.
   StepResult step(const std::vector<model::Batch>& micro_batches, double lr);
   train::EvalResult evaluate(const data::TokenFile& data, int64_t max_batches);
-  at::Tensor logits(const at::Tensor& tokens);
+  at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {});
   model::LogitsFn logits_fn() {
     return [this](const at::Tensor& t) { return logits(t); };
   }

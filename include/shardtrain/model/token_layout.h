@@ -1,0 +1,36 @@
+// Where each token of a batch sits: its position within its document and the documents it must
+// not attend across. Packed rows hold several documents; each restarts its positions at 0 and
+// attends causally within itself only, so a packed row trains what one row per document would.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+namespace shardtrain::model {
+
+struct Rotary;
+
+struct TokenLayout {
+  at::Tensor cos, sin;    // [T, D]: every row at 0..T-1; or [B, 1, T, D] at each token's position
+  at::Tensor same_doc;    // [B, 1, T, T] bool: key j in query i's document and j <= i; undefined: plain causal
+  at::Tensor cu_seqlens;  // [docs + 1] int32: document starts over the flattened batch (CUDA's varlen kernel)
+  int64_t max_doc_len = 0;
+  bool packed() const { return same_doc.defined() || cu_seqlens.defined(); }
+};
+
+// The layout of a batch of T tokens per row. positions [B, T] int64 on the host, or undefined;
+// rows that are one document each need neither mask nor gather. On CUDA in bf16/fp16, packed
+// rows go to the variable-length flash kernel (cu_seqlens) instead of a [T, T] mask.
+TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
+                         at::ScalarType dtype);
+
+// [T, T] bool: key j at most window - 1 positions before query i (transformers' sliding window).
+at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device);
+
+// Attention of q [B, nh, T, D] over k, v [B, nkv, T, D] as the layout allows (causal, within
+// documents when packed), keys at most `window` back (0: all). Returns [B, nh, T, D].
+at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t window);
+
+}  // namespace shardtrain::model

@@ -1,0 +1,71 @@
+#include "shardtrain/model/token_layout.h"
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "shardtrain/model/llama.h"
+
+namespace shardtrain::model {
+
+TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
+                         at::ScalarType dtype) {
+  TokenLayout l;
+  // A row whose positions never restart is one document: the plain causal path, no gather.
+  const bool packed = positions.defined() && positions.size(0) > 0 && T > 1 &&
+                      positions.narrow(1, 1, T - 1).eq(0).any().item<bool>();
+  if (!packed) {
+    l.cos = rope.cos.narrow(0, 0, T);
+    l.sin = rope.sin.narrow(0, 0, T);
+    return l;
+  }
+  const int64_t B = positions.size(0);
+  const at::Tensor pos = positions.to(at::kLong).contiguous();  // [B, T], host
+  const at::Tensor index = pos.flatten().to(device);
+  l.cos = rope.cos.index_select(0, index).view({B, T, -1}).unsqueeze(1);  // [B, 1, T, D]
+  l.sin = rope.sin.index_select(0, index).view({B, T, -1}).unsqueeze(1);
+  at::Tensor starts = pos.eq(0);
+  starts.select(1, 0).fill_(true);  // every row opens a document
+  if (device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf)) {
+    const at::Tensor first = starts.flatten().nonzero().flatten();  // flat index of each document's first token
+    const at::Tensor bounds = at::cat({first, at::full({1}, B * T, at::kLong)});
+    l.max_doc_len = (bounds.narrow(0, 1, bounds.size(0) - 1) - bounds.narrow(0, 0, bounds.size(0) - 1)).max().item<int64_t>();
+    l.cu_seqlens = bounds.to(at::kInt).to(device);
+    return l;
+  }
+  const at::Tensor doc = starts.cumsum(1).to(device);                       // [B, T]: document number in the row
+  const at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));            // [B, T, T]
+  const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
+  l.same_doc = same.logical_and(causal).unsqueeze(1);                       // [B, 1, T, T]
+  return l;
+}
+
+at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device) {
+  const auto pos = at::arange(T, at::TensorOptions().dtype(at::kLong).device(device));
+  const auto back = pos.unsqueeze(1) - pos.unsqueeze(0);  // [T, T]: query i minus key j
+  return back.ge(0).logical_and(back.lt(window));
+}
+
+at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            int64_t window) {
+  if (!layout.packed()) return causal_attention(q, k, v, /*native_gqa=*/true, window);
+  const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), D = q.size(3);
+  if (layout.cu_seqlens.defined()) {
+    // Flash's variable-length kernel over the flattened batch: [tokens, heads, D], GQA native.
+    const auto flat = [&](const at::Tensor& x) { return x.transpose(1, 2).reshape({B * T, x.size(1), D}); };
+    const std::optional<int64_t> left = window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt;
+    const std::optional<int64_t> right = window > 0 ? std::optional<int64_t>(0) : std::nullopt;
+    const auto out = std::get<0>(at::_flash_attention_forward(flat(q), flat(k), flat(v), layout.cu_seqlens, layout.cu_seqlens,
+                                                              layout.max_doc_len, layout.max_doc_len, 0.0, /*is_causal=*/true,
+                                                              /*return_debug_mask=*/false, std::nullopt, left, right));
+    return out.view({B, T, nh, D}).transpose(1, 2);
+  }
+  at::Tensor mask = layout.same_doc;
+  if (window > 0 && window < T) mask = mask.logical_and(sliding_band(T, window, q.device()));
+  const int64_t rep = nh / k.size(1);
+  const auto kr = rep == 1 ? k : k.repeat_interleave(rep, 1);  // repeat_kv
+  const auto vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
+  return at::scaled_dot_product_attention(q, kr, vr, mask, 0.0, /*is_causal=*/false);
+}
+
+}  // namespace shardtrain::model
