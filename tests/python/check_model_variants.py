@@ -174,6 +174,7 @@ def saved_weights(export):
 
 
 hf_logging.disable_progress_bar()
+os.makedirs(WORK, exist_ok=True)
 small = os.path.join(WORK, "rows4.h5")
 tokens, labels, positions = small_token_file(small)
 for name, (config_class, extra) in VARIANTS.items():
