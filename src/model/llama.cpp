@@ -77,11 +77,7 @@ at::Tensor activation(const std::string& name, const at::Tensor& x) {
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa,
                             int64_t window) {
   const int64_t rep = q.size(1) / k.size(1);
-  if (window > 0 && window < q.size(2)) {  // an explicit mask: the last `window` keys
-    const auto kr = rep == 1 ? k : k.repeat_interleave(rep, 1);  // repeat_kv
-    const auto vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
-    return at::scaled_dot_product_attention(q, kr, vr, sliding_band(q.size(2), window, q.device()), 0.0, /*is_causal=*/false);
-  }
+  if (window > 0 && window < q.size(2)) return masked_attention(q, k, v, sliding_band(q.size(2), window, q.device()));
   constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
   const bool gqa = rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
   if (rep == 1 || gqa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);

@@ -62,7 +62,11 @@ at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, cons
   }
   at::Tensor mask = layout.same_doc;
   if (window > 0 && window < T) mask = mask.logical_and(sliding_band(T, window, q.device()));
-  const int64_t rep = nh / k.size(1);
+  return masked_attention(q, k, v, mask);
+}
+
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+  const int64_t rep = q.size(1) / k.size(1);
   const auto kr = rep == 1 ? k : k.repeat_interleave(rep, 1);  // repeat_kv
   const auto vr = rep == 1 ? v : v.repeat_interleave(rep, 1);
   return at::scaled_dot_product_attention(q, kr, vr, mask, 0.0, /*is_causal=*/false);

@@ -28,6 +28,9 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
 // [T, T] bool: key j at most window - 1 positions before query i (transformers' sliding window).
 at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device);
 
+// SDPA of q [B, nh, T, D] over k, v [B, nkv, T, D] (repeated per query head) where mask [.., T, T] is true.
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask);
+
 // Attention of q [B, nh, T, D] over k, v [B, nkv, T, D] as the layout allows (causal, within
 // documents when packed), keys at most `window` back (0: all). Returns [B, nh, T, D].
 at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
