@@ -52,6 +52,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "seq-len", po::value(&in.seq_len)->default_value(4096), "tokens per row")(
       "batch-size", po::value(&in.batch_size)->default_value(1), "rows per rank per micro-batch")(
       "grad-accum", po::value(&in.grad_accum)->default_value(1), "micro-batches per optimizer step")(
+      "packed", po::bool_switch(&in.packed), "rows hold several documents (prepare --mode packing)")(
       "activation-checkpointing", po::bool_switch(&in.fsdp.activation_checkpointing), "recompute each decoder layer in backward")(
       "no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation), "with --grad-accum: reduce once per step")(
       "param-dtype", po::value(&param_dtype)->default_value(param_dtype), "compute and all-gather dtype: bf16 or fp32")(

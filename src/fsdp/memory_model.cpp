@@ -44,6 +44,7 @@ struct Walk {
   std::vector<bool> gathered, grad;
   std::deque<int64_t> pending;  // units whose reduction is in flight, oldest first
   int64_t tied_grad = 0;        // a tied embedding's leaf gradient, from the head's backward to the embedding's
+  int64_t held = 0;             // the batch's layout (ActivationBytes::step_held), once the forward starts
   StepPeak peak;
 
   const UnitSize& trainable(int64_t u) const { return adapters ? (*adapters)[u] : base[u]; }
@@ -66,7 +67,7 @@ struct Walk {
     }
     for (const int64_t u : pending) r += send_bytes(u) + shard_bytes(u);
     const int64_t engine = persistent + g + r + gs;
-    activations += tied_grad;  // autograd's, like the activations: not in the engine's own count
+    activations += tied_grad + held;  // autograd's and the layout's, like the activations: not in the engine's own count
     peak.engine_bytes = std::max(peak.engine_bytes, engine);
     peak.gathered_units = std::max(peak.gathered_units, n);
     if (engine + activations > peak.total_bytes) {
@@ -97,7 +98,7 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
   const int64_t fused_chunk = model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
-  Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}};
+  Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}, {}, {}};
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
   const auto is_layer = [&](int64_t u) { return base[u].kind == model::UnitKind::kDecoderLayer; };
@@ -107,6 +108,7 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
     return cfg.activation_checkpointing ? act.layer_input : act.layer;
   };
   w.note(0);
+  w.held = act.step_held * tokens;
   for (int64_t mb = 0; mb < s.grad_accum; ++mb) {
     int64_t stored = 0;  // per token
     for (int64_t u = 0; u < U; ++u) {

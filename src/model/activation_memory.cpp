@@ -2,7 +2,7 @@
 
 namespace shardtrain::model {
 
-ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora) {
+ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora, const PackedRows* packed) {
   const int64_t h = cfg.hidden_size, i = cfg.intermediate_size, nh = cfg.num_heads;
   const int64_t kv = cfg.num_kv_heads * cfg.head_dim();
   const int64_t e = elt;
@@ -10,7 +10,12 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   // (saved in fp32 when the compute dtype is fp32, as its cast copy otherwise).
   const int64_t norm = e == 4 ? 4 * h : 4 * h + e * h;
   const int64_t sdpa_kv = 2 * e * kv;  // K and V at kv width: enable_gqa, no repeat per query head (causal_attention)
-  const int64_t sdpa = e * h /*q*/ + sdpa_kv + e * h /*out*/ + 4 * nh /*logsumexp*/;
+  int64_t sdpa = e * h /*q*/ + sdpa_kv + e * h /*out*/ + 4 * nh /*logsumexp*/;
+  if (packed && !packed->varlen) {
+    // masked_attention: SDPA turns the bool mask into one in the compute dtype and keeps it, and
+    // keeps K and V repeated per query head instead of at kv width.
+    sdpa += e * packed->seq_len + 2 * e * (nh * cfg.head_dim() - kv);
+  }
   ActivationBytes a;
   a.layer_input = e * h;
   const bool adapters = lora && lora->enabled();
@@ -35,6 +40,11 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   a.fused_fixed = 4 * cfg.vocab_size * h;
   a.vocab = cfg.vocab_size;
   a.hidden = h;
+  if (packed) {
+    // The batch's positions (int64, and the prefetched batch's), the cos and sin gathered at them
+    // in the compute dtype, and without the varlen kernel the bool document mask [B, 1, T, T].
+    a.step_held = 2 * 8 + 2 * e * cfg.head_dim() + (packed->varlen ? 0 : packed->seq_len);
+  }
   return a;
 }
 

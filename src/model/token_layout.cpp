@@ -26,7 +26,7 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   l.sin = rope.sin.index_select(0, index).view({B, T, -1}).unsqueeze(1);
   at::Tensor starts = pos.eq(0);
   starts.select(1, 0).fill_(true);  // every row opens a document
-  if (device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf)) {
+  if (packed_rows_use_varlen(device.is_cuda(), dtype)) {
     const at::Tensor first = starts.flatten().nonzero().flatten();  // flat index of each document's first token
     const at::Tensor bounds = at::cat({first, at::full({1}, B * T, at::kLong)});
     l.max_doc_len = (bounds.narrow(0, 1, bounds.size(0) - 1) - bounds.narrow(0, 0, bounds.size(0) - 1)).max().item<int64_t>();
@@ -38,6 +38,10 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
   l.same_doc = same.logical_and(causal).unsqueeze(1);                       // [B, 1, T, T]
   return l;
+}
+
+bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype) {
+  return cuda && (dtype == at::kBFloat16 || dtype == at::kHalf);
 }
 
 at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device) {

@@ -15,8 +15,8 @@ double gib(double b) { return b / (1 << 30); }
 std::string describe(const PlanInput& in) {
   std::ostringstream os;
   os << in.model.name << " (" << in.model.num_params() / 1000000 << "M parameters), " << in.gpu.name << " x "
-     << in.gpus_per_node << " per node, fabric " << in.fabric.name << "; seq " << in.seq_len << ", batch " << in.batch_size
-     << " per rank, grad-accum " << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
+     << in.gpus_per_node << " per node, fabric " << in.fabric.name << "; seq " << in.seq_len << (in.packed ? " packed" : "") << ", batch "
+     << in.batch_size << " per rank, grad-accum " << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
      << c10::toString(in.fsdp.reduce_dtype) << " reduce" << (in.fsdp.activation_checkpointing ? ", activation checkpointing" : "")
      << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "") << "; compute "
      << (in.calibration.source.empty() ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) + "% MFU (default)"

@@ -8,6 +8,7 @@
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/stats.h"
 #include "shardtrain/model/flops.h"
+#include "shardtrain/model/token_layout.h"
 
 namespace shardtrain::plan {
 namespace {
@@ -84,7 +85,10 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   const int pe = elt_of(in.fsdp.param_dtype), re = elt_of(in.fsdp.reduce_dtype);
   const auto base_specs = model::llama_param_specs(m);
   const auto lora_specs = lora ? model::lora_param_specs(m, in.fsdp.lora) : std::vector<model::ParamSpec>{};
-  const model::ActivationBytes act = model::activation_bytes_per_token(m, pe, lora ? &in.fsdp.lora : nullptr);
+  const bool cuda = in.gpu.name != "cpu";
+  const model::PackedRows packed{in.seq_len, model::packed_rows_use_varlen(cuda, in.fsdp.param_dtype)};
+  const model::ActivationBytes act =
+      model::activation_bytes_per_token(m, pe, lora ? &in.fsdp.lora : nullptr, in.packed ? &packed : nullptr);
   const bool calibrated = in.calibration.compute_tflops > 0;
   const double fwd_tflops = calibrated ? in.calibration.forward_tflops : in.gpu.peak_tflops * in.default_mfu;
   const double bwd_tflops = calibrated ? in.calibration.backward_tflops : in.gpu.peak_tflops * in.default_mfu;

@@ -1,7 +1,8 @@
 """`shardtrain plan` against measured runs on this machine (the memory and step-time validation).
 
 Memory: for the tiny and small presets, at 1, 2 and 4 ranks, every strategy, activation
-checkpointing off and on (and LoRA at 2 ranks), a one-step run's peak of every CPU tensor,
+checkpointing off and on (and LoRA at 2 ranks), on packed rows (and on rows of one document each
+for full_shard at 2 ranks), a one-step run's peak of every CPU tensor,
 activations included (metrics memory.host_tensor_peak_bytes: rank 0's step, counted by the
 allocator wrapper in runtime/host_tensor_memory.h, which sees every allocation LibTorch's CPU
 allocator makes and nothing of the engine's own accounting), against the plan's tensor peak:
@@ -37,18 +38,18 @@ os.makedirs(WORK, exist_ok=True)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 
 
-def run(cmd):
-    p = subprocess.run(cmd, env=ENV, capture_output=True, text=True)
+def run(cmd, env=None):
+    p = subprocess.run(cmd, env=env or ENV, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"FAILED ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
     return p.stdout
 
 
-def data():
-    path = os.path.join(WORK, f"data-{SEQ}.h5")
+def data(mode="packing"):
+    path = os.path.join(WORK, f"data-{SEQ}-{mode}.h5")
     if not os.path.exists(path):
         run([BIN, "prepare", "--tokenizer", f"{REPO}/data/demo/tokenizer.model", "--input", f"{REPO}/data/demo/train.jsonl",
-             "--output", path, "--seq-len", str(SEQ), "--mode", "packing"])
+             "--output", path, "--seq-len", str(SEQ), "--mode", mode])
     return path
 
 
@@ -58,28 +59,33 @@ def layout(ranks, strategy):
     return rpn, ranks // rpn, rpn
 
 
-def train(preset, ranks, strategy, ac, steps, tag, extra=()):
+def train(preset, ranks, strategy, ac, steps, tag, extra=(), mode="packing"):
     rpn, _, _ = layout(ranks, strategy)
     metrics = os.path.join(WORK, f"m-{tag}.jsonl")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), BIN] if ranks > 1 else [BIN]
-    cmd += ["train", "--model", preset, "--data", data(), "--batch-size", str(BATCH), "--steps", str(steps), "--device", "cpu",
+    cmd += ["train", "--model", preset, "--data", data(mode), "--batch-size", str(BATCH), "--steps", str(steps), "--device", "cpu",
             "--threads", "1", "--sharding", strategy, "--ranks-per-node", str(rpn), "--metrics-file", metrics, "--lr", "1e-4"]
     if ac:
         cmd.append("--activation-checkpointing")
-    run(cmd + list(extra))
+    # Two mpiruns starting at once can collide on Open MPI's session directory: one each.
+    session = os.path.join(WORK, f"ompi-{tag}")
+    os.makedirs(session, exist_ok=True)
+    run(cmd + list(extra), dict(ENV, OMPI_MCA_orte_tmpdir_base=session))
     return [json.loads(line) for line in open(metrics)]
 
 
-def plan(preset, ranks, strategy, ac, extra=()):
+def plan(preset, ranks, strategy, ac, extra=(), mode="packing"):
     _, nodes, gpn = layout(ranks, strategy)
     cmd = [BIN, "plan", "--model", preset, "--gpu", "cpu", "--no-allowances", "--param-dtype", "fp32", "--nodes", str(nodes),
            "--gpus-per-node", str(gpn), "--strategy", strategy, "--seq-len", str(SEQ), "--batch-size", str(BATCH), "--json"]
     if ac:
         cmd.append("--activation-checkpointing")
+    if mode == "packing":
+        cmd.append("--packed")
     return json.loads(run(cmd + list(extra)))["rows"][0]
 
 
-def engine_run(preset, ranks, strategy, ac, extra):
+def engine_run(preset, ranks, strategy, ac, extra, mode):
     """What the engine does with a configuration: its groups, whether it reshards, the rest."""
     rpn, nodes, _ = layout(ranks, strategy)
     if strategy in ("full_shard", "shard_grad_op"):
@@ -89,38 +95,46 @@ def engine_run(preset, ranks, strategy, ac, extra):
     else:  # hybrid: a simulated node is a shard group
         shard, replicate = rpn, nodes
     reshard = strategy in ("full_shard", "hybrid_shard")
-    return preset, ranks, shard, replicate, reshard, ac, tuple(extra)
+    return preset, ranks, shard, replicate, reshard, ac, tuple(extra), mode
 
 
 def memory():
     steps = 1  # its peak equals every later step's: the optimizer state exists from the start
 
     def check(cfg):
-        preset, ranks, strategy, ac, extra, label = cfg
-        tag = f"{preset}-{ranks}-{label or strategy}-{int(ac)}"
-        last = train(preset, ranks, strategy, ac, steps, tag, extra)[-1]
+        preset, ranks, strategy, ac, extra, label, mode = cfg
+        tag = name(cfg)
+        last = train(preset, ranks, strategy, ac, steps, tag, extra, mode)[-1]
         mem = last["memory"]
         measured_engine, measured_total = max(mem["peak_bytes_by_phase"].values()), mem["host_tensor_peak_bytes"]
-        p = plan(preset, ranks, strategy, ac, extra)["memory"]
+        p = plan(preset, ranks, strategy, ac, extra, mode)["memory"]
         t_err = p["tensor_peak"] / measured_total - 1
         line = (f"{tag:34s} tensors {measured_total:>10d} predicted {p['tensor_peak']:>10d} ({100 * t_err:+5.1f}%)"
                 f"  [not judged: engine bytes {measured_engine:>10d} plan {p['engine_peak']:>10d};"
                 f" peak RSS {last['peak_mem_bytes'] / 2**20:6.0f} MiB]")
         return line, abs(t_err), (measured_total, p["tensor_peak"])
 
+    def name(cfg):
+        preset, ranks, strategy, ac, _, label, mode = cfg
+        return f"{preset}-{ranks}-{label or strategy}-{int(ac)}" + ("" if mode == "packing" else f"-{mode}")
+
+    # Packed rows (several documents per row, the masked attention path on a CPU) for every
+    # configuration; rows of one document each (padding) for full_shard at 2 ranks.
     lora = ["--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,down_proj"]
-    configs = [(preset, ranks, strategy, ac, [], None) for preset in ["tiny", "small"] for ranks in [1, 2, 4]
+    configs = [(preset, ranks, strategy, ac, [], None, "packing") for preset in ["tiny", "small"] for ranks in [1, 2, 4]
                for strategy in STRATEGIES for ac in [False, True]]
-    configs += [(preset, 2, "full_shard", ac, lora, "lora") for preset in ["tiny", "small"] for ac in [False, True]]
+    configs += [(preset, 2, "full_shard", ac, lora, "lora", "packing") for preset in ["tiny", "small"] for ac in [False, True]]
+    configs += [(preset, 2, "full_shard", ac, [], None, "padding") for preset in ["tiny", "small"] for ac in [False, True]]
     distinct, same_as = [], {}
     for cfg in configs:
-        key = engine_run(*cfg[:5])
+        key = engine_run(*cfg[:5], cfg[6])
         if key in same_as:
-            print(f"{cfg[0]}-{cfg[1]}-{cfg[5] or cfg[2]}-{int(cfg[3])}: the same run as {same_as[key]}")
+            print(f"{name(cfg)}: the same run as {same_as[key]}")
         else:
-            same_as[key] = f"{cfg[0]}-{cfg[1]}-{cfg[5] or cfg[2]}-{int(cfg[3])}"
+            same_as[key] = name(cfg)
             distinct.append(cfg)
-    data()  # once, before the runs share it
+    data("packing")  # once each, before the runs share them
+    data("padding")
     # Tensor bytes do not depend on timing, so two runs at a time is safe and halves the wall time.
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(check, distinct))

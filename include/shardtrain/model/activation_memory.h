@@ -20,9 +20,18 @@ struct ActivationBytes {  // per token
   // fp32 accumulator.
   int64_t fused_chunk = 0, fused_token = 0, fused_fixed = 0;
   int64_t vocab = 0, hidden = 0;  // the head's shape: the loss chunk follows from it
+  int64_t step_held = 0;  // held from the forward's start to the step's end: a packed batch's layout
+};
+
+// Packed rows (prepare --mode packing) and the path they take through attention (token_layout.h).
+struct PackedRows {
+  int64_t seq_len = 0;
+  bool varlen = false;  // CUDA's variable-length kernel; false: the [T, T] document mask
 };
 
 // elt: bytes of the compute dtype (4 fp32, 2 bf16). lora: nullptr or disabled for full fine-tuning.
-ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora = nullptr);
+// packed: nullptr for one document per row.
+ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora = nullptr,
+                                           const PackedRows* packed = nullptr);
 
 }  // namespace shardtrain::model

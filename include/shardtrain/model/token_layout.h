@@ -25,6 +25,9 @@ struct TokenLayout {
 TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
                          at::ScalarType dtype);
 
+// Whether packed rows take CUDA's variable-length flash kernel (else the [T, T] mask): bf16/fp16 on CUDA.
+bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype);
+
 // [T, T] bool: key j at most window - 1 positions before query i (transformers' sliding window).
 at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device);
 

@@ -29,6 +29,7 @@ struct PlanInput {
   std::vector<int> nodes;  // node counts, one row each per strategy
   std::vector<fsdp::Sharding> strategies;
   int64_t seq_len = 4096, batch_size = 1, grad_accum = 1;  // batch_size: rows per rank per micro-batch
+  bool packed = false;  // rows hold several documents (prepare --mode packing)
   double default_mfu = 0.37;  // compute efficiency without --calibrate (fms-fsdp, 7B, H100, eager)
   bool allowances = true;     // NCCL and allocator allowances (off for the CPU validation)
 };

@@ -246,6 +246,42 @@ TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
   EXPECT_GT(model::activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies
 }
 
+// Packed rows on a CPU: the document mask and gathered cos/sin that the step holds, and what a
+// layer keeps on the masked path (the mask in the compute dtype, K and V repeated per query head).
+TEST(MemoryModel, PackedRowsBytesMatchTheCountingAllocator) {
+  runtime::track_host_tensor_memory();
+  const model::ModelConfig m = model::model_preset("tiny");  // 4 query heads over 2 kv heads: K and V repeat
+  const int64_t B = 2, T = 128;
+  const model::PackedRows packed{T, /*varlen=*/false};
+  const model::ActivationBytes a = model::activation_bytes_per_token(m, 4, nullptr, &packed);
+  const model::ActivationBytes padded = model::activation_bytes_per_token(m, 4);
+  at::manual_seed(0);
+  const model::ParamStore params = model::ParamStore::initialize(m, 1);
+  const model::WeightLookup lookup = [&params](const std::string& name) { return params.get(name); };
+  const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
+  model::Rotary rope(m, T);
+  // Two documents per row: positions restart at 50 and at 90.
+  const at::Tensor positions = at::cat({at::arange(50), at::arange(40), at::arange(38)}).to(at::kLong).repeat({B, 1});
+  const at::Tensor x = at::randn({B, T, m.hidden_size}).set_requires_grad(true);
+  const int64_t before_layout = held();
+  const model::TokenLayout layout = model::token_layout(rope, positions, T, at::kCPU, at::kFloat);
+  ASSERT_TRUE(layout.same_doc.defined());
+  const int64_t layout_measured = held() - before_layout;
+  const int64_t positions_held = 2 * 8 * B * T;  // this batch's and the prefetched one's: made by the loader
+  std::cout << "packed layout: " << layout_measured << " bytes; model " << a.step_held * B * T - positions_held << "\n";
+  EXPECT_EQ(layout_measured, a.step_held * B * T - positions_held);
+  const int64_t before_layer = held();
+  at::Tensor y = model::decoder_layer(m, w, x, layout);
+  const int64_t layer_measured = held() - before_layer;
+  std::cout << "packed decoder layer: " << layer_measured / (B * T) << " bytes per token; model " << a.layer
+            << " (one document per row: " << padded.layer << ")\n";
+  EXPECT_GT(a.layer, padded.layer);
+  EXPECT_NEAR(static_cast<double>(layer_measured) / (B * T), static_cast<double>(a.layer), 0.02 * a.layer);
+  // CUDA's varlen kernel keeps what one document per row keeps.
+  const model::PackedRows varlen{T, /*varlen=*/true};
+  EXPECT_EQ(model::activation_bytes_per_token(m, 2, nullptr, &varlen).layer, model::activation_bytes_per_token(m, 2).layer);
+}
+
 namespace {
 // A caching allocator's statistics as LibTorch keeps them: a peak that only a reset lowers, to
 // what is allocated at the time of the reset.
