@@ -48,23 +48,7 @@ for lc in settings:
 PY
 # The claim the table rests on: every setting trains the same model as the unfused path.
 agree=0
-"$py" - "$out" "$device" "${settings[@]}" > "$out/agree.txt" <<'PY' || agree=$?
-import json, sys
-out, device, settings = sys.argv[1], sys.argv[2], sys.argv[3:]
-first_tol, last_tol = (1e-5, 1e-5) if device == "cpu" else (1e-3, 0.02)  # bf16 on the GPU
-def losses(lc):
-    return [json.loads(line)["loss"] for line in open(f"{out}/{lc}-1.jsonl") if '"loss"' in line]
-ref = losses(settings[0])
-bad = []
-for lc in settings[1:]:
-    x = losses(lc)
-    for name, i, tol in (("first", 0, first_tol), ("last", -1, last_tol)):
-        rel = abs(x[i] - ref[i]) / abs(ref[i])
-        if rel > tol:
-            bad.append(f"--loss-chunk {lc}: {name} loss {x[i]:.6f} vs {ref[i]:.6f} ({rel:.1e} > {tol:g})")
-print("\n".join(bad) if bad else f"losses agree with --loss-chunk {settings[0]} (first within {first_tol:g}, last within {last_tol:g})")
-sys.exit(1 if bad else 0)
-PY
+"$py" "$repo/bench/losses_agree.py" "$out" "$device" "--loss-chunk " "${settings[@]}" > "$out/agree.txt" || agree=$?
 {
   echo "### Fused, chunked head and loss: $where, $(date +%Y-%m-%d)"
   echo

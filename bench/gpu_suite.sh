@@ -18,6 +18,8 @@
 #   compile  4c. seq 4096 against PyTorch FSDP2 eager and with torch.compile of each decoder layer;
 #   kernels  4d. each faster path against the plain one it replaced, on its own: the fused, chunked
 #               loss (bench/fused_loss.sh) and grouped-query attention (bench/gqa_attention.py);
+#            4e. activation checkpointing none, selective and full: memory and step time
+#               (bench/activation_checkpointing.sh);
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -108,6 +110,7 @@ part_check() {
     # As long as the reference: the learning-rate schedule depends on the run's length.
     progress "world-1 NCCL, fp32 without TF32: $ref_steps steps"
     st cuda-fp32.log "${train[@]}" --device cuda --param-dtype fp32 --no-tf32 --steps "$ref_steps" --metrics-file "$out/cuda-fp32.jsonl"
+    record "- $(grep -m1 -o 'NCCL: .*' "$out/cuda-fp32.log" || echo 'no NCCL memory line in cuda-fp32.log')"
     # fp32 on both sides; only the kernels' summation order differs.
     check "2a. world-1 NCCL fp32 vs CPU fp32" "${helper[@]}" curves "$out/cuda-fp32.jsonl" "$out/cpu-fp32.jsonl" \
       --name "2a. world-1 NCCL (fp32, no TF32) vs CPU fp32" --first 10 --max-rel 1e-4 --tail-rel 1e-4
@@ -228,6 +231,16 @@ part_kernels() {
   record "|---|---|---|---:|---:|---:|---:|"
   "$py" "$repo/bench/gqa_attention.py" --device "$device" >> "$results" 2> "$out/gqa.log" \
     || { record "- failed (gqa.log)"; broken; }
+  record ""
+  record "## 4e. Activation checkpointing: none, selective, full"
+  progress "kernels: bench/activation_checkpointing.sh"
+  local small=(); [ "$device" = cuda ] || small=(BENCH_SEQ=256 BENCH_STEPS=3)  # the smoke test: that it runs
+  if env "${small[@]}" OUT="$out/activation-checkpointing" BENCH_DEVICE="$device" BENCH_APPEND_DOCS=0 BENCH_REPEATS=1 \
+     SHARDTRAIN_BIN="$bin" PYTHON="$py" bash "$repo/bench/activation_checkpointing.sh" > "$out/activation-checkpointing.log" 2>&1; then
+    tail -n +3 "$out/activation-checkpointing/results.md" >> "$results"
+  else
+    record "- the activation checkpointing comparison failed (activation-checkpointing.log)"; tail -5 "$out/activation-checkpointing.log"; broken
+  fi
 }
 
 # One full fine-tuning attempt, killed at the deadline. SIDE LOG SEQ BATCH AC(on|off) ARGS...: prints

@@ -48,7 +48,7 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo, c
                 "  strategy    %s: shard groups of %d, %d replicas | param %s, reduce %s | activation checkpointing %s | "
                 "in-flight gathers %d | persistent %lld KiB per rank of %lld KiB unsharded\n",
                 fsdp::sharding_name(o.fsdp.sharding), g.shard->size(), g.replicate->size(), dtype_label(o.fsdp.param_dtype),
-                dtype_label(o.fsdp.reduce_dtype), o.fsdp.activation_checkpointing ? "on" : "off",
+                dtype_label(o.fsdp.reduce_dtype), fsdp::describe(o.fsdp.activation_checkpointing).c_str(),
                 o.fsdp.max_inflight_gathers, static_cast<long long>(f.persistent_bytes >> 10),
                 static_cast<long long>(f.unsharded_bytes >> 10));
   b += buf;

@@ -32,7 +32,7 @@ void setup_threads(int threads, const runtime::MpiEnv& env) {
   }
   if (threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / std::max(1, env.topology().local_size));
+    threads = std::max(1, cores / std::max(1, env.machine().local_size));  // the real machine's ranks, not the simulated node's
   }
   at::set_num_threads(threads);
 }

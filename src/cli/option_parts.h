@@ -35,9 +35,14 @@ void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw);
 // The sharding group shared by train, eval and generate (training adds the backward's options).
 struct FsdpArgs {
   std::string sharding = "full_shard", param_dtype = "auto", reduce_dtype = "fp32", loss_chunk = "auto";
+  std::string activation_checkpointing = "none";
+  int64_t ac_every = 1;
   bool no_tf32 = false;
 };
 po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training);
+// --activation-checkpointing [none|selective|full] and --ac-every N (train's and plan's), for
+// fsdp::parse_activation_checkpointing.
+void add_checkpointing_options(po::options_description& d, std::string& mode, int64_t& every);
 void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw);
 int64_t parse_loss_chunk(const std::string& v);  // --loss-chunk: auto 0, off -1, N; throws UsageError
 

@@ -134,9 +134,30 @@ bool has_placeholder(const std::string& s) {
 }
 }  // namespace
 
-void parse_into(const std::vector<std::string>& args, const po::options_description& all,
+namespace {
+// Boost takes an optional value (implicit_value) only as --opt=VALUE: "--opt VALUE" would leave
+// VALUE a stray token. A word after such an option, not itself an option, is its value.
+std::vector<std::string> join_optional_values(const std::vector<std::string>& args, const po::options_description& all) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool long_name = a.size() > 2 && a.compare(0, 2, "--") == 0 && a.find('=') == std::string::npos;
+    const po::option_description* d = long_name ? all.find_nothrow(a.substr(2), false) : nullptr;
+    const bool optional_value = d && d->semantic()->min_tokens() == 0 && d->semantic()->max_tokens() == 1;
+    if (optional_value && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') {
+      out.push_back(a + "=" + args[++i]);
+      continue;
+    }
+    out.push_back(a);
+  }
+  return out;
+}
+}  // namespace
+
+void parse_into(const std::vector<std::string>& raw_args, const po::options_description& all,
                 const po::positional_options_description* positional) {
   po::variables_map vm;
+  const std::vector<std::string> args = join_optional_values(raw_args, all);
   bool placeholder = std::any_of(args.begin(), args.end(), has_placeholder);
   std::string config_path;  // set while the --config file is parsed
   try {
@@ -172,9 +193,9 @@ namespace {
 // "arg (=VALUE)" is how Boost shows a default; switches and options without one show none.
 bool default_of(const po::option_description& d, std::string* value) {
   const std::string p = d.format_parameter();
-  const auto at = p.find("(=");
+  const auto at = p.rfind(" (=");  // the last: an implicit value shows first, "[=arg(=full)] (=none)"
   if (at == std::string::npos || p.back() != ')') return false;
-  *value = p.substr(at + 2, p.size() - at - 3);
+  *value = p.substr(at + 3, p.size() - at - 4);
   return true;
 }
 
@@ -229,7 +250,7 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "shard-group-size", po::value(&f.shard_group_size)->default_value(f.shard_group_size), "hybrid: ranks per shard group (0: one node)")(
       "ranks-per-node", po::value(&f.ranks_per_node)->default_value(f.ranks_per_node), "treat every K consecutive ranks as a node (0: ask MPI)")(
       "device", po::value(&f.device)->default_value(f.device),
-      "auto (GPU local_rank % visible GPUs, else cpu), cuda (NCCL groups) or cpu (MPI groups)")(
+      "auto (the GPU of the rank's place among the ranks on its machine, else cpu), cuda (NCCL groups) or cpu (MPI groups)")(
       "param-dtype", po::value(&raw.param_dtype)->default_value("auto"),
       "compute and all-gather dtype: auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16 (master weights stay fp32)")(
       "no-tf32", po::bool_switch(&raw.no_tf32), "CUDA: keep fp32 matmuls in full fp32 (TF32 tensor cores are on by default)")(
@@ -237,13 +258,22 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)");
   if (training)
     d.add_options()("reduce-dtype", po::value(&raw.reduce_dtype)->default_value("fp32"), "gradient reduction dtype: fp32 or bf16")(
-        "activation-checkpointing", po::bool_switch(&f.activation_checkpointing), "recompute each decoder layer in backward")(
         "no-sync-accumulation", po::bool_switch(&f.no_sync_accumulation),
         "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters more per rank)")(
         "loss-chunk", po::value(&raw.loss_chunk)->default_value("auto"),
         "the head's matmul and the cross-entropy fused, over chunks of this many tokens, so fp32 logits never exist "
         "for the whole batch: auto (a chunk of logits about the hidden states' size), N, or off (unfused)");
+  if (training) add_checkpointing_options(d, raw.activation_checkpointing, raw.ac_every);
   return d;
+}
+
+void add_checkpointing_options(po::options_description& d, std::string& mode, int64_t& every) {
+  d.add_options()("activation-checkpointing", po::value(&mode)->default_value(mode)->implicit_value("full"),
+                  "what decoder layers recompute in backward instead of keeping: none; selective (the RMSNorms and the "
+                  "MLP's activation; the matmuls' and attention's outputs are kept); full (the whole layer from its input). "
+                  "The bare flag: full")(
+      "ac-every", po::value(&every)->default_value(every),
+      "with --activation-checkpointing: only decoder layers whose index is a multiple of N (2: every other layer)");
 }
 
 int64_t parse_loss_chunk(const std::string& v) {
@@ -262,6 +292,7 @@ void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
   f.tf32 = !raw.no_tf32;
   f.reduce_dtype = parse_dtype(raw.reduce_dtype, "--reduce-dtype");
   f.loss_chunk = parse_loss_chunk(raw.loss_chunk);
+  f.activation_checkpointing = fsdp::parse_activation_checkpointing(raw.activation_checkpointing, raw.ac_every);
   f.validate();
 }
 

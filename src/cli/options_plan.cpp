@@ -40,6 +40,8 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   LoraArgs lora;
   std::string gpu = "h100-80gb", fabric = "p5", nodes = "1,2,4,8,16,32,64", strategy = "all", param_dtype = "bf16",
               reduce_dtype = "fp32", calibrate, loss_chunk = "auto";
+  std::string ac_mode = "none";
+  int64_t ac_every = 1;
   double gpu_memory_gb = 0;
   bool no_allowances = false;
   po::options_description d("Plan");
@@ -52,9 +54,9 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "seq-len", po::value(&in.seq_len)->default_value(4096), "tokens per row")(
       "batch-size", po::value(&in.batch_size)->default_value(1), "rows per rank per micro-batch")(
       "grad-accum", po::value(&in.grad_accum)->default_value(1), "micro-batches per optimizer step")(
-      "packed", po::bool_switch(&in.packed), "rows hold several documents (prepare --mode packing)")(
-      "activation-checkpointing", po::bool_switch(&in.fsdp.activation_checkpointing), "recompute each decoder layer in backward")(
-      "no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation), "with --grad-accum: reduce once per step")(
+      "packed", po::bool_switch(&in.packed), "rows hold several documents (prepare --mode packing)");
+  add_checkpointing_options(d, ac_mode, ac_every);
+  d.add_options()("no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation), "with --grad-accum: reduce once per step")(
       "param-dtype", po::value(&param_dtype)->default_value(param_dtype), "compute and all-gather dtype: bf16 or fp32")(
       "reduce-dtype", po::value(&reduce_dtype)->default_value(reduce_dtype), "gradient reduction dtype: fp32 or bf16")(
       "max-inflight-gathers", po::value(&in.fsdp.max_inflight_gathers)->default_value(2), "units gathered at once")(
@@ -88,6 +90,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   if (gpu_memory_gb > 0) in.gpu.memory_bytes = gpu_memory_gb * 1e9;
   in.allowances = !no_allowances;
   in.fsdp.loss_chunk = parse_loss_chunk(loss_chunk);
+  in.fsdp.activation_checkpointing = fsdp::parse_activation_checkpointing(ac_mode, ac_every);
   if (in.gpus_per_node < 1) throw runtime::UsageError("--gpus-per-node must be >= 1");
   in.nodes = parse_nodes(nodes);
   if (strategy == "all") {

@@ -17,29 +17,42 @@ class TrackedWork : public Work {
   TrackedWork(std::shared_ptr<CollectiveLog> log, int64_t seq, WorkPtr inner, bool probed)
       : log_(std::move(log)), seq_(seq), inner_(std::move(inner)), probed_(probed) {}
   void wait() override {
+    if (completed_) {  // seen complete by test(): nothing to block on (a stream-ordered wait still orders)
+      inner_->wait();
+      waited_ = true;
+      return;
+    }
     if (!probed_) log_->waiting(seq_);
     const double t0 = CollectiveLog::now();
     inner_->wait();
     log_->add_wait(CollectiveLog::now() - t0);
     if (!probed_) log_->finished(seq_);
-    waited_ = true;
+    waited_ = completed_ = true;
+  }
+  bool test() override {
+    if (!completed_ && inner_->test()) {
+      completed_ = true;
+      if (!probed_) log_->finished(seq_);
+    }
+    return completed_;
   }
   ~TrackedWork() override {
-    inner_.reset();  // a backend's Work completes (or orders) its collective when destroyed
-    if (!probed_ && !waited_) log_->finished(seq_);
+    inner_.reset();  // a backend's Work never frees buffers in flight: MPI completes, NCCL shelves them until done
+    if (!probed_ && !completed_) log_->finished(seq_);
   }
 
  private:
   std::shared_ptr<CollectiveLog> log_;
   int64_t seq_;
   WorkPtr inner_;
-  bool probed_, waited_ = false;
+  bool probed_, waited_ = false, completed_ = false;
 };
 
 class CallWork : public Work {  // a blocking host call, run when waited on
  public:
   explicit CallWork(const std::function<void()>& call) : call_(call) {}
   void wait() override { call_(); }
+  bool test() override { return false; }  // runs only when waited on
 
  private:
   const std::function<void()>& call_;

@@ -56,6 +56,11 @@ class MpiWork : public Work {
   void wait() override {
     if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
   }
+  bool test() override {
+    int done = 1;  // MPI_Test sets a completed request to MPI_REQUEST_NULL
+    if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
   ~MpiWork() override {
     if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);  // never free buffers in flight
   }

@@ -25,6 +25,12 @@ DeviceMemory device_memory(int device) {
   return m;
 }
 
+int64_t device_free_bytes() {
+  size_t free = 0, total = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
+}
+
 void reset_peak_memory(int device) {
 #ifdef SHARDTRAIN_TORCH_CUDA
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));

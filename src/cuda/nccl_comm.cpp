@@ -20,7 +20,9 @@ NcclComm NcclComm::bootstrap(MPI_Comm group) {
 NcclComm NcclComm::split(const NcclComm& parent, int color, int key) {
   NcclComm c;
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.splitShare = 1;
+  // Own resources (NCCL reads splitShare from the parent's config, PyTorch's default too): shared
+  // ones would serialise the child's collectives with the parent's, gathers behind reductions.
+  config.splitShare = 0;
   NCCL_CHECK(ncclCommSplit(parent.comm_, color, key, &c.comm_, &config));
   NCCL_CHECK(ncclCommCount(c.comm_, &c.size_));
   NCCL_CHECK(ncclCommUserRank(c.comm_, &c.rank_));

@@ -1,9 +1,9 @@
 #include "shardtrain/cuda/nccl_watchdog.h"
 
-#include <iostream>
-
 #include "shardtrain/cuda/cuda_handles.h"
+#include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
+#include "shardtrain/runtime/signals.h"
 
 namespace shardtrain::cuda {
 
@@ -18,6 +18,16 @@ NcclWatchdog::~NcclWatchdog() {
 }
 
 void NcclWatchdog::run() {
+  // Any failure here (an NCCL error, a sticky CUDA error in set_device) is one line and exit code
+  // 76, never an exception escaping the thread (std::terminate).
+  runtime::run_helper_thread("NCCL watchdog", rank_, host_, runtime::kExitCollectiveTimeout, [this] { poll(); },
+                             [this](int code) {
+                               for (ncclComm_t c : comms_) ncclCommAbort(c);  // unblocks kernels waiting on peers
+                               runtime::MpiEnv::abort_from_thread(code);
+                             });
+}
+
+void NcclWatchdog::poll() {
   set_device(device_);  // before any CUDA call on this thread
   while (!stop_) {
     for (ncclComm_t c : comms_) {
@@ -25,11 +35,8 @@ void NcclWatchdog::run() {
       const ncclResult_t rc = ncclCommGetAsyncError(c, &async);
       const ncclResult_t bad = rc != ncclSuccess ? rc : async;
       if (bad == ncclSuccess || bad == ncclInProgress) continue;
-      std::cerr << "shardtrain: fatal: NCCL asynchronous error on rank " << rank_ << " (" << host_
-                << "): " << ncclGetErrorString(bad) << "; " << ncclGetLastError(c)
-                << ". Aborting the NCCL communicators and the job." << std::endl;
-      for (ncclComm_t other : comms_) ncclCommAbort(other);  // unblocks kernels waiting on peers
-      runtime::MpiEnv::abort(1);
+      throw runtime::Error(std::string("NCCL asynchronous error: ") + ncclGetErrorString(bad) + "; " +
+                           ncclGetLastError(c) + "; aborting the NCCL communicators and the job");
     }
     std::this_thread::sleep_for(period_);
   }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/model/lm_loss.h"
 #include "shardtrain/runtime/error.h"
@@ -39,6 +40,10 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
   base_crc_rows_ = std::move(built.base_crc_rows);
   no_sync_ = std::move(built.no_sync);
   assign_parts();
+  std::vector<UnitSize> trainable_sizes;
+  for (size_t u = 0; u < units_.size(); ++u)
+    trainable_sizes.push_back(unit_size(trainable(static_cast<int64_t>(u)).layout(), units_[u].kind()));
+  reducer_.set_budget(reduce_budget(trainable_sizes, groups_.shard->size(), static_cast<int>(c10::elementSize(cfg_.reduce_dtype))));
   for (size_t u = 0; u < units_.size(); ++u)
     nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
   persistent_bytes_ = memory().persistent();
@@ -80,19 +85,27 @@ double FsdpEngine::comm_wait_seconds() const {
   return w;
 }
 
-GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_batches) {
+int64_t FsdpEngine::sum_world_on_host(int64_t v) {
+  comm::Communicator& world = *groups_.world;
+  world.host_collective(comm::Op::kAllReduce, sizeof v, [&] {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, world.mpi()));
+  });
+  return v;
+}
+
+GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_batches, bool read_loss) {
   GradResult r;
-  PhaseClock clock(*this);
+  auto clock = std::make_shared<PhaseClock>(*this);
   peaks_.discard();  // the step's phases start from what is held now (not from validation's or a save's)
   auto close_phase = [&](runtime::Phase p) {
-    clock.close(p);
+    clock->close(p);
     auto& peak = r.peak_bytes[static_cast<int>(p)];
     peak = std::max(peak, take_phase_peak());
   };
   int64_t local_tokens = 0;
   for (const auto& mb : micro_batches)
     if (mb.tokens.size(0) > 0) local_tokens += model::count_loss_tokens(mb.labels);
-  r.tokens = static_cast<int64_t>(std::llround(sum_world(static_cast<double>(local_tokens))));
+  r.tokens = sum_world_on_host(local_tokens);  // counted on the host from the host's labels
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
@@ -105,7 +118,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     if (!p.empty) {
       const auto labels = to_device(mb.labels);
       const at::Tensor sum =
-          p.fused_head ? model::chunked_lm_loss(logits, lm_head_view(), labels, chunk, 1.0 / denom)
+          p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk, 1.0 / denom)
                        : model::causal_lm_loss(logits, labels, /*count=*/false).sum;
       loss_sum += sum.detach();
       loss = sum / denom;
@@ -118,9 +131,12 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   }
   if (cfg_.no_sync_accumulation) reduce_accumulated();
   reducer_.finish();
-  r.loss = sum_world(loss_sum.item<double>()) / denom;
+  groups_.world->all_reduce(loss_sum);  // on the device (NCCL: ordered on the stream; the host goes on)
+  r.loss_t = loss_sum / denom;
+  if (read_loss) r.loss = r.loss_t.item<double>();
   close_phase(runtime::Phase::kBackward);  // the reductions' completion and the loss's all-reduce
-  r.phases = clock.finish();
+  if (read_loss) r.phases = clock->finish();  // CUDA: waits for the step's last event
+  else r.clock = std::move(clock);
   return r;
 }
 
@@ -138,13 +154,13 @@ at::Tensor FsdpEngine::to_device(const at::Tensor& host) const {
   return host.pin_memory().to(device_, /*non_blocking=*/true);  // no host sync per micro-batch
 }
 
-at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positions) {
+at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positions, bool on_host) {
   c10::NoGradGuard no_grad;
   Pass p;
   auto out = forward(p, tokens.to(device_), positions, /*build_graph=*/false);
   for (auto& u : units_) u.release();
   for (auto& u : adapters_) u.release();
-  return out.to(at::kCPU);  // evaluation and decoding run their arithmetic on the host
+  return on_host ? out.to(at::kCPU) : out;  // decoding runs its arithmetic on the host
 }
 
 std::map<std::string, at::Tensor> FsdpEngine::full_parameters() { return gather_full(units_); }
@@ -165,7 +181,9 @@ std::map<std::string, at::Tensor> FsdpEngine::gather_full(std::vector<FlatUnit>&
 
 optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg) {
   comm::Communicator& shard = *engine.groups().shard;
-  optim::Optimizer opt(cfg, [&shard](double sq) { return shard.size() > 1 ? shard.all_reduce_sum(sq) : sq; });
+  optim::Optimizer opt(cfg, [&shard](at::Tensor& sq) {
+    if (shard.size() > 1) shard.all_reduce(sq);  // on the device: NCCL orders it on the stream, no host read
+  });
   for (const ShardPiece& p : engine.pieces()) opt.add(p.master, p.decay);  // padding is zero: pieces cover the norm
   return opt;
 }

@@ -2,65 +2,127 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <numeric>
+
 namespace shardtrain::fsdp {
+
+int64_t scatter_bytes(int64_t padded, int64_t shard_numel, int shard_size, int reduce_elt) {
+  return padded * reduce_elt + (shard_size > 1 ? shard_numel * reduce_elt : 0);
+}
+
+size_t scatters_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming, int64_t budget) {
+  int64_t total = std::accumulate(in_flight.begin(), in_flight.end(), incoming);
+  size_t n = 0;
+  while (n < in_flight.size() && total > budget) {
+    total -= in_flight[n];
+    ++n;
+  }
+  return n;
+}
 
 GradientReducer::GradientReducer(comm::ProcessGroups& groups, at::ScalarType reduce_dtype, GradShard grad_of,
                                  std::function<void()> on_change)
     : groups_(groups), reduce_dtype_(reduce_dtype), grad_of_(std::move(grad_of)), on_change_(std::move(on_change)) {}
 
+bool GradientReducer::hybrid() const { return groups_.replicate->size() > 1; }
+
+int64_t GradientReducer::held(const Pending& r) const {
+  const bool separate_send = r.send.defined() && !r.send.is_same(r.shard);
+  return (separate_send ? static_cast<int64_t>(r.send.nbytes()) : 0) + (r.shard.defined() ? static_cast<int64_t>(r.shard.nbytes()) : 0);
+}
+
 void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel, bool owned) {
+  progress();
+  const int shard_size = groups_.shard->size();
+  const int elt = static_cast<int>(c10::elementSize(reduce_dtype_));
+  std::vector<int64_t> in_flight;  // the reduce-scatters still running, oldest first
+  for (const Pending& r : pending_)
+    if (r.scatter) in_flight.push_back(held(r));
+  size_t n = scatters_to_complete(in_flight, scatter_bytes(full_grad.numel(), shard_numel, shard_size, elt), budget_);
+  for (Pending& r : pending_) {
+    if (n == 0) break;
+    if (!r.scatter) continue;
+    complete_scatter(r);
+    --n;
+  }
+  progress();
   Pending r;
   r.unit = unit;
-  r.send = full_grad.to(reduce_dtype_).contiguous();
-  if (groups_.shard->size() == 1) {
+  if (full_grad.scalar_type() == reduce_dtype_ && full_grad.is_contiguous()) {
+    r.send = full_grad;
+  } else {
+    r.reused_send = true;
+    auto spare = std::find_if(spare_.begin(), spare_.end(), [&](const at::Tensor& t) { return t.numel() == full_grad.numel(); });
+    r.send = spare != spare_.end() ? spare->copy_(full_grad) : full_grad.to(reduce_dtype_).contiguous();
+  }
+  spare_.clear();  // not hoarded: a buffer not reused now is freed
+  if (shard_size == 1) {
     r.shard = r.send;
-    r.owned = owned || !r.send.is_same(full_grad);  // a converted copy is ours to keep
+    r.owned = owned || r.reused_send;  // a converted copy is ours to keep
   } else {
     r.shard = at::empty({shard_numel}, r.send.options());
-    r.work = groups_.shard->reduce_scatter_async(r.send, r.shard);
+    r.scatter = groups_.shard->reduce_scatter_async(r.send, r.shard);
+    if (hybrid()) r.replicate = groups_.replicate->all_reduce_after_async(r.shard, *r.scatter);
   }
   pending_.push_back(std::move(r));
+  if (!pending_.back().scatter) scattered(pending_.back());
   on_change_();
-  // Waited on only when needed: before the optimizer, or when more than kMaxPending units'
-  // buffers are in flight (the oldest completes first).
-  while (pending_.size() > kMaxPending) {
-    while (!advance(pending_.front())) {
-    }
+}
+
+void GradientReducer::scattered(Pending& r) {
+  r.scatter.reset();
+  if (r.reused_send && !r.send.is_same(r.shard)) spare_.push_back(r.send);
+  r.send = at::Tensor();
+  if (hybrid() && !r.replicate) r.replicate = groups_.replicate->all_reduce_async(r.shard);  // in issue order: see progress()
+}
+
+void GradientReducer::complete_scatter(Pending& r) {
+  r.scatter->wait();  // NCCL: the current stream waits on the device; MPI: the host blocks
+  scattered(r);
+  on_change_();
+}
+
+void GradientReducer::progress() {
+  // All-reduces start in issue order on every rank: stop at the first reduce-scatter still running.
+  for (Pending& r : pending_) {
+    if (!r.scatter) continue;
+    if (!r.scatter->test()) break;
+    scattered(r);
+    on_change_();
+  }
+  while (!pending_.empty() && !pending_.front().scatter &&
+         (!pending_.front().replicate || pending_.front().replicate->test())) {
+    add(pending_.front());
     pending_.pop_front();
   }
 }
 
-bool GradientReducer::advance(Pending& r) {
-  if (r.work) {
-    r.work->wait();
-    r.work.reset();
-  }
-  if (r.stage == Pending::kScattering && groups_.replicate->size() > 1) {
-    r.work = groups_.replicate->all_reduce_async(r.shard);  // hybrid: then across replicas
-    r.stage = Pending::kReplicating;
-    return false;
-  }
-  at::Tensor add = r.shard.to(at::kFloat);
+void GradientReducer::add(Pending& r) {
+  if (r.replicate) r.replicate->wait();  // the gradients are consumed here: the compute stream waits now
+  r.replicate.reset();
+  at::Tensor a = r.shard.to(at::kFloat);
   at::Tensor& grad = grad_of_(r.unit);
-  if (!grad.defined()) grad = add.is_same(r.shard) && !r.owned ? add.clone() : add;
-  else grad.add_(add);
-  r.stage = Pending::kDone;
+  if (!grad.defined()) grad = a.is_same(r.shard) && !r.owned ? a.clone() : a;
+  else grad.add_(a);
+  r.shard = at::Tensor();
   on_change_();
-  return true;
 }
 
 void GradientReducer::finish() {
   // Every hybrid all-reduce starts before any is waited on, in the order issued on every rank.
   for (auto& r : pending_)
-    if (r.stage == Pending::kScattering) advance(r);
-  for (auto& r : pending_)
-    while (r.stage != Pending::kDone) advance(r);
+    if (r.scatter) complete_scatter(r);
+  for (auto& r : pending_) add(r);
   pending_.clear();
+  spare_.clear();
+  on_change_();
 }
 
 int64_t GradientReducer::bytes_in_flight() const {
   int64_t b = 0;
-  for (const auto& r : pending_) b += r.send.nbytes() + (r.shard.is_same(r.send) ? 0 : r.shard.nbytes());
+  for (const auto& r : pending_) b += held(r);
+  for (const auto& t : spare_) b += static_cast<int64_t>(t.nbytes());
   return b;
 }
 

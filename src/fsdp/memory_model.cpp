@@ -4,6 +4,7 @@
 #include <deque>
 
 #include "shardtrain/fsdp/flat_layout.h"
+#include "shardtrain/fsdp/gradient_reducer.h"
 #include "shardtrain/model/lm_loss.h"
 
 namespace shardtrain::fsdp {
@@ -15,6 +16,13 @@ std::vector<UnitSize> unit_sizes(const model::ModelConfig& model, const std::vec
     out.push_back(unit_size(flat_layout(specs, u, shard_size), units[u].kind));
   }
   return out;
+}
+
+int64_t reduce_budget(const std::vector<UnitSize>& trainable, int shard_size, int reduce_elt) {
+  int64_t most = 0;
+  for (const UnitSize& u : trainable)
+    if (u.numel > 0) most = std::max(most, scatter_bytes(u.padded, u.shard_numel, shard_size, reduce_elt));
+  return most;
 }
 
 PersistentBytes persistent_bytes(const std::vector<UnitSize>& trainable, const std::vector<UnitSize>* frozen_base,
@@ -48,8 +56,8 @@ struct Walk {
   StepPeak peak;
 
   const UnitSize& trainable(int64_t u) const { return adapters ? (*adapters)[u] : base[u]; }
-  int64_t send_bytes(int64_t u) const { return trainable(u).padded * s.reduce_elt; }
-  int64_t shard_bytes(int64_t u) const { return s.shard_size > 1 ? trainable(u).shard_numel * s.reduce_elt : 0; }
+  int64_t budget = 0;           // reduce_budget(): the reduce-scatter bytes allowed in flight
+  int64_t scatter(int64_t u) const { return scatter_bytes(trainable(u).padded, trainable(u).shard_numel, s.shard_size, s.reduce_elt); }
   void gather(int64_t u, bool backward) {
     if (u < 0 || u >= static_cast<int64_t>(base.size())) return;
     if (backward && adapters && base[u].kind == model::UnitKind::kEmbedding) return;  // frozen: no backward
@@ -65,7 +73,7 @@ struct Walk {
       }
       if (grad[u]) gs += 4 * trainable(static_cast<int64_t>(u)).shard_numel;
     }
-    for (const int64_t u : pending) r += send_bytes(u) + shard_bytes(u);
+    for (const int64_t u : pending) r += scatter(u);
     const int64_t engine = persistent + g + r + gs;
     activations += tied_grad + held;  // autograd's and the layout's, like the activations: not in the engine's own count
     peak.engine_bytes = std::max(peak.engine_bytes, engine);
@@ -84,10 +92,12 @@ struct Walk {
     note(activations);
     pending.pop_front();
   }
-  void reduce(int64_t u, int64_t activations) {
+  void reduce(int64_t u, int64_t activations) {  // GradientReducer::reduce: the oldest complete first
+    std::vector<int64_t> in_flight;
+    for (const int64_t p : pending) in_flight.push_back(scatter(p));
+    for (size_t n = scatters_to_complete(in_flight, scatter(u), budget); n > 0; --n) advance_oldest(activations);
     pending.push_back(u);
     note(activations);
-    while (pending.size() > 2) advance_oldest(activations);  // FsdpEngine::kMaxPendingReductions
   }
 };
 
@@ -98,15 +108,19 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
   const int64_t fused_chunk = model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
-  Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}, {}, {}};
+  Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}, {}, {}, {}};
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
   const auto is_layer = [&](int64_t u) { return base[u].kind == model::UnitKind::kDecoderLayer; };
+  const auto base_layer = [](int64_t u) { return u - 1; };  // model_units(): the embedding, then the layers
   // What autograd keeps of unit u after its forward, per token.
   const auto kept = [&](int64_t u) -> int64_t {
     if (!is_layer(u)) return base[u].kind == model::UnitKind::kHead ? act.head : 0;
-    return cfg.activation_checkpointing ? act.layer_input : act.layer;
+    return layer_kept(cfg.activation_checkpointing, act, base_layer(u));
   };
+  std::vector<UnitSize> trainable;
+  for (int64_t u = 0; u < U; ++u) trainable.push_back(w.trainable(u));
+  w.budget = reduce_budget(trainable, s.shard_size, s.reduce_elt);
   w.note(0);
   w.held = act.step_held * tokens;
   for (int64_t mb = 0; mb < s.grad_accum; ++mb) {
@@ -128,7 +142,7 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
       const bool frozen = adapters && (*adapters)[u].numel == 0;  // no adapters here: nothing to reduce
       int64_t working = 0;  // per token, on top of what is stored, while u's backward runs
       if (base[u].kind == model::UnitKind::kHead) working = act.logits_loss;
-      else if (is_layer(u)) working = act.layer_backward + (cfg.activation_checkpointing ? act.layer - act.layer_input : 0);
+      else if (is_layer(u)) working = layer_working(cfg.activation_checkpointing, act, base_layer(u));
       const int64_t leaf_grad = frozen ? 0 : w.trainable(u).padded * s.param_elt;  // before the reduction converts it
       // The head's weight gradient appears after the loss's logit gradients are freed; a layer's
       // weight gradients build up while its backward runs.

@@ -12,6 +12,8 @@ namespace shardtrain::fsdp {
 struct PhaseClock::Events {
   std::vector<cuda::Event> marks;  // [boundaries + 1], timing events
   std::vector<runtime::Phase> phases;       // the phase each interval closes
+  // The compute stream's stalls on collectives inside each interval: exposed communication.
+  std::vector<std::pair<runtime::Phase, std::function<double()>>> stalls;
   void record() {
     marks.emplace_back(/*timing=*/true);
     marks.back().record(cuda::current_stream());
@@ -27,6 +29,7 @@ PhaseClock::PhaseClock(const FsdpEngine& engine)
   if (engine_.device().is_cuda()) {
     events_ = std::make_unique<Events>();
     events_->record();
+    for (comm::Communicator* c : engine_.groups().all()) c->take_device_waits();  // before this clock: not its phases'
   }
 #endif
 }
@@ -39,6 +42,8 @@ void PhaseClock::close(runtime::Phase p) {
   if (events_) {  // the GPU's time, read in finish(); collectives wait on the device, not the host
     events_->record();
     events_->phases.push_back(p);
+    for (comm::Communicator* c : engine_.groups().all())
+      for (auto& stall : c->take_device_waits()) events_->stalls.emplace_back(p, std::move(stall));
     times_[runtime::Phase::kExposedComm] += wait - wait_mark_;
     mark_ = now;
     wait_mark_ = wait;
@@ -57,7 +62,13 @@ runtime::PhaseTimes PhaseClock::finish() {
     events_->marks.back().synchronize();
     for (size_t i = 0; i < events_->phases.size(); ++i)
       times_[events_->phases[i]] += events_->marks[i + 1].elapsed_ms_since(events_->marks[i]) / 1e3;
+    for (const auto& [phase, stall] : events_->stalls) {  // the phase's GPU time held that wait
+      const double s = stall();
+      times_[phase] -= s;
+      times_[runtime::Phase::kExposedComm] += s;
+    }
     events_->phases.clear();
+    events_->stalls.clear();
   }
 #endif
   return times_;

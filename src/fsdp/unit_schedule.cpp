@@ -1,5 +1,5 @@
 // The forward/backward schedule: unit by unit, each gathered before it runs (with the next one
-// prefetched), freed after it (FULL_SHARD), and in backward recomputed under activation
+// prefetched), freed after it (FULL_SHARD), and in backward recomputed under full activation
 // checkpointing, differentiated on its own and handed to the gradient reducer.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -32,7 +32,7 @@ void FsdpEngine::prefetch_from(int64_t u, int direction) {
 }
 
 bool FsdpEngine::recomputes(int64_t u) const {
-  return cfg_.activation_checkpointing && units_[u].kind() == model::UnitKind::kDecoderLayer;
+  return units_[u].kind() == model::UnitKind::kDecoderLayer && cfg_.activation_checkpointing.full(units_[u].spec().layer);
 }
 
 void FsdpEngine::gather_tied_embedding() {
@@ -56,11 +56,15 @@ at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
   auto views = units_[u].named_views();
   if (reads_embedding(u)) views.emplace(model::names::kEmbed, lm_head_view());  // one leaf: both gradients add up in it
   const auto lookup = [&views](const std::string& name) { return views.at(name); };
-  if (!parts_[u].adapter) return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype);
+  // Selective checkpointing: the layer's norms and activation keep only their inputs (model/checkpointed.h).
+  const bool selective =
+      units_[u].kind() == model::UnitKind::kDecoderLayer && cfg_.activation_checkpointing.selective(units_[u].spec().layer);
+  if (!parts_[u].adapter)
+    return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr, selective);
   const auto adapter_views = parts_[u].adapter->named_views();
   const model::LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, p.dropout_seed,
                            p.train};
-  return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, &run);
+  return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, &run, selective);
 }
 
 at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph) {
@@ -86,8 +90,14 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tens
         p.inputs[u] = x;
       }
       const bool fused = p.fused_head && units_[u].kind() == model::UnitKind::kHead;
-      x = p.outputs[u] = fused ? model::rms_norm(x, units_[u].named_views().at(model::names::kNorm), model_.rms_norm_eps)
-                               : run_unit(u, x, p);
+      if (fused) {
+        // One split for the norm and lm_head: two would each build a whole-unit gradient in backward.
+        const auto views = units_[u].named_views();
+        p.head_weight = reads_embedding(u) ? lm_head_view() : views.at(model::names::lm_head(model_));
+        x = p.outputs[u] = model::rms_norm(x, views.at(model::names::kNorm), model_.rms_norm_eps);
+      } else {
+        x = p.outputs[u] = run_unit(u, x, p);
+      }
     }
     // The head's backward follows at once: like FSDP2's root, it (and a tied embedding) stays gathered until then.
     const bool head = units_[u].kind() == model::UnitKind::kHead;

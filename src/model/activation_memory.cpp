@@ -1,5 +1,7 @@
 #include "shardtrain/model/activation_memory.h"
 
+#include <algorithm>
+
 namespace shardtrain::model {
 
 ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora, const PackedRows* packed) {
@@ -22,6 +24,9 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   if (!adapters) {
     // input, norm, q/k/v input, SDPA, residual, norm, MLP input, gate, silu, up, product.
     a.layer = e * h + norm + e * h + sdpa + e * h + norm + e * h + 4 * e * i;
+    // Selective checkpointing (model/checkpointed.h): the input, the q/k/v input, SDPA, the
+    // residual (the post-norm region's input), the MLP input, gate, up and their product.
+    a.layer_selective = e * h + e * h + sdpa + e * h + e * h + 3 * e * i;
   } else {
     // Frozen base weights: a linear keeps no input; each targeted projection keeps its dropped
     // input, the dropout mask and A's output. The norms keep only fp32 x (a copy under bf16).
@@ -30,7 +35,11 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
     for (Proj p : kProjections)
       if (lora->targets_proj(p)) adapter += 2 * e * proj_shape(cfg, p).in + e * lora->rank;
     a.layer = e * h + frozen_norm + sdpa + e * h + frozen_norm + 3 * e * i + adapter;
+    a.layer_selective = e * h + sdpa + e * h + 2 * e * i + adapter;  // input, SDPA, residual, gate, up, adapters
   }
+  // Recomputed in backward, at most at once: the activation's output and its product with up;
+  // or a norm's saved tensors and its output.
+  a.selective_recompute = std::max(2 * e * i, norm + e * h);
   // A layer's backward holds the output gradient and, at most, two intermediate-sized gradients.
   a.layer_backward = 2 * e * h + 2 * e * i;
   a.head = e * h + norm + e * h;

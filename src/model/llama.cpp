@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "shardtrain/model/checkpointed.h"
+
 namespace shardtrain::model {
 
 at::Tensor Projection::operator()(const at::Tensor& x) const {
@@ -88,13 +90,17 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::scaled_dot_product_attention(q, kr, vr, {}, 0.0, /*is_causal=*/true);
 }
 
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout) {
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout,
+                         bool selective) {
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t D = cfg.head_dim();
   const int64_t nh = cfg.num_heads;
   const int64_t nkv = cfg.num_kv_heads;
-  auto h = rms_norm(x, w.input_norm, cfg.rms_norm_eps);
+  const double eps = cfg.rms_norm_eps;
+  // Rotary and the residual adds are not recomputed: they keep nothing beyond the layout's cos
+  // and sin, so a region around them would only keep q and k twice.
+  auto h = selective ? checkpointed_rms_norm(x, w.input_norm, eps) : rms_norm(x, w.input_norm, eps);
   auto q = w[Proj::kQ](h).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
   auto k = w[Proj::kK](h).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
   auto v = w[Proj::kV](h).view({B, T, nkv, D}).transpose(1, 2);
@@ -105,17 +111,19 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   auto attn = layout_attention(layout, q, k, v, w.window);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + w[Proj::kO](attn);
-  auto m = rms_norm(out, w.post_norm, cfg.rms_norm_eps);
-  auto mlp = w[Proj::kDown](activation(cfg.hidden_act, w[Proj::kGate](m)) * w[Proj::kUp](m));
-  return out + mlp;
+  auto m = selective ? checkpointed_rms_norm(out, w.post_norm, eps) : rms_norm(out, w.post_norm, eps);
+  auto gate = w[Proj::kGate](m);
+  auto up = w[Proj::kUp](m);
+  auto gated = selective ? checkpointed_gated(cfg.hidden_act, gate, up) : activation(cfg.hidden_act, gate) * up;
+  return out + w[Proj::kDown](gated);
 }
 
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora) {
+                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora, bool selective) {
   switch (unit.kind) {
     case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora), x, layout);
+      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora), x, layout, selective);
     case UnitKind::kHead: break;
   }
   return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::lm_head(cfg)));

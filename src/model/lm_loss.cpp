@@ -22,10 +22,13 @@ struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
     at::Tensor dh = want_dh ? at::empty_like(h) : at::Tensor();
     // The weight's gradient sums over every chunk: in fp32, as one unchunked GEMM accumulates.
     at::Tensor dw = want_dw ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
+    // bf16/fp16 GEMMs with fp32 output where the device has them (CUDA's mm.dtype): no half-precision
+    // [m, V] logits nor [V, H] product per chunk. A CPU computes half precision through a cast.
+    const bool fp32_out = h.is_cuda() && h.scalar_type() != at::kFloat;
     for (int64_t r = 0; r < n; r += chunk) {
       const int64_t m = std::min(chunk, n - r);
       const auto hc = h.narrow(0, r, m), yc = y.narrow(0, r, m);
-      auto logits = at::mm(hc, w.t()).to(at::kFloat);  // [m, V]
+      auto logits = fp32_out ? at::mm(hc, w.t(), at::kFloat) : at::mm(hc, w.t()).to(at::kFloat);  // [m, V]
       const auto lse = at::logsumexp(logits, {1});     // [m]
       const auto valid = yc.ne(-100), target = yc.clamp_min(0).unsqueeze(1);
       total += at::where(valid, lse - logits.gather(1, target).squeeze(1), at::zeros_like(lse)).sum();
@@ -39,6 +42,7 @@ struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
         at::mm_out(rows, dl, w);
       }
       if (want_dw && dl.scalar_type() == at::kFloat) dw.addmm_(dl.t(), hc);  // no [V, H] temporary
+      else if (want_dw && fp32_out) at::addmm_out(dw, dw, dl.t(), hc, at::kFloat);
       else if (want_dw) dw.add_(at::mm(dl.t(), hc));
     }
     ctx->saved_data["hint"] = hint;

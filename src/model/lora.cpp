@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 
 #include <cmath>
 #include <sstream>
@@ -83,12 +84,22 @@ at::Tensor init_lora_param(const ParamSpec& spec, uint64_t seed) {
   return at::empty(spec.shape, at::kFloat).uniform_(-bound, bound, gen);
 }
 
+namespace {
+at::Generator dropout_generator(const at::Device& device, uint64_t seed) {
+  if (device.is_cpu()) return at::make_generator<at::CPUGeneratorImpl>(seed);
+  // A fresh generator of the tensor's device (CUDA: Philox), never its default one, which other code draws from.
+  at::Generator gen = at::globalContext().getAcceleratorHooksInterface(device.type()).getNewGenerator(device.index());
+  gen.set_current_seed(seed);
+  return gen;
+}
+}  // namespace
+
 at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
   if (p <= 0) return x;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  // The mask is drawn on the host so that it depends on the seed only, whatever the device.
-  auto keep = at::empty(x.sizes(), at::kFloat).bernoulli_(1.0 - p, gen);
-  return x * (keep / (1.0 - p)).to(x.device(), x.scalar_type());
+  at::Generator gen = dropout_generator(x.device(), seed);
+  // Drawn where x lives: no host mask and no copy per projection.
+  auto keep = at::empty(x.sizes(), x.options().dtype(at::kFloat)).bernoulli_(1.0 - p, gen);
+  return x * (keep / (1.0 - p)).to(x.scalar_type());
 }
 
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,

@@ -83,7 +83,12 @@ CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups, std::v
     group_ids_[g] = lowest;
   }
   side_ = runtime::MpiComm::dup();
-  thread_ = std::thread([this] { run(); });
+  const std::string host = rank_ < static_cast<int>(hosts_.size()) ? hosts_[rank_] : "?";
+  // A failure of the thread itself (a sticky CUDA error in a completion probe, an MPI error) is
+  // one line and exit code 76, never an exception escaping the thread (std::terminate).
+  thread_ = std::thread([this, host] {
+    runtime::run_helper_thread("collective watchdog", rank_, host, runtime::kExitCollectiveTimeout, [this] { run(); });
+  });
 }
 
 CollectiveWatchdog::~CollectiveWatchdog() {

@@ -19,9 +19,17 @@ void AdamW::add(const at::Tensor& param, bool decay) {
   slots_.push_back({param, at::zeros_like(param), at::zeros_like(param), decay});
 }
 
-void AdamW::step(double lr, const std::vector<at::Tensor>& grads) {
+int64_t AdamW::step_count() const {
+  return step_t_.defined() ? static_cast<int64_t>(std::llround(step_t_.item<double>())) : step_;
+}
+
+void AdamW::set_step_count(int64_t s) {
+  step_ = s;
+  step_t_ = at::Tensor();  // made again from step_ on the parameters' device
+}
+
+void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip) {
   c10::NoGradGuard no_grad;
-  ++step_;
   // torch.optim.AdamW(fused=True): one multi-tensor kernel per weight-decay group instead of
   // eight elementwise ops per tensor. The kernel reads each tensor's step; ours share one.
   std::vector<at::Tensor> p[2], g[2], m[2], v[2], steps[2];
@@ -29,38 +37,45 @@ void AdamW::step(double lr, const std::vector<at::Tensor>& grads) {
     if (!grads[i].defined() || slots_[i].param.numel() == 0) continue;
     const int k = slots_[i].decay ? 1 : 0;
     auto& s = slots_[i];
-    if (!step_t_.defined() || step_t_.device() != s.param.device())
-      step_t_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(s.param.device()));
     p[k].push_back(s.param), g[k].push_back(grads[i]), m[k].push_back(s.exp_avg), v[k].push_back(s.exp_avg_sq);
   }
-  if (step_t_.defined()) step_t_.fill_(static_cast<double>(step_));
+  if (!step_t_.defined()) {  // every rank counts every step, whether its shards hold anything or not
+    const at::Device device = slots_.empty() ? at::Device(at::kCPU) : slots_.front().param.device();
+    step_t_ = at::full({}, static_cast<double>(step_), at::TensorOptions().dtype(at::kFloat).device(device));
+  }
+  // As torch.optim's fused path with a GradScaler: count the step, let the kernel skip on found_inf, uncount it.
+  const at::Tensor found_inf = skip.defined() ? skip.to(step_t_.device(), at::kFloat).reshape({}) : at::Tensor();
+  step_t_.add_(1);
   for (int k = 0; k < 2; ++k) {
     if (p[k].empty()) continue;
     steps[k].assign(p[k].size(), step_t_);
     at::_fused_adamw_(p[k], g[k], m[k], v[k], {}, steps[k], lr, cfg_.beta1, cfg_.beta2, k ? cfg_.weight_decay : 0.0,
-                      cfg_.eps, /*amsgrad=*/false, /*maximize=*/false);
+                      cfg_.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                      found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
   }
+  if (found_inf.defined()) step_t_.sub_(found_inf);
 }
 
-double grad_sq_norm(const std::vector<at::Tensor>& grads) {
+at::Tensor grad_sq_norm(const std::vector<at::Tensor>& grads, const at::Device& device) {
   std::vector<at::Tensor> live;
   for (const auto& g : grads)
     if (g.defined() && g.numel() > 0) live.push_back(g);
-  if (live.empty()) return 0.0;
-  // fp32 per-tensor norms from the foreach kernel, squared and summed where they live: one host
-  // sync and no fp64 copy of any gradient. Shards' squares add across ranks in the caller.
+  if (live.empty()) return at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+  // fp32 per-tensor norms from the foreach kernel, squared and summed where they live: no host
+  // read and no fp64 copy of any gradient. Shards' squares add across ranks in the caller.
   const auto norms = at::stack(at::_foreach_norm(live, 2));
-  return norms.to(at::kDouble).pow(2).sum().item<double>();
+  return norms.to(at::kDouble).pow(2).sum();
 }
 
-void scale_grads(const std::vector<at::Tensor>& grads, double total_norm, double max_norm) {
+void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm, double max_norm) {
   if (max_norm <= 0) return;
-  const double coef = max_norm / (total_norm + 1e-6);
-  if (coef >= 1.0) return;
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> live;
   for (const auto& g : grads)
     if (g.defined()) live.push_back(g);
+  if (live.empty()) return;
+  // min(1, ...) on the device: a coefficient of 1 leaves every gradient bit for bit as it was.
+  const at::Tensor coef = (max_norm / (total_norm + 1e-6)).clamp_max(1.0).to(live.front().device(), at::kFloat);
   at::_foreach_mul_(live, coef);
 }
 

@@ -13,24 +13,25 @@ void OptimizerConfig::validate() const {
   if (grad_clip < 0) throw runtime::UsageError("--grad-clip must be >= 0 (0: off)");
 }
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, std::function<double(double)> sum_across)
+Optimizer::Optimizer(const OptimizerConfig& cfg, std::function<void(at::Tensor&)> sum_across)
     : cfg_(cfg), sum_across_(std::move(sum_across)), adamw_(cfg.adamw) {}
 
-double Optimizer::grad_norm(const std::vector<at::Tensor>& grads) const {
-  double sq = grad_sq_norm(grads);
-  if (sum_across_) sq = sum_across_(sq);
-  return std::sqrt(sq);
+at::Tensor Optimizer::grad_norm(const std::vector<at::Tensor>& grads) {
+  const at::Device device = adamw_.slots().empty() ? at::Device(at::kCPU) : adamw_.slots().front().param.device();
+  at::Tensor sq = grad_sq_norm(grads, device);
+  if (sum_across_) sum_across_(sq);
+  return sq.sqrt();
 }
 
-void Optimizer::apply(double lr, const std::vector<at::Tensor>& grads, double norm) {
+void Optimizer::apply(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& norm, const at::Tensor& skip) {
   scale_grads(grads, norm, cfg_.grad_clip);
-  adamw_.step(lr, grads);
+  adamw_.step(lr, grads, skip);
 }
 
 double Optimizer::step(double lr, const std::vector<at::Tensor>& grads) {
-  const double norm = grad_norm(grads);
+  const at::Tensor norm = grad_norm(grads);
   apply(lr, grads, norm);
-  return norm;
+  return norm.item<double>();
 }
 
 }  // namespace shardtrain::optim

@@ -17,7 +17,8 @@ std::string describe(const PlanInput& in) {
   os << in.model.name << " (" << in.model.num_params() / 1000000 << "M parameters), " << in.gpu.name << " x "
      << in.gpus_per_node << " per node, fabric " << in.fabric.name << "; seq " << in.seq_len << (in.packed ? " packed" : "") << ", batch "
      << in.batch_size << " per rank, grad-accum " << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
-     << c10::toString(in.fsdp.reduce_dtype) << " reduce" << (in.fsdp.activation_checkpointing ? ", activation checkpointing" : "")
+     << c10::toString(in.fsdp.reduce_dtype) << " reduce"
+     << (in.fsdp.activation_checkpointing ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing) : "")
      << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "") << "; compute "
      << (in.calibration.source.empty() ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) + "% MFU (default)"
                                        : "calibrated from " + in.calibration.source);
@@ -50,7 +51,9 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
        << static_cast<int64_t>(std::lround(best->tokens_per_s_per_gpu)) << " tokens/s per GPU, " << std::lround(gib(best->total))
        << " GiB of " << std::lround(gib(in.gpu.memory_bytes)) << " GiB\n";
   else
-    os << "nothing fits: try " << (in.fsdp.activation_checkpointing ? "" : "--activation-checkpointing, ")
+    os << "nothing fits: try " << (in.fsdp.activation_checkpointing.mode == fsdp::Recompute::kFull && in.fsdp.activation_checkpointing.every == 1
+                                   ? ""
+                                   : "--activation-checkpointing full, ")
        << "more nodes, a smaller --batch-size or --seq-len" << (in.fsdp.lora.enabled() ? "" : ", or LoRA (--lora-rank)") << "\n";
   os << "state: sharded parameters, gradients and optimizer (and no-sync buffers, a LoRA base); other: reductions in flight, "
         "the NCCL and allocator allowances; exposed: communication not hidden behind compute, share of the step\n";

@@ -144,8 +144,9 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         const double f = unit_forward_flops(m, base[u], in.seq_len) * static_cast<double>(tokens_mb);
         fwd[u] = f / (fwd_tflops * 1e12);
         // Backward is twice forward's FLOPs (input and weight gradients), once under LoRA (no
-        // weight gradients), plus the recomputed forward under activation checkpointing.
-        const bool recompute = cfg.activation_checkpointing && base[u].kind == model::UnitKind::kDecoderLayer;
+        // weight gradients), plus the recomputed forward under full activation checkpointing (selective
+        // recomputes only element-wise ops, whose FLOPs the model leaves out).
+        const bool recompute = base[u].kind == model::UnitKind::kDecoderLayer && cfg.activation_checkpointing.full(u - 1);
         bwd[u] = (lora ? 1.0 : 2.0) * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
         const double gbytes = static_cast<double>(base[u].padded * pe + (lora ? adapters[u].padded * pe : 0));
         const UnitSize& t = trainable[u];

@@ -1,5 +1,7 @@
 #include "shardtrain/runtime/mpi_env.h"
 
+#include <c10/util/Exception.h>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -56,6 +58,33 @@ Topology topology_from_ranks_per_node(int rank, int world, int ranks_per_node) {
   return t;
 }
 
+namespace {
+// Collective over the world: which ranks share memory with this one, and the node's index.
+Topology machine_topology(int rank, int world) {
+  Topology t;
+  t.rank = rank;
+  t.world = world;
+  MPI_Comm raw = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &raw));
+  MpiComm local(raw);
+  t.local_rank = local.rank();
+  t.local_size = local.size();
+  // Node index = rank of this node's leader among all leaders, shared with the node.
+  MPI_Comm leaders_raw = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders_raw));
+  MpiComm leaders(leaders_raw);
+  int buf[2] = {0, 0};
+  if (t.local_rank == 0) {
+    buf[0] = leaders.rank();
+    buf[1] = leaders.size();
+  }
+  MPI_CHECK(MPI_Bcast(buf, 2, MPI_INT, 0, local.get()));
+  t.node = buf[0];
+  t.num_nodes = buf[1];
+  return t;
+}
+}  // namespace
+
 MpiEnv::MpiEnv(int* argc, char*** argv) {
   int inited = 0;
   MPI_CHECK(MPI_Initialized(&inited));
@@ -80,33 +109,12 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &topo_.world));
   detail::set_identity(topo_.rank, host_);
   log::set_rank(topo_.rank);
-  set_ranks_per_node(0);
+  machine_ = machine_topology(topo_.rank, topo_.world);
+  topo_ = machine_;
 }
 
 void MpiEnv::set_ranks_per_node(int ranks_per_node) {
-  if (ranks_per_node > 0) {
-    topo_ = topology_from_ranks_per_node(topo_.rank, topo_.world, ranks_per_node);
-    return;
-  }
-  MPI_Comm raw = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, topo_.rank, MPI_INFO_NULL, &raw));
-  MpiComm local(raw);
-  topo_.local_rank = local.rank();
-  topo_.local_size = local.size();
-  // Node index = rank of this node's leader among all leaders, shared with the node.
-  MPI_Comm leaders_raw = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, topo_.local_rank == 0 ? 0 : MPI_UNDEFINED, topo_.rank,
-                           &leaders_raw));
-  MpiComm leaders(leaders_raw);
-  int node = 0, nodes = 0;
-  if (topo_.local_rank == 0) {
-    node = leaders.rank();
-    nodes = leaders.size();
-  }
-  int buf[2] = {node, nodes};
-  MPI_CHECK(MPI_Bcast(buf, 2, MPI_INT, 0, local.get()));
-  topo_.node = buf[0];
-  topo_.num_nodes = buf[1];
+  topo_ = ranks_per_node > 0 ? topology_from_ranks_per_node(topo_.rank, topo_.world, ranks_per_node) : machine_;
 }
 
 MpiEnv::~MpiEnv() {
@@ -115,18 +123,63 @@ MpiEnv::~MpiEnv() {
   if (owns_ && !finalized) MPI_Finalize();
 }
 
-void MpiEnv::abort(int code) {
+namespace {
+// Flushes, and with other ranks alive takes the job down with `code`; true when MPI is still live.
+bool abort_other_ranks(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
+  const bool live = inited && !finalized;
   int world = 1;
-  if (inited && !finalized) MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (live) MPI_Comm_size(MPI_COMM_WORLD, &world);
+  if (live && world > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  return live;
+}
+}  // namespace
+
+void MpiEnv::abort(int code) {
   // A lone rank exits normally so the exit code (2 for usage errors) survives.
-  if (inited && !finalized && world > 1) MPI_Abort(MPI_COMM_WORLD, code);
-  if (inited && !finalized) MPI_Finalize();
+  if (abort_other_ranks(code)) MPI_Finalize();
   std::exit(code);
+}
+
+void MpiEnv::abort_from_thread(int code) {
+  abort_other_ranks(code);
+  // A lone rank: _Exit keeps the code and skips the static destructors the main thread still uses.
+  std::_Exit(code);
+}
+
+std::string helper_thread_failure(const std::string& thread, int rank, const std::string& host, const std::string& error,
+                                  int exit_code) {
+  std::string what;
+  for (char c : error) {
+    if (c == '\r') continue;
+    if (c == '\n') what += "; ";
+    else what += c;
+  }
+  while (!what.empty() && (what.back() == ' ' || what.back() == ';' || what.back() == '.')) what.pop_back();
+  return "shardtrain: fatal: " + thread + " on rank " + std::to_string(rank) + " (" + host + "): " + what +
+         ". Exiting with code " + std::to_string(exit_code) + ".";
+}
+
+void run_helper_thread(const std::string& thread, int rank, const std::string& host, int exit_code,
+                       const std::function<void()>& body, const std::function<void(int)>& end) {
+  std::string error;
+  try {
+    body();
+    return;
+  } catch (const c10::Error& e) {
+    error = e.what_without_backtrace();  // LibTorch's what() appends a multi-line backtrace
+  } catch (const std::exception& e) {
+    error = e.what();
+  } catch (...) {
+    error = "an unknown exception";
+  }
+  std::fprintf(stderr, "%s\n", helper_thread_failure(thread, rank, host, error, exit_code).c_str());
+  std::fflush(stderr);
+  end(exit_code);
 }
 
 }  // namespace shardtrain::runtime

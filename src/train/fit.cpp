@@ -5,6 +5,7 @@
 #include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/runtime/clock.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/train/step_readback.h"
 
 namespace shardtrain::train {
 
@@ -20,62 +21,70 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     c.validator.run(m0);
     c.metrics.write_initial(m0);
   }
+  StepReadback readback;  // steps whose loss and norm are still on the device
   for (int64_t s = start; s < total; ++s) {
     const runtime::Stopwatch step_clock;
     c.faults.before_step(s + 1);
     c.profiler.begin(s + 1);
     const data::StepData data = c.loader.next();
-    const double data_wait = step_clock.seconds();
-    StepMetrics m;
+    PendingStep p;
+    StepMetrics& m = p.m;
+    m.phases[runtime::Phase::kDataWait] = step_clock.seconds();
     m.step = s + 1;
     m.epoch = data.position.epoch;
     m.lr = sched.at(s, m.epoch);
     c.metrics.begin_step();
-    const fsdp::GradResult g = c.engine.forward_backward(data.micro);
+    const fsdp::GradResult g = c.engine.forward_backward(data.micro, /*read_loss=*/false);
     std::vector<at::Tensor> grads = c.engine.grad_shards();
     c.faults.after_backward(m.step, grads);
-    m.loss = g.loss;
     m.tokens = g.tokens;
-    m.phases = g.phases;
-    m.phases[runtime::Phase::kDataWait] = data_wait;
     m.peak_bytes = g.peak_bytes;
-    fsdp::PhaseClock opt_clock(c.engine);
-    NonfiniteVerdict finite;
+    p.optimizer = std::make_shared<fsdp::PhaseClock>(c.engine);
     {
       RECORD_USER_SCOPE(kOptimizerRange);  // the profile's optimizer share
-      m.grad_norm = c.optimizer.grad_norm(grads);  // the loss and the norm are reduced: every rank agrees
-      finite = c.nonfinite.check(m.step, m.loss, m.grad_norm, data.batch_rows);
-      if (finite.finite) c.optimizer.apply(m.lr, grads, m.grad_norm);
+      p.loss = g.loss_t;
+      p.grad_norm = c.optimizer.grad_norm(grads);  // reduced, like the loss: every rank's guard agrees
+      c.optimizer.apply(m.lr, grads, p.grad_norm, c.nonfinite.skip_on_device(p.loss, p.grad_norm));
     }
-    opt_clock.close(runtime::Phase::kOptimizer);
+    p.optimizer->close(runtime::Phase::kOptimizer);
     m.peak_bytes[static_cast<int>(runtime::Phase::kOptimizer)] = c.engine.take_phase_peak();
     grads.clear();  // the shards live from backward to here only
     c.engine.release_grads();
-    const runtime::PhaseTimes opt = opt_clock.finish();
-    m.phases[runtime::Phase::kOptimizer] += opt[runtime::Phase::kOptimizer];
-    m.phases[runtime::Phase::kExposedComm] += opt[runtime::Phase::kExposedComm];
     m.step_time_s = step_clock.seconds();
     c.profiler.end(m.step);
-    m.skipped = !finite.finite;
-    m.skipped_steps = c.nonfinite.skipped();
     c.metrics.measure(m, data.global_rows);
-    if (finite.stop) {  // no validation, no checkpoint: the last saved one stands
-      c.metrics.publish(m, true, true, total, 0);
-      c.checkpoints.finish();
-      return FitEnd::kStoppedNonFinite;
-    }
-    if (!finite.finite) runtime::log::info(finite.message);
-    const bool last = m.step == total;
-    if (c.validator.due(m.step, last)) c.validator.run(m);
-    const runtime::Stopwatch ckpt_clock;  // the signal vote and the save: the checkpoint phase
+    p.forward_backward = g.clock;
+    p.rows = data.batch_rows;
+    const int64_t step = m.step;
+    readback.add(std::move(p));
+    const bool last = step == total;
     const SignalVerdict signal = c.signals.poll();
     const bool stop = signal.stop && !last;
-    const bool unsaved_stop = stop && !signal.save;  // --on-signal exit-nosave, or no --checkpoint-dir
+    const bool log_step = step == 1 || last || step % cfg.log_every == 0 || stop;
+    const bool read_now = log_step || c.metrics.wants_every_step() || c.validator.due(step, last) ||
+                          c.checkpoints.due(step, signal.save, last || stop);
+    if (!read_now) continue;
+    std::vector<PendingStep> steps = readback.take();  // the one host read since the last
+    for (PendingStep& done : steps) {
+      const NonfiniteVerdict finite = c.nonfinite.check(done.m.step, done.m.loss, done.m.grad_norm, done.rows);
+      done.m.skipped = !finite.finite;
+      done.m.skipped_steps = c.nonfinite.skipped();
+      if (finite.stop) {  // the device skipped every step since: no validation, no checkpoint
+        c.metrics.publish(done.m, true, true, total, 0);
+        c.checkpoints.finish();
+        return FitEnd::kStoppedNonFinite;
+      }
+      if (!finite.finite) runtime::log::info(finite.message);
+      if (&done != &steps.back()) c.metrics.publish(done.m, false, false, total, 0);
+    }
+    StepMetrics& now = steps.back().m;
+    if (c.validator.due(now.step, last)) c.validator.run(now);
+    const runtime::Stopwatch ckpt_clock;  // the save: the checkpoint phase
+    const bool unsaved_stop = stop && !signal.save;  // --on-nonfinite exit-nosave, or no --checkpoint-dir
     const double saved_s =
-        unsaved_stop ? 0 : c.checkpoints.after_step(m.step, signal.save ? signal.reason : "", last || stop, c.loader.state());
-    m.phases[runtime::Phase::kCheckpoint] = ckpt_clock.seconds();
-    const bool log_step = m.step == 1 || last || m.step % cfg.log_every == 0 || stop;
-    c.metrics.publish(m, log_step, last || stop, total, saved_s);
+        unsaved_stop ? 0 : c.checkpoints.after_step(now.step, signal.save ? signal.reason : "", last || stop, c.loader.state());
+    now.phases[runtime::Phase::kCheckpoint] = ckpt_clock.seconds();
+    c.metrics.publish(now, log_step, last || stop, total, saved_s);
     if (stop) {
       c.checkpoints.finish();  // a background save still in flight
       return FitEnd::kStoppedBySignal;

@@ -1,5 +1,7 @@
 #include "shardtrain/train/nonfinite.h"
 
+#include <ATen/ATen.h>
+
 #include <cmath>
 #include <cstdio>
 
@@ -39,6 +41,22 @@ NonfiniteVerdict NonfiniteGuard::check(int64_t step, double loss, double grad_no
                                           std::to_string(skipped_) + " in this run)");
   last_message_ = v.message;
   return v;
+}
+
+at::Tensor NonfiniteGuard::skip_on_device(const at::Tensor& loss, const at::Tensor& grad_norm) {
+  const auto opts = grad_norm.options().dtype(at::kFloat);
+  if (!stopped_t_.defined()) {
+    in_a_row_t_ = at::zeros({}, opts);
+    stopped_t_ = at::zeros({}, opts);
+  }
+  const at::Tensor bad = loss.to(grad_norm.device()).isfinite().logical_and(grad_norm.isfinite()).logical_not().to(at::kFloat);
+  if (!cfg_.skip) {
+    stopped_t_ = at::maximum(stopped_t_, bad);  // --on-nonfinite stop: at the first
+  } else {
+    in_a_row_t_ = (in_a_row_t_ + 1) * bad;
+    stopped_t_ = at::maximum(stopped_t_, in_a_row_t_.ge(static_cast<double>(cfg_.max_in_a_row)).to(at::kFloat));
+  }
+  return at::maximum(bad, stopped_t_);
 }
 
 }  // namespace shardtrain::train

@@ -21,16 +21,18 @@ EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_
   data::DataLoader loader(data, lc);
   int64_t n = loader.steps_per_epoch();
   if (max_batches > 0) n = std::min(n, max_batches);
-  double sum = 0, count = 0;
+  at::Tensor sum_t;  // summed where the logits are: one host read at the end, not one per batch
+  double count = 0;
   for (int64_t b = 0; b < n; ++b) {
     const data::StepData d = loader.next();
     const model::Batch& batch = d.micro.front();
     auto lg = logits(batch);
     if (batch.tokens.size(0) == 0) continue;
-    auto ls = model::causal_lm_loss(lg, batch.labels);
-    sum += ls.sum.item<double>();
-    count += static_cast<double>(ls.count);
+    const at::Tensor s = model::causal_lm_loss(lg, batch.labels.to(lg.device()), /*count=*/false).sum.to(at::kDouble);
+    sum_t = sum_t.defined() ? sum_t + s : s;
+    count += static_cast<double>(model::count_loss_tokens(batch.labels));  // the host's labels
   }
+  double sum = sum_t.defined() ? sum_t.item<double>() : 0.0;
   if (sum_all) {
     sum = sum_all(sum);
     count = sum_all(count);
@@ -66,7 +68,7 @@ model::LogitsFn Validator::logits_fn() {
 
 EvalResult Validator::loss() {
   const auto& world = *engine_.groups().world;
-  const BatchLogitsFn logits = [this](const model::Batch& b) { return engine_.logits(b.tokens, b.positions); };
+  const BatchLogitsFn logits = [this](const model::Batch& b) { return engine_.logits(b.tokens, b.positions, /*on_host=*/false); };
   return evaluate_loss(*val_, batch_size_, max_batches_, world.rank(), world.size(), logits,
                        [this](double v) { return engine_.sum_world(v); });
 }

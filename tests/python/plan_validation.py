@@ -2,7 +2,8 @@
 
 Memory: for the tiny and small presets, at 1, 2 and 4 ranks, every strategy, activation
 checkpointing off and on (and LoRA at 2 ranks), on packed rows (and on rows of one document each
-for full_shard at 2 ranks), a one-step run's peak of every CPU tensor,
+for full_shard at 2 ranks), plus selective checkpointing and checkpointing every other layer
+(--ac-every 2) at 1 and 2 ranks, a one-step run's peak of every CPU tensor,
 activations included (metrics memory.host_tensor_peak_bytes: rank 0's step, counted by the
 allocator wrapper in runtime/host_tensor_memory.h, which sees every allocation LibTorch's CPU
 allocator makes and nothing of the engine's own accounting), against the plan's tensor peak:
@@ -33,6 +34,11 @@ import sys
 BIN, REPO, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
 MODE = sys.argv[4] if len(sys.argv) > 4 else "all"
 STRATEGIES = ["full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"]
+# Activation checkpointing settings by the short name runs are tagged with: off, full (the bare
+# flag), selective, and each on every other layer.
+AC_FLAGS = {"0": [], "1": ["--activation-checkpointing"], "s": ["--activation-checkpointing", "selective"],
+            "s2": ["--activation-checkpointing", "selective", "--ac-every", "2"],
+            "f2": ["--activation-checkpointing", "full", "--ac-every", "2"]}
 SEQ, BATCH = 128, 2
 os.makedirs(WORK, exist_ok=True)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -65,8 +71,7 @@ def train(preset, ranks, strategy, ac, steps, tag, extra=(), mode="packing"):
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks), BIN] if ranks > 1 else [BIN]
     cmd += ["train", "--model", preset, "--data", data(mode), "--batch-size", str(BATCH), "--steps", str(steps), "--device", "cpu",
             "--threads", "1", "--sharding", strategy, "--ranks-per-node", str(rpn), "--metrics-file", metrics, "--lr", "1e-4"]
-    if ac:
-        cmd.append("--activation-checkpointing")
+    cmd += AC_FLAGS[ac]
     # Two mpiruns starting at once can collide on Open MPI's session directory: one each.
     session = os.path.join(WORK, f"ompi-{tag}")
     os.makedirs(session, exist_ok=True)
@@ -78,8 +83,7 @@ def plan(preset, ranks, strategy, ac, extra=(), mode="packing"):
     _, nodes, gpn = layout(ranks, strategy)
     cmd = [BIN, "plan", "--model", preset, "--gpu", "cpu", "--no-allowances", "--param-dtype", "fp32", "--nodes", str(nodes),
            "--gpus-per-node", str(gpn), "--strategy", strategy, "--seq-len", str(SEQ), "--batch-size", str(BATCH), "--json"]
-    if ac:
-        cmd.append("--activation-checkpointing")
+    cmd += AC_FLAGS[ac]
     if mode == "packing":
         cmd.append("--packed")
     return json.loads(run(cmd + list(extra)))["rows"][0]
@@ -116,15 +120,18 @@ def memory():
 
     def name(cfg):
         preset, ranks, strategy, ac, _, label, mode = cfg
-        return f"{preset}-{ranks}-{label or strategy}-{int(ac)}" + ("" if mode == "packing" else f"-{mode}")
+        return f"{preset}-{ranks}-{label or strategy}-{ac}" + ("" if mode == "packing" else f"-{mode}")
 
     # Packed rows (several documents per row, the masked attention path on a CPU) for every
     # configuration; rows of one document each (padding) for full_shard at 2 ranks.
     lora = ["--lora-rank", "8", "--lora-targets", "q_proj,v_proj,o_proj,down_proj"]
     configs = [(preset, ranks, strategy, ac, [], None, "packing") for preset in ["tiny", "small"] for ranks in [1, 2, 4]
-               for strategy in STRATEGIES for ac in [False, True]]
-    configs += [(preset, 2, "full_shard", ac, lora, "lora", "packing") for preset in ["tiny", "small"] for ac in [False, True]]
-    configs += [(preset, 2, "full_shard", ac, [], None, "padding") for preset in ["tiny", "small"] for ac in [False, True]]
+               for strategy in STRATEGIES for ac in ["0", "1"]]
+    configs += [(preset, 2, "full_shard", ac, lora, "lora", "packing") for preset in ["tiny", "small"] for ac in ["0", "1", "s"]]
+    configs += [(preset, 2, "full_shard", ac, [], None, "padding") for preset in ["tiny", "small"] for ac in ["0", "1", "s"]]
+    # Selective checkpointing, and either kind on every other layer.
+    configs += [(preset, ranks, "full_shard", ac, [], None, "packing") for preset in ["tiny", "small"] for ranks in [1, 2]
+                for ac in ["s", "s2", "f2"]]
     distinct, same_as = [], {}
     for cfg in configs:
         key = engine_run(*cfg[:5], cfg[6])
@@ -168,23 +175,23 @@ def step_time():
 
     def measure(strategy, ac, attempt):
         if attempt > 0:  # a fresh calibration beside the repeat: both see the machine as it is now
-            train("small", 2, "full_shard", False, steps, "time-calibration")
-        lines = train("small", 2, strategy, ac, steps, f"time-{strategy}-{int(ac)}")
+            train("small", 2, "full_shard", "0", steps, "time-calibration")
+        lines = train("small", 2, strategy, ac, steps, f"time-{strategy}-{ac}")
         measured_step = median_of(lines, lambda line: line["step_time_s"])
         measured_compute = median_of(lines, lambda line: line["phases"]["forward"] + line["phases"]["backward"])
         t = plan("small", 2, strategy, ac, ["--fabric", fabric, "--calibrate", calib])["time"]
         c_err, s_err = t["compute_s"] / measured_compute - 1, t["step_s"] / measured_step - 1
-        line = (f"small 2 ranks {strategy:20s} ac={int(ac)} compute measured {measured_compute:.4f}s predicted "
+        line = (f"small 2 ranks {strategy:20s} ac={ac} compute measured {measured_compute:.4f}s predicted "
                 f"{t['compute_s']:.4f}s ({100 * c_err:+5.1f}%); step measured {measured_step:.4f}s predicted "
                 f"{t['step_s']:.4f}s ({100 * s_err:+5.1f}%)" + (" [repeat]" if attempt else ""))
         print(line, flush=True)
         return line, c_err
 
-    train("small", 2, "full_shard", False, steps, "time-calibration")
+    train("small", 2, "full_shard", "0", steps, "time-calibration")
     errors, lines = [], []
     for strategy in STRATEGIES:
-        for ac in [False, True]:
-            if (strategy, ac) == ("full_shard", False):
+        for ac in ["0", "1"]:
+            if (strategy, ac) == ("full_shard", "0"):
                 continue  # calibrated from this configuration: predicting it checks nothing
             # This VM's run-to-run noise reaches 20-40% for single runs, so a miss beyond 15% is
             # measured once more with a fresh calibration. The judgment is the median absolute

@@ -43,9 +43,9 @@ class Manager {
   // loop was blocked (0: no save).
   double after_step(int64_t step, const std::string& requested_by, bool final, const data::LoaderState& loader);
   void finish();  // waits for a background save; rethrows its failure
+  bool due(int64_t step, bool requested, bool final) const;  // after_step would save now
 
  private:
-  bool due(int64_t step, bool requested, bool final) const;
   CheckpointConfig cfg_;
   TrainState state_;        // the loop's side: set before each save, filled by a resume
   StateRegistry registry_;  // everything a checkpoint holds (training_state.h)

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "shardtrain/comm/collective_log.h"
 
@@ -38,6 +39,8 @@ class Work {
  public:
   virtual ~Work() = default;
   virtual void wait() = 0;  // blocks until the collective is complete on this rank
+  // Without blocking: has it completed? (NCCL: its event; MPI: MPI_Test, which also progresses it.)
+  virtual bool test() = 0;
 };
 using WorkPtr = std::unique_ptr<Work>;
 
@@ -55,6 +58,14 @@ class Communicator {
   virtual WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) = 0;
   virtual WorkPtr all_reduce_async(const at::Tensor& t) = 0;  // sum, in place
   virtual WorkPtr broadcast_async(const at::Tensor& t, int root) = 0;
+  // An all-reduce that starts when `prior` (another group's collective that produces t) completes,
+  // ordered on the device without the caller's stream waiting; nullptr where the backend cannot
+  // (MPI): then issue all_reduce_async once prior has completed.
+  virtual WorkPtr all_reduce_after_async(const at::Tensor& t, Work& prior) {
+    (void)t;
+    (void)prior;
+    return nullptr;
+  }
   virtual void barrier() = 0;
   // The MPI communicator over the same ranks: every group is bootstrapped from MPI, and
   // checkpoints (MPI-IO) and watchdogs use it beside NCCL.
@@ -63,6 +74,10 @@ class Communicator {
   // For threads that poll this communicator (watchdogs): select its device before any device
   // call, so a GPU rank's helper threads never create a context on GPU 0. A no-op on CPU.
   virtual void bind_thread() const {}
+  // The device waits on this communicator's collectives since the last call (CUDA: the compute
+  // stream stalled at wait() until the collective finished), each a function giving the stall in
+  // seconds once the device has passed it; the host's waits are in log() instead.
+  virtual std::vector<std::function<double()>> take_device_waits() { return {}; }
 
   void all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }
   void reduce_scatter(const at::Tensor& in, const at::Tensor& out) { reduce_scatter_async(in, out)->wait(); }

@@ -1,6 +1,7 @@
 // Polls ncclCommGetAsyncError on every communicator from a thread. NCCL reports a failed peer or
-// network error there while the collective itself may never return; on any error the watchdog
-// aborts the communicators and the MPI job with a message naming the rank and host.
+// network error there while the collective itself may never return. On any error, its own
+// included (a sticky CUDA error), the watchdog prints one line naming the rank, host and error,
+// aborts the communicators and ends the MPI job with kExitCollectiveTimeout (76).
 #pragma once
 #include <nccl.h>
 
@@ -23,6 +24,7 @@ class NcclWatchdog {
 
  private:
   void run();
+  void poll();  // until stopped; throws on an error
   std::vector<ncclComm_t> comms_;
   int device_, rank_;
   std::string host_;

@@ -21,6 +21,7 @@
 #include "shardtrain/fsdp/flat_unit.h"
 #include "shardtrain/fsdp/gradient_reducer.h"
 #include "shardtrain/fsdp/peak_tracker.h"
+#include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/unit_builder.h"
 #include "shardtrain/io/safetensors.h"
@@ -46,9 +47,11 @@ struct MemoryReport {
 
 // What a step's forward and backward produced; the gradients stay in the shards (pieces()).
 struct GradResult {
-  double loss = 0;     // mean over the global batch's loss tokens
+  at::Tensor loss_t;   // 0-d fp64 on the device: the mean over the global batch's loss tokens, reduced
+  double loss = 0;     // loss_t read on the host, when forward_backward was asked to (read_loss)
   int64_t tokens = 0;  // loss tokens in the global batch
   runtime::PhaseTimes phases;   // forward, backward and the exposed communication inside them
+  std::shared_ptr<PhaseClock> clock;  // !read_loss: the phases, read later (clock->finish()), not here
   std::array<int64_t, runtime::kNumPhases> peak_bytes{};  // forward and backward: see take_phase_peak()
 };
 
@@ -65,10 +68,13 @@ class FsdpEngine {
 
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
   // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
-  GradResult forward_backward(const std::vector<model::Batch>& micro_batches);
-  // Forward only, on this rank's tokens [B, T] (positions: Batch::positions); on the host.
-  at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {});
+  // read_loss = false keeps the loss on the device (GradResult::loss_t): no host synchronisation.
+  GradResult forward_backward(const std::vector<model::Batch>& micro_batches, bool read_loss = true);
+  // Forward only, on this rank's tokens [B, T] (positions: Batch::positions); on the host, or
+  // where the engine computes (on_host = false: validation's loss, without copying logits).
+  at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {}, bool on_host = true);
   double sum_world(double v) { return groups_.world->all_reduce_sum(v); }
+  int64_t sum_world_on_host(int64_t v);  // an MPI all-reduce of a host count: no device involved
   double comm_wait_seconds() const;  // host time blocked on collectives so far, all groups
   // The most memory held since the last call. On a GPU, the caching allocator's peak (every
   // tensor); on CPU, the bytes the engine itself holds: shards, optimizer state, gathered units,
@@ -112,6 +118,7 @@ class FsdpEngine {
     bool train = false;          // LoRA dropout applies
     uint64_t dropout_seed = 0;   // the same in forward and in activation checkpointing's recompute
     bool fused_head = false;     // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
+    at::Tensor head_weight;      // fused_head: lm_head's view from the same split as the norm's (one gradient buffer)
     model::TokenLayout layout;   // positions and documents, for forward and the recompute
   };
   at::Tensor forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph);

@@ -20,6 +20,10 @@ inline UnitSize unit_size(const FlatLayout& l, model::UnitKind kind) { return {k
 // Every unit of `specs` (the model's or LoRA's), in model_units() order, sharded over shard_size.
 std::vector<UnitSize> unit_sizes(const model::ModelConfig& model, const std::vector<model::ParamSpec>& specs, int shard_size);
 
+// The reduce-scatter bytes allowed in flight (GradientReducer::set_budget): the largest trainable
+// unit's send and receive buffers, so one reduce-scatter runs beside the next unit's backward.
+int64_t reduce_budget(const std::vector<UnitSize>& trainable, int shard_size, int reduce_elt);
+
 // A gathered unit: the padded flat buffer in the compute dtype.
 inline int64_t gathered_bytes(int64_t padded, int elt) { return padded * elt; }
 

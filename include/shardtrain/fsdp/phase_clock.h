@@ -2,7 +2,8 @@
 // collectives, which is booked as exposed communication. On CUDA: events recorded on the
 // compute stream at each boundary, so a phase gets the GPU time of the work it launched (the
 // host returns from a launch long before the GPU is done: wall time would book forward's GPU
-// time as backward and backward's as optimizer).
+// time as backward and backward's as optimizer); exposed communication is then the compute
+// stream's stalls at collectives' waits, timed by events too (Communicator::take_device_waits).
 #pragma once
 #include <memory>
 #include <utility>

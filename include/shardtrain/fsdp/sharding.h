@@ -7,6 +7,7 @@
 #include <string>
 
 #include "shardtrain/comm/process_groups.h"
+#include "shardtrain/fsdp/activation_checkpointing.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/runtime/mpi_env.h"
 
@@ -28,7 +29,7 @@ struct FsdpConfig {
   // default): bf16 on CUDA, fp32 on CPU, resolved by the engine for its device.
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;  // gradient reduction dtype
-  bool activation_checkpointing = false;     // recompute each decoder layer in backward
+  ActivationCheckpointing activation_checkpointing;  // which decoder layers recompute what in backward
   // Keep unsharded fp32 gradients across micro-steps and reduce once per step; costs 4 bytes x
   // all parameters per rank (the unsharded gradient), like PyTorch FSDP's no_sync.
   bool no_sync_accumulation = false;

@@ -12,6 +12,9 @@ namespace shardtrain::model {
 struct ActivationBytes {  // per token
   int64_t layer = 0;        // one decoder layer's saved tensors, its input included
   int64_t layer_input = 0;  // what activation checkpointing keeps of a layer: its input
+  // Selective checkpointing (model/checkpointed.h): a layer's tensors less what its norms and the
+  // MLP's activation saved; and the most its recomputed regions make at once in backward.
+  int64_t layer_selective = 0, selective_recompute = 0;
   int64_t layer_backward = 0;  // transient gradients while one layer's backward runs
   int64_t head = 0;         // the final norm's saved tensors and the head's input
   int64_t logits_loss = 0;  // the loss's fp32 log-softmax and the two logit gradients of its backward

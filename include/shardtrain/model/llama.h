@@ -66,12 +66,16 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true,
                             int64_t window = 0);
 // x: [B, T, H] -> [B, T, H]; the layout gives the rotary tables and the documents (token_layout.h).
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout);
+// selective: the norms and the MLP's activation keep only their inputs and run again in backward
+// (selective activation checkpointing, model/checkpointed.h); the values and gradients are the same.
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout,
+                         bool selective = false);
 
 // One unit's forward. Embedding: tokens [B, T] int64 -> hidden [B, T, H] in compute_dtype;
-// decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V].
+// decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V]. selective: decoder_layer's.
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora = nullptr);
+                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora = nullptr,
+                        bool selective = false);
 // Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype; positions
 // [B, T] as Batch::positions (undefined: one document per row).
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,

@@ -40,8 +40,9 @@ std::string peft_key(const std::string& name);
 // name (identical at any world size); B = 0, so a fresh adapter leaves the model unchanged.
 at::Tensor init_lora_param(const ParamSpec& spec, uint64_t seed);
 
-// Inverted dropout with a mask drawn from `seed` alone (CPU generator), so activation
-// checkpointing's recompute draws the same mask. p == 0 returns x.
+// Inverted dropout with a mask drawn on x's device by a generator of that device seeded with
+// `seed` alone, so activation checkpointing's recompute draws the same mask. The same seed gives
+// the same mask on one device type; CPU and CUDA masks differ. p == 0 returns x.
 at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed);
 // One projection's adapter, bound for one forward: the part a targeted projection has.
 struct LoraAdapter {

@@ -3,7 +3,9 @@
 // MPI_COMM_WORLD, a side channel that the training collectives never use. When a collective has
 // not completed within the timeout, every rank reaches the same verdict from the same heartbeats:
 // it names the ranks and hosts that have not reached that collective, dumps its own last
-// collectives, and the job exits with kExitCollectiveTimeout instead of hanging.
+// collectives, and the job exits with kExitCollectiveTimeout instead of hanging. When the thread's
+// own work fails (a completion probe meets a sticky CUDA error), it prints one line naming the
+// rank, host and error and aborts the job with the same code.
 #pragma once
 #include <array>
 #include <atomic>

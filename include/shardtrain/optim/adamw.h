@@ -27,24 +27,25 @@ class AdamW {
  public:
   explicit AdamW(AdamWConfig cfg) : cfg_(cfg) {}
   void add(const at::Tensor& param, bool decay);
-  // grads[i] belongs to slots()[i]; an undefined grad skips that slot.
-  void step(double lr, const std::vector<at::Tensor>& grads);
-  int64_t step_count() const { return step_; }
-  void set_step_count(int64_t s) { step_ = s; }
+  // grads[i] belongs to slots()[i]; an undefined grad skips that slot. skip: a float scalar on
+  // the device, 1 leaves everything (the step count too) as it was (GradScaler's found_inf).
+  void step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip = {});
+  int64_t step_count() const;  // the steps taken: a host read of the device's count
+  void set_step_count(int64_t s);
   std::vector<AdamWSlot>& slots() { return slots_; }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
   AdamWConfig cfg_;
   std::vector<AdamWSlot> slots_;
-  int64_t step_ = 0;
-  at::Tensor step_t_;  // scalar fp32 on the parameters' device: the fused kernel's step
+  int64_t step_ = 0;    // until the first step makes step_t_
+  at::Tensor step_t_;  // scalar fp32 on the parameters' device: the fused kernel's step, counted there
 };
 
 // Squared L2 norm of all grads: fp32 per-tensor norms, summed in fp64 so shards can be summed
-// across ranks.
-double grad_sq_norm(const std::vector<at::Tensor>& grads);
-// torch.nn.utils.clip_grad_norm_'s rule: scale by min(1, max_norm / (norm + 1e-6)).
-void scale_grads(const std::vector<at::Tensor>& grads, double total_norm, double max_norm);
+// across ranks. A 0-d fp64 tensor on the grads' device (on `device` when there are none): no host read.
+at::Tensor grad_sq_norm(const std::vector<at::Tensor>& grads, const at::Device& device);
+// torch.nn.utils.clip_grad_norm_'s rule, on the device: scale by min(1, max_norm / (norm + 1e-6)).
+void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm, double max_norm);
 
 }  // namespace shardtrain::optim

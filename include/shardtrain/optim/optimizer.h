@@ -22,20 +22,22 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  explicit Optimizer(const OptimizerConfig& cfg, std::function<double(double)> sum_across = {});
+  // sum_across: adds a squared norm (a 0-d fp64 device tensor) over the ranks, in place, on the device.
+  explicit Optimizer(const OptimizerConfig& cfg, std::function<void(at::Tensor&)> sum_across = {});
   // params[i] is stepped with the i-th gradient given to step(); decay: false for norm weights.
   void add(const at::Tensor& param, bool decay) { adamw_.add(param, decay); }
   // Clips grads by the global norm, then takes an AdamW step. Returns the norm before clipping.
   double step(double lr, const std::vector<at::Tensor>& grads);
-  // step() in two halves, so a caller can look at the norm before anything changes:
-  double grad_norm(const std::vector<at::Tensor>& grads) const;  // collective over sum_across's ranks
-  void apply(double lr, const std::vector<at::Tensor>& grads, double norm);  // clip by norm, then AdamW
+  // step() in two halves, on the device (no host read), so a caller can decide from the norm:
+  at::Tensor grad_norm(const std::vector<at::Tensor>& grads);  // 0-d fp64; collective over sum_across's ranks
+  // Clip by norm, then AdamW; skip (a device scalar, 1 = skip) leaves parameters, moments and step count alone.
+  void apply(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& norm, const at::Tensor& skip = {});
   AdamW& adamw() { return adamw_; }
   const OptimizerConfig& config() const { return cfg_; }
 
  private:
   OptimizerConfig cfg_;
-  std::function<double(double)> sum_across_;
+  std::function<void(at::Tensor&)> sum_across_;
   AdamW adamw_;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <functional>
 #include <string>
 
 namespace shardtrain::runtime {
@@ -43,9 +44,13 @@ class MpiEnv {
   MpiEnv(const MpiEnv&) = delete;
   MpiEnv& operator=(const MpiEnv&) = delete;
 
-  // ranks_per_node <= 0 means: ask MPI which ranks share memory.
+  // ranks_per_node <= 0 means: ask MPI which ranks share memory. Only the process groups follow
+  // it: devices and other per-machine resources follow machine().
   void set_ranks_per_node(int ranks_per_node);
   const Topology& topology() const { return topo_; }
+  // The real layout (MPI_COMM_TYPE_SHARED), whatever --ranks-per-node simulates: which ranks
+  // share this machine's GPUs and cores.
+  const Topology& machine() const { return machine_; }
   int rank() const { return topo_.rank; }
   int size() const { return topo_.world; }
   const std::string& host() const { return host_; }
@@ -53,12 +58,27 @@ class MpiEnv {
 
   // Tears the whole job down so that no rank waits on one that failed.
   [[noreturn]] static void abort(int code);
+  // The same from a helper thread (a watchdog): never finalizes MPI or runs exit handlers under
+  // the main thread, which may be inside MPI, CUDA or LibTorch.
+  [[noreturn]] static void abort_from_thread(int code);
 
  private:
   Topology topo_;
+  Topology machine_;
   std::string host_;
   int thread_level_ = 0;
   bool owns_ = false;
 };
+
+// The one line a helper thread prints when its own work fails: "shardtrain: fatal: <thread> on
+// rank R (host): <error>. Exiting with code C." (line breaks in error become "; ").
+std::string helper_thread_failure(const std::string& thread, int rank, const std::string& host, const std::string& error,
+                                  int exit_code);
+// Runs a helper thread's body. An exception escaping it would std::terminate the process (no
+// message, no exit code): it is printed as helper_thread_failure on stderr instead, then
+// end(exit_code) runs, MpiEnv::abort_from_thread unless a test passes another.
+void run_helper_thread(const std::string& thread, int rank, const std::string& host, int exit_code,
+                       const std::function<void()>& body,
+                       const std::function<void(int)>& end = [](int code) { MpiEnv::abort_from_thread(code); });
 
 }  // namespace shardtrain::runtime

@@ -3,6 +3,8 @@
 // all-reduce, the norm's square by the optimizer's sum across shards), so every rank reaches
 // the same verdict without another collective.
 #pragma once
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +24,10 @@ class NonfiniteGuard {
   NonfiniteGuard(NonfiniteConfig cfg, std::string data_path) : cfg_(cfg), data_path_(std::move(data_path)) {}
   // rows: the global batch's row indices in the token file.
   NonfiniteVerdict check(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& rows);
+  // The same rules on the device, before the host has read loss and norm: a float scalar, 1 where
+  // the optimizer must skip this step (non-finite, or the run has stopped: every later step too,
+  // so the weights stay as they were until the host reads the verdict with check()).
+  at::Tensor skip_on_device(const at::Tensor& loss, const at::Tensor& grad_norm);
   int64_t skipped() const { return skipped_; }  // steps skipped in this run
   const std::string& last_message() const { return last_message_; }
 
@@ -30,6 +36,7 @@ class NonfiniteGuard {
   std::string data_path_;
   int64_t skipped_ = 0, in_a_row_ = 0;
   std::string last_message_;
+  at::Tensor in_a_row_t_, stopped_t_;  // skip_on_device's state: float scalars on the device
 };
 
 // "[3, 17, 42]", or the first `limit` and "... (N rows)" after them.

@@ -29,6 +29,8 @@ class MetricsPublisher {
   // checkpoint_s: the save's duration, or 0 when this step saved nothing.
   void publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total_steps, double checkpoint_s);
   void write_initial(const StepMetrics& m);  // the step-0 validation line, before training
+  // The endpoint serves every step's figures: the loop reads them from the device each step.
+  bool wants_every_step() const { return exporter_ != nullptr; }
 
  private:
   TrainConfig cfg_;

@@ -117,3 +117,20 @@ TEST(Gpu, PackedEqualsPaddedThroughTheVarlenKernel) {
     EXPECT_NEAR(loss[0], loss[1], (std::string(dtype) == "bf16" ? 1e-2 : 1e-5) * loss[1]) << dtype;
   }
 }
+
+// More ranks on a machine than it has GPUs: refused before NCCL starts (NCCL would refuse two
+// ranks on one GPU, or hang), even when --ranks-per-node 1 makes every rank a node of its own,
+// whose simulated local rank 0 would have given every rank GPU 0.
+TEST(Gpu, MoreRanksThanGpusOnAMachineIsAUsageError) {
+  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  const int gpus = shardtrain::cuda::device_count();
+  const int ranks = gpus + 1;
+  auto r = run("train --model tiny --threads 1 --data " + kDemo + "/train.h5 --steps 1 --device auto --ranks-per-node 1",
+               std::string(SHARDTRAIN_MPIEXEC) + std::to_string(ranks) + " ");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("runs " + std::to_string(ranks) + " ranks but sees " + std::to_string(gpus) + " GPU"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("--device cpu"), std::string::npos) << r.out;
+#endif
+}

@@ -96,7 +96,7 @@ std::string describe(const Case& c) {
 fsdp::FsdpConfig fsdp_config(const Case& c) {
   fsdp::FsdpConfig f;
   f.sharding = c.sharding;
-  f.activation_checkpointing = c.ac;
+  f.activation_checkpointing.mode = c.ac ? fsdp::Recompute::kFull : fsdp::Recompute::kNone;
   f.param_dtype = c.dtype;
   f.no_sync_accumulation = !c.sync;
   return f;
@@ -444,6 +444,41 @@ TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
   EXPECT_LE(st.bytes_read(), total / w + 4.0 * eng.memory().padding_elements);
   EXPECT_GE(st.bytes_read(), total / w - 4.0 * eng.memory().padding_elements);
   for (const auto& [name, t] : eng.full_parameters()) EXPECT_TRUE(t.equal(ref.get(name).detach())) << name;
+}
+
+// The gradient reducer on its own, with gradients whose reduced values are known: every strategy
+// sums the world's gradients into each rank's shard; the reduce-scatters in flight stay within
+// the budget (one unit's bytes); and under HYBRID_SHARD no all-reduce across replicas is waited
+// on by the host before finish(), however many units there are (the compute does not stall on
+// the cross-node reduction per layer).
+TEST(FsdpMpi, GradientReducerSumsWithinItsBudgetAndWaitsForReplicasOnlyAtTheEnd) {
+  const int64_t units = 7, shard_numel = 24;
+  const int world = g_env->size();
+  for (const Sharding s : strategies()) {
+    auto groups = fsdp::make_mpi_groups(s, g_env->topology(), 0);
+    const int shard_size = groups.shard->size();
+    const int64_t padded = shard_numel * shard_size;
+    std::vector<at::Tensor> grads(units);
+    fsdp::GradientReducer reducer(groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
+    const int64_t budget = fsdp::scatter_bytes(padded, shard_numel, shard_size, 4);
+    reducer.set_budget(budget);
+    const auto ramp = at::arange(padded, at::kFloat) * 0.5;
+    for (int64_t u = 0; u < units; ++u) {
+      reducer.reduce(u, ramp + static_cast<float>((g_env->rank() + 1) * (u + 1)), shard_numel, /*owned=*/true);
+      const int64_t replicating = groups.replicate->size() > 1 ? u * shard_numel * 4 : 0;  // shards waiting for the all-reduce, at most
+      EXPECT_LE(reducer.bytes_in_flight(), budget + replicating) << fsdp::sharding_name(s) << " unit " << u;
+    }
+    for (const auto& r : groups.replicate->log().history())
+      EXPECT_LT(r.wait_started_s, 0) << fsdp::sharding_name(s) << ": the host waited for all-reduce #" << r.seq << " before finish()";
+    reducer.finish();
+    const auto mine = ramp.narrow(0, groups.shard->rank() * shard_numel, shard_numel);
+    for (int64_t u = 0; u < units; ++u) {
+      const auto want = mine * world + static_cast<float>(world * (world + 1) / 2 * (u + 1));
+      ASSERT_TRUE(grads[u].defined());
+      EXPECT_TRUE(grads[u].allclose(want, 0, 0)) << fsdp::sharding_name(s) << " unit " << u << ": " << (grads[u] - want).abs().max().item<float>();
+    }
+    EXPECT_EQ(reducer.bytes_in_flight(), 0);
+  }
 }
 
 int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }

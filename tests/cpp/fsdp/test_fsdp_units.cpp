@@ -191,12 +191,47 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
   EXPECT_EQ(peak_units(Sharding::kFullShard, 3), 3);
   EXPECT_EQ(peak_units(Sharding::kShardGradOp, 2), static_cast<int>(units.size()));  // kept from forward to backward
   FsdpConfig c;
-  c.activation_checkpointing = true;
+  c.activation_checkpointing.mode = Recompute::kFull;
   const auto with_ac = step_peak(units, nullptr, c, shape, act, 0);
-  c.activation_checkpointing = false;
+  c.activation_checkpointing.mode = Recompute::kNone;
   const auto without = step_peak(units, nullptr, c, shape, act, 0);
   EXPECT_LT(with_ac.activations, without.activations);
   EXPECT_EQ(with_ac.engine_bytes, without.engine_bytes);  // the engine's own bytes do not include activations
+}
+
+// Per layer, what each checkpointing setting keeps and holds in backward (--ac-every 2: layers
+// 0, 2, ... only), and the step's activations ordered none > selective > full, with every other
+// layer in between.
+TEST(MemoryModel, CheckpointingSettingsKeepWhatTheirLayersKeep) {
+  model::ModelConfig m = model::model_preset("tiny");
+  m.num_layers = 4;
+  const model::ActivationBytes act = model::activation_bytes_per_token(m, 4);
+  EXPECT_LT(act.layer_input, act.layer_selective);
+  EXPECT_LT(act.layer_selective, act.layer);
+  const ActivationCheckpointing selective_2 = parse_activation_checkpointing("selective", 2);
+  EXPECT_EQ(layer_kept(selective_2, act, 0), act.layer_selective);
+  EXPECT_EQ(layer_kept(selective_2, act, 1), act.layer);
+  EXPECT_EQ(layer_working(selective_2, act, 2), act.layer_backward + act.selective_recompute);
+  EXPECT_EQ(layer_working(selective_2, act, 3), act.layer_backward);
+  const ActivationCheckpointing full_1 = parse_activation_checkpointing("full", 1);
+  EXPECT_EQ(layer_kept(full_1, act, 3), act.layer_input);
+  EXPECT_EQ(layer_working(full_1, act, 3), act.layer_backward + act.layer - act.layer_input);
+  EXPECT_EQ(layer_kept(parse_activation_checkpointing("none", 1), act, 0), act.layer);
+
+  const auto units = unit_sizes(m, model::llama_param_specs(m), 1);
+  const StepShape shape{2, 64, 1, 4, 4, 1};
+  const auto activations = [&](const std::string& mode, int64_t every) {
+    FsdpConfig c;
+    c.activation_checkpointing = parse_activation_checkpointing(mode, every);
+    return step_peak(units, nullptr, c, shape, act, 0).activations;
+  };
+  const int64_t none = activations("none", 1), selective = activations("selective", 1), full = activations("full", 1);
+  EXPECT_GT(none, selective);
+  EXPECT_GT(selective, full);
+  EXPECT_GT(none, activations("selective", 2));
+  EXPECT_GT(activations("selective", 2), selective);
+  EXPECT_GT(activations("full", 2), full);
+  EXPECT_LT(activations("full", 2), none);
 }
 
 namespace {

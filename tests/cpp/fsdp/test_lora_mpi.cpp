@@ -41,10 +41,10 @@ model::LoraConfig peft_lora() {  // as lora_reference.py's LoraConfig
 // Hybrid (2 x 2) when the test runs on simulated nodes, else full_shard.
 Sharding strategy() { return g_env->topology().local_size < g_env->size() ? Sharding::kHybridShard : Sharding::kFullShard; }
 
-fsdp::FsdpConfig config(bool ac = false, at::ScalarType dtype = at::kFloat) {
+fsdp::FsdpConfig config(fsdp::Recompute ac = fsdp::Recompute::kNone, at::ScalarType dtype = at::kFloat) {
   fsdp::FsdpConfig f;
   f.sharding = strategy();
-  f.activation_checkpointing = ac;
+  f.activation_checkpointing.mode = ac;
   f.param_dtype = dtype;
   f.lora = peft_lora();
   return f;
@@ -95,7 +95,7 @@ TEST(LoraMpi, LogitsEqualPeft) {
 TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
-  for (bool ac : {false, true})
+  for (fsdp::Recompute ac : {fsdp::Recompute::kNone, fsdp::Recompute::kSelective, fsdp::Recompute::kFull})
     for (int64_t accum : {1, 2, -2}) {  // -2: two micro-steps reduced once (no_sync_accumulation)
       auto c = config(ac);
       c.no_sync_accumulation = accum < 0;
@@ -103,7 +103,7 @@ TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
       fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
       const auto r = eng.forward_backward(my_rows(f.batch, accum));
       EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
-      EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << ac << " accum=" << accum;
+      EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << fsdp::recompute_name(ac) << " accum=" << accum;
       // The trainable pieces are the adapters only, 28 tensors sharded over the shard group.
       for (const auto& p : eng.pieces()) EXPECT_NE(p.name.find(".lora_"), std::string::npos) << p.name;
       for (auto& u : eng.units()) {
@@ -146,7 +146,7 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
 TEST(LoraMpi, Bf16KeepsTheBaseInBf16) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
-  fsdp::FsdpEngine eng(f.cfg, config(true, at::kBFloat16), groups, 1, &f.base, at::kCPU, &f.adapters);
+  fsdp::FsdpEngine eng(f.cfg, config(fsdp::Recompute::kFull, at::kBFloat16), groups, 1, &f.base, at::kCPU, &f.adapters);
   for (auto& u : eng.units()) EXPECT_EQ(u.master().scalar_type(), at::kBFloat16);
   const auto m = eng.memory();
   int64_t base_elems = 0;
@@ -158,12 +158,15 @@ TEST(LoraMpi, Bf16KeepsTheBaseInBf16) {
 }
 
 // Dropout's masks depend on the pass's seed only, so activation checkpointing's recompute
-// draws the same ones: the gradients with and without it agree, and differ from no dropout.
+// draws the same ones: the gradients with and without it (full or selective) agree, and differ
+// from no dropout.
 TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  using fsdp::Recompute;
   std::vector<std::vector<at::Tensor>> grads;
-  for (auto [ac, p] : {std::pair{false, 0.3}, std::pair{true, 0.3}, std::pair{false, 0.0}}) {
+  for (auto [ac, p] : {std::pair{Recompute::kNone, 0.3}, std::pair{Recompute::kFull, 0.3}, std::pair{Recompute::kSelective, 0.3},
+                       std::pair{Recompute::kNone, 0.0}}) {
     auto c = config(ac);
     c.lora.dropout = p;
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
@@ -171,12 +174,14 @@ TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
     grads.push_back({});
     for (auto& g : eng.grad_shards()) grads.back().push_back(g.clone());
   }
-  double ac_gap = 0, p_gap = 0;
+  double full_gap = 0, selective_gap = 0, p_gap = 0;
   for (size_t i = 0; i < grads[0].size(); ++i) {
-    ac_gap = std::max(ac_gap, (grads[0][i] - grads[1][i]).abs().max().item<double>());
-    p_gap = std::max(p_gap, (grads[0][i] - grads[2][i]).abs().max().item<double>());
+    full_gap = std::max(full_gap, (grads[0][i] - grads[1][i]).abs().max().item<double>());
+    selective_gap = std::max(selective_gap, (grads[0][i] - grads[2][i]).abs().max().item<double>());
+    p_gap = std::max(p_gap, (grads[0][i] - grads[3][i]).abs().max().item<double>());
   }
-  EXPECT_LE(ac_gap, 1e-6) << where();
+  EXPECT_LE(full_gap, 1e-6) << where();
+  EXPECT_LE(selective_gap, 1e-6) << where();
   EXPECT_GT(p_gap, 1e-4) << "dropout changed nothing";
 }
 

@@ -93,8 +93,31 @@ TEST(Trainer, Bf16ComputeTracksFp32) {
 
 TEST(Trainer, ClippingBoundsTheUpdateNorm) {
   std::vector<at::Tensor> g = {at::full({4}, 3.0), at::full({2}, 4.0)};
-  const double n = std::sqrt(optim::grad_sq_norm(g));
-  EXPECT_NEAR(n, std::sqrt(4 * 9.0 + 2 * 16.0), 1e-6 * n);  // fp32 per-tensor norms (foreach kernel)
+  const at::Tensor n = optim::grad_sq_norm(g, at::kCPU).sqrt();
+  EXPECT_NEAR(n.item<double>(), std::sqrt(4 * 9.0 + 2 * 16.0), 1e-6 * n.item<double>());  // fp32 per-tensor norms (foreach kernel)
   optim::scale_grads(g, n, 1.0);
-  EXPECT_NEAR(std::sqrt(optim::grad_sq_norm(g)), 1.0, 1e-5);
+  EXPECT_NEAR(std::sqrt(optim::grad_sq_norm(g, at::kCPU).item<double>()), 1.0, 1e-5);
+  const std::vector<at::Tensor> small = {at::full({3}, 0.25)};
+  optim::scale_grads(small, optim::grad_sq_norm(small, at::kCPU).sqrt(), 1.0);
+  EXPECT_TRUE(small[0].equal(at::full({3}, 0.25))) << "a norm below the limit leaves the gradients as they are";
+}
+
+// A skipped step (the non-finite guard's verdict, on the device) changes nothing, the step count
+// included; the next applied step equals a run that never saw the skipped one.
+TEST(Trainer, ASkippedStepLeavesTheOptimizerAsItWas) {
+  auto run = [](bool with_skip) {
+    optim::Optimizer opt(optim::OptimizerConfig{});
+    at::Tensor p = at::full({4}, 1.0);
+    opt.add(p, true);
+    const std::vector<at::Tensor> g = {at::full({4}, 0.5)};
+    opt.apply(1e-2, g, opt.grad_norm(g), at::zeros({}));
+    if (with_skip) opt.apply(1e-2, {at::full({4}, 7.0)}, opt.grad_norm(g), at::ones({}));
+    opt.apply(1e-2, g, opt.grad_norm(g), at::zeros({}));
+    return std::make_pair(p.clone(), opt.adamw().step_count());
+  };
+  const auto [skipped, skipped_steps] = run(true);
+  const auto [plain, plain_steps] = run(false);
+  EXPECT_TRUE(skipped.equal(plain));
+  EXPECT_EQ(skipped_steps, 2);
+  EXPECT_EQ(plain_steps, 2);
 }

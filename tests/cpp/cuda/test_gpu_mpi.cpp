@@ -1,0 +1,98 @@
+// GPU checks that need MPI in this process (an NCCL communicator over MPI_COMM_SELF), run under
+// mpirun -np 1: a collective dropped without wait() keeps its buffers from the caching allocator
+// until it has completed on the device, and LoRA dropout draws its masks on the device. Skipped,
+// with the reason printed, without a GPU.
+#include <gtest/gtest.h>
+
+#include "mpi_gtest_main.h"
+#include "shardtrain/runtime/mpi_env.h"
+#ifdef SHARDTRAIN_TORCH_CUDA
+#include <ATen/ATen.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+
+#include "shardtrain/comm/nccl_communicator.h"
+#include "shardtrain/cuda/cuda_handles.h"
+#include "shardtrain/model/lora.h"
+#endif
+
+using namespace shardtrain;
+
+namespace {
+runtime::MpiEnv* g_env = nullptr;
+
+std::string no_gpu_reason() {
+#ifdef SHARDTRAIN_TORCH_CUDA
+  if (cuda::device_count() == 0) return "no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES is empty)";
+  return "";
+#else
+  return "this build has no CUDA LibTorch with CUDA/NCCL (nvcc or nccl.h was not found at configure time)";
+#endif
+}
+
+#ifdef SHARDTRAIN_TORCH_CUDA
+int64_t allocated_bytes() {
+  const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+  return s.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+}
+#endif
+}  // namespace
+
+// The compute stream is kept busy by a spin kernel, so the all-reduce (which waits for it) cannot
+// have run when its handle is dropped: the tensor's memory must stay allocated. Before this was
+// fixed the handle freed it at once, and the allocator could hand it to the compute stream while
+// NCCL would still write it.
+TEST(GpuNccl, UnwaitedCollectiveKeepsItsBuffersUntilItCompletes) {
+  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+#ifdef SHARDTRAIN_TORCH_CUDA
+  cuda::set_device(0);
+  comm::NcclCommunicator nccl(runtime::MpiComm::dup(MPI_COMM_SELF), "self", cuda::NcclComm::bootstrap(MPI_COMM_SELF));
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
+  const int64_t n = int64_t{1} << 20;  // 4 MiB, a multiple of the allocator's rounding
+  const int64_t bytes = n * 4;
+  cuda::device_synchronize();
+  const int64_t base = allocated_bytes();
+
+  at::cuda::sleep(int64_t{2} << 30);  // about a second on the current (compute) stream
+  {
+    at::Tensor t = at::ones({n}, opts);
+    comm::WorkPtr dropped = nccl.all_reduce_async(t);
+  }  // handle and tensor both gone, the collective not even started
+  EXPECT_EQ(allocated_bytes() - base, bytes) << "the buffer of a collective still in flight was freed";
+
+  cuda::device_synchronize();
+  {
+    at::Tensor small = at::ones({8}, opts);
+    nccl.all_reduce_async(small)->wait();  // issuing releases what has completed since
+  }
+  EXPECT_EQ(allocated_bytes(), base) << "a completed collective's buffer was kept";
+
+  {
+    at::Tensor t = at::ones({n}, opts);
+    comm::WorkPtr waited = nccl.all_reduce_async(t);
+    waited->wait();  // the compute stream follows the collective: its buffer may go at once
+  }
+  EXPECT_EQ(allocated_bytes(), base) << "a waited collective's buffer was kept";
+  cuda::device_synchronize();
+#endif
+}
+
+TEST(GpuLora, DropoutMaskIsDrawnOnTheDeviceAndReproducible) {
+  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+#ifdef SHARDTRAIN_TORCH_CUDA
+  cuda::set_device(0);
+  const double p = 0.3;
+  const auto x = at::ones({200, 500}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0));
+  const auto y = model::lora_dropout(x, p, 17);
+  EXPECT_TRUE(y.is_cuda());
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  EXPECT_NEAR(y.eq(0).to(at::kDouble).mean().item<double>(), p, 0.005);  // 100k draws
+  EXPECT_TRUE(y.equal(model::lora_dropout(x, p, 17))) << "the seed alone decides the mask";
+  EXPECT_FALSE(y.equal(model::lora_dropout(x, p, 18)));
+  // Another generator's draws between two calls change nothing: the mask has its own generator.
+  (void)at::rand({1000}, x.options().dtype(at::kFloat));
+  EXPECT_TRUE(y.equal(model::lora_dropout(x, p, 17)));
+#endif
+}
+
+int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
