@@ -62,7 +62,10 @@ CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
   CheckpointAttrs a;
   a.format_version = v.get_int(attr::kFormatVersion);
   a.step = v.get_int(attr::kStep);
-  a.loader = {v.get_int(attr::kLoaderEpoch), v.get_int(attr::kLoaderStep)};
+  a.loader_in_steps = !v.has(attr::kLoaderRow);
+  a.loader = {v.get_int(attr::kLoaderEpoch), v.get_int(a.loader_in_steps ? attr::kLoaderStep : attr::kLoaderRow)};
+  if (v.has(attr::kGlobalBatch)) a.global_batch = v.get_int(attr::kGlobalBatch);
+  if (v.has(attr::kScheduleBatch)) a.schedule_batch = v.get_int(attr::kScheduleBatch);
   a.adam_step = v.get_int(attr::kAdamStep);
   if (v.has(attr::kWorldSize)) a.world_size = v.get_int(attr::kWorldSize);
   if (v.has(attr::kSharding)) a.sharding = v.get_text(attr::kSharding);
@@ -76,7 +79,7 @@ CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
     a.base_weights = v.get_text(attr::kBaseWeights);
     a.base_crc32 = v.get_int(attr::kBaseCrc32);
   }
-  if (a.step < 0 || a.adam_step < 0 || a.loader.epoch < 0 || a.loader.step < 0 || a.lora_rank < 0)
+  if (a.step < 0 || a.adam_step < 0 || a.loader.epoch < 0 || a.loader.row < 0 || a.lora_rank < 0)
     throw runtime::Error(path + ": negative step, loader position or lora_rank; the checkpoint is damaged");
   return a;
 }

@@ -8,6 +8,7 @@
 
 #include "shardtrain/ckpt/crc_assembly.h"
 #include "shardtrain/io/h5.h"
+#include "shardtrain/io/h5_types.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
 
@@ -118,12 +119,9 @@ void read_group(hid_t file, const std::string& path, const std::string& piece, c
     if (spec == g.datasets.end()) throw runtime::Error("checkpoint state \"" + piece + "\" holds a slice of an unlisted tensor " + s.name);
     const std::string name = "/" + g.group + "/" + s.name;
     Handle dset = io::h5::open_dataset(file, name);  // names the file and the tensor when missing
-    const auto dims = io::h5::dataset_shape(dset);
-    if (std::vector<int64_t>(dims.begin(), dims.end()) != spec->shape)
-      throw runtime::UsageError(path + ": tensor " + name + " has a different shape from the model's; check --model");
-    Handle type(H5_CHECK(H5Dget_type(dset)), H5Tclose);
-    if (H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != 4)
-      throw runtime::UsageError(path + ": tensor " + name + " is not float32");
+    // float32 in the shape the model gives it, as write_group stores it: anything else is not a file of ours.
+    io::h5::check_dataset(dset, path, name, {io::h5::Element::kFloat32, spec->shape, ""},
+                          "the checkpoint was not written by shardtrain or is damaged; resume from another one");
     Handle space(H5_CHECK(H5Dget_space(dset)), H5Sclose);
     select_flat(space, spec->shape, s.offset, s.offset + s.numel);
     const hsize_t n = s.numel;

@@ -48,9 +48,9 @@ bool CheckpointConfig::continues_dir() const {
   return !resume.empty() && std::filesystem::equivalent(std::filesystem::absolute(resume, ec).parent_path(), dir, ec);
 }
 
-Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, nlohmann::json run_config)
+Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState initial)
     : cfg_(std::move(cfg)),
-      state_{0, {}, std::move(run_config)},
+      state_(std::move(initial)),
       // Collective: every rank builds the manager; a LoRA base is checksummed only for a save or a resume.
       registry_(training_state(engine, optimizer, state_, cfg_.base_weights, !cfg_.dir.empty() || !cfg_.resume.empty())) {
   if (!enabled()) return;
@@ -114,6 +114,11 @@ double Manager::after_step(int64_t step, const std::string& requested_by, bool f
   const double secs = clock.seconds();
   runtime::log::info("checkpoint " + path + why + " (" + seconds_and_rate(secs, path) + ")");
   return secs;
+}
+
+void Manager::set_schedule(int64_t schedule_batch, int64_t schedule_steps) {
+  state_.schedule_batch = schedule_batch;
+  state_.schedule_steps = schedule_steps;
 }
 
 void Manager::finish() {

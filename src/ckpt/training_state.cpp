@@ -7,6 +7,7 @@
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/ckpt/crc_assembly.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
 
 namespace shardtrain::ckpt {
 namespace {
@@ -100,39 +101,55 @@ class TrainStep : public Stateful {
   TrainState& state_;
 };
 
-// The data loader's next position.
+// The data loader's next position in rows of its epoch, the schedule's reference batch and total,
+// and what the data was: a resume continues at the next unread row at any global batch, and is
+// refused on another seed or token file unless --allow-data-change. Files before rows kept the
+// step: its rows are the step times the global batch (the saver's when recorded, else this run's).
 class LoaderPosition : public Stateful {
  public:
   explicit LoaderPosition(TrainState& state) : state_(state) {}
   std::string name() const override { return "data_loader"; }
   void save_values(Values& out) const override {
     out.set_int(attr::kLoaderEpoch, state_.loader.epoch);
-    out.set_int(attr::kLoaderStep, state_.loader.step);
+    out.set_int(attr::kLoaderRow, state_.loader.row);
+    out.set_int(attr::kGlobalBatch, state_.global_batch);
+    out.set_int(attr::kScheduleBatch, state_.schedule_batch);
+    out.set_int(attr::kScheduleSteps, state_.schedule_steps);
+    out.set_int(attr::kDataSeed, static_cast<int64_t>(state_.data.seed));
+    out.set_text(attr::kDataFile, state_.data.token_file);
+    out.set_int(attr::kDataRows, state_.data.rows);
   }
+  void check(const Values& saved) const override {
+    if (!saved.has(attr::kDataSeed)) return;  // an older file: nothing recorded to compare
+    if (state_.data.token_file.empty()) return;  // a reader (convert): it trains on no data
+    const data::DataIdentity was{static_cast<uint64_t>(saved.get_int(attr::kDataSeed)), saved.get_text(attr::kDataFile),
+                                 saved.get_int(attr::kDataRows)};
+    const std::string change = data::describe_change(was, state_.data);
+    if (change.empty()) return;
+    if (!state_.allow_data_change)
+      throw ResumeRefused("--resume: " + saved.origin() + " was trained with " + change +
+                          "; resume with the same --seed and --data, or pass --allow-data-change to continue on this data "
+                          "from the same position");
+    runtime::log::warn_once("--allow-data-change: " + saved.origin() + " was trained with " + change +
+                       "; continuing from its position in rows on this run's data");
+  }
+  // 0 (or absent) where the saver did not train: convert's checkpoints of a Hugging Face model.
   void load_values(const Values& saved) override {
-    state_.loader = {non_negative(saved, attr::kLoaderEpoch), non_negative(saved, attr::kLoaderStep)};
+    const auto known = [&saved](const char* key, int64_t otherwise) {
+      const int64_t v = saved.has(key) ? non_negative(saved, key) : 0;
+      return v > 0 ? v : otherwise;
+    };
+    const int64_t saver_batch = known(attr::kGlobalBatch, state_.global_batch);
+    const int64_t row = saved.has(attr::kLoaderRow) ? non_negative(saved, attr::kLoaderRow)
+                                                    : non_negative(saved, attr::kLoaderStep) * saver_batch;
+    state_.loader = {non_negative(saved, attr::kLoaderEpoch), row};
+    state_.saved_global_batch = saver_batch;
+    state_.schedule_batch = known(attr::kScheduleBatch, saver_batch);
+    state_.schedule_steps = known(attr::kScheduleSteps, 0);
   }
 
  private:
   TrainState& state_;
-};
-
-// The random state training goes on drawing from: LoRA dropout's count of forward passes (the
-// masks come from the seed, the rank and that count). A file without it predates it: 0, as then.
-class RngState : public Stateful {
- public:
-  explicit RngState(fsdp::FsdpEngine& engine) : engine_(engine) {}
-  std::string name() const override { return "rng"; }
-  void save_values(Values& out) const override {
-    out.set_int(attr::kDropoutPasses, static_cast<int64_t>(engine_.dropout_passes()));
-  }
-  void load_values(const Values& saved) override {
-    const int64_t passes = saved.has(attr::kDropoutPasses) ? non_negative(saved, attr::kDropoutPasses) : 0;
-    engine_.set_dropout_passes(static_cast<uint64_t>(passes));
-  }
-
- private:
-  fsdp::FsdpEngine& engine_;
 };
 
 // The command line of the run that saved: information for people and for convert, so a load
@@ -215,7 +232,6 @@ StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimiz
   reg.emplace<OptimizerState>(engine, optimizer);
   reg.emplace<TrainStep>(state);
   reg.emplace<LoaderPosition>(state);
-  reg.emplace<RngState>(engine);
   reg.emplace<RunConfig>(state);
   reg.emplace<LoraBase>(engine, base_weights, engine.lora() && checksum_base ? base_crc32(engine) : -1);  // collective
   return reg;

@@ -8,6 +8,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/io/h5.h"
+#include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
@@ -75,12 +76,14 @@ void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::Fs
   if (rank != 0) return;
   io::NamedTensors named;
   for (const auto& spec : model::llama_param_specs(model)) named.emplace_back(spec.name, full.at(spec.name).to(dtype));
-  fs::create_directories(dir);
-  io::write_safetensors_sharded(dir, named, 5ull << 30);
   auto cfg = model::model_to_hf_json(model);
   cfg["torch_dtype"] = dtype == at::kBFloat16 ? "bfloat16" : "float32";
-  std::ofstream(fs::path(dir) / "config.json") << cfg.dump(2) << "\n";
-  write_tokenizer_files(dir, tokenizer, model, /*full_model=*/true);
+  // DIR.tmp renamed to DIR when whole; a full disk or read-only directory is one line (exit 2).
+  runtime::write_dir_atomically(dir, [&](const std::string& into) {
+    io::write_safetensors_sharded(into, named, 5ull << 30);
+    runtime::write_file_atomically((fs::path(into) / "config.json").string(), cfg.dump(2) + "\n");
+    write_tokenizer_files(into, tokenizer, model, /*full_model=*/true);
+  });
 }
 
 int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {

@@ -11,6 +11,7 @@
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/io/h5.h"
+#include "shardtrain/io/h5_types.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::cli {
@@ -49,6 +50,12 @@ Row check(hid_t file, const std::string& path) {
     n *= dims[i];
   }
   shape << "]";
+  // HDF5 would convert any other type to float and the CRC would merely fail: name the type instead.
+  const io::h5::Expected any_f32{io::h5::Element::kFloat32, std::vector<int64_t>(dims.size(), -1), ""};
+  if (!io::h5::dataset_mismatch(d, "", path, any_f32).empty()) {
+    io::h5::Handle type(H5_CHECK(H5Dget_type(d)), H5Tclose);
+    return {path, shape.str(), "NOT float32 but " + io::h5::type_name(type)};
+  }
   std::vector<float> buf(n);
   H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
   const uint32_t crc = ckpt::crc_of(at::from_blob(buf.data(), {static_cast<int64_t>(n)}, at::kFloat));
@@ -68,8 +75,10 @@ int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   io::h5::Handle f = io::h5::open_file(o.checkpoint);
   const ckpt::CheckpointAttrs a = ckpt::read_attrs(f, o.checkpoint);  // refuses a foreign or newer file
   std::cout << o.checkpoint << "\n  format " << a.format_version << " | step " << a.step << " | loader epoch "
-            << a.loader.epoch << " step " << a.loader.step << " | adam step " << a.adam_step << "\n  saved by "
-            << a.world_size << " ranks, " << a.sharding << "\n  model " << a.model_config.dump() << "\n  run "
+            << a.loader.epoch << (a.loader_in_steps ? " step " : " row ") << a.loader.row << " | adam step " << a.adam_step
+            << "\n  saved by " << a.world_size << " ranks, " << a.sharding;
+  if (a.global_batch > 0) std::cout << ", global batch " << a.global_batch << " (schedule in steps of " << a.schedule_batch << ")";
+  std::cout << "\n  model " << a.model_config.dump() << "\n  run "
             << a.run_config.dump() << "\n";
   if (a.lora_rank > 0)  // a LoRA run: the datasets are its adapters
     std::cout << "  lora rank " << a.lora_rank << ", alpha " << a.lora_alpha << ", dropout " << a.lora_dropout

@@ -10,6 +10,8 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/run_checks.h"
+#include "shardtrain/data/data_identity.h"
+#include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/error.h"
@@ -93,6 +95,8 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   setup_threads(o.common.threads, env);
   runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
   check_writable_outputs(o, env);
+  // One writer per checkpoint directory, held until the export is done (docs/reliability.md).
+  const ckpt::DirLock dir_lock = o.ckpt.dir.empty() ? ckpt::DirLock() : ckpt::DirLock::acquire(MPI_COMM_WORLD, o.ckpt.dir);
   std::string checked_train, checked_val;
   auto train = open_token_file("--data", o.data, o.model, env, &checked_train);
   auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
@@ -111,14 +115,25 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   const train::FaultInjector faults(o.faults, env.rank());
   faults.after_setup();
   o.ckpt.base_weights = o.weights;
-  ckpt::Manager checkpoints(o.ckpt, engine, optimizer, nlohmann::json{{"args", o.args}});
+  ckpt::TrainState initial;
+  initial.global_batch = loader.global_batch();
+  initial.schedule_batch = loader.global_batch();
+  initial.data = data::data_identity(*train, o.train.seed);
+  initial.allow_data_change = o.ckpt.allow_data_change;
+  initial.run_config = nlohmann::json{{"args", o.args}};
+  ckpt::Manager checkpoints(o.ckpt, engine, optimizer, initial);
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);
-  const int64_t start = resumed ? resumed->step : 0;
+  const train::RunStart start{resumed ? resumed->step : 0, resumed ? resumed->schedule_batch : loader.global_batch(),
+                              resumed ? resumed->schedule_steps : 0};
+  if (resumed && resumed->saved_global_batch > 0 && resumed->saved_global_batch != loader.global_batch())
+    runtime::log::info("resuming at global batch " + std::to_string(loader.global_batch()) + " (the checkpoint's run: " +
+                       std::to_string(resumed->saved_global_batch) + "): epoch " + std::to_string(loader.state().epoch) + " from row " +
+                       std::to_string(loader.state().row));
   train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size, o.train.val_batches, o.train.val_every);
   train::SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);
   train::NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
-  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start);
+  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start.step);
   auto watchdog = obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
   train::StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(), engine.device().is_cuda());
   train::TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite, profiler};

@@ -5,6 +5,7 @@
 
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/runtime/atomic_write.h"
 
 namespace fs = std::filesystem;
 
@@ -36,10 +37,13 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
   if (rank != 0) return;
   io::NamedTensors named;
   for (const auto& spec : engine.trainable_specs()) named.emplace_back(model::peft_key(spec.name), adapters.at(spec.name));
-  fs::create_directories(dir);
-  io::write_safetensors((fs::path(dir) / "adapter_model.safetensors").string(), named, {{"format", "pt"}});
-  std::ofstream(fs::path(dir) / "adapter_config.json") << peft_adapter_config(engine.config().lora, base).dump(2) << "\n";
-  write_tokenizer_files(dir, tokenizer, engine.model(), /*full_model=*/false);
+  // DIR.tmp renamed to DIR when whole; a full disk or read-only directory is one line (exit 2).
+  runtime::write_dir_atomically(dir, [&](const std::string& into) {
+    io::write_safetensors((fs::path(into) / "adapter_model.safetensors").string(), named, {{"format", "pt"}});
+    runtime::write_file_atomically((fs::path(into) / "adapter_config.json").string(),
+                                   peft_adapter_config(engine.config().lora, base).dump(2) + "\n");
+    write_tokenizer_files(into, tokenizer, engine.model(), /*full_model=*/false);
+  });
 }
 
 }  // namespace shardtrain::cli

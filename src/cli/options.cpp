@@ -337,7 +337,9 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)")(
       "batch-size", po::value(&t.batch_size)->default_value(t.batch_size), "micro-batch size per rank (rows of seq_len)");
   po::options_description train("Training");
-  train.add_options()("steps", po::value(&t.steps)->default_value(t.steps), "optimizer steps (0: --epochs worth)")(
+  train.add_options()("steps", po::value(&t.steps)->default_value(t.steps),
+                      "optimizer steps (0: --epochs worth); a resume at another global batch counts them in the first "
+                      "run's global batches, so it trains the same rows")(
       "epochs", po::value(&t.epochs)->default_value(t.epochs), "epochs when --steps is 0")(
       "grad-accum", po::value(&t.grad_accum)->default_value(t.grad_accum), "micro-batches per optimizer step")(
       "seed", po::value(&t.seed)->default_value(t.seed), "seed for init and data order")(
@@ -347,6 +349,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "breakdown-every", po::value(&t.breakdown_every)->default_value(t.breakdown_every),
       "the step-time breakdown across ranks with every Nth progress line, and at the end (0: only at the end)")(
       "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
+      "log-sample-ids", po::value(&t.sample_ids_file),
+      "debug: append each step's global batch (epoch and token-file rows, in order) to this JSONL (rank 0)")(
       "peak-tflops", real(&t.peak_tflops, 0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end")(
       "profile-step", po::value(&t.profile_step)->default_value(t.profile_step),
@@ -376,6 +380,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "file, or a checkpoint directory (its `latest`). Without --model and --weights, the model is the checkpoint's")(
       "overwrite-checkpoints", po::bool_switch(&ck.overwrite),
       "start a new run in a --checkpoint-dir that holds another run's checkpoints, removing them")(
+      "allow-data-change", po::bool_switch(&ck.allow_data_change),
+      "let --resume continue on another --seed or token file than the checkpoint's (from the same row of the epoch)")(
       "async-save", po::bool_switch(&ck.async), "copy shards to host memory and write checkpoints on a background thread")(
       "ckpt-stripe-count", po::value(&ck.stripe.count)->default_value(ck.stripe.count), "Lustre stripe count of new checkpoints (0: default)")(
       "ckpt-stripe-size", po::value(&ck.stripe.size)->default_value(ck.stripe.size),

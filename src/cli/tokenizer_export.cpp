@@ -9,6 +9,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/sha256.h"
@@ -76,14 +77,12 @@ std::string recorded_tokenizer_sha256(const std::string& data) {
 void copy_unchanged(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   if (fs::exists(to, ec) && fs::equivalent(from, to, ec)) return;
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing);
+  runtime::write_atomically(to.string(), [&](const std::string& tmp) {  // whole or absent, like every export file
+    fs::copy_file(from, tmp, fs::copy_options::overwrite_existing);
+  });
 }
 
-void write_json(const fs::path& path, const nlohmann::json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
-  if (!out) throw runtime::Error("cannot write " + path.string());
-}
+void write_json(const fs::path& path, const nlohmann::json& j) { runtime::write_file_atomically(path.string(), j.dump(2) + "\n"); }
 
 // tokenizer_config.json and special_tokens_map.json as Llama-2's on the Hub, which transformers'
 // LlamaTokenizer (the fast one, converted from tokenizer.model) reads.

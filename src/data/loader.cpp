@@ -33,13 +33,23 @@ const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
   return order_;
 }
 
-std::vector<int64_t> DataLoader::global_rows(LoaderState s) {
-  return shardtrain::data::global_batch(order(s.epoch), global_batch(), s.step);
+int64_t DataLoader::progress_rows(int64_t ref_batch) const {
+  return shardtrain::data::progress_rows(pos_, file_->rows(), ref_batch, cfg_.drop_last);
 }
 
-LoaderState DataLoader::after(LoaderState s) const {
-  return s.step + 1 >= steps_per_epoch() ? LoaderState{s.epoch + 1, 0} : LoaderState{s.epoch, s.step + 1};
+int64_t DataLoader::epoch_progress_rows(int64_t ref_batch) const {
+  return shardtrain::data::epoch_progress_rows(file_->rows(), ref_batch, cfg_.drop_last);
 }
+
+int64_t DataLoader::steps_until(int64_t total_rows, int64_t ref_batch) const {
+  return shardtrain::data::steps_until(pos_, total_rows, file_->rows(), global_batch(), ref_batch, cfg_.drop_last);
+}
+
+std::vector<int64_t> DataLoader::global_rows(LoaderState s) {
+  return shardtrain::data::global_batch(order(s.epoch), global_batch(), s.row);
+}
+
+LoaderState DataLoader::after(LoaderState s) const { return next_position(s, file_->rows(), global_batch(), cfg_.drop_last); }
 
 StepData DataLoader::load(LoaderState s) {
   StepData d;
@@ -50,6 +60,8 @@ StepData DataLoader::load(LoaderState s) {
   for (auto& idx : rank_micro_batches(rows, cfg_.rank, cfg_.world, cfg_.grad_accum)) {
     d.rows.insert(d.rows.end(), idx.begin(), idx.end());
     d.micro.push_back(file_->read(idx));
+    d.micro.back().sample_ids = idx;  // LoRA dropout's masks are drawn per sample, not per rank
+    d.micro.back().epoch = s.epoch;
   }
   return d;
 }
@@ -66,10 +78,11 @@ void DataLoader::restore(LoaderState s) {
     pending_.wait();
     pending_ = {};
   }
-  if (s.epoch < 0 || s.step < 0 || s.step >= steps_per_epoch())
-    throw runtime::UsageError("data-loader position epoch " + std::to_string(s.epoch) + " step " + std::to_string(s.step) +
-                     " is outside this dataset's " + std::to_string(steps_per_epoch()) + " steps per epoch");
-  pos_ = s;
+  if (s.epoch < 0 || s.row < 0)
+    throw runtime::UsageError("data-loader position epoch " + std::to_string(s.epoch) + " row " + std::to_string(s.row) +
+                              " is negative; the checkpoint is damaged");
+  const bool past_end = s.row >= file_->rows() || (cfg_.drop_last && file_->rows() - s.row < global_batch());
+  pos_ = past_end ? LoaderState{s.epoch + 1, 0} : s;
 }
 
 }  // namespace shardtrain::data

@@ -28,10 +28,34 @@ std::pair<int64_t, int64_t> balanced_part(int64_t count, int64_t parts, int64_t 
   return {begin, begin + base + (index < extra ? 1 : 0)};
 }
 
-std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t global_batch_size, int64_t step) {
+std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t global_batch_size, int64_t row) {
   const int64_t n = static_cast<int64_t>(order.size());
-  const int64_t b = std::min(n, step * global_batch_size), e = std::min(n, b + global_batch_size);
+  const int64_t b = std::min(n, row);
+  const int64_t e = std::min(n, b + global_batch_size);
   return {order.begin() + b, order.begin() + e};
+}
+
+LoaderState next_position(LoaderState p, int64_t n, int64_t global_batch_size, bool drop_last) {
+  const int64_t row = p.row + global_batch_size;
+  const bool ends = row >= n || (drop_last && n - row < global_batch_size);
+  return ends ? LoaderState{p.epoch + 1, 0} : LoaderState{p.epoch, row};
+}
+
+int64_t epoch_progress_rows(int64_t n, int64_t ref_batch, bool drop_last) {
+  return std::max<int64_t>(1, steps_per_epoch(n, ref_batch, drop_last)) * ref_batch;
+}
+
+int64_t progress_rows(LoaderState p, int64_t n, int64_t ref_batch, bool drop_last) {
+  const int64_t epoch_rows = epoch_progress_rows(n, ref_batch, drop_last);
+  return p.epoch * epoch_rows + std::min(p.row, epoch_rows);  // drop_last at a smaller batch reads past the reference's tail
+}
+
+int64_t steps_until(LoaderState from, int64_t total_rows, int64_t n, int64_t global_batch_size, int64_t ref_batch,
+                    bool drop_last) {
+  int64_t steps = 0;
+  for (LoaderState p = from; progress_rows(p, n, ref_batch, drop_last) < total_rows; ++steps)
+    p = next_position(p, n, global_batch_size, drop_last);
+  return steps;
 }
 
 std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>& batch, int rank, int world,

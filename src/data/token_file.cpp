@@ -5,6 +5,8 @@
 
 #include <filesystem>
 
+#include "shardtrain/io/h5_types.h"
+#include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
@@ -46,22 +48,15 @@ void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta m
   meta.loss_tokens = rows.loss_tokens;
   meta.max_token_id = 0;
   for (int32_t t : rows.tokens_data) meta.max_token_id = std::max<int64_t>(meta.max_token_id, t);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  try {
-    {
-      io::h5::Handle f = io::h5::create_file(tmp);
-      io::h5::write_matrix<int32_t>(f, "tokens", rows.tokens_data, rows.rows, rows.seq_len);
-      io::h5::write_matrix<uint8_t>(f, "loss_mask", rows.mask_data, rows.rows, rows.seq_len);
-      if (meta.packing == "packing") io::h5::write_matrix<int32_t>(f, "position_ids", rows.position_data, rows.rows, rows.seq_len);
-      write_meta(f, meta);
-      H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
-    }
-    std::filesystem::rename(tmp, path);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(tmp, ec);
-    throw;
-  }
+  // PATH.tmp, renamed on success; a full disk or read-only directory is one line (exit 2).
+  runtime::write_atomically(path, [&](const std::string& tmp) {
+    io::h5::Handle f = io::h5::create_file(tmp);
+    io::h5::write_matrix<int32_t>(f, "tokens", rows.tokens_data, rows.rows, rows.seq_len);
+    io::h5::write_matrix<uint8_t>(f, "loss_mask", rows.mask_data, rows.rows, rows.seq_len);
+    if (meta.packing == "packing") io::h5::write_matrix<int32_t>(f, "position_ids", rows.position_data, rows.rows, rows.seq_len);
+    write_meta(f, meta);
+    H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
+  });
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
@@ -75,9 +70,17 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                      std::to_string(kTokenFileVersion) + "; upgrade shardtrain or re-run prepare");
   tokens_ = io::h5::open_dataset(file_, "tokens");
   mask_ = io::h5::open_dataset(file_, "loss_mask");
-  const auto shape = io::h5::dataset_shape(tokens_);
-  if (shape.size() != 2 || io::h5::dataset_shape(mask_) != shape)
-    throw runtime::UsageError(path + ": /tokens and /loss_mask must both be [rows, seq_len]");
+  using io::h5::Element;
+  const std::string fix = "write it with 'shardtrain prepare', or as prepare does (integer /tokens, integer or bool "
+                          "/loss_mask, both [rows, seq_len])";
+  const auto shape = io::h5::check_dataset(tokens_, path, "/tokens", {Element::kInteger, {-1, -1}, "[rows, seq_len]"}, fix);
+  const std::vector<int64_t> same(shape.begin(), shape.end());
+  const std::string like_tokens = io::h5::shape_text(shape) + " (that of /tokens)";
+  io::h5::check_dataset(mask_, path, "/loss_mask", {Element::kIntegerOrBool, same, like_tokens}, fix);
+  {
+    io::h5::Handle type(H5_CHECK(H5Dget_type(tokens_)), H5Tclose);
+    wide_tokens_ = H5Tget_size(type) > 4 || (H5Tget_size(type) == 4 && H5Tget_sign(type) == H5T_SGN_NONE);
+  }
   read_meta(file_, meta_);
   meta_.rows = static_cast<int64_t>(shape[0]);  // the datasets, not the attributes, are the truth
   meta_.seq_len = static_cast<int64_t>(shape[1]);
@@ -87,35 +90,53 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     throw runtime::UsageError(path + ": rows of " + std::to_string(meta_.seq_len) + " tokens; the file is damaged, re-run prepare");
   if (io::h5::has_dataset(file_, "position_ids")) {
     positions_ = io::h5::open_dataset(file_, "position_ids");
-    if (io::h5::dataset_shape(positions_) != shape)
-      throw runtime::UsageError(path + ": /position_ids must be [rows, seq_len] like /tokens; the file is damaged, re-run prepare");
+    io::h5::check_dataset(positions_, path, "/position_ids", {Element::kInteger, same, like_tokens},
+                          "the file is damaged or not prepare's; re-run 'shardtrain prepare'");
   } else if (meta_.packing == "packing") {
     runtime::log::warn_once(path + " was packed without document boundaries (an older prepare): its samples attend to the "
                             "samples before them in a row; re-run 'shardtrain prepare' to train each sample on its own");
   }
 }
 
-TokenFile::TokenAt TokenFile::first_token_outside(int64_t limit, int64_t begin, int64_t end) const {
-  constexpr int64_t kBlockRows = 1024;  // 4 MiB at seq_len 1024
+namespace {
+
+// The first id of toks outside [0, limit), as a TokenAt in rows from `first`.
+template <typename T>
+TokenFile::TokenAt first_outside(const std::vector<T>& toks, int64_t limit, int64_t first, int64_t seq_len) {
+  for (size_t i = 0; i < toks.size(); ++i)
+    if (toks[i] < 0 || toks[i] >= limit)
+      return {first + static_cast<int64_t>(i) / seq_len, static_cast<int64_t>(i) % seq_len, static_cast<int64_t>(toks[i])};
+  return {};
+}
+
+}  // namespace
+
+TokenFile::Scan TokenFile::scan(int64_t limit, int64_t begin, int64_t end) const {
+  constexpr int64_t kBlockRows = 1024;  // 4 MiB of ids at seq_len 1024, and 1 MiB of mask
+  Scan out;
   std::vector<int64_t> rows;
   for (int64_t b = begin; b < end; b += kBlockRows) {
     rows.resize(std::min(kBlockRows, end - b));
     for (size_t i = 0; i < rows.size(); ++i) rows[i] = b + static_cast<int64_t>(i);
     std::vector<int32_t> toks;
+    std::vector<int64_t> wide;
+    std::vector<uint8_t> mask;
     try {
       std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
-      toks = io::h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
+      if (wide_tokens_) wide = io::h5::read_rows<int64_t>(tokens_, rows, meta_.seq_len);
+      else toks = io::h5::read_rows<int32_t>(tokens_, rows, meta_.seq_len);
+      mask = io::h5::read_rows<uint8_t>(mask_, rows, meta_.seq_len);
     } catch (const runtime::UsageError&) {
       throw;
     } catch (const runtime::Error& e) {
       throw runtime::UsageError(path_ + ": rows " + std::to_string(b) + ".." + std::to_string(b + rows.size() - 1) +
                        " cannot be read; the file is damaged (re-run 'shardtrain prepare'): " + e.what());
     }
-    for (size_t i = 0; i < toks.size(); ++i)
-      if (toks[i] < 0 || toks[i] >= limit)
-        return {b + static_cast<int64_t>(i) / meta_.seq_len, static_cast<int64_t>(i) % meta_.seq_len, toks[i]};
+    out.outside = wide_tokens_ ? first_outside(wide, limit, b, meta_.seq_len) : first_outside(toks, limit, b, meta_.seq_len);
+    for (uint8_t m : mask) out.loss_tokens += m != 0;
+    if (out.outside.row >= 0) return out;
   }
-  return {};
+  return out;
 }
 
 model::Batch TokenFile::read(const std::vector<int64_t>& rows) const {

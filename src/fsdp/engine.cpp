@@ -113,6 +113,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     Pass p;
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
+    if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
     auto logits = forward(p, to_device(mb.tokens), mb.positions, /*build_graph=*/true);  // under fused_head: the normed hidden
     at::Tensor loss;
     if (!p.empty) {
@@ -138,6 +139,13 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   if (read_loss) r.phases = clock->finish();  // CUDA: waits for the step's last event
   else r.clock = std::move(clock);
   return r;
+}
+
+std::vector<uint64_t> FsdpEngine::dropout_row_seeds(const model::Batch& mb) {
+  if (!mb.sample_ids.empty()) return model::dropout_row_seeds(seed_, mb.epoch, mb.sample_ids);
+  std::vector<int64_t> rows(static_cast<size_t>(mb.tokens.size(0)));  // unnamed rows: by place, per pass
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  return model::dropout_row_seeds(seed_ ^ 0x5bd1e995ull, static_cast<int64_t>(unnamed_passes_++), rows);
 }
 
 std::vector<at::Tensor> FsdpEngine::grad_shards() {

@@ -62,7 +62,7 @@ at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
   if (!parts_[u].adapter)
     return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr, selective);
   const auto adapter_views = parts_[u].adapter->named_views();
-  const model::LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, p.dropout_seed,
+  const model::LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, p.row_seeds,
                            p.train};
   return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, &run, selective);
 }
@@ -73,7 +73,6 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tens
   p.outputs.assign(units_.size(), at::Tensor());
   p.empty = tokens.size(0) == 0;
   p.train = build_graph;
-  p.dropout_seed = (seed_ * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(groups_.world->rank()) << 40) ^ passes_++;
   if (!p.empty) p.layout = model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype);
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 
+#include "shardtrain/io/h5_types.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::io::h5 {
@@ -28,6 +30,8 @@ template <typename T>
 hid_t native_type();
 template <>
 hid_t native_type<int32_t>() { return H5T_NATIVE_INT32; }
+template <>
+hid_t native_type<int64_t>() { return H5T_NATIVE_INT64; }
 template <>
 hid_t native_type<uint8_t>() { return H5T_NATIVE_UINT8; }
 template <>
@@ -124,6 +128,7 @@ template void write_matrix<int32_t>(hid_t, const std::string&, const std::vector
 template void write_matrix<uint8_t>(hid_t, const std::string&, const std::vector<uint8_t>&, hsize_t, hsize_t);
 template void write_matrix<float>(hid_t, const std::string&, const std::vector<float>&, hsize_t, hsize_t);
 template std::vector<int32_t> read_rows<int32_t>(hid_t, const std::vector<int64_t>&, hsize_t);
+template std::vector<int64_t> read_rows<int64_t>(hid_t, const std::vector<int64_t>&, hsize_t);
 template std::vector<uint8_t> read_rows<uint8_t>(hid_t, const std::vector<int64_t>&, hsize_t);
 
 void write_attr(hid_t obj, const std::string& name, const std::string& value) {
@@ -150,23 +155,31 @@ void write_attr_double(hid_t obj, const std::string& name, double value) {
 
 namespace {
 
+std::string file_name(hid_t obj) {
+  char fname[1024] = {0};
+  H5Fget_name(obj, fname, sizeof fname);
+  return fname;
+}
+
 // Opens an attribute that must hold one value: H5Aread writes every element of the attribute's
 // dataspace, so an array attribute in a foreign or damaged file would overrun the one-value buffer.
-Handle open_single_attr(hid_t obj, const std::string& name) {
+// Its type must be of one of the classes given (HDF5 would otherwise convert a float to an integer).
+Handle open_single_attr(hid_t obj, const std::string& name, std::initializer_list<H5T_class_t> classes, const char* want) {
   Handle attr(H5_CHECK(H5Aopen(obj, name.c_str(), H5P_DEFAULT)), H5Aclose);
   Handle space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
-  if (H5_CHECK(H5Sget_simple_extent_npoints(space)) != 1) {
-    char fname[1024] = {0};
-    H5Fget_name(obj, fname, sizeof fname);
-    throw runtime::Error(std::string(fname) + ": attribute " + name + " is not a single value; the file is not what shardtrain wrote");
-  }
+  if (H5_CHECK(H5Sget_simple_extent_npoints(space)) != 1)
+    throw runtime::Error(file_name(obj) + ": attribute " + name + " is not a single value; the file is not what shardtrain wrote");
+  Handle type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
+  if (std::find(classes.begin(), classes.end(), H5Tget_class(type)) == classes.end())
+    throw runtime::UsageError(file_name(obj) + ": attribute " + name + " is " + type_name(type) + ", expected " + want +
+                              "; the file is not what shardtrain wrote (re-create it with shardtrain)");
   return attr;
 }
 
 }  // namespace
 
 double read_attr_double(hid_t obj, const std::string& name) {
-  Handle attr = open_single_attr(obj, name);
+  Handle attr = open_single_attr(obj, name, {H5T_INTEGER, H5T_FLOAT}, "a number");
   double v = 0;
   H5_CHECK(H5Aread(attr, H5T_NATIVE_DOUBLE, &v));
   return v;
@@ -175,7 +188,7 @@ double read_attr_double(hid_t obj, const std::string& name) {
 bool has_attr(hid_t obj, const std::string& name) { return H5_CHECK(H5Aexists(obj, name.c_str())) > 0; }
 
 std::string read_attr_string(hid_t obj, const std::string& name) {
-  Handle attr = open_single_attr(obj, name);
+  Handle attr = open_single_attr(obj, name, {H5T_STRING}, "a string");
   Handle type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
   if (H5Tis_variable_str(type) > 0) {
     char* s = nullptr;
@@ -190,7 +203,7 @@ std::string read_attr_string(hid_t obj, const std::string& name) {
 }
 
 int64_t read_attr_int(hid_t obj, const std::string& name) {
-  Handle attr = open_single_attr(obj, name);
+  Handle attr = open_single_attr(obj, name, {H5T_INTEGER}, "an integer");
   int64_t v = 0;
   H5_CHECK(H5Aread(attr, H5T_NATIVE_INT64, &v));
   return v;

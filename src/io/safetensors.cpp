@@ -3,12 +3,14 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::io {
@@ -272,19 +274,20 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
   }
   std::string hs = h.dump();
   hs.append((8 - hs.size() % 8) % 8, ' ');
-  const std::string tmp = path + ".tmp";
-  {
+  // PATH.tmp, renamed when whole; a full disk or quota is one line naming path (exit 2).
+  runtime::write_atomically(path, [&](const std::string& tmp) {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw runtime::Error("cannot write " + tmp);
+    if (!out) throw runtime::Error("cannot write " + tmp + ": " + std::strerror(errno));
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(hs.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(hs.data(), static_cast<std::streamsize>(hs.size()));
     for (const auto& [n, t] : sorted)
       out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
-    if (!out.flush()) throw runtime::Error("write failed for " + tmp);
-  }
-  fs::rename(tmp, path);
+    if (!out.flush()) throw runtime::Error("write failed for " + tmp + ": " + std::strerror(errno));
+    out.close();
+    if (!out) throw runtime::Error("write failed for " + tmp + ": " + std::strerror(errno));
+  });
 }
 
 std::vector<std::string> write_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
@@ -315,7 +318,7 @@ std::vector<std::string> write_safetensors_sharded(const std::string& dir, const
     for (const auto& nt : shards[i]) index["weight_map"][nt.first] = buf;
     names.push_back(buf);
   }
-  std::ofstream((fs::path(dir) / "model.safetensors.index.json").string()) << index.dump(2) << "\n";
+  runtime::write_file_atomically((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
   return names;
 }
 

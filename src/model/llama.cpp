@@ -26,8 +26,8 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     a.b = lora->adapter(lora_name(layer, p, 'B'));
     a.scale = lora->cfg->scale();
     a.dropout = lora->train ? lora->cfg->dropout : 0.0;
-    // A mask per module, as PEFT draws one: the pass's seed mixed with the layer and the projection.
-    a.dropout_seed = (lora->dropout_seed * 1000003ull + static_cast<uint64_t>(layer)) * 16 + static_cast<uint64_t>(p);
+    // A mask per module and row, as PEFT draws one per module: the row's seed mixed with the layer and the projection.
+    if (a.dropout > 0) a.row_seeds = module_seeds(lora->row_seeds, layer, static_cast<int>(p));
     proj.adapter = std::move(a);
   }
   lw.input_norm = w(names::layer(layer, names::kInputNorm));

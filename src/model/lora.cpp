@@ -102,13 +102,51 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
   return x * (keep / (1.0 - p)).to(x.scalar_type());
 }
 
+at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds) {
+  if (p <= 0 || x.numel() == 0) return x;
+  const int64_t rows = static_cast<int64_t>(row_seeds.size());
+  if (rows == 0 || x.size(0) != rows)
+    throw runtime::Error("LoRA dropout: " + std::to_string(rows) + " row seeds for an input of " + std::to_string(x.size(0)) + " rows");
+  auto keep = at::empty({rows, x.numel() / rows}, x.options().dtype(at::kFloat));  // [B, elements per row]
+  for (int64_t r = 0; r < rows; ++r) {
+    at::Generator gen = dropout_generator(x.device(), row_seeds[r]);
+    keep[r].bernoulli_(1.0 - p, gen);
+  }
+  return x * (keep.view(x.sizes()) / (1.0 - p)).to(x.scalar_type());
+}
+
+namespace {
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch, const std::vector<int64_t>& sample_ids) {
+  std::vector<uint64_t> out;
+  out.reserve(sample_ids.size());
+  const uint64_t base = splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(epoch));
+  for (int64_t id : sample_ids) out.push_back(splitmix64(base ^ static_cast<uint64_t>(id)));
+  return out;
+}
+
+std::vector<uint64_t> module_seeds(const std::vector<uint64_t>& row_seeds, int64_t layer, int projection) {
+  std::vector<uint64_t> out;
+  out.reserve(row_seeds.size());
+  for (uint64_t s : row_seeds) out.push_back((s * 1000003ull + static_cast<uint64_t>(layer)) * 16 + static_cast<uint64_t>(projection));
+  return out;
+}
+
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
                        double scale, const at::Tensor& xd, const at::Tensor& bias) {
   return at::linear(x, w, bias) + at::linear(at::linear(xd, a), b) * scale;
 }
 
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter, const at::Tensor& bias) {
-  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale, lora_dropout(x, adapter.dropout, adapter.dropout_seed), bias);
+  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale, lora_dropout_rows(x, adapter.dropout, adapter.row_seeds),
+                     bias);
 }
 
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <type_traits>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/comm/bus_bandwidth.h"
@@ -67,20 +68,52 @@ comm::Op op_named(const std::string& s, const std::string& file) {
   throw runtime::UsageError("--fabric " + file + ": unknown collective '" + s + "'; use all_gather, reduce_scatter, all_reduce");
 }
 
+const char* json_type(const nlohmann::json& v) {
+  if (v.is_number_integer()) return "an integer";
+  if (v.is_number_float()) return "a float";
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_array()) return "an array";
+  return v.is_object() ? "an object" : "null";
+}
+
+// j[key] when it has the JSON type of T (an integer for int), `fallback` when absent; any other
+// type is exit 2 naming the field, where json::value would throw a library error.
+template <typename T>
+T field(const nlohmann::json& j, const std::string& key, T fallback, const std::string& file, const std::string& where = "") {
+  const auto it = j.find(key);
+  if (it == j.end()) return fallback;
+  const bool ok = std::is_same_v<T, bool> ? it->is_boolean() : std::is_integral_v<T> ? it->is_number_integer() : it->is_string();
+  if (!ok)
+    throw runtime::UsageError("--fabric " + file + ": field \"" + where + key + "\" is " + json_type(*it) + " (" + it->dump() +
+                              "), expected " + (std::is_same_v<T, bool> ? "true or false" : std::is_integral_v<T> ? "an integer" : "a string") +
+                              "; write the file with `shardtrain preflight --json FILE`");
+  return it->get<T>();
+}
+
 // A scope of a fabric file: {"ranks": n, "groups_per_node": g, "all_gather": [[bytes, busbw], ...], ...}.
 // preflight's inter-node scope runs one rank per node in g groups at once, so the node's links
 // carry g groups' traffic: a spanning collective of g x bytes moves what they moved together.
-std::map<comm::Op, BandwidthTable> read_scope(const nlohmann::json& j, const std::string& file) {
+std::map<comm::Op, BandwidthTable> read_scope(const nlohmann::json& j, const std::string& file, const std::string& scope) {
   std::map<comm::Op, BandwidthTable> out;
-  const int ranks = j.value("ranks", 0), groups = j.value("groups_per_node", 1);
+  if (!j.is_object())
+    throw runtime::UsageError("--fabric " + file + ": field \"" + scope + "\" is " + json_type(j) +
+                              ", expected an object {\"ranks\": n, \"all_gather\": [[bytes, busbw], ...], ...}");
+  const int ranks = field(j, "ranks", 0, file, scope + "."), groups = field(j, "groups_per_node", 1, file, scope + ".");
   if (ranks < 2 || groups < 1) throw runtime::UsageError("--fabric " + file + ": each scope needs \"ranks\" >= 2");
   for (const auto& [key, rows] : j.items()) {
-    if (!rows.is_array()) continue;
+    if (!rows.is_array()) {
+      if (key == "all_gather" || key == "reduce_scatter" || key == "all_reduce")
+        throw runtime::UsageError("--fabric " + file + ": field \"" + scope + "." + key + "\" is " + json_type(rows) +
+                                  ", expected an array of [bytes, busbw GB/s] rows");
+      continue;
+    }
     Points p;
     for (const auto& r : rows) {
       if (!r.is_array() || r.size() != 2 || !r[0].is_number() || !r[1].is_number() || r[0].get<double>() <= 0 ||
           r[1].get<double>() <= 0)
-        throw runtime::UsageError("--fabric " + file + ": " + key + " rows must be [bytes, busbw GB/s] with both > 0");
+        throw runtime::UsageError("--fabric " + file + ": field \"" + scope + "." + key + "\" has the row " + r.dump() +
+                                  "; rows must be [bytes, busbw GB/s] with both > 0");
       p.emplace_back(r[0].get<double>() * groups, r[1].get<double>() * groups);
     }
     if (!p.empty()) out[op_named(key, file)] = per_rank(p, ranks * groups);
@@ -122,12 +155,12 @@ Fabric load_fabric(const std::string& spec) {
     throw runtime::UsageError("--fabric " + spec + " is not JSON; write it with `shardtrain preflight --json FILE`");
   }
   // Files from before the version field said "shardtrain-fabric/1" in "format" alone.
-  const std::string format = j.is_object() ? j.value("format", std::string()) : std::string();
+  const std::string format = j.is_object() ? field(j, "format", std::string(), spec) : std::string();
   const bool legacy = format == std::string(kFabricFormat) + "/1";
   if (format != kFabricFormat && !legacy)
     throw runtime::UsageError("--fabric " + spec + " is not a fabric file (\"format\" is '" + format + "', expected '" + kFabricFormat +
                      "'); write it with `shardtrain preflight --json FILE`");
-  const int version = legacy ? 1 : j.value("format_version", 0);
+  const int version = legacy ? 1 : field(j, "format_version", 0, spec);
   if (version < 1 || version > kFabricFormatVersion)
     throw runtime::UsageError("--fabric " + spec + " has format_version " + std::to_string(version) + "; this shardtrain reads 1 to " +
                      std::to_string(kFabricFormatVersion) + ": write it again with this version's `shardtrain preflight --json FILE`");
@@ -135,10 +168,10 @@ Fabric load_fabric(const std::string& spec) {
     throw runtime::UsageError("--fabric " + spec + " needs an \"intra\" or \"inter\" scope (see docs/planner.md)");
   Fabric f;
   f.name = spec;
-  f.source = j.value("source", spec);
-  f.overlaps_compute = j.value("overlaps_compute", true);
-  if (j.contains("intra")) f.intra = read_scope(j["intra"], spec);
-  if (j.contains("inter")) f.inter = read_scope(j["inter"], spec);
+  f.source = field(j, "source", spec, spec);
+  f.overlaps_compute = field(j, "overlaps_compute", true, spec);
+  if (j.contains("intra")) f.intra = read_scope(j["intra"], spec, "intra");
+  if (j.contains("inter")) f.inter = read_scope(j["inter"], spec, "inter");
   return f;
 }
 

@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/error.h"
 
 namespace fs = std::filesystem;
@@ -18,10 +19,7 @@ std::string read_text(const std::string& path) {
 }
 
 void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) throw runtime::Error("cannot write " + path.string());
+  runtime::write_file_atomically(path.string(), text);  // whole or absent; a full disk is one line
 }
 
 fs::path make_out_dir(const std::string& out_dir) {

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/checksum.h"
 #include "shardtrain/runtime/error.h"
 
@@ -61,11 +62,8 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
 
 void write_png(const std::string& path, int width, int height, const std::vector<uint8_t>& rgb) {
   const std::vector<uint8_t> bytes = encode_png(width, height, rgb);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) throw runtime::Error("cannot write PNG " + path + ": " + std::strerror(errno));
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) throw runtime::Error("cannot write PNG " + path + ": write failed (disk full?)");
+  // Whole or absent; a full disk, quota or read-only directory is one line (exit 2).
+  runtime::write_file_atomically(path, std::string(bytes.begin(), bytes.end()));
 }
 
 }  // namespace shardtrain::report

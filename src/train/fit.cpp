@@ -5,17 +5,29 @@
 #include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/runtime/clock.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/train/sample_log.h"
 #include "shardtrain/train/step_readback.h"
 
 namespace shardtrain::train {
 
-FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c, int64_t start) {
-  const int64_t total = cfg.steps > 0 ? cfg.steps : cfg.epochs * c.loader.steps_per_epoch();
+FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c, const RunStart& from) {
+  const int64_t ref = from.schedule_batch;  // progress and the schedule count steps of this many rows
   optim::LrSchedule sched = optim.schedule;
-  sched.total_steps = total;
+  sched.total_steps = cfg.steps > 0 ? cfg.steps : cfg.epochs * (c.loader.epoch_progress_rows(ref) / ref);
+  const int64_t start = from.step;
+  const int64_t total = start + c.loader.steps_until(sched.total_steps * ref, ref);
+  c.checkpoints.set_schedule(ref, sched.total_steps);
+  if (from.schedule_steps > 0 && from.schedule_steps != sched.total_steps)
+    runtime::log::warn_once("the schedule's total changes from " + std::to_string(from.schedule_steps) + " to " +
+                            std::to_string(sched.total_steps) + " steps of global batch " + std::to_string(ref) +
+                            " (--steps or --epochs differ from the checkpoint's run)");
   runtime::log::info("training " + c.engine.model().name + " (" + std::to_string(c.engine.model().num_params()) +
             " parameters) for " + std::to_string(total) + " steps, " + std::to_string(c.loader.steps_per_epoch()) +
-            " steps/epoch");
+            " steps/epoch" +
+            (ref == c.loader.global_batch() ? std::string()
+                                            : "; the schedule counts " + std::to_string(sched.total_steps) +
+                                                  " steps of the first run's global batch " + std::to_string(ref)));
+  SampleLog samples(cfg.sample_ids_file, c.engine.groups().world->rank());
   if (c.validator.has_accuracy() && start == 0) {  // the starting point, so the climb is visible
     StepMetrics m0;
     c.validator.run(m0);
@@ -26,13 +38,15 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     const runtime::Stopwatch step_clock;
     c.faults.before_step(s + 1);
     c.profiler.begin(s + 1);
+    const double progress = static_cast<double>(c.loader.progress_rows(ref)) / static_cast<double>(ref);
     const data::StepData data = c.loader.next();
     PendingStep p;
     StepMetrics& m = p.m;
     m.phases[runtime::Phase::kDataWait] = step_clock.seconds();
     m.step = s + 1;
     m.epoch = data.position.epoch;
-    m.lr = sched.at(s, m.epoch);
+    m.lr = sched.at(progress, m.epoch);
+    samples.write(m.step, m.epoch, data.batch_rows);
     c.metrics.begin_step();
     const fsdp::GradResult g = c.engine.forward_backward(data.micro, /*read_loss=*/false);
     std::vector<at::Tensor> grads = c.engine.grad_shards();

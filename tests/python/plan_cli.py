@@ -56,7 +56,19 @@ for name, head in {"foreign": {"format": "nccl-tests"}, "newer": {"format": "sha
 for ok in ("legacy", "current"):
     r = plan("--model", "llama2-7b", "--gpu", "h100-80gb", "--fabric", fabric_files[ok], "--nodes", "1")
     assert r.returncode == 0, (ok, r.stderr)
+# Fields of the wrong JSON type: exit 2 naming the field, not a JSON library error.
+bad_fields = [
+    ("ranks-string", {"intra": {**scope, "ranks": "2"}}, '"intra.ranks" is a string ("2"), expected an integer'),
+    ("overlap-string", {"overlaps_compute": "yes", "intra": scope}, '"overlaps_compute" is a string ("yes"), expected true or false'),
+    ("scope-array", {"inter": [scope]}, '"inter" is an array, expected an object'),
+    ("rows-object", {"intra": {**scope, "all_gather": {"1048576": 10.0}}}, '"intra.all_gather" is an object, expected an array'),
+    ("row-strings", {"intra": {**scope, "all_reduce": [["1MiB", 10.0]]}}, '"intra.all_reduce" has the row ["1MiB",10.0]'),
+    ("version-float", {"format_version": 1.5, "intra": scope}, '"format_version" is a float (1.5), expected an integer')]
+for name, body, _ in bad_fields:
+    fabric_files[name] = os.path.join(WORK, f"fabric-{name}.json")
+    json.dump({"format": "shardtrain-fabric", "format_version": 1, **body}, open(fabric_files[name], "w"))
 for args, option in [
+    *[(["--model", "llama2-7b", "--fabric", fabric_files[name]], field) for name, _, field in bad_fields],
     (["--model", "llama2-7b", "--fabric", fabric_files["foreign"]], "is not a fabric file (\"format\" is 'nccl-tests'"),
     (["--model", "llama2-7b", "--fabric", fabric_files["unmarked"]], "is not a fabric file"),
     (["--model", "llama2-7b", "--fabric", fabric_files["newer"]], "has format_version 99"),

@@ -28,7 +28,14 @@ inline constexpr const char* kModelConfig = "model_config";
 inline constexpr const char* kAdamStep = "adam_step";
 inline constexpr const char* kStep = "step";
 inline constexpr const char* kLoaderEpoch = "loader_epoch";
-inline constexpr const char* kLoaderStep = "loader_step";
+inline constexpr const char* kLoaderStep = "loader_step";  // files before loader_row: the step in the epoch
+inline constexpr const char* kLoaderRow = "loader_row";
+inline constexpr const char* kGlobalBatch = "global_batch";
+inline constexpr const char* kScheduleBatch = "schedule_batch";
+inline constexpr const char* kScheduleSteps = "schedule_steps";
+inline constexpr const char* kDataSeed = "data_seed";
+inline constexpr const char* kDataFile = "data_file";
+inline constexpr const char* kDataRows = "data_rows";
 inline constexpr const char* kRunConfig = "run_config";
 inline constexpr const char* kLoraRank = "lora_rank";
 inline constexpr const char* kLoraAlpha = "lora_alpha";
@@ -36,7 +43,6 @@ inline constexpr const char* kLoraDropout = "lora_dropout";
 inline constexpr const char* kLoraTargets = "lora_targets";
 inline constexpr const char* kBaseWeights = "base_weights";
 inline constexpr const char* kBaseCrc32 = "base_crc32";
-inline constexpr const char* kDropoutPasses = "dropout_passes";
 }  // namespace attr
 
 // format_version, then every value; throws Error for a value named format_version.
@@ -52,7 +58,10 @@ struct CheckpointAttrs {
   int64_t step = 0;
   int64_t adam_step = 0;
   int64_t world_size = 1;
-  data::LoaderState loader;
+  data::LoaderState loader;      // epoch and rows consumed in it
+  bool loader_in_steps = false;  // an older file: loader.row holds the step in the epoch
+  int64_t global_batch = 0;      // the saver's (0: not recorded)
+  int64_t schedule_batch = 0;    // the global batch the schedule counts steps of (0: not recorded)
   std::string sharding;
   nlohmann::json run_config, model_config;
   // LoRA (lora_rank > 0): the adapters' settings and the base they were trained on.

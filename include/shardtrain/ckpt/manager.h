@@ -21,6 +21,7 @@ struct CheckpointConfig {
   StripeOptions stripe;    // Lustre striping hints for new files
   bool async = false;      // host copy at the step boundary, write on a background thread
   bool overwrite = false;  // a new run may replace the checkpoints another run left in dir
+  bool allow_data_change = false;  // a resume may continue on another --seed or token file
   std::string base_weights;     // LoRA: the frozen base's --weights, recorded in every checkpoint
   void validate() const;        // throws UsageError naming the option
   // Whether this run continues the checkpoints already in dir (--resume auto, or a file in dir).
@@ -29,8 +30,9 @@ struct CheckpointConfig {
 
 class Manager {
  public:
-  // Collective over the world. run_config goes into every checkpoint (the arguments as given).
-  Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, nlohmann::json run_config);
+  // Collective over the world. initial: this run's side (its global batch, data identity and
+  // arguments, which go into every checkpoint); a resume fills in the saved position.
+  Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState initial);
   Manager(const Manager&) = delete;  // the registered pieces refer to state_
   Manager& operator=(const Manager&) = delete;
   bool enabled() const { return !cfg_.dir.empty(); }
@@ -43,6 +45,8 @@ class Manager {
   // loop was blocked (0: no save).
   double after_step(int64_t step, const std::string& requested_by, bool final, const data::LoaderState& loader);
   void finish();  // waits for a background save; rethrows its failure
+  // What the saves record of the schedule: its reference global batch and total in those steps.
+  void set_schedule(int64_t schedule_batch, int64_t schedule_steps);
   bool due(int64_t step, bool requested, bool final) const;  // after_step would save now
 
  private:

@@ -1,6 +1,6 @@
 // The pieces of state a training run checkpoints, and the one place they are registered:
 // the model's shards, the optimizer (AdamW's moments and step count), the train step, the data
-// loader's position, the run's configuration and a LoRA run's adapters settings and base. A new
+// loader's position (with the schedule's reference batch and the data's identity), the run's configuration and a LoRA run's adapters settings and base. A new
 // piece of state is a Stateful registered in training_state(); the file format needs no change.
 #pragma once
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/ckpt/state_registry.h"
+#include "shardtrain/data/data_identity.h"
 #include "shardtrain/data/loader.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/optim/optimizer.h"
@@ -23,7 +24,14 @@ inline constexpr const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
 // and the optimizer.
 struct TrainState {
   int64_t step = 0;  // optimizer steps done
-  data::LoaderState loader;
+  data::LoaderState loader;  // the next step's epoch and rows consumed in it
+  int64_t global_batch = 0;  // this run's; saved for information (positions are in rows)
+  int64_t saved_global_batch = 0;  // a load: the saving run's
+  // The schedule counts progress in steps of this global batch (the first run's; data/sampler.h),
+  // and its total in those steps: a resume at another global batch keeps the learning rate.
+  int64_t schedule_batch = 0, schedule_steps = 0;
+  data::DataIdentity data;  // this run's seed and token file; a load refuses others (unless allowed)
+  bool allow_data_change = false;  // --allow-data-change
   nlohmann::json run_config;  // saved only: a load leaves this run's own
 };
 

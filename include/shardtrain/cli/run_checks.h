@@ -14,10 +14,11 @@ namespace shardtrain::cli {
 // Collective: the lowest failing rank's message, or "" when no rank failed.
 std::string agreed_failure(const std::string& mine);
 
-// Collective: opens a token file and checks it against the model: positions, the tokenizer's
-// recorded vocabulary, and every token id in [0, vocab_size), scanned once with the rows split
-// over the ranks (the file's max_token_id attribute is not trusted). Names the row. The line
-// saying what was checked is logged, or left in *checked for the caller to log later.
+// Collective: opens a token file and checks it against the model: its datasets' dtypes and
+// shapes, positions, the tokenizer's recorded vocabulary, and every token id in [0, vocab_size),
+// scanned once with the rows split over the ranks (the file's max_token_id attribute is not
+// trusted); names the row. The same pass counts the loss tokens: none is refused, under 1% of
+// the tokens warns (rank 0). The line saying what was checked is logged, or left in *checked.
 std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::string& path, const model::ModelConfig& model,
                                            const runtime::MpiEnv& env, std::string* checked = nullptr);
 

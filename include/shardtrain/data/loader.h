@@ -1,11 +1,13 @@
-// The training data loader: each step's global batch is fixed by (seed, epoch, step) alone, so
-// 1 rank and N ranks train on the same data; each rank reads only its own rows, and the next
-// step is read on a background thread while this one computes.
+// The training data loader: each step's global batch is fixed by (seed, epoch, rows consumed)
+// alone, so 1 rank and N ranks train on the same data, and a resume at another global batch
+// continues with the next unread row; each rank reads only its own rows, and the next step is
+// read on a background thread while this one computes.
 #pragma once
 #include <cstdint>
 #include <future>
 #include <vector>
 
+#include "shardtrain/data/sampler.h"
 #include "shardtrain/data/token_file.h"
 
 namespace shardtrain::data {
@@ -18,15 +20,9 @@ struct LoaderConfig {
   bool shuffle = true, drop_last = false, prefetch = true;
 };
 
-// Where the loader is: the next step it will return. Saved in checkpoints for exact resume.
-struct LoaderState {
-  int64_t epoch = 0, step = 0;
-  bool operator==(const LoaderState& o) const { return epoch == o.epoch && step == o.step; }
-};
-
 struct StepData {
   LoaderState position;        // which step this is
-  std::vector<model::Batch> micro;    // [grad_accum] this rank's micro-batches (some may have 0 rows)
+  std::vector<model::Batch> micro;    // [grad_accum] this rank's micro-batches (some may have 0 rows), with their sample ids
   std::vector<int64_t> rows;   // this rank's row indices, micro-batches concatenated
   int64_t global_rows = 0;     // rows in the global batch (all ranks) at this step
   std::vector<int64_t> batch_rows;  // the global batch's row indices, for messages that name them
@@ -40,11 +36,18 @@ class DataLoader {
   DataLoader& operator=(const DataLoader&) = delete;
 
   StepData next();
-  LoaderState state() const { return pos_; }
-  void restore(LoaderState s);  // discards any prefetched step
+  LoaderState state() const { return pos_; }  // the next step's position: what a checkpoint saves
+  // Discards any prefetched step. A row past this file's end (a resume on a changed file) starts
+  // the next epoch; a negative position throws UsageError.
+  void restore(LoaderState s);
 
   int64_t global_batch() const { return cfg_.micro_batch * cfg_.grad_accum * cfg_.world; }
-  int64_t steps_per_epoch() const;
+  int64_t steps_per_epoch() const;  // from an epoch's start
+  // Progress (sampler.h) counted in steps of ref_batch rows: at this position, and per epoch.
+  int64_t progress_rows(int64_t ref_batch) const;
+  int64_t epoch_progress_rows(int64_t ref_batch) const;
+  // Steps from this position until the progress reaches total_rows.
+  int64_t steps_until(int64_t total_rows, int64_t ref_batch) const;
 
  private:
   // load() and the epoch-order cache it uses run on the prefetch thread or, with no prefetch

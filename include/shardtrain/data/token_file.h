@@ -1,6 +1,7 @@
 // The prepared-data file: /tokens [N, seq_len] int32 and /loss_mask [N, seq_len] uint8, packed
 // files also /position_ids [N, seq_len] int32 (0 where a sample starts), with provenance in root
-// attributes. Readers select only the rows they need (HDF5 hyperslabs).
+// attributes. Readers select only the rows they need (HDF5 hyperslabs). A file written by other
+// tools may use any integer width (and h5py's bool for the mask); floats and the like are refused.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -38,16 +39,23 @@ class TokenFile {
   // Thread-safe: holds the HDF5 lock while reading.
   model::Batch read(const std::vector<int64_t>& rows) const;
   // The first token outside [0, limit) in rows [begin, end), read in blocks of rows (row -1:
-  // none). A read failure throws UsageError naming the file: its data is damaged.
+  // none), and the tokens in the loss (loss_mask != 0) of the rows read up to it: one pass over
+  // both datasets. A read failure throws UsageError naming the file: its data is damaged.
   struct TokenAt {
     int64_t row = -1, column = -1, token = 0;
   };
-  TokenAt first_token_outside(int64_t limit, int64_t begin, int64_t end) const;
+  struct Scan {
+    TokenAt outside;
+    int64_t loss_tokens = 0;
+  };
+  Scan scan(int64_t limit, int64_t begin, int64_t end) const;
+  TokenAt first_token_outside(int64_t limit, int64_t begin, int64_t end) const { return scan(limit, begin, end).outside; }
 
  private:
   std::string path_;
   TokenFileMeta meta_;
   io::h5::Handle file_, tokens_, mask_, positions_;  // positions_: packed files only
+  bool wide_tokens_ = false;  // stored wider than int32: the scan reads int64, so no id is clamped unseen
 };
 
 }  // namespace shardtrain::data

@@ -105,10 +105,6 @@ class FsdpEngine {
   std::vector<FlatUnit>& units() { return units_; }  // the base (frozen under LoRA)
   std::vector<FlatUnit>& adapters() { return adapters_; }  // LoRA: [units], empty for embedding and head
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
-  // LoRA dropout draws each forward pass's masks from the seed, the rank and the passes so far;
-  // a checkpoint keeps the count so that a resume at the same world size draws the same masks.
-  uint64_t dropout_passes() const { return passes_; }
-  void set_dropout_passes(uint64_t passes) { passes_ = passes; }
 
  private:
   // One forward/backward over a micro-batch: the detached input leaf and the output of every unit, [units].
@@ -116,12 +112,13 @@ class FsdpEngine {
     std::vector<at::Tensor> inputs, outputs;
     bool empty = false;          // this rank has no rows: it still joins every collective
     bool train = false;          // LoRA dropout applies
-    uint64_t dropout_seed = 0;   // the same in forward and in activation checkpointing's recompute
+    std::vector<uint64_t> row_seeds;  // [B] LoRA dropout's, the same in forward and in the recompute
     bool fused_head = false;     // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
     at::Tensor head_weight;      // fused_head: lm_head's view from the same split as the norm's (one gradient buffer)
     model::TokenLayout layout;   // positions and documents, for forward and the recompute
   };
   at::Tensor forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph);
+  std::vector<uint64_t> dropout_row_seeds(const model::Batch& mb);  // Pass::row_seeds for a training micro-batch
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
   at::Tensor run_unit(int64_t u, const at::Tensor& x, const Pass& p);
   // tie_word_embeddings: the head multiplies by the embedding unit's matrix, gathered for it.
@@ -170,7 +167,8 @@ class FsdpEngine {
   std::vector<model::ParamSpec> trainable_specs_;
   std::vector<int64_t> base_crc_rows_;
   bool backward_ = false;               // in backward(): a LoRA run skips the frozen embedding
-  uint64_t seed_ = 0, passes_ = 0;      // LoRA dropout: each training pass draws its own masks
+  uint64_t seed_ = 0;      // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
+  uint64_t unnamed_passes_ = 0;  // batches without sample ids (tests, tools): each pass draws its own masks
   std::vector<ShardPiece> pieces_;      // this rank's pieces of every unit's shard
   std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::vector<at::Tensor> no_sync_;     // [units] fp32 [padded], with no_sync_accumulation

@@ -48,6 +48,7 @@ std::vector<hsize_t> dataset_shape(hid_t dset);
 template <typename T>
 void write_matrix(hid_t file, const std::string& name, const std::vector<T>& data, hsize_t rows, hsize_t cols);
 // Reads the given rows (any order, duplicates allowed) through one hyperslab union selection.
+// T: int32_t, int64_t or uint8_t; HDF5 converts from the file's integer type, clamping what does not fit.
 template <typename T>
 std::vector<T> read_rows(hid_t dset, const std::vector<int64_t>& rows, hsize_t cols);
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/lora.h"
@@ -25,7 +26,7 @@ using WeightLookup = std::function<at::Tensor(const std::string& name)>;
 struct LoraRun {
   const LoraConfig* cfg = nullptr;
   WeightLookup adapter;
-  uint64_t dropout_seed = 0;  // mixed with the layer and target; the same seed draws the same masks
+  std::vector<uint64_t> row_seeds;  // [B] dropout: each row's seed, mixed with the layer and target (module_seeds)
   bool train = false;         // dropout only in training
 };
 

@@ -44,13 +44,21 @@ at::Tensor init_lora_param(const ParamSpec& spec, uint64_t seed);
 // `seed` alone, so activation checkpointing's recompute draws the same mask. The same seed gives
 // the same mask on one device type; CPU and CUDA masks differ. p == 0 returns x.
 at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed);
+// The same per row: x [B, ...] row b gets the mask lora_dropout draws for row_seeds[b] (B seeds),
+// so a row's mask is the same whichever rank or micro-batch holds it.
+at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds);
+// Each row's dropout seed from (seed, epoch, sample id): the sample's place in the data, never
+// the rank, the micro-batch or a pass count, so every layout and a resume draw the same masks.
+std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch, const std::vector<int64_t>& sample_ids);
+// One seed per row for a module: the rows' seeds mixed with the layer and the projection.
+std::vector<uint64_t> module_seeds(const std::vector<uint64_t>& row_seeds, int64_t layer, int projection);
 // One projection's adapter, bound for one forward: the part a targeted projection has.
 struct LoraAdapter {
   at::Tensor a;             // [r, in]
   at::Tensor b;             // [out, r]
   double scale = 1;         // alpha / r
   double dropout = 0;       // 0 outside training
-  uint64_t dropout_seed = 0;  // one mask per module and pass, as PEFT draws one per module
+  std::vector<uint64_t> row_seeds;  // [B] one mask per module and row (module_seeds); as PEFT, one per module
 };
 // x W^T + bias + (xd A^T) B^T * scale, where xd is x after dropout (PEFT's lora.Linear.forward:
 // the base layer, bias included, then the adapter). bias: [out], or undefined for none.

@@ -31,6 +31,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t breakdown_every = 10;  // progress lines between step-time breakdowns (and at the end); 0: at the end only
   std::string metrics_file;
+  std::string sample_ids_file;  // --log-sample-ids: each step's global batch, for checking a resume
   double peak_tflops = 0;  // per device, for MFU; 0: from the device name
   OnSignal on_signal = OnSignal::kContinue;
   NonfiniteConfig nonfinite;

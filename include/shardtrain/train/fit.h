@@ -39,7 +39,15 @@ struct TrainComponents {
 // nonfinite.last_message() names the step and rows.
 enum class FitEnd { kCompleted, kStoppedBySignal, kStoppedNonFinite };
 
-// Trains from start_step (a resumed run's) to the configured number of steps.
-FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c, int64_t start_step);
+// Where training starts: a fresh run at step 0 with its own global batch as the schedule's
+// reference; a resumed run at the checkpoint's step and reference (ckpt::TrainState).
+struct RunStart {
+  int64_t step = 0;
+  int64_t schedule_batch = 0;  // the global batch whose steps --steps, --warmup-steps and the schedule count
+  int64_t schedule_steps = 0;  // the checkpoint's schedule total in those steps (0: fresh or not recorded)
+};
+
+// Trains from start.step until the progress (data/sampler.h) reaches --steps or --epochs.
+FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c, const RunStart& start);
 
 }  // namespace shardtrain::train

@@ -115,7 +115,8 @@ TEST(CliMpi, ResumeIsExactAtTheSameLayoutAndCloseAtAnyOther) {
   EXPECT_EQ(name, "step-00000020.h5");
   auto inspect = run("inspect " + dir + "/" + name);
   EXPECT_EQ(inspect.code, 0) << inspect.out;
-  EXPECT_NE(inspect.out.find("step 20 | loader epoch 0 step 20"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("step 20 | loader epoch 0 row 240"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find("global batch 12 (schedule in steps of 12)"), std::string::npos) << inspect.out;
   EXPECT_NE(inspect.out.find("63 datasets, all checksums ok"), std::string::npos) << inspect.out;
 
   auto same = resume_gap(ckpt, whole, 4, 3, "");

@@ -118,7 +118,7 @@ TEST(Sampler, BalancedPartsTileTheRange) {
 TEST(Sampler, RanksPartitionEveryGlobalBatchAtAnyWorldSize) {
   const auto order = data::epoch_permutation(50, 3, 0);
   for (int64_t step = 0; step < data::steps_per_epoch(50, 6, false); ++step) {
-    const auto batch = data::global_batch(order, 6, step);
+    const auto batch = data::global_batch(order, 6, step * 6);
     for (int world : {1, 2, 3, 4})
       for (int64_t accum : {1, 2}) {
         std::vector<int64_t> joined;
@@ -127,5 +127,50 @@ TEST(Sampler, RanksPartitionEveryGlobalBatchAtAnyWorldSize) {
         EXPECT_EQ(joined, batch) << "world " << world << " accum " << accum << " step " << step;
       }
   }
-  EXPECT_EQ(data::global_batch(order, 6, 8).size(), 2u);  // 50 = 8 * 6 + 2: the short last batch
+  EXPECT_EQ(data::global_batch(order, 6, 48).size(), 2u);  // 50 = 8 * 6 + 2: the short last batch
+}
+
+// Positions are rows: stepping 12 rows or 6 at a time passes the same rows in the same order,
+// and an epoch ends where its rows run out (drop_last: where a whole batch no longer fits).
+TEST(Sampler, PositionsAreRowsSoAnyGlobalBatchReadsTheSameStream) {
+  EXPECT_EQ(data::next_position({0, 36}, 50, 12, false), (data::LoaderState{0, 48}));
+  EXPECT_EQ(data::next_position({0, 48}, 50, 12, false), (data::LoaderState{1, 0})) << "the short batch of 2 ends the epoch";
+  EXPECT_EQ(data::next_position({0, 36}, 50, 12, true), (data::LoaderState{1, 0})) << "drop_last: 2 rows left are dropped";
+  EXPECT_EQ(data::next_position({3, 0}, 50, 6, false), (data::LoaderState{3, 6}));
+  const auto order = data::epoch_permutation(50, 3, 0);
+  std::vector<int64_t> by12, by6;
+  for (data::LoaderState p{0, 0}; p.epoch == 0; p = data::next_position(p, 50, 12, false)) {
+    const auto b = data::global_batch(order, 12, p.row);
+    by12.insert(by12.end(), b.begin(), b.end());
+  }
+  for (data::LoaderState p{0, 24}; p.epoch == 0; p = data::next_position(p, 50, 6, false)) {  // resumed after 2 steps of 12
+    const auto b = data::global_batch(order, 6, p.row);
+    by6.insert(by6.end(), b.begin(), b.end());
+  }
+  EXPECT_EQ(std::vector<int64_t>(by12.begin() + 24, by12.end()), by6);
+  EXPECT_EQ(by12, order);
+}
+
+// Progress counts steps of the reference batch: at that batch it is the step count exactly, at
+// another it moves with the rows read, and --steps/--epochs totals cover the same rows.
+TEST(Sampler, ProgressCountsStepsOfTheReferenceBatchAtAnyBatch) {
+  // 50 rows, reference batch 12: 5 steps an epoch (the fifth short), 60 rows of progress.
+  EXPECT_EQ(data::epoch_progress_rows(50, 12, false), 60);
+  data::LoaderState p;
+  for (int64_t step = 0; step < 13; ++step) {
+    EXPECT_EQ(data::progress_rows(p, 50, 12, false), 12 * step) << "step " << step;
+    p = data::next_position(p, 50, 12, false);
+  }
+  EXPECT_EQ(data::progress_rows({1, 18}, 50, 12, false), 78) << "a 6-row run, 3 steps into epoch 1";
+  // Two epochs from the start: 10 steps of 12, 18 of 6, 6 of 24 (24, 24 and 2 rows an epoch).
+  EXPECT_EQ(data::steps_until({0, 0}, 120, 50, 12, 12, false), 10);
+  EXPECT_EQ(data::steps_until({0, 0}, 120, 50, 6, 12, false), 18);
+  EXPECT_EQ(data::steps_until({0, 0}, 120, 50, 24, 12, false), 6);
+  // Resumed after 3 steps of 12 (row 36) with 6-row batches: epoch 0's 14 rows in 3 steps, then 9.
+  EXPECT_EQ(data::steps_until({0, 36}, 120, 50, 6, 12, false), 12);
+  // --steps 20 at reference 12 over 50-row epochs, resumed at step 10 (epoch 2, row 0) with batch 6.
+  EXPECT_EQ(data::steps_until({2, 0}, 240, 50, 6, 12, false), 18);
+  // drop_last: a smaller batch reads past the reference's tail; progress stops at the epoch's rows.
+  EXPECT_EQ(data::epoch_progress_rows(50, 12, true), 48);
+  EXPECT_EQ(data::progress_rows({0, 50}, 50, 12, true), 48);
 }

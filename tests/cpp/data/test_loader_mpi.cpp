@@ -97,14 +97,16 @@ TEST(LoaderMpi, ARestoredPositionContinuesTheExactSequence) {
   data::DataLoader a(f, config(g_rank, g_world));
   for (int i = 0; i < 5; ++i) a.next();
   const data::LoaderState saved = a.state();
-  EXPECT_EQ(saved, (data::LoaderState{0, 5}));
+  EXPECT_EQ(saved, (data::LoaderState{0, 5 * kGlobal})) << "positions are rows of the epoch";
   std::vector<std::vector<int64_t>> expected;
   for (int i = 0; i < 7; ++i) expected.push_back(rows_from_content(a.next()));  // crosses into epoch 1
   data::DataLoader b(f, config(g_rank, g_world));
   b.next();  // a prefetched step that restore must discard
   b.restore(saved);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(rows_from_content(b.next()), expected[i]) << "step " << i;
-  EXPECT_THROW(b.restore(data::LoaderState{0, 99}), runtime::UsageError);
+  EXPECT_THROW(b.restore(data::LoaderState{0, -1}), runtime::UsageError);
+  b.restore(data::LoaderState{0, kRows});  // past the end (a resume on a shorter file): the next epoch
+  EXPECT_EQ(b.state(), (data::LoaderState{1, 0}));
 }
 
 int main(int argc, char** argv) {

@@ -24,6 +24,10 @@ TEST(LrSchedule, WarmupThenCosineToFloor) {
   EXPECT_DOUBLE_EQ(s.at(4, 0), 1.0);
   EXPECT_NEAR(s.at(54, 0), 0.55, 1e-12);  // halfway: floor + half the span
   EXPECT_NEAR(s.at(104, 0), 0.1, 1e-12);
+  // A resume at half the global batch steps half a reference step at a time, between the two.
+  EXPECT_DOUBLE_EQ(s.at(1.5, 0), 2.5 / 4);
+  EXPECT_GT(s.at(54.5, 0), s.at(55, 0));
+  EXPECT_LT(s.at(54.5, 0), s.at(54, 0));
 }
 
 TEST(LrSchedule, AnUnknownKindIsRefusedNotTakenForCosine) {
