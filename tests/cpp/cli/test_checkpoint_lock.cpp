@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "one_line_errors.h"
 #include "run_binary.h"
 #include "shardtrain/ckpt/dir_lock.h"
 
@@ -26,12 +27,6 @@ namespace {
 const std::string kData = std::string(SHARDTRAIN_TEST_TMP) + "/demo/train.h5";
 const std::string kTrain = "train --model tiny --threads 1 --batch-size 4 --data " + kData + " ";
 std::string mpirun(int np) { return std::string(SHARDTRAIN_MPIEXEC) + std::to_string(np) + " "; }
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
-}
 
 std::string hostname() {
   char buf[256] = {0};

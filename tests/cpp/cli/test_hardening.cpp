@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "one_line_errors.h"
 #include "run_binary.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/data/sampler.h"
@@ -32,21 +33,6 @@ const std::string kBin = SHARDTRAIN_BIN;
 const std::string kTrain = "train --model tiny --threads 1 --batch-size 4 ";
 std::string mpirun(int np) { return std::string(SHARDTRAIN_MPIEXEC) + std::to_string(np) + " "; }
 
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
-}
-
-// The run failed the way a user error must: exit 2, one "error:" line, no library stack.
-void expect_one_line_exit2(const Result& r, const std::string& needle) {
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(count(r.out, "shardtrain: error: "), 1u) << r.out;
-  EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("HDF5-DIAG"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("fatal"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("step 1/"), std::string::npos) << "failed before step 1\n" << r.out;
-}
 
 // A small token file: rows x 16 tokens below 500, all in the loss.
 data::Rows small_rows(int64_t rows) {

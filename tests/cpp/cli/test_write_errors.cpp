@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "one_line_errors.h"
 #include "run_binary.h"
 #include "shardtrain/runtime/atomic_write.h"
 
@@ -16,12 +17,6 @@ namespace fs = std::filesystem;
 
 namespace {
 const std::string kDemo = std::string(SHARDTRAIN_TEST_TMP) + "/demo";
-
-size_t count(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
-}
 
 // A tmpfs of `size` (mount's syntax: 512k) at a fresh directory, unmounted at the end.
 class Tmpfs {
@@ -55,14 +50,6 @@ class Tmpfs {
 #define MOUNT_OR_SKIP(t) \
   if (!(t).mounted()) GTEST_SKIP() << "mount -t tmpfs is not permitted here (needs root): " << (t).why()
 
-// exit 2, one shardtrain line holding `needle`, no library stack.
-void expect_one_line_exit2(const Result& r, const std::string& needle) {
-  EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(count(r.out, "shardtrain: error: "), 1u) << r.out;
-  EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("HDF5-DIAG"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("fatal"), std::string::npos) << r.out;
-}
 
 std::string prepare_args(const std::string& output) {
   return "prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " + source("data/demo/train.jsonl") +
@@ -128,7 +115,7 @@ TEST(WriteErrors, ExportOnAFullDiskLeavesNoDirectory) {
   MOUNT_OR_SKIP(t);
   const std::string out = t.dir() + "/model";
   const Result r = run("train --model tiny --threads 1 --batch-size 4 --steps 1 --data " + kDemo + "/train.h5 --save-model " + out);
-  expect_one_line_exit2(r, "shardtrain: error: cannot write " + out + ": no space left on device (");
+  expect_one_line_exit2(r, "shardtrain: error: cannot write " + out + ": no space left on device (", /*before_step1=*/false);
   EXPECT_TRUE(t.entries().empty()) << "no " << out << ", no model.tmp: " << t.entries().front();
 }
 
