@@ -208,17 +208,15 @@ PrepareReport run_prepare(const PrepareOptions& o) {
   const auto& val_src = o.val_input.empty() ? train : val;
   make_parent("--output", o.output);
   if (want_val) make_parent("--val-output", rep.val_output);
-  // Both files appear, or neither: the validation file is removed if the train file fails.
-  if (want_val)
+  // Both files appear, or neither (earlier ones stay): the validation file is written and renamed
+  // once the train file is complete and before it is renamed, so a failure or a kill while either
+  // is written leaves both as they were; only a kill between the two renames splits them.
+  const auto write_val = [&] {
     write_token_file(rep.val_output, rep.val,
                      meta_for(o, tok, val_src, o.val_input.empty() ? o.input : o.val_input, "validation", rep.val_samples));
-  try {
-    write_token_file(o.output, rep.train, meta_for(o, tok, train, o.input, "train", rep.train_samples));
-  } catch (...) {
-    std::error_code ec;
-    if (want_val) std::filesystem::remove(rep.val_output, ec);
-    throw;
-  }
+  };
+  write_token_file(o.output, rep.train, meta_for(o, tok, train, o.input, "train", rep.train_samples),
+                   want_val ? std::function<void()>(write_val) : std::function<void()>());
   return rep;
 }
 

@@ -40,7 +40,7 @@ void read_meta(hid_t f, TokenFileMeta& m) {  // absent attributes keep their def
 
 }  // namespace
 
-void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta) {
+void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta, const std::function<void()>& before_publish) {
   std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
   meta.seq_len = rows.seq_len;
   meta.rows = rows.rows;
@@ -56,6 +56,7 @@ void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta m
     if (meta.packing == "packing") io::h5::write_matrix<int32_t>(f, "position_ids", rows.position_data, rows.rows, rows.seq_len);
     write_meta(f, meta);
     H5_CHECK(H5Fflush(f, H5F_SCOPE_GLOBAL));
+    if (before_publish) before_publish();
   });
 }
 

@@ -43,7 +43,9 @@ Handle scalar_space() { return Handle(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose)
 
 Handle create_file(const std::string& path, hid_t fapl) {
   quiet_errors();
-  return Handle(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl)), H5Fclose);
+  Handle fcpl(H5_CHECK(H5Pcreate(H5P_FILE_CREATE)), H5Pclose);
+  H5_CHECK(H5Pset_obj_track_times(fcpl, false));  // no timestamps: the same input writes the same bytes
+  return Handle(H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl)), H5Fclose);
 }
 
 Handle open_file(const std::string& path) {
@@ -91,6 +93,7 @@ void write_matrix(hid_t file, const std::string& name, const std::vector<T>& dat
   const hsize_t chunk_rows = std::max<hsize_t>(1, std::min<hsize_t>(rows, (256 * 1024) / (sizeof(T) * cols + 1)));
   const hsize_t chunk[2] = {chunk_rows, cols};
   if (rows > 0) H5_CHECK(H5Pset_chunk(dcpl, 2, chunk));
+  H5_CHECK(H5Pset_obj_track_times(dcpl, false));
   Handle dset(H5_CHECK(H5Dcreate2(file, name.c_str(), native_type<T>(), space, H5P_DEFAULT, dcpl, H5P_DEFAULT)),
               H5Dclose);
   if (rows > 0) H5_CHECK(H5Dwrite(dset, native_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()));

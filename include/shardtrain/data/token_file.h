@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,10 @@ struct TokenFileMeta {
   std::string tokenizer_sha256, source_file, source_sha256;
 };
 
-// Writes path via a temporary name and a rename; a failure leaves nothing behind.
-void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta);
+// Writes path via a temporary name and a rename; a failure leaves nothing behind. before_publish
+// runs once the file is complete, before the rename: a failure there leaves nothing either.
+void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta,
+                      const std::function<void()>& before_publish = {});
 
 class TokenFile {
  public:
