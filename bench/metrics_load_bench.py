@@ -33,7 +33,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_sampler import last_step, proc_figures, ranks  # noqa: E402
+from proc_sampler import last_step, proc_figures, ranks, scrape  # noqa: E402
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: metrics_load_bench\r\nAccept: text/plain\r\n\r\n"
 SCRAPERS, SLOW = 50, 10
@@ -64,14 +64,7 @@ class Load:
         while not self.stop.is_set():
             t0 = time.monotonic()
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
-                    s.sendall(REQUEST)
-                    data = b""
-                    while True:
-                        c = s.recv(65536)
-                        if not c:
-                            break
-                        data += c
+                data = scrape(self.port, 10, REQUEST)
                 good = data.startswith(b"HTTP/1.0 200") and b"\nshardtrain_step{" in data
             except OSError as e:
                 data, good = repr(e).encode(), False

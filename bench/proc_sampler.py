@@ -105,6 +105,18 @@ def last_step(path):
     return 0
 
 
+def scrape(port, timeout, request=REQUEST):
+    """One GET /metrics on localhost: the whole response, read until the server closes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(request)
+        data = b""
+        while True:
+            c = s.recv(65536)
+            if not c:
+                return data
+            data += c
+
+
 class Scraper:
     def __init__(self, port, every):
         self.port, self.every = port, every
@@ -116,14 +128,7 @@ class Scraper:
         while not self.stop.is_set():
             t0 = time.monotonic()
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
-                    s.sendall(REQUEST)
-                    data = b""
-                    while True:
-                        c = s.recv(65536)
-                        if not c:
-                            break
-                        data += c
+                data = scrape(self.port, 5)
                 m = re.search(rb"^shardtrain_step\{[^}]*\} (\S+)$", data, re.M)
                 good = data.startswith(b"HTTP/1.0 200") and m is not None
                 if good:
