@@ -28,14 +28,15 @@ bool Values::has(const std::string& key) const {
 }
 
 const Values::Value& Values::find(const std::string& key) const {
-  if (auto bad = unreadable_.find(key); bad != unreadable_.end()) throw runtime::Error(bad->second);
+  // A damaged file is the user's to replace (exit 2), like a truncated one.
+  if (auto bad = unreadable_.find(key); bad != unreadable_.end()) throw runtime::UsageError(bad->second);
   for (const auto& e : entries_)
     if (e.first == key) return e.second;
-  throw runtime::Error(origin_ + ": " + describe(key, piece_) + " is missing; the checkpoint is damaged or was saved without it");
+  throw runtime::UsageError(origin_ + ": " + describe(key, piece_) + " is missing; the checkpoint is damaged or was saved without it");
 }
 
 void Values::wrong_type(const std::string& key, const char* want) const {
-  throw runtime::Error(origin_ + ": " + describe(key, piece_) + " is not " + want + "; the checkpoint is damaged");
+  throw runtime::UsageError(origin_ + ": " + describe(key, piece_) + " is not " + want + "; the checkpoint is damaged");
 }
 
 int64_t Values::get_int(const std::string& key) const {
@@ -62,7 +63,7 @@ nlohmann::json Values::get_json(const std::string& key) const {
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw runtime::Error(origin_ + ": attribute " + key + " is not valid JSON (" + e.what() + "); the checkpoint is damaged");
+    throw runtime::UsageError(origin_ + ": attribute " + key + " is not valid JSON (" + e.what() + "); the checkpoint is damaged");
   }
 }
 

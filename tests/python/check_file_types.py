@@ -149,6 +149,13 @@ def main():
     with h5py.File(bad, "a") as f:
         f[name].attrs["crc32"] = str(f[name].attrs["crc32"])
     expect_refused(TRAIN + ["--data", DEMO, "--resume", bad], f"{bad}: attribute crc32 is string, expected an integer")
+    # A root attribute of the wrong type (a float step): the damaged file is named, exit 2.
+    bad = os.path.join(TMP, "ckpt_step.h5")
+    shutil.copy(ck, bad)
+    with h5py.File(bad, "a") as f:
+        f.attrs["step"] = float(f.attrs["step"])
+    expect_refused(TRAIN + ["--data", DEMO, "--resume", bad], f"{bad}: attribute step of state \"train_step\" is not an integer; "
+                                                             "the checkpoint is damaged")
     # inspect names the type of a tensor that is not float32 rather than failing its checksum only.
     shutil.copy(ck, bad)
     with h5py.File(bad, "a") as f:
