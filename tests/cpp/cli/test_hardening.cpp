@@ -283,7 +283,7 @@ TEST(DataErrors, PrepareMakesOutputDirectoriesAndNamesTheOptionOnFailure) {
 // The global batch of a 1-based step in epoch 0, from the sampler's pure functions.
 std::vector<int64_t> batch_rows(int64_t step, int64_t batch) {
   data::TokenFile f(kDemo + "/train.h5");
-  return data::global_batch(data::epoch_permutation(f.rows(), 1234, 0), batch, step - 1);
+  return data::global_batch(data::epoch_permutation(f.rows(), 1234, 0), batch, (step - 1) * batch);  // from its first row
 }
 
 TEST(Nonfinite, StopNamesStepAndRowsOnEveryRankAlike) {
