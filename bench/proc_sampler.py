@@ -33,12 +33,12 @@ def children(pid):
                 parent[int(d)] = int(s[s.rindex(")") + 2:].split()[1])
             except (OSError, ValueError):
                 pass
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
+    out, unvisited = [], [pid]
+    while unvisited:
+        p = unvisited.pop()
         kids = [c for c, pp in parent.items() if pp == p]
         out += kids
-        todo += kids
+        unvisited += kids
     return out
 
 

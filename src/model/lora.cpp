@@ -96,10 +96,7 @@ at::Generator dropout_generator(const at::Device& device, uint64_t seed) {
 
 at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
   if (p <= 0) return x;
-  at::Generator gen = dropout_generator(x.device(), seed);
-  // Drawn where x lives: no host mask and no copy per projection.
-  auto keep = at::empty(x.sizes(), x.options().dtype(at::kFloat)).bernoulli_(1.0 - p, gen);
-  return x * (keep / (1.0 - p)).to(x.scalar_type());
+  return lora_dropout_rows(x.unsqueeze(0), p, {seed}).squeeze(0);  // one row: the whole tensor
 }
 
 at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds) {
@@ -107,7 +104,8 @@ at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<ui
   const int64_t rows = static_cast<int64_t>(row_seeds.size());
   if (rows == 0 || x.size(0) != rows)
     throw runtime::Error("LoRA dropout: " + std::to_string(rows) + " row seeds for an input of " + std::to_string(x.size(0)) + " rows");
-  auto keep = at::empty({rows, x.numel() / rows}, x.options().dtype(at::kFloat));  // [B, elements per row]
+  // Drawn where x lives: no host mask and no copy per projection. [B, elements per row]
+  auto keep = at::empty({rows, x.numel() / rows}, x.options().dtype(at::kFloat));
   for (int64_t r = 0; r < rows; ++r) {
     at::Generator gen = dropout_generator(x.device(), row_seeds[r]);
     keep[r].bernoulli_(1.0 - p, gen);

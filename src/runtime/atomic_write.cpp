@@ -90,25 +90,25 @@ int storage_errno(const std::string& message, int64_t free) {
 
 std::string storage_failure_line(const std::string& path, int err, int64_t free) {
   const std::string dir = dir_of(path);
-  std::string what, todo;
+  std::string what, advice;
   switch (err) {
     case ENOSPC:
       what = "no space left on device" + (free >= 0 ? " (it needs more than the " + human(free) + " free in " + dir + ")" : "");
-      todo = "free space there or write elsewhere";
+      advice = "free space there or write elsewhere";
       break;
     case EDQUOT:
       what = "disk quota exceeded";
-      todo = "free space within your quota (quota -s; lfs quota on Lustre) or write elsewhere";
+      advice = "free space within your quota (quota -s; lfs quota on Lustre) or write elsewhere";
       break;
     case EROFS:
       what = "read-only file system";
-      todo = "write to a writable file system, or remount " + dir + " read-write";
+      advice = "write to a writable file system, or remount " + dir + " read-write";
       break;
     default:
       what = "permission denied";
-      todo = "write to a directory this user can write, or fix the permissions of " + dir;
+      advice = "write to a directory this user can write, or fix the permissions of " + dir;
   }
-  return "cannot write " + path + ": " + what + ", and no partial output was left; " + todo;
+  return "cannot write " + path + ": " + what + ", and no partial output was left; " + advice;
 }
 
 void write_atomically(const std::string& path, const std::function<void(const std::string& tmp)>& write) {
