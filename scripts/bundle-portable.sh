@@ -42,19 +42,7 @@ cuda_home=${SHARDTRAIN_CUDA_HOME:-/usr/local/cuda}
 log() { echo "[bundle-portable $(date +%H:%M:%S)] $*"; }
 mkdir -p "$(dirname "$root")"
 
-# The Debian mirror this machine's apt uses (deb822 "URIs:" or one-line "deb URL suite").
-host_mirror() {
-  local f
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    grep -hoE '^(URIs:[[:space:]]*|deb[[:space:]]+(\[[^]]*\][[:space:]]+)?)[a-z]+://[^[:space:]]+/debian/?([[:space:]]|$)' "$f" \
-      | grep -oE '[a-z]+://[^[:space:]]+' | head -1
-  done | head -1
-}
-mirror=${SHARDTRAIN_DEB_MIRROR:-$(host_mirror)}
-mirror=${mirror:-http://deb.debian.org/debian}
-mirror=${mirror%/}
-security=${mirror%/debian}/debian-security
+source "$repo/scripts/debian-mirror.sh"  # mirror, security: the ones this machine's apt uses
 
 # Runs a command in the root, in a private mount namespace: /proc, /sys, /dev and the torch wheel
 # (read-only) are mounted for it and vanish with it.
