@@ -3,6 +3,8 @@
 # LibTorch (the PyPI torch wheel) and the Python test tools into a project virtual environment.
 # Usage: scripts/install-deps.sh            (root, or a user with sudo)
 # Env:   SHARDTRAIN_VENV (default: <repo>/.venv), SHARDTRAIN_SKIP_APT=1 to skip apt.
+#        SHARDTRAIN_DEPS=build: only what building the binary needs (the container image's build
+#        stage): BUILD_PACKAGES and the torch wheel, without the test tools.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv=${SHARDTRAIN_VENV:-$repo/.venv}
@@ -11,18 +13,27 @@ venv=${SHARDTRAIN_VENV:-$repo/.venv}
 TORCH_VERSION=2.11.0
 # protobuf: transformers converts a tokenizer.model to its fast tokenizer through sentencepiece
 # 0.1.99's generated sentencepiece_model_pb2, which protobuf 4 and later refuse to load.
-PY_TEST_TOOLS=(transformers==5.23.0 safetensors==0.8.0 numpy sentencepiece==0.1.99 protobuf==3.20.3 h5py==3.16.0 pillow==13.0.0 peft==0.21.2)
+# tensorboard: its own reader checks --tensorboard's event files (2.20.0 accepts protobuf 3.20.3).
+# mlflow: a real `mlflow server` and MLflow's client check --mlflow-uri (3.17.2 resolves with protobuf 3.20.3).
+PY_TEST_TOOLS=(transformers==5.23.0 safetensors==0.8.0 numpy sentencepiece==0.1.99 protobuf==3.20.3 h5py==3.16.0 pillow==13.0.0 peft==0.21.2 tensorboard==2.20.0 mlflow==3.17.2)
 
-DEBIAN_PACKAGES=(
+# What building the binary needs; the container image's build stage installs only these.
+BUILD_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git ca-certificates
   python3 python3-venv python3-dev
   openmpi-bin libopenmpi-dev
-  libhdf5-openmpi-dev hdf5-tools zlib1g-dev
+  libhdf5-openmpi-dev zlib1g-dev
   libboost-program-options-dev
-  libfabric-dev libfabric-bin
+  libfabric-dev
   nlohmann-json3-dev
   libsentencepiece-dev
   libpcre2-dev libutf8proc-dev  # tokenizer.json: its regexes (PCRE2) and NFC (utf8proc)
+  libprotobuf-dev protobuf-compiler  # --tensorboard: the event files' Event protobufs
+  libcurl4-openssl-dev  # --mlflow-uri: MLflow's REST API over HTTP(S)
+)
+DEBIAN_PACKAGES=(
+  "${BUILD_PACKAGES[@]}"
+  hdf5-tools libfabric-bin
   libgtest-dev
   patchelf  # scripts/bundle.sh sets the bundle's RUNPATHs
   curl procps  # test tools: the tests scrape /metrics with curl and find ranks with pgrep
@@ -34,6 +45,12 @@ DEBIAN_PACKAGES=(
 
 sudo_cmd=()
 [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+
+case "${SHARDTRAIN_DEPS:-all}" in
+  all) ;;
+  build) DEBIAN_PACKAGES=("${BUILD_PACKAGES[@]}") PY_TEST_TOOLS=() ;;
+  *) echo "install-deps.sh: SHARDTRAIN_DEPS=${SHARDTRAIN_DEPS} is not all or build" >&2; exit 2 ;;
+esac
 
 if [ "${SHARDTRAIN_SKIP_APT:-0}" != 1 ]; then
   missing=()

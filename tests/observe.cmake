@@ -17,3 +17,15 @@ set_tests_properties(Observe.metrics_load PROPERTIES FIXTURES_REQUIRED demo_data
 # probe) ends the job with one line naming rank, host and error and exit code 76.
 shardtrain_test_exe(test_watchdog_failure cpp/obs/test_watchdog_failure.cpp)
 gtest_discover_tests(test_watchdog_failure DISCOVERY_TIMEOUT 60 PROPERTIES PROCESSORS 2 TIMEOUT 180)
+# MLflow: the REST client's limits and key rules, the tracker against silent and closed ports; then
+# --mlflow-uri against a real `mlflow server` (the venv's mlflow), read back with MLflow's client.
+shardtrain_test(test_mlflow SOURCES cpp/obs/test_mlflow.cpp)
+add_test(NAME Observe.mlflow COMMAND ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/mlflow_tests.py
+         --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --tmp ${TEST_TMP}/mlflow --repo ${PROJECT_SOURCE_DIR})
+set_tests_properties(Observe.mlflow PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300 PROCESSORS 2)
+# --tensorboard at 2 ranks, read back with TensorBoard's own readers: a SIGTERM mid-run leaves
+# every logged step readable, a resume appends a file whose merged scalars equal the metrics file.
+add_test(NAME Observe.tensorboard COMMAND ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/check_tensorboard.py
+         --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --val-data ${TEST_TMP}/demo/train.val.h5
+         --tmp ${TEST_TMP}/observe)
+set_tests_properties(Observe.tensorboard PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 180 PROCESSORS 2)

@@ -10,6 +10,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/run_checks.h"
+#include "shardtrain/cli/run_params.h"
 #include "shardtrain/data/data_identity.h"
 #include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/obs/rank_summary.h"
@@ -133,14 +134,19 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size, o.train.val_batches, o.train.val_every);
   train::SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);
   train::NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
-  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start.step);
+  const train::RunParams params = run_params(o, env.size(), loader.global_batch(), train->seq_len(), engine.model().num_params(),
+                                            engine.device().is_cuda() ? "cuda" : "cpu");
+  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start.step, params);
   auto watchdog = obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
   train::StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(), engine.device().is_cuda());
   train::TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite, profiler};
   // Fit.
   const train::FitEnd end = train::fit(o.train, o.optim, components, start);
   watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats
-  if (end != train::FitEnd::kCompleted) return stop_message(end, signals.last(), nonfinite, env);
+  if (end != train::FitEnd::kCompleted) {  // a signal's stop is KILLED in MLflow; a non-finite stop, FAILED
+    metrics.end_run(end == train::FitEnd::kStoppedBySignal ? obs::RunStatus::kKilled : obs::RunStatus::kFailed);
+    return stop_message(end, signals.last(), nonfinite, env);
+  }
   // Export.
   if (!o.save_model.empty()) {
     if (engine.lora() && !o.merge_lora) {
@@ -151,6 +157,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       runtime::log::info("saved " + std::string(engine.lora() ? "the merged model" : "model") + " to " + o.save_model);
     }
   }
+  metrics.end_run(obs::RunStatus::kFinished);  // after the export: a failed export is a FAILED run
   return 0;
 }
 

@@ -66,12 +66,17 @@ inline constexpr const char* kTokenizerHelp = "SentencePiece .model, Hugging Fac
 po::typed_value<double>* real(double* target, double default_value);
 // The shortest text that reads back as exactly v: 1e-4, 0.1, 0.95, 1e-8, 32.
 std::string round_trip(double v);
+// A parsed option's value as one would type it (doubles as round_trip writes them); "" for a
+// type that no option has.
+std::string option_value_text(const boost::any& v);
 // One line for an unknown option: the command's nearest option, or shardtrain's equivalent of
 // a PyTorch / Hugging Face Trainer flag. config: the --config file it was read from, or "".
 std::string unknown_option_message(const std::string& typed, const po::options_description& all, const std::string& config);
-// Parses args, then --config FILE, into the variables bound by `all`.
+// Parses args, then --config FILE, into the variables bound by `all`. values: when given, every
+// option that has a value (typed, from --config, or its default) as option name -> text.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,
-                const po::positional_options_description* positional = nullptr);
+                const po::positional_options_description* positional = nullptr,
+                std::vector<std::pair<std::string, std::string>>* values = nullptr);
 std::string usage_text(const CommonOptions& c, const std::string& usage, const po::options_description& all);
 void positive(const char* opt, double v, const char* hint);
 at::ScalarType parse_dtype(const std::string& s, const char* opt);

@@ -1,6 +1,6 @@
-// What the options print besides their own errors: --help's defaults as one would type them, and
-// the one line for an unknown option (the nearest option, or shardtrain's name for a flag that
-// PyTorch or Hugging Face's Trainer uses).
+// What the options print besides their own errors: --help's defaults and the options' values as
+// one would type them, and the one line for an unknown option (the nearest option, or
+// shardtrain's name for a flag that PyTorch or Hugging Face's Trainer uses).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -144,6 +144,24 @@ std::string unknown_option_message(const std::string& typed, const po::options_d
     if (!o->long_name().empty()) options.push_back(o->long_name());
   const std::string hint = is_short ? "" : suggestion(name, options, all, dash);
   return head + "; " + (hint.empty() ? "see --help for this command's options" : hint);
+}
+
+std::string option_value_text(const boost::any& v) {
+  if (const auto* x = boost::any_cast<std::string>(&v)) return *x;
+  if (const auto* x = boost::any_cast<bool>(&v)) return *x ? "true" : "false";
+  if (const auto* x = boost::any_cast<double>(&v)) return round_trip(*x);
+  if (const auto* x = boost::any_cast<int>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<long>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<long long>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<unsigned>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<unsigned long>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<unsigned long long>(&v)) return std::to_string(*x);
+  if (const auto* x = boost::any_cast<std::vector<std::string>>(&v)) {
+    std::string out;
+    for (const auto& e : *x) out += (out.empty() ? "" : ",") + e;
+    return out;
+  }
+  return "";
 }
 
 }  // namespace shardtrain::cli::parts

@@ -155,7 +155,7 @@ std::vector<std::string> join_optional_values(const std::vector<std::string>& ar
 }  // namespace
 
 void parse_into(const std::vector<std::string>& raw_args, const po::options_description& all,
-                const po::positional_options_description* positional) {
+                const po::positional_options_description* positional, std::vector<std::pair<std::string, std::string>>* values) {
   po::variables_map vm;
   const std::vector<std::string> args = join_optional_values(raw_args, all);
   bool placeholder = std::any_of(args.begin(), args.end(), has_placeholder);
@@ -179,6 +179,9 @@ void parse_into(const std::vector<std::string>& raw_args, const po::options_desc
       config_path.clear();
     }
     po::notify(vm);
+    if (values)
+      for (const auto& d : all.options())
+        if (vm.count(d->long_name())) values->emplace_back(d->long_name(), option_value_text(vm[d->long_name()].value()));
   } catch (const po::error_with_option_name& e) {
     if (placeholder)
       throw runtime::UsageError("option '" + e.get_option_name() + "' is unknown or has a bad value (its text holds a %...% sequence); see --help");
@@ -396,7 +399,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   visible.add(ckpt).add(run_control_desc(t, run)).add(accuracy_desc(o.accuracy, acc)).add(observability_desc(o.obs));
   po::options_description all;
   all.add(visible).add(faults);
-  parse_into(args, all);
+  parse_into(args, all, nullptr, &o.option_values);
   if (o.common.wants_help()) {
     if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain train --data F.h5 [options]", o.common.help_all ? all : visible);
     return o;
@@ -417,6 +420,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   check_run_control(t, run);
   ck.validate();
   o.obs.validate();
+  o.obs.resolve_run_name(ck.dir);
   check_debug_sleep(o.faults, debug_sleep);
   check_debug_nan(o.faults, debug_nan);
   o.args = args;

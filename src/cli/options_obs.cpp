@@ -1,5 +1,5 @@
-// train's observability options (the Prometheus endpoint and the collective watchdog), and the
-// --debug-sleep fault-injection spec.
+// train's observability options (the Prometheus endpoint, the collective watchdog, the experiment
+// trackers), and the --debug-sleep fault-injection spec.
 #include <cstdio>
 
 #include "option_parts.h"
@@ -17,7 +17,17 @@ po::options_description observability_desc(obs::ObsConfig& o) {
       "metrics-job", po::value(&o.metrics_job), "the job label of the metrics (default: $SLURM_JOB_ID, else shardtrain)")(
       "collective-timeout", real(&o.collective_timeout, 600),
       "seconds a collective may wait before the job names the ranks that have not reached it and exits 76 (0: off)")(
-      "collective-dump", po::value(&o.collective_dump)->default_value(o.collective_dump), "collectives per group each rank prints on a timeout");
+      "collective-dump", po::value(&o.collective_dump)->default_value(o.collective_dump), "collectives per group each rank prints on a timeout")(
+      "tensorboard", po::value(&o.tensorboard_dir),
+      "write TensorBoard event files (every metrics-line figure, the configuration, the hyper-parameters) under "
+      "DIR/<run name>/ from rank 0; view with tensorboard --logdir DIR")(
+      "run-name", po::value(&o.run_name),
+      "the experiment trackers' run, which a resumed run continues (default: --checkpoint-dir's directory name, else the UTC start time)")(
+      "mlflow-uri", po::value(&o.mlflow_uri),
+      "log the run to this MLflow tracking server (http:// or https://, e.g. http://127.0.0.1:5000 from `mlflow server`): "
+      "the options as params, the metrics lines' figures, host, world size, strategy and commit as tags, the final status")(
+      "mlflow-experiment", po::value(&o.mlflow_experiment)->default_value(o.mlflow_experiment),
+      "the MLflow experiment of the run, created when absent");
   return d;
 }
 

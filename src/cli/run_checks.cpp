@@ -172,6 +172,7 @@ void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env) {
     if (failure.empty() && fs::exists(m) && ::access(m.c_str(), W_OK) != 0)
       failure = "--metrics-file " + m.string() + ": " + std::strerror(errno) + "; choose a writable path";
   }
+  if (env.rank() == 0) probe("--tensorboard", o.obs.tensorboard_dir, "choose a directory this job can write");  // rank 0 writes it
   if (env.rank() == 0 && failure.empty() && !o.save_model.empty()) {  // now, not after the run
     try {
       check_export_tokenizer(train_tokenizer(o), o.model);

@@ -4,7 +4,10 @@
 #include <netinet/in.h>
 
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 
+#include "shardtrain/obs/mlflow_client.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
@@ -18,10 +21,31 @@ void ObsConfig::validate() {
                      "(this host only) or 0.0.0.0 (every interface)");
   if (collective_timeout < 0) throw runtime::UsageError("--collective-timeout must be >= 0 seconds (0: off)");
   if (collective_dump < 1 || collective_dump > 64) throw runtime::UsageError("--collective-dump must be in 1..64");
+  check_mlflow_uri(mlflow_uri);
+  if (!mlflow_uri.empty() && mlflow_experiment.empty())
+    throw runtime::UsageError("--mlflow-experiment must not be empty; give the experiment's name, e.g. shardtrain");
   if (metrics_job.empty()) {
     const char* id = std::getenv("SLURM_JOB_ID");
     metrics_job = id && *id ? id : "shardtrain";
   }
+}
+
+void ObsConfig::resolve_run_name(const std::string& checkpoint_dir) {
+  if (run_name.empty() && !checkpoint_dir.empty()) {
+    std::filesystem::path p = std::filesystem::absolute(checkpoint_dir).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();  // runs/job1/ names job1, as runs/job1 does
+    run_name = p.filename().string();
+  }
+  if (run_name.empty()) {
+    char stamp[32];
+    const std::time_t t = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&t, &utc);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &utc);
+    run_name = stamp;
+  }
+  if (run_name.find('/') != std::string::npos || run_name == "." || run_name == "..")
+    throw runtime::UsageError("--run-name '" + run_name + "' must be one directory name, without '/' (e.g. llama7b-lora-r16)");
 }
 
 std::unique_ptr<CollectiveWatchdog> start_watchdog(const ObsConfig& cfg, const comm::ProcessGroups& groups,

@@ -68,8 +68,7 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
   if (!out_) throw runtime::UsageError("--metrics-file: cannot write " + path);
 }
 
-void MetricsWriter::write(const StepMetrics& m) {
-  if (!out_.is_open()) return;
+nlohmann::json metrics_line(const StepMetrics& m) {
   nlohmann::json j = {{"step", m.step},
                       {"epoch", m.epoch},
                       {"loss", m.loss},
@@ -90,7 +89,12 @@ void MetricsWriter::write(const StepMetrics& m) {
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
   if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
   if (m.extra.is_object()) j.update(m.extra);
-  out_ << j.dump() << "\n";
+  return j;
+}
+
+void MetricsWriter::write(const nlohmann::json& line) {
+  if (!out_.is_open()) return;
+  out_ << line.dump() << "\n";
   out_.flush();
 }
 

@@ -6,6 +6,8 @@
 #include "shardtrain/cuda/device_memory.h"
 #endif
 #include "shardtrain/obs/rank_summary.h"
+#include "shardtrain/train/mlflow_sink.h"
+#include "shardtrain/train/tensorboard_sink.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/model/flops.h"
@@ -33,12 +35,21 @@ nlohmann::json memory_json(const fsdp::MemoryReport& m) {
 }  // namespace
 
 MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine,
-                                   const runtime::MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len, int64_t start_step)
+                                   const runtime::MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len, int64_t start_step,
+                                   const RunParams& run)
     : cfg_(cfg), engine_(engine), env_(env), hosts_(std::move(hosts)),
       seq_len_(seq_len), flops_per_token_(model::flops_per_token(engine.model(), seq_len)), start_step_(start_step),
       writer_(env.rank() == 0 ? cfg.metrics_file : "", start_step) {
   if (obs.metrics_port > 0)
     exporter_ = std::make_unique<obs::NodeExporter>(obs.metrics_bind, obs.metrics_port, obs.metrics_job, env.topology(), hosts_);
+  if (env.rank() == 0 && !obs.tensorboard_dir.empty()) {
+    auto tensorboard = std::make_unique<TensorBoardSink>(obs.tensorboard_dir, obs.run_name, env.host(), start_step, run);
+    runtime::log::info("TensorBoard: " + tensorboard->path());
+    trackers_.push_back(std::move(tensorboard));
+  }
+  if (env.rank() == 0 && !obs.mlflow_uri.empty())
+    trackers_.push_back(
+        std::make_unique<MlflowSink>(obs, env.host(), env.rank(), env.size(), fsdp::sharding_name(engine.config().sharding), run));
 }
 
 void MetricsPublisher::begin_step() {
@@ -88,7 +99,12 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
                           [&] { breakdown = obs::summarize_across_ranks(m.phases, m.extra, world.mpi(), hosts_); });
     ++log_steps_;
   }
-  writer_.write(m);
+  const nlohmann::json line = metrics_line(m);  // every sink logs what the JSONL line holds
+  writer_.write(line);
+  for (auto& t : trackers_) {
+    t->write(line);
+    if (log_step || run_ends) t->flush();  // the progress line's cadence; a signal's stop is a run end
+  }
   if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) {
     StepMetrics line = m;  // the metrics file keeps the step's own figures
     interval_.take(line, flops_per_token_, cfg_.peak_tflops, env_.size());
@@ -124,7 +140,21 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
 void MetricsPublisher::write_initial(const StepMetrics& m) {
   runtime::log::info("before training: val_loss " + std::to_string(m.val_loss) + " | exact_match " +
             std::to_string(100.0 * m.val_accuracy) + "%");
-  writer_.write(m);
+  const nlohmann::json line = metrics_line(m);
+  writer_.write(line);
+  // The trackers get the validation figures alone: the line's training fields are 0 before step 1,
+  // and a 0 loss at step 0 would start every curve at 0.
+  nlohmann::json validation = {{"step", m.step}};
+  for (const char* k : {"val_loss", "val_exact_match"})
+    if (line.contains(k)) validation[k] = line[k];
+  for (auto& t : trackers_) {
+    t->write(validation);
+    t->flush();
+  }
+}
+
+void MetricsPublisher::end_run(obs::RunStatus status) {
+  for (auto& t : trackers_) t->end(status);
 }
 
 }  // namespace shardtrain::train

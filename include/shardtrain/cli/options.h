@@ -39,6 +39,7 @@ struct TrainOptions {
   std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
   bool merge_lora = false; // LoRA: --save-model writes merged full weights instead of the adapter
   std::vector<std::string> args;  // as given, stored in checkpoints
+  std::vector<std::pair<std::string, std::string>> option_values;  // every option's value, typed or default (MLflow's params)
   train::TrainConfig train;
   fsdp::FsdpConfig fsdp;
   optim::OptimizerConfig optim;

@@ -47,12 +47,15 @@ class IntervalThroughput {
 // Resident-set high-water mark of this process (CPU), in bytes.
 int64_t peak_host_memory_bytes();
 
+// The metrics line of one step: the JSONL file's object, which the trackers' sinks read too.
+nlohmann::json metrics_line(const StepMetrics& m);
+
 class MetricsWriter {
  public:
   // Empty path: write nothing. keep_through_step > 0 (a resumed run): keep the file's lines up to
   // that step and append, so a requeued job has one history without the lines it redoes.
   explicit MetricsWriter(const std::string& path, int64_t keep_through_step = 0);
-  void write(const StepMetrics& m);
+  void write(const nlohmann::json& line);  // one metrics_line()
 
  private:
   std::ofstream out_;

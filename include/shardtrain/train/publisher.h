@@ -1,6 +1,7 @@
 // The metrics-publisher component: per-step figures (throughput, MFU, memory, collectives),
-// the JSONL line (rank 0), progress and cross-rank breakdown lines, and the Prometheus
-// endpoint. A new figure goes in measure(); a new sink goes in publish().
+// the JSONL line (rank 0), progress and cross-rank breakdown lines, the Prometheus endpoint and
+// the TensorBoard event file and the MLflow run (rank 0). A new figure goes in measure(); a new
+// sink goes in publish().
 #pragma once
 #include <memory>
 #include <string>
@@ -12,15 +13,18 @@
 #include "shardtrain/runtime/mpi_env.h"
 #include "shardtrain/train/config.h"
 #include "shardtrain/train/metrics.h"
+#include "shardtrain/obs/run_status.h"
+#include "shardtrain/train/run_params.h"
+#include "shardtrain/train/tracker_sink.h"
 
 namespace shardtrain::train {
 
 class MetricsPublisher {
  public:
   // Collective over the world (the exporter's node communicator). start_step: a resumed run
-  // keeps its metrics file's lines up to there.
+  // keeps its metrics file's lines up to there. run: the settings the trackers record.
   MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine, const runtime::MpiEnv& env,
-                   std::vector<std::string> hosts, int64_t seq_len, int64_t start_step);
+                   std::vector<std::string> hosts, int64_t seq_len, int64_t start_step, const RunParams& run);
   void begin_step();  // zeroes the collectives' per-step counts
   // After the step's compute: throughput from m.step_time_s, memory and this step's collectives.
   void measure(StepMetrics& m, int64_t global_rows);
@@ -29,6 +33,9 @@ class MetricsPublisher {
   // checkpoint_s: the save's duration, or 0 when this step saved nothing.
   void publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total_steps, double checkpoint_s);
   void write_initial(const StepMetrics& m);  // the step-0 validation line, before training
+  // The run's end as the trackers record it (MLflow: FINISHED, FAILED or KILLED). Without this
+  // call, the destructor records FAILED: an exception is unwinding the run.
+  void end_run(obs::RunStatus status);
   // The endpoint serves every step's figures: the loop reads them from the device each step.
   bool wants_every_step() const { return exporter_ != nullptr; }
 
@@ -47,6 +54,7 @@ class MetricsPublisher {
   std::pair<double, double> gpu_peaks_{-1, -1};  // allocated, reserved; -1 on a CPU rank
   MetricsWriter writer_;
   std::unique_ptr<obs::NodeExporter> exporter_;
+  std::vector<std::unique_ptr<TrackerSink>> trackers_;  // rank 0: --tensorboard, --mlflow-uri
   obs::RankSeries series_;  // collective counters accumulate across steps
 };
 
