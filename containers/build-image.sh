@@ -70,7 +70,8 @@ build() {
   fi
   log "build: scripts/build.sh (BUILD_TARGET=shardtrain)"
   env "${cuda_env[@]}" CCACHE_DIR=/root/.cache/ccache BUILD_DIR=/src/build BUILD_TARGET=shardtrain \
-    "$src/scripts/build.sh" -DSHARDTRAIN_PYTHON="$prefix/venv/bin/python"
+    "$src/scripts/build.sh" -DSHARDTRAIN_PYTHON="$prefix/venv/bin/python" -DSHARDTRAIN_BUILD_TESTS=OFF \
+    -DSHARDTRAIN_GIT_COMMIT="${SHARDTRAIN_COMMIT:-unknown}"
   stage
 }
 
@@ -102,7 +103,8 @@ keep_torch() {
   if ldd "$prefix/bin/shardtrain" | grep -q libtorch_cuda; then
     keep=(torch/lib nvidia)
   else
-    mapfile -t keep < <(ldd "$prefix/bin/shardtrain" | awk -v s="$site/" 'index($3, s) == 1 {print substr($3, length(s) + 1)}')
+    mapfile -t keep < <(ldd "$prefix/bin/shardtrain" | awk '$3 ~ /^\// {print $3}' | xargs realpath -m \
+      | awk -v s="$site/" 'index($0, s) == 1 {print substr($0, length(s) + 1)}')
   fi
   rm -rf /src/venv-keep
   for k in "${keep[@]}"; do
@@ -115,22 +117,34 @@ keep_torch() {
   log "torch $(cat "$prefix/share/torch-version"): kept ${keep[*]} ($(du -sh "$site" | cut -f1))"
 }
 
+# The MPI Operator mounts its SSH keys in sshAuthMountPath (/home/shardtrain/.ssh, read-only) and
+# the workers run sshd as the user on port 2222, as the operator's own base image does.
+ssh_for_mpi_operator() {
+  sed -i 's/^#\?\s*StrictHostKeyChecking .*/    StrictHostKeyChecking no/' /etc/ssh/ssh_config
+  printf '    UserKnownHostsFile /dev/null\n    Port 2222\n' >> /etc/ssh/ssh_config
+  printf 'Port 2222\nPidFile /home/shardtrain/sshd.pid\nHostKey /home/shardtrain/.ssh/id_rsa\nStrictModes no\n' \
+    > /home/shardtrain/.sshd_config
+  chown shardtrain: /home/shardtrain/.sshd_config
+  rm -f /etc/ssh/ssh_host_*  # every container would share them; the operator's key is the host key
+  mkdir -p /run/sshd
+}
+
 runtime() {
   snapshot_sources
   apt-get update -q
   # openmpi-bin: mpirun in the image; openssh: the MPI Operator's launcher ssh-es to workers' sshd.
-  local pkgs=(openmpi-bin openssh-client ca-certificates)
-  [ "$variant" = cuda ] && pkgs+=(openssh-server curl)
+  local pkgs=(openmpi-bin openssh-client openssh-server ca-certificates)
+  [ "$variant" = cuda ] && pkgs+=(curl)
   # shellcheck disable=SC2046
   apt_install "${pkgs[@]}" $(cat "$prefix/share/runtime-packages")
   if [ "$variant" = cuda ]; then
     efa_install
-    mkdir -p /run/sshd
     # On the loader's own path too, so NCCL finds the plugin whatever LD_LIBRARY_PATH a launcher passes in.
     printf '%s\n' /opt/aws-ofi-nccl/lib /opt/amazon/efa/lib > /etc/ld.so.conf.d/aws-ofi-nccl.conf
   fi
   ldconfig
   id shardtrain > /dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/bash shardtrain
+  ssh_for_mpi_operator
   apt-get clean
   rm -rf /var/lib/apt/lists/*
   if ldd "$prefix/bin/shardtrain" | grep "not found"; then echo "build-image.sh: a library is missing" >&2; exit 1; fi

@@ -25,8 +25,9 @@ Options (environment variable in brackets):
   --max-restarts N     requeues after a preemption checkpoint (or a failure) [MAX_RESTARTS] (default 3)
   --restart-on-failure requeue after a failed run too, from the last checkpoint [RESTART_ON_FAILURE=1]
   --ranks-per-node K   simulate nodes of K ranks on fewer machines [RANKS_PER_NODE]
-  --container SIF      run inside Apptainer (apptainer exec --nv) [CONTAINER]
-  --bind PATHS         Apptainer bind mounts, e.g. /fsx [BIND] (default /fsx when it exists)
+  --container SIF      run inside Apptainer (apptainer exec --nv) [CONTAINER]; podman:IMAGE runs
+                       each rank in its own podman container (containers/podman-exec.sh)
+  --bind PATHS         bind mounts, comma-separated, e.g. /fsx [BIND] (default /fsx when it exists)
   --skip-preflight     train without the preflight check [SKIP_PREFLIGHT=1]
   --                   everything after goes to 'shardtrain train' unchanged
 EOF
@@ -107,7 +108,12 @@ shardtrain_default_bin() {
 # LAUNCH_PREFIX: the Apptainer wrapper, or nothing; BIN: the shardtrain binary to run.
 shardtrain_container() {
   LAUNCH_PREFIX=()
-  if [ -n "${CONTAINER:-}" ]; then
+  if [[ "${CONTAINER:-}" == podman:* ]]; then
+    # One podman container per rank (containers/podman-exec.sh); the binds travel in its argv.
+    BIND=${BIND:-$([ -d /fsx ] && echo /fsx || true)}
+    LAUNCH_PREFIX=(env "SHARDTRAIN_BIND=$BIND" "$SHARDTRAIN_HOME/containers/podman-exec.sh" "${CONTAINER#podman:}")
+    BIN=${SHARDTRAIN_BIN:-shardtrain}
+  elif [ -n "${CONTAINER:-}" ]; then
     [ -f "$CONTAINER" ] || { echo "error: --container $CONTAINER does not exist" >&2; exit 2; }
     BIND=${BIND:-$([ -d /fsx ] && echo /fsx || true)}
     LAUNCH_PREFIX=(apptainer exec --nv)

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds, runs every test with ctest, then the
 # sanitizer and fuzzing job (scripts/sanitize.sh; SHARDTRAIN_SANITIZE=0 skips it).
+# --containers: instead, the slow container suite (containers/test.sh: builds the image with
+# podman from nothing, runs the demo inside it and the hybrid launch; docs/containers.md).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 "$repo/scripts/install-deps.sh"
+if [ "${1:-}" = --containers ]; then
+  BUILD_TARGET=shardtrain "$repo/scripts/build.sh"
+  exec "$repo/containers/test.sh"
+fi
 "$repo/scripts/build.sh"
 cd "${BUILD_DIR:-$repo/build}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
