@@ -31,56 +31,16 @@ for tool in tensorboard mlflow; do
   [ -x "$venv_bin/$tool" ] || { echo "$venv_bin/$tool is missing (pip install tensorboard mlflow)" >&2; exit 1; }
 done
 
-server_pids=()
-cleanup() {
-  # each server runs in its own session (setsid): the group takes uvicorn's workers too
-  for pid in "${server_pids[@]}"; do
-    kill -TERM -- "-$pid" 2>/dev/null || true
-  done
-  for pid in "${server_pids[@]}"; do
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-  done
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() { "$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-wait_http() {  # URL WHAT LIMIT_S LOG
-  local t0=$SECONDS
-  until curl -fs -o /dev/null --max-time 2 "$1"; do
-    if [ $((SECONDS - t0)) -ge "$3" ]; then
-      echo "$2 did not answer $1 within $3 s; its log:" >&2
-      tail -20 "$4" >&2
-      exit 1
-    fi
-    sleep 0.5
-  done
-  echo "   $2 up after $((SECONDS - t0)) s"
-}
+source "$repo/bench/tracking_servers.sh"  # start_mlflow_server, start_server, prepare_demo_data
 
 # A fresh store and event directory each time: a second run under a name TensorBoard already has
 # would replace its curves, and MLflow would hold two runs of that name.
-rm -rf "$out/tb" "$out/mlflow.db" "$out/mlartifacts"
+rm -rf "$out/tb"
 mkdir -p "$out" "$images"
 
-if [ ! -s "$out/train.h5" ] || [ ! -s "$out/train.val.h5" ]; then
-  echo "== prepare: data/demo -> $out/train.h5, $out/train.val.h5"
-  "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-    --val-input "$repo/data/demo/val.jsonl" --format alpaca --mode padding --seq-len 64 --output "$out/train.h5" \
-    > "$out/prepare.log" 2>&1 || { cat "$out/prepare.log" >&2; exit 1; }
-fi
+prepare_demo_data "$out"
 
-mlflow_port=$(free_port)
-mlflow_uri=http://127.0.0.1:$mlflow_port
-echo "== MLflow server on $mlflow_uri (store $out/mlflow.db)"
-MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false MLFLOW_DISABLE_TELEMETRY=true DO_NOT_TRACK=true setsid "$venv_bin/mlflow" server \
-  --backend-store-uri "sqlite:///$out/mlflow.db" --default-artifact-root "$out/mlartifacts" \
-  --host 127.0.0.1 --port "$mlflow_port" --workers 1 > "$out/mlflow-server.log" 2>&1 &
-server_pids+=($!)
-# Metrics sent before the server answers are dropped, not retried: train once it is up.
-wait_http "$mlflow_uri/health" "mlflow server" 180 "$out/mlflow-server.log"
+start_mlflow_server "$out"  # sets mlflow_uri
 
 mpi=(mpirun -np "$ranks" --oversubscribe --bind-to none)
 [ "$(id -u)" -ne 0 ] || mpi+=(--allow-run-as-root)
@@ -100,9 +60,7 @@ done
 tb_port=$(free_port)
 tb_uri=http://127.0.0.1:$tb_port
 echo "== TensorBoard on $tb_uri (logdir $out/tb)"
-setsid "$venv_bin/tensorboard" --logdir "$out/tb" --host 127.0.0.1 --port "$tb_port" \
-  > "$out/tensorboard.log" 2>&1 &
-server_pids+=($!)
+start_server "$out/tensorboard.log" "$venv_bin/tensorboard" --logdir "$out/tb" --host 127.0.0.1 --port "$tb_port"
 wait_http "$tb_uri/data/runs" "tensorboard" 120 "$out/tensorboard.log"
 
 echo "== screenshots -> $images"

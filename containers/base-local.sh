@@ -14,12 +14,7 @@ command -v debootstrap > /dev/null || { echo "base-local.sh: debootstrap is miss
 rm -rf "$root"
 echo "[base-local] debootstrap --variant=minbase $DEBIAN_SUITE from $mirror"
 debootstrap --variant=minbase "$DEBIAN_SUITE" "$root" "$mirror" > "$root.log" 2>&1 || { tail -30 "$root.log"; exit 1; }
-cat > "$root/etc/apt/sources.list" <<SRC
-deb $mirror $DEBIAN_SUITE main
-deb $mirror $DEBIAN_SUITE-updates main
-deb $security $DEBIAN_SUITE-security main
-SRC
-echo 'APT::Install-Recommends "false";' > "$root/etc/apt/apt.conf.d/90shardtrain-norecommends"
+write_apt_sources "$root" "$DEBIAN_SUITE"
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root/etc/resolv.conf" "$root/etc/hostname"
 # One layer with no timestamps of this machine's clock in it beyond the files' own.
 tar --numeric-owner -C "$root" -c . | podman import --change 'CMD ["/bin/bash"]' - "$tag" > /dev/null

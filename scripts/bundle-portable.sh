@@ -77,12 +77,7 @@ fi
 mkdir -p "$root/var/log"
 
 # 2. Apt sources (with Debian 11's security updates) and the build packages.
-cat > "$root/etc/apt/sources.list" <<EOF
-deb $mirror $suite main
-deb $mirror $suite-updates main
-deb $security $suite-security main
-EOF
-echo 'APT::Install-Recommends "false";' > "$root/etc/apt/apt.conf.d/90shardtrain-norecommends"
+write_apt_sources "$root" "$suite"
 missing=()
 for p in "${BUILD_PACKAGES[@]}"; do
   chroot "$root" dpkg-query -W -f='${Status}' "$p" 2> /dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -24,16 +24,11 @@ from tensorboard.backend.event_processing.event_multiplexer import EventMultiple
 from tensorboard.plugins.hparams import plugin_data_pb2
 from tensorboard.util import tensor_util
 
+from harness import check
+
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", "2"]
 RUN = "ckpt"  # the run name: --checkpoint-dir's directory name, as neither run passes --run-name
 KEEP_ALL = {"scalars": 0, "tensors": 0}
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAIL: " + msg)
-        sys.exit(1)
-    print("ok: " + msg)
 
 
 def f32(x):

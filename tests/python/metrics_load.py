@@ -26,25 +26,14 @@ import sys
 import threading
 import time
 
+from harness import check, free_port
+
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 DEADLINE_S = 5.0  # HttpLimits::deadline_s: from accept to the last byte of the reply
 SLACK_S = 3.0     # scheduling on a loaded 2-core machine
 SCRAPERS = 50
 PACE_S = 0.25     # between one scraper's scrapes: ~200 scrapes/s in all, where Prometheus does one per 15 s
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: metrics_load\r\nAccept: text/plain\r\n\r\n"
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAIL: " + msg, flush=True)
-        sys.exit(1)
-    print("ok: " + msg, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def read_all(s):

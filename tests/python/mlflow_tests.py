@@ -24,22 +24,11 @@ import sys
 import time
 import urllib.request
 
+from harness import check, free_port
+
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
 STEPS, LOG_EVERY = 30, 5
 FAILURE_LINE = re.compile(r"MLflow at \S+: \d+ requests? failed and \d+ metric batch(es were| was) dropped")
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAIL: " + msg, flush=True)
-        sys.exit(1)
-    print("ok: " + msg, flush=True)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def train_cmd(a, out, name, extra, steps=STEPS, log_every=LOG_EVERY):

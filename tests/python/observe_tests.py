@@ -14,14 +14,9 @@ import subprocess
 import sys
 import time
 
+from harness import check
+
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-
-
-def check(cond, msg):
-    if not cond:
-        print("FAIL: " + msg)
-        sys.exit(1)
-    print("ok: " + msg)
 
 
 def free_port_pair():
