@@ -21,7 +21,8 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$repo/containers/versions.env"
 out=${OUT:-$repo/build/containers-test}
 bin=${SHARDTRAIN_BIN:-$repo/build/src/shardtrain}  # the runs outside containers
-py=$repo/.venv/bin/python
+py=${PYTHON:-$repo/.venv/bin/python}
+[ -x "$py" ] || py=python3  # compare_runs.py needs only the standard library
 image=$LOCAL_IMAGE
 ranks=${DEMO_RANKS:-2}
 data=$repo/data/demo
@@ -108,7 +109,7 @@ fi
 # 4. Checkpoints across the boundary: a 20-step run saves at step 10 on one side; the other side
 # resumes from that file, and its steps 11-20 equal the whole run's.
 short=("${train[@]}" --steps 20 --save-every 10)
-inside_run() { SHARDTRAIN_BIND="$out" "${mpi[@]}" "$repo/containers/podman-exec.sh" "$image" shardtrain "$@"; }
+inside_run() { SHARDTRAIN_BIND="$out,$repo" "${mpi[@]}" "$repo/containers/podman-exec.sh" "$image" shardtrain "$@"; }
 outside_run() { "${mpi[@]}" "$bin" "$@"; }
 cd "$out"
 for side in inside outside; do

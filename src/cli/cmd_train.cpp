@@ -75,7 +75,7 @@ BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader, c
 // The one line a stopped run ends with, and its exit code (docs/reliability.md).
 int stop_message(train::FitEnd end, const train::SignalVerdict& signal, const train::NonfiniteGuard& nonfinite, const runtime::MpiEnv& env) {
   if (end == train::FitEnd::kStoppedNonFinite) {
-    if (env.rank() == 0) std::cerr << "shardtrain: error: " << nonfinite.last_message() << std::endl;
+    if (env.rank() == 0) runtime::log::error_line("shardtrain: error: " + nonfinite.last_message());
     return runtime::kExitNonFinite;
   }
   runtime::log::info("stopped by " + signal.reason + (signal.save ? " after a checkpoint" : " without a checkpoint") +

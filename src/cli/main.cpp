@@ -9,6 +9,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/mpi_env.h"
 #include "shardtrain/runtime/version.h"
 
@@ -42,14 +43,14 @@ int main(int argc, char** argv) {
     }
     throw runtime::UsageError("unknown command '" + cmd + "'; run 'shardtrain --help' for the list");
   } catch (const runtime::AgreedUsageError& e) {  // thrown on every rank: one line, then exit 2 together
-    if (!env || env->rank() == 0) std::cerr << "shardtrain: error: " << e.what() << std::endl;
+    if (!env || env->rank() == 0) runtime::log::error_line(std::string("shardtrain: error: ") + e.what());
     if (env) MPI_Barrier(MPI_COMM_WORLD);
     runtime::MpiEnv::abort(2);
   } catch (const runtime::UsageError& e) {
-    std::cerr << "shardtrain: error: " << e.what() << std::endl;
+    runtime::log::error_line(std::string("shardtrain: error: ") + e.what());
     runtime::MpiEnv::abort(2);
   } catch (const std::exception& e) {
-    std::cerr << "shardtrain: fatal: " << e.what() << " (" << shardtrain::runtime::detail::identity() << ")" << std::endl;
+    runtime::log::error_line(std::string("shardtrain: fatal: ") + e.what() + " (" + shardtrain::runtime::detail::identity() + ")");
     runtime::MpiEnv::abort(1);
   }
 }

@@ -1,5 +1,7 @@
 #include "shardtrain/runtime/logging.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -39,5 +41,14 @@ void warn_once(const std::string& msg) {
   if (g_rank == 0) emit(stderr, "WARN", msg);
 }
 void error(const std::string& msg) { emit(stderr, "ERROR", msg); }
+void error_line(const std::string& line) {
+  const std::string s = line + "\n";
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (size_t done = 0; done < s.size();) {
+    const ssize_t n = ::write(2, s.data() + done, s.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+}
 
 }  // namespace shardtrain::runtime::log

@@ -109,7 +109,7 @@ TEST(Preflight, SweepsInsideAndAcrossSimulatedNodes) {
     const double factor = name.rfind("all_reduce", 0) == 0 ? 1.0 : 0.5;  // groups of 2: 2(n-1)/n, (n-1)/n
     for (const auto& row : rows) {
       EXPECT_EQ(row.wrong, 0) << name;
-      EXPECT_GT(row.algbw, 0) << name;
+      EXPECT_GT(row.us, 0) << name;  // algbw is printed to 0.01 GB/s: 0.00 when a loaded machine takes > 13 ms per 64 KiB
       // Each row is the slowest group's: algbw = size / time, busbw = algbw * (n-1)/n or 2(n-1)/n.
       EXPECT_NEAR(row.algbw, row.bytes / row.us / 1e3, 0.02 + 0.01 * row.algbw) << name;
       EXPECT_NEAR(row.busbw, row.algbw * factor, 0.011 + 0.01 * row.algbw) << name;
