@@ -1,5 +1,7 @@
 #include "shardtrain/obs/mlflow_client.h"
 
+#include <chrono>
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -39,6 +41,10 @@ std::string path_parts(const std::string& key) {
 }
 
 }  // namespace
+
+int64_t unix_time_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 const char* run_status_name(RunStatus s) {
   switch (s) {

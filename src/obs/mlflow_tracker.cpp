@@ -9,17 +9,9 @@
 #include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::obs {
-namespace {
-
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
-
 MlflowTracker::MlflowTracker(MlflowRunSpec spec, int rank, std::string host, MlflowTrackerLimits limits)
     : spec_(std::move(spec)), rank_(rank), host_(std::move(host)), limits_(limits), client_(spec_.uri, limits.timeouts),
-      start_ms_(now_ms()) {
+      start_ms_(unix_time_ms()) {
   thread_ = std::thread([this] { runtime::run_helper_thread("MLflow tracker", rank_, host_, 1, [this] { run(); }); });
 }
 
@@ -88,7 +80,7 @@ void MlflowTracker::run() {
   if (run_id_.empty() && time_left) ensure_run();  // the server may have come up since
   if (!run_id_.empty()) {
     try {
-      client_.update_run(run_id_, status, now_ms());
+      client_.update_run(run_id_, status, unix_time_ms());
     } catch (const std::exception& e) {
       failed(std::string("the run's status ") + run_status_name(status) + " was not sent: " + e.what());
     }

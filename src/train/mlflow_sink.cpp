@@ -9,10 +9,6 @@
 namespace shardtrain::train {
 namespace {
 
-int64_t now_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
 
 }  // namespace
@@ -54,10 +50,9 @@ MlflowSink::MlflowSink(const obs::ObsConfig& obs, const std::string& host, int r
   tracker_ = std::make_unique<obs::MlflowTracker>(std::move(spec), rank, host);
 }
 
-void MlflowSink::write(const nlohmann::json& line) {
-  const int64_t step = line.value("step", int64_t{0});
-  const int64_t at = now_ms();
-  for (auto& s : metric_scalars(line)) pending_.push_back({std::move(s.tag), s.value, at, step});
+void MlflowSink::write(int64_t step, const std::vector<MetricScalar>& scalars) {
+  const int64_t at = obs::unix_time_ms();
+  for (const auto& s : scalars) pending_.push_back({s.tag, s.value, at, step});
 }
 
 void MlflowSink::flush() {

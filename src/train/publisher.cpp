@@ -6,6 +6,7 @@
 #include "shardtrain/cuda/device_memory.h"
 #endif
 #include "shardtrain/obs/rank_summary.h"
+#include "shardtrain/train/metric_scalars.h"
 #include "shardtrain/train/mlflow_sink.h"
 #include "shardtrain/train/tensorboard_sink.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
@@ -101,9 +102,12 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   }
   const nlohmann::json line = metrics_line(m);  // every sink logs what the JSONL line holds
   writer_.write(line);
-  for (auto& t : trackers_) {
-    t->write(line);
-    if (log_step || run_ends) t->flush();  // the progress line's cadence; a signal's stop is a run end
+  if (!trackers_.empty()) {
+    const std::vector<MetricScalar> scalars = metric_scalars(line);
+    for (auto& t : trackers_) {
+      t->write(m.step, scalars);
+      if (log_step || run_ends) t->flush();  // the progress line's cadence; a signal's stop is a run end
+    }
   }
   if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) {
     StepMetrics line = m;  // the metrics file keeps the step's own figures
@@ -147,8 +151,9 @@ void MetricsPublisher::write_initial(const StepMetrics& m) {
   nlohmann::json validation = {{"step", m.step}};
   for (const char* k : {"val_loss", "val_exact_match"})
     if (line.contains(k)) validation[k] = line[k];
+  const std::vector<MetricScalar> scalars = metric_scalars(validation);
   for (auto& t : trackers_) {
-    t->write(validation);
+    t->write(m.step, scalars);
     t->flush();
   }
 }

@@ -40,11 +40,12 @@ TensorBoardSink::TensorBoardSink(const std::string& dir, const std::string& run_
   if (writer_) check(writer_->flush());
 }
 
-void TensorBoardSink::write(const nlohmann::json& line) {
+void TensorBoardSink::write(int64_t step, const std::vector<MetricScalar>& scalars) {
   if (!writer_) return;
   std::vector<std::pair<std::string, double>> values;
-  for (auto& s : metric_scalars(line)) values.emplace_back(std::move(s.tag), s.value);
-  last_step_ = line.value("step", int64_t{0});
+  values.reserve(scalars.size());
+  for (const auto& s : scalars) values.emplace_back(s.tag, s.value);
+  last_step_ = step;
   check(writer_->scalars(last_step_, values));
 }
 

@@ -154,7 +154,7 @@ def check_finished(a, client, out, started_s):
     ok = re.fullmatch(r"[0-9a-f]{40}", commit) and subprocess.run(
         ["git", "-C", a.repo, "merge-base", "--is-ancestor", commit, "HEAD"]).returncode == 0
     check(ok, "tag git_commit %r is this checkout's HEAD or an ancestor" % t.get("git_commit"))
-    check(t.get("mlflow.source.git.commit") == t.get("git_commit"), "MLflow's own commit tag is the same")
+    check(t.get("mlflow.source.git.commit") == commit, "MLflow's own commit tag is the commit id alone (no -dirty)")
     series = jsonl_series(os.path.join(out, "finished.jsonl"))
     check(len(series) > 20 and "loss" in series and "phases/forward" in series,
           "the metrics file has %d figures, loss and phases/forward among them" % len(series))

@@ -21,6 +21,7 @@ struct MlflowMetric {
   int64_t step = 0;
 };
 
+int64_t unix_time_ms();  // MLflow's timestamps: milliseconds since the epoch
 const char* run_status_name(RunStatus s);  // MLflow's RunStatus: FINISHED, FAILED, KILLED
 
 // MLflow's own limits (mlflow/utils/validation.py), which the server enforces per request.

@@ -18,7 +18,7 @@ class TensorBoardSink : public TrackerSink {
   // TensorBoard drops what the run's earlier files logged after it (the steps redone).
   TensorBoardSink(const std::string& dir, const std::string& run_name, const std::string& host, int64_t start_step,
                   const RunParams& run);
-  void write(const nlohmann::json& line) override;
+  void write(int64_t step, const std::vector<MetricScalar>& scalars) override;
   void flush() override;
   // The HParams session's end at the last step written; a signal's stop (kKilled) leaves it open:
   // the resume continues it.
