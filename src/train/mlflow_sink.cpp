@@ -51,11 +51,11 @@ MlflowSink::MlflowSink(const obs::ObsConfig& obs, const std::string& host, int r
 }
 
 void MlflowSink::write(int64_t step, const std::vector<MetricScalar>& scalars) {
-  const int64_t at = obs::unix_time_ms();
-  for (const auto& s : scalars) pending_.push_back({s.tag, s.value, at, step});
+  held_.add(step, obs::unix_time_ms(), scalars, pending_);
 }
 
 void MlflowSink::flush() {
+  held_.flush(pending_);
   if (!pending_.empty()) tracker_->log(std::move(pending_));
   pending_.clear();
 }

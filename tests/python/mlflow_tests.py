@@ -3,7 +3,8 @@
 back through MLflow's own Python client (mlflow.tracking.MlflowClient):
   uri       --mlflow-uri file:///... exits 2 with one line that says to start `mlflow server`
   finished  a 2-rank run: status FINISHED, params = the options, tags (host, world size, strategy,
-            commit), every metric's history = the --metrics-file JSONL, step by step
+            commit), every metric of the --metrics-file JSONL at every step = MLflow's latest
+            point at or before it, every point a JSONL point, held values not sent again
   killed    SIGTERM mid-run: status KILLED, with an end time
   failed    a non-finite loss stops the run (exit 65): status FAILED
   down      the server SIGKILLed mid-run: training ends with exit 0, in bounded time, with the
@@ -161,13 +162,28 @@ def check_finished(a, client, out, started_s):
     logged = set(run.data.metrics)
     check(logged == set(series), "the run's metric keys are the metrics file's (only in MLflow: %s; only in the file: %s)"
           % (sorted(logged - set(series))[:5], sorted(set(series) - logged)[:5]))
-    bad = []
+    # MLflow gets a series' points where it changes, the point before each change and the latest
+    # point at each progress line: its latest point at or before a step is that step's value.
+    bad, invented, sent, logged_points = [], [], 0, 0
     for key, want_points in series.items():
         got = sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
-        if len(got) != len(want_points) or any(gs != ws or not close(gv, wv) for (gs, gv), (ws, wv) in zip(got, sorted(want_points))):
-            bad.append(key)
-    check(not bad, "every metric's history equals the metrics file step by step (%d keys x %d steps; differ: %s)"
-          % (len(series), len(series["loss"]), bad[:5]))
+        want = dict(want_points)
+        sent += len(got)
+        logged_points += len(want)
+        invented += [(key, s) for s, v in got if s not in want or not close(v, want[s])]
+        for step, value in want_points:
+            shown = [v for s, v in got if s <= step]
+            if not shown or not close(shown[-1], value):
+                bad.append((key, step))
+                break
+        if got and got[-1][0] != max(want):
+            bad.append((key, "last"))
+    check(not bad, "every metric's value at every step of the metrics file is MLflow's latest point at or before "
+          "that step (%d keys x %d steps; differ: %s)" % (len(series), len(series["loss"]), bad[:5]))
+    check(not invented, "every MLflow point is a point of the metrics file (not: %s)" % invented[:5])
+    loss_steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss"))
+    check(loss_steps == [s for s, _ in series["loss"]], "the loss, which changes every step, has a point at every step")
+    check(sent < logged_points, "held values are not sent again (%d points sent for %d logged)" % (sent, logged_points))
 
 
 def run_killed(a, client, out, uri):

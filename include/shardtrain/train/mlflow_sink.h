@@ -1,5 +1,6 @@
 // The metrics publisher's --mlflow-uri sink (rank 0): the run's params and tags at its start,
-// every metrics line's scalars at its step (one batch per progress line), and its final status.
+// the metrics lines' scalars (HeldPoints: the points that carry every step's value; one batch per
+// progress line), and its final status.
 // Every request goes through obs::MlflowTracker's queue: the server never holds up a step.
 #pragma once
 #include <memory>
@@ -9,6 +10,7 @@
 
 #include "shardtrain/obs/config.h"
 #include "shardtrain/obs/mlflow_tracker.h"
+#include "shardtrain/train/held_points.h"
 #include "shardtrain/train/run_params.h"
 #include "shardtrain/train/tracker_sink.h"
 
@@ -28,6 +30,7 @@ class MlflowSink : public TrackerSink {
   void end(obs::RunStatus status) override;  // flush, then the tracker's bounded drain and the status
 
  private:
+  HeldPoints held_;
   std::vector<obs::MlflowMetric> pending_;
   std::unique_ptr<obs::MlflowTracker> tracker_;
 };
