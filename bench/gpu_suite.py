@@ -11,6 +11,9 @@ when it fails.
   subset IN.h5 OUT.h5 --rows N            the first N rows of a token file
   same-weights DIR_A DIR_B                two Hugging Face model directories hold equal tensors
   fits LOG                                'fits', 'oom' or 'error' for a training log
+  gtest REPORT.xml --name N --device D --rc RC
+                                          a GoogleTest XML report: passed, failed and skipped tests (on a
+                                          GPU, a test skipped for want of one fails)
 """
 import argparse
 import json
@@ -152,6 +155,39 @@ def cmd_fits(a):
         print("error")
 
 
+def cmd_gtest(a):
+    import xml.etree.ElementTree as ET
+    try:
+        cases = list(ET.parse(a.report).getroot().iter("testcase"))
+    except (OSError, ET.ParseError) as e:
+        print(f"FAIL: {a.name}: no test report (exit {a.rc}; {e})")
+        sys.exit(1)
+    passed, failed, skipped = [], [], []
+    for case in cases:
+        name = f"{case.get('classname')}.{case.get('name')}"
+        why = case.find("skipped")
+        if case.find("failure") is not None:
+            failed.append(name)
+        elif why is not None or case.get("result") == "skipped":
+            message = (why.get("message") or "") if why is not None else ""
+            skipped.append((name, message.strip().splitlines()[-1] if message.strip() else "no reason given"))
+        else:
+            passed.append(name)
+    # On a GPU only the tests written for CPU-only machines may skip.
+    unseen = [n for n, why in skipped if a.device == "cuda" and "a GPU is visible" not in why]
+    ok = a.rc == 0 and cases and not failed and not unseen
+    parts = [f"{len(passed)} passed"]
+    if failed:
+        parts.append(f"{len(failed)} failed ({', '.join(failed)})")
+    reasons = {}
+    for n, why in skipped:
+        reasons.setdefault(why, []).append(n.split(".", 1)[1])
+    for why, names in reasons.items():
+        parts.append(f"{len(names)} skipped ({', '.join(names)}): {why}")
+    print(f"{'PASS' if ok else 'FAIL'}: {a.name}: {', '.join(parts)}; exit {a.rc}")
+    sys.exit(0 if ok else 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -178,9 +214,12 @@ def main():
     sw.add_argument("a"), sw.add_argument("b")
     f = sub.add_parser("fits")
     f.add_argument("log"), f.add_argument("--rc", type=int, required=True)
+    g = sub.add_parser("gtest")
+    g.add_argument("report"), g.add_argument("--name", required=True), g.add_argument("--device", required=True)
+    g.add_argument("--rc", type=int, required=True)
     a = ap.parse_args()
     {"env": cmd_env, "make-model": cmd_make_model, "make-7b": cmd_make_7b, "logits": cmd_logits, "curves": cmd_curves,
-     "subset": cmd_subset, "same-weights": cmd_same_weights, "fits": cmd_fits}[a.cmd](a)
+     "subset": cmd_subset, "same-weights": cmd_same_weights, "fits": cmd_fits, "gtest": cmd_gtest}[a.cmd](a)
 
 
 if __name__ == "__main__":

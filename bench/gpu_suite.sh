@@ -11,6 +11,10 @@
 #               e. the GPU run's checkpoint, read on the CPU, exports the GPU run's own export;
 #               f. that export loads in transformers with shardtrain's logits;
 #            3. shardtrain preflight --device cuda;
+#   tests    6. the build's GPU tests (tests/cpp/cuda, GoogleTest: NCCL at world 1 against the CPU,
+#               no sticky error after a not-ready query, the varlen kernel, the fused bf16 loss, the
+#               unwaited-collective shelf, LoRA masks on the device, more ranks than GPUs refused):
+#               from a bundle through libexec/tests/run, in a source tree from build/tests;
 #   speed    4. speed and memory against PyTorch FSDP2 (bench/gpu_vs_pytorch.sh: 7B shape, 4 layers,
 #               bf16, seq 2048 and 4096, activation checkpointing off and on, batch 4);
 #   profile  4b. one shardtrain step at the 7B shape (4 layers, seq 4096, batch 4) under
@@ -25,8 +29,8 @@
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
 #               up to the first that runs out of memory;
 #   layers   5b. the most Llama-2 7B layers each trainer fits (random init, checkpointing, seq 2048, batch 1).
-# The environment is always recorded. Default parts: check,speed,profile,scale,layers. Exit status 1
-# when a correctness check (2, 3) fails, and on the CPU smoke test when any part fails to run.
+# The environment is always recorded. Default parts: check,tests,speed,profile,scale,layers. Exit
+# status 1 when a correctness check (2, 3, 6) fails, and on the CPU smoke test when any part fails to run.
 # Big scratch files (the 7B weights) go to --work (default: a new temporary folder), not --out.
 # No attempt of scale and layers starts after SUITE_DEADLINE seconds (570), or runs past it, so
 # that one part fits a 600-second call.
@@ -37,7 +41,7 @@
 # Env: SHARDTRAIN_BIN, PYTHON (see bench/env.sh), BENCH_STEPS (speed steps, 20), SUITE_DEADLINE.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-device=cuda out= parts=check,speed,profile,scale,layers work= deadline=${SUITE_DEADLINE:-570}
+device=cuda out= parts=check,tests,speed,profile,scale,layers work= deadline=${SUITE_DEADLINE:-570}
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift 2 ;;
@@ -51,8 +55,8 @@ done
 [ -n "$out" ] || { echo "gpu_suite.sh: --out DIR is required" >&2; exit 2; }
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in check|speed|profile|compile|kernels|scale|layers) ;;
-    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, speed, profile, compile, kernels, scale, layers)" >&2; exit 2 ;;
+  case "$p" in check|tests|speed|profile|compile|kernels|scale|layers) ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, scale, layers)" >&2; exit 2 ;;
   esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
@@ -173,6 +177,30 @@ part_check() {
     failures=$((failures + 1)); record "- FAIL: \`shardtrain preflight --device $device\` (preflight.log)"
   fi
   [ "$device" = cuda ] || record "- (device cpu: the NCCL sweep is the GPU run's)"
+}
+
+part_tests() {
+  record ""
+  record "## 6. GPU tests (tests/cpp/cuda)"
+  local dir=$repo/libexec/tests mpi=("$repo/bin/mpirun" --oversubscribe -np 1) t rc cmd
+  if [ ! -x "$dir/run" ]; then
+    dir=$repo/build/tests mpi=(mpirun --oversubscribe --bind-to none -np 1)
+    [ -x "$dir/test_gpu" ] || { skip "6. no GPU test programs here (a bundle or build without CUDA/NCCL or without tests)"; return; }
+  fi
+  # What the ctest fixture demo_data prepares, in a scratch folder the tests are pointed at.
+  export SHARDTRAIN_TEST_WORK=$work/tests SHARDTRAIN_TEST_BIN=$bin
+  mkdir -p "$out/tests" "$SHARDTRAIN_TEST_WORK/demo"
+  st tests/prepare.log prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
+    --val-input "$repo/data/demo/val.jsonl" --output "$SHARDTRAIN_TEST_WORK/demo/train.h5" --seq-len 64 --mode padding \
+    || { failures=$((failures + 1)); record "- FAIL: the demo data for the tests (tests/prepare.log)"; return; }
+  for t in test_gpu test_gpu_mpi; do
+    cmd=("$dir/$t"); [ -x "$dir/run" ] && cmd=("$dir/run" "$t")
+    [ "$t" = test_gpu_mpi ] && cmd=("${mpi[@]}" "${cmd[@]}")
+    progress "6. $t"
+    timeout 300 "${cmd[@]}" --gtest_output="xml:$out/tests/$t.xml" > "$out/tests/$t.log" 2>&1
+    rc=$?
+    check "6. $t" "${helper[@]}" gtest "$out/tests/$t.xml" --name "6. $t (tests/$t.log)" --device "$device" --rc "$rc"
+  done
 }
 
 speed() {  # TITLE DIR [ENV=VALUE...]: bench/gpu_vs_pytorch.sh into OUT/DIR, its table into results.md
@@ -326,6 +354,7 @@ part_layers() {
 }
 
 want check && part_check
+want tests && part_tests
 want speed && speed "4. Speed and memory against PyTorch FSDP2" speed
 want profile && part_profile
 if want compile; then

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds dist/shardtrain-<version>-linux-x86_64.tar.gz: the stripped binary (CUDA/NCCL compiled in
-# when the build machine has nvcc and nccl.h), every shared library it needs that is not glibc, the
-# CUDA driver or part of the torch wheel (Open MPI with its components, mpirun/orted, PMIx, hwloc,
-# parallel HDF5, Boost.Program_options, SentencePiece, libfabric, ...), and bench/, launch/,
-# slurm/, configs/ and the demo data. Libraries resolve through RUNPATH $ORIGIN/../lib; the
-# launcher bin/shardtrain finds LibTorch in the target's torch wheel (docs/bundle.md).
+# when the build machine has nvcc and nccl.h, and then the GPU tests beside it), every shared
+# library it needs that is not glibc, the CUDA driver or part of the torch wheel (Open MPI with its
+# components, mpirun/orted, PMIx, hwloc, parallel HDF5, Boost.Program_options, SentencePiece,
+# libfabric, ...), and bench/, launch/, slurm/, configs/ and the demo data. Libraries resolve
+# through RUNPATH $ORIGIN/../lib; the launcher bin/shardtrain finds LibTorch in the target's torch
+# wheel (docs/bundle.md).
 #
 #   scripts/bundle.sh               # builds the binary if needed, writes dist/<name>.tar.gz
 # Env: BUILD_DIR (build), DIST_DIR (dist), BUNDLE_SKIP_BUILD=1 to package an existing build,
@@ -76,6 +77,21 @@ collect() {  # FILE...: records the non-target libraries that FILE needs, transi
 cp "$exe" "$root/libexec/shardtrain"
 strip --strip-unneeded "$root/libexec/shardtrain"
 collect "$exe"
+# The GPU tests (tests/cpp/cuda), when CUDA/NCCL is compiled in and the build has its tests: a GPU
+# machine runs them from the bundle (libexec/tests/run; bench/gpu_suite.sh --parts tests).
+gpu_tests=(test_gpu test_gpu_mpi)
+if readelf -d "$exe" | grep -q libnccl && grep -q '^SHARDTRAIN_BUILD_TESTS:BOOL=ON' "$build/CMakeCache.txt"; then
+  [ "${BUNDLE_SKIP_BUILD:-0}" = 1 ] || cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "${gpu_tests[@]}" \
+    >> "$build.bundle-build.log" 2>&1 || { tail -30 "$build.bundle-build.log"; exit 1; }
+  mkdir -p "$root/libexec/tests"
+  for t in "${gpu_tests[@]}"; do
+    [ -x "$build/tests/$t" ] || { echo "bundle.sh: $build/tests/$t is not built (cmake --build $build --target $t)" >&2; exit 1; }
+    cp "$build/tests/$t" "$root/libexec/tests/$t"
+    strip --strip-unneeded "$root/libexec/tests/$t"
+    collect "$build/tests/$t"
+  done
+  cp "$repo/scripts/bundle/run-test" "$root/libexec/tests/run"
+fi
 for b in orterun orted; do cp "$(readlink -f "/usr/bin/$b")" "$root/bin/$b"; collect "/usr/bin/$b"; done
 for c in "$ompi_lib"/*.so; do
   skip_component "$c" && continue
@@ -98,6 +114,7 @@ for f in "$root"/lib/*.so*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 for f in "$root"/lib/pmix/*.so "$root"/lib/hwloc/*.so; do patchelf --set-rpath '$ORIGIN/..' "$f"; done
 for f in "$root/$bundle_ompi_lib"/*.so; do patchelf --set-rpath '$ORIGIN/../../../..' "$f"; done
 for f in "$root/libexec/shardtrain" "$root/bin/orterun" "$root/bin/orted"; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
+for t in "${gpu_tests[@]}"; do [ ! -f "$root/libexec/tests/$t" ] || patchelf --set-rpath '$ORIGIN/../../lib' "$root/libexec/tests/$t"; done
 strip --strip-unneeded "$root"/lib/*.so* "$root"/lib/pmix/*.so "$root"/lib/hwloc/*.so "$root/$bundle_ompi_lib"/*.so "$root/bin/orterun" "$root/bin/orted" 2> /dev/null || true
 
 # Open MPI's and PMIx's help texts and defaults (Debian's MCA defaults: no UCX, no openib).
@@ -105,7 +122,7 @@ cp -r /usr/share/openmpi "$root/share/openmpi"
 [ -d /usr/lib/$arch/pmix2/share/pmix ] && cp -r /usr/lib/$arch/pmix2/share/pmix "$root/share/pmix"
 cp /etc/openmpi/openmpi-mca-params.conf /etc/openmpi/openmpi-default-hostfile "$root/etc/openmpi/"
 
-cp "$repo/scripts/bundle/env.sh" "$root/libexec/env.sh"
+cp "$repo/scripts/bundle/env.sh" "$repo/scripts/bundle/torch_env.sh" "$root/libexec/"
 cp "$repo/scripts/bundle/shardtrain" "$repo/scripts/bundle/mpirun" "$root/bin/"
 chmod +x "$root/bin/shardtrain" "$root/bin/mpirun"
 echo "$torch_version" > "$root/share/shardtrain/torch-version"
@@ -123,6 +140,7 @@ glibc=$(find "$root" -type f \( -name '*.so*' -o -path '*/bin/*' -o -path '*/lib
 {
   echo "shardtrain $version, built $(date -u +%Y-%m-%d) on $(. /etc/os-release; echo "$PRETTY_NAME")"
   echo "torch $torch_version, CUDA/NCCL compiled in: $cuda, needs glibc >= ${glibc#GLIBC_}"
+  echo "GPU tests: $([ -d "$root/libexec/tests" ] && (cd "$root/libexec/tests" && ls -I run | paste -sd' ' -) || echo none)"
   echo "libraries:"; (cd "$root/lib" && ls *.so* | sed 's/^/  /')
 } > "$root/share/shardtrain/MANIFEST"
 

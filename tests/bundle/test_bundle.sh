@@ -3,8 +3,9 @@
 # where every file of the Debian packages it replaces is hidden (bound to /dev/null), leaving only
 # what a Debian 12 minbase with python3 has, plus the venv's torch wheel. There it runs prepare,
 # train --device cpu at 1 rank (singleton MPI) and at 2 ranks under the bundled mpirun (equal
-# losses), and preflight, all with LD_DEBUG=libs: every object that the bundle's programs load must
-# come from the bundle, the torch and NVIDIA wheels, or glibc.
+# losses), preflight, and the one bundled GPU test written for machines without a GPU, all with
+# LD_DEBUG=libs: every object that the bundle's programs load must come from the bundle, the torch
+# and NVIDIA wheels, or glibc.
 #   tests/bundle/test_bundle.sh BUILD_DIR PYTHON     (root: mount namespaces; exit 77 = skipped)
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -60,6 +61,11 @@ common=(train --model tiny --data "$WORK/train.h5" --device cpu --steps 4 --log-
 run train1 bin/shardtrain "${common[@]}" --batch-size 4 --metrics-file "$WORK/m1.jsonl"
 run train2 bin/mpirun -np 2 --oversubscribe bin/shardtrain "${common[@]}" --batch-size 2 --metrics-file "$WORK/m2.jsonl"
 run preflight bin/shardtrain preflight --device cpu --max-bytes 1M
+if [ -x libexec/tests/run ]; then  # the GPU tests (CUDA builds): the one written for machines without a GPU
+  mkdir -p "$WORK/tests/demo" && ln -sf "$WORK/train.h5" "$WORK/tests/demo/train.h5"  # where the tests look for the demo data
+  SHARDTRAIN_TEST_WORK=$WORK/tests run gpu_tests libexec/tests/run test_gpu --gtest_filter=Gpu.CudaWithoutAGpuIsAUsageError
+  grep -q "PASSED .* 1 test" "$WORK/gpu_tests.log" || { cat "$WORK/gpu_tests.log"; echo "FAIL: the bundled test_gpu" >&2; exit 1; }
+fi
 INNER
 
 # Equal losses at 1 and 2 ranks (global batch 4 both ways; fp32 reduction order differs).

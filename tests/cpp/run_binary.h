@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,17 +31,28 @@ inline Result shell(const std::string& cmd) {
   return r;
 }
 
+// The build's path, unless the environment names another: the bundle's GPU tests run away from
+// the build (libexec/tests/run sets these; bench/gpu_suite.sh --parts tests).
+inline std::string from_env(const char* name, const std::string& built) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : built;
+}
+inline std::string shardtrain_bin() { return from_env("SHARDTRAIN_TEST_BIN", SHARDTRAIN_BIN); }
+inline std::string test_work() { return from_env("SHARDTRAIN_TEST_WORK", SHARDTRAIN_TEST_TMP); }
+// "mpirun ... -np ", to be followed by the rank count.
+inline std::string mpiexec() { return from_env("SHARDTRAIN_TEST_MPIEXEC", SHARDTRAIN_MPIEXEC); }
+
 // The shardtrain binary with these arguments, after `prefix` (e.g. an mpirun command).
 inline Result run(const std::string& args, const std::string& prefix = "") {
-  return shell(prefix + std::string(SHARDTRAIN_BIN) + " " + args);
+  return shell(prefix + shardtrain_bin() + " " + args);
 }
 
 inline std::string tmp(const std::string& name) {
-  std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
-  return std::string(SHARDTRAIN_TEST_TMP) + "/" + name;
+  std::filesystem::create_directories(test_work());
+  return test_work() + "/" + name;
 }
 
-inline std::string source(const std::string& rel) { return std::string(SHARDTRAIN_SOURCE_DIR) + "/" + rel; }
+inline std::string source(const std::string& rel) { return from_env("SHARDTRAIN_TEST_SOURCES", SHARDTRAIN_SOURCE_DIR) + "/" + rel; }
 
 inline std::string slurp(const std::string& path) {  // a whole text file; "" when missing
   std::ifstream in(path);

@@ -16,7 +16,8 @@
 using namespace testing_support;
 
 namespace {
-const std::string kDemo = std::string(SHARDTRAIN_TEST_TMP) + "/demo";
+// The demo data the ctest fixture demo_data (or the GPU suite) prepared.
+std::string demo() { return test_work() + "/demo"; }
 
 // Why GPU tests cannot run here, or "" when they can.
 std::string no_gpu_reason() {
@@ -30,8 +31,8 @@ std::string no_gpu_reason() {
 
 std::vector<nlohmann::json> train(const std::string& device, const std::string& extra) {
   const auto metrics = tmp("gpu_" + device + ".jsonl");
-  auto r = run("train --model tiny --threads 2 --data " + kDemo + "/train.h5 --steps 12 --batch-size 8 --param-dtype bf16 "
-               "--lr 3e-3 --device " + device + " --metrics-file " + metrics + " " + extra, std::string(SHARDTRAIN_MPIEXEC) + "1 ");
+  auto r = run("train --model tiny --threads 2 --data " + demo() + "/train.h5 --steps 12 --batch-size 8 --param-dtype bf16 "
+               "--lr 3e-3 --device " + device + " --metrics-file " + metrics + " " + extra, mpiexec() + "1 ");
   EXPECT_EQ(r.code, 0) << r.out;
   return read_jsonl(metrics);
 }
@@ -55,7 +56,7 @@ TEST(Gpu, NcclWorldOneMatchesCpuWithinBf16Tolerance) {
 
 TEST(Gpu, CudaWithoutAGpuIsAUsageError) {
   if (no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is visible: this test covers CPU-only machines";
-  auto r = run("train --model tiny --data " + kDemo + "/train.h5 --steps 1 --device cuda");
+  auto r = run("train --model tiny --data " + demo() + "/train.h5 --steps 1 --device cuda");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--device cuda: no CUDA device is visible"), std::string::npos) << r.out;
 }
@@ -94,8 +95,8 @@ TEST(Gpu, NotReadyQueryLeavesNoStickyError) {
 // block-diagonal mask; either way the loss of a packed file equals that of the same samples padded.
 TEST(Gpu, PackedEqualsPaddedThroughTheVarlenKernel) {
   if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
-  const std::string val = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/demo/val.jsonl";
-  const std::string tok = std::string(SHARDTRAIN_SOURCE_DIR) + "/data/demo/tokenizer.model";
+  const std::string val = source("data/demo/val.jsonl");
+  const std::string tok = source("data/demo/tokenizer.model");
   for (const char* mode : {"packing", "padding"}) {
     auto r = run(std::string("prepare --tokenizer ") + tok + " --input " + val + " --seq-len 256 --mode " + mode + " --output " +
                  tmp(std::string("gpu_") + mode + ".h5"));
@@ -126,8 +127,8 @@ TEST(Gpu, MoreRanksThanGpusOnAMachineIsAUsageError) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   const int gpus = shardtrain::cuda::device_count();
   const int ranks = gpus + 1;
-  auto r = run("train --model tiny --threads 1 --data " + kDemo + "/train.h5 --steps 1 --device auto --ranks-per-node 1",
-               std::string(SHARDTRAIN_MPIEXEC) + std::to_string(ranks) + " ");
+  auto r = run("train --model tiny --threads 1 --data " + demo() + "/train.h5 --steps 1 --device auto --ranks-per-node 1",
+               mpiexec() + std::to_string(ranks) + " ");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("runs " + std::to_string(ranks) + " ranks but sees " + std::to_string(gpus) + " GPU"), std::string::npos)
       << r.out;

@@ -12,7 +12,7 @@
 using namespace shardtrain;
 
 TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  if (cuda::device_count() == 0) GTEST_SKIP() << "GPU test skipped: no CUDA device is visible";
   at::manual_seed(0);
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const int64_t T = 96, H = 64, V = 300;
@@ -38,5 +38,5 @@ TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) {
   EXPECT_LT(rel(w.grad(), w32.grad()), 1e-2);
 }
 #else
-TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) { GTEST_SKIP() << "this build has no CUDA"; }
+TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) { GTEST_SKIP() << "GPU test skipped: this build has no CUDA"; }
 #endif
