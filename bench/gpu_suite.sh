@@ -187,12 +187,10 @@ part_tests() {
     dir=$repo/build/tests mpi=(mpirun --oversubscribe --bind-to none -np 1)
     [ -x "$dir/test_gpu" ] || { skip "6. no GPU test programs here (a bundle or build without CUDA/NCCL or without tests)"; return; }
   fi
-  # What the ctest fixture demo_data prepares, in a scratch folder the tests are pointed at.
+  # The tests read the demo data where the ctest fixture demo_data puts it, in their scratch folder.
   export SHARDTRAIN_TEST_WORK=$work/tests SHARDTRAIN_TEST_BIN=$bin
-  mkdir -p "$out/tests" "$SHARDTRAIN_TEST_WORK/demo"
-  st tests/prepare.log prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-    --val-input "$repo/data/demo/val.jsonl" --output "$SHARDTRAIN_TEST_WORK/demo/train.h5" --seq-len 64 --mode padding \
-    || { failures=$((failures + 1)); record "- FAIL: the demo data for the tests (tests/prepare.log)"; return; }
+  mkdir -p "$out/tests"
+  prepare_demo_data "$SHARDTRAIN_TEST_WORK/demo"
   for t in test_gpu test_gpu_mpi; do
     cmd=("$dir/$t"); [ -x "$dir/run" ] && cmd=("$dir/run" "$t")
     [ "$t" = test_gpu_mpi ] && cmd=("${mpi[@]}" "${cmd[@]}")

@@ -9,14 +9,12 @@
 # Env: SHARDTRAIN_BIN, PYTHON (.venv/bin/python), STEPS (1000 of the demo's 8000), REPS (5 pairs), RANKS (2),
 #      MODES ("none both"; also "tensorboard" and "mlflow" for one tracker alone).
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=${SHARDTRAIN_BIN:-$repo/build/src/shardtrain}
-py=${PYTHON:-$repo/.venv/bin/python}
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # repo, bin, py, out_dir, prepare_demo_data
 venv_bin=$(dirname "$py")
-out=$(mkdir -p "${1:-$repo/out/tracking-overhead}" && cd "${1:-$repo/out/tracking-overhead}" && pwd)
+out=$(out_dir "${1:-$repo/out/tracking-overhead}")
 steps=${STEPS:-1000} reps=${REPS:-5} ranks=${RANKS:-2}
 read -r -a modes <<< "${MODES:-none both}"
-source "$repo/bench/tracking_servers.sh"  # start_mlflow_server, prepare_demo_data
+source "$repo/bench/tracking_servers.sh"  # start_mlflow_server
 prepare_demo_data "$out"
 start_mlflow_server "$out"
 rm -rf "$out/tb" "$out"/*.jsonl "$out/runs.txt"

@@ -13,11 +13,9 @@
 #        servers' stores; the PNGs go to docs/images/)
 # Env: SHARDTRAIN_BIN, PYTHON (.venv/bin/python), STEPS (600), RANKS (2), CHROMIUM (chromium).
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin=${SHARDTRAIN_BIN:-$repo/build/src/shardtrain}
-py=${PYTHON:-$repo/.venv/bin/python}
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"  # repo, bin, py, out_dir, prepare_demo_data
 venv_bin=$(dirname "$py")
-out=$(mkdir -p "${1:-$repo/out/tracking-screenshots}" && cd "${1:-$repo/out/tracking-screenshots}" && pwd)
+out=$(out_dir "${1:-$repo/out/tracking-screenshots}")
 images=$repo/docs/images
 steps=${STEPS:-600}
 ranks=${RANKS:-2}
@@ -31,7 +29,7 @@ for tool in tensorboard mlflow; do
   [ -x "$venv_bin/$tool" ] || { echo "$venv_bin/$tool is missing (pip install tensorboard mlflow)" >&2; exit 1; }
 done
 
-source "$repo/bench/tracking_servers.sh"  # start_mlflow_server, start_server, prepare_demo_data
+source "$repo/bench/tracking_servers.sh"  # start_mlflow_server, start_server, wait_http, free_port
 
 # A fresh store and event directory each time: a second run under a name TensorBoard already has
 # would replace its curves, and MLflow would hold two runs of that name.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sourced by the tracking benches (tracking_screenshots.sh, tracking_overhead.sh): local servers
-# on 127.0.0.1, each in its own session and stopped when the script exits, and the demo data.
-# Needs: repo, bin (shardtrain) and venv_bin (the venv's bin/) set by the caller.
+# on 127.0.0.1, each in its own session and stopped when the script exits.
+# Needs: py (bench/env.sh) and venv_bin (the venv's bin/) set by the caller.
 server_pids=()
 cleanup() {
   # each server runs in its own session (setsid): the group takes uvicorn's workers too
@@ -50,12 +50,4 @@ start_mlflow_server() {  # OUT
     --host 127.0.0.1 --port "$port" --workers 1
   # Metrics sent before the server answers are dropped, not retried: train once it is up.
   wait_http "$mlflow_uri/health" "mlflow server" 180 "$1/mlflow-server.log"
-}
-
-prepare_demo_data() {  # OUT: OUT/train.h5 and OUT/train.val.h5 from data/demo, unless present
-  [ -s "$1/train.h5" ] && [ -s "$1/train.val.h5" ] && return 0
-  echo "== prepare: data/demo -> $1/train.h5, $1/train.val.h5"
-  "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-    --val-input "$repo/data/demo/val.jsonl" --format alpaca --mode padding --seq-len 64 --output "$1/train.h5" \
-    > "$1/prepare.log" 2>&1 || { cat "$1/prepare.log" >&2; exit 1; }
 }

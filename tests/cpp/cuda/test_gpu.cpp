@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "gpu_skip.h"
 #include "run_binary.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -19,16 +20,6 @@ namespace {
 // The demo data the ctest fixture demo_data (or the GPU suite) prepared.
 std::string demo() { return test_work() + "/demo"; }
 
-// Why GPU tests cannot run here, or "" when they can.
-std::string no_gpu_reason() {
-#ifdef SHARDTRAIN_HAVE_CUDA
-  if (shardtrain::cuda::device_count() == 0) return "no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES is empty)";
-  return "";
-#else
-  return "this build has no CUDA/NCCL (nvcc or nccl.h was not found at configure time)";
-#endif
-}
-
 std::vector<nlohmann::json> train(const std::string& device, const std::string& extra) {
   const auto metrics = tmp("gpu_" + device + ".jsonl");
   auto r = run("train --model tiny --threads 2 --data " + demo() + "/train.h5 --steps 12 --batch-size 8 --param-dtype bf16 "
@@ -39,7 +30,7 @@ std::vector<nlohmann::json> train(const std::string& device, const std::string& 
 }  // namespace
 
 TEST(Gpu, NcclWorldOneMatchesCpuWithinBf16Tolerance) {
-  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+  SKIP_WITHOUT_GPU();
   const auto gpu = train("cuda", ""), cpu = train("cpu", "");
   ASSERT_EQ(gpu.size(), cpu.size());
   ASSERT_EQ(gpu.size(), 12u);
@@ -65,7 +56,7 @@ TEST(Gpu, CudaWithoutAGpuIsAUsageError) {
 // behind: LibTorch's next kernel-launch check would report it as "device not ready". Only a
 // query that finds work unfinished shows this, so the test keeps a copy engine busy first.
 TEST(Gpu, NotReadyQueryLeavesNoStickyError) {
-  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+  SKIP_WITHOUT_GPU();
 #ifdef SHARDTRAIN_HAVE_CUDA
   shardtrain::cuda::set_device(0);
   const size_t bytes = size_t{1} << 30;
@@ -94,7 +85,7 @@ TEST(Gpu, NotReadyQueryLeavesNoStickyError) {
 // Packed rows on the GPU: bf16 goes through flash's variable-length kernel, fp32 through the
 // block-diagonal mask; either way the loss of a packed file equals that of the same samples padded.
 TEST(Gpu, PackedEqualsPaddedThroughTheVarlenKernel) {
-  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+  SKIP_WITHOUT_GPU();
   const std::string val = source("data/demo/val.jsonl");
   const std::string tok = source("data/demo/tokenizer.model");
   for (const char* mode : {"packing", "padding"}) {
@@ -123,7 +114,7 @@ TEST(Gpu, PackedEqualsPaddedThroughTheVarlenKernel) {
 // ranks on one GPU, or hang), even when --ranks-per-node 1 makes every rank a node of its own,
 // whose simulated local rank 0 would have given every rank GPU 0.
 TEST(Gpu, MoreRanksThanGpusOnAMachineIsAUsageError) {
-  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+  SKIP_WITHOUT_GPU();
 #ifdef SHARDTRAIN_HAVE_CUDA
   const int gpus = shardtrain::cuda::device_count();
   const int ranks = gpus + 1;

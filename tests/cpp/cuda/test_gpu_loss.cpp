@@ -2,17 +2,16 @@
 // against the unfused loss in fp32 over the same bf16 values. Skipped without a GPU.
 #include <gtest/gtest.h>
 
-#ifdef SHARDTRAIN_HAVE_CUDA
 #include <ATen/ATen.h>
 
-#include "shardtrain/cuda/cuda_handles.h"
+#include "gpu_skip.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/lm_loss.h"
 
 using namespace shardtrain;
 
 TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "GPU test skipped: no CUDA device is visible";
+  SKIP_WITHOUT_GPU();
   at::manual_seed(0);
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const int64_t T = 96, H = 64, V = 300;
@@ -37,6 +36,3 @@ TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) {
   EXPECT_LT(rel(h.grad(), h32.grad()), 1e-2);  // bf16 gradients: about 3 significant digits
   EXPECT_LT(rel(w.grad(), w32.grad()), 1e-2);
 }
-#else
-TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) { GTEST_SKIP() << "GPU test skipped: this build has no CUDA"; }
-#endif

@@ -4,6 +4,7 @@
 // with the reason printed, without a GPU.
 #include <gtest/gtest.h>
 
+#include "gpu_skip.h"
 #include "mpi_gtest_main.h"
 #include "shardtrain/runtime/mpi_env.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
@@ -21,15 +22,6 @@ using namespace shardtrain;
 namespace {
 runtime::MpiEnv* g_env = nullptr;
 
-std::string no_gpu_reason() {
-#ifdef SHARDTRAIN_TORCH_CUDA
-  if (cuda::device_count() == 0) return "no CUDA device is visible (no driver, or CUDA_VISIBLE_DEVICES is empty)";
-  return "";
-#else
-  return "this build has no CUDA LibTorch with CUDA/NCCL (nvcc or nccl.h was not found at configure time)";
-#endif
-}
-
 #ifdef SHARDTRAIN_TORCH_CUDA
 int64_t allocated_bytes() {
   const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
@@ -43,7 +35,7 @@ int64_t allocated_bytes() {
 // fixed the handle freed it at once, and the allocator could hand it to the compute stream while
 // NCCL would still write it.
 TEST(GpuNccl, UnwaitedCollectiveKeepsItsBuffersUntilItCompletes) {
-  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+  SKIP_WITHOUT_GPU();
 #ifdef SHARDTRAIN_TORCH_CUDA
   cuda::set_device(0);
   comm::NcclCommunicator nccl(runtime::MpiComm::dup(MPI_COMM_SELF), "self", cuda::NcclComm::bootstrap(MPI_COMM_SELF));
@@ -78,7 +70,7 @@ TEST(GpuNccl, UnwaitedCollectiveKeepsItsBuffersUntilItCompletes) {
 }
 
 TEST(GpuLora, DropoutMaskIsDrawnOnTheDeviceAndReproducible) {
-  if (const auto why = no_gpu_reason(); !why.empty()) GTEST_SKIP() << "GPU test skipped: " << why;
+  SKIP_WITHOUT_GPU();
 #ifdef SHARDTRAIN_TORCH_CUDA
   cuda::set_device(0);
   const double p = 0.3;
