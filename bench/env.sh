@@ -9,13 +9,26 @@ if [ -n "${PYTHON:-}" ]; then py=$PYTHON
 elif [ -x "$repo/.venv/bin/python" ]; then py=$repo/.venv/bin/python
 else py=python3; fi
 
-# bench_data OUT SEQ: prints the path of OUT/bench-SEQ.h5, the demo data packed into rows of SEQ
-# tokens, preparing it on first use.
+# bench_data OUT SEQ: prints the path of OUT/bench-SEQ.h5, preparing it on first use: 64 rows of
+# SEQ tokens, each one document of the demo's text (every token in the loss), so that every row
+# attends over its whole length on both sides of a comparison (packed rows would attend within
+# each short sample here, but causally over the row in a trainer that is not given positions).
 bench_data() {
   local data=$1/bench-$2.h5
   mkdir -p "$1"  # a part run on its own finds no folder made by an earlier one
-  [ -f "$data" ] || "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$repo/data/demo/train.jsonl" \
-    --output "$data" --seq-len "$2" --mode packing > "$1/prepare-$2.log"
+  [ -f "$data" ] && { echo "$data"; return; }
+  "$py" - "$repo/data/demo/train.jsonl" "$1/bench-$2.jsonl" "$2" <<'PY'
+import json, sys
+src, dst, seq = sys.argv[1], sys.argv[2], int(sys.argv[3])
+text = " ".join(" ".join(r.values()) for r in map(json.loads, open(src, encoding="utf-8")))
+n = min(seq * 8, len(text) // 2)  # characters: well over SEQ tokens of the demo tokenizer, so each row is full
+with open(dst, "w", encoding="utf-8") as f:
+    for i in range(64):
+        start = i * (len(text) - n) // 64
+        f.write(json.dumps({"text": text[start:start + n]}) + "\n")
+PY
+  "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$1/bench-$2.jsonl" --format text \
+    --output "$data" --seq-len "$2" --mode padding > "$1/prepare-$2.log"
   echo "$data"
 }
 

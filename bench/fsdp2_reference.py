@@ -75,6 +75,11 @@ def main():
     with h5py.File(a.data) as f:
         tokens = torch.from_numpy(f["tokens"][...].astype("int64"))
         mask = torch.from_numpy(f["loss_mask"][...].astype("bool"))
+        # Packed rows: each sample's positions restart at 0; transformers then attends within each
+        # sample, and, as its DataCollatorWithFlattening, no sample's first token is a target.
+        positions = torch.from_numpy(f["position_ids"][...].astype("int64")) if "position_ids" in f else None
+    if positions is not None:
+        mask &= positions != 0
     seq = tokens.shape[1]
     torch.manual_seed(1234)
     dev = torch.device(a.device)
@@ -113,7 +118,8 @@ def main():
         i = (step * rows + rank * a.batch_size) % (tokens.shape[0] - a.batch_size + 1)
         x = tokens[i:i + a.batch_size].to(dev, non_blocking=True)
         labels = x.masked_fill(~mask[i:i + a.batch_size].to(dev, non_blocking=True), -100)
-        loss = model(input_ids=x, labels=labels).loss
+        pos = positions[i:i + a.batch_size].to(dev, non_blocking=True) if positions is not None else None
+        loss = model(input_ids=x, labels=labels, position_ids=pos, use_cache=False).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

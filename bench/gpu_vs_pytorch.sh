@@ -8,7 +8,7 @@
 #   bash bench/gpu_vs_pytorch.sh                       # on the GPU machine, after scripts/build.sh
 #   BENCH_DEVICE=cpu bash bench/gpu_vs_pytorch.sh      # smoke test of the script: tiny shape on CPU
 # Env: BENCH_LAYERS, BENCH_STEPS (20), BENCH_BATCH (4: the optimizer does not dominate the step),
-#      BENCH_SEQS ("2048 4096"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md; default 0),
+#      BENCH_SEQS ("2048 4096"), BENCH_AC (activation checkpointing: "off on"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md; default 0),
 #      BENCH_COMPILE (1: a third column, PyTorch FSDP2 with torch.compile of each decoder layer).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
@@ -45,7 +45,7 @@ reference() {  # SEQ AC [--compile]: the PyTorch side's JSON into OUT/pytorch-SE
 rows=()
 for seq in $seqs; do
   data=$(bench_data "$out" "$seq")
-  for ac in off on; do
+  for ac in ${BENCH_AC:-off on}; do
     acflag=(); [ "$ac" = on ] && acflag=(--activation-checkpointing)
     m="$out/shardtrain-$seq-$ac.jsonl"
     "$bin" train "${st_model[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" \

@@ -105,10 +105,12 @@ Rows make_rows(const std::vector<Sample>& samples, int64_t seq_len, bool packing
     for (int64_t i = 0; i < n && col < seq_len; ++i) {
       const size_t at = static_cast<size_t>((r.rows - 1) * seq_len + col++);
       r.tokens_data[at] = s.ids[i];
-      r.mask_data[at] = s.mask[i];
+      // A sample's first token is predicted from nothing of its own (TokenFile::read drops it too).
+      const uint8_t in_loss = i == 0 ? 0 : s.mask[i];
+      r.mask_data[at] = in_loss;
       r.position_data[at] = static_cast<int32_t>(i);
       ++r.tokens;
-      r.loss_tokens += s.mask[i];
+      r.loss_tokens += in_loss;
     }
   }
   if (r.rows > 0) finish_row();

@@ -154,9 +154,14 @@ model::Batch TokenFile::read(const std::vector<int64_t>& rows) const {
   const int64_t b = static_cast<int64_t>(rows.size());
   model::Batch out;
   out.tokens = at::from_blob(toks.data(), {b, meta_.seq_len}, at::kInt).to(at::kLong);
-  const auto ignored = at::from_blob(mask.data(), {b, meta_.seq_len}, at::kByte).eq(0);  // outside the loss
+  auto ignored = at::from_blob(mask.data(), {b, meta_.seq_len}, at::kByte).eq(0);  // outside the loss
+  if (!pos.empty()) {
+    out.positions = at::from_blob(pos.data(), {b, meta_.seq_len}, at::kInt).to(at::kLong);
+    // A packed sample's first token would be predicted from the sample before it: no target, as
+    // transformers' DataCollatorWithFlattening (files prepared before this rule included).
+    ignored = ignored.logical_or(out.positions.eq(0));
+  }
   out.labels = out.tokens.masked_fill(ignored, -100);
-  if (!pos.empty()) out.positions = at::from_blob(pos.data(), {b, meta_.seq_len}, at::kInt).to(at::kLong);
   return out;
 }
 

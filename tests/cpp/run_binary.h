@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,16 @@ inline Result check_png(const std::string& path, int w, int h) {
                std::to_string(w) + " " + std::to_string(h));
 }
 #endif
+
+// The first line of a command's output that is a JSON object (eval's result, before its
+// human-readable line and after the log lines).
+inline nlohmann::json first_json_line(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("{", 0) == 0) return nlohmann::json::parse(line);
+  throw std::runtime_error("no JSON line in: " + out);
+}
 
 // One JSON object per line, as --metrics-file writes them.
 inline std::vector<nlohmann::json> read_jsonl(const std::string& path) {

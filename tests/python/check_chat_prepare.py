@@ -48,7 +48,8 @@ def check_rows(path, cases, all_loss=False, label=""):
     assert tokens.shape[0] == len(cases), (label, tokens.shape, len(cases))
     for t, m, c in zip(tokens, mask, cases):
         n = len(c["ids"])
-        want_mask = [1] * n if all_loss else c["mask"]
+        want_mask = [1] * n if all_loss else list(c["mask"])
+        want_mask[0] = 0  # a sample's first token is no target: nothing of its own comes before it
         assert t[:n].tolist() == c["ids"], f"{label} {c['name']}: ids\n got  {t[:n].tolist()}\n want {c['ids']}"
         assert m[:n].tolist() == want_mask, f"{label} {c['name']}: mask\n got  {m[:n].tolist()}\n want {want_mask}"
         assert not m[n:].any(), f"{label} {c['name']}: padding in the loss"

@@ -10,6 +10,8 @@ def read(f, rows):
     tokens = torch.from_numpy(f["tokens"][rows].astype(np.int64))
     mask = torch.from_numpy(f["loss_mask"][rows].astype(bool))
     positions = torch.from_numpy(f["position_ids"][rows].astype(np.int64)) if "position_ids" in f else None
+    if positions is not None:  # as DataCollatorWithFlattening: a packed sample's first token is no target
+        mask &= positions != 0
     return tokens, torch.where(mask, tokens, torch.full_like(tokens, -100)), positions
 
 

@@ -159,8 +159,7 @@ TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
 
   auto e = run("eval --model " + out + "/config.json --weights " + out + " --threads 2 --data " + kDemo + "/train.val.h5");
   ASSERT_EQ(e.code, 0) << e.out;
-  const auto brace = e.out.find("\n{") + 1;
-  auto j = nlohmann::json::parse(e.out.substr(brace, e.out.find('\n', brace) - brace));
+  const auto j = first_json_line(e.out);
   EXPECT_NE(e.out.find("loaded"), std::string::npos);
   EXPECT_NEAR(j["loss"].get<double>(), rows.back()["val_loss"].get<double>(), 1e-4) << "eval sees the trained weights";
   EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-6 * j["perplexity"].get<double>());
@@ -183,8 +182,7 @@ TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
   EXPECT_GE(after, 0.2) << r.out;
   auto e = run("eval --model " + out + " --weights " + out + " --threads 2" + acc);
   ASSERT_EQ(e.code, 0) << e.out;
-  const auto brace = e.out.find("\n{") + 1;
-  auto j = nlohmann::json::parse(e.out.substr(brace, e.out.find('\n', brace) - brace));
+  const auto j = first_json_line(e.out);
   EXPECT_NEAR(j["exact_match"].get<double>(), after, 1e-9);
   EXPECT_EQ(j["total"], 50);
 

@@ -104,7 +104,7 @@ TEST(Gpu, PackedEqualsPaddedThroughTheVarlenKernel) {
       auto r = run("eval --weights " + model + " --device cuda --param-dtype " + dtype + " --data " +
                    tmp(std::string("gpu_") + mode + ".h5") + " --batch-size 4");
       ASSERT_EQ(r.code, 0) << r.out;
-      loss[i++] = nlohmann::json::parse(r.out.substr(r.out.find('{'))).at("loss").get<double>();
+      loss[i++] = first_json_line(r.out).at("loss").get<double>();
     }
     EXPECT_NEAR(loss[0], loss[1], (std::string(dtype) == "bf16" ? 1e-2 : 1e-5) * loss[1]) << dtype;
   }

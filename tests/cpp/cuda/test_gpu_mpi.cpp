@@ -42,6 +42,7 @@ TEST(GpuNccl, UnwaitedCollectiveKeepsItsBuffersUntilItCompletes) {
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
   const int64_t n = int64_t{1} << 20;  // 4 MiB, a multiple of the allocator's rounding
   const int64_t bytes = n * 4;
+  at::empty({1}, opts);  // the caching allocator exists only after LibTorch's first CUDA allocation
   cuda::device_synchronize();
   const int64_t base = allocated_bytes();
 

@@ -66,15 +66,17 @@ TEST(Rows, PackingKeepsSamplesWholeAndRestartsTheirPositions) {
   auto r = data::make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7, 8}, {1, 1, 1}), sample({1, 9}, {0, 1})}, 3, true, 2);
   EXPECT_EQ(r.rows, 3);
   EXPECT_EQ(r.tokens_data, (std::vector<int32_t>{1, 5, 6, 1, 7, 8, 1, 9, 2}));
-  EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 1, 1, 1, 0, 1, 0}));
+  // A sample's first token is no target, though its own mask says 1: nothing of the sample precedes it.
+  EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 0, 1, 1, 0, 1, 0}));
+  EXPECT_EQ(r.loss_tokens, 5);
   EXPECT_EQ(r.position_data, (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2}));  // the padded tail continues
   // A sample that does not fit in what is left of a row starts the next one: none crosses rows.
   auto next = data::make_rows({sample({1, 5}, {0, 1}), sample({1, 7, 8}, {0, 1, 1}), sample({1}, {1})}, 4, true, 0);
   EXPECT_EQ(next.tokens_data, (std::vector<int32_t>{1, 5, 0, 0, 1, 7, 8, 1}));
-  EXPECT_EQ(next.mask_data, (std::vector<uint8_t>{0, 1, 0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(next.mask_data, (std::vector<uint8_t>{0, 1, 0, 0, 0, 1, 1, 0}));
   EXPECT_EQ(next.position_data, (std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 0}));
   EXPECT_EQ(next.tokens, 6);
-  EXPECT_EQ(next.loss_tokens, 4);
+  EXPECT_EQ(next.loss_tokens, 3);
 }
 
 TEST(Split, ValidationChoiceIsSeededAndSized) {
