@@ -6,7 +6,7 @@
 # table goes into OUT/results.md and, with BENCH_APPEND_DOCS=1, docs/performance.md.
 #   bash bench/fused_loss.sh                    # CPU: small preset with Llama-2's 32000 vocab, seq 512, batch 4
 #   BENCH_DEVICE=cuda bash bench/fused_loss.sh  # one GPU: the 7B shape, 4 layers, seq 4096, batch 4, bf16
-# Env: BENCH_STEPS (8), BENCH_REPEATS (3), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS.
+# Env: BENCH_STEPS (8), BENCH_REPEATS (3), BENCH_SEQ, OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=${BENCH_DEVICE:-cpu} out=${OUT:-$repo/build/bench-fused-loss} steps=${BENCH_STEPS:-8} repeats=${BENCH_REPEATS:-3}
@@ -18,6 +18,7 @@ else
   model=(--model small --vocab-size 32000) seq=512 extra=(--param-dtype fp32 --threads "$(nproc)") mem=memory.host_tensor_peak_bytes
   where="$(hostname) ($(nproc) cores)"
 fi
+seq=${BENCH_SEQ:-$seq}
 data=$(bench_data "$out" "$seq")
 settings=(off auto 1024)
 for ((r = 1; r <= repeats; r++)); do

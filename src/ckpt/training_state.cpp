@@ -6,6 +6,7 @@
 
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/ckpt/crc_assembly.h"
+#include "shardtrain/model/config_fields.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
@@ -57,6 +58,14 @@ class ModelShards : public Stateful {
       throw ResumeRefused("--resume: " + path + " holds a model of shape " + model::describe_shape(model) + " but --model " +
                           mine.name + " has " + model::describe_shape(mine) +
                           "; resume with the model it was saved from, or use another --checkpoint-dir");
+    // The same shapes with other math (a sliding window, RoPE, biases, another family) would train on silently.
+    const auto changed = model::changed_fields(model::model_to_hf_json(model), model::model_to_hf_json(mine));
+    if (!changed.empty()) {
+      std::string list;
+      for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
+      throw ResumeRefused("--resume: " + path + " was saved from another model config than --model " + mine.name +
+                          "'s (" + list + "); resume with the model it was saved from, or use another --checkpoint-dir");
+    }
   }
 
  private:
@@ -152,14 +161,25 @@ class LoaderPosition : public Stateful {
   TrainState& state_;
 };
 
-// The command line of the run that saved: information for people and for convert, so a load
-// only checks that it reads.
+// The command line of the run that saved, for people and for convert, and its optimizer and
+// schedule settings: a resume that changes one applies it, saying so in one line each.
 class RunConfig : public Stateful {
  public:
   explicit RunConfig(TrainState& state) : state_(state) {}
   std::string name() const override { return "run_config"; }
   void save_values(Values& out) const override { out.set_json(attr::kRunConfig, state_.run_config); }
-  void check(const Values& saved) const override { saved.get_json(attr::kRunConfig); }
+  void check(const Values& saved) const override {
+    const nlohmann::json was = saved.get_json(attr::kRunConfig);
+    const nlohmann::json& now = state_.run_config;
+    if (!was.is_object() || !was.contains("optimizer") || !now.is_object() || !now.contains("optimizer")) return;  // older files, convert
+    const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    const nlohmann::json& before = was["optimizer"];
+    for (const auto& [name, value] : now["optimizer"].items()) {
+      if (!before.is_object() || !before.contains(name) || before[name] == value) continue;
+      runtime::log::warn_once("--" + name + " is " + text(value) + " in this run but was " + text(before[name]) +
+                              " in the run that saved " + saved.origin() + "; resuming with " + text(value));
+    }
+  }
 
  private:
   TrainState& state_;

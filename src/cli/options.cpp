@@ -34,7 +34,7 @@ po::options_description model_desc(ModelArgs& m) {
   po::options_description d("Model");
   d.add_options()("model", po::value(&m.spec),
                   ("preset (" + presets + ") or a Hugging Face config.json / model directory "
-                   "(default: the config.json beside --weights, else tiny)").c_str())(
+                   "(default: the config.json beside --weights; tiny without --weights)").c_str())(
       "weights", po::value(&m.weights), "safetensors file, directory or model.safetensors.index.json")(
       "n-layers", po::value(&m.n_layers), "override num_hidden_layers")(
       "hidden-size", po::value(&m.hidden), "override hidden_size")(
@@ -52,7 +52,11 @@ model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from) {
     const fs::path w(m.weights);
     std::error_code ec;  // the non-throwing forms: a name too long for the OS is no config.json either
     const fs::path dir = fs::is_directory(w, ec) ? w : w.parent_path();
-    spec = !m.weights.empty() && fs::exists(dir / "config.json", ec) ? dir.string() : "tiny";
+    if (!m.weights.empty() && !fs::exists(dir / "config.json", ec))
+      throw runtime::UsageError("--weights " + m.weights + ": " + (dir / "config.json").string() + " is missing, so the model's "
+                                "architecture is unknown; put the model's config.json beside its weights (as the Hub ships "
+                                "it) or name one with --model CONFIG.json");
+    spec = m.weights.empty() ? "tiny" : dir.string();
   }
   model::ModelConfig c = from ? *from : model::resolve_model(spec);
   for (const std::string& field : c.unknown_fields)
@@ -400,6 +404,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   po::options_description all;
   all.add(visible).add(faults);
   parse_into(args, all, nullptr, &o.option_values);
+  for (const auto& d : optim.options()) o.optimizer_options.push_back(d->long_name());
   if (o.common.wants_help()) {
     if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain train --data F.h5 [options]", o.common.help_all ? all : visible);
     return o;

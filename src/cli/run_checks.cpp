@@ -173,9 +173,17 @@ void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env) {
       failure = "--metrics-file " + m.string() + ": " + std::strerror(errno) + "; choose a writable path";
   }
   if (env.rank() == 0) probe("--tensorboard", o.obs.tensorboard_dir, "choose a directory this job can write");  // rank 0 writes it
-  if (env.rank() == 0 && failure.empty() && !o.save_model.empty()) {  // now, not after the run
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
+}
+
+void check_tokenizers(const std::vector<TokenizerSource>& data, const std::string& prompt_tokenizer,
+                      const model::ModelConfig& model, const runtime::MpiEnv& env) {
+  std::string failure;
+  if (env.rank() == 0) {  // one reader of the files; the verdict is shared
     try {
-      check_export_tokenizer(train_tokenizer(o), o.model);
+      for (const TokenizerSource& src : data)
+        if (!src.data.empty()) check_export_tokenizer(src, model);
+      if (!data.empty()) check_prompt_tokenizer(data.front().weights, prompt_tokenizer);
     } catch (const runtime::UsageError& e) {
       failure = e.what();
     }

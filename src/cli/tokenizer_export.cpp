@@ -150,6 +150,19 @@ void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig
                                         : "prepare the data with the model's own tokenizer"));
 }
 
+void check_prompt_tokenizer(const std::string& weights, const std::string& tokenizer) {
+  if (weights.empty() || tokenizer.empty()) return;
+  const Resolved r = resolve({weights, "", ""});
+  if (r.weights_files.empty()) return;
+  const std::string file = data::resolve_tokenizer_file(tokenizer);
+  const std::string sha = runtime::sha256_file(file);
+  for (const auto& f : r.weights_files)
+    if (runtime::sha256_file(f) == sha) return;
+  throw runtime::UsageError("--tokenizer " + tokenizer + " (sha256 " + sha + ") is not " + r.named + " (sha256 " +
+                            runtime::sha256_file(r.weights_files.front()) + "), so the prompts would be other ids than "
+                            "the model was trained on; pass --tokenizer " + r.copy_from.string());
+}
+
 void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const model::ModelConfig& model,
                            bool full_model) {
   check_export_tokenizer(src, model);

@@ -39,9 +39,9 @@ const std::vector<ConfigField>& config_fields() {
       {"rope_theta", FieldUse::kRead, "RoPE's base"},
       {"rope_parameters", FieldUse::kRead, "transformers 5's RoPE block: rope_theta and rope_scaling's keys"},
       {"rope_scaling", FieldUse::kRead, "rope_type default, linear (factor), dynamic (factor) or llama3 (factor, low/high_freq_factor, original_max_position_embeddings); others refused"},
-      {"initializer_range", FieldUse::kRead, "the std of the seeded init of a run without --weights"},
-      {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)"},
-      {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype"},
+      {"initializer_range", FieldUse::kRead, "the std of the seeded init of a run without --weights", false},
+      {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)", false},
+      {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype", false},
       {"model_type", FieldUse::kRead, "llama, mistral or qwen2 (others refused): which of the switches below apply"},
       {"attention_bias", FieldUse::kRead, "llama: biases on q, k, v and o (qwen2 always has q, k and v biases; mistral none)"},
       {"mlp_bias", FieldUse::kRead, "llama: biases on gate, up and down"},
@@ -99,6 +99,22 @@ std::vector<std::string> check_config_fields(const nlohmann::json& j, const std:
     }
   }
   return unknown;
+}
+
+std::vector<std::string> changed_fields(const nlohmann::json& saved, const nlohmann::json& now) {
+  std::vector<std::string> out;
+  auto value = [](const nlohmann::json& j, const std::string& key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
+  auto consider = [&](const std::string& key) {
+    for (const ConfigField& f : config_fields())
+      if (key == f.name && (f.use == FieldUse::kHarmless || !f.after_init)) return;
+    const nlohmann::json a = value(saved, key), b = value(now, key);
+    const bool same = a.is_number() && b.is_number() ? a.get<double>() == b.get<double>() : a == b;
+    if (!same) out.push_back(key + " " + (a.is_null() ? "null" : shown(a)) + " -> " + (b.is_null() ? "null" : shown(b)));
+  };
+  for (const auto& [key, v] : saved.items()) consider(key);
+  for (const auto& [key, v] : now.items())
+    if (!saved.contains(key)) consider(key);
+  return out;
 }
 
 }  // namespace shardtrain::model

@@ -42,6 +42,9 @@ TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string&
 // prepared with (naming both), or a --tokenizer is no tokenizer that fits the vocabulary: train
 // checks before its first step, convert before it loads.
 void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig& model);
+// Throws UsageError when the --weights directory has tokenizer files and the --tokenizer that
+// encodes prompts (generate, the exact-match task) is none of them (same sha256).
+void check_prompt_tokenizer(const std::string& weights, const std::string& tokenizer);
 // Rank 0, into an export directory: the tokenizer files (copied unchanged from --weights; or
 // --tokenizer's tokenizer.json or tokenizer.model with the tokenizer_config.json,
 // special_tokens_map.json and chat template beside it, a bare tokenizer.model getting those of a

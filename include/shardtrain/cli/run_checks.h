@@ -4,7 +4,9 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/runtime/mpi_env.h"
@@ -29,8 +31,13 @@ std::string probe_writable_dir(const std::string& dir);
 // to follow "cannot write PATH: " ("Permission denied", "it is a directory; name a file"), or "".
 std::string probe_writable_file(const std::string& path);
 
-// Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written, and
-// the tokenizer --save-model's export will carry is the one --data was prepared with.
+// Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written.
 void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);
+
+// Collective, before any compute: every token file in `data` (a source per file; its weights and
+// tokenizer as check_export_tokenizer takes them) was prepared with the model's tokenizer, and the
+// tokenizer that encodes prompts (prompt_tokenizer; "" when none) is the --weights directory's.
+void check_tokenizers(const std::vector<TokenizerSource>& data, const std::string& prompt_tokenizer,
+                      const model::ModelConfig& model, const runtime::MpiEnv& env);
 
 }  // namespace shardtrain::cli

@@ -18,6 +18,7 @@ struct ConfigField {
   const char* name;
   FieldUse use;
   const char* what;  // one line for docs and messages
+  bool after_init = true;  // false: it shapes only a fresh run (the seeded init, the stored dtype), not a resumed one
 };
 
 // Every config.json field shardtrain knows, in one table.
@@ -27,5 +28,10 @@ const std::vector<ConfigField>& config_fields();
 // implement (e.g. attention_bias true, hidden_act gelu); returns the fields it does not know,
 // which the caller warns about.
 std::vector<std::string> check_config_fields(const nlohmann::json& j, const std::string& origin);
+
+// The fields whose values differ between two configs (model_to_hf_json's) and that change what a
+// resumed run computes, each as "name saved -> now"; harmless fields and those that only shape a
+// fresh run are left out.
+std::vector<std::string> changed_fields(const nlohmann::json& saved, const nlohmann::json& now);
 
 }  // namespace shardtrain::model
