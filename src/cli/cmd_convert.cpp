@@ -88,7 +88,7 @@ void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::Fs
 
 int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  ConvertOptions o = parse_convert(args, &help);
+  ConvertOptions o = parse_on_every_rank([&] { return parse_convert(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   setup_threads(o.common.threads, env);
   const bool to_hf = o.from_checkpoint;

@@ -41,7 +41,7 @@ void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const data::
 
 int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  EvalOptions o = parse_eval(args, &help);
+  EvalOptions o = parse_on_every_rank([&] { return parse_eval(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);

@@ -10,6 +10,7 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/io/h5_types.h"
 #include "shardtrain/runtime/error.h"
@@ -68,7 +69,7 @@ Row check(hid_t file, const std::string& path) {
 
 int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  InspectOptions o = parse_inspect(args, &help);
+  InspectOptions o = parse_on_every_rank([&] { return parse_inspect(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/comm/bus_bandwidth.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/net/fabric_probe.h"
@@ -130,7 +131,7 @@ Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at:
 
 int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  PreflightOptions o = parse_preflight(args, &help);
+  PreflightOptions o = parse_on_every_rank([&] { return parse_preflight(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.ranks_per_node);
   setup_threads(o.common.threads, env);

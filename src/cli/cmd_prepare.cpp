@@ -9,7 +9,7 @@ namespace shardtrain::cli {
 
 int cmd_prepare(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  PrepareCliOptions o = parse_prepare(args, &help);
+  PrepareCliOptions o = parse_on_every_rank([&] { return parse_prepare(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   if (env.size() > 1) throw runtime::UsageError("prepare is a single-process step; run it without mpirun/srun or with -np 1");
   // Checked before tokenizing, which can take long; run_prepare makes the missing directories.

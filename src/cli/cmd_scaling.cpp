@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "shardtrain/cli/commands.h"
+#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/report/chart.h"
 #include "shardtrain/report/files.h"
 #include "shardtrain/report/run_report.h"
@@ -45,7 +46,7 @@ report::RunSteps read_run(const ScalingRun& run, std::vector<std::string>& notes
 
 int cmd_scaling(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  ScalingOptions o = parse_scaling(args, &help);
+  ScalingOptions o = parse_on_every_rank([&] { return parse_scaling(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::vector<std::string> notes;

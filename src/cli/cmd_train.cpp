@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -96,7 +97,7 @@ nlohmann::json optimizer_settings(const TrainOptions& o) {
 
 int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  TrainOptions o = parse_train(args, &help);
+  TrainOptions o = parse_on_every_rank([&] { return parse_train(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   // Build: data, engine, optimizer, and the loop's components.
   runtime::install_stop_signals(!o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
@@ -129,7 +130,8 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   runtime::log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device, banner_facts(setup, loader, *train, val.get())));
   const train::FaultInjector faults(o.faults, env.rank());
   faults.after_setup();
-  o.ckpt.base_weights = o.weights;
+  // Absolute: a resume, convert or PEFT may read it from another directory.
+  o.ckpt.base_weights = o.weights.empty() ? "" : std::filesystem::absolute(o.weights).lexically_normal().string();
   ckpt::TrainState initial;
   initial.global_batch = loader.global_batch();
   initial.schedule_batch = loader.global_batch();

@@ -21,9 +21,19 @@ void merge_adapters(std::map<std::string, at::Tensor>& full, const std::map<std:
     }
 }
 
+// The base as PEFT loads it from anywhere: an absolute directory (a relative one would be looked
+// up from the reader's directory, then on the Hub); a weights file stands for its directory.
+std::string base_model_path(const std::string& base) {
+  if (base.empty()) return base;
+  std::error_code ec;
+  fs::path p = fs::absolute(base, ec).lexically_normal();
+  if (!fs::is_directory(p, ec)) p = p.parent_path();
+  return p.string();
+}
+
 nlohmann::json peft_adapter_config(const model::LoraConfig& lora, const std::string& base) {
   // The keys PEFT's LoraConfig needs for a plain LoRA on a causal LM; the rest take its defaults.
-  return {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"base_model_name_or_path", base},
+  return {{"peft_type", "LORA"}, {"task_type", "CAUSAL_LM"}, {"base_model_name_or_path", base_model_path(base)},
           {"r", lora.rank}, {"lora_alpha", lora.alpha}, {"lora_dropout", lora.dropout},
           {"target_modules", lora.targets}, {"bias", "none"}, {"fan_in_fan_out", false},
           {"inference_mode", true}, {"init_lora_weights", true}, {"use_rslora", false}, {"use_dora", false},

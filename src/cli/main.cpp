@@ -44,10 +44,11 @@ int main(int argc, char** argv) {
     throw runtime::UsageError("unknown command '" + cmd + "'; run 'shardtrain --help' for the list");
   } catch (const runtime::AgreedUsageError& e) {  // thrown on every rank: one line, then exit 2 together
     if (!env || env->rank() == 0) runtime::log::error_line(std::string("shardtrain: error: ") + e.what());
-    if (env) MPI_Barrier(MPI_COMM_WORLD);
-    runtime::MpiEnv::abort(2);
-  } catch (const runtime::UsageError& e) {
-    runtime::log::error_line(std::string("shardtrain: error: ") + e.what());
+    runtime::MpiEnv::exit_together(2);
+  } catch (const runtime::UsageError& e) {  // this rank's alone: the others may wait in a collective
+    const bool several = env && env->size() > 1;
+    runtime::log::error_line(std::string("shardtrain: error: ") + e.what() +
+                             (several ? " (" + runtime::detail::identity() + ")" : ""));
     runtime::MpiEnv::abort(2);
   } catch (const std::exception& e) {
     runtime::log::error_line(std::string("shardtrain: fatal: ") + e.what() + " (" + shardtrain::runtime::detail::identity() + ")");

@@ -27,7 +27,9 @@ std::string agreed_failure(const std::string& mine) {
   int candidate = mine.empty() ? INT_MAX : rank;
   MPI_CHECK(MPI_Allreduce(&candidate, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
   if (first == INT_MAX) return "";
-  std::string msg = rank == first ? mine : "";
+  int world = 1;
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+  std::string msg = rank != first ? "" : world > 1 ? mine + " (" + runtime::detail::identity() + ")" : mine;
   int len = static_cast<int>(msg.size());
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD));
   msg.resize(len);

@@ -145,6 +145,19 @@ void MpiEnv::abort(int code) {
   std::exit(code);
 }
 
+void MpiEnv::exit_together(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) {
+    MPI_Barrier(MPI_COMM_WORLD);  // the error line is out before any rank's exit ends the job
+    MPI_Finalize();
+  }
+  std::exit(code);
+}
+
 void MpiEnv::abort_from_thread(int code) {
   abort_other_ranks(code);
   // A lone rank: _Exit keeps the code and skips the static destructors the main thread still uses.

@@ -9,12 +9,32 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/data/token_file.h"
+#include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::cli {
 
-// Collective: the lowest failing rank's message, or "" when no rank failed.
+// Collective: the lowest failing rank's message, or "" when no rank failed. With more than one
+// rank the message names the rank and host that saw it.
 std::string agreed_failure(const std::string& mine);
+
+// Collective: parse() on every rank; a UsageError on any (a bad option or a missing file, the same
+// on every rank that shares the file system, or on some) is the lowest such rank's, thrown on all
+// alike as an AgreedUsageError, so that the job ends with one line.
+template <class Parse>
+auto parse_on_every_rank(Parse parse) -> decltype(parse()) {
+  decltype(parse()) parsed;
+  std::string failure;
+  try {
+    parsed = parse();
+  } catch (const runtime::AgreedUsageError&) {
+    throw;
+  } catch (const runtime::UsageError& e) {
+    failure = e.what();
+  }
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
+  return parsed;
+}
 
 // Collective: opens a token file and checks it against the model: its datasets' dtypes and
 // shapes, positions, the tokenizer's recorded vocabulary, and every token id in [0, vocab_size),

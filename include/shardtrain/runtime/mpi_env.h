@@ -58,6 +58,9 @@ class MpiEnv {
 
   // Tears the whole job down so that no rank waits on one that failed.
   [[noreturn]] static void abort(int code);
+  // Every rank calls it with the same code (an agreed error): the job ends without MPI_Abort, so
+  // that the one error line is not followed by Open MPI's abort banner.
+  [[noreturn]] static void exit_together(int code);
   // The same from a helper thread (a watchdog): never finalizes MPI or runs exit handlers under
   // the main thread, which may be inside MPI, CUDA or LibTorch.
   [[noreturn]] static void abort_from_thread(int code);
