@@ -103,6 +103,8 @@ std::vector<std::string> check_config_fields(const nlohmann::json& j, const std:
 
 std::vector<std::string> changed_fields(const nlohmann::json& saved, const nlohmann::json& now) {
   std::vector<std::string> out;
+  // Another family: its fields that the other lacks are named by model_type alone.
+  const bool family = saved.value("model_type", "") != now.value("model_type", "");
   auto value = [](const nlohmann::json& j, const std::string& key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
   auto consider = [&](const std::string& key) {
     for (const ConfigField& f : config_fields())
@@ -111,9 +113,10 @@ std::vector<std::string> changed_fields(const nlohmann::json& saved, const nlohm
     const bool same = a.is_number() && b.is_number() ? a.get<double>() == b.get<double>() : a == b;
     if (!same) out.push_back(key + " " + (a.is_null() ? "null" : shown(a)) + " -> " + (b.is_null() ? "null" : shown(b)));
   };
-  for (const auto& [key, v] : saved.items()) consider(key);
+  for (const auto& [key, v] : saved.items())
+    if (now.contains(key) || !family) consider(key);
   for (const auto& [key, v] : now.items())
-    if (!saved.contains(key)) consider(key);
+    if (!saved.contains(key) && !family) consider(key);
   return out;
 }
 
