@@ -59,7 +59,8 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "gpu_suite.sh: --out DIR is required" >&2; exit 2; }
 # The parts whose code changed since the last GPU run (2026-11-27, one H200: check and tests
-# passed there; the loss and the data checks have changed since).
+# passed there; the start-up checks of train, eval and generate that check's runs pass through
+# changed after it).
 NEXT_PARTS=check,tests
 parts=$(sed "s/\(^\|,\)next\(,\|$\)/\1$NEXT_PARTS\2/" <<< "$parts")
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
