@@ -69,9 +69,9 @@ def prepare(sp, path, fmt):
             res["skipped"][parsed] = res["skipped"].get(parsed, 0) + 1
             continue
         prompt, answer = parsed
-        if prompt is None:  # plain text: every position, BOS included, carries loss
+        if prompt is None:  # plain text: every position after BOS carries loss
             ids = [BOS] + sp.encode(answer) + [EOS]
-            mask = [1] * len(ids)
+            mask = [0] + [1] * (len(ids) - 1)
         elif fmt == "alpaca":  # alpaca_dataset.py: encode prompt+output together, mask len(encode(prompt))
             ids = [BOS] + sp.encode(prompt + answer) + [EOS]
             n = min(len(ids), 1 + len(sp.encode(prompt)))
