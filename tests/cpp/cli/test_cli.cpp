@@ -106,6 +106,9 @@ TEST(Cli, HelpForEachCommand) {
   EXPECT_NE(run("train --help").out.find("--grad-accum"), std::string::npos);
   EXPECT_NE(run("prepare --help").out.find("--val-fraction"), std::string::npos);
   EXPECT_EQ(run("frobnicate").code, 2);
+  const std::string top = run("--help").out;  // what the trainer takes: every model family, chat data
+  for (const char* s : {"Llama-family", "Llama-2 and 3.x", "Mistral", "Qwen2", "--format chat"})
+    EXPECT_NE(top.find(s), std::string::npos) << s << "\n" << top;
 }
 
 // Groups hold what their titles say; fault injection is only in --help-all; eval and generate
