@@ -91,9 +91,9 @@ eq=$(losses equal "$out/inside/metrics.jsonl" "$out/hybrid.jsonl" 2>&1)
 result inside_equals_hybrid $? "$eq"
 owners=$(stat -c '%u:%g' "$out/hybrid.jsonl")
 result owner_hybrid "$([ "$owners" = "$(id -u):$(id -g)" ] && echo 0 || echo 1)" "hybrid.jsonl is $owners (the invoking user: $(id -u):$(id -g))"
-# The same through srun --mpi=pmix on a local Slurm (tests/slurm/local_slurm.sh, private to $out).
+# The same through srun --mpi=pmix on a local Slurm (scripts/local-slurm.sh, private to $out).
 # 1000 of the demo's steps (its schedule over 1000), against the same 1000 outside.
-if bash "$repo/tests/slurm/local_slurm.sh" start "$out/slurm" 4 > "$out/slurm.log" 2>&1; then
+if bash "$repo/scripts/local-slurm.sh" start "$out/slurm" 4 > "$out/slurm.log" 2>&1; then
   (cd "$out" && "${mpi[@]}" "$bin" "${train[@]}" --steps 1000 --metrics-file "$out/outside-1000.jsonl" > "$out/outside-1000.log" 2>&1)
   start=$SECONDS
   (source "$out/slurm/env" && cd "$out" && SHARDTRAIN_BIND="$out,$repo" timeout 1800 srun --mpi=pmix -n "$ranks" \
@@ -101,7 +101,7 @@ if bash "$repo/tests/slurm/local_slurm.sh" start "$out/slurm" 4 > "$out/slurm.lo
   rc=$?
   eq=$(losses equal "$out/outside-1000.jsonl" "$out/srun.jsonl" 2>&1) || rc=1
   result hybrid_srun "$rc" "$((SECONDS - start)) s; $eq"
-  bash "$repo/tests/slurm/local_slurm.sh" stop "$out/slurm"
+  bash "$repo/scripts/local-slurm.sh" stop "$out/slurm"
 else
   result hybrid_srun 1 "the local Slurm did not start: $(tail -3 "$out/slurm.log")"
 fi

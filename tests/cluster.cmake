@@ -1,8 +1,8 @@
 # Cluster integration: a real Slurm on localhost (munge + slurmctld + slurmd, started and stopped by
 # PID by the fixture), the real slurm/train.sbatch, slurm/sweep.sh and launch/mpirun.sh.
 set(SLURM_DIR ${TEST_TMP}/slurm)
-add_test(NAME slurm_up COMMAND bash ${PROJECT_SOURCE_DIR}/tests/slurm/local_slurm.sh start ${SLURM_DIR})
-add_test(NAME slurm_down COMMAND bash ${PROJECT_SOURCE_DIR}/tests/slurm/local_slurm.sh stop ${SLURM_DIR})
+add_test(NAME slurm_up COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/local-slurm.sh start ${SLURM_DIR})
+add_test(NAME slurm_down COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/local-slurm.sh stop ${SLURM_DIR})
 set_tests_properties(slurm_up PROPERTIES FIXTURES_SETUP slurm SKIP_RETURN_CODE 77 RESOURCE_LOCK slurm)
 set_tests_properties(slurm_down PROPERTIES FIXTURES_CLEANUP slurm RESOURCE_LOCK slurm)
 set(cluster_args --repo ${PROJECT_SOURCE_DIR} --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5

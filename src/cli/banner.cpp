@@ -11,6 +11,11 @@ namespace {
 const char* dtype_label(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : t == at::kHalf ? "fp16" : "fp32"; }
 }  // namespace
 
+std::string cadence(int64_t every, const std::string& unit) {
+  if (every <= 0) return "only at the end";  // --save-every, --val-every and --breakdown-every take 0 so
+  return "every " + (every == 1 ? unit : std::to_string(every) + " " + unit + "s");
+}
+
 std::string host_ranges(const std::vector<std::string>& hosts) {
   std::string out;
   for (size_t i = 0; i < hosts.size();) {
@@ -91,14 +96,16 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo, c
                 static_cast<unsigned long long>(t.seed));
   b += buf;
   const std::string ckpt = o.ckpt.dir.empty() ? "off"
-                           : o.ckpt.dir + " (every " + std::to_string(o.ckpt.save_every) + " steps, resume " +
+                           : o.ckpt.dir + " (" + cadence(o.ckpt.save_every, "step") + ", resume " +
                                  (o.ckpt.resume.empty() ? "off" : o.ckpt.resume) + ")";
   const std::string model_out = o.save_model.empty() ? "not saved (--save-model DIR)" : o.save_model;
   std::snprintf(buf, sizeof buf, "  outputs     model %s | checkpoints %s | metrics %s\n", model_out.c_str(), ckpt.c_str(),
                 t.metrics_file.empty() ? "off" : t.metrics_file.c_str());
   b += buf;
-  std::snprintf(buf, sizeof buf, "  observe     progress every %lld steps | Prometheus %s | collective timeout %s",
-                static_cast<long long>(t.log_every),
+  const bool validates = !o.val_data.empty() || !o.accuracy.file.empty();
+  std::snprintf(buf, sizeof buf, "  observe     progress %s, breakdown %s | validation %s | Prometheus %s | collective timeout %s",
+                cadence(t.log_every, "step").c_str(), cadence(t.breakdown_every, "progress line").c_str(),
+                validates ? cadence(t.val_every, "step").c_str() : "off",
                 o.obs.metrics_port ? (o.obs.metrics_bind + ":" + std::to_string(o.obs.metrics_port) + "/metrics").c_str() : "off",
                 o.obs.collective_timeout > 0 ? (std::to_string(static_cast<int>(o.obs.collective_timeout)) + " s").c_str()
                                              : "off");

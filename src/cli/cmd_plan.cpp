@@ -8,6 +8,7 @@
 #include "shardtrain/plan/plan_output.h"
 #include "shardtrain/report/files.h"
 #include "shardtrain/runtime/clock.h"
+#include "shardtrain/runtime/logging.h"
 
 namespace shardtrain::cli {
 
@@ -18,6 +19,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::cout << help;
     return 0;
   }
+  // A fabric from other instances than the GPU's is allowed (a what-if), but never silently.
+  const std::string mismatch = plan::fabric_gpu_mismatch(o.input.fabric, o.input.gpu);
+  if (!mismatch.empty()) runtime::log::warn_once(mismatch);
   const runtime::Stopwatch clock;
   const auto rows = plan::plan_rows(o.input);
   if (!o.csv.empty()) report::write_text(o.csv, plan::plan_csv(rows));

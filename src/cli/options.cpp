@@ -469,10 +469,10 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
 }
 
 std::string top_level_help() {
-  return "shardtrain: fully sharded fine-tuning of Llama-2 models\n\n"
+  return "shardtrain: fully sharded fine-tuning of Llama-family models (Llama-2 and 3.x, Mistral, Qwen2)\n\n"
          "Usage: shardtrain <command> [options]\n\n"
          "Commands:\n"
-         "  prepare  tokenize JSONL (alpaca, samsum, text) into an HDF5 token file\n"
+         "  prepare  tokenize JSONL (alpaca, samsum, text; chat messages with --format chat) into an HDF5 token file\n"
          "  tokenize print the token ids of {\"text\": ...} JSONL lines, one JSON array per line\n"
          "  train    train or fine-tune a model\n"
          "  eval     loss/perplexity on a token file, exact-match accuracy on a JSONL file\n"

@@ -88,10 +88,12 @@ std::string exposition(const std::string& job, const std::vector<RankSeries>& ra
   gauge("shardtrain_step", "Last completed optimizer step.", &RankSeries::step);
   gauge("shardtrain_loss", "Training loss of the last step (mean over the global batch).", &RankSeries::loss);
   gauge("shardtrain_learning_rate", "Learning rate of the last step.", &RankSeries::lr);
-  gauge("shardtrain_tokens_per_second", "Input tokens per second of the last step, all ranks.", &RankSeries::tokens_per_s);
-  gauge("shardtrain_tflops_per_device", "Model TFLOP/s per device of the last step.", &RankSeries::tflops_per_device);
-  gauge("shardtrain_mfu", "Model FLOPs utilization of the last step (0..1).", &RankSeries::mfu);
-  gauge("shardtrain_step_seconds", "Wall time of the last step: data, forward, backward, optimizer.", &RankSeries::step_seconds);
+  gauge("shardtrain_tokens_per_second", "Input tokens per second of the whole job in the last step (the metrics file's; the same on every rank).",
+        &RankSeries::tokens_per_s);
+  gauge("shardtrain_tflops_per_device", "Model TFLOP/s per device of the last step, the job's mean (the metrics file's).",
+        &RankSeries::tflops_per_device);
+  gauge("shardtrain_mfu", "Model FLOPs utilization of the last step (0..1), the job's (the metrics file's).", &RankSeries::mfu);
+  gauge("shardtrain_step_seconds", "This rank's wall time of the last step: data, forward, backward, optimizer.", &RankSeries::step_seconds);
   family("shardtrain_phase_seconds", "gauge", "This rank's last step by phase; compute phases exclude exposed_comm.",
          [&](const RankSeries& r, const std::string& l) {
            for (int p = 0; p < runtime::kNumPhases; ++p)

@@ -49,12 +49,16 @@ Fabric published(const std::string& name) {
   using comm::Op;
   if (name == "p5") {
     f.source = "published nccl-tests figures for p5.48xlarge (docs/planner.md)";
+    f.instances = "p5.48xlarge (8x H100) and p5e (8x H200)";  // NVLink 4 and 3,200 Gbit/s EFA on both
+    f.gpus = {"h100-80gb", "h200-141gb"};
     f.intra[Op::kAllReduce] = per_rank(kP5IntraAllReduce, 8);
     f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter] = per_rank(kP5IntraAllReduce, 8, kH100RingBusbw);
     f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter] = per_rank(kP5InterAllGather, 16);
     f.inter[Op::kAllReduce] = per_rank(kP5InterAllReduce, 16);
   } else {
     f.source = "published nccl-tests figures for 8x A100 NVSwitch nodes and 2x p4de.24xlarge (docs/planner.md)";
+    f.instances = "p4de.24xlarge (8x A100 80GB) and p4d (8x A100 40GB)";  // NVLink 3 and 400 Gbit/s EFA on both
+    f.gpus = {"a100-80gb", "a100-40gb"};
     f.intra[Op::kAllReduce] = f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter] = per_rank(kA100IntraAllReduce, 8);
     f.inter[Op::kAllReduce] = f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter] = per_rank(kP4deInterAllReduce, 16);
   }
@@ -142,6 +146,19 @@ double Fabric::seconds(comm::Op op, double bytes, int ranks, bool spans_nodes) c
                      " figures; run preflight with the ranks per node and nodes of the plan");
   const double busbw = it->second.busbw(bytes / ranks);  // GB/s
   return latency_s + bytes * comm::bus_factor(op, ranks) / (busbw * 1e9);
+}
+
+std::string fabric_gpu_mismatch(const Fabric& fabric, const GpuSpec& gpu) {
+  const auto carries = [&](const Fabric& f) { return std::find(f.gpus.begin(), f.gpus.end(), gpu.name) != f.gpus.end(); };
+  if (fabric.gpus.empty() || gpu.name == "cpu" || carries(fabric)) return "";
+  std::string own, fabric_gpus;  // the published fabric of the GPU's own instances; the GPUs of the one asked for
+  for (const char* name : {"p5", "p4de"})
+    if (carries(published(name))) own = name;
+  for (const auto& g : fabric.gpus) fabric_gpus += (fabric_gpus.empty() ? "" : " or ") + g;
+  return "--fabric " + fabric.name + " is the network of " + fabric.instances + ", not of --gpu " + gpu.name +
+         ": this plan pairs its compute and memory with another GPU's NVLink and EFA bandwidth. --fabric " + fabric.name +
+         " goes with --gpu " + fabric_gpus + (own.empty() ? "" : ", --gpu " + gpu.name + " with --fabric " + own) +
+         " (or pass a `shardtrain preflight --json` file measured on your nodes)";
 }
 
 Fabric load_fabric(const std::string& spec) {

@@ -31,17 +31,16 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   std::ostringstream os;
   os << "# plan: " << describe(in) << "\n";
   char line[400];
-  std::snprintf(line, sizeof line, "%-19s %5s %6s %6s  %8s %8s %8s %8s %8s  %-4s %9s  %9s %8s %10s %7s %6s\n", "strategy", "nodes",
-                "ranks", "shard", "state", "gathered", "activ.", "other", "total", "fits", "headroom", "step(s)",
-                "exposed", "tok/s/GPU", "MFU", "eff.");
+  std::snprintf(line, sizeof line, "%-19s %5s %6s %6s  %8s  %10s %8s %8s %8s %8s  %-4s %9s  %9s %8s %10s %7s %6s\n", "strategy",
+                "nodes", "ranks", "shard", "sharded", "state@peak", "gathered", "activ.", "other", "peak", "fits", "headroom",
+                "step(s)", "exposed", "tok/s/GPU", "MFU", "eff.");
   os << line;
   for (const auto& r : rows) {
-    const int64_t state = r.params + r.grads + r.optimizer + r.no_sync + r.base;
-    const int64_t other = r.total - state - r.gathered - r.activations;
+    const int64_t other = r.total - r.state_at_peak() - r.gathered - r.activations;
     std::snprintf(line, sizeof line,
-                  "%-19s %5d %6d %6d  %7.2fG %7.2fG %7.2fG %7.2fG %7.2fG  %-4s %8.2fG  %9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%\n",
-                  fsdp::sharding_name(r.sharding), r.nodes, r.ranks, r.shard_size, gib(state), gib(r.gathered), gib(r.activations),
-                  gib(other), gib(r.total), r.fits ? "yes" : "NO", gib(r.headroom), r.step_s,
+                  "%-19s %5d %6d %6d  %7.2fG  %9.2fG %7.2fG %7.2fG %7.2fG %7.2fG  %-4s %8.2fG  %9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%\n",
+                  fsdp::sharding_name(r.sharding), r.nodes, r.ranks, r.shard_size, gib(r.sharded_state()), gib(r.state_at_peak()),
+                  gib(r.gathered), gib(r.activations), gib(other), gib(r.total), r.fits ? "yes" : "NO", gib(r.headroom), r.step_s,
                   100 * r.exposed_comm_s / r.step_s, r.tokens_per_s_per_gpu, 100 * r.mfu, 100 * r.efficiency);
     os << line;
   }
@@ -55,20 +54,24 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
                                    ? ""
                                    : "--activation-checkpointing full, ")
        << "more nodes, a smaller --batch-size or --seq-len" << (in.fsdp.lora.enabled() ? "" : ", or LoRA (--lora-rank)") << "\n";
-  os << "state: sharded parameters, gradients and optimizer (and no-sync buffers, a LoRA base); other: reductions in flight, "
-        "the NCCL and allocator allowances; exposed: communication not hidden behind compute, share of the step\n";
+  os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every gradient shard exists, at the "
+        "optimizer step (and no-sync buffers, a LoRA base); the same with or without activation checkpointing\n"
+        "peak = state@peak + gathered + activ. + other: state@peak holds only the gradient shards of the units reduced by the "
+        "peak's moment (more under activation checkpointing, whose peak comes later in the backward); other: reductions in "
+        "flight, the NCCL and allocator allowances; exposed: communication not hidden behind compute, share of the step\n";
   return os.str();
 }
 
 std::string plan_csv(const std::vector<PlanRow>& rows) {
   std::ostringstream os;
   os << "strategy,nodes,ranks,shard_size,replicas,params_bytes,grads_bytes,optimizer_bytes,no_sync_bytes,base_bytes,"
-        "gathered_bytes,reductions_bytes,activations_bytes,nccl_bytes,allocator_bytes,total_bytes,fits,headroom_bytes,"
+        "sharded_state_bytes,grads_at_peak_bytes,gathered_bytes,reductions_bytes,activations_bytes,nccl_bytes,allocator_bytes,"
+        "total_bytes,fits,headroom_bytes,"
         "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency\n";
   for (const auto& r : rows)
     os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size << ',' << r.replicas << ','
-       << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.no_sync << ',' << r.base << ',' << r.gathered << ','
-       << r.reductions << ',' << r.activations << ',' << r.nccl << ',' << r.allocator << ',' << r.total << ','
+       << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.no_sync << ',' << r.base << ',' << r.sharded_state() << ','
+       << r.grads_at_peak << ',' << r.gathered << ',' << r.reductions << ',' << r.activations << ',' << r.nccl << ',' << r.allocator << ',' << r.total << ','
        << (r.fits ? 1 : 0) << ',' << static_cast<int64_t>(r.headroom) << ',' << r.compute_s << ',' << r.comm_s << ','
        << r.exposed_comm_s << ',' << r.optimizer_s << ',' << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ','
        << r.efficiency << '\n';
@@ -86,7 +89,8 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
     j["rows"].push_back({{"strategy", fsdp::sharding_name(r.sharding)}, {"nodes", r.nodes}, {"ranks", r.ranks},
                          {"shard_size", r.shard_size}, {"replicas", r.replicas},
                          {"memory", {{"params", r.params}, {"grads", r.grads}, {"optimizer", r.optimizer}, {"no_sync", r.no_sync},
-                                     {"base", r.base}, {"gathered", r.gathered}, {"gathered_units", r.gathered_units},
+                                     {"base", r.base}, {"sharded_state", r.sharded_state()},
+                                     {"grads_at_peak", r.grads_at_peak}, {"gathered", r.gathered}, {"gathered_units", r.gathered_units},
                                      {"reductions", r.reductions}, {"activations", r.activations}, {"nccl", r.nccl},
                                      {"allocator", r.allocator}, {"tensor_peak", r.tensor_peak}, {"engine_peak", r.engine_peak},
                                      {"total", r.total}}},

@@ -110,13 +110,14 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       cfg.sharding = s;
       const auto p = fsdp::persistent_bytes(trainable, lora ? &base : nullptr, cfg.no_sync_accumulation, pe);
       r.params = p.param;
+      r.grads = p.grad;
       r.optimizer = p.optimizer;
       r.no_sync = p.no_sync;
       r.base = p.base;
       const fsdp::StepShape shape{in.batch_size, in.seq_len, in.grad_accum, pe, re, r.shard_size, m.tie_word_embeddings};
       const int64_t persistent = p.param + p.optimizer + p.no_sync + p.base;
       const fsdp::StepPeak peak = fsdp::step_peak(base, lora ? &adapters : nullptr, cfg, shape, act, persistent);
-      r.grads = peak.grad_shards;
+      r.grads_at_peak = peak.grad_shards;
       r.gathered = peak.gathered;
       r.reductions = peak.reductions;
       r.activations = peak.activations;

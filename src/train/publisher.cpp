@@ -1,5 +1,6 @@
 #include "shardtrain/train/publisher.h"
 
+#include <array>
 #include <tuple>
 
 #ifdef SHARDTRAIN_HAVE_CUDA
@@ -9,6 +10,7 @@
 #include "shardtrain/train/metric_scalars.h"
 #include "shardtrain/train/mlflow_sink.h"
 #include "shardtrain/train/tensorboard_sink.h"
+#include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/model/flops.h"
@@ -123,9 +125,14 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   r.step = static_cast<double>(m.step);
   r.loss = m.loss;
   r.lr = m.lr;
-  r.tokens_per_s = m.tokens_per_s;
-  r.tflops_per_device = m.tflops_per_device;
-  r.mfu = m.mfu;
+  // The job's rates are rank 0's, the metrics file's: each rank times its own step, so each
+  // would otherwise serve its own figure for the one job.
+  std::array<double, 3> rates{m.tokens_per_s, m.tflops_per_device, m.mfu};
+  world.host_collective(comm::Op::kBroadcast, sizeof rates,
+                        [&] { MPI_CHECK(MPI_Bcast(rates.data(), static_cast<int>(rates.size()), MPI_DOUBLE, 0, world.mpi())); });
+  r.tokens_per_s = rates[0];
+  r.tflops_per_device = rates[1];
+  r.mfu = rates[2];
   r.step_seconds = m.step_time_s;
   r.phases = m.phases;
   r.host_peak_rss = static_cast<double>(m.peak_mem_bytes);

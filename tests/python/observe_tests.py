@@ -106,9 +106,11 @@ def case_endpoint(a):
             check(value(s, "shardtrain_loss", rank=rank) == j["loss"], "rank %s: loss at step %d equals the JSONL's (%r)"
                   % (rank, step, j["loss"]))
             check(value(s, "shardtrain_learning_rate", rank=rank) == j["lr"], "rank %s: lr equals the JSONL's" % rank)
+            # The job's rates: every rank serves the JSONL's (rank 0's timing), not its own.
+            for series, key in (("shardtrain_tokens_per_second", "tokens_per_s"), ("shardtrain_tflops_per_device", "tflops_per_device"),
+                                ("shardtrain_mfu", "mfu")):
+                check(value(s, series, rank=rank) == j[key], "rank %s: %s equals the JSONL's %s (%r)" % (rank, series, key, j[key]))
             if rank == "0":  # the JSONL holds rank 0's own timings
-                check(value(s, "shardtrain_tokens_per_second", rank="0") == j["tokens_per_s"], "tokens/s equals the JSONL's")
-                check(value(s, "shardtrain_mfu", rank="0") == j["mfu"], "MFU equals the JSONL's")
                 for ph, v in j["phases"].items():
                     check(value(s, "shardtrain_phase_seconds", rank="0", phase=ph) == v, "phase %s equals the JSONL's" % ph)
             calls = value(s, "shardtrain_collectives_total", rank=rank, group="shard", op="all_gather")

@@ -42,6 +42,75 @@ assert "best that fits:" in p.stdout
 with Image.open(png) as im:
     assert im.size[0] > 600 and im.size[1] > 300, im.size
 
+
+
+def llama_params(vocab, hidden, inter, layers, heads, kv_heads, tied=False):
+    """Parameters of a Llama decoder, counted here from its shapes, not by the planner's code."""
+    kv = hidden // heads * kv_heads
+    layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter + 2 * hidden  # q, o; k, v; the MLP; two norms
+    return layers * layer + vocab * hidden * (1 if tied else 2) + hidden
+
+
+def table_column(text, name):
+    """A column of the printed table by its header, per strategy, in GiB."""
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("strategy "))
+    at = lines[head].split().index(name)
+    out = {}
+    for line in lines[head + 1:]:
+        cells = line.split()
+        if not cells or not cells[1].isdigit():
+            break
+        out[cells[0]] = float(cells[at].rstrip("G"))
+    return out
+
+
+# The sharded state (parameters, gradients, optimizer) is what a rank holds however the step's
+# activations are kept: 16 bytes per parameter (fp32 master, gradient, AdamW's two moments) over the
+# shard group. The peak's own share of it moves with activation checkpointing: a separate column.
+n70 = llama_params(32000, 8192, 28672, 80, 64, 8)
+base = ["--model", "llama2-70b", "--gpus-per-node", "8", "--nodes", "1"]
+tables = {ac: plan(*base, *(["--activation-checkpointing"] if ac else [])) for ac in (False, True)}
+for ac, r in tables.items():
+    assert r.returncode == 0 and r.stderr == "", (ac, r.stderr)
+sharded = {ac: table_column(r.stdout, "sharded") for ac, r in tables.items()}
+at_peak = {ac: table_column(r.stdout, "state@peak") for ac, r in tables.items()}
+assert sharded[False] == sharded[True], sharded
+want = {"full_shard": 8, "shard_grad_op": 8, "hybrid_shard": 8, "hybrid_shard_zero2": 8, "no_shard": 1}  # shard group on 1 node
+for strategy, shard in want.items():
+    assert abs(sharded[True][strategy] - 16 * n70 / shard / 2**30) < 0.01, (strategy, sharded[True][strategy], 16 * n70 / shard / 2**30)
+assert at_peak[False]["full_shard"] < at_peak[True]["full_shard"] <= sharded[True]["full_shard"], at_peak
+for ac in (False, True):
+    assert "sharded: parameters (fp32 master), gradients and optimizer state" in tables[ac].stdout, tables[ac].stdout
+    assert "peak = state@peak + gathered + activ. + other" in tables[ac].stdout
+print(f"plan: sharded state {sharded[True]['full_shard']} GiB per rank with and without checkpointing "
+      f"(16 B x {n70} / 8); at the peak {at_peak[False]['full_shard']} and {at_peak[True]['full_shard']} GiB")
+csv_rows = {}
+for ac in (False, True):
+    path = os.path.join(WORK, f"plan-70b-{ac}.csv")
+    assert plan(*base, "--strategy", "full_shard", "--csv", path, *(["--activation-checkpointing"] if ac else [])).returncode == 0
+    csv_rows[ac] = next(csv.DictReader(open(path)))
+for key in ("params_bytes", "grads_bytes", "optimizer_bytes", "sharded_state_bytes"):
+    assert csv_rows[False][key] == csv_rows[True][key], key
+r = csv_rows[True]
+assert int(r["sharded_state_bytes"]) == sum(int(r[k]) for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "no_sync_bytes", "base_bytes"))
+assert abs(int(r["sharded_state_bytes"]) / (16 * n70 / 8) - 1) < 1e-4, r["sharded_state_bytes"]  # padding only
+assert int(r["grads_at_peak_bytes"]) <= int(r["grads_bytes"]), r
+
+# A published fabric with a GPU its instances do not carry: planned, with one warning naming both
+# and what goes with what. The pairs that exist, and a measured file, plan without one.
+r = plan("--model", "llama2-7b", "--gpu", "a100-80gb", "--fabric", "p5", "--nodes", "1")
+warn = [line for line in r.stderr.splitlines() if line.strip()]
+assert r.returncode == 0 and len(warn) == 1, (r.returncode, r.stderr)
+for s in ("WARN", "--fabric p5", "--gpu a100-80gb", "p5.48xlarge", "H100", "--fabric p4de"):
+    assert s in warn[0], (s, warn[0])
+print(f"warning: {warn[0]}")
+r = plan("--model", "llama2-7b", "--gpu", "h100-80gb", "--fabric", "p4de", "--nodes", "1")
+assert r.returncode == 0 and "--fabric p4de is the network of p4de.24xlarge" in r.stderr and "--fabric p5" in r.stderr, r.stderr
+for gpu, fabric in [("h100-80gb", "p5"), ("h200-141gb", "p5"), ("a100-80gb", "p4de"), ("a100-40gb", "p4de")]:
+    r = plan("--model", "llama2-7b", "--gpu", gpu, "--fabric", fabric, "--nodes", "1")
+    assert r.returncode == 0 and r.stderr == "", (gpu, fabric, r.stderr)
+
 j = json.loads(plan("--model", "llama2-7b", "--nodes", "1,2", "--strategy", "hybrid_shard", "--json").stdout)
 assert [r["nodes"] for r in j["rows"]] == [1, 2] and j["rows"][0]["shard_size"] == 8
 assert j["rows"][1]["replicas"] == 2
@@ -55,7 +124,7 @@ for name, head in {"foreign": {"format": "nccl-tests"}, "newer": {"format": "sha
     json.dump({**head, "intra": scope}, open(fabric_files[name], "w"))
 for ok in ("legacy", "current"):
     r = plan("--model", "llama2-7b", "--gpu", "h100-80gb", "--fabric", fabric_files[ok], "--nodes", "1")
-    assert r.returncode == 0, (ok, r.stderr)
+    assert r.returncode == 0 and r.stderr == "", (ok, r.stderr)  # a measured fabric goes with any GPU
 # Fields of the wrong JSON type: exit 2 naming the field, not a JSON library error.
 bad_fields = [
     ("ranks-string", {"intra": {**scope, "ranks": "2"}}, '"intra.ranks" is a string ("2"), expected an integer'),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Integration tests of slurm/train.sbatch, slurm/sweep.sh and launch/mpirun.sh against a real
-Slurm on localhost (tests/slurm/local_slurm.sh, started by the ctest fixture) and a real mpirun.
+Slurm on localhost (scripts/local-slurm.sh, started by the ctest fixture) and a real mpirun.
 
 Usage: slurm_tests.py CASE --repo R --bin B --data D --tmp T [--slurm-dir S]
 CASE: training | requeue | failfast | sweep | scancel | timelimit | finetune | mpirun | mpirun_sigterm |

@@ -33,6 +33,9 @@ struct Fabric {
   // "intra": a collective among the ranks of one node; "inter": one spanning nodes, every rank
   // of each node taking part (nccl-tests across nodes).
   std::map<comm::Op, BandwidthTable> intra, inter;
+  // Published fabrics: the instances they belong to and the --gpu names those carry; empty for a file.
+  std::string instances;
+  std::vector<std::string> gpus;
   double latency_s = 0;  // per collective call
   // NCCL runs collectives on their own streams beside the compute; Open MPI on CPU progresses a
   // non-blocking collective only inside MPI calls, so the engine's waits expose all of it.
@@ -43,5 +46,8 @@ struct Fabric {
 // p4de, p5 (published), or a file: a fabric JSON (configs/fabric/*.json) or `preflight --json`'s.
 // Throws UsageError naming --fabric when it is neither.
 Fabric load_fabric(const std::string& spec);
+// A published fabric with a GPU its instances do not carry (p5 with an A100): a one-line warning
+// naming both and what goes with what; empty when they go together or the fabric is a file.
+std::string fabric_gpu_mismatch(const Fabric& fabric, const GpuSpec& gpu);
 
 }  // namespace shardtrain::plan

@@ -38,8 +38,10 @@ struct PlanRow {
   int nodes = 0, ranks = 0, shard_size = 0, replicas = 0;
   fsdp::Sharding sharding = fsdp::Sharding::kFullShard;
   // Memory per rank, bytes.
-  int64_t params = 0, grads = 0, optimizer = 0, no_sync = 0, base = 0;  // sharded state
-  int64_t gathered = 0, reductions = 0, activations = 0;  // at the step's peak
+  int64_t params = 0, grads = 0, optimizer = 0, no_sync = 0, base = 0;  // sharded state, every gradient shard included
+  // At the step's peak. Gradient shards exist from their unit's first reduction to the optimizer
+  // step, so only the units reduced by the peak's moment hold one: fewer when the peak falls early.
+  int64_t grads_at_peak = 0, gathered = 0, reductions = 0, activations = 0;
   int64_t nccl = 0, allocator = 0;                        // allowances
   int64_t tensor_peak = 0;  // every tensor at the peak (what a caching allocator reports)
   int64_t engine_peak = 0;  // the engine's own accounting (no activations)
@@ -50,6 +52,11 @@ struct PlanRow {
   // Step time, seconds per optimizer step.
   double compute_s = 0, comm_s = 0, exposed_comm_s = 0, optimizer_s = 0, step_s = 0;
   double tokens_per_s_per_gpu = 0, mfu = 0, efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
+
+  // Parameters, gradients and optimizer state once every gradient shard exists (at the optimizer
+  // step): the same with or without activation checkpointing.
+  int64_t sharded_state() const { return params + grads + optimizer + no_sync + base; }
+  int64_t state_at_peak() const { return params + grads_at_peak + optimizer + no_sync + base; }
 };
 
 // Throws UsageError naming the option when a node count does not fit the shard group.

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "run_binary.h"
+#include "shardtrain/cli/banner.h"
 #include "shardtrain/model/generate.h"
 #include "shardtrain/report/run_report.h"
 #include "shardtrain/runtime/version.h"
@@ -106,6 +107,32 @@ TEST(Cli, HelpForEachCommand) {
   EXPECT_NE(run("train --help").out.find("--grad-accum"), std::string::npos);
   EXPECT_NE(run("prepare --help").out.find("--val-fraction"), std::string::npos);
   EXPECT_EQ(run("frobnicate").code, 2);
+  const std::string top = run("--help").out;  // what the trainer takes: every model family, chat data
+  for (const char* s : {"Llama-family", "Llama-2 and 3.x", "Mistral", "Qwen2", "--format chat"})
+    EXPECT_NE(top.find(s), std::string::npos) << s << "\n" << top;
+}
+
+// The banner says "only at the end" for the settings whose 0 means that, never "every 0 steps".
+TEST(Cli, BannerSaysOnlyAtTheEndForZero) {
+  EXPECT_EQ(cli::cadence(0, "step"), "only at the end");
+  EXPECT_EQ(cli::cadence(1, "step"), "every step");
+  EXPECT_EQ(cli::cadence(500, "step"), "every 500 steps");
+  const std::string ckpt = tmp("banner_ckpt");
+  auto banner = [&](const std::string& every) {
+    fs::remove_all(ckpt);
+    auto r = run("train --model tiny --steps 2 --threads 1 --val-batches 1 --checkpoint-dir " + ckpt + kData + every);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const auto begin = r.out.find("shardtrain train: job"), end = r.out.find("collective timeout", begin);
+    return begin == std::string::npos || end == std::string::npos ? r.out : r.out.substr(begin, end - begin);
+  };
+  const std::string zero = banner("--save-every 0 --val-every 0 --breakdown-every 0");
+  EXPECT_NE(zero.find("checkpoints " + ckpt + " (only at the end, resume off)"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("breakdown only at the end"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("validation only at the end"), std::string::npos) << zero;
+  EXPECT_EQ(zero.find("every 0"), std::string::npos) << zero;
+  const std::string set = banner("--save-every 5 --val-every 1 --breakdown-every 2 --log-every 3");
+  EXPECT_NE(set.find("checkpoints " + ckpt + " (every 5 steps, resume off)"), std::string::npos) << set;
+  EXPECT_NE(set.find("progress every 3 steps, breakdown every 2 progress lines | validation every step"), std::string::npos) << set;
 }
 
 // Groups hold what their titles say; fault injection is only in --help-all; eval and generate

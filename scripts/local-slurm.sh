@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# A real one-node Slurm (munge + slurmctld + slurmd) on localhost, private to a directory.
-# Usage: local_slurm.sh start DIR [CPUS]  -> writes DIR/env (source it: SLURM_CONF, PATH)
-#        local_slurm.sh stop DIR          -> kills the daemons by their recorded PIDs
+# A real one-node Slurm (munge + slurmctld + slurmd) on localhost, private to a directory: try
+# `sbatch slurm/train.sbatch` on one machine (docs/cluster.md); the cluster tests run on it too.
+# Usage: local-slurm.sh start DIR [CPUS]  -> writes DIR/env (source it: SLURM_CONF)
+#        local-slurm.sh stop DIR          -> kills the daemons by their recorded PIDs
 # Exit 77 (ctest: skipped) only when the Slurm packages (PACKAGES, which scripts/install-deps.sh
-# installs) are not installed; nothing is installed at test time.
+# installs) are not installed; it installs nothing itself.
 set -euo pipefail
 cmd=${1:?start or stop}; dir=$(mkdir -p "${2:?DIR}" && cd "$2" && pwd); cpus=${3:-8}
 PACKAGES=(slurm-wlm slurmd slurmctld slurm-client slurm-wlm-basic-plugins munge)
@@ -43,7 +44,7 @@ chmod 600 "$dir/munge/munge.key"
 node=$(hostname -s)
 port=$((20000 + RANDOM % 20000))
 cat >"$dir/slurm.conf" <<CONF
-ClusterName=shardtrain-test
+ClusterName=shardtrain-local
 SlurmctldHost=$node
 SlurmctldPort=$port
 SlurmdPort=$((port + 1))
@@ -81,7 +82,7 @@ export SLURM_CONF=$dir/slurm.conf
 /usr/sbin/slurmd -f "$SLURM_CONF"
 for _ in $(seq 100); do
   if sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed|allocated)'; then
-    echo "[local-slurm] up: $(sinfo -h -o '%N %C %T') (SLURM_CONF=$SLURM_CONF)"; exit 0
+    echo "[local-slurm] up: $(sinfo -h -o '%N %C %T') (SLURM_CONF=$SLURM_CONF; source $dir/env)"; exit 0
   fi
   sleep 0.3
 done
