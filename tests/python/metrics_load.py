@@ -268,8 +268,14 @@ def main():
             sorted({h.split(b"\r\n")[0].decode("latin-1") for _, h in results})), flush=True)
         check(results and all(s is not None and s <= limit for s in secs),
               "every %s connection was answered or closed by the server within %g s" % (kind, limit))
-    check(all(h.startswith(b"HTTP/1.0 400 Bad Request") for _, h in load.bad["garbage"]), "garbage gets 400 Bad Request")
-    check(all(h == b"" or h.startswith(b"HTTP/1.0 431") for _, h in load.bad["huge"]),
+    # While the flood holds more connections than the server keeps (64), it drops the oldest one
+    # still reading, unanswered: a bad client then gets no reply at all (on a loaded machine, often).
+    garbage = [h for _, h in load.bad["garbage"]]
+    check(any(h.startswith(b"HTTP/1.0 400 Bad Request") for h in garbage) and
+          all(h == b"" or h.startswith(b"HTTP/1.0 400 Bad Request") for h in garbage),
+          "garbage gets 400 Bad Request, or is dropped unanswered while the flood fills the server")
+    huge = [h for _, h in load.bad["huge"]]
+    check(any(h.startswith(b"HTTP/1.0 431") for h in huge) and all(h == b"" or h.startswith(b"HTTP/1.0 431") for h in huge),
           "a 1 MiB request gets 431 or is cut off")
 
     steps = {}
