@@ -169,13 +169,15 @@ class RunConfig : public Stateful {
   std::string name() const override { return "run_config"; }
   void save_values(Values& out) const override { out.set_json(attr::kRunConfig, state_.run_config); }
   void check(const Values& saved) const override {
-    const nlohmann::json was = saved.get_json(attr::kRunConfig);
-    const nlohmann::json& now = state_.run_config;
-    if (!was.is_object() || !was.contains("optimizer") || !now.is_object() || !now.contains("optimizer")) return;  // older files, convert
+    // Older files and convert's runs record no settings: nothing to compare.
+    const auto settings = [](const nlohmann::json& run) {
+      const nlohmann::json s = run.is_object() ? run.value("optimizer", nlohmann::json::object()) : nlohmann::json::object();
+      return s.is_object() ? s : nlohmann::json::object();
+    };
+    const nlohmann::json before = settings(saved.get_json(attr::kRunConfig)), now = settings(state_.run_config);
     const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
-    const nlohmann::json& before = was["optimizer"];
-    for (const auto& [name, value] : now["optimizer"].items()) {
-      if (!before.is_object() || !before.contains(name) || before[name] == value) continue;
+    for (const auto& [name, value] : now.items()) {
+      if (!before.contains(name) || before[name] == value) continue;
       runtime::log::warn_once("--" + name + " is " + text(value) + " in this run but was " + text(before[name]) +
                               " in the run that saved " + saved.origin() + "; resuming with " + text(value));
     }

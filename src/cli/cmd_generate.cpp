@@ -22,7 +22,7 @@ int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   runtime::log::info_to_stderr();
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  check_tokenizers({{o.weights, o.tokenizer, ""}}, o.tokenizer, o.model, env);
+  check_tokenizers({o.weights, o.tokenizer, ""}, {}, o.tokenizer, o.model, env);
   data::Tokenizer tok(o.tokenizer);
   tok.require_fits(o.model.vocab_size);  // every rank reads the same file: all throw alike
   model::GenerateConfig g;

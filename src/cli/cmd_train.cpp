@@ -85,14 +85,6 @@ int stop_message(train::FitEnd end, const train::SignalVerdict& signal, const tr
   return signal.exit_code;
 }
 
-// The optimizer's and schedule's settings as this run has them: a resume names each that changed.
-nlohmann::json optimizer_settings(const TrainOptions& o) {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [name, value] : o.option_values)
-    if (std::find(o.optimizer_options.begin(), o.optimizer_options.end(), name) != o.optimizer_options.end()) j[name] = value;
-  return j;
-}
-
 }  // namespace
 
 int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
@@ -105,12 +97,8 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   setup_threads(o.common.threads, env);
   runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
   check_writable_outputs(o, env);
-  {  // the data and the prompts in the model's own ids, before a step is spent on others
-    const TokenizerSource src = train_tokenizer(o);
-    TokenizerSource val = src;
-    val.data = o.val_data;
-    check_tokenizers({src, val}, o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
-  }
+  // The data and the prompts in the model's own ids, before a step is spent on others.
+  check_tokenizers(train_tokenizer(o), {o.data, o.val_data}, o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   // One writer per checkpoint directory, held until the export is done (docs/reliability.md).
   const ckpt::DirLock dir_lock = o.ckpt.dir.empty() ? ckpt::DirLock() : ckpt::DirLock::acquire(MPI_COMM_WORLD, o.ckpt.dir);
   std::string checked_train, checked_val;
@@ -137,7 +125,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   initial.schedule_batch = loader.global_batch();
   initial.data = data::data_identity(*train, o.train.seed);
   initial.allow_data_change = o.ckpt.allow_data_change;
-  initial.run_config = nlohmann::json{{"args", o.args}, {"optimizer", optimizer_settings(o)}};
+  initial.run_config = nlohmann::json{{"args", o.args}, {"optimizer", o.optimizer_values}};
   ckpt::Manager checkpoints(o.ckpt, engine, optimizer, initial);
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);

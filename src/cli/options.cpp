@@ -404,7 +404,9 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   po::options_description all;
   all.add(visible).add(faults);
   parse_into(args, all, nullptr, &o.option_values);
-  for (const auto& d : optim.options()) o.optimizer_options.push_back(d->long_name());
+  for (const auto& d : optim.options())
+    for (const auto& [name, value] : o.option_values)
+      if (name == d->long_name()) o.optimizer_values[name] = value;
   if (o.common.wants_help()) {
     if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain train --data F.h5 [options]", o.common.help_all ? all : visible);
     return o;

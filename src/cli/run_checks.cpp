@@ -178,14 +178,14 @@ void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env) {
   if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
 }
 
-void check_tokenizers(const std::vector<TokenizerSource>& data, const std::string& prompt_tokenizer,
+void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data, const std::string& prompt_tokenizer,
                       const model::ModelConfig& model, const runtime::MpiEnv& env) {
   std::string failure;
   if (env.rank() == 0) {  // one reader of the files; the verdict is shared
     try {
-      for (const TokenizerSource& src : data)
-        if (!src.data.empty()) check_export_tokenizer(src, model);
-      if (!data.empty()) check_prompt_tokenizer(data.front().weights, prompt_tokenizer);
+      for (const std::string& file : data)
+        if (!file.empty()) check_export_tokenizer({src.weights, src.tokenizer, file}, model);
+      check_prompt_tokenizer(src.weights, prompt_tokenizer);
     } catch (const runtime::UsageError& e) {
       failure = e.what();
     }

@@ -111,7 +111,7 @@ std::vector<std::string> changed_fields(const nlohmann::json& saved, const nlohm
       if (key == f.name && (f.use == FieldUse::kHarmless || !f.after_init)) return;
     const nlohmann::json a = value(saved, key), b = value(now, key);
     const bool same = a.is_number() && b.is_number() ? a.get<double>() == b.get<double>() : a == b;
-    if (!same) out.push_back(key + " " + (a.is_null() ? "null" : shown(a)) + " -> " + (b.is_null() ? "null" : shown(b)));
+    if (!same) out.push_back(key + " " + shown(a) + " -> " + shown(b));
   };
   for (const auto& [key, v] : saved.items())
     if (now.contains(key) || !family) consider(key);

@@ -124,14 +124,19 @@ MpiEnv::~MpiEnv() {
 }
 
 namespace {
-// Flushes, and with other ranks alive takes the job down with `code`; true when MPI is still live.
-bool abort_other_ranks(int code) {
+// Flushes what this process printed; true while MPI is initialized and not finalized.
+bool flush_and_mpi_live() {
   std::fflush(stdout);
   std::fflush(stderr);
   int inited = 0, finalized = 0;
   MPI_Initialized(&inited);
   MPI_Finalized(&finalized);
-  const bool live = inited && !finalized;
+  return inited && !finalized;
+}
+
+// With other ranks alive takes the job down with `code`; true when MPI is still live.
+bool abort_other_ranks(int code) {
+  const bool live = flush_and_mpi_live();
   int world = 1;
   if (live) MPI_Comm_size(MPI_COMM_WORLD, &world);
   if (live && world > 1) MPI_Abort(MPI_COMM_WORLD, code);
@@ -146,12 +151,7 @@ void MpiEnv::abort(int code) {
 }
 
 void MpiEnv::exit_together(int code) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  int inited = 0, finalized = 0;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&finalized);
-  if (inited && !finalized) {
+  if (flush_and_mpi_live()) {
     MPI_Barrier(MPI_COMM_WORLD);  // the error line is out before any rank's exit ends the job
     MPI_Finalize();
   }

@@ -1,6 +1,7 @@
 // Every Boost.Program_options description lives here, so --help never drifts from parsing.
 // Options come from the command line first, then from --config FILE (key = value lines).
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,7 @@ struct TrainOptions {
   bool merge_lora = false; // LoRA: --save-model writes merged full weights instead of the adapter
   std::vector<std::string> args;  // as given, stored in checkpoints
   std::vector<std::pair<std::string, std::string>> option_values;  // every option's value, typed or default (MLflow's params)
-  std::vector<std::string> optimizer_options;  // the optimizer's and schedule's options: a resume says which changed
+  std::map<std::string, std::string> optimizer_values;  // the optimizer's and schedule's options: a resume says which changed
   train::TrainConfig train;
   fsdp::FsdpConfig fsdp;
   optim::OptimizerConfig optim;

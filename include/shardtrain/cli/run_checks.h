@@ -54,10 +54,11 @@ std::string probe_writable_file(const std::string& path);
 // Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written.
 void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);
 
-// Collective, before any compute: every token file in `data` (a source per file; its weights and
-// tokenizer as check_export_tokenizer takes them) was prepared with the model's tokenizer, and the
-// tokenizer that encodes prompts (prompt_tokenizer; "" when none) is the --weights directory's.
-void check_tokenizers(const std::vector<TokenizerSource>& data, const std::string& prompt_tokenizer,
+// Collective, before any compute: every token file in `data` ("" entries skipped) was prepared
+// with the model's tokenizer (src's --weights files, else its --tokenizer, as
+// check_export_tokenizer takes them), and the tokenizer that encodes prompts (prompt_tokenizer;
+// "" when none) is the --weights directory's.
+void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data, const std::string& prompt_tokenizer,
                       const model::ModelConfig& model, const runtime::MpiEnv& env);
 
 }  // namespace shardtrain::cli
