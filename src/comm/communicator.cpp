@@ -29,6 +29,7 @@ class TrackedWork : public Work {
     if (!probed_) log_->finished(seq_);
     waited_ = completed_ = true;
   }
+  void chain() override { inner_->chain(); }  // another lane follows it: not complete for the caller
   bool test() override {
     if (!completed_ && inner_->test()) {
       completed_ = true;

@@ -103,8 +103,6 @@ class NcclCommunicator::Stalls {
 
 namespace {
 
-thread_local bool t_lane_wait = false;  // a lane's stream waits (chaining), not the compute stream
-
 // A collective's handle. Its buffers go in one of three explicit ways, never by an implicit sync:
 // wait() on the stream that issued it (where the buffers were made: the allocator reuses them
 // there only after the collective, FSDP2's stream-ordered lifetime); test() finding it complete;
@@ -118,14 +116,15 @@ class NcclWork : public Work {
         stalls_(std::move(stalls)) {}
   void wait() override {
     const cudaStream_t s = current_stream();
-    if (!t_lane_wait) {  // exposed communication is the compute stream's stall here, timed on the device
-      auto arrived = std::make_shared<cuda::Event>(/*timing=*/true);
-      arrived->record(s);
-      stalls_->add(std::move(arrived), done_);
-    }
+    // Exposed communication is the compute stream's stall here, timed on the device.
+    auto arrived = std::make_shared<cuda::Event>(/*timing=*/true);
+    arrived->record(s);
+    stalls_->add(std::move(arrived), done_);
     done_->wait_on(s);  // stream-ordered: the host does not block
     ordered_ = ordered_ || s == issued_on_;
   }
+  // A lane's stream follows the collective; the caller's stream has not, so its buffers stay held.
+  void chain() override { done_->wait_on(current_stream()); }
   bool test() override {
     complete_ = complete_ || done_->query();
     return complete_;
@@ -212,9 +211,7 @@ WorkPtr NcclCommunicator::all_reduce_after_async(const at::Tensor& t, Work& prio
   {
     // The lane's stream, not the caller's, waits for prior: compute runs on while both collectives do.
     const c10::cuda::CUDAStreamGuard on_lane(c10::cuda::getStreamFromExternal(l.stream.get(), device_.index()));
-    t_lane_wait = true;
-    prior.wait();
-    t_lane_wait = false;
+    prior.chain();  // not wait(): that would tell the caller the reduce-scatter's buffers are free
   }
   const cudaStream_t s = l.stream.get();
 #else

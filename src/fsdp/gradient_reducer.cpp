@@ -11,7 +11,7 @@ int64_t scatter_bytes(int64_t padded, int64_t shard_numel, int shard_size, int r
   return padded * reduce_elt + (shard_size > 1 ? shard_numel * reduce_elt : 0);
 }
 
-size_t scatters_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming, int64_t budget) {
+size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming, int64_t budget) {
   int64_t total = std::accumulate(in_flight.begin(), in_flight.end(), incoming);
   size_t n = 0;
   while (n < in_flight.size() && total > budget) {
@@ -36,16 +36,11 @@ void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t 
   progress();
   const int shard_size = groups_.shard->size();
   const int elt = static_cast<int>(c10::elementSize(reduce_dtype_));
-  std::vector<int64_t> in_flight;  // the reduce-scatters still running, oldest first
-  for (const Pending& r : pending_)
-    if (r.scatter) in_flight.push_back(held(r));
-  size_t n = scatters_to_complete(in_flight, scatter_bytes(full_grad.numel(), shard_numel, shard_size, elt), budget_);
-  for (Pending& r : pending_) {
-    if (n == 0) break;
-    if (!r.scatter) continue;
-    complete_scatter(r);
-    --n;
-  }
+  // Every reduction not yet added holds buffers: its reduce-scatter's, or (hybrid) its all-reduce's.
+  std::vector<int64_t> in_flight;
+  for (const Pending& r : pending_) in_flight.push_back(held(r));
+  const size_t n = reductions_to_complete(in_flight, scatter_bytes(full_grad.numel(), shard_numel, shard_size, elt), budget_);
+  for (size_t k = 0; k < n; ++k) complete_oldest();
   progress();
   Pending r;
   r.unit = unit;
@@ -81,6 +76,13 @@ void GradientReducer::complete_scatter(Pending& r) {
   r.scatter->wait();  // NCCL: the current stream waits on the device; MPI: the host blocks
   scattered(r);
   on_change_();
+}
+
+void GradientReducer::complete_oldest() {
+  Pending& r = pending_.front();
+  if (r.scatter) complete_scatter(r);  // starts its all-reduce where none is chained (MPI): all older ones have
+  add(r);
+  pending_.pop_front();
 }
 
 void GradientReducer::progress() {

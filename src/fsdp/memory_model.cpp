@@ -95,7 +95,7 @@ struct Walk {
   void reduce(int64_t u, int64_t activations) {  // GradientReducer::reduce: the oldest complete first
     std::vector<int64_t> in_flight;
     for (const int64_t p : pending) in_flight.push_back(scatter(p));
-    for (size_t n = scatters_to_complete(in_flight, scatter(u), budget); n > 0; --n) advance_oldest(activations);
+    for (size_t n = reductions_to_complete(in_flight, scatter(u), budget); n > 0; --n) advance_oldest(activations);
     pending.push_back(u);
     note(activations);
   }

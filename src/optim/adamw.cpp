@@ -28,7 +28,7 @@ void AdamW::set_step_count(int64_t s) {
   step_t_ = at::Tensor();  // made again from step_ on the parameters' device
 }
 
-void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip) {
+void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip, const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
   // torch.optim.AdamW(fused=True): one multi-tensor kernel per weight-decay group instead of
   // eight elementwise ops per tensor. The kernel reads each tensor's step; ours share one.
@@ -50,7 +50,8 @@ void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tens
     if (p[k].empty()) continue;
     steps[k].assign(p[k].size(), step_t_);
     at::_fused_adamw_(p[k], g[k], m[k], v[k], {}, steps[k], lr, cfg_.beta1, cfg_.beta2, k ? cfg_.weight_decay : 0.0,
-                      cfg_.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt,
+                      cfg_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt,
                       found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
   }
   if (found_inf.defined()) step_t_.sub_(found_inf);
@@ -77,6 +78,10 @@ void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_n
   // min(1, ...) on the device: a coefficient of 1 leaves every gradient bit for bit as it was.
   const at::Tensor coef = (max_norm / (total_norm + 1e-6)).clamp_max(1.0).to(live.front().device(), at::kFloat);
   at::_foreach_mul_(live, coef);
+}
+
+at::Tensor clip_divisor(const at::Tensor& total_norm, double max_norm, const at::Device& device) {
+  return ((total_norm + 1e-6) / max_norm).clamp_min(1.0).to(device, at::kFloat);
 }
 
 }  // namespace shardtrain::optim

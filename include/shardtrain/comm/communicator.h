@@ -41,6 +41,11 @@ class Work {
   virtual void wait() = 0;  // blocks until the collective is complete on this rank
   // Without blocking: has it completed? (NCCL: its event; MPI: MPI_Test, which also progresses it.)
   virtual bool test() = 0;
+  // Orders the current stream, another collective's lane (Communicator::all_reduce_after_async),
+  // after this collective without completing it for its caller: test() still asks the device,
+  // and the caller's stream has not waited, so its buffers are still in use. Backends whose
+  // wait() blocks the host have nothing to chain: they wait.
+  virtual void chain() { wait(); }
 };
 using WorkPtr = std::unique_ptr<Work>;
 

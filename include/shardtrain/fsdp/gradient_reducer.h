@@ -1,11 +1,12 @@
 // Gradient reduction and its completion: each unit's unsharded gradient is reduce-scattered over
 // the shard group as soon as its backward is done, then (HYBRID_SHARD) all-reduced across
 // replicas, then added into the unit's fp32 gradient shard. Nothing waits at issue. The send
-// buffers in flight are bounded by bytes: before a new reduction starts, the oldest reduce-scatters
-// complete until the new one fits (with the default budget, one unit's: FSDP2's one reduce-scatter
-// in flight), and their send buffers are reused. A hybrid all-reduce starts as soon as its
-// reduce-scatter completes (on the GPU chained on the device) and is waited for only in finish(),
-// before the gradients are used.
+// buffers in flight are bounded by bytes: before a new reduction starts, the oldest reductions
+// (reduce-scatter and, under HYBRID_SHARD, all-reduce) complete until the new one fits (with the
+// default budget, one unit's: FSDP2's one reduction in flight). A hybrid all-reduce starts as soon
+// as its reduce-scatter completes (on the GPU chained on the device, which completes nothing for
+// the compute stream). A send buffer is reused only once its reduce-scatter is complete on the
+// device or the compute stream has waited for it.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -21,10 +22,10 @@ namespace shardtrain::fsdp {
 // Bytes a unit's reduction holds while its reduce-scatter runs: the send buffer [padded] in the
 // reduce dtype and, over more than one rank, the received shard [shard_numel].
 int64_t scatter_bytes(int64_t padded, int64_t shard_numel, int shard_size, int reduce_elt);
-// How many of the oldest reduce-scatters in flight (bytes each, oldest first) must complete before
+// How many of the oldest reductions in flight (bytes each, oldest first) must complete before
 // one of `incoming` bytes is issued, so that at most `budget` bytes are in flight with it. A
 // reduction larger than the budget still runs, alone.
-size_t scatters_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming, int64_t budget);
+size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming, int64_t budget);
 
 class GradientReducer {
  public:
@@ -54,6 +55,7 @@ class GradientReducer {
   void scattered(Pending& r);    // its reduce-scatter completed: free the send buffer, start the all-reduce
   void progress();               // without blocking, in issue order: start the all-reduces that can start
   void complete_scatter(Pending& r);  // blocks until its reduce-scatter completed
+  void complete_oldest();        // the oldest reduction, all-reduce included, added to its gradient shard
   void add(Pending& r);          // into the unit's fp32 gradient shard (after its all-reduce)
 
   comm::ProcessGroups& groups_;

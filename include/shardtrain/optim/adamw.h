@@ -29,7 +29,10 @@ class AdamW {
   void add(const at::Tensor& param, bool decay);
   // grads[i] belongs to slots()[i]; an undefined grad skips that slot. skip: a float scalar on
   // the device, 1 leaves everything (the step count too) as it was (GradScaler's found_inf).
-  void step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip = {});
+  // grad_scale: a float scalar on the device that the kernel divides each gradient by as it reads
+  // it (clipping folded in: clip_divisor), instead of a separate pass over the gradients.
+  void step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip = {},
+            const at::Tensor& grad_scale = {});
   int64_t step_count() const;  // the steps taken: a host read of the device's count
   void set_step_count(int64_t s);
   std::vector<AdamWSlot>& slots() { return slots_; }
@@ -47,5 +50,8 @@ class AdamW {
 at::Tensor grad_sq_norm(const std::vector<at::Tensor>& grads, const at::Device& device);
 // torch.nn.utils.clip_grad_norm_'s rule, on the device: scale by min(1, max_norm / (norm + 1e-6)).
 void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm, double max_norm);
+// The same rule as a divisor for AdamW::step's grad_scale: max(1, (norm + 1e-6) / max_norm), fp32
+// on `device`. Dividing by it may differ from scale_grads' multiply by one fp32 ulp.
+at::Tensor clip_divisor(const at::Tensor& total_norm, double max_norm, const at::Device& device);
 
 }  // namespace shardtrain::optim

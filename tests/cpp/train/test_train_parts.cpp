@@ -106,6 +106,41 @@ TEST(Trainer, ClippingBoundsTheUpdateNorm) {
   EXPECT_TRUE(small[0].equal(at::full({3}, 0.25))) << "a norm below the limit leaves the gradients as they are";
 }
 
+// Clipping folded into the fused AdamW (the GPU path: grad_scale, a divisor) against
+// clip_grad_norm_'s multiply then AdamW (the CPU path): the same step within an fp32 ulp or two,
+// and a norm under the limit gives a divisor of exactly 1 (the same bits).
+TEST(Trainer, ClippingFoldedIntoAdamWMatchesClipThenStep) {
+  for (const double max_norm : {1.0, 1e6}) {
+    const at::Tensor g0 = at::randn({4096}, at::TensorOptions().dtype(at::kFloat)) * 3;
+    const at::Tensor start = at::randn({4096});
+    auto run = [&](bool folded) {
+      optim::AdamW adamw(optim::AdamWConfig{});
+      at::Tensor p = start.clone();
+      adamw.add(p, true);
+      std::vector<at::Tensor> g = {g0.clone()};
+      const at::Tensor norm = optim::grad_sq_norm(g, at::kCPU).sqrt();
+      if (folded) {
+        adamw.step(1e-2, g, {}, optim::clip_divisor(norm, max_norm, at::kCPU));
+      } else {
+        optim::scale_grads(g, norm, max_norm);
+        adamw.step(1e-2, g);
+      }
+      return std::make_pair(p, adamw.slots()[0].exp_avg);
+    };
+    const auto [p_comp, m_comp] = run(false);
+    const auto [p_fold, m_fold] = run(true);
+    ASSERT_FALSE(p_comp.equal(start));
+    if (max_norm > 1e5) {
+      EXPECT_TRUE(p_fold.equal(p_comp)) << "no clipping: the divisor 1 must leave the step bit for bit";
+      EXPECT_TRUE(m_fold.equal(m_comp));
+    } else {
+      EXPECT_TRUE(p_fold.allclose(p_comp, 2.5e-7, 1e-9)) << (p_fold - p_comp).abs().max().item<float>();
+      EXPECT_TRUE(m_fold.allclose(m_comp, 2.5e-7, 1e-12)) << (m_fold - m_comp).abs().max().item<float>();
+      EXPECT_FALSE(m_fold.allclose(m_comp * 1.001, 1e-6, 0)) << "the clip did not reach the moments";
+    }
+  }
+}
+
 // A skipped step (the non-finite guard's verdict, on the device) changes nothing, the step count
 // included; the next applied step equals a run that never saw the skipped one.
 TEST(Trainer, ASkippedStepLeavesTheOptimizerAsItWas) {
