@@ -24,6 +24,9 @@
 #               loss (bench/fused_loss.sh) and grouped-query attention (bench/gqa_attention.py);
 #            4e. activation checkpointing none, selective and full: memory and step time
 #               (bench/activation_checkpointing.sh);
+#   fused    4f. decoder layers with and without --fused-layers (fused RMSNorm, merged q/k/v and
+#               gate/up matmuls, the rotary and SwiGLU kernels) at seq 4096, checkpointing off,
+#               against PyTorch FSDP2 eager and with torch.compile, and a profile of a fused step;
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -59,14 +62,14 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || { echo "gpu_suite.sh: --out DIR is required" >&2; exit 2; }
 # The parts whose code changed since the last GPU run (2026-11-27, one H200: check and tests
-# passed there; the start-up checks of train, eval and generate that check's runs pass through
-# changed after it).
-NEXT_PARTS=check,tests
+# passed there; since then the start-up checks that check's runs pass through, the hybrid-shard
+# reducer, the folded clip and the fused layer path with its tests and its part, fused).
+NEXT_PARTS=check,tests,fused
 parts=$(sed "s/\(^\|,\)next\(,\|$\)/\1$NEXT_PARTS\2/" <<< "$parts")
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in check|tests|speed|profile|compile|kernels|scale|layers) ;;
-    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, scale, layers, next)" >&2; exit 2 ;;
+  case "$p" in check|tests|speed|profile|compile|kernels|fused|scale|layers) ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, scale, layers, next)" >&2; exit 2 ;;
   esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
@@ -231,22 +234,31 @@ bench_shape() {
   else model=(--model tiny --n-layers 2 --hidden-size 128 --intermediate-size 352 --n-heads 4 --n-kv-heads 4) seq=128 dtype=fp32; fi
 }
 
-part_profile() {
+part_profile() {  # [TITLE DIR FLAG...]: 4b by default
+  local title=${1:-4b. Profile of one shardtrain step} dir=${2:-profile}; shift $(($# < 2 ? $# : 2))
   record ""
-  record "## 4b. Profile of one shardtrain step"
+  record "## $title"
   local model seq dtype; bench_shape
   mkdir -p "$out/speed"
-  progress "profile: step 5 of ${model[*]}, seq $seq, batch 4"
-  if st profile.log train "${model[@]}" --data "$(bench_data "$out/speed" "$seq")" --device "$device" --param-dtype "$dtype" \
-       --batch-size 4 --steps 6 --warmup-steps 0 --lr 3e-5 --collective-timeout 0 --profile-step 5 --profile-dir "$out/profile" \
-     && [ -f "$out/profile/profile-rank0.md" ]; then
-    record "\`shardtrain train ${model[*]} --batch-size 4 --profile-step 5\` at seq $seq ($dtype); the trace: profile/trace-rank0.json.gz."
+  progress "$dir: step 5 of ${model[*]} $*, seq $seq, batch 4"
+  if st "$dir.log" train "${model[@]}" "$@" --data "$(bench_data "$out/speed" "$seq")" --device "$device" --param-dtype "$dtype" \
+       --batch-size 4 --steps 6 --warmup-steps 0 --lr 3e-5 --collective-timeout 0 --profile-step 5 --profile-dir "$out/$dir" \
+     && [ -f "$out/$dir/profile-rank0.md" ]; then
+    record "\`shardtrain train ${model[*]} $* --batch-size 4 --profile-step 5\` at seq $seq ($dtype); the trace: $dir/trace-rank0.json.gz."
     record ""
-    tail -n +3 "$out/profile/profile-rank0.md" >> "$results"
-    gzip -f "$out/profile/trace-rank0.json"  # Perfetto and chrome://tracing read it compressed
+    tail -n +3 "$out/$dir/profile-rank0.md" >> "$results"
+    gzip -f "$out/$dir/trace-rank0.json"  # Perfetto and chrome://tracing read it compressed
   else
-    record "- the profiled run failed (profile.log)"; tail -5 "$out/profile.log"; broken
+    record "- the profiled run failed ($dir.log)"; tail -5 "$out/$dir.log"; broken
   fi
+}
+
+part_fused() {  # the fused layer path's speed row with and without it, and its profile
+  local seqs=4096 compile=1; [ "$device" = cuda ] || { seqs=128; compile=0; }  # the smoke test: part compile runs torch.compile
+  speed "4f. Fused layers (--fused-layers) against PyTorch FSDP2 eager and torch.compile" speed-fused \
+    BENCH_COMPILE=$compile BENCH_SEQS=$seqs BENCH_AC=off BENCH_ST_ARGS=--fused-layers
+  speed "4f. The same row without --fused-layers" speed-unfused BENCH_SEQS=$seqs BENCH_AC=off
+  part_profile "4f. Profile of one step with --fused-layers" profile-fused --fused-layers
 }
 
 part_kernels() {
@@ -373,6 +385,7 @@ if want compile; then
   else speed "4c. Against PyTorch FSDP2 with torch.compile" speed-compile BENCH_COMPILE=1; fi
 fi
 want kernels && part_kernels
+want fused && part_fused
 want scale && part_scale
 want layers && part_layers
 

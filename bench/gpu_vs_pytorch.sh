@@ -9,7 +9,8 @@
 #   BENCH_DEVICE=cpu bash bench/gpu_vs_pytorch.sh      # smoke test of the script: tiny shape on CPU
 # Env: BENCH_LAYERS, BENCH_STEPS (20), BENCH_BATCH (4: the optimizer does not dominate the step),
 #      BENCH_SEQS ("2048 4096"), BENCH_AC (activation checkpointing: "off on"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md; default 0),
-#      BENCH_COMPILE (1: a third column, PyTorch FSDP2 with torch.compile of each decoder layer).
+#      BENCH_COMPILE (1: a third column, PyTorch FSDP2 with torch.compile of each decoder layer),
+#      BENCH_ST_ARGS (more flags for shardtrain's runs, e.g. --fused-layers).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=${BENCH_DEVICE:-cuda}
@@ -50,7 +51,7 @@ for seq in $seqs; do
     m="$out/shardtrain-$seq-$ac.jsonl"
     "$bin" train "${st_model[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" \
       --steps "$steps" --lr 3e-5 --warmup-steps 0 --log-every 5 --metrics-file "$m" --peak-tflops "$peak" \
-      --collective-timeout 0 "${acflag[@]}" > "$out/shardtrain-$seq-$ac.log" 2>&1 \
+      --collective-timeout 0 "${acflag[@]}" ${BENCH_ST_ARGS:-} > "$out/shardtrain-$seq-$ac.log" 2>&1 \
       || echo "shardtrain $seq-$ac failed: $out/shardtrain-$seq-$ac.log" >&2  # the row says "failed"; the others still run
     reference "$seq" "$ac"
     compiled=(); [ "$compile" = 1 ] && { reference "$seq" "$ac" --compile; compiled=("$out/pytorch-$seq-$ac-compile.json"); }

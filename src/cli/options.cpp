@@ -262,7 +262,10 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "compute and all-gather dtype: auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16 (master weights stay fp32)")(
       "no-tf32", po::bool_switch(&raw.no_tf32), "CUDA: keep fp32 matmuls in full fp32 (TF32 tensor cores are on by default)")(
       "max-inflight-gathers", po::value(&f.max_inflight_gathers)->default_value(f.max_inflight_gathers),
-      "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)");
+      "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)")(
+      "fused-layers", po::bool_switch(&f.fused_layers),
+      "decoder layers through the fused path: LibTorch's fused RMSNorm, q/k/v and gate/up each one matmul, and on "
+      "CUDA shardtrain's rotary and SwiGLU kernels (bf16 results within rounding of the default path; docs/gpu.md)");
   if (training)
     d.add_options()("reduce-dtype", po::value(&raw.reduce_dtype)->default_value("fp32"), "gradient reduction dtype: fp32 or bf16")(
         "no-sync-accumulation", po::bool_switch(&f.no_sync_accumulation),

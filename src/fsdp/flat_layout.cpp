@@ -7,10 +7,14 @@ namespace shardtrain::fsdp {
 FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit, int shard_size) {
   FlatLayout l;
   l.shard_size = shard_size;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].unit != unit) continue;
-    l.entries.push_back({i, specs[i].name, specs[i].shape, l.numel, specs[i].numel(), specs[i].decays()});
-    l.numel += specs[i].numel();
+  // Biases after the unit's other parameters: q k v's (and gate up's) weights lie side by side,
+  // and so do their biases, for the fused path's merged matmuls (FlatUnit::view).
+  for (const bool biases : {false, true}) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      if (specs[i].unit != unit || specs[i].is_bias != biases) continue;
+      l.entries.push_back({i, specs[i].name, specs[i].shape, l.numel, specs[i].numel(), specs[i].decays()});
+      l.numel += specs[i].numel();
+    }
   }
   l.padded = (l.numel + shard_size - 1) / shard_size * shard_size;
   l.shard_numel = l.padded / shard_size;

@@ -36,6 +36,7 @@ BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, i
       }
     }
     b.units.emplace_back(unit_specs[u], std::move(layout), master, /*frozen=*/lora);
+    b.units.back().set_merged(cfg.fused_layers);
     if (lora) {  // the unit's adapters: a second, small flat unit, sharded like the base
       FlatLayout al = flat_layout(b.trainable_specs, u, shard_size);
       auto am = at::zeros({al.shard_numel}, fp32);

@@ -49,22 +49,24 @@ bool FsdpEngine::reads_embedding(int64_t u) const {
 
 at::Tensor FsdpEngine::lm_head_view() const {
   const FlatUnit& owner = model_.tie_word_embeddings ? units_.front() : units_.back();
-  return owner.named_views().at(model::names::lm_head(model_));
+  return owner.own_view(model::names::lm_head(model_));
 }
 
 at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
-  auto views = units_[u].named_views();
-  if (reads_embedding(u)) views.emplace(model::names::kEmbed, lm_head_view());  // one leaf: both gradients add up in it
-  const auto lookup = [&views](const std::string& name) { return views.at(name); };
+  const FlatUnit& unit = units_[u];
+  at::Tensor tied;  // the head's tied embedding: a split of its own, one leaf: both gradients add up in it
+  if (reads_embedding(u)) tied = lm_head_view();
+  const auto lookup = [&unit, &tied](const std::string& name) -> at::Tensor {
+    return tied.defined() && name == model::names::kEmbed ? tied : unit.view(name);
+  };
+  model::LayerPath path;
   // Selective checkpointing: the layer's norms and activation keep only their inputs (model/checkpointed.h).
-  const bool selective =
-      units_[u].kind() == model::UnitKind::kDecoderLayer && cfg_.activation_checkpointing.selective(units_[u].spec().layer);
-  if (!parts_[u].adapter)
-    return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr, selective);
-  const auto adapter_views = parts_[u].adapter->named_views();
-  const model::LoraRun run{&cfg_.lora, [&adapter_views](const std::string& name) { return adapter_views.at(name); }, p.row_seeds,
-                           p.train};
-  return model::unit_forward(model_, units_[u].spec(), lookup, x, p.layout, cfg_.param_dtype, &run, selective);
+  path.selective = unit.kind() == model::UnitKind::kDecoderLayer && cfg_.activation_checkpointing.selective(unit.spec().layer);
+  path.fused = cfg_.fused_layers;
+  if (!parts_[u].adapter) return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr, path);
+  const FlatUnit& adapters = *parts_[u].adapter;
+  const model::LoraRun run{&cfg_.lora, [&adapters](const std::string& name) { return adapters.view(name); }, p.row_seeds, p.train};
+  return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, &run, path);
 }
 
 at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph) {
@@ -90,10 +92,9 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tens
       }
       const bool fused = p.fused_head && units_[u].kind() == model::UnitKind::kHead;
       if (fused) {
-        // One split for the norm and lm_head: two would each build a whole-unit gradient in backward.
-        const auto views = units_[u].named_views();
-        p.head_weight = reads_embedding(u) ? lm_head_view() : views.at(model::names::lm_head(model_));
-        x = p.outputs[u] = model::rms_norm(x, views.at(model::names::kNorm), model_.rms_norm_eps);
+        // One split for the norm and lm_head (the unit's bound views): two would each build a whole-unit gradient in backward.
+        p.head_weight = reads_embedding(u) ? lm_head_view() : units_[u].view(model::names::lm_head(model_));
+        x = p.outputs[u] = model::rms_norm(x, units_[u].view(model::names::kNorm), model_.rms_norm_eps, cfg_.fused_layers);
       } else {
         x = p.outputs[u] = run_unit(u, x, p);
       }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "shardtrain/cuda/kernels/rope_math.h"
 #include "shardtrain/cuda/kernels/swiglu_math.h"
@@ -303,6 +304,102 @@ class FusedSwiGLU : public torch::autograd::Function<FusedSwiGLU> {
   }
 };
 
+void check_swiglu_merged_input(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() >= 1, "fused_swiglu_merged: gate_up must be [..., 2F]");
+  TORCH_CHECK(gate_up.size(-1) % 2 == 0, "fused_swiglu_merged: gate_up's last dimension (", gate_up.size(-1),
+              ") must be even: gate and up, F each");
+  TORCH_CHECK(gate_up.is_contiguous(), "fused_swiglu_merged: gate_up must be contiguous (the merged GEMM's output)");
+  TORCH_CHECK(fused_dtype(gate_up.scalar_type()), "fused_swiglu_merged: gate_up must be fp32, bf16 or fp16");
+}
+
+// gate_up's shape with the last dimension halved: the output's and dy's.
+std::vector<int64_t> merged_out_shape(const at::Tensor& gate_up) {
+  std::vector<int64_t> shape(gate_up.sizes().begin(), gate_up.sizes().end());
+  shape.back() /= 2;
+  return shape;
+}
+
+at::Tensor swiglu_merged_host_forward(const at::Tensor& gate_up) {
+  const at::Tensor gu = gate_up.to(at::kFloat).contiguous();
+  const int64_t F = gate_up.size(-1) / 2, rows = F == 0 ? 0 : gate_up.numel() / (2 * F);
+  at::Tensor out = at::empty(merged_out_shape(gate_up), gu.options());
+  const float* gs = gu.const_data_ptr<float>();
+  float* os = out.mutable_data_ptr<float>();
+  with_rounding(gate_up.scalar_type(), [&](auto r) {
+    using R = decltype(r);
+    for (int64_t row = 0; row < rows; ++row) {
+      const float* g = gs + row * 2 * F;
+      const float* u = g + F;
+      float* o = os + row * F;
+      for (int64_t c = 0; c < F; ++c) o[c] = kn::swiglu_forward<R>(g[c], u[c]);
+    }
+  });
+  return out.to(gate_up.scalar_type());
+}
+
+at::Tensor swiglu_merged_host_backward(const at::Tensor& dy, const at::Tensor& gate_up) {
+  const at::Tensor d = dy.to(at::kFloat).contiguous();
+  const at::Tensor gu = gate_up.to(at::kFloat).contiguous();
+  const int64_t F = gate_up.size(-1) / 2, rows = F == 0 ? 0 : gate_up.numel() / (2 * F);
+  at::Tensor dgu = at::empty_like(gu);
+  const float* ds = d.const_data_ptr<float>();
+  const float* gs = gu.const_data_ptr<float>();
+  float* dgs = dgu.mutable_data_ptr<float>();
+  with_rounding(gate_up.scalar_type(), [&](auto r) {
+    using R = decltype(r);
+    for (int64_t row = 0; row < rows; ++row) {
+      const float* dr = ds + row * F;
+      const float* g = gs + row * 2 * F;
+      float* dg = dgs + row * 2 * F;
+      for (int64_t c = 0; c < F; ++c) kn::swiglu_backward<R>(dr[c], g[c], g[c + F], dg + c, dg + c + F);
+    }
+  });
+  return dgu.to(gate_up.scalar_type());
+}
+
+#ifdef SHARDTRAIN_TORCH_CUDA
+at::Tensor swiglu_merged_cuda_forward(const at::Tensor& gate_up) {
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  const int64_t F = gate_up.size(-1) / 2, rows = F == 0 ? 0 : gate_up.numel() / (2 * F);
+  at::Tensor out = at::empty(merged_out_shape(gate_up), gate_up.options());
+  const cudaError_t err = kn::launch_swiglu_merged_forward(elem_type(gate_up.scalar_type()), gate_up.const_data_ptr(),
+                                                           out.mutable_data_ptr(), rows, F, current_stream(gate_up));
+  TORCH_CHECK(err == cudaSuccess, "fused_swiglu_merged: launch failed: ", cudaGetErrorString(err));
+  return out;
+}
+
+at::Tensor swiglu_merged_cuda_backward(const at::Tensor& dy_in, const at::Tensor& gate_up) {
+  const c10::cuda::CUDAGuard guard(gate_up.device());
+  const at::Tensor dy = dy_in.contiguous();
+  const int64_t F = gate_up.size(-1) / 2, rows = F == 0 ? 0 : gate_up.numel() / (2 * F);
+  at::Tensor dgu = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
+  const cudaError_t err =
+      kn::launch_swiglu_merged_backward(elem_type(gate_up.scalar_type()), dy.const_data_ptr(), gate_up.const_data_ptr(),
+                                        dgu.mutable_data_ptr(), rows, F, current_stream(gate_up));
+  TORCH_CHECK(err == cudaSuccess, "fused_swiglu_merged: backward launch failed: ", cudaGetErrorString(err));
+  return dgu;
+}
+#endif
+
+class FusedSwiGLUMerged : public torch::autograd::Function<FusedSwiGLUMerged> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate_up) {
+    ctx->save_for_backward({gate_up});
+#ifdef SHARDTRAIN_TORCH_CUDA
+    if (on_cuda(gate_up)) return swiglu_merged_cuda_forward(gate_up);
+#endif
+    return swiglu_merged_host_forward(gate_up);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& dy = grads[0];
+#ifdef SHARDTRAIN_TORCH_CUDA
+    if (on_cuda(dy)) return {swiglu_merged_cuda_backward(dy, saved[0])};
+#endif
+    return {swiglu_merged_host_backward(dy, saved[0])};
+  }
+};
+
 }  // namespace
 
 bool fused_kernels_available(const at::Tensor& x) { return on_cuda(x) && fused_dtype(x.scalar_type()); }
@@ -327,6 +424,11 @@ bool fused_swiglu_supports(const std::string& act) { return act == "silu" || act
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
   check_swiglu_inputs(gate, up);
   return FusedSwiGLU::apply(gate, up);
+}
+
+at::Tensor fused_swiglu_merged(const at::Tensor& gate_up) {
+  check_swiglu_merged_input(gate_up);
+  return FusedSwiGLUMerged::apply(gate_up);
 }
 
 }  // namespace shardtrain::model

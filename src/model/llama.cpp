@@ -2,9 +2,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "shardtrain/model/checkpointed.h"
+#include "shardtrain/model/fused_ops.h"
 
 namespace shardtrain::model {
 
@@ -13,7 +16,8 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
   return lora_linear(x, weight, *adapter, bias);
 }
 
-LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora) {
+LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora,
+                                bool merge) {
   LayerWeights lw;
   lw.window = cfg.attention_window(layer);
   for (Proj p : kProjections) {
@@ -29,6 +33,15 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     // A mask per module and row, as PEFT draws one per module: the row's seed mixed with the layer and the projection.
     if (a.dropout > 0) a.row_seeds = module_seeds(lora->row_seeds, layer, static_cast<int>(p));
     proj.adapter = std::move(a);
+  }
+  for (const Merged m : kMerged) {
+    const auto members = merged_members(m);
+    // A member with an adapter runs on its own: LoRA's update is per projection.
+    const bool adapted = std::any_of(members.begin(), members.end(), [&lw](Proj p) { return lw[p].adapter.has_value(); });
+    if (!merge || adapted) continue;
+    Projection& proj = lw.merged[static_cast<int>(m)];
+    proj.weight = w(merged_weight_name(layer, m));
+    if (has_bias(cfg, members.front())) proj.bias = w(merged_bias_name(layer, m));
   }
   lw.input_norm = w(names::layer(layer, names::kInputNorm));
   lw.post_norm = w(names::layer(layer, names::kPostNorm));
@@ -52,7 +65,8 @@ Rotary& Rotary::to(const at::Device& device, at::ScalarType dtype) {
   return *this;
 }
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused) {
+  if (fused) return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
   // Normalize in fp32 whatever the compute dtype, as Hugging Face's LlamaRMSNorm does.
   auto xf = x.to(at::kFloat);
   auto var = xf.pow(2).mean(-1, true);
@@ -90,8 +104,39 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return at::scaled_dot_product_attention(q, kr, vr, {}, 0.0, /*is_causal=*/true);
 }
 
+namespace {
+
+// q, k, v [B, T, heads * D] each: one matmul over the merged weights where bound, else three.
+std::array<at::Tensor, 3> qkv_projections(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& h) {
+  if (!w[Merged::kQKV].weight.defined()) return {w[Proj::kQ](h), w[Proj::kK](h), w[Proj::kV](h)};
+  const int64_t D = cfg.head_dim();
+  const auto parts = w[Merged::kQKV](h).split_with_sizes({cfg.num_heads * D, cfg.num_kv_heads * D, cfg.num_kv_heads * D}, -1);
+  return {parts[0], parts[1], parts[2]};
+}
+
+// act(gate) * up: one matmul over the merged weights and the fused kernel where they serve.
+at::Tensor gated_mlp(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& m, LayerPath path) {
+  if (w[Merged::kGateUp].weight.defined()) {
+    const at::Tensor gu = w[Merged::kGateUp](m);  // [B, T, 2F]
+    if (fused_kernels_available(gu) && fused_swiglu_supports(cfg.hidden_act)) return fused_swiglu_merged(gu);
+    const auto halves = gu.chunk(2, -1);
+    return activation(cfg.hidden_act, halves[0]) * halves[1];
+  }
+  const auto gate = w[Proj::kGate](m);
+  const auto up = w[Proj::kUp](m);
+  if (path.fused && fused_kernels_available(gate) && fused_swiglu_supports(cfg.hidden_act)) return fused_swiglu(gate, up);
+  return path.selective ? checkpointed_gated(cfg.hidden_act, gate, up) : activation(cfg.hidden_act, gate) * up;
+}
+
+at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, double eps, LayerPath path) {
+  if (path.fused) return rms_norm(x, weight, eps, /*fused=*/true);  // keeps its input and rstd only
+  return path.selective ? checkpointed_rms_norm(x, weight, eps) : rms_norm(x, weight, eps);
+}
+
+}  // namespace
+
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout,
-                         bool selective) {
+                         LayerPath path) {
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t D = cfg.head_dim();
@@ -100,33 +145,35 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   const double eps = cfg.rms_norm_eps;
   // Rotary and the residual adds are not recomputed: they keep nothing beyond the layout's cos
   // and sin, so a region around them would only keep q and k twice.
-  auto h = selective ? checkpointed_rms_norm(x, w.input_norm, eps) : rms_norm(x, w.input_norm, eps);
-  auto q = w[Proj::kQ](h).view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
-  auto k = w[Proj::kK](h).view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
-  auto v = w[Proj::kV](h).view({B, T, nkv, D}).transpose(1, 2);
+  auto h = layer_norm(x, w.input_norm, eps, path);
+  const auto proj = qkv_projections(cfg, w, h);
+  auto q = proj[0].view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
+  auto k = proj[1].view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
+  auto v = proj[2].view({B, T, nkv, D}).transpose(1, 2);
   const auto c = layout.cos.to(x.scalar_type());
   const auto s = layout.sin.to(x.scalar_type());
-  q = apply_rotary(q, c, s);
-  k = apply_rotary(k, c, s);
+  if (path.fused && fused_kernels_available(q)) {
+    std::tie(q, k) = fused_rotary(q, k, c, s);
+  } else {
+    q = apply_rotary(q, c, s);
+    k = apply_rotary(k, c, s);
+  }
   auto attn = layout_attention(layout, q, k, v, w.window);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + w[Proj::kO](attn);
-  auto m = selective ? checkpointed_rms_norm(out, w.post_norm, eps) : rms_norm(out, w.post_norm, eps);
-  auto gate = w[Proj::kGate](m);
-  auto up = w[Proj::kUp](m);
-  auto gated = selective ? checkpointed_gated(cfg.hidden_act, gate, up) : activation(cfg.hidden_act, gate) * up;
-  return out + w[Proj::kDown](gated);
+  auto m = layer_norm(out, w.post_norm, eps, path);
+  return out + w[Proj::kDown](gated_mlp(cfg, w, m, path));
 }
 
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora, bool selective) {
+                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora, LayerPath path) {
   switch (unit.kind) {
     case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora), x, layout, selective);
+      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused), x, layout, path);
     case UnitKind::kHead: break;
   }
-  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps), w(names::lm_head(cfg)));
+  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps, path.fused), w(names::lm_head(cfg)));
 }
 
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,

@@ -55,6 +55,20 @@ ProjShape proj_shape(const ModelConfig& c, Proj p) {
 std::string proj_weight_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".weight"; }
 std::string proj_bias_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".bias"; }
 
+std::vector<Proj> merged_members(Merged m) {
+  if (m == Merged::kQKV) return {Proj::kQ, Proj::kK, Proj::kV};
+  return {Proj::kGate, Proj::kUp};
+}
+
+namespace {
+std::string merged_module(int64_t layer, Merged m) {
+  return names::layer(layer, m == Merged::kQKV ? "self_attn.qkv_proj" : "mlp.gate_up_proj");
+}
+}  // namespace
+
+std::string merged_weight_name(int64_t layer, Merged m) { return merged_module(layer, m) + ".weight"; }
+std::string merged_bias_name(int64_t layer, Merged m) { return merged_module(layer, m) + ".bias"; }
+
 bool has_bias(const ModelConfig& c, Proj p) {
   const bool attention = p == Proj::kQ || p == Proj::kK || p == Proj::kV || p == Proj::kO;
   if (c.model_type == "qwen2") return attention && p != Proj::kO;

@@ -29,7 +29,7 @@ struct FlatLayout {
   }
 };
 
-// The unit's parameters in model order.
+// The unit's parameters in model order, its biases last.
 FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit, int shard_size);
 
 // A piece of one parameter inside one rank's shard: parameter elements

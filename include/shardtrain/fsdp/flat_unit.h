@@ -3,8 +3,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
-#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
@@ -36,8 +36,16 @@ class FlatUnit {
   void free_storage();
   bool gathered() const { return gathered_; }
   bool active() const { return flat_.defined(); }
-  // The parameters by name, as views of the leaf with their logical shapes.
-  std::map<std::string, at::Tensor> named_views() const;
+  // A parameter by name, as a view of the leaf with its logical shape, from a split of its own
+  // (the head's tied embedding: its gradient reaches the leaf apart from the embedding's).
+  at::Tensor own_view(const std::string& name) const;
+  // A parameter by name, from views bound once per leaf (one split, with grad whenever the leaf
+  // takes one, so a recomputed forward differentiates through them). With merged projections, a
+  // decoder layer's model::Merged groups are views of their own (merged_weight_name), and their
+  // members views of those. Throws Error for a name the unit does not hold.
+  const at::Tensor& view(const std::string& name) const;
+  // The fused layer path: q k v's and gate up's adjacent weights (and biases) as one view each.
+  void set_merged(bool on) { merged_ = on; }
   // The leaf's gradient [padded] (undefined if nothing flowed into it this pass).
   at::Tensor leaf_grad() const { return flat_.defined() ? flat_.grad() : at::Tensor(); }
   void release();  // drops the leaf, its gradient and its graph
@@ -52,6 +60,9 @@ class FlatUnit {
   comm::WorkPtr pending_;
   bool gathered_ = false;
   bool frozen_ = false;
+  bool merged_ = false;
+  mutable std::unordered_map<std::string, at::Tensor> views_;  // bound on first use, per leaf
+  void bind_views() const;
 };
 
 }  // namespace shardtrain::fsdp

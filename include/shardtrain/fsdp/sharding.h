@@ -42,6 +42,9 @@ struct FsdpConfig {
   // Training's head and loss fused (model/lm_loss.h): tokens whose logits live at once; 0: auto
   // (a chunk of logits about the size of the hidden states); -1: unfused (all logits, then the loss).
   int64_t loss_chunk = 0;
+  // Decoder layers through the fused path (model::LayerPath::fused): fused RMSNorm, merged q k v
+  // and gate up matmuls, and on CUDA shardtrain's rotary and SwiGLU kernels.
+  bool fused_layers = false;
   void validate() const;  // throws UsageError naming the option to change
 };
 

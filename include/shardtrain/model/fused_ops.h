@@ -33,4 +33,10 @@ bool fused_swiglu_supports(const std::string& act);
 // silu(gate) * up for gate and up of one shape and dtype; backward keeps only gate and up.
 at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
 
+// fused_swiglu over a merged gate/up projection (one GEMM with [W_gate; W_up]): gate_up [..., 2F],
+// contiguous, gate = gate_up[..., :F] and up = gate_up[..., F:]. Returns silu(gate) * up [..., F],
+// bit for bit fused_swiglu's on the two halves; backward keeps only gate_up and returns one
+// gradient [..., 2F] (dgate in each row's first half, dup in its second), the merged GEMM's.
+at::Tensor fused_swiglu_merged(const at::Tensor& gate_up);
+
 }  // namespace shardtrain::model

@@ -41,11 +41,28 @@ struct Projection {
 
 struct LayerWeights {
   std::array<Projection, kNumProjections> proj;  // by Proj: [H, H], [KV, H], [KV, H], [H, H], [F, H], [F, H], [H, F]
+  // By Merged, bound only when merging: q k v [H + 2 KV, H] and gate up [2F, H] as one
+  // projection each (undefined weight: computed one by one, e.g. where LoRA targets a member).
+  std::array<Projection, 2> merged;
   at::Tensor input_norm, post_norm;              // [H]
   int64_t window = 0;                            // attention reaches this far back (0: the whole prefix)
   const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }
+  const Projection& operator[](Merged m) const { return merged[static_cast<int>(m)]; }
   // By Hugging Face name; lora (nullptr: none) gives each projection it targets its adapter.
-  static LayerWeights bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora = nullptr);
+  // merge: the lookup also answers merged_weight_name/merged_bias_name (an FSDP unit's views).
+  static LayerWeights bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora = nullptr,
+                           bool merge = false);
+};
+
+// How a decoder layer runs. selective: the norms and the MLP's activation keep only their inputs
+// and run again in backward (selective activation checkpointing, model/checkpointed.h); the
+// values and gradients are the same. fused: RMSNorm through LibTorch's fused kernel, q k v and
+// gate up each one matmul (when the weights are bound merged), and on CUDA rotary and SwiGLU
+// through shardtrain's kernels (model/fused_ops.h), which keep only their inputs as selective
+// does; the values differ from the composite path's by bf16 rounding (docs/gpu.md).
+struct LayerPath {
+  bool selective = false;
+  bool fused = false;
 };
 
 // cos/sin tables in Hugging Face's rotate-half layout, computed in fp32.
@@ -56,7 +73,9 @@ struct Rotary {
   Rotary& to(const at::Device& device, at::ScalarType dtype = at::kFloat);
 };
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// fused: at::_fused_rms_norm, which multiplies by the weight before rounding to x's dtype
+// (transformers rounds first: one bf16 ulp apart on some elements).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = false);
 // The MLP's activation by config.json's hidden_act (hidden_acts()).
 at::Tensor activation(const std::string& name, const at::Tensor& x);
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
@@ -67,16 +86,15 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true,
                             int64_t window = 0);
 // x: [B, T, H] -> [B, T, H]; the layout gives the rotary tables and the documents (token_layout.h).
-// selective: the norms and the MLP's activation keep only their inputs and run again in backward
-// (selective activation checkpointing, model/checkpointed.h); the values and gradients are the same.
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout,
-                         bool selective = false);
+                         LayerPath path = {});
 
 // One unit's forward. Embedding: tokens [B, T] int64 -> hidden [B, T, H] in compute_dtype;
-// decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V]. selective: decoder_layer's.
+// decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V]. path.fused: the lookup
+// answers merged names too (LayerWeights::bind's merge).
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
                         const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora = nullptr,
-                        bool selective = false);
+                        LayerPath path = {});
 // Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype; positions
 // [B, T] as Batch::positions (undefined: one document per row).
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shardtrain/model/config.h"
 
@@ -37,5 +38,15 @@ std::string proj_weight_name(int64_t layer, Proj p);
 bool has_bias(const ModelConfig& cfg, Proj p);
 // "model.layers.<i>.self_attn.q_proj.bias": [out]
 std::string proj_bias_name(int64_t layer, Proj p);
+
+// Projections that read the same input, computed as one matmul in the fused layer path (FSDP
+// units lay their weights, and their biases, side by side for it): q k v, and gate up.
+enum class Merged { kQKV, kGateUp };
+inline constexpr std::array<Merged, 2> kMerged = {Merged::kQKV, Merged::kGateUp};
+std::vector<Proj> merged_members(Merged m);  // in kProjections' order
+// shardtrain's own names for the merged views ("model.layers.<i>.self_attn.qkv_proj.weight");
+// never read from or written to a file.
+std::string merged_weight_name(int64_t layer, Merged m);
+std::string merged_bias_name(int64_t layer, Merged m);
 
 }  // namespace shardtrain::model

@@ -181,3 +181,79 @@ TEST(GpuFused, SwigluUnalignedMatchesAligned) {
     EXPECT_TRUE(at::equal(ub.grad().narrow(0, 1, n), aligned.dup)) << dtype;
   }
 }
+
+namespace {
+struct GpuMerged {
+  at::Tensor out, dgate_up;
+};
+
+// fused_swiglu_merged, or the composite over gate_up's two halves with autograd.
+GpuMerged gpu_swiglu_merged(const at::Tensor& gu0, const at::Tensor& dy, bool fused) {
+  at::Tensor gu = gu0.detach().clone().requires_grad_();
+  const int64_t F = gu.size(-1) / 2;
+  const at::Tensor out =
+      fused ? model::fused_swiglu_merged(gu) : model::activation("silu", gu.narrow(-1, 0, F)) * gu.narrow(-1, F, F);
+  out.backward(dy);
+  return {out.detach(), gu.grad()};
+}
+
+bool gpu_bit_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  const auto as_int = [](const at::Tensor& t) {
+    return t.cpu().contiguous().view(t.element_size() == 4 ? at::kInt : at::kShort);
+  };
+  return at::equal(as_int(a), as_int(b));
+}
+}  // namespace
+
+// The merged gate/up projection: the kernel against the composite on CUDA and the host loop (as
+// SwigluMatchesCompositeAndHostLoop bounds them), and bit for bit the unmerged kernel on the
+// halves. F = 1376 takes 16-byte packs in every dtype, 1377 one element at a time, 4 packs for fp32
+// only.
+TEST(GpuFused, SwigluMergedMatchesCompositeHostLoopAndUnmerged) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t F : {int64_t{1376}, int64_t{1377}, int64_t{4}}) {
+    for (const auto dtype : kGpuDtypes) {
+      at::manual_seed(15);
+      const int64_t B = 3, T = 517, n = B * T * F;
+      const at::Tensor g = (at::randn({B, T, F}) * 4).to(at::kCUDA, dtype), u = at::randn({B, T, F}).to(at::kCUDA, dtype);
+      const at::Tensor dy = at::randn({B, T, F}).to(at::kCUDA, dtype);
+      const at::Tensor gu = at::cat({g, u}, -1);
+      const GpuMerged fused = gpu_swiglu_merged(gu, dy, true);
+      const GpuMerged ref = gpu_swiglu_merged(gu, dy, false);
+      const GpuMerged host = gpu_swiglu_merged(gu.cpu(), dy.cpu(), true);
+      ASSERT_TRUE(fused.out.is_cuda());
+      const int64_t bound = dtype == at::kFloat ? n : n / 1000;
+      for (const GpuMerged* other : {&ref, &host}) {
+        EXPECT_LE(gpu_mismatches(fused.out, other->out), bound) << dtype << " F " << F;
+        EXPECT_LE(gpu_mismatches(fused.dgate_up.narrow(-1, 0, F), other->dgate_up.narrow(-1, 0, F)), bound)
+            << dtype << " F " << F;
+        EXPECT_LE(gpu_mismatches(fused.dgate_up.narrow(-1, F, F), other->dgate_up.narrow(-1, F, F)), bound)
+            << dtype << " F " << F;
+      }
+      const GpuSwiglu split = gpu_swiglu(g, u, dy, true);
+      EXPECT_TRUE(gpu_bit_equal(fused.out, split.out)) << dtype << " F " << F;
+      EXPECT_TRUE(gpu_bit_equal(fused.dgate_up, at::cat({split.dgate, split.dup}, -1))) << dtype << " F " << F;
+    }
+  }
+}
+
+// gate_up contiguous but one element off 16-byte alignment takes the one-element kernel: the same bits.
+TEST(GpuFused, SwigluMergedUnalignedMatchesAligned) {
+  SKIP_WITHOUT_GPU();
+  for (const auto dtype : kGpuDtypes) {
+    at::manual_seed(16);
+    const int64_t rows = 301, F = 512;
+    const at::Tensor flat = at::randn({rows * 2 * F + 1}).to(at::kCUDA, dtype);
+    const at::Tensor dy = at::randn({rows, F}).to(at::kCUDA, dtype);
+    at::Tensor base = flat.clone().requires_grad_();
+    const at::Tensor gu1 = base.narrow(0, 1, rows * 2 * F).view({rows, 2 * F});
+    ASSERT_TRUE(gu1.is_contiguous());
+    ASSERT_NE(reinterpret_cast<uintptr_t>(gu1.const_data_ptr()) % 16, 0u);
+    const at::Tensor out = model::fused_swiglu_merged(gu1);
+    out.backward(dy);
+    const GpuMerged aligned = gpu_swiglu_merged(flat.narrow(0, 1, rows * 2 * F).view({rows, 2 * F}).clone(), dy, true);
+    EXPECT_TRUE(gpu_bit_equal(out.detach(), aligned.out)) << dtype;
+    EXPECT_TRUE(gpu_bit_equal(base.grad().narrow(0, 1, rows * 2 * F).view({rows, 2 * F}), aligned.dgate_up)) << dtype;
+  }
+}

@@ -65,6 +65,7 @@ struct Case {
   at::ScalarType dtype = at::kFloat;
   bool sync = true;
   model::ModelConfig model = tiny();
+  bool fused = false;  // --fused-layers: on CPU the fused RMSNorm and the merged matmuls
 };
 
 // Qwen2's shape in small: q/k/v biases, the head tied to the embedding, the second layer sliding.
@@ -90,7 +91,7 @@ std::string describe(const Case& c) {
          " ac=" + std::to_string(c.ac) + " accum=" + std::to_string(c.accum) +
          " dtype=" + c10::toString(c.dtype) + " sync=" + std::to_string(c.sync) +
          " world=" + std::to_string(g_env->size()) + (c.model.model_type == "llama" ? "" : " " + c.model.model_type) +
-         (c.model.tie_word_embeddings ? " tied" : "");
+         (c.model.tie_word_embeddings ? " tied" : "") + (c.fused ? " fused" : "");
 }
 
 fsdp::FsdpConfig fsdp_config(const Case& c) {
@@ -99,6 +100,7 @@ fsdp::FsdpConfig fsdp_config(const Case& c) {
   f.activation_checkpointing.mode = c.ac ? fsdp::Recompute::kFull : fsdp::Recompute::kNone;
   f.param_dtype = c.dtype;
   f.no_sync_accumulation = !c.sync;
+  f.fused_layers = c.fused;
   return f;
 }
 
@@ -283,6 +285,22 @@ TEST(FsdpMpi, PackedRowsTrainWhatPaddedRowsTrain) {
       std::printf("  %s, world %d: loss %.9f packed vs %.9f padded, gradient rel %.1e\n", m.model_type.c_str(), g_env->size(),
                   loss[0], loss[1], rel);
   }
+}
+
+// The fused layer path (merged q/k/v and gate/up views of each unit, bound once per gather, and
+// LibTorch's fused RMSNorm) trains what the composite single-rank trainer does, with biases, a
+// tied head and full recomputation through the bound views.
+TEST(FsdpMpi, FusedLayersEqualSingleRankTraining) {
+  for (const model::ModelConfig& m : {tiny(), tiny_qwen2(), tiny_biased_tied()})
+    for (Sharding s : {Sharding::kFullShard, Sharding::kHybridShard}) {
+      Case c{s, 0, /*ac=*/false, /*accum=*/1};
+      c.model = m;
+      c.fused = true;
+      expect_equivalent(c);
+      c.ac = true;
+      c.accum = 2;
+      expect_equivalent(c);
+    }
 }
 
 TEST(FsdpMpi, CheckpointingAndAccumulationModes) {

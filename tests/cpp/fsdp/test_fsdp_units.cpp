@@ -85,6 +85,26 @@ TEST(FlatLayout, PaddedToTheShardGroupAndTiledBySegments) {
   EXPECT_EQ(fsdp::flat_layout(specs, 3, 1).entries.size(), 2u);  // norm + lm_head
 }
 
+// A unit lays its weights first, in model order, then its biases: the fused path's merged
+// matmuls need q k v's weights (and Qwen2's q k v biases) side by side.
+TEST(FlatLayout, BiasesComeAfterTheUnitsWeights) {
+  model::ModelConfig m = model::model_preset("tiny");
+  m.model_type = "qwen2";
+  const auto layer = fsdp::flat_layout(model::llama_param_specs(m), 1, 1);
+  std::vector<std::string> names;
+  for (const auto& e : layer.entries) names.push_back(e.name.substr(e.name.find("layers.0.") + 9));
+  const std::vector<std::string> want = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                         "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                                         "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight",
+                                         "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias"};
+  EXPECT_EQ(names, want);
+  int64_t offset = 0;
+  for (const auto& e : layer.entries) {
+    EXPECT_EQ(e.offset, offset) << e.name;
+    offset += e.numel;
+  }
+}
+
 // The tiny preset: vocabulary 512, hidden 64, intermediate 176, 2 layers, 4 heads of 16, 2 kv
 // heads (kv width 32). Its units, by hand:
 //   embedding  512 x 64                                             = 32768

@@ -27,7 +27,7 @@ LayerRun run_layer(const model::ModelConfig& m, const model::ParamStore& params,
   const model::WeightLookup lookup = [&params, dtype](const std::string& name) { return params.get(name).to(dtype); };
   const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
   const at::Tensor x = x0.to(dtype).detach().requires_grad_(true);
-  const at::Tensor y = model::decoder_layer(m, w, x, layout, selective);
+  const at::Tensor y = model::decoder_layer(m, w, x, layout, model::LayerPath{selective, false});
   const at::Tensor weighting = at::linspace(-1, 1, y.numel()).view(y.sizes());
   std::vector<at::Tensor> wrt{x};
   for (size_t i = 0; i < params.specs().size(); ++i)
@@ -115,7 +115,7 @@ TEST(MemoryModel, SelectiveLayerBytesMatchTheCountingAllocator) {
       int64_t kept[2] = {0, 0}, working[2] = {0, 0};
       for (const bool selective : {false, true}) {
         const int64_t before = held();
-        at::Tensor y = model::decoder_layer(m, w, x, layout, selective);
+        at::Tensor y = model::decoder_layer(m, w, x, layout, model::LayerPath{selective, false});
         kept[selective] = held() - before;
         runtime::reset_host_tensor_peak();
         y.backward(grad_out);

@@ -312,6 +312,107 @@ TEST(FusedOps, SwigluMatchesComposite) {
   }
 }
 
+namespace {
+struct MergedOut {
+  at::Tensor out, dgate_up;
+};
+
+// fused_swiglu_merged, or the composite silu(gate_up[..., :F]) * gate_up[..., F:] with autograd
+// (the narrow views' gradients summed into one [..., 2F]). dy undefined: out.sum()'s expanded one.
+MergedOut run_swiglu_merged(const at::Tensor& gu0, const at::Tensor& dy, bool fused) {
+  at::Tensor gu = gu0.clone().requires_grad_();
+  const int64_t F = gu.size(-1) / 2;
+  const at::Tensor out =
+      fused ? model::fused_swiglu_merged(gu) : model::activation("silu", gu.narrow(-1, 0, F)) * gu.narrow(-1, F, F);
+  if (dy.defined()) {
+    out.backward(dy);
+  } else {
+    out.sum().backward();
+  }
+  return {out.detach(), gu.grad()};
+}
+
+// Same dtype, shape and bits (a -0 is not a +0 here).
+bool bit_equal(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  const auto as_int = [](const at::Tensor& t) {
+    return t.contiguous().view(t.element_size() == 4 ? at::kInt : at::kShort);
+  };
+  return at::equal(as_int(a), as_int(b));
+}
+}  // namespace
+
+// The merged gate/up projection's SwiGLU against the composite over narrow views and autograd,
+// with SwigluMatchesComposite's shapes, seed and bounds; and bit for bit fused_swiglu on the two
+// halves (values, and the gradient as the cat of fused_swiglu's two). Measured here: bf16 0 / 0 / 0
+// (out / dgate half / dup half), fp16 0 / 14 / 0, as fused_swiglu's.
+TEST(FusedOps, SwigluMergedMatchesCompositeAndUnmerged) {
+  const int64_t rows = 1024, F = 1024, n = rows * F;
+  for (const auto dtype : kDtypes) {
+    at::manual_seed(7);
+    const at::Tensor g = (at::randn({rows, F}) * 4).to(dtype), u = at::randn({rows, F}).to(dtype);
+    const at::Tensor dy = at::randn({rows, F}).to(dtype);
+    const at::Tensor gu = at::cat({g, u}, -1).view({2, rows / 2, 2 * F});  // [B, T, 2F], the GEMM's output
+    const at::Tensor dy3 = dy.view({2, rows / 2, F});
+    const MergedOut fused = run_swiglu_merged(gu, dy3, true);
+    const MergedOut ref = run_swiglu_merged(gu, dy3, false);
+    ASSERT_EQ(fused.out.sizes(), (at::IntArrayRef{2, rows / 2, F}));
+    ASSERT_EQ(fused.dgate_up.sizes(), gu.sizes());
+    const at::Tensor fdg = fused.dgate_up.narrow(-1, 0, F), fdu = fused.dgate_up.narrow(-1, F, F);
+    const at::Tensor rdg = ref.dgate_up.narrow(-1, 0, F), rdu = ref.dgate_up.narrow(-1, F, F);
+    if (dtype == at::kFloat) {
+      EXPECT_TRUE(at::allclose(fused.out, ref.out, 1e-6, 1e-7));
+      EXPECT_TRUE(at::allclose(fused.dgate_up, ref.dgate_up, 1e-6, 1e-7));
+    }
+    const int64_t out_bad = mismatches(fused.out, ref.out);
+    const int64_t dgate_bad = mismatches(fdg, rdg);
+    const int64_t dup_bad = mismatches(fdu, rdu);
+    std::cout << "swiglu_merged " << dtype << " mismatches of " << n << ": out " << out_bad << ", dgate " << dgate_bad
+              << ", dup " << dup_bad << "\n";
+    const int64_t bound = dtype == at::kBFloat16 ? 4 : dtype == at::kHalf ? 64 : n;
+    EXPECT_LE(out_bad, bound) << dtype;
+    EXPECT_LE(dgate_bad, bound) << dtype;
+    EXPECT_LE(dup_bad, bound) << dtype;
+    // The unmerged Function on the halves: the same element maths, so the same bits.
+    const SwigluOut split = run_swiglu(g, u, dy, true);
+    EXPECT_TRUE(bit_equal(fused.out.view({rows, F}), split.out)) << dtype;
+    EXPECT_TRUE(bit_equal(fused.dgate_up.view({rows, 2 * F}), at::cat({split.dgate, split.dup}, -1))) << dtype;
+  }
+}
+
+// Odd F (no 16-byte packs on CUDA), a 1-D [2F] input and an expanded (stride 0) output gradient:
+// the composite's values and gradient, and fused_swiglu's bits.
+TEST(FusedOps, SwigluMergedOddWidthsAndShapes) {
+  for (const auto dtype : kDtypes) {
+    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 5, 2 * 37}, std::vector<int64_t>{2 * 7},
+                                              std::vector<int64_t>{4, 2 * 1}}) {
+      at::manual_seed(8);
+      const at::Tensor gu = (at::randn(shape) * 3).to(dtype);
+      const int64_t F = shape.back() / 2;
+      std::vector<int64_t> out_shape = shape;
+      out_shape.back() = F;
+      const at::Tensor dy = at::randn(out_shape).to(dtype);
+      for (const at::Tensor& d : {dy, at::Tensor()}) {
+        const MergedOut fused = run_swiglu_merged(gu, d, true);
+        const MergedOut ref = run_swiglu_merged(gu, d, false);
+        // SwigluMergedMatchesCompositeAndUnmerged's bounds: fp32 within 1e-6, bf16 and fp16 at most one ulp.
+        if (dtype == at::kFloat) {
+          EXPECT_TRUE(at::allclose(fused.out, ref.out, 1e-6, 1e-7)) << " F " << F;
+          EXPECT_TRUE(at::allclose(fused.dgate_up, ref.dgate_up, 1e-6, 1e-7)) << " F " << F;
+        } else {
+          const int64_t bound = dtype == at::kBFloat16 ? 4 : 64;
+          EXPECT_LE(mismatches(fused.out, ref.out), bound) << dtype << " F " << F;
+          EXPECT_LE(mismatches(fused.dgate_up, ref.dgate_up), bound) << dtype << " F " << F;
+        }
+        const SwigluOut split = run_swiglu(gu.narrow(-1, 0, F).contiguous(), gu.narrow(-1, F, F).contiguous(),
+                                           d.defined() ? d : at::ones(out_shape, dtype), true);
+        EXPECT_TRUE(bit_equal(fused.out, split.out)) << dtype << " F " << F;
+        EXPECT_TRUE(bit_equal(fused.dgate_up, at::cat({split.dgate, split.dup}, -1))) << dtype << " F " << F;
+      }
+    }
+  }
+}
+
 TEST(FusedOps, SupportAndAvailability) {
   EXPECT_TRUE(model::fused_swiglu_supports("silu"));
   EXPECT_TRUE(model::fused_swiglu_supports("swish"));
@@ -329,4 +430,10 @@ TEST(FusedOps, BadInputsAreRefused) {
   EXPECT_THROW(model::fused_rotary_at(q, k, cos, cos, at::full({1, 3}, 3, at::kLong)), c10::Error);  // past the table
   EXPECT_THROW(model::fused_swiglu(at::randn({4}), at::randn({5})), c10::Error);
   EXPECT_THROW(model::fused_swiglu(at::randn({4}).to(at::kDouble), at::randn({4}).to(at::kDouble)), c10::Error);
+  EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 7})), c10::Error);                   // odd last dimension
+  EXPECT_THROW(model::fused_swiglu_merged(at::randn({8, 4}).t()), c10::Error);               // not contiguous
+  EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 16}).narrow(-1, 0, 8)), c10::Error);  // rows strided
+  EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 8}).to(at::kDouble)), c10::Error);
+  EXPECT_THROW(model::fused_swiglu_merged(at::ones(at::IntArrayRef{})), c10::Error);         // no last dimension
+  EXPECT_NO_THROW(model::fused_swiglu_merged(at::randn({4, 8})));
 }
