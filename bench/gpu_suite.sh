@@ -255,9 +255,8 @@ part_profile() {  # [TITLE DIR FLAG...]: 4b by default
 
 part_fused() {  # the fused layer path's speed row with and without it, and its profile
   local seqs=4096 compile=1; [ "$device" = cuda ] || { seqs=128; compile=0; }  # the smoke test: part compile runs torch.compile
-  speed "4f. Fused layers (--fused-layers) against PyTorch FSDP2 eager and torch.compile" speed-fused \
-    BENCH_COMPILE=$compile BENCH_SEQS=$seqs BENCH_AC=off BENCH_ST_ARGS=--fused-layers
-  speed "4f. The same row without --fused-layers" speed-unfused BENCH_SEQS=$seqs BENCH_AC=off
+  speed "4f. Fused layers (--fused-layers) and not, against PyTorch FSDP2 eager and torch.compile" speed-fused \
+    BENCH_COMPILE=$compile BENCH_SEQS=$seqs BENCH_AC=off "BENCH_ST_VARIANTS=--fused-layers;"
   part_profile "4f. Profile of one step with --fused-layers" profile-fused --fused-layers
 }
 

@@ -10,7 +10,8 @@
 # Env: BENCH_LAYERS, BENCH_STEPS (20), BENCH_BATCH (4: the optimizer does not dominate the step),
 #      BENCH_SEQS ("2048 4096"), BENCH_AC (activation checkpointing: "off on"), OUT, SHARDTRAIN_BIN, PYTHON, BENCH_APPEND_DOCS (1: append to docs/performance.md; default 0),
 #      BENCH_COMPILE (1: a third column, PyTorch FSDP2 with torch.compile of each decoder layer),
-#      BENCH_ST_ARGS (more flags for shardtrain's runs, e.g. --fused-layers).
+#      BENCH_ST_VARIANTS (shardtrain flag sets separated by ';', a row each against the same PyTorch
+#      runs: "--fused-layers;" gives one row with the flag and one without; default: one, no flags).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=${BENCH_DEVICE:-cuda}
@@ -43,20 +44,27 @@ reference() {  # SEQ AC [--compile]: the PyTorch side's JSON into OUT/pytorch-SE
     2> "$out/pytorch-$tag.log" | tail -1 > "$out/pytorch-$tag.json" || echo "PyTorch $tag failed: $out/pytorch-$tag.log" >&2
 }
 
+IFS=';' read -r -a variants <<< "${BENCH_ST_VARIANTS:-}"
+[ "${#variants[@]}" -gt 0 ] || variants=("")
+case "${BENCH_ST_VARIANTS:-}" in *';') variants+=("") ;; esac  # read drops a trailing empty field
 rows=()
 for seq in $seqs; do
   data=$(bench_data "$out" "$seq")
   for ac in ${BENCH_AC:-off on}; do
     acflag=(); [ "$ac" = on ] && acflag=(--activation-checkpointing)
-    m="$out/shardtrain-$seq-$ac.jsonl"
-    "$bin" train "${st_model[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" \
-      --steps "$steps" --lr 3e-5 --warmup-steps 0 --log-every 5 --metrics-file "$m" --peak-tflops "$peak" \
-      --collective-timeout 0 "${acflag[@]}" ${BENCH_ST_ARGS:-} > "$out/shardtrain-$seq-$ac.log" 2>&1 \
-      || echo "shardtrain $seq-$ac failed: $out/shardtrain-$seq-$ac.log" >&2  # the row says "failed"; the others still run
     reference "$seq" "$ac"
     compiled=(); [ "$compile" = 1 ] && { reference "$seq" "$ac" --compile; compiled=("$out/pytorch-$seq-$ac-compile.json"); }
-    rows+=("$("${table[@]}" row "$seq" "$ac" "$m" "$skip" "$device" "$out/pytorch-$seq-$ac.json" "${compiled[@]}")")
-    echo "${rows[-1]}"
+    for v in "${variants[@]}"; do
+      tag=$seq-$ac$(tr -c 'a-z0-9\n' - <<< "${v:+-$v}")
+      m="$out/shardtrain-$tag.jsonl"
+      # shellcheck disable=SC2086 # a variant is flags, split on spaces
+      "$bin" train "${st_model[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" \
+        --steps "$steps" --lr 3e-5 --warmup-steps 0 --log-every 5 --metrics-file "$m" --peak-tflops "$peak" \
+        --collective-timeout 0 "${acflag[@]}" $v > "$out/shardtrain-$tag.log" 2>&1 \
+        || echo "shardtrain $tag failed: $out/shardtrain-$tag.log" >&2  # the row says "failed"; the others still run
+      rows+=("$("${table[@]}" row "$seq" "$ac${v:+ $v}" "$m" "$skip" "$device" "$out/pytorch-$seq-$ac.json" "${compiled[@]}")")
+      echo "${rows[-1]}"
+    done
   done
 done
 

@@ -146,10 +146,13 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   // Rotary and the residual adds are not recomputed: they keep nothing beyond the layout's cos
   // and sin, so a region around them would only keep q and k twice.
   auto h = layer_norm(x, w.input_norm, eps, path);
-  const auto proj = qkv_projections(cfg, w, h);
-  auto q = proj[0].view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
-  auto k = proj[1].view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
-  auto v = proj[2].view({B, T, nkv, D}).transpose(1, 2);
+  at::Tensor q, k, v;
+  {
+    auto proj = qkv_projections(cfg, w, h);  // dropped here: rotary's outputs replace q and k
+    q = proj[0].view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
+    k = proj[1].view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
+    v = proj[2].view({B, T, nkv, D}).transpose(1, 2);
+  }
   const auto c = layout.cos.to(x.scalar_type());
   const auto s = layout.sin.to(x.scalar_type());
   if (path.fused && fused_kernels_available(q)) {

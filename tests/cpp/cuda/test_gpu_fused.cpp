@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "../model/fused_ops_compare.h"
 #include "gpu_skip.h"
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/fused_ops.h"
@@ -21,49 +22,17 @@ namespace {
 
 const at::ScalarType kGpuDtypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
 
-// Elements more than max_ulps storage steps apart fail the caller's EXPECT; returns how many differ.
+// Elements more than max_ulps storage steps apart fail the caller's EXPECT (fp32: beyond 1e-6); returns how many differ.
 int64_t gpu_mismatches(const at::Tensor& a, const at::Tensor& b, int64_t max_ulps = 1) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  EXPECT_EQ(a.scalar_type(), b.scalar_type());
-  const at::Tensor x = a.cpu().contiguous(), y = b.cpu().contiguous();
-  if (x.scalar_type() == at::kFloat) {
-    EXPECT_TRUE(at::allclose(x, y, 1e-6, 1e-7));
-    return x.ne(y).sum().item<int64_t>();
+  if (a.scalar_type() == at::kFloat) {
+    EXPECT_TRUE(at::allclose(a.cpu(), b.cpu(), 1e-6, 1e-7));
   }
-  const auto ordered = [](const at::Tensor& t) {
-    const at::Tensor k = t.view(at::kShort).to(at::kInt);
-    return at::where(k < 0, -32768 - k, k);
-  };
-  const at::Tensor d = (ordered(x) - ordered(y)).abs();
-  EXPECT_LE(d.max().item<int64_t>(), max_ulps);
-  return d.gt(0).sum().item<int64_t>();
+  return fused_compare::mismatches(a, b, max_ulps);
 }
 
-struct GpuRope {
-  at::Tensor q, k, dq, dk;
-};
-
-GpuRope gpu_rope(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& cos, const at::Tensor& sin,
-                 const at::Tensor& dyq, const at::Tensor& dyk, bool fused, const at::Tensor& positions = {}) {
-  at::Tensor q = q0.detach().clone().requires_grad_();  // clone keeps the transposed strides
-  at::Tensor k = k0.detach().clone().requires_grad_();
-  at::Tensor qr;
-  at::Tensor kr;
-  if (fused && positions.defined()) {
-    std::tie(qr, kr) = model::fused_rotary_at(q, k, cos, sin, positions);
-  } else if (fused) {
-    std::tie(qr, kr) = model::fused_rotary(q, k, cos, sin);
-  } else {
-    qr = model::apply_rotary(q, cos, sin);
-    kr = model::apply_rotary(k, cos, sin);
-  }
-  torch::autograd::backward({qr, kr}, {dyq, dyk});
-  return {qr.detach(), kr.detach(), q.grad(), k.grad()};
-}
-
-int64_t rope_gpu_mismatches(const GpuRope& a, const GpuRope& b) {
-  return gpu_mismatches(a.q, b.q) + gpu_mismatches(a.k, b.k) + gpu_mismatches(a.dq, b.dq) + gpu_mismatches(a.dk, b.dk);
-}
+using GpuRope = fused_compare::RopeOut;
+using fused_compare::rope_mismatches;
+using fused_compare::run_rope;
 
 at::Tensor gpu_heads(int64_t B, int64_t T, int64_t heads, int64_t D, at::ScalarType dtype) {
   return at::randn({B, T, heads * D}).to(at::kCUDA, dtype).view({B, T, heads, D}).transpose(1, 2);
@@ -93,10 +62,10 @@ TEST(GpuFused, RotaryMatchesCompositeAndHostLoop) {
     const at::Tensor q = gpu_heads(B, T, cfg.num_heads, D, dtype), k = gpu_heads(B, T, cfg.num_kv_heads, D, dtype);
     const at::Tensor dyq = at::randn(q.sizes()).to(at::kCUDA, dtype), dyk = at::randn(k.sizes()).to(at::kCUDA, dtype);
     ASSERT_TRUE(model::fused_kernels_available(q));
-    const GpuRope fused = gpu_rope(q, k, cos, sin, dyq, dyk, true);
-    EXPECT_EQ(rope_gpu_mismatches(fused, gpu_rope(q, k, cos, sin, dyq, dyk, false)), 0) << dtype;
-    const GpuRope host = gpu_rope(q.cpu(), k.cpu(), cos.cpu(), sin.cpu(), dyq.cpu(), dyk.cpu(), true);
-    EXPECT_EQ(rope_gpu_mismatches(fused, host), 0) << dtype;
+    const GpuRope fused = run_rope(q, k, cos, sin, dyq, dyk, true);
+    EXPECT_EQ(rope_mismatches(fused, run_rope(q, k, cos, sin, dyq, dyk, false)), 0) << dtype;
+    const GpuRope host = run_rope(q.cpu(), k.cpu(), cos.cpu(), sin.cpu(), dyq.cpu(), dyk.cpu(), true);
+    EXPECT_EQ(rope_mismatches(fused, host), 0) << dtype;
     EXPECT_EQ(fused.q.strides(), q.strides()) << "no copy out of decoder_layer's layout";
   }
 }
@@ -117,10 +86,10 @@ TEST(GpuFused, PackedRowsMatchComposite) {
     ASSERT_EQ(layout.cos.dim(), 4);
     const at::Tensor q = gpu_heads(B, T, cfg.num_heads, D, dtype), k = gpu_heads(B, T, cfg.num_kv_heads, D, dtype);
     const at::Tensor dyq = at::randn(q.sizes()).to(at::kCUDA, dtype), dyk = at::randn(k.sizes()).to(at::kCUDA, dtype);
-    const GpuRope ref = gpu_rope(q, k, layout.cos, layout.sin, dyq, dyk, false);
-    EXPECT_EQ(rope_gpu_mismatches(gpu_rope(q, k, layout.cos, layout.sin, dyq, dyk, true), ref), 0) << dtype;
+    const GpuRope ref = run_rope(q, k, layout.cos, layout.sin, dyq, dyk, false);
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, layout.cos, layout.sin, dyq, dyk, true), ref), 0) << dtype;
     const at::Tensor pos = positions.to(at::kCUDA);
-    EXPECT_EQ(rope_gpu_mismatches(gpu_rope(q, k, rope.cos, rope.sin, dyq, dyk, true, pos), ref), 0) << dtype;
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, rope.cos, rope.sin, dyq, dyk, true, pos), ref), 0) << dtype;
   }
 }
 

@@ -155,7 +155,9 @@ TEST(GradientReducer, HybridAllReducesCountAgainstTheBudget) {
     for (int64_t u = 0; u < units; ++u) {
       reducer.reduce(u, unit_grad(u, padded), shard_numel, /*owned=*/true);
       EXPECT_LE(reducer.bytes_in_flight(), budget) << "shard " << shard << " unit " << u;
-      if (u > 0) EXPECT_TRUE(grads[u - 1].defined()) << "shard " << shard << ": unit " << u - 1 << " not completed for unit " << u;
+      if (u > 0) {
+        EXPECT_TRUE(grads[u - 1].defined()) << "shard " << shard << ": unit " << u - 1 << " not completed for unit " << u;
+      }
     }
     reducer.finish();
     for (int64_t u = 0; u < units; ++u) {

@@ -114,6 +114,22 @@ TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
     }
 }
 
+// --fused-layers under LoRA: every projection is targeted, so each runs on its own through a view
+// of its merged group's view (the base's units are bound merged) and gets its adapter; the
+// gradients are still PEFT's, with and without recomputation.
+TEST(LoraMpi, FusedLayersGradientsEqualPeft) {
+  Fixture f;
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  for (fsdp::Recompute ac : {fsdp::Recompute::kNone, fsdp::Recompute::kFull}) {
+    auto c = config(ac);
+    c.fused_layers = true;
+    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+    const auto r = eng.forward_backward(my_rows(f.batch, 1));
+    EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
+    EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << fsdp::recompute_name(ac);
+  }
+}
+
 TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);

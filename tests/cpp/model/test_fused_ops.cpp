@@ -21,9 +21,14 @@
 #include "shardtrain/model/fused_ops.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/token_layout.h"
+#include "fused_ops_compare.h"
 
 using namespace shardtrain;
 namespace kn = shardtrain::cuda::kernels;
+using fused_compare::mismatches;
+using fused_compare::RopeOut;
+using fused_compare::rope_mismatches;
+using fused_compare::run_rope;
 
 namespace {
 
@@ -53,57 +58,12 @@ std::vector<float> probe_floats() {
   return v;
 }
 
-// How many 16-bit steps apart two bf16 or fp16 tensors are, element by element (+0 and -0 alike).
-at::Tensor ulps16(const at::Tensor& a, const at::Tensor& b) {
-  const auto ordered = [](const at::Tensor& x) {
-    const at::Tensor k = x.contiguous().view(at::kShort).to(at::kInt);
-    return at::where(k < 0, -32768 - k, k);
-  };
-  return (ordered(a) - ordered(b)).abs();
-}
-
-// Elements of a and b that differ; for 16-bit types also asserts no difference exceeds max_ulps.
-int64_t mismatches(const at::Tensor& a, const at::Tensor& b, int64_t max_ulps = 1) {
-  EXPECT_EQ(a.sizes(), b.sizes());
-  EXPECT_EQ(a.scalar_type(), b.scalar_type());
-  if (a.scalar_type() == at::kFloat) return a.ne(b).sum().item<int64_t>();
-  const at::Tensor d = ulps16(a, b);
-  EXPECT_LE(d.max().item<int64_t>(), max_ulps);
-  return d.gt(0).sum().item<int64_t>();
-}
-
-struct RopeOut {
-  at::Tensor q, k, dq, dk;
-};
 
 // q, k as decoder_layer has them: [B, T, heads * D] projections viewed [B, heads, T, D].
 at::Tensor heads_view(int64_t B, int64_t T, int64_t heads, int64_t D, at::ScalarType dtype) {
   return at::randn({B, T, heads * D}).to(dtype).view({B, T, heads, D}).transpose(1, 2);
 }
 
-// fused: fused_rotary (positions undefined) or fused_rotary_at; else the composite apply_rotary.
-RopeOut run_rope(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& cos, const at::Tensor& sin,
-                 const at::Tensor& dyq, const at::Tensor& dyk, bool fused, const at::Tensor& positions = {}) {
-  at::Tensor q = q0.detach().clone().requires_grad_();
-  at::Tensor k = k0.detach().clone().requires_grad_();
-  at::Tensor qr;
-  at::Tensor kr;
-  if (fused && positions.defined()) {
-    std::tie(qr, kr) = model::fused_rotary_at(q, k, cos, sin, positions);
-  } else if (fused) {
-    std::tie(qr, kr) = model::fused_rotary(q, k, cos, sin);
-  } else {
-    qr = model::apply_rotary(q, cos, sin);
-    kr = model::apply_rotary(k, cos, sin);
-  }
-  torch::autograd::backward({qr, kr}, {dyq, dyk});
-  return {qr.detach(), kr.detach(), q.grad(), k.grad()};
-}
-
-// Mismatched elements of the four results (values of q, k; gradients of q, k).
-int64_t rope_mismatches(const RopeOut& a, const RopeOut& b) {
-  return mismatches(a.q, b.q) + mismatches(a.k, b.k) + mismatches(a.dq, b.dq) + mismatches(a.dk, b.dk);
-}
 
 model::ModelConfig small_config(int64_t head_dim) {
   model::ModelConfig cfg;
