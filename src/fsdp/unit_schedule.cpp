@@ -75,7 +75,9 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tens
   p.outputs.assign(units_.size(), at::Tensor());
   p.empty = tokens.size(0) == 0;
   p.train = build_graph;
-  if (!p.empty) p.layout = model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype);
+  // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
+  const bool gather = !(cfg_.fused_layers && device_.is_cuda());
+  if (!p.empty) p.layout = model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype, gather);
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);

@@ -8,6 +8,7 @@
 
 #include "shardtrain/model/checkpointed.h"
 #include "shardtrain/model/fused_ops.h"
+#include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
 
@@ -153,13 +154,20 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
     k = proj[1].view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
     v = proj[2].view({B, T, nkv, D}).transpose(1, 2);
   }
-  const auto c = layout.cos.to(x.scalar_type());
-  const auto s = layout.sin.to(x.scalar_type());
-  if (path.fused && fused_kernels_available(q)) {
-    std::tie(q, k) = fused_rotary(q, k, c, s);
+  const bool kernel = path.fused && fused_kernels_available(q);
+  if (kernel && layout.positions.defined()) {
+    std::tie(q, k) = fused_rotary_at(q, k, layout.table_cos.to(x.scalar_type()), layout.table_sin.to(x.scalar_type()),
+                                     layout.positions);
   } else {
-    q = apply_rotary(q, c, s);
-    k = apply_rotary(k, c, s);
+    if (!layout.cos.defined()) throw runtime::Error("decoder_layer: a layout without cos/sin needs the rotary kernel (--fused-layers on CUDA)");
+    const auto c = layout.cos.to(x.scalar_type());
+    const auto s = layout.sin.to(x.scalar_type());
+    if (kernel) {
+      std::tie(q, k) = fused_rotary(q, k, c, s);
+    } else {
+      q = apply_rotary(q, c, s);
+      k = apply_rotary(k, c, s);
+    }
   }
   auto attn = layout_attention(layout, q, k, v, w.window);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});

@@ -19,7 +19,7 @@ at::Tensor to_device(const at::Tensor& host, const at::Device& device) {
 }  // namespace
 
 TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
-                         at::ScalarType dtype) {
+                         at::ScalarType dtype, bool gather) {
   TokenLayout l;
   // A row whose positions never restart is one document: the plain causal path, no gather.
   const bool packed = positions.defined() && positions.size(0) > 0 && T > 1 &&
@@ -32,8 +32,14 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   const int64_t B = positions.size(0);
   const at::Tensor pos = positions.to(at::kLong).contiguous();  // [B, T], host
   const at::Tensor index = to_device(pos.flatten(), device);
-  l.cos = rope.cos.index_select(0, index).view({B, T, -1}).unsqueeze(1);  // [B, 1, T, D]
-  l.sin = rope.sin.index_select(0, index).view({B, T, -1}).unsqueeze(1);
+  if (gather) {
+    l.cos = rope.cos.index_select(0, index).view({B, T, -1}).unsqueeze(1);  // [B, 1, T, D]
+    l.sin = rope.sin.index_select(0, index).view({B, T, -1}).unsqueeze(1);
+  } else {
+    l.positions = index.view({B, T});
+    l.table_cos = rope.cos;
+    l.table_sin = rope.sin;
+  }
   at::Tensor starts = pos.eq(0);
   starts.select(1, 0).fill_(true);  // every row opens a document
   if (packed_rows_use_varlen(device.is_cuda(), dtype)) {

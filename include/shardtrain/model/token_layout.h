@@ -16,14 +16,19 @@ struct TokenLayout {
   at::Tensor same_doc;    // [B, 1, T, T] bool: key j in query i's document and j <= i; undefined: plain causal
   at::Tensor cu_seqlens;  // [docs + 1] int32: document starts over the flattened batch (CUDA's varlen kernel)
   int64_t max_doc_len = 0;
+  // Packed rows for the rotary kernel (no gathered cos/sin): each token's position [B, T] int64 on
+  // the device, and Rotary's whole tables [max_pos, D].
+  at::Tensor positions, table_cos, table_sin;
   bool packed() const { return same_doc.defined() || cu_seqlens.defined(); }
 };
 
 // The layout of a batch of T tokens per row. positions [B, T] int64 on the host, or undefined;
 // rows that are one document each need neither mask nor gather. On CUDA in bf16/fp16, packed
 // rows go to the variable-length flash kernel (cu_seqlens) instead of a [T, T] mask.
+// gather = false (the fused layers' rotary kernel on CUDA): packed rows carry positions and the
+// whole tables instead of each token's gathered cos and sin.
 TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
-                         at::ScalarType dtype);
+                         at::ScalarType dtype, bool gather = true);
 
 // Whether packed rows take CUDA's variable-length flash kernel (else the [T, T] mask): bf16/fp16 on CUDA.
 bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype);

@@ -54,7 +54,9 @@ LayerRun run_layer(const model::ModelConfig& m, at::ScalarType dtype, bool fused
   rope.to(at::Device(at::kCUDA, 0));
   at::Tensor positions;
   if (packed) positions = at::cat({at::arange(40, at::kLong), at::arange(24, at::kLong)}).expand({B, T}).contiguous();
-  const auto layout = model::token_layout(rope, positions, T, at::Device(at::kCUDA, 0), dtype);
+  // Fused: packed rows as the engine hands them to the rotary kernel, positions and whole tables.
+  const auto layout = model::token_layout(rope, positions, T, at::Device(at::kCUDA, 0), dtype, /*gather=*/!fused);
+  if (fused && packed) EXPECT_TRUE(layout.positions.defined() && !layout.cos.defined());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
   const at::Tensor x = at::randn({B, T, m.hidden_size}, gen).to(at::kCUDA, dtype).requires_grad_(true);
   const auto lw = model::LayerWeights::bind(m, lookup, 0, nullptr, /*merge=*/fused);

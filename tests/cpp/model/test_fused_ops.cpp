@@ -190,6 +190,12 @@ TEST(FusedOps, PackedRowsMatchGatheredTables) {
     const RopeOut ref = run_rope(q, k, layout.cos, layout.sin, dyq, dyk, false);
     EXPECT_EQ(rope_mismatches(run_rope(q, k, layout.cos, layout.sin, dyq, dyk, true), ref), 0) << dtype;
     EXPECT_EQ(rope_mismatches(run_rope(q, k, rope.cos, rope.sin, dyq, dyk, true, positions), ref), 0) << dtype;
+    // The layout the fused layers take on CUDA: positions and whole tables, no gathered copy.
+    const model::TokenLayout kernel = model::token_layout(rope, positions, T, at::kCPU, dtype, /*gather=*/false);
+    ASSERT_FALSE(kernel.cos.defined());
+    EXPECT_TRUE(kernel.positions.equal(positions));
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, kernel.table_cos, kernel.table_sin, dyq, dyk, true, kernel.positions), ref), 0)
+        << dtype;
     // The unpacked [T, D] tables give another result: the positions matter.
     const RopeOut plain = run_rope(q, k, rope.cos.narrow(0, 0, T), rope.sin.narrow(0, 0, T), dyq, dyk, true);
     EXPECT_FALSE(at::equal(plain.q, ref.q)) << dtype;
