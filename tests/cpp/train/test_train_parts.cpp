@@ -110,6 +110,7 @@ TEST(Trainer, ClippingBoundsTheUpdateNorm) {
 // clip_grad_norm_'s multiply then AdamW (the CPU path): the same step within an fp32 ulp or two,
 // and a norm under the limit gives a divisor of exactly 1 (the same bits).
 TEST(Trainer, ClippingFoldedIntoAdamWMatchesClipThenStep) {
+  at::manual_seed(11);  // the same draws however ctest orders the tests
   for (const double max_norm : {1.0, 1e6}) {
     const at::Tensor g0 = at::randn({4096}, at::TensorOptions().dtype(at::kFloat)) * 3;
     const at::Tensor start = at::randn({4096});
@@ -134,7 +135,8 @@ TEST(Trainer, ClippingFoldedIntoAdamWMatchesClipThenStep) {
       EXPECT_TRUE(p_fold.equal(p_comp)) << "no clipping: the divisor 1 must leave the step bit for bit";
       EXPECT_TRUE(m_fold.equal(m_comp));
     } else {
-      EXPECT_TRUE(p_fold.allclose(p_comp, 2.5e-7, 1e-9)) << (p_fold - p_comp).abs().max().item<float>();
+      // atol: where the update cancels the parameter (both about lr), an ulp of lr remains.
+      EXPECT_TRUE(p_fold.allclose(p_comp, 2.5e-7, 4e-9)) << (p_fold - p_comp).abs().max().item<float>();
       EXPECT_TRUE(m_fold.allclose(m_comp, 2.5e-7, 1e-12)) << (m_fold - m_comp).abs().max().item<float>();
       EXPECT_FALSE(m_fold.allclose(m_comp * 1.001, 1e-6, 0)) << "the clip did not reach the moments";
     }
