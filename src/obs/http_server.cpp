@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -52,6 +53,12 @@ struct Connection {
   size_t sent = 0;
   bool replying = false;
 };
+
+// Whether a client still reading its request has sent nothing yet, neither read nor waiting in the socket.
+bool silent(const Connection& c) {
+  int pending = 0;
+  return !c.replying && c.in.empty() && ::ioctl(c.fd, FIONREAD, &pending) == 0 && pending == 0;
+}
 
 void close_connection(Connection& c) {
   if (c.fd < 0) return;
@@ -200,8 +207,11 @@ void HttpServer::serve() {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) break;
       if (static_cast<int>(conns.size()) >= limits_.max_connections) {
-        // Full: the oldest connection still sending its request makes room (it had the longest chance).
-        auto victim = std::find_if(conns.begin(), conns.end(), [](const Connection& c) { return !c.replying; });
+        // Full: the oldest connection that has sent nothing makes room, else the oldest still
+        // sending its request (it had the longest chance): a scrape whose request waits unread
+        // is not dropped for a client that never spoke.
+        auto victim = std::find_if(conns.begin(), conns.end(), silent);
+        if (victim == conns.end()) victim = std::find_if(conns.begin(), conns.end(), [](const Connection& c) { return !c.replying; });
         if (victim == conns.end()) victim = conns.begin();
         close_connection(*victim);
         conns.erase(victim);

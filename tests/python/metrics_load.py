@@ -268,8 +268,9 @@ def main():
             sorted({h.split(b"\r\n")[0].decode("latin-1") for _, h in results})), flush=True)
         check(results and all(s is not None and s <= limit for s in secs),
               "every %s connection was answered or closed by the server within %g s" % (kind, limit))
-    # While the flood holds more connections than the server keeps (64), it drops the oldest one
-    # still reading, unanswered: a bad client then gets no reply at all (on a loaded machine, often).
+    # While the flood holds more connections than the server keeps (64), it drops the oldest silent
+    # one, else the oldest still reading: a bad client whose bytes the server has not yet seen may
+    # then get no reply at all (on a loaded machine).
     garbage = [h for _, h in load.bad["garbage"]]
     check(any(h.startswith(b"HTTP/1.0 400 Bad Request") for h in garbage) and
           all(h == b"" or h.startswith(b"HTTP/1.0 400 Bad Request") for h in garbage),
