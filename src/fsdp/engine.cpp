@@ -12,6 +12,7 @@
 #include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/model/lm_loss.h"
+#include "shardtrain/runtime/device_copy.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::fsdp {
@@ -114,10 +115,10 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
     if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
-    auto logits = forward(p, to_device(mb.tokens), mb.positions, /*build_graph=*/true);  // under fused_head: the normed hidden
+    auto logits = forward(p, runtime::to_device(mb.tokens, device_), mb.positions, /*build_graph=*/true);  // under fused_head: the normed hidden
     at::Tensor loss;
     if (!p.empty) {
-      const auto labels = to_device(mb.labels);
+      const auto labels = runtime::to_device(mb.labels, device_);
       const at::Tensor sum =
           p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk, 1.0 / denom)
                        : model::causal_lm_loss(logits, labels, /*count=*/false).sum;
@@ -155,11 +156,6 @@ std::vector<at::Tensor> FsdpEngine::grad_shards() {
     g.push_back(shard.defined() ? shard.narrow(0, p.shard_offset, p.numel) : at::Tensor());
   }
   return g;
-}
-
-at::Tensor FsdpEngine::to_device(const at::Tensor& host) const {
-  if (!device_.is_cuda()) return host;
-  return host.pin_memory().to(device_, /*non_blocking=*/true);  // no host sync per micro-batch
 }
 
 at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positions, bool on_host) {

@@ -15,6 +15,7 @@ namespace shardtrain::fsdp {
 FlatUnit::FlatUnit(model::UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen)
     : spec_(spec), layout_(std::move(layout)), master_(std::move(master)), frozen_(frozen) {
   if (master_.numel() != layout_.shard_numel) throw runtime::Error("FSDP unit: master shard has the wrong size");
+  set_merged(false);
 }
 
 void FlatUnit::start(comm::Communicator& shard) {
@@ -60,6 +61,77 @@ void FlatUnit::free_storage() {
   gathered_ = false;
 }
 
+namespace {
+
+// Runs of layout entries that make one view: a merged group whose members lie side by side, or one entry.
+struct Piece {
+  size_t first = 0, count = 1;
+  std::string name;            // the group's merged name; empty for a single entry
+  std::vector<int64_t> shape;  // the group's: members stacked along their first dimension
+};
+
+// The model::Merged groups (weights, then biases) of a decoder layer whose members lie side by side.
+std::vector<Piece> merged_groups(const FlatLayout& layout, int64_t layer) {
+  std::unordered_map<std::string, size_t> at;
+  for (size_t i = 0; i < layout.entries.size(); ++i) at.emplace(layout.entries[i].name, i);
+  std::vector<Piece> groups;
+  for (const model::Merged m : model::kMerged) {
+    for (const bool bias : {false, true}) {
+      Piece g;
+      g.name = bias ? model::merged_bias_name(layer, m) : model::merged_weight_name(layer, m);
+      g.count = 0;
+      bool adjacent = true;
+      for (const model::Proj p : model::merged_members(m)) {
+        const auto it = at.find(bias ? model::proj_bias_name(layer, p) : model::proj_weight_name(layer, p));
+        adjacent = it != at.end() && (g.count == 0 || it->second == g.first + g.count);
+        if (!adjacent) break;
+        const FlatEntry& e = layout.entries[it->second];
+        if (g.count == 0) {
+          g.first = it->second;
+          g.shape = e.shape;
+          g.shape[0] = 0;
+        }
+        g.shape[0] += e.shape[0];
+        ++g.count;
+      }
+      if (adjacent) groups.push_back(g);
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+void FlatUnit::set_merged(bool on) {
+  // Names resolve to slots here, once: a gather only splits and views (bind_views).
+  std::vector<Piece> groups;
+  if (on && spec_.kind == model::UnitKind::kDecoderLayer) groups = merged_groups(layout_, spec_.layer);
+  pieces_.clear();
+  slots_.clear();
+  index_.clear();
+  for (size_t i = 0; i < layout_.entries.size();) {
+    const auto g = std::find_if(groups.begin(), groups.end(), [i](const Piece& p) { return p.first == i; });
+    const Piece piece = g != groups.end() ? *g : Piece{i, 1, "", layout_.entries[i].shape};
+    int64_t numel = 0;
+    int64_t row = 0;
+    if (!piece.name.empty()) {
+      index_.emplace(piece.name, slots_.size());
+      slots_.push_back({pieces_.size(), 0, -1});
+    }
+    for (size_t k = 0; k < piece.count; ++k) {
+      const FlatEntry& e = layout_.entries[piece.first + k];
+      index_.emplace(e.name, slots_.size());
+      // A group's member is rows of the group's view (only a LoRA-targeted member reads it); -1: the whole piece.
+      slots_.push_back({pieces_.size(), row, piece.name.empty() ? -1 : e.shape[0]});
+      row += e.shape[0];
+      numel += e.numel;
+    }
+    pieces_.push_back({numel, piece.shape});
+    i += piece.count;
+  }
+  views_.clear();
+}
+
 at::Tensor FlatUnit::own_view(const std::string& name) const {
   // One split_with_sizes, not a narrow: narrow's backward allocates a zero-filled tensor the size
   // of the whole unit, where split's concatenates the pieces' gradients once.
@@ -72,87 +144,24 @@ at::Tensor FlatUnit::own_view(const std::string& name) const {
   throw runtime::Error("FSDP unit " + std::to_string(spec_.layer) + " holds no parameter " + name);
 }
 
-namespace {
-
-// Runs of layout entries that make one view: a merged group whose members lie side by side, or one entry.
-struct Piece {
-  size_t first = 0, count = 1;
-  std::string name;             // the group's merged name; empty for a single entry
-  std::vector<int64_t> shape;   // the group's: members stacked along their first dimension
-};
-
-std::vector<Piece> pieces(const FlatLayout& layout, const model::UnitSpec& spec, bool merged) {
-  std::unordered_map<std::string, size_t> at;
-  for (size_t i = 0; i < layout.entries.size(); ++i) at.emplace(layout.entries[i].name, i);
-  std::vector<Piece> groups;
-  if (merged && spec.kind == model::UnitKind::kDecoderLayer) {
-    for (const model::Merged m : model::kMerged) {
-      for (const bool bias : {false, true}) {
-        Piece g;
-        g.name = bias ? model::merged_bias_name(spec.layer, m) : model::merged_weight_name(spec.layer, m);
-        g.count = 0;
-        bool adjacent = true;
-        for (const model::Proj p : model::merged_members(m)) {
-          const auto it = at.find(bias ? model::proj_bias_name(spec.layer, p) : model::proj_weight_name(spec.layer, p));
-          adjacent = it != at.end() && (g.count == 0 || it->second == g.first + g.count);
-          if (!adjacent) break;
-          const FlatEntry& e = layout.entries[it->second];
-          if (g.count == 0) {
-            g.first = it->second;
-            g.shape = e.shape;
-            g.shape[0] = 0;
-          }
-          g.shape[0] += e.shape[0];
-          ++g.count;
-        }
-        if (adjacent) groups.push_back(g);
-      }
-    }
-  }
-  std::vector<Piece> out;
-  for (size_t i = 0; i < layout.entries.size();) {
-    const auto g = std::find_if(groups.begin(), groups.end(), [i](const Piece& p) { return p.first == i; });
-    out.push_back(g != groups.end() ? *g : Piece{i, 1, "", layout.entries[i].shape});
-    i += out.back().count;
-  }
-  return out;
-}
-
-}  // namespace
-
 void FlatUnit::bind_views() const {
-  const std::vector<Piece> ps = pieces(layout_, spec_, merged_);
   std::vector<int64_t> sizes;
-  for (const Piece& p : ps) {
-    int64_t n = 0;
-    for (size_t k = 0; k < p.count; ++k) n += layout_.entries[p.first + k].numel;
-    sizes.push_back(n);
-  }
+  for (const PieceSize& p : pieces_) sizes.push_back(p.numel);
   if (layout_.padded > layout_.numel) sizes.push_back(layout_.padded - layout_.numel);
   // Bound with grad: a unit whose forward runs without it (full checkpointing) recomputes through these.
   at::AutoGradMode grad(flat_.requires_grad());
   const auto parts = flat_.split_with_sizes(sizes);  // one split: its backward concatenates once
-  for (size_t k = 0; k < ps.size(); ++k) {
-    const at::Tensor whole = parts[k].view(ps[k].shape);
-    if (ps[k].name.empty()) {
-      views_.emplace(layout_.entries[ps[k].first].name, whole);
-      continue;
-    }
-    views_.emplace(ps[k].name, whole);
-    int64_t row = 0;
-    for (size_t m = 0; m < ps[k].count; ++m) {
-      const FlatEntry& e = layout_.entries[ps[k].first + m];
-      views_.emplace(e.name, whole.narrow(0, row, e.shape[0]));  // only a LoRA-targeted member reads it
-      row += e.shape[0];
-    }
-  }
+  std::vector<at::Tensor> whole;
+  for (size_t k = 0; k < pieces_.size(); ++k) whole.push_back(parts[k].view(pieces_[k].shape));
+  views_.clear();
+  for (const Slot& s : slots_) views_.push_back(s.rows < 0 ? whole[s.piece] : whole[s.piece].narrow(0, s.row, s.rows));
 }
 
 const at::Tensor& FlatUnit::view(const std::string& name) const {
+  const auto it = index_.find(name);
+  if (it == index_.end()) throw runtime::Error("FSDP unit " + std::to_string(spec_.layer) + " holds no parameter " + name);
   if (views_.empty()) bind_views();
-  const auto it = views_.find(name);
-  if (it == views_.end()) throw runtime::Error("FSDP unit " + std::to_string(spec_.layer) + " holds no parameter " + name);
-  return it->second;
+  return views_[it->second];
 }
 
 void FlatUnit::release() {

@@ -36,10 +36,10 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     proj.adapter = std::move(a);
   }
   for (const Merged m : kMerged) {
+    if (!merge) break;
     const auto members = merged_members(m);
     // A member with an adapter runs on its own: LoRA's update is per projection.
-    const bool adapted = std::any_of(members.begin(), members.end(), [&lw](Proj p) { return lw[p].adapter.has_value(); });
-    if (!merge || adapted) continue;
+    if (std::any_of(members.begin(), members.end(), [&lw](Proj p) { return lw[p].adapter.has_value(); })) continue;
     Projection& proj = lw.merged[static_cast<int>(m)];
     proj.weight = w(merged_weight_name(layer, m));
     if (has_bias(cfg, members.front())) proj.bias = w(merged_bias_name(layer, m));

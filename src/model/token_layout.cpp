@@ -5,18 +5,9 @@
 #include <optional>
 
 #include "shardtrain/model/llama.h"
+#include "shardtrain/runtime/device_copy.h"
 
 namespace shardtrain::model {
-namespace {
-
-// Host to device without blocking the host: from pinned memory (LibTorch's caching host allocator
-// keeps the block until the copy is done), as a DataLoader with pin_memory hands batches over.
-at::Tensor to_device(const at::Tensor& host, const at::Device& device) {
-  if (!device.is_cuda()) return host.to(device);
-  return host.contiguous().pin_memory().to(device, /*non_blocking=*/true);
-}
-
-}  // namespace
 
 TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
                          at::ScalarType dtype, bool gather) {
@@ -31,7 +22,7 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   }
   const int64_t B = positions.size(0);
   const at::Tensor pos = positions.to(at::kLong).contiguous();  // [B, T], host
-  const at::Tensor index = to_device(pos.flatten(), device);
+  const at::Tensor index = runtime::to_device(pos.flatten(), device);
   if (gather) {
     l.cos = rope.cos.index_select(0, index).view({B, T, -1}).unsqueeze(1);  // [B, 1, T, D]
     l.sin = rope.sin.index_select(0, index).view({B, T, -1}).unsqueeze(1);
@@ -46,10 +37,10 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
     const at::Tensor first = starts.flatten().nonzero().flatten();  // flat index of each document's first token
     const at::Tensor bounds = at::cat({first, at::full({1}, B * T, at::kLong)});
     l.max_doc_len = (bounds.narrow(0, 1, bounds.size(0) - 1) - bounds.narrow(0, 0, bounds.size(0) - 1)).max().item<int64_t>();
-    l.cu_seqlens = to_device(bounds.to(at::kInt), device);
+    l.cu_seqlens = runtime::to_device(bounds.to(at::kInt), device);
     return l;
   }
-  const at::Tensor doc = to_device(starts.cumsum(1), device);                   // [B, T]: document number in the row
+  const at::Tensor doc = runtime::to_device(starts.cumsum(1), device);                   // [B, T]: document number in the row
   const at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));            // [B, T, T]
   const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
   l.same_doc = same.logical_and(causal).unsqueeze(1);                       // [B, 1, T, T]

@@ -154,7 +154,6 @@ class FsdpEngine {
   int64_t held_bytes() const;
   void reduce_unit(int64_t unit, const at::Tensor& full_grad, bool owned);  // issues, does not wait
   void reduce_accumulated();
-  at::Tensor to_device(const at::Tensor& host) const;
 
   model::ModelConfig model_;
   FsdpConfig cfg_;

@@ -45,7 +45,7 @@ class FlatUnit {
   // members views of those. Throws Error for a name the unit does not hold.
   const at::Tensor& view(const std::string& name) const;
   // The fused layer path: q k v's and gate up's adjacent weights (and biases) as one view each.
-  void set_merged(bool on) { merged_ = on; }
+  void set_merged(bool on);
   // The leaf's gradient [padded] (undefined if nothing flowed into it this pass).
   at::Tensor leaf_grad() const { return flat_.defined() ? flat_.grad() : at::Tensor(); }
   void release();  // drops the leaf, its gradient and its graph
@@ -60,8 +60,18 @@ class FlatUnit {
   comm::WorkPtr pending_;
   bool gathered_ = false;
   bool frozen_ = false;
-  bool merged_ = false;
-  mutable std::unordered_map<std::string, at::Tensor> views_;  // bound on first use, per leaf
+  struct PieceSize {  // one view of the split: an entry, or a merged group
+    int64_t numel = 0;
+    std::vector<int64_t> shape;
+  };
+  struct Slot {  // a name's view: its piece, or rows [row, row + rows) of it (rows < 0: the whole piece)
+    size_t piece = 0;
+    int64_t row = 0, rows = -1;
+  };
+  std::vector<PieceSize> pieces_;
+  std::vector<Slot> slots_;
+  std::unordered_map<std::string, size_t> index_;  // name -> slot, made once (set_merged)
+  mutable std::vector<at::Tensor> views_;          // by slot, bound on first use, per leaf
   void bind_views() const;
 };
 
