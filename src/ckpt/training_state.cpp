@@ -15,7 +15,7 @@ namespace {
 
 std::vector<TensorSpec> dataset_specs(const fsdp::FsdpEngine& engine) {
   std::vector<TensorSpec> out;
-  for (const auto& s : engine.trainable_specs()) out.push_back({s.name, s.shape});
+  for (const auto& s : engine.layout().trainable_specs()) out.push_back({s.name, s.shape});
   return out;
 }
 
@@ -255,7 +255,7 @@ StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimiz
   reg.emplace<TrainStep>(state);
   reg.emplace<LoaderPosition>(state);
   reg.emplace<RunConfig>(state);
-  reg.emplace<LoraBase>(engine, base_weights, engine.lora() && checksum_base ? base_crc32(engine) : -1);  // collective
+  reg.emplace<LoraBase>(engine, base_weights, engine.config().lora.enabled() && checksum_base ? base_crc32(engine) : -1);  // collective
   return reg;
 }
 

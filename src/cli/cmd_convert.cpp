@@ -72,7 +72,7 @@ TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string&
 void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::FsdpEngine& engine, at::ScalarType dtype,
                int rank, const TokenizerSource& tokenizer) {
   auto full = engine.full_parameters();  // collective: every rank takes part
-  if (engine.lora()) merge_adapters(full, engine.full_adapters(), model, engine.config().lora);
+  if (engine.config().lora.enabled()) merge_adapters(full, engine.full_adapters(), model, engine.config().lora);
   if (rank != 0) return;
   io::NamedTensors named;
   for (const auto& spec : model::llama_param_specs(model)) named.emplace_back(spec.name, full.at(spec.name).to(dtype));
@@ -117,7 +117,7 @@ int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   ckpt::StateRegistry state = ckpt::training_state(engine, optimizer, st, base);  // collective
   if (to_hf) {
     ckpt::load(o.input, state);  // verifies every checksum on the way
-    if (engine.lora() && !o.merge_lora) export_peft(o.output, engine, base, env.rank(), tokenizer);
+    if (engine.config().lora.enabled() && !o.merge_lora) export_peft(o.output, engine, base, env.rank(), tokenizer);
     else export_hf(o.output, model, engine, o.dtype, env.rank(), tokenizer);
   } else {
     const std::string tmp = o.output + ".tmp";

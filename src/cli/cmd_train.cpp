@@ -58,12 +58,12 @@ BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader, c
   f.num_params = s.engine->model().num_params();
   f.global_batch = loader.global_batch();
   f.threads = at::get_num_threads();
-  const auto mem = s.engine->memory();
+  const auto mem = s.engine->memory().report();
   f.persistent_bytes = mem.persistent();
   f.unsharded_bytes = mem.unsharded_bytes;
   f.base_bytes = mem.base_bytes;
   f.adapter_bytes = mem.trainable_bytes();
-  for (const auto& s : s.engine->trainable_specs()) f.adapter_params += s.numel();
+  for (const auto& s : s.engine->layout().trainable_specs()) f.adapter_params += s.numel();
   f.weights_bytes_read = s.weights ? static_cast<int64_t>(s.weights->bytes_read()) : 0;
   f.train_rows = train.rows();
   f.val_rows = val ? val->rows() : 0;
@@ -153,12 +153,12 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   }
   // Export.
   if (!o.save_model.empty()) {
-    if (engine.lora() && !o.merge_lora) {
+    if (engine.config().lora.enabled() && !o.merge_lora) {
       export_peft(o.save_model, engine, o.weights, env.rank(), train_tokenizer(o));
       runtime::log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
     } else {
       export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
-      runtime::log::info("saved " + std::string(engine.lora() ? "the merged model" : "model") + " to " + o.save_model);
+      runtime::log::info("saved " + std::string(engine.config().lora.enabled() ? "the merged model" : "model") + " to " + o.save_model);
     }
   }
   metrics.end_run(obs::RunStatus::kFinished);  // after the export: a failed export is a FAILED run

@@ -46,7 +46,7 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
   const auto adapters = engine.full_adapters();  // collective
   if (rank != 0) return;
   io::NamedTensors named;
-  for (const auto& spec : engine.trainable_specs()) named.emplace_back(model::peft_key(spec.name), adapters.at(spec.name));
+  for (const auto& spec : engine.layout().trainable_specs()) named.emplace_back(model::peft_key(spec.name), adapters.at(spec.name));
   // DIR.tmp renamed to DIR when whole; a full disk or read-only directory is one line (exit 2).
   runtime::write_dir_atomically(dir, [&](const std::string& into) {
     io::write_safetensors((fs::path(into) / "adapter_model.safetensors").string(), named, {{"format", "pt"}});

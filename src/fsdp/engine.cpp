@@ -1,6 +1,3 @@
-// The engine's wiring: units built and loaded (unit_builder.cpp), the forward/backward schedule
-// with prefetch (unit_schedule.cpp), gradient reduction and its completion (gradient_reducer.cpp)
-// and memory accounting (engine_memory.cpp); here, a training step and the views on its results.
 #include "shardtrain/fsdp/engine.h"
 
 #include <ATen/ATen.h>
@@ -19,94 +16,58 @@ namespace shardtrain::fsdp {
 
 using comm::Communicator;
 
-FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-                       const io::SafetensorsModel* weights, at::Device device, const io::SafetensorsModel* adapters)
-    : model_(std::move(model)),
-      cfg_(std::move(cfg)),
-      groups_(groups),
-      device_(device),
-      rope_(model_, model_.max_position_embeddings),
-      seed_(seed),
-      reducer_(groups_, cfg_.reduce_dtype, [this](int64_t u) -> at::Tensor& { return trainable(u).grad(); },
-               [this] { note_memory(); }),
-      peaks_([this] { return read_and_reset_peak(); }) {
-  cfg_.validate();
-  if (cfg_.param_dtype == at::ScalarType::Undefined) cfg_.param_dtype = device_.is_cuda() ? at::kBFloat16 : at::kFloat;
-  rope_.to(device_, cfg_.param_dtype);
-  BuiltUnits built = build_units(model_, cfg_, groups_.shard->size(), groups_.shard->rank(), seed, weights, adapters, device_);
-  units_ = std::move(built.units);
-  adapters_ = std::move(built.adapters);
-  trainable_specs_ = std::move(built.trainable_specs);
-  pieces_ = std::move(built.pieces);
-  base_crc_rows_ = std::move(built.base_crc_rows);
-  no_sync_ = std::move(built.no_sync);
-  assign_parts();
-  std::vector<UnitSize> trainable_sizes;
-  for (size_t u = 0; u < units_.size(); ++u)
-    trainable_sizes.push_back(unit_size(trainable(static_cast<int64_t>(u)).layout(), units_[u].kind()));
-  reducer_.set_budget(reduce_budget(trainable_sizes, groups_.shard->size(), static_cast<int>(c10::elementSize(cfg_.reduce_dtype))));
-  for (size_t u = 0; u < units_.size(); ++u)
-    nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
-  persistent_bytes_ = memory().persistent();
+namespace {
+
+FsdpConfig resolved(FsdpConfig cfg, at::Device device) {
+  cfg.validate();
+  if (cfg.param_dtype == at::ScalarType::Undefined) cfg.param_dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
+  return cfg;
 }
 
-void FsdpEngine::assign_parts() {
-  parts_.assign(units_.size(), UnitParts{});
-  bool trains_before = false;  // some unit before this one trains
-  for (size_t u = 0; u < units_.size(); ++u) {
-    UnitParts& p = parts_[u];
-    p.base = &units_[u];
-    if (!adapters_.empty() && !adapters_[u].empty()) p.adapter = &adapters_[u];
-    p.trainable = base_frozen() ? &adapters_[u] : &units_[u];
-    p.input_grad = trains_before;
-    p.runs_backward = trains_before || !p.trainable->empty();
-    trains_before = p.runs_backward;
-  }
-}
-
-void FsdpEngine::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned) {
-  reducer_.reduce(u, full_grad, trainable(u).layout().shard_numel, owned);
-}
-
-void FsdpEngine::reduce_accumulated() {
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (!trainable(static_cast<int64_t>(u)).empty()) reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
-  reducer_.finish();  // the buffers are read by the reductions until they complete
-  for (auto& b : no_sync_) b.zero_();
-}
-
-void FsdpEngine::release_grads() {
-  for (size_t u = 0; u < units_.size(); ++u) trainable(static_cast<int64_t>(u)).grad() = at::Tensor();
-}
-
-double FsdpEngine::comm_wait_seconds() const {
-  double w = 0;  // the three groups are distinct communicators
-  for (const comm::Communicator* c : groups_.all())
-    w += c->log().wait_seconds();
-  return w;
-}
-
-int64_t FsdpEngine::sum_world_on_host(int64_t v) {
-  comm::Communicator& world = *groups_.world;
+// An MPI all-reduce of a host count: no device involved.
+int64_t sum_on_host(comm::Communicator& world, int64_t v) {
   world.host_collective(comm::Op::kAllReduce, sizeof v, [&] {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, world.mpi()));
   });
   return v;
 }
 
+}  // namespace
+
+FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
+                       const io::SafetensorsModel* weights, at::Device device, const io::SafetensorsModel* adapters)
+    : model_(std::move(model)),
+      cfg_(resolved(std::move(cfg), device)),
+      groups_(groups),
+      device_(device),
+      layout_(make_trainable_layout(model_, cfg_.lora)),
+      seed_(seed) {
+  const int shard_size = groups_.shard->size();
+  const MemoryReport report =
+      persistent_bytes(layout_->sizes(shard_size), cfg_.no_sync_accumulation, static_cast<int>(c10::elementSize(cfg_.param_dtype)));
+  memory_ = std::make_unique<EngineMemory>(report, device_, [this] { return schedule_ ? schedule_->transient_bytes() : 0; });
+  BuiltUnits built = build_units(*layout_, cfg_, shard_size, groups_.shard->rank(), seed, weights, adapters, device_);
+  pieces_ = std::move(built.pieces);
+  base_crc_rows_ = std::move(built.base_crc_rows);
+  schedule_ = std::make_unique<UnitSchedule>(model_, cfg_, groups_, device_, std::move(built.units), std::move(built.adapters),
+                                             [this] { memory_->note(); });
+}
+
+void FsdpEngine::release_grads() { schedule_->release_grads(); }
+
 GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_batches, bool read_loss) {
   GradResult r;
-  auto clock = std::make_shared<PhaseClock>(*this);
-  peaks_.discard();  // the step's phases start from what is held now (not from validation's or a save's)
+  auto clock = std::make_shared<PhaseClock>(groups_, device_.is_cuda());
+  memory_->start_step();
   auto close_phase = [&](runtime::Phase p) {
     clock->close(p);
     auto& peak = r.peak_bytes[static_cast<int>(p)];
-    peak = std::max(peak, take_phase_peak());
+    peak = std::max(peak, memory_->take_phase_peak());
   };
   int64_t local_tokens = 0;
   for (const auto& mb : micro_batches)
     if (mb.tokens.size(0) > 0) local_tokens += model::count_loss_tokens(mb.labels);
-  r.tokens = sum_world_on_host(local_tokens);  // counted on the host from the host's labels
+  r.tokens = sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
@@ -115,7 +76,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
     if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
-    auto logits = forward(p, runtime::to_device(mb.tokens, device_), mb.positions, /*build_graph=*/true);  // under fused_head: the normed hidden
+    auto logits = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions, /*build_graph=*/true);  // under fused_head: the normed hidden
     at::Tensor loss;
     if (!p.empty) {
       const auto labels = runtime::to_device(mb.labels, device_);
@@ -128,11 +89,11 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     logits = at::Tensor();  // autograd keeps only what backward needs
     p.outputs.back() = at::Tensor();
     close_phase(runtime::Phase::kForward);
-    backward(p, loss, !cfg_.no_sync_accumulation);
+    schedule_->backward(p, loss, !cfg_.no_sync_accumulation);
     close_phase(runtime::Phase::kBackward);
   }
-  if (cfg_.no_sync_accumulation) reduce_accumulated();
-  reducer_.finish();
+  if (cfg_.no_sync_accumulation) schedule_->reduce_accumulated();
+  schedule_->finish_reductions();
   groups_.world->all_reduce(loss_sum);  // on the device (NCCL: ordered on the stream; the host goes on)
   r.loss_t = loss_sum / denom;
   if (read_loss) r.loss = r.loss_t.item<double>();
@@ -152,7 +113,7 @@ std::vector<uint64_t> FsdpEngine::dropout_row_seeds(const model::Batch& mb) {
 std::vector<at::Tensor> FsdpEngine::grad_shards() {
   std::vector<at::Tensor> g;
   for (const auto& p : pieces_) {
-    const at::Tensor& shard = trainable(p.unit).grad();
+    const at::Tensor& shard = schedule_->trainable(p.unit).grad();
     g.push_back(shard.defined() ? shard.narrow(0, p.shard_offset, p.numel) : at::Tensor());
   }
   return g;
@@ -161,16 +122,15 @@ std::vector<at::Tensor> FsdpEngine::grad_shards() {
 at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positions, bool on_host) {
   c10::NoGradGuard no_grad;
   Pass p;
-  auto out = forward(p, tokens.to(device_), positions, /*build_graph=*/false);
-  for (auto& u : units_) u.release();
-  for (auto& u : adapters_) u.release();
+  auto out = schedule_->forward(p, tokens.to(device_), positions, /*build_graph=*/false);
+  schedule_->release_all();
   return on_host ? out.to(at::kCPU) : out;  // decoding runs its arithmetic on the host
 }
 
-std::map<std::string, at::Tensor> FsdpEngine::full_parameters() { return gather_full(units_); }
-std::map<std::string, at::Tensor> FsdpEngine::full_adapters() { return gather_full(adapters_); }
+std::map<std::string, at::Tensor> FsdpEngine::full_parameters() { return gather_full(schedule_->units()); }
+std::map<std::string, at::Tensor> FsdpEngine::full_adapters() { return gather_full(schedule_->adapters()); }
 
-std::map<std::string, at::Tensor> FsdpEngine::gather_full(std::vector<FlatUnit>& units) {
+std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<FlatUnit>& units) {
   std::map<std::string, at::Tensor> out;
   for (auto& u : units) {
     if (u.empty()) continue;

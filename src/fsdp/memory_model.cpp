@@ -9,15 +9,6 @@
 
 namespace shardtrain::fsdp {
 
-std::vector<UnitSize> unit_sizes(const model::ModelConfig& model, const std::vector<model::ParamSpec>& specs, int shard_size) {
-  std::vector<UnitSize> out;
-  const auto units = model::model_units(model);
-  for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u) {
-    out.push_back(unit_size(flat_layout(specs, u, shard_size), units[u].kind));
-  }
-  return out;
-}
-
 int64_t reduce_budget(const std::vector<UnitSize>& trainable, int shard_size, int reduce_elt) {
   int64_t most = 0;
   for (const UnitSize& u : trainable)
@@ -25,19 +16,23 @@ int64_t reduce_budget(const std::vector<UnitSize>& trainable, int shard_size, in
   return most;
 }
 
-PersistentBytes persistent_bytes(const std::vector<UnitSize>& trainable, const std::vector<UnitSize>* frozen_base,
-                                 bool no_sync, int param_elt) {
-  PersistentBytes p;
+MemoryReport persistent_bytes(const TrainingSizes& sizes, bool no_sync, int param_elt) {
+  MemoryReport p;
   int64_t full = 0, base = 0;
-  for (size_t i = 0; i < trainable.size(); ++i) {
-    const UnitSize& u = trainable[i];
-    p.param += 4 * u.shard_numel, p.grad += 4 * u.shard_numel, p.optimizer += 8 * u.shard_numel;
+  for (size_t i = 0; i < sizes.base.size(); ++i) {
+    const UnitSize& u = sizes.trainable(i);
+    p.param_bytes += 4 * u.shard_numel;
+    p.grad_bytes += 4 * u.shard_numel;
+    p.optimizer_bytes += 8 * u.shard_numel;
     p.padding_elements += u.padded - u.numel;
     full += u.numel;
-    if (no_sync) p.no_sync += 4 * u.padded;
-    if (frozen_base) p.base += static_cast<int64_t>(param_elt) * (*frozen_base)[i].shard_numel, base += (*frozen_base)[i].numel;
+    if (no_sync) p.no_sync_bytes += 4 * u.padded;
+    if (sizes.base_frozen()) {
+      p.base_bytes += static_cast<int64_t>(param_elt) * sizes.base[i].shard_numel;
+      base += sizes.base[i].numel;
+    }
   }
-  p.unsharded = 16 * full + base * param_elt;
+  p.unsharded_bytes = 16 * full + base * param_elt;
   return p;
 }
 
@@ -45,8 +40,8 @@ namespace {
 
 // The engine's state during the walk, and the peaks seen at the points where it notes memory.
 struct Walk {
+  const TrainingSizes& sizes;
   const std::vector<UnitSize>& base;
-  const std::vector<UnitSize>* adapters;
   const StepShape& s;
   int64_t persistent;
   std::vector<bool> gathered, grad;
@@ -55,12 +50,13 @@ struct Walk {
   int64_t held = 0;             // the batch's layout (ActivationBytes::step_held), once the forward starts
   StepPeak peak;
 
-  const UnitSize& trainable(int64_t u) const { return adapters ? (*adapters)[u] : base[u]; }
+  std::vector<bool> runs_backward;  // the engine skips the others' backward (a frozen embedding)
+  const UnitSize& trainable(int64_t u) const { return sizes.trainable(u); }
   int64_t budget = 0;           // reduce_budget(): the reduce-scatter bytes allowed in flight
   int64_t scatter(int64_t u) const { return scatter_bytes(trainable(u).padded, trainable(u).shard_numel, s.shard_size, s.reduce_elt); }
   void gather(int64_t u, bool backward) {
     if (u < 0 || u >= static_cast<int64_t>(base.size())) return;
-    if (backward && adapters && base[u].kind == model::UnitKind::kEmbedding) return;  // frozen: no backward
+    if (backward && !runs_backward[u]) return;
     gathered[u] = true;
   }
   void note(int64_t activations) {
@@ -68,8 +64,8 @@ struct Walk {
     int n = 0;
     for (size_t u = 0; u < base.size(); ++u) {
       if (gathered[u]) {
-        g += gathered_bytes(base[u].padded, s.param_elt), ++n;
-        if (adapters && (*adapters)[u].numel > 0) g += gathered_bytes((*adapters)[u].padded, s.param_elt);
+        g += gathered_bytes(sizes.gathered_numel(u), s.param_elt);
+        ++n;
       }
       if (grad[u]) gs += 4 * trainable(static_cast<int64_t>(u)).shard_numel;
     }
@@ -103,12 +99,13 @@ struct Walk {
 
 }  // namespace
 
-StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize>* adapters, const FsdpConfig& cfg,
-                   const StepShape& s, const model::ActivationBytes& act, int64_t persistent) {
+StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const StepShape& s, const model::ActivationBytes& act,
+                   int64_t persistent) {
+  const std::vector<UnitSize>& base = sizes.base;
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
   const int64_t fused_chunk = model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
-  Walk w{base, adapters, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}, {}, {}, {}};
+  Walk w{sizes, base, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}, {}, {}, runs_backward(sizes)};
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
   const auto is_layer = [&](int64_t u) { return base[u].kind == model::UnitKind::kDecoderLayer; };
@@ -118,9 +115,7 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
     if (!is_layer(u)) return base[u].kind == model::UnitKind::kHead ? act.head : 0;
     return layer_kept(cfg.activation_checkpointing, act, base_layer(u));
   };
-  std::vector<UnitSize> trainable;
-  for (int64_t u = 0; u < U; ++u) trainable.push_back(w.trainable(u));
-  w.budget = reduce_budget(trainable, s.shard_size, s.reduce_elt);
+  w.budget = reduce_budget(sizes.trainable_units(), s.shard_size, s.reduce_elt);
   w.note(0);
   w.held = act.step_held * tokens;
   for (int64_t mb = 0; mb < s.grad_accum; ++mb) {
@@ -139,7 +134,7 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
       const bool tied_head = s.tied_embedding && base[u].kind == model::UnitKind::kHead;
       if (tied_head) w.gathered[0] = true;
       for (int k = 1; k <= ahead; ++k) w.gather(u - k, true);
-      const bool frozen = adapters && (*adapters)[u].numel == 0;  // no adapters here: nothing to reduce
+      const bool frozen = !sizes.trains(u);  // nothing here trains: nothing to reduce
       int64_t working = 0;  // per token, on top of what is stored, while u's backward runs
       if (base[u].kind == model::UnitKind::kHead) working = act.logits_loss;
       else if (is_layer(u)) working = layer_working(cfg.activation_checkpointing, act, base_layer(u));
@@ -161,14 +156,14 @@ StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize
       stored -= kept(u);
       if (!frozen && !cfg.no_sync_accumulation) w.reduce(u, stored * tokens);
       w.gathered[u] = false;
-      if (tied_head && !adapters) w.tied_grad = base[0].padded * s.param_elt;
+      if (tied_head && !sizes.base_frozen()) w.tied_grad = base[0].padded * s.param_elt;
       if (tied_head && reshard) w.gathered[0] = false;
       if (u == 0) w.tied_grad = 0;
     }
   }
   if (cfg.no_sync_accumulation)
     for (int64_t u = 0; u < U; ++u)
-      if (!(adapters && (*adapters)[u].numel == 0)) w.reduce(u, 0);
+      if (sizes.trains(u)) w.reduce(u, 0);
   while (!w.pending.empty()) w.advance_oldest(0);
   return w.peak;
 }

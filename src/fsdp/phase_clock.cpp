@@ -1,6 +1,5 @@
 #include "shardtrain/fsdp/phase_clock.h"
 
-#include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/clock.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/cuda_handles.h"
@@ -23,26 +22,34 @@ struct PhaseClock::Events {
 struct PhaseClock::Events {};
 #endif
 
-PhaseClock::PhaseClock(const FsdpEngine& engine)
-    : engine_(engine), mark_(runtime::monotonic_seconds()), wait_mark_(engine.comm_wait_seconds()) {
+PhaseClock::PhaseClock(const comm::ProcessGroups& groups, bool on_cuda)
+    : comms_(groups.all()), mark_(runtime::monotonic_seconds()), wait_mark_(wait_seconds()) {
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (engine_.device().is_cuda()) {
+  if (on_cuda) {
     events_ = std::make_unique<Events>();
     events_->record();
-    for (comm::Communicator* c : engine_.groups().all()) c->take_device_waits();  // before this clock: not its phases'
+    for (comm::Communicator* c : comms_) c->take_device_waits();  // before this clock: not its phases'
   }
 #endif
+  (void)on_cuda;
+}
+
+double PhaseClock::wait_seconds() const {
+  double w = 0;
+  for (const comm::Communicator* c : comms_) w += c->log().wait_seconds();
+  return w;
 }
 
 PhaseClock::~PhaseClock() = default;
 
 void PhaseClock::close(runtime::Phase p) {
-  const double now = runtime::monotonic_seconds(), wait = engine_.comm_wait_seconds();
+  const double now = runtime::monotonic_seconds();
+  const double wait = wait_seconds();
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (events_) {  // the GPU's time, read in finish(); collectives wait on the device, not the host
     events_->record();
     events_->phases.push_back(p);
-    for (comm::Communicator* c : engine_.groups().all())
+    for (comm::Communicator* c : comms_)
       for (auto& stall : c->take_device_waits()) events_->stalls.emplace_back(p, std::move(stall));
     times_[runtime::Phase::kExposedComm] += wait - wait_mark_;
     mark_ = now;

@@ -2,53 +2,68 @@
 
 #include <ATen/ATen.h>
 
-#include "shardtrain/model/lora.h"
+#include <functional>
+
 #include "shardtrain/runtime/checksum.h"
 
 namespace shardtrain::fsdp {
+namespace {
 
-BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
-                       const io::SafetensorsModel* weights, const io::SafetensorsModel* adapters, at::Device device) {
+// This rank's shard of one unit: each segment's values from read(entry, from, to) put in place.
+using ReadPiece = std::function<at::Tensor(const FlatEntry& e, int64_t from, int64_t to)>;
+using SeePiece = std::function<void(const FlatEntry& e, const Segment& s, const at::Tensor& piece)>;
+at::Tensor fill_shard(const FlatLayout& layout, int shard_rank, const at::TensorOptions& options, const ReadPiece& read,
+                      const SeePiece& seen = {}) {
+  auto shard = at::zeros({layout.shard_numel}, options);
+  for (const Segment& s : shard_segments(layout, shard_rank)) {
+    const FlatEntry& e = layout.entries[s.entry];
+    const at::Tensor piece = read(e, s.param_offset, s.param_offset + s.numel);
+    if (seen) seen(e, s, piece);
+    shard.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
+  }
+  return shard;
+}
+
+}  // namespace
+
+BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
+                       const io::SafetensorsModel* weights, const io::SafetensorsModel* trained, at::Device device) {
   BuiltUnits b;
-  const bool lora = cfg.lora.enabled();
+  const bool frozen = layout.base_frozen();
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  const auto specs = model::llama_param_specs(model);
-  const auto unit_specs = model::model_units(model);
-  // A LoRA run's base is frozen: no fp32 master, only the compute dtype.
-  const auto base_options = lora ? fp32.dtype(cfg.param_dtype) : fp32;
-  b.trainable_specs = lora ? model::lora_param_specs(model, cfg.lora) : specs;
-  if (lora) b.base_crc_rows.assign(specs.size() * 3, -1);
+  const auto& specs = layout.base_specs();
+  const auto& trainable_specs = layout.trainable_specs();
+  const auto unit_specs = model::model_units(layout.model());
+  if (frozen) b.base_crc_rows.assign(specs.size() * 3, -1);
+  // Only this rank's bytes are read from a file; the seeded init is per parameter.
+  const ReadPiece base_piece = [&](const FlatEntry& e, int64_t from, int64_t to) {
+    if (weights) return weights->read_flat(e.name, from, to).to(at::kFloat);
+    return model::init_param(specs[e.spec], seed, layout.model().initializer_range).flatten().narrow(0, from, to - from);
+  };
+  const ReadPiece trained_piece = [&](const FlatEntry& e, int64_t from, int64_t to) {
+    if (trained) return trained->read_flat(layout.trainable_key(e.name), from, to).to(at::kFloat);
+    return layout.init_trainable(trainable_specs[e.spec], seed).flatten().narrow(0, from, to - from);
+  };
+  // A frozen base's checksum is taken in fp32, before any conversion.
+  const SeePiece checksum = [&](const FlatEntry& e, const Segment& s, const at::Tensor& piece) {
+    const auto c = piece.contiguous();
+    int64_t* row = &b.base_crc_rows[e.spec * 3];
+    row[0] = s.param_offset;
+    row[1] = s.numel;
+    row[2] = static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()));
+  };
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
-    FlatLayout layout = flat_layout(specs, u, shard_size);
-    auto master = at::zeros({layout.shard_numel}, base_options);
-    for (const Segment& s : shard_segments(layout, shard_rank)) {
-      const auto& e = layout.entries[s.entry];
-      // Only this rank's bytes are read from the file; the seeded init is per parameter.
-      at::Tensor piece = weights ? weights->read_flat(e.name, s.param_offset, s.param_offset + s.numel).to(at::kFloat)
-                                 : model::init_param(specs[e.spec], seed, model.initializer_range).flatten().narrow(0, s.param_offset, s.numel);
-      master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
-      if (lora) {  // the frozen base's checksum is taken in fp32, before any conversion
-        const auto c = piece.contiguous();
-        int64_t* row = &b.base_crc_rows[e.spec * 3];
-        row[0] = s.param_offset;
-        row[1] = s.numel;
-        row[2] = static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()));
-      }
-    }
-    b.units.emplace_back(unit_specs[u], std::move(layout), master, /*frozen=*/lora);
+    FlatLayout base_layout = flat_layout(specs, u, shard_size);
+    at::Tensor master = fill_shard(base_layout, shard_rank, fp32.dtype(layout.base_dtype(cfg.param_dtype)), base_piece,
+                                   frozen ? checksum : SeePiece());
+    b.units.emplace_back(unit_specs[u], std::move(base_layout), master, frozen);
     b.units.back().set_merged(cfg.fused_layers);
-    if (lora) {  // the unit's adapters: a second, small flat unit, sharded like the base
-      FlatLayout al = flat_layout(b.trainable_specs, u, shard_size);
-      auto am = at::zeros({al.shard_numel}, fp32);
-      for (const Segment& s : shard_segments(al, shard_rank)) {
-        const auto& e = al.entries[s.entry];
-        at::Tensor piece = adapters ? adapters->read_flat(model::peft_key(e.name), s.param_offset, s.param_offset + s.numel).to(at::kFloat)
-                                    : model::init_lora_param(b.trainable_specs[e.spec], seed).flatten().narrow(0, s.param_offset, s.numel);
-        am.narrow(0, s.shard_offset, s.numel).copy_(piece);
-      }
-      b.adapters.emplace_back(unit_specs[u], std::move(al), am);
+    if (frozen) {  // what trains: a second, small flat unit, sharded like the base
+      FlatLayout trained_layout = flat_layout(trainable_specs, u, shard_size);
+      at::Tensor shard = fill_shard(trained_layout, shard_rank, fp32, trained_piece);
+      b.adapters.emplace_back(unit_specs[u], std::move(trained_layout), shard);
     }
-    FlatUnit& unit = lora ? b.adapters.back() : b.units.back();
+    FlatUnit& unit = frozen ? b.adapters.back() : b.units.back();
     for (const Segment& s : shard_segments(unit.layout(), shard_rank)) {
       const auto& e = unit.layout().entries[s.entry];
       ShardPiece p;
@@ -62,7 +77,6 @@ BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, i
       p.shard_offset = s.shard_offset;
       b.pieces.push_back(std::move(p));
     }
-    if (cfg.no_sync_accumulation) b.no_sync.push_back(at::zeros({unit.layout().padded}, fp32));
   }
   return b;
 }

@@ -1,16 +1,90 @@
-// The forward/backward schedule: unit by unit, each gathered before it runs (with the next one
-// prefetched), freed after it (FULL_SHARD), and in backward recomputed under full activation
-// checkpointing, differentiated on its own and handed to the gradient reducer.
+#include "shardtrain/fsdp/unit_schedule.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
+
 #include "shardtrain/cuda/nvtx.h"
-#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/memory_model.h"
 
 namespace shardtrain::fsdp {
 
-void FsdpEngine::prefetch(int64_t u) {
+UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg, comm::ProcessGroups& groups,
+                           at::Device device, std::vector<FlatUnit> units, std::vector<FlatUnit> adapters,
+                           std::function<void()> on_memory)
+    : model_(model),
+      cfg_(cfg),
+      groups_(groups),
+      device_(device),
+      rope_(model_, model_.max_position_embeddings),
+      units_(std::move(units)),
+      adapters_(std::move(adapters)),
+      on_memory_(std::move(on_memory)),
+      reducer_(groups_, cfg_.reduce_dtype, [this](int64_t u) -> at::Tensor& { return trainable(u).grad(); }, on_memory_) {
+  rope_.to(device_, cfg_.param_dtype);
+  bool trains_before = false;  // some unit before this one trains
+  parts_.assign(units_.size(), UnitParts{});
+  for (size_t u = 0; u < units_.size(); ++u) {
+    UnitParts& p = parts_[u];
+    p.base = &units_[u];
+    if (!adapters_.empty() && !adapters_[u].empty()) p.adapter = &adapters_[u];
+    p.trainable = adapters_.empty() ? &units_[u] : &adapters_[u];
+    p.input_grad = trains_before;
+    p.runs_backward = trains_before || !p.trainable->empty();
+    trains_before = p.runs_backward;
+    nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
+    if (cfg_.no_sync_accumulation)
+      no_sync_.push_back(at::zeros({p.trainable->layout().padded}, at::TensorOptions().dtype(at::kFloat).device(device_)));
+  }
+  std::vector<UnitSize> trainable_sizes;
+  for (size_t u = 0; u < units_.size(); ++u) trainable_sizes.push_back(unit_size(parts_[u].trainable->layout(), units_[u].kind()));
+  const int reduce_elt = static_cast<int>(c10::elementSize(cfg_.reduce_dtype));
+  reducer_.set_budget(reduce_budget(trainable_sizes, groups_.shard->size(), reduce_elt));
+}
+
+void UnitSchedule::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned) {
+  reducer_.reduce(u, full_grad, trainable(u).layout().shard_numel, owned);
+}
+
+void UnitSchedule::reduce_accumulated() {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (!trainable(static_cast<int64_t>(u)).empty()) reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
+  reducer_.finish();  // the buffers are read by the reductions until they complete
+  for (auto& b : no_sync_) b.zero_();
+}
+
+void UnitSchedule::finish_reductions() { reducer_.finish(); }
+
+void UnitSchedule::release_grads() {
+  for (size_t u = 0; u < units_.size(); ++u) trainable(static_cast<int64_t>(u)).grad() = at::Tensor();
+}
+
+void UnitSchedule::release_all() {
+  for (auto& u : units_) u.release();
+  for (auto& u : adapters_) u.release();
+}
+
+void UnitSchedule::note_gathered() {
+  int n = 0;
+  for (const auto& unit : units_) n += unit.gathered();
+  peak_gathered_ = std::max(peak_gathered_, n);
+  on_memory_();
+}
+
+int64_t UnitSchedule::transient_bytes() const {
+  int64_t b = 0;
+  const int elt = static_cast<int>(c10::elementSize(cfg_.param_dtype));
+  for (const auto* units : {&units_, &adapters_})
+    for (const auto& u : *units) {
+      if (u.gathered()) b += gathered_bytes(u.layout().padded, elt);
+      if (u.grad().defined()) b += u.grad().nbytes();
+    }
+  return b + reducer_.bytes_in_flight();
+}
+
+void UnitSchedule::prefetch(int64_t u) {
   if (u < 0 || u >= static_cast<int64_t>(units_.size())) return;
   if (backward_ && !parts_[u].runs_backward) return;  // a frozen embedding's backward is skipped
   for_each_part(u, [this](FlatUnit& unit) {
@@ -19,23 +93,23 @@ void FsdpEngine::prefetch(int64_t u) {
   });
 }
 
-void FsdpEngine::ensure(int64_t u) {
+void UnitSchedule::ensure(int64_t u) {
   prefetch(u);
   for_each_part(u, [](FlatUnit& unit) { unit.wait(); });  // (a frozen embedding in backward was never gathered)
   note_gathered();
 }
 
-void FsdpEngine::prefetch_from(int64_t u, int direction) {
+void UnitSchedule::prefetch_from(int64_t u, int direction) {
   if (!cfg_.prefetch) return;
   for (int k = 1; k < cfg_.max_inflight_gathers; ++k) prefetch(u + direction * k);
   note_gathered();
 }
 
-bool FsdpEngine::recomputes(int64_t u) const {
+bool UnitSchedule::recomputes(int64_t u) const {
   return units_[u].kind() == model::UnitKind::kDecoderLayer && cfg_.activation_checkpointing.full(units_[u].spec().layer);
 }
 
-void FsdpEngine::gather_tied_embedding() {
+void UnitSchedule::gather_tied_embedding() {
   FlatUnit& e = units_.front();  // not prefetch(): a frozen embedding is needed here in backward too
   if (!e.active()) e.begin_gather(*groups_.shard, cfg_.param_dtype);
   else if (!e.gathered()) e.begin_regather(*groups_.shard);
@@ -43,16 +117,16 @@ void FsdpEngine::gather_tied_embedding() {
   note_gathered();
 }
 
-bool FsdpEngine::reads_embedding(int64_t u) const {
+bool UnitSchedule::reads_embedding(int64_t u) const {
   return model_.tie_word_embeddings && units_[u].kind() == model::UnitKind::kHead;
 }
 
-at::Tensor FsdpEngine::lm_head_view() const {
+at::Tensor UnitSchedule::lm_head_view() const {
   const FlatUnit& owner = model_.tie_word_embeddings ? units_.front() : units_.back();
   return owner.own_view(model::names::lm_head(model_));
 }
 
-at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
+at::Tensor UnitSchedule::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
   const FlatUnit& unit = units_[u];
   at::Tensor tied;  // the head's tied embedding: a split of its own, one leaf: both gradients add up in it
   if (reads_embedding(u)) tied = lm_head_view();
@@ -69,7 +143,7 @@ at::Tensor FsdpEngine::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
   return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, &run, path);
 }
 
-at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph) {
+at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph) {
   const bool reshard = reshard_after_forward(cfg_.sharding);
   p.inputs.assign(units_.size(), at::Tensor());
   p.outputs.assign(units_.size(), at::Tensor());
@@ -109,7 +183,7 @@ at::Tensor FsdpEngine::forward(Pass& p, const at::Tensor& tokens, const at::Tens
   return x;
 }
 
-void FsdpEngine::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
+void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
   at::Tensor grad_out;
   backward_ = true;
   for (int64_t u = static_cast<int64_t>(units_.size()) - 1; u >= 0; --u) {

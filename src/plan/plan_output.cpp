@@ -70,7 +70,7 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
         "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency\n";
   for (const auto& r : rows)
     os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size << ',' << r.replicas << ','
-       << r.params << ',' << r.grads << ',' << r.optimizer << ',' << r.no_sync << ',' << r.base << ',' << r.sharded_state() << ','
+       << r.state.param_bytes << ',' << r.state.grad_bytes << ',' << r.state.optimizer_bytes << ',' << r.state.no_sync_bytes << ',' << r.state.base_bytes << ',' << r.sharded_state() << ','
        << r.grads_at_peak << ',' << r.gathered << ',' << r.reductions << ',' << r.activations << ',' << r.nccl << ',' << r.allocator << ',' << r.total << ','
        << (r.fits ? 1 : 0) << ',' << static_cast<int64_t>(r.headroom) << ',' << r.compute_s << ',' << r.comm_s << ','
        << r.exposed_comm_s << ',' << r.optimizer_s << ',' << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ','
@@ -88,8 +88,8 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
   for (const auto& r : rows)
     j["rows"].push_back({{"strategy", fsdp::sharding_name(r.sharding)}, {"nodes", r.nodes}, {"ranks", r.ranks},
                          {"shard_size", r.shard_size}, {"replicas", r.replicas},
-                         {"memory", {{"params", r.params}, {"grads", r.grads}, {"optimizer", r.optimizer}, {"no_sync", r.no_sync},
-                                     {"base", r.base}, {"sharded_state", r.sharded_state()},
+                         {"memory", {{"params", r.state.param_bytes}, {"grads", r.state.grad_bytes}, {"optimizer", r.state.optimizer_bytes},
+                                     {"no_sync", r.state.no_sync_bytes}, {"base", r.state.base_bytes}, {"sharded_state", r.sharded_state()},
                                      {"grads_at_peak", r.grads_at_peak}, {"gathered", r.gathered}, {"gathered_units", r.gathered_units},
                                      {"reductions", r.reductions}, {"activations", r.activations}, {"nccl", r.nccl},
                                      {"allocator", r.allocator}, {"tensor_peak", r.tensor_peak}, {"engine_peak", r.engine_peak},

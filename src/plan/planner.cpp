@@ -81,14 +81,12 @@ Calibration read_calibration(const std::string& metrics_file) {
 std::vector<PlanRow> plan_rows(const PlanInput& in) {
   std::vector<PlanRow> rows;
   const model::ModelConfig& m = in.model;
-  const bool lora = in.fsdp.lora.enabled();
-  const int pe = elt_of(in.fsdp.param_dtype), re = elt_of(in.fsdp.reduce_dtype);
-  const auto base_specs = model::llama_param_specs(m);
-  const auto lora_specs = lora ? model::lora_param_specs(m, in.fsdp.lora) : std::vector<model::ParamSpec>{};
+  const auto layout = fsdp::make_trainable_layout(m, in.fsdp.lora);
+  const int pe = elt_of(in.fsdp.param_dtype);
+  const int re = elt_of(in.fsdp.reduce_dtype);
   const bool cuda = in.gpu.name != "cpu";
   const model::PackedRows packed{in.seq_len, model::packed_rows_use_varlen(cuda, in.fsdp.param_dtype)};
-  const model::ActivationBytes act =
-      model::activation_bytes_per_token(m, pe, lora ? &in.fsdp.lora : nullptr, in.packed ? &packed : nullptr);
+  const model::ActivationBytes act = layout->activation_bytes(pe, in.packed ? &packed : nullptr);
   const bool calibrated = in.calibration.compute_tflops > 0;
   const double fwd_tflops = calibrated ? in.calibration.forward_tflops : in.gpu.peak_tflops * in.default_mfu;
   const double bwd_tflops = calibrated ? in.calibration.backward_tflops : in.gpu.peak_tflops * in.default_mfu;
@@ -103,20 +101,13 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const comm::GroupLayout g = fsdp::group_layout(s, topo, in.fsdp.shard_group_size);
       r.shard_size = g.shard_size;
       r.replicas = g.replicate_size;
-      const auto base = fsdp::unit_sizes(m, base_specs, r.shard_size);
-      const auto adapters = lora ? fsdp::unit_sizes(m, lora_specs, r.shard_size) : std::vector<UnitSize>{};
-      const auto& trainable = lora ? adapters : base;
+      const fsdp::TrainingSizes sizes = layout->sizes(r.shard_size);
+      const std::vector<UnitSize>& base = sizes.base;
       fsdp::FsdpConfig cfg = in.fsdp;
       cfg.sharding = s;
-      const auto p = fsdp::persistent_bytes(trainable, lora ? &base : nullptr, cfg.no_sync_accumulation, pe);
-      r.params = p.param;
-      r.grads = p.grad;
-      r.optimizer = p.optimizer;
-      r.no_sync = p.no_sync;
-      r.base = p.base;
+      r.state = fsdp::persistent_bytes(sizes, cfg.no_sync_accumulation, pe);
       const fsdp::StepShape shape{in.batch_size, in.seq_len, in.grad_accum, pe, re, r.shard_size, m.tie_word_embeddings};
-      const int64_t persistent = p.param + p.optimizer + p.no_sync + p.base;
-      const fsdp::StepPeak peak = fsdp::step_peak(base, lora ? &adapters : nullptr, cfg, shape, act, persistent);
+      const fsdp::StepPeak peak = fsdp::step_peak(sizes, cfg, shape, act, r.state.persistent());
       r.grads_at_peak = peak.grad_shards;
       r.gathered = peak.gathered;
       r.reductions = peak.reductions;
@@ -140,22 +131,21 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const int U = static_cast<int>(base.size());
       std::vector<UnitComm> c(U);
       std::vector<double> fwd(U), bwd(U);
-      const double lora_factor = lora ? 2.0 / 3.0 : 1.0;  // frozen weights: no weight gradients
+      const double backward_ratio = layout->backward_flops_ratio();
+      const std::vector<bool> runs_backward = fsdp::runs_backward(sizes);
       for (int u = 0; u < U; ++u) {
         const double f = unit_forward_flops(m, base[u], in.seq_len) * static_cast<double>(tokens_mb);
         fwd[u] = f / (fwd_tflops * 1e12);
-        // Backward is twice forward's FLOPs (input and weight gradients), once under LoRA (no
-        // weight gradients), plus the recomputed forward under full activation checkpointing (selective
+        // Backward is twice forward's FLOPs (input and weight gradients), once with frozen weights
+        // (LoRA), plus the recomputed forward under full activation checkpointing (selective
         // recomputes only element-wise ops, whose FLOPs the model leaves out).
         const bool recompute = base[u].kind == model::UnitKind::kDecoderLayer && cfg.activation_checkpointing.full(u - 1);
-        bwd[u] = (lora ? 1.0 : 2.0) * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
-        const double gbytes = static_cast<double>(base[u].padded * pe + (lora ? adapters[u].padded * pe : 0));
-        const UnitSize& t = trainable[u];
-        const bool trains = t.numel > 0;
+        bwd[u] = backward_ratio * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
+        const double gbytes = static_cast<double>(sizes.gathered_numel(u) * pe);
+        const UnitSize& t = sizes.trainable(u);
         c[u].gather = in.fabric.seconds(Op::kAllGather, gbytes, r.shard_size, shard_spans);
-        c[u].regather = regather && base[u].kind != model::UnitKind::kHead && !(lora && base[u].kind == model::UnitKind::kEmbedding)
-                            ? c[u].gather : 0;
-        if (trains) {
+        c[u].regather = regather && base[u].kind != model::UnitKind::kHead && runs_backward[u] ? c[u].gather : 0;
+        if (sizes.trains(u)) {
           c[u].reduce = in.fabric.seconds(Op::kReduceScatter, static_cast<double>(t.padded * re), r.shard_size, shard_spans);
           c[u].replicate = in.fabric.seconds(Op::kAllReduce, static_cast<double>(t.shard_numel * re), r.replicas,
                                              replicate_spans && (hybrid || r.ranks > in.gpus_per_node));
@@ -184,7 +174,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
           comm_total += c[u].reduce + c[u].replicate;
         }
       int64_t shard_elems = 0;
-      for (const auto& t : trainable) shard_elems += t.shard_numel;
+      for (const auto& t : sizes.trainable_units()) shard_elems += t.shard_numel;
       r.optimizer_s = in.calibration.optimizer_s_per_element > 0
                           ? in.calibration.optimizer_s_per_element * static_cast<double>(shard_elems)
                           : (in.gpu.hbm_gbps > 0 ? kAdamBytesPerElement * static_cast<double>(shard_elems) / (in.gpu.hbm_gbps * 1e9) : 0);
@@ -195,7 +185,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.step_s = total + r.optimizer_s;
       const double tokens_per_gpu = static_cast<double>(tokens_mb * in.grad_accum);
       r.tokens_per_s_per_gpu = tokens_per_gpu / r.step_s;
-      r.mfu = in.gpu.peak_tflops > 0 ? r.tokens_per_s_per_gpu * model::flops_per_token(m, in.seq_len) * lora_factor / (in.gpu.peak_tflops * 1e12) : 0;
+      r.mfu = in.gpu.peak_tflops > 0 ? r.tokens_per_s_per_gpu * model::flops_per_token(m, in.seq_len) * (1 + backward_ratio) / 3 / (in.gpu.peak_tflops * 1e12) : 0;
       rows.push_back(r);
     }
     // Efficiency against the fewest nodes of this strategy (per-GPU throughput ratio).

@@ -53,7 +53,7 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     c.faults.after_backward(m.step, grads);
     m.tokens = g.tokens;
     m.peak_bytes = g.peak_bytes;
-    p.optimizer = std::make_shared<fsdp::PhaseClock>(c.engine);
+    p.optimizer = std::make_shared<fsdp::PhaseClock>(c.engine.groups(), c.engine.device().is_cuda());
     {
       RECORD_USER_SCOPE(kOptimizerRange);  // the profile's optimizer share
       p.loss = g.loss_t;
@@ -61,7 +61,7 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
       c.optimizer.apply(m.lr, grads, p.grad_norm, c.nonfinite.skip_on_device(p.loss, p.grad_norm));
     }
     p.optimizer->close(runtime::Phase::kOptimizer);
-    m.peak_bytes[static_cast<int>(runtime::Phase::kOptimizer)] = c.engine.take_phase_peak();
+    m.peak_bytes[static_cast<int>(runtime::Phase::kOptimizer)] = c.engine.memory().take_phase_peak();
     grads.clear();  // the shards live from backward to here only
     c.engine.release_grads();
     m.step_time_s = step_clock.seconds();

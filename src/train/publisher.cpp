@@ -65,18 +65,18 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   interval_.add(global_rows * seq_len_, m.step_time_s);
   m.peak_mem_bytes = peak_host_memory_bytes();
   // Before validation and the checkpoint: the step's own collectives only.
-  m.extra = {{"comm", comm_json(engine_.groups())}, {"memory", memory_json(engine_.memory())}};
-  m.extra["memory"]["peak_gathered_units"] = engine_.peak_gathered_units();
+  m.extra = {{"comm", comm_json(engine_.groups())}, {"memory", memory_json(engine_.memory().report())}};
+  m.extra["memory"]["peak_gathered_units"] = engine_.schedule().peak_gathered_units();
   auto& by_phase = m.extra["memory"]["peak_bytes_by_phase"];
   for (runtime::Phase p : {runtime::Phase::kForward, runtime::Phase::kBackward, runtime::Phase::kOptimizer})
     by_phase[runtime::phase_name(p)] = m.peak_bytes[static_cast<int>(p)];
-  m.extra["memory"]["peak_bytes_by_phase_counts"] = engine_.phase_peak_is_device() ? "cuda_allocator" : "engine_tensors";
+  m.extra["memory"]["peak_bytes_by_phase_counts"] = engine_.memory().counts_device() ? "cuda_allocator" : "engine_tensors";
   // Every CPU tensor, activations included: what the planner's memory model predicts on CPU.
   if (runtime::host_tensor_memory_tracked()) m.extra["memory"]["host_tensor_peak_bytes"] = runtime::host_tensor_peak_bytes();
-  const fsdp::MemoryPeaks step_peak = engine_.end_step_peaks();  // every phase's, not only the last one's
+  const fsdp::MemoryPeaks step_peak = engine_.memory().end_step_peaks();  // every phase's, not only the last one's
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (engine_.device().is_cuda()) {
-    const fsdp::MemoryPeaks run_peak = engine_.run_peaks();
+    const fsdp::MemoryPeaks run_peak = engine_.memory().run_peaks();
     m.extra["memory"]["gpu_peak_allocated_bytes"] = step_peak.allocated;
     m.extra["memory"]["gpu_peak_reserved_bytes"] = step_peak.reserved;
     m.extra["memory"]["gpu_run_peak_allocated_bytes"] = run_peak.allocated;

@@ -70,7 +70,7 @@ EvalResult Validator::loss() {
   const auto& world = *engine_.groups().world;
   const BatchLogitsFn logits = [this](const model::Batch& b) { return engine_.logits(b.tokens, b.positions, /*on_host=*/false); };
   return evaluate_loss(*val_, batch_size_, max_batches_, world.rank(), world.size(), logits,
-                       [this](double v) { return engine_.sum_world(v); });
+                       [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
 }
 
 AccuracyResult Validator::accuracy() { return accuracy_->run(logits_fn(), engine_.model()); }

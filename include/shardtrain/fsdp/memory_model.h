@@ -5,20 +5,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/fsdp/sharding.h"
+#include "shardtrain/fsdp/trainable_layout.h"
 #include "shardtrain/model/activation_memory.h"
-#include "shardtrain/model/params.h"
 
 namespace shardtrain::fsdp {
-
-struct UnitSize {
-  model::UnitKind kind = model::UnitKind::kEmbedding;
-  int64_t numel = 0, padded = 0, shard_numel = 0;  // elements: FlatLayout's
-};
-inline UnitSize unit_size(const FlatLayout& l, model::UnitKind kind) { return {kind, l.numel, l.padded, l.shard_numel}; }
-// Every unit of `specs` (the model's or LoRA's), in model_units() order, sharded over shard_size.
-std::vector<UnitSize> unit_sizes(const model::ModelConfig& model, const std::vector<model::ParamSpec>& specs, int shard_size);
 
 // The reduce-scatter bytes allowed in flight (GradientReducer::set_budget): the largest trainable
 // unit's send and receive buffers, so one reduce-scatter runs beside the next unit's backward.
@@ -27,15 +18,20 @@ int64_t reduce_budget(const std::vector<UnitSize>& trainable, int shard_size, in
 // A gathered unit: the padded flat buffer in the compute dtype.
 inline int64_t gathered_bytes(int64_t padded, int elt) { return padded * elt; }
 
-// Persistent bytes (see MemoryReport in engine.h): fp32 master (4), exp_avg and exp_avg_sq (8)
-// per trainable shard element, the fp32 gradient shard (4, during the step), the unsharded
-// fp32 no-sync buffers, and under LoRA the frozen base shard in the compute dtype.
-struct PersistentBytes {
-  int64_t param = 0, grad = 0, optimizer = 0, no_sync = 0, base = 0, padding_elements = 0;
-  int64_t unsharded = 0;  // one unsharded replica: 16 bytes per trainable parameter, plus the base
+// Bytes per rank: persistent (the trainable tensors' fp32 master, exp_avg and exp_avg_sq: 4 + 8
+// per shard element; the unsharded fp32 no-sync buffers; a frozen base's shard in the compute
+// dtype) and the fp32 gradient shards (4 per element), which exist only from the step's first
+// reduction to the optimizer step; beside the figure one unsharded replica would need (16 bytes
+// per trainable parameter, plus the base). Where the base is frozen, param/grad/optimizer_bytes
+// are the adapters'. The engine reports it, the planner predicts it, the metrics print it.
+struct MemoryReport {
+  int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, no_sync_bytes = 0;
+  int64_t base_bytes = 0;  // a frozen base's shard in the compute dtype; 0 where the base trains
+  int64_t unsharded_bytes = 0, padding_elements = 0;
+  int64_t trainable_bytes() const { return param_bytes + optimizer_bytes + no_sync_bytes; }  // persistent
+  int64_t persistent() const { return trainable_bytes() + base_bytes; }
 };
-PersistentBytes persistent_bytes(const std::vector<UnitSize>& trainable, const std::vector<UnitSize>* frozen_base,
-                                 bool no_sync, int param_elt);
+MemoryReport persistent_bytes(const TrainingSizes& sizes, bool no_sync, int param_elt);
 
 // One step's peak, walked through the engine's schedule (engine.cpp: forward, backward,
 // reduce_unit, advance): which units are gathered, which reductions are in flight, which
@@ -53,7 +49,7 @@ struct StepPeak {
   int64_t persistent = 0, gathered = 0, reductions = 0, grad_shards = 0, activations = 0;
   int gathered_units = 0;
 };
-StepPeak step_peak(const std::vector<UnitSize>& base, const std::vector<UnitSize>* adapters, const FsdpConfig& cfg,
+StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg,
                    const StepShape& shape, const model::ActivationBytes& act, int64_t persistent);
 
 }  // namespace shardtrain::fsdp

@@ -5,19 +5,21 @@
 // time as backward and backward's as optimizer); exposed communication is then the compute
 // stream's stalls at collectives' waits, timed by events too (Communicator::take_device_waits).
 #pragma once
+#include <array>
 #include <memory>
 #include <utility>
 #include <vector>
 
+#include "shardtrain/comm/process_groups.h"
 #include "shardtrain/runtime/phases.h"
 
 namespace shardtrain::fsdp {
 
-class FsdpEngine;
-
 class PhaseClock {
  public:
-  explicit PhaseClock(const FsdpEngine& engine);  // starts now
+  // Starts now; exposed communication is the time blocked on the groups' collectives (CPU) or
+  // the compute stream's stalls at their waits (on_cuda).
+  PhaseClock(const comm::ProcessGroups& groups, bool on_cuda);
   ~PhaseClock();
   PhaseClock(const PhaseClock&) = delete;
   PhaseClock& operator=(const PhaseClock&) = delete;
@@ -25,7 +27,8 @@ class PhaseClock {
   runtime::PhaseTimes finish();  // CUDA: waits for the last event; call once
 
  private:
-  const FsdpEngine& engine_;
+  std::array<comm::Communicator*, 3> comms_;  // the groups' distinct communicators
+  double wait_seconds() const;  // host time blocked on the groups' collectives so far
   runtime::PhaseTimes times_;
   double mark_, wait_mark_;
   struct Events;                    // CUDA only: one event per boundary, and the phase it closes

@@ -1,8 +1,8 @@
 // Building and loading the FSDP units: each rank allocates only its shard of every unit and
 // fills it from the seeded init (identical at any world size) or from the safetensors files,
-// reading only its own bytes. Under LoRA the base is frozen in the compute dtype (with a CRC-32
-// of each piece, so a resumed run can check it has the same base) and each unit gets a second,
-// small flat unit of adapters, sharded like the base.
+// reading only its own bytes. What trains is the TrainableLayout's: where the base is frozen it
+// is kept in the compute dtype (with a CRC-32 of each piece, so a resumed run can check it has
+// the same base) and each unit gets a second, small flat unit of what trains, sharded like the base.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -13,6 +13,7 @@
 
 #include "shardtrain/fsdp/flat_unit.h"
 #include "shardtrain/fsdp/sharding.h"
+#include "shardtrain/fsdp/trainable_layout.h"
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/params.h"
 
@@ -31,15 +32,16 @@ struct ShardPiece {
 };
 
 struct BuiltUnits {
-  std::vector<FlatUnit> units;              // [num_layers + 2], model_units() order; frozen under LoRA
-  std::vector<FlatUnit> adapters;           // LoRA: [num_layers + 2]; empty otherwise
-  std::vector<model::ParamSpec> trainable_specs;   // the model's parameters, or under LoRA the adapters
+  std::vector<FlatUnit> units;              // [num_layers + 2], model_units() order; the base
+  std::vector<FlatUnit> adapters;           // [num_layers + 2] where the base is frozen; empty otherwise
   std::vector<ShardPiece> pieces;           // this rank's pieces of every trainable unit's shard
-  std::vector<int64_t> base_crc_rows;       // LoRA: [specs * 3] (param_offset, numel, CRC-32) of this rank's base pieces
+  std::vector<int64_t> base_crc_rows;       // frozen base: [specs * 3] (param_offset, numel, CRC-32) of this rank's base pieces
   std::vector<at::Tensor> no_sync;          // [units] fp32 [padded], with no_sync_accumulation
 };
 
-BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
-                       const io::SafetensorsModel* weights, const io::SafetensorsModel* adapters, at::Device device);
+// weights: the base's file (nullptr: seeded); trained: the file of what trains beside a frozen
+// base, under layout.trainable_key() names (nullptr: seeded).
+BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
+                       const io::SafetensorsModel* weights, const io::SafetensorsModel* trained, at::Device device);
 
 }  // namespace shardtrain::fsdp

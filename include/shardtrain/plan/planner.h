@@ -38,7 +38,7 @@ struct PlanRow {
   int nodes = 0, ranks = 0, shard_size = 0, replicas = 0;
   fsdp::Sharding sharding = fsdp::Sharding::kFullShard;
   // Memory per rank, bytes.
-  int64_t params = 0, grads = 0, optimizer = 0, no_sync = 0, base = 0;  // sharded state, every gradient shard included
+  fsdp::MemoryReport state;  // sharded state, every gradient shard included
   // At the step's peak. Gradient shards exist from their unit's first reduction to the optimizer
   // step, so only the units reduced by the peak's moment hold one: fewer when the peak falls early.
   int64_t grads_at_peak = 0, gathered = 0, reductions = 0, activations = 0;
@@ -55,8 +55,8 @@ struct PlanRow {
 
   // Parameters, gradients and optimizer state once every gradient shard exists (at the optimizer
   // step): the same with or without activation checkpointing.
-  int64_t sharded_state() const { return params + grads + optimizer + no_sync + base; }
-  int64_t state_at_peak() const { return params + grads_at_peak + optimizer + no_sync + base; }
+  int64_t sharded_state() const { return state.persistent() + state.grad_bytes; }
+  int64_t state_at_peak() const { return state.persistent() + grads_at_peak; }
 };
 
 // Throws UsageError naming the option when a node count does not fit the shard group.

@@ -365,9 +365,9 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
     for (auto* g : groups.all()) g->reset_stats();
     run.step(take(global_batch(1), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
     int64_t padded = 0, shard = 0;
-    for (auto& u : eng.units()) padded += u.layout().padded, shard += u.layout().shard_numel;
-    const int64_t units = static_cast<int64_t>(eng.units().size());
-    const int64_t head = eng.units().back().layout().padded;
+    for (auto& u : eng.schedule().units()) padded += u.layout().padded, shard += u.layout().shard_numel;
+    const int64_t units = static_cast<int64_t>(eng.schedule().units().size());
+    const int64_t head = eng.schedule().units().back().layout().padded;
     const bool sharded = groups.shard->size() > 1, replicated = groups.replicate->size() > 1;
     // Forward gathers every unit; resharding strategies gather again for backward, all but the
     // head, which stays gathered from its forward to its backward (FSDP2's root).
@@ -401,7 +401,7 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
     std::vector<double> losses;
     for (int64_t step = 0; step < 3; ++step)
       losses.push_back(run.step(take(global_batch(step), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)), 1e-3).loss);
-    EXPECT_EQ(eng.peak_gathered_units(), limit) << "tiny has " << eng.units().size() << " units";
+    EXPECT_EQ(eng.schedule().peak_gathered_units(), limit) << "tiny has " << eng.schedule().units().size() << " units";
     if (reference.empty()) reference = losses;
     EXPECT_EQ(losses, reference) << "limit " << limit;
   }
@@ -413,38 +413,38 @@ TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
   optim::Optimizer opt = fsdp::make_optimizer(eng, optim_config());
-  for (auto& u : eng.units()) EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
+  for (auto& u : eng.schedule().units()) EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
   const auto g = eng.forward_backward(take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
   int64_t grads = 0, two_largest = 0;
   std::vector<int64_t> sizes;
-  for (auto& u : eng.units()) {
+  for (auto& u : eng.schedule().units()) {
     ASSERT_TRUE(u.grad().defined());
     grads += u.grad().nbytes();
     sizes.push_back(u.layout().padded * 4);
   }
   std::sort(sizes.rbegin(), sizes.rend());
   two_largest = sizes[0] + sizes[1];
-  const int64_t persistent = eng.memory().persistent();
+  const int64_t persistent = eng.memory().report().persistent();
   const auto fwd = g.peak_bytes[static_cast<int>(runtime::Phase::kForward)], bwd = g.peak_bytes[static_cast<int>(runtime::Phase::kBackward)];
   EXPECT_GE(fwd, persistent + sizes.back()) << "a unit is gathered in forward";
   EXPECT_LE(fwd, persistent + two_largest) << "forward holds no gradient and at most two gathered units";
   EXPECT_GE(bwd, persistent + grads) << "every gradient shard exists by the end of backward";
   opt.step(1e-3, eng.grad_shards());
-  EXPECT_EQ(eng.take_phase_peak(), persistent + grads) << "the optimizer phase holds the gradients";
+  EXPECT_EQ(eng.memory().take_phase_peak(), persistent + grads) << "the optimizer phase holds the gradients";
   eng.release_grads();
-  for (auto& u : eng.units()) EXPECT_FALSE(u.grad().defined()) << "freed after the optimizer step";
-  eng.take_phase_peak();  // the phase that began with the gradients still held
-  EXPECT_EQ(eng.take_phase_peak(), persistent) << "nothing but the shards and the optimizer state is left";
+  for (auto& u : eng.schedule().units()) EXPECT_FALSE(u.grad().defined()) << "freed after the optimizer step";
+  eng.memory().take_phase_peak();  // the phase that began with the gradients still held
+  EXPECT_EQ(eng.memory().take_phase_peak(), persistent) << "nothing but the shards and the optimizer state is left";
 }
 
 TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
-  const auto m = eng.memory();
+  const auto m = eng.memory().report();
   const int w = g_env->size();
   EXPECT_LE(m.persistent(), m.unsharded_bytes / w + 16 * m.padding_elements);
   EXPECT_EQ(m.unsharded_bytes, 16 * model::ParamStore::initialize(tiny(), kSeed).numel());
-  for (auto& u : eng.units()) EXPECT_FALSE(u.active()) << "full parameters exist only while a unit computes";
+  for (auto& u : eng.schedule().units()) EXPECT_FALSE(u.active()) << "full parameters exist only while a unit computes";
 }
 
 TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
@@ -459,8 +459,8 @@ TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed, &st);
   const double total = 4.0 * ref.numel(), w = g_env->size();
-  EXPECT_LE(st.bytes_read(), total / w + 4.0 * eng.memory().padding_elements);
-  EXPECT_GE(st.bytes_read(), total / w - 4.0 * eng.memory().padding_elements);
+  EXPECT_LE(st.bytes_read(), total / w + 4.0 * eng.memory().report().padding_elements);
+  EXPECT_GE(st.bytes_read(), total / w - 4.0 * eng.memory().report().padding_elements);
   for (const auto& [name, t] : eng.full_parameters()) EXPECT_TRUE(t.equal(ref.get(name).detach())) << name;
 }
 

@@ -145,33 +145,33 @@ TEST(FlatLayout, TinyUnitSizesWorkedOutByHand) {
   EXPECT_EQ(model::ParamStore::initialize(m, 1).numel(), 158016);
 }
 
-TEST(MemoryModel, TinyPersistentBytesWorkedOutByHand) {
+TEST(MemoryModel, TinyMemoryReportWorkedOutByHand) {
   const model::ModelConfig m = model::model_preset("tiny");
   const auto specs = model::llama_param_specs(m);
   // S = 2: 79008 shard elements (above): fp32 master 4 x 79008 = 316032, the fp32 gradient
   // shard the same, AdamW's two moments 8 x 79008 = 632064; no padding. No-sync buffers: the
   // padded units in fp32, 4 x 158016 = 632064. One unsharded replica: 16 x 158016 = 2528256.
-  const PersistentBytes two = persistent_bytes(unit_sizes(m, specs, 2), nullptr, true, 4);
-  EXPECT_EQ(two.param, 316032);
-  EXPECT_EQ(two.grad, 316032);
-  EXPECT_EQ(two.optimizer, 632064);
+  const MemoryReport two = persistent_bytes(TrainingSizes{unit_sizes(m, specs, 2), {}}, true, 4);
+  EXPECT_EQ(two.param_bytes, 316032);
+  EXPECT_EQ(two.grad_bytes, 316032);
+  EXPECT_EQ(two.optimizer_bytes, 632064);
   EXPECT_EQ(two.padding_elements, 0);
-  EXPECT_EQ(two.no_sync, 632064);
-  EXPECT_EQ(two.unsharded, 2528256);
-  EXPECT_EQ(persistent_bytes(unit_sizes(m, specs, 2), nullptr, false, 4).no_sync, 0);
+  EXPECT_EQ(two.no_sync_bytes, 632064);
+  EXPECT_EQ(two.unsharded_bytes, 2528256);
+  EXPECT_EQ(persistent_bytes(TrainingSizes{unit_sizes(m, specs, 2), {}}, false, 4).no_sync_bytes, 0);
   // S = 3: 52673 shard elements: 4 x 52673 = 210692, 8 x 52673 = 421384; 3 padding elements;
   // no-sync 4 x (32769 + 46209 + 46209 + 32832) = 4 x 158019 = 632076.
-  const PersistentBytes three = persistent_bytes(unit_sizes(m, specs, 3), nullptr, true, 4);
-  EXPECT_EQ(three.param, 210692);
-  EXPECT_EQ(three.grad, 210692);
-  EXPECT_EQ(three.optimizer, 421384);
+  const MemoryReport three = persistent_bytes(TrainingSizes{unit_sizes(m, specs, 3), {}}, true, 4);
+  EXPECT_EQ(three.param_bytes, 210692);
+  EXPECT_EQ(three.grad_bytes, 210692);
+  EXPECT_EQ(three.optimizer_bytes, 421384);
   EXPECT_EQ(three.padding_elements, 3);
-  EXPECT_EQ(three.no_sync, 632076);
-  EXPECT_EQ(three.unsharded, 2528256);
+  EXPECT_EQ(three.no_sync_bytes, 632076);
+  EXPECT_EQ(three.unsharded_bytes, 2528256);
   // S = 7: 22577 shard elements: 4 x 22577 = 90308; 23 padding elements.
-  const PersistentBytes seven = persistent_bytes(unit_sizes(m, specs, 7), nullptr, false, 4);
-  EXPECT_EQ(seven.param, 90308);
-  EXPECT_EQ(seven.optimizer, 180616);
+  const MemoryReport seven = persistent_bytes(TrainingSizes{unit_sizes(m, specs, 7), {}}, false, 4);
+  EXPECT_EQ(seven.param_bytes, 90308);
+  EXPECT_EQ(seven.optimizer_bytes, 180616);
   EXPECT_EQ(seven.padding_elements, 23);
 }
 
@@ -190,10 +190,10 @@ TEST(MemoryModel, Llama2SevenBMatchesItsPublishedParameterCount) {
   EXPECT_EQ(units[0].shard_numel, 16384000);
   EXPECT_EQ(units[1].shard_numel, 25297920);
   EXPECT_EQ(units[33].shard_numel, 16384512);
-  const PersistentBytes p = persistent_bytes(units, nullptr, false, 2);
+  const MemoryReport p = persistent_bytes(TrainingSizes{units, {}}, false, 2);
   EXPECT_EQ(p.padding_elements, 0);
-  EXPECT_EQ(p.param + p.grad + p.optimizer, 13476831232);
-  EXPECT_EQ(p.unsharded, 16 * 6738415616);
+  EXPECT_EQ(p.param_bytes + p.grad_bytes + p.optimizer_bytes, 13476831232);
+  EXPECT_EQ(p.unsharded_bytes, 16 * 6738415616);
 }
 
 TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
@@ -205,16 +205,16 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
     FsdpConfig c;
     c.sharding = s;
     c.max_inflight_gathers = inflight;
-    return step_peak(units, nullptr, c, shape, act, 0).gathered_units;
+    return step_peak(TrainingSizes{units, {}}, c, shape, act, 0).gathered_units;
   };
   EXPECT_EQ(peak_units(Sharding::kFullShard, 2), 2);  // the unit computing and the one prefetched
   EXPECT_EQ(peak_units(Sharding::kFullShard, 3), 3);
   EXPECT_EQ(peak_units(Sharding::kShardGradOp, 2), static_cast<int>(units.size()));  // kept from forward to backward
   FsdpConfig c;
   c.activation_checkpointing.mode = Recompute::kFull;
-  const auto with_ac = step_peak(units, nullptr, c, shape, act, 0);
+  const auto with_ac = step_peak(TrainingSizes{units, {}}, c, shape, act, 0);
   c.activation_checkpointing.mode = Recompute::kNone;
-  const auto without = step_peak(units, nullptr, c, shape, act, 0);
+  const auto without = step_peak(TrainingSizes{units, {}}, c, shape, act, 0);
   EXPECT_LT(with_ac.activations, without.activations);
   EXPECT_EQ(with_ac.engine_bytes, without.engine_bytes);  // the engine's own bytes do not include activations
 }
@@ -243,7 +243,7 @@ TEST(MemoryModel, CheckpointingSettingsKeepWhatTheirLayersKeep) {
   const auto activations = [&](const std::string& mode, int64_t every) {
     FsdpConfig c;
     c.activation_checkpointing = parse_activation_checkpointing(mode, every);
-    return step_peak(units, nullptr, c, shape, act, 0).activations;
+    return step_peak(TrainingSizes{units, {}}, c, shape, act, 0).activations;
   };
   const int64_t none = activations("none", 1), selective = activations("selective", 1), full = activations("full", 1);
   EXPECT_GT(none, selective);

@@ -106,7 +106,7 @@ TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
       EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << fsdp::recompute_name(ac) << " accum=" << accum;
       // The trainable pieces are the adapters only, 28 tensors sharded over the shard group.
       for (const auto& p : eng.pieces()) EXPECT_NE(p.name.find(".lora_"), std::string::npos) << p.name;
-      for (auto& u : eng.units()) {
+      for (auto& u : eng.schedule().units()) {
         EXPECT_TRUE(u.frozen());
         EXPECT_FALSE(u.grad().defined()) << "the frozen base has no gradient shard";
         EXPECT_EQ(u.master().scalar_type(), at::kFloat) << "fp32 compute: the base is kept in fp32 here";
@@ -163,12 +163,12 @@ TEST(LoraMpi, Bf16KeepsTheBaseInBf16) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
   fsdp::FsdpEngine eng(f.cfg, config(fsdp::Recompute::kFull, at::kBFloat16), groups, 1, &f.base, at::kCPU, &f.adapters);
-  for (auto& u : eng.units()) EXPECT_EQ(u.master().scalar_type(), at::kBFloat16);
-  const auto m = eng.memory();
+  for (auto& u : eng.schedule().units()) EXPECT_EQ(u.master().scalar_type(), at::kBFloat16);
+  const auto m = eng.memory().report();
   int64_t base_elems = 0;
-  for (auto& u : eng.units()) base_elems += u.layout().shard_numel;
+  for (auto& u : eng.schedule().units()) base_elems += u.layout().shard_numel;
   EXPECT_EQ(m.base_bytes, 2 * base_elems);
-  EXPECT_EQ(m.param_bytes, 4 * [&] { int64_t n = 0; for (auto& a : eng.adapters()) n += a.layout().shard_numel; return n; }());
+  EXPECT_EQ(m.param_bytes, 4 * [&] { int64_t n = 0; for (auto& a : eng.schedule().adapters()) n += a.layout().shard_numel; return n; }());
   const auto r = eng.forward_backward(my_rows(f.batch, 2));
   EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 2e-2) << where();
 }
