@@ -3,6 +3,8 @@
 the including module declares in src/CMakeLists.txt (shardtrain_module(NAME ... DEPENDS ...)),
 and the declarations must form a stack: a module may depend only on modules declared before it.
 Namespaces follow modules: a file of module M opens only shardtrain::M (or a namespace inside it).
+Within a module, no two concepts (a header and its sources, by file stem) include each other,
+directly or round a longer loop.
 
 usage: check_layering.py [ROOT]        check the tree at ROOT (default: this repository)
        check_layering.py --self-test   plant an upward include in a copy and expect a failure
@@ -67,10 +69,43 @@ def check(root):
                         line = text.count("\n", 0, match.start()) + 1
                         problems.append(f"{f.relative_to(root)}:{line}: opens namespace {ns}; module {m}'s "
                                         f"code belongs in shardtrain::{m}")
+    problems += include_cycles(root, mods)
     for d in sorted((root / "src").iterdir()):
         if d.is_dir() and d.name not in mods:
             problems.append(f"src/{d.name}/ is not declared as a module in src/CMakeLists.txt")
     return order, mods, problems
+
+
+def include_cycles(root, mods):
+    """Loops between a module's concepts: file stems joined by their #includes of the module's headers."""
+    problems = []
+    for m in mods:
+        edges = {}
+        for base in (root / "src" / m, root / "include" / "shardtrain" / m):
+            for f in sorted(base.rglob("*")) if base.is_dir() else []:
+                if f.suffix not in (".h", ".cpp", ".inc", ".cu", ".cuh"):
+                    continue
+                used = re.findall(r'^\s*#\s*include\s*[<"]shardtrain/' + m + r'/([\w/]+)\.\w+[>"]', f.read_text(errors="replace"), re.M)
+                stem = str(f.relative_to(base).with_suffix(""))
+                edges.setdefault(stem, set()).update(u for u in used if u != stem)
+        state, stack = {}, []
+
+        def visit(n):
+            state[n] = 1
+            stack.append(n)
+            for nxt in sorted(edges.get(n, ())):
+                if state.get(nxt) == 1:
+                    loop = stack[stack.index(nxt):] + [nxt]
+                    problems.append(f"module {m}: files include each other: " + " -> ".join(loop))
+                elif nxt not in state:
+                    visit(nxt)
+            stack.pop()
+            state[n] = 2
+
+        for n in sorted(edges):
+            if n not in state:
+                visit(n)
+    return problems
 
 
 def self_test():
@@ -97,6 +132,14 @@ def self_test():
             print("self-test: a planted namespace of another module (fsdp in model) was not caught:\n" + out.stdout)
             return 1
         print("self-test: the planted namespace was caught:\n  " + out.stdout.strip().splitlines()[0])
+        target.write_text(target.read_text().replace("\nnamespace shardtrain::fsdp {}\n", ""))
+        clock = copy / "src" / "fsdp" / "phase_clock.cpp"
+        clock.write_text('#include "shardtrain/fsdp/engine.h"\n' + clock.read_text())
+        out = subprocess.run([sys.executable, __file__, str(copy)], capture_output=True, text=True)
+        if out.returncode == 0 or "include each other" not in out.stdout or "phase_clock" not in out.stdout:
+            print("self-test: a planted include loop (phase_clock <-> engine) was not caught:\n" + out.stdout)
+            return 1
+        print("self-test: the planted include loop was caught:\n  " + out.stdout.strip().splitlines()[0])
     return 0
 
 

@@ -2,10 +2,14 @@
 
 #include <cstdio>
 
-#include "shardtrain/comm/communicator.h"
 #include "shardtrain/runtime/clock.h"
 
 namespace shardtrain::comm {
+
+const char* op_name(Op op) {
+  static const char* names[kNumOps] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier"};
+  return names[static_cast<int>(op)];
+}
 
 double CollectiveLog::now() { return runtime::monotonic_seconds(); }
 

@@ -6,11 +6,6 @@
 
 namespace shardtrain::comm {
 
-const char* op_name(Op op) {
-  static const char* names[kNumOps] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier"};
-  return names[static_cast<int>(op)];
-}
-
 namespace {
 class TrackedWork : public Work {
  public:

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "shardtrain/data/instruction.h"  // valid_utf8
+#include "shardtrain/data/unicode_text.h"
 #include "shardtrain/data/unicode_text.h"
 #include "shardtrain/runtime/error.h"
 

@@ -4,25 +4,9 @@
 #include <filesystem>
 #include <initializer_list>
 
-#include "shardtrain/io/h5_types.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::io::h5 {
-
-std::recursive_mutex& library_lock() {
-  static std::recursive_mutex m;
-  return m;
-}
-
-void quiet_errors() {
-  static std::once_flag once;
-  std::call_once(once, [] { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); });
-}
-
-void Handle::reset() {
-  if (id_ >= 0 && close_) close_(id_);
-  id_ = H5I_INVALID_HID;
-}
 
 namespace {
 
@@ -76,13 +60,6 @@ Handle open_dataset(hid_t file, const std::string& name) {
   return Handle(H5_CHECK(H5Dopen2(file, name.c_str(), H5P_DEFAULT)), H5Dclose);
 }
 
-std::vector<hsize_t> dataset_shape(hid_t dset) {
-  Handle space(H5_CHECK(H5Dget_space(dset)), H5Sclose);
-  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
-  std::vector<hsize_t> dims(rank);
-  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
-  return dims;
-}
 
 template <typename T>
 void write_matrix(hid_t file, const std::string& name, const std::vector<T>& data, hsize_t rows, hsize_t cols) {

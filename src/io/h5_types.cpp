@@ -1,9 +1,17 @@
 #include "shardtrain/io/h5_types.h"
 
-#include "shardtrain/io/h5.h"
+#include "shardtrain/io/h5_handle.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::io::h5 {
+
+std::vector<hsize_t> dataset_shape(hid_t dset) {
+  Handle space(H5_CHECK(H5Dget_space(dset)), H5Sclose);
+  const int rank = H5_CHECK(H5Sget_simple_extent_ndims(space));
+  std::vector<hsize_t> dims(rank);
+  H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+  return dims;
+}
 namespace {
 
 std::string integer_name(hid_t type) {

@@ -7,7 +7,7 @@
 
 #include <functional>
 
-#include "shardtrain/model/llama.h"
+#include "shardtrain/model/norm_activation.h"
 
 namespace shardtrain::model {
 namespace {

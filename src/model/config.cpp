@@ -11,7 +11,6 @@
 #include <type_traits>
 
 #include "shardtrain/model/config_fields.h"
-#include "shardtrain/model/projections.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
@@ -72,18 +71,6 @@ const std::map<std::string, ModelConfig>& presets() {
   return p;
 }
 
-// Every parameter once, in T (double first: sizes past int64 are caught before they wrap).
-template <class T>
-T count_params(const ModelConfig& c) {
-  T layer = 2 * static_cast<T>(c.hidden_size);  // the two norms
-  for (Proj p : kProjections) {
-    const ProjShape s = proj_shape(c, p);
-    layer += static_cast<T>(s.out) * static_cast<T>(s.in) + (has_bias(c, p) ? static_cast<T>(s.out) : T{0});
-  }
-  const T embed = static_cast<T>(c.vocab_size) * static_cast<T>(c.hidden_size);
-  return static_cast<T>(c.num_layers) * layer + embed * (c.tie_word_embeddings ? 1 : 2) + static_cast<T>(c.hidden_size);
-}
-
 void require(bool ok, const std::string& msg) {
   if (!ok) throw runtime::UsageError(msg);
 }
@@ -128,7 +115,7 @@ void ModelConfig::validate() const {
   }
   require(known_act, name + ": hidden_act is " + hidden_act + ", which shardtrain does not implement (it implements " + acts + ")");
   // num_params() in floating point first: sizes whose count overflows int64 are no model anyone trains.
-  const double params = count_params<double>(*this);
+  const double params = param_count(*this);
   if (params > std::ldexp(1.0, 50)) {
     char n[32];
     std::snprintf(n, sizeof n, "%.3g", params);
@@ -136,8 +123,6 @@ void ModelConfig::validate() const {
                      "--hidden-size, --n-layers, --vocab-size and --intermediate-size");
   }
 }
-
-int64_t ModelConfig::num_params() const { return count_params<int64_t>(*this); }
 
 int64_t ModelConfig::num_matmul_params() const {
   return num_params() - num_embedding_params() + (tie_word_embeddings ? num_embedding_params() : 0);

@@ -12,6 +12,14 @@
 
 namespace shardtrain::model {
 
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  // x: [B, heads, T, D]; cos/sin: [T, D]. rotate_half(x) = cat(-x2, x1).
+  const int64_t half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  auto rotated = at::cat({-x2, x1}, -1);
+  return x * cos + rotated * sin;
+}
+
 at::Tensor Projection::operator()(const at::Tensor& x) const {
   if (!adapter) return at::linear(x, weight, bias);
   return lora_linear(x, weight, *adapter, bias);
@@ -49,61 +57,6 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   return lw;
 }
 
-Rotary::Rotary(const ModelConfig& cfg, int64_t max_pos) {
-  const int64_t d = cfg.head_dim();
-  // Runs never pass max_position_embeddings (run_checks), where dynamic RoPE would change the base.
-  auto inv_freq = rope_inv_freq(cfg.rope_scaling, cfg.rope_theta, d, cfg.max_position_embeddings, max_pos);  // [d/2]
-  auto pos = at::arange(max_pos, at::kLong).to(at::kFloat);                                         // [T]
-  auto freqs = at::outer(pos, inv_freq);                                                            // [T, d/2]
-  auto emb = at::cat({freqs, freqs}, -1);                                                           // [T, d]
-  cos = emb.cos();
-  sin = emb.sin();
-}
-
-Rotary& Rotary::to(const at::Device& device, at::ScalarType dtype) {
-  cos = cos.to(device, dtype);
-  sin = sin.to(device, dtype);
-  return *this;
-}
-
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused) {
-  if (fused) return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
-  // Normalize in fp32 whatever the compute dtype, as Hugging Face's LlamaRMSNorm does.
-  auto xf = x.to(at::kFloat);
-  auto var = xf.pow(2).mean(-1, true);
-  xf = xf * at::rsqrt(var + eps);
-  return weight * xf.to(x.scalar_type());
-}
-
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  // x: [B, heads, T, D]; cos/sin: [T, D]. rotate_half(x) = cat(-x2, x1).
-  const int64_t half = x.size(-1) / 2;
-  auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  auto rotated = at::cat({-x2, x1}, -1);
-  return x * cos + rotated * sin;
-}
-
-at::Tensor activation(const std::string& name, const at::Tensor& x) {
-  // transformers' ACT2FN: silu/swish = nn.SiLU, gelu = GELU (erf), gelu_pytorch_tanh = GELU(tanh), relu.
-  if (name == "gelu") return at::gelu(x);
-  if (name == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
-  if (name == "relu") return at::relu(x);
-  return at::silu(x);  // ModelConfig::validate() admits only hidden_acts()
-}
-
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa,
-                            int64_t window) {
-  const int64_t rep = q.size(1) / k.size(1);
-  if (window > 0 && window < q.size(2)) return masked_attention(q, k, v, sliding_band(q.size(2), window, q.device()));
-  constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
-  const bool gqa = rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
-  if (rep == 1 || gqa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
-  const int64_t B = k.size(0), nkv = k.size(1), T = k.size(2), D = k.size(3);
-  // repeat_kv: each kv head serves `rep` consecutive query heads
-  auto kr = k.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});
-  auto vr = v.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});
-  return at::scaled_dot_product_attention(q, kr, vr, {}, 0.0, /*is_causal=*/true);
-}
 
 namespace {
 

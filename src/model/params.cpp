@@ -25,8 +25,6 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
   return u;
 }
 
-std::string names::layer(int64_t i, const char* local) { return "model.layers." + std::to_string(i) + "." + local; }
-const char* names::lm_head(const ModelConfig& c) { return c.tie_word_embeddings ? kEmbed : kLmHead; }
 
 std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
   const int64_t h = c.hidden_size;

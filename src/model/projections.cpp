@@ -1,6 +1,6 @@
 #include "shardtrain/model/projections.h"
 
-#include "shardtrain/model/params.h"
+#include "shardtrain/model/param_names.h"
 
 namespace shardtrain::model {
 

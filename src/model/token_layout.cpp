@@ -4,7 +4,7 @@
 
 #include <optional>
 
-#include "shardtrain/model/llama.h"
+#include "shardtrain/model/rotary.h"
 #include "shardtrain/runtime/device_copy.h"
 
 namespace shardtrain::model {
@@ -49,6 +49,20 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
 
 bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype) {
   return cuda && (dtype == at::kBFloat16 || dtype == at::kHalf);
+}
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa,
+                            int64_t window) {
+  const int64_t rep = q.size(1) / k.size(1);
+  if (window > 0 && window < q.size(2)) return masked_attention(q, k, v, sliding_band(q.size(2), window, q.device()));
+  constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
+  const bool gqa = rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
+  if (rep == 1 || gqa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+  const int64_t B = k.size(0), nkv = k.size(1), T = k.size(2), D = k.size(3);
+  // repeat_kv: each kv head serves `rep` consecutive query heads
+  auto kr = k.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});
+  auto vr = v.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});
+  return at::scaled_dot_product_attention(q, kr, vr, {}, 0.0, /*is_causal=*/true);
 }
 
 at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device) {

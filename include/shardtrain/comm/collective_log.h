@@ -10,7 +10,9 @@
 
 namespace shardtrain::comm {
 
-enum class Op;
+enum class Op { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
+constexpr int kNumOps = 5;
+const char* op_name(Op op);
 
 struct CollectiveRecord {
   int64_t seq = 0;          // 1-based, per communicator, in issue order (the same on every member)

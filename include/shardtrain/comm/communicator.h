@@ -16,10 +16,6 @@
 
 namespace shardtrain::comm {
 
-enum class Op { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
-constexpr int kNumOps = 5;
-const char* op_name(Op op);
-
 struct OpStats {
   int64_t calls = 0, bytes = 0;
 };

@@ -18,8 +18,6 @@ enum class DataFormat { kAuto, kAlpaca, kSamsum, kText, kChat };
 DataFormat parse_format(const std::string& s);  // throws UsageError naming --format
 const char* format_name(DataFormat f);
 
-bool valid_utf8(std::string_view s);
-
 // llama-recipes' templates (alpaca_dataset.py's PROMPT_DICT, samsum_dataset.py).
 std::string alpaca_prompt(const std::string& instruction, const std::string& input);
 std::string samsum_prompt(const std::string& dialogue);

@@ -8,6 +8,7 @@
 
 #include "shardtrain/data/chat_template.h"
 #include "shardtrain/data/instruction.h"
+#include "shardtrain/data/token_file.h"
 #include "shardtrain/data/tokenizer.h"
 
 namespace shardtrain::data {
@@ -38,13 +39,6 @@ struct ChatSettings {
 // throws UsageError naming the line. A chat record that is wrong (ParsedLine::fatal) always throws.
 ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok, int64_t seq_len,
                       bool strict, size_t max_examples = 5, const ChatSettings& chat = {});
-
-struct Rows {
-  int64_t rows = 0, seq_len = 0, tokens = 0, loss_tokens = 0;
-  std::vector<int32_t> tokens_data;    // [rows, seq_len]
-  std::vector<uint8_t> mask_data;      // [rows, seq_len]
-  std::vector<int32_t> position_data;  // [rows, seq_len]: each token's position in its sample
-};
 
 // packing: whole samples (each at most seq_len, as read_jsonl truncates them) placed one after
 // another, a new row whenever the next does not fit; positions restart at 0 with each sample, and

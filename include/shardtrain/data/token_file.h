@@ -11,13 +11,20 @@
 #include <vector>
 
 #include "shardtrain/model/batch.h"
-#include "shardtrain/data/prepare.h"
 #include "shardtrain/io/h5.h"
 
 namespace shardtrain::data {
 
 // 2: packed files hold /position_ids [N, seq_len] int32, each token's position in its sample.
 constexpr int64_t kTokenFileVersion = 2;
+
+// A token file's rows in memory, as prepare makes them (make_rows) and write_token_file writes them.
+struct Rows {
+  int64_t rows = 0, seq_len = 0, tokens = 0, loss_tokens = 0;
+  std::vector<int32_t> tokens_data;    // [rows, seq_len]
+  std::vector<uint8_t> mask_data;      // [rows, seq_len]
+  std::vector<int32_t> position_data;  // [rows, seq_len]: each token's position in its sample
+};
 
 struct TokenFileMeta {
   int64_t seq_len = 0, rows = 0, samples = 0, tokens = 0, loss_tokens = 0, max_token_id = 0;

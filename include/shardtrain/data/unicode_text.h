@@ -48,4 +48,7 @@ bool is_unicode_whitespace(char32_t cp);
 // Rust regex's \w: letters, marks, decimal digits, connector punctuation.
 bool is_word_char(char32_t cp);
 
+// Whether s is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool valid_utf8(std::string_view s);
+
 }  // namespace shardtrain::data

@@ -8,41 +8,16 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/io/h5_handle.h"
+#include "shardtrain/io/h5_types.h"
+
 namespace shardtrain::io::h5 {
-
-// HDF5 here is not built thread-safe; every thread that calls it holds this lock.
-std::recursive_mutex& library_lock();
-// Silences HDF5's automatic stack printing once; H5_CHECK reports the stack itself.
-void quiet_errors();
-
-class Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Handle() = default;
-  Handle(hid_t id, Closer close) : id_(id), close_(close) {}
-  ~Handle() { reset(); }
-  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
-  Handle& operator=(Handle&& o) noexcept {
-    if (this != &o) reset(), id_ = o.id_, close_ = o.close_, o.id_ = H5I_INVALID_HID;
-    return *this;
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  operator hid_t() const { return id_; }
-  bool valid() const { return id_ != H5I_INVALID_HID; }
-  void reset();
-
- private:
-  hid_t id_ = H5I_INVALID_HID;
-  Closer close_ = nullptr;
-};
 
 // Truncates. fapl: a file-access property list (e.g. MPI-IO and alignment for checkpoints).
 Handle create_file(const std::string& path, hid_t fapl = H5P_DEFAULT);
 Handle open_file(const std::string& path);    // read-only; throws UsageError when not HDF5, truncated or damaged
 Handle open_dataset(hid_t file, const std::string& name);  // throws UsageError naming file+dataset
 bool has_dataset(hid_t file, const std::string& name);
-std::vector<hsize_t> dataset_shape(hid_t dset);
 
 // A 2-D dataset, chunked by rows and written whole. T: int32_t, uint8_t or float.
 template <typename T>

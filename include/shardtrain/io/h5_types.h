@@ -17,6 +17,8 @@ enum class Element {
   kFloat32,        // IEEE float of 4 bytes, exactly
 };
 
+std::vector<hsize_t> dataset_shape(hid_t dset);
+
 struct Expected {
   Element element = Element::kInteger;
   std::vector<int64_t> dims;  // the shape; -1: any extent in that dimension

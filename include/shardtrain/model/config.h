@@ -74,4 +74,8 @@ nlohmann::json model_to_hf_json(const ModelConfig& c);
 std::string describe_shape(const ModelConfig& c);
 bool same_shape(const ModelConfig& a, const ModelConfig& b);
 
+// Every parameter once, in floating point: sizes whose count would overflow int64 are caught
+// before num_params() wraps (defined in param_count.cpp, beside the projections it walks).
+double param_count(const ModelConfig& cfg);
+
 }  // namespace shardtrain::model

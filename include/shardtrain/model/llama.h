@@ -13,8 +13,10 @@
 
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/norm_activation.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/model/projections.h"
+#include "shardtrain/model/rotary.h"
 #include "shardtrain/model/token_layout.h"
 
 namespace shardtrain::model {
@@ -65,26 +67,7 @@ struct LayerPath {
   bool fused = false;
 };
 
-// cos/sin tables in Hugging Face's rotate-half layout, computed in fp32.
-struct Rotary {
-  at::Tensor cos, sin;  // [max_pos, head_dim]
-  Rotary(const ModelConfig& cfg, int64_t max_pos);
-  // The compute dtype: cast once here, not in every layer's forward (the same rounding).
-  Rotary& to(const at::Device& device, at::ScalarType dtype = at::kFloat);
-};
-
-// fused: at::_fused_rms_norm, which multiplies by the weight before rounding to x's dtype
-// (transformers rounds first: one bf16 ulp apart on some elements).
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool fused = false);
-// The MLP's activation by config.json's hidden_act (hidden_acts()).
-at::Tensor activation(const std::string& name, const at::Tensor& x);
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-// Causal SDPA. q: [B, nh, T, D]; k, v: [B, nkv, T, D] with nkv dividing nh (grouped-query
-// attention). native_gqa: SDPA's enable_gqa where the fused kernel SDPA would pick handles it
-// (no [B, nh, T, D] copies of K and V); otherwise, and when false, K and V are repeated.
-// window > 0 and < T: query i sees keys i - window + 1 .. i (transformers' sliding window).
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true,
-                            int64_t window = 0);
 // x: [B, T, H] -> [B, T, H]; the layout gives the rotary tables and the documents (token_layout.h).
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout,
                          LayerPath path = {});

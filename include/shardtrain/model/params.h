@@ -9,6 +9,7 @@
 
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/config.h"
+#include "shardtrain/model/param_names.h"
 
 namespace shardtrain::model {
 
@@ -23,17 +24,6 @@ std::vector<UnitSpec> model_units(const ModelConfig& cfg);  // [num_layers + 2],
 
 // Hugging Face LlamaForCausalLM's parameter names: one table that specs, weight binding and
 // checkpoints all read.
-namespace names {
-inline constexpr const char* kEmbed = "model.embed_tokens.weight";
-inline constexpr const char* kNorm = "model.norm.weight";
-inline constexpr const char* kLmHead = "lm_head.weight";
-// A layer's norms, inside "model.layers.<i>."; its projections are named in projections.h.
-inline constexpr const char* kInputNorm = "input_layernorm.weight";
-inline constexpr const char* kPostNorm = "post_attention_layernorm.weight";
-std::string layer(int64_t i, const char* local);  // "model.layers.<i>.<local>"
-// The head's matrix: lm_head.weight, or with tie_word_embeddings the embedding's.
-const char* lm_head(const ModelConfig& cfg);
-}  // namespace names
 
 struct ParamSpec {
   std::string name;            // e.g. model.layers.3.self_attn.q_proj.weight

@@ -36,6 +36,12 @@ bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype);
 // [T, T] bool: key j at most window - 1 positions before query i (transformers' sliding window).
 at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device);
 
+// Causal SDPA. q: [B, nh, T, D]; k, v: [B, nkv, T, D] with nkv dividing nh (grouped-query
+// attention). native_gqa: SDPA's enable_gqa where the fused kernel SDPA would pick handles it
+// (no [B, nh, T, D] copies of K and V); otherwise, and when false, K and V are repeated.
+// window > 0 and < T: query i sees keys i - window + 1 .. i (transformers' sliding window).
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true,
+                            int64_t window = 0);
 // SDPA of q [B, nh, T, D] over k, v [B, nkv, T, D] (repeated per query head) where mask [.., T, T] is true.
 at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask);
 

@@ -10,6 +10,7 @@
 #include "shardtrain/data/instruction.h"
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/data/unicode_text.h"
 #include "shardtrain/runtime/error.h"
 
 using namespace shardtrain;

@@ -1,0 +1,23 @@
+// Hugging Face's parameter names for the embedding, the norms and the head, and the prefix of a
+// layer's (its projections are named in projections.h).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace shardtrain::model {
+
+struct ModelConfig;
+
+namespace names {
+inline constexpr const char* kEmbed = "model.embed_tokens.weight";
+inline constexpr const char* kNorm = "model.norm.weight";
+inline constexpr const char* kLmHead = "lm_head.weight";
+// A layer's norms, inside "model.layers.<i>."; its projections are named in projections.h.
+inline constexpr const char* kInputNorm = "input_layernorm.weight";
+inline constexpr const char* kPostNorm = "post_attention_layernorm.weight";
+std::string layer(int64_t i, const char* local);  // "model.layers.<i>.<local>"
+// The head's matrix: lm_head.weight, or with tie_word_embeddings the embedding's.
+const char* lm_head(const ModelConfig& cfg);
+}  // namespace names
+
+}  // namespace shardtrain::model

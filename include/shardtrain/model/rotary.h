@@ -1,0 +1,20 @@
+// Rotary position embedding's tables, computed once per run for every position it can reach.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+
+#include "shardtrain/model/config.h"
+
+namespace shardtrain::model {
+
+// cos/sin tables in Hugging Face's rotate-half layout, computed in fp32.
+struct Rotary {
+  at::Tensor cos, sin;  // [max_pos, head_dim]
+  Rotary(const ModelConfig& cfg, int64_t max_pos);
+  // The compute dtype: cast once here, not in every layer's forward (the same rounding).
+  Rotary& to(const at::Device& device, at::ScalarType dtype = at::kFloat);
+};
+
+}  // namespace shardtrain::model
