@@ -1,6 +1,7 @@
 // The main of the engine's MPI test programs: MPI through MpiEnv, --ranks-per-node=K to simulate
 // nodes of K ranks, one intra-op thread per rank (ranks share the cores), and an exit status that
-// is the worst of every rank's, so a failure on any rank fails the ctest.
+// is the worst of every rank's, so a failure on any rank fails the ctest, and SHARDTRAIN_SKIP_STATUS
+// when every rank skipped every case (gtest_skip.h).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -9,6 +10,8 @@
 
 #include <cstdlib>
 #include <cstring>
+
+#include "gtest_skip.h"
 
 #include "shardtrain/runtime/mpi_env.h"
 
@@ -25,6 +28,9 @@ inline int mpi_gtest_main(int argc, char** argv, shardtrain::runtime::MpiEnv*& g
   const int rc = RUN_ALL_TESTS();
   int worst = rc;
   MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int skipped = skip_aware_status(worst) == SHARDTRAIN_SKIP_STATUS ? 1 : 0;
+  int all_skipped = skipped;
+  MPI_Allreduce(&skipped, &all_skipped, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   global_env = nullptr;
-  return worst;
+  return all_skipped ? SHARDTRAIN_SKIP_STATUS : worst;
 }

@@ -150,42 +150,45 @@ TEST(MlflowTracker, AServerThatNeverAnswersNeitherBlocksLoggingNorHoldsTheEndPas
   limits.drain_s = 1;
   limits.timeouts = {500, 700};
   testing::internal::CaptureStderr();
-  const auto started = std::chrono::steady_clock::now();
-  double slowest_log = 0;
+  // Bounds a loaded 2-core machine (ctest -j2, MPI tests beside) cannot miss, far from what the
+  // faults would cost: a log() that waited on the server, even only once the queue is full, costs
+  // over 90 x 0.5 s; an end() that waited for the silent server would never return.
+  double logging_s = 0;
   {
     obs::MlflowTracker tracker({"http://127.0.0.1:" + std::to_string(silent.port), "e", "r", {{"p", "1"}}, {}}, 0, "host", limits);
-    for (int step = 1; step <= 100; ++step) {
-      const auto t = std::chrono::steady_clock::now();
-      tracker.log(batch(step));
-      slowest_log = std::max(slowest_log, seconds_since(t));
-    }
     const auto t = std::chrono::steady_clock::now();
+    for (int step = 1; step <= 100; ++step) tracker.log(batch(step));
+    logging_s = seconds_since(t);
+    const auto end = std::chrono::steady_clock::now();
     tracker.end(obs::RunStatus::kFinished);
-    // The drain, one request in flight past it, and the run's creation tried once more.
-    EXPECT_LT(seconds_since(t), limits.drain_s + 3 * 0.7 + 1.0);
+    // The drain, one request in flight past it, and the run's creation tried once more; 10 s for the scheduler.
+    EXPECT_LT(seconds_since(end), limits.drain_s + 3 * 0.7 + 10.0);
   }
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_LT(slowest_log, 0.2) << "log() waited on the server (a request waits 0.7 s)";
+  EXPECT_LT(logging_s, 10.0) << "log() waited on the server (a request waits 0.5-0.7 s)";
   int64_t dropped = 0;
   const auto lines = failure_lines(err, &dropped);
   EXPECT_GE(lines.size(), 1u) << err;
   EXPECT_LE(lines.size(), 2u) << "one line at the first failure, one at the end, within a minute: " << err;
   EXPECT_EQ(dropped, 100) << "every batch is counted once: queue full, no run to log to, or left at the end\n" << err;
   EXPECT_NE(err.find("timed out"), std::string::npos) << err;
-  EXPECT_LT(seconds_since(started), 10.0);
 }
 
 TEST(MlflowTracker, AServerThatIsDownCostsNoTime) {
   const int port = closed_port();
+  // Waiting for any of these would cost 30 s; a refused connection costs none, so 10 s is slack for a loaded machine.
+  obs::MlflowTrackerLimits limits;
+  limits.drain_s = 30;
+  limits.timeouts = {30000, 60000};
   testing::internal::CaptureStderr();
   const auto t = std::chrono::steady_clock::now();
   {
-    obs::MlflowTracker tracker({"http://127.0.0.1:" + std::to_string(port), "e", "", {}, {}}, 0, "host");
+    obs::MlflowTracker tracker({"http://127.0.0.1:" + std::to_string(port), "e", "", {}, {}}, 0, "host", limits);
     for (int step = 1; step <= 10; ++step) tracker.log(batch(step));
     tracker.end(obs::RunStatus::kKilled);
   }
   const std::string err = testing::internal::GetCapturedStderr();
-  EXPECT_LT(seconds_since(t), 2.0);  // refused at once: no timeout is waited for
+  EXPECT_LT(seconds_since(t), 10.0);  // refused at once: no timeout is waited for
   int64_t dropped = 0;
   const auto lines = failure_lines(err, &dropped);
   EXPECT_EQ(dropped, 10) << err;

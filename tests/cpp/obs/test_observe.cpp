@@ -202,8 +202,10 @@ std::pair<std::string, double> exchange(int port, const std::string& request) {
 }  // namespace
 
 TEST(HttpServer, SilentClientsNeitherBlockScrapesNorStayOpen) {
+  // Bounds a loaded 2-core machine cannot miss: what waits for the silent clients waits their 8 s
+  // deadline, what does not takes milliseconds; the closing ones wait it, plus 10 s for the scheduler.
   obs::HttpLimits limits;
-  limits.deadline_s = 1;
+  limits.deadline_s = 8;
   limits.max_connections = 4;
   obs::HttpServer server("127.0.0.1", 0, [] { return std::string("shardtrain_step 3\n"); }, limits);
   EXPECT_EQ(server.address(), "127.0.0.1");
@@ -212,19 +214,19 @@ TEST(HttpServer, SilentClientsNeitherBlockScrapesNorStayOpen) {
   const auto [reply, secs] = exchange(server.port(), "GET /metrics HTTP/1.1\r\n\r\n");
   EXPECT_EQ(reply.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << reply;
   EXPECT_NE(reply.find("\r\n\r\nshardtrain_step 3\n"), std::string::npos) << reply;
-  EXPECT_LT(secs, 0.5) << "a scrape does not wait for the silent clients";
+  EXPECT_LT(secs, limits.deadline_s / 2) << "a scrape does not wait for the silent clients";
   const auto [bad, bad_secs] = exchange(server.port(), "\x01\x02garbage\r\n\r\n");
   EXPECT_EQ(bad.rfind("HTTP/1.0 400 Bad Request", 0), 0u) << bad;
   const auto [big, big_secs] = exchange(server.port(), "GET /metrics HTTP/1.1\r\nX: " + std::string(20000, 'x'));
   EXPECT_TRUE(big.empty() || big.rfind("HTTP/1.0 431", 0) == 0) << big.substr(0, 80);
-  EXPECT_LT(big_secs, 1.5);
+  EXPECT_LT(big_secs, limits.deadline_s / 2) << "an oversized request is answered at once, not at its deadline";
   const auto t0 = std::chrono::steady_clock::now();
   char c;
   for (int fd : silent) {  // each is closed by the server: dropped for room, or at the deadline
     EXPECT_LE(::recv(fd, &c, 1, 0), 0);
     ::close(fd);
   }
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.5);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), limits.deadline_s + 10);
 }
 
 TEST(HttpServer, BindErrorsNameTheOption) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "gtest_skip.h"
 #include "run_binary.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/comm/process_groups.h"
@@ -91,5 +92,5 @@ TEST(WatchdogFailure, AFailingProbeEndsTheJobWithOneLineAndCode76) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--child") == 0) return child(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
+  return skip_aware_status(RUN_ALL_TESTS());
 }
