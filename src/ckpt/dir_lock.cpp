@@ -225,7 +225,8 @@ std::unique_ptr<DirLock::State> take(const std::string& dir, std::string* failur
   const char* job = std::getenv("SLURM_JOB_ID");
   s->me.job = job && *job ? job : "none";
   s->me.pid = static_cast<int64_t>(::getpid());
-  s->me.since = s->me.heartbeat = now;
+  s->me.heartbeat = now;
+  s->me.since = s->me.heartbeat;
   if (::ftruncate(fd, 0) != 0 || !pwrite_record(fd, s->me)) {
     ::close(fd);
     *failure = name + ": cannot write its lock file " + path + " (" + std::strerror(errno) +

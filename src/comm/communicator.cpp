@@ -22,7 +22,8 @@ class TrackedWork : public Work {
     inner_->wait();
     log_->add_wait(CollectiveLog::now() - t0);
     if (!probed_) log_->finished(seq_);
-    waited_ = completed_ = true;
+    completed_ = true;
+    waited_ = completed_;
   }
   void chain() override { inner_->chain(); }  // another lane follows it: not complete for the caller
   bool test() override {

@@ -170,9 +170,11 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
       if (fused) {
         // One split for the norm and lm_head (the unit's bound views): two would each build a whole-unit gradient in backward.
         p.head_weight = reads_embedding(u) ? lm_head_view() : units_[u].view(model::names::lm_head(model_));
-        x = p.outputs[u] = model::rms_norm(x, units_[u].view(model::names::kNorm), model_.rms_norm_eps, cfg_.fused_layers);
+        p.outputs[u] = model::rms_norm(x, units_[u].view(model::names::kNorm), model_.rms_norm_eps, cfg_.fused_layers);
+        x = p.outputs[u];
       } else {
-        x = p.outputs[u] = run_unit(u, x, p);
+        p.outputs[u] = run_unit(u, x, p);
+        x = p.outputs[u];
       }
     }
     // The head's backward follows at once: like FSDP2's root, it (and a tied embedding) stays gathered until then.

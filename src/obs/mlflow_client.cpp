@@ -77,7 +77,9 @@ std::vector<nlohmann::json> log_batch_bodies(const std::string& run_id, const st
     if (body.is_null() || full) {
       if (!body.is_null()) bodies.push_back(std::move(body));
       body = {{"run_id", run_id}};
-      n_metrics = n_params = n_tags = 0;
+      n_tags = 0;
+      n_params = n_tags;
+      n_metrics = n_tags;
       bytes = 64 + run_id.size();
     }
     body[field].push_back(std::move(item));

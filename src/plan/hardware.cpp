@@ -52,15 +52,21 @@ Fabric published(const std::string& name) {
     f.instances = "p5.48xlarge (8x H100) and p5e (8x H200)";  // NVLink 4 and 3,200 Gbit/s EFA on both
     f.gpus = {"h100-80gb", "h200-141gb"};
     f.intra[Op::kAllReduce] = per_rank(kP5IntraAllReduce, 8);
-    f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter] = per_rank(kP5IntraAllReduce, 8, kH100RingBusbw);
-    f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter] = per_rank(kP5InterAllGather, 16);
+    f.intra[Op::kReduceScatter] = per_rank(kP5IntraAllReduce, 8, kH100RingBusbw);
+    f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter];
+    f.inter[Op::kReduceScatter] = per_rank(kP5InterAllGather, 16);
+    f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter];
     f.inter[Op::kAllReduce] = per_rank(kP5InterAllReduce, 16);
   } else {
     f.source = "published nccl-tests figures for 8x A100 NVSwitch nodes and 2x p4de.24xlarge (docs/planner.md)";
     f.instances = "p4de.24xlarge (8x A100 80GB) and p4d (8x A100 40GB)";  // NVLink 3 and 400 Gbit/s EFA on both
     f.gpus = {"a100-80gb", "a100-40gb"};
-    f.intra[Op::kAllReduce] = f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter] = per_rank(kA100IntraAllReduce, 8);
-    f.inter[Op::kAllReduce] = f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter] = per_rank(kP4deInterAllReduce, 16);
+    f.intra[Op::kReduceScatter] = per_rank(kA100IntraAllReduce, 8);
+    f.intra[Op::kAllGather] = f.intra[Op::kReduceScatter];
+    f.intra[Op::kAllReduce] = f.intra[Op::kReduceScatter];
+    f.inter[Op::kReduceScatter] = per_rank(kP4deInterAllReduce, 16);
+    f.inter[Op::kAllGather] = f.inter[Op::kReduceScatter];
+    f.inter[Op::kAllReduce] = f.inter[Op::kReduceScatter];
   }
   return f;
 }

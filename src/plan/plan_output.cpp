@@ -109,9 +109,13 @@ void plan_png(const std::string& path, const PlanInput& in, const std::vector<Pl
   size_t colour = 0;
   for (size_t i = 0; i < rows.size();) {
     report::Series e, t, t_no;
-    e.name = t.name = fsdp::sharding_name(rows[i].sharding);
-    e.color = t.color = t_no.color = report::palette_color(colour++);
-    e.markers = t.markers = true;
+    t.name = fsdp::sharding_name(rows[i].sharding);
+    e.name = t.name;
+    t_no.color = report::palette_color(colour++);
+    t.color = t_no.color;
+    e.color = t_no.color;
+    t.markers = true;
+    e.markers = t.markers;
     t_no.dashed = true;
     const auto s = rows[i].sharding;
     for (; i < rows.size() && rows[i].sharding == s; ++i) {

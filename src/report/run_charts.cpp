@@ -98,7 +98,8 @@ Panel spread_panel(const RunData& run, const std::string& title, const RunStats&
                std::to_string(stats.straggler_count) + " of " + std::to_string(stats.straggler_steps) + " steps)";
   Series slow = series_of(run, "slowest rank", palette_color(3), [](const StepRecord& r) { return rank_spread(r).slowest; });
   Series med = series_of(run, "median rank", palette_color(0), [](const StepRecord& r) { return rank_spread(r).median; });
-  slow.markers = med.markers = slow.x.size() <= 40;
+  med.markers = slow.x.size() <= 40;
+  slow.markers = med.markers;
   p.series = {med, slow};  // the slowest drawn on top
   if (stats.spread_busy) {  // with the step time for scale: what even the slowest rank waits on
     Series step = series_of(run, "step time", kGrey, [](const StepRecord& r) {
@@ -133,7 +134,8 @@ ChartSpec loss_chart(const std::vector<RunData>& runs, int smooth, const std::st
       bold.push_back(train);
     }
     Series v = series_of(runs[i], runs[i].label + " val", color, [](const StepRecord& r) { return r.val_loss; });
-    v.markers = v.dashed = true;
+    v.dashed = true;
+    v.markers = v.dashed;
     if (!v.x.empty()) val.push_back(v);
   }
   for (auto* group : {&faint, &bold, &val}) p.series.insert(p.series.end(), group->begin(), group->end());

@@ -165,7 +165,10 @@ RunStats run_stats(const RunData& run) {
   s.label = run.label;
   s.source = run.source;
   s.steps = run.steps.size();
-  s.final_loss = s.final_val_loss = s.spread_ratio = s.worst_ratio = kNaN;
+  s.worst_ratio = kNaN;
+  s.spread_ratio = s.worst_ratio;
+  s.final_val_loss = s.worst_ratio;
+  s.final_loss = s.worst_ratio;
   if (run.steps.empty()) return s;
   s.first_step = run.steps.front().step;
   s.last_step = run.steps.back().step;

@@ -109,7 +109,8 @@ std::vector<Panel> scaling_panels(const std::vector<ScalingRow>& rows, const std
     reference.x.push_back(r.nodes);
     reference.y.push_back(100);
   }
-  tput.log2_x = eff.log2_x = all_pow2;  // 1, 2, 4, 8 nodes spread evenly; other counts need a linear axis
+  eff.log2_x = all_pow2;  // 1, 2, 4, 8 nodes spread evenly; other counts need a linear axis
+  tput.log2_x = eff.log2_x;
   tput.series = {ideal, measured};      // measured drawn last, on top
   eff.series = {reference, efficiency};
   return {tput, eff};

@@ -44,7 +44,8 @@ TEST(Config, ParamSpecsOfBiasesAndTiedEmbeddings) {
   for (const char* name : {"qwen2.5-7b", "llama3.2-1b"}) {
     model::ModelConfig cfg = model::model_preset(name);
     cfg.num_layers = 1;
-    cfg.attention_bias = cfg.mlp_bias = true;  // qwen2 ignores them, as transformers does
+    cfg.mlp_bias = true;  // qwen2 ignores them, as transformers does
+    cfg.attention_bias = cfg.mlp_bias;
     const auto specs = model::llama_param_specs(cfg);
     int64_t n = 0;
     int biases = 0;
