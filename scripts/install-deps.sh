@@ -38,6 +38,7 @@ DEBIAN_PACKAGES=(
   patchelf  # scripts/bundle.sh sets the bundle's RUNPATHs
   curl procps  # test tools: the tests scrape /metrics with curl and find ranks with pgrep
   clang libclang-rt-14-dev llvm  # scripts/sanitize.sh: ASan/UBSan/libFuzzer runtimes, llvm-symbolizer
+  clang-format  # scripts/check_format.sh (ctest format): the C++ style of .clang-format
   # The local Slurm cluster of ctest slurm_up and Slurm.* (scripts/local-slurm.sh).
   slurm-wlm slurmd slurmctld slurm-client slurm-wlm-basic-plugins munge
   prometheus  # promtool, which ctest Observe.endpoint runs on the /metrics scrapes
