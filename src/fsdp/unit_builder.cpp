@@ -17,7 +17,7 @@ BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, i
   // A LoRA run's base is frozen: no fp32 master, only the compute dtype.
   const auto base_options = lora ? fp32.dtype(cfg.param_dtype) : fp32;
   b.trainable_specs = lora ? model::lora_param_specs(model, cfg.lora) : specs;
-  if (lora) b.base_crc_rows.assign(specs.size() * 3, -1);
+  if (lora) b.base_crc_rows.assign(specs.size(), runtime::CrcRow{});
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     FlatLayout layout = flat_layout(specs, u, shard_size);
     auto master = at::zeros({layout.shard_numel}, base_options);
@@ -29,10 +29,7 @@ BuiltUnits build_units(const model::ModelConfig& model, const FsdpConfig& cfg, i
       master.narrow(0, s.shard_offset, s.numel).copy_(piece);  // host to device when on a GPU
       if (lora) {  // the frozen base's checksum is taken in fp32, before any conversion
         const auto c = piece.contiguous();
-        int64_t* row = &b.base_crc_rows[e.spec * 3];
-        row[0] = s.param_offset;
-        row[1] = s.numel;
-        row[2] = static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()));
+        b.base_crc_rows[e.spec] = {s.param_offset, s.numel, static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()))};
       }
     }
     b.units.emplace_back(unit_specs[u], std::move(layout), master, /*frozen=*/lora);

@@ -91,9 +91,9 @@ class FsdpEngine {
   // What trains and what checkpoints hold: the model's parameters, or a LoRA run's adapters.
   const std::vector<model::ParamSpec>& trainable_specs() const { return trainable_specs_; }
   // LoRA: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each base
-  // parameter as read at construction, [llama_param_specs x 3], -1 where it holds none; combined
+  // parameter as read at construction, one row per llama_param_specs entry (none held: -1); combined
   // over the shard group into one checksum of the base (ckpt::base_crc32).
-  const std::vector<int64_t>& base_crc_rows() const { return base_crc_rows_; }
+  const std::vector<runtime::CrcRow>& base_crc_rows() const { return base_crc_rows_; }
   const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's trainable ones, in model order
   std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
   void release_grads();                   // frees the gradient shards (after the optimizer step)
@@ -164,7 +164,7 @@ class FsdpEngine {
   std::vector<FlatUnit> adapters_;      // LoRA: [num_layers + 2]; empty otherwise
   std::vector<UnitParts> parts_;        // [units], pointing into units_ and adapters_
   std::vector<model::ParamSpec> trainable_specs_;
-  std::vector<int64_t> base_crc_rows_;
+  std::vector<runtime::CrcRow> base_crc_rows_;
   bool backward_ = false;               // in backward(): a LoRA run skips the frozen embedding
   uint64_t seed_ = 0;      // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
   uint64_t unnamed_passes_ = 0;  // batches without sample ids (tests, tools): each pass draws its own masks

@@ -15,6 +15,7 @@
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/params.h"
+#include "shardtrain/runtime/checksum.h"
 
 namespace shardtrain::fsdp {
 
@@ -35,7 +36,7 @@ struct BuiltUnits {
   std::vector<FlatUnit> adapters;           // LoRA: [num_layers + 2]; empty otherwise
   std::vector<model::ParamSpec> trainable_specs;   // the model's parameters, or under LoRA the adapters
   std::vector<ShardPiece> pieces;           // this rank's pieces of every trainable unit's shard
-  std::vector<int64_t> base_crc_rows;       // LoRA: [specs * 3] (param_offset, numel, CRC-32) of this rank's base pieces
+  std::vector<runtime::CrcRow> base_crc_rows;  // LoRA: [specs] this rank's base piece of each parameter
   std::vector<at::Tensor> no_sync;          // [units] fp32 [padded], with no_sync_accumulation
 };
 
