@@ -266,8 +266,7 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
   po::options_description d("Sharding and precision (FSDP)");
   raw.sharding = fsdp::sharding_name(f.sharding);
   raw.reduce_dtype = dtype_name(f.reduce_dtype);
-  d.add_options()("sharding", po::value(&raw.sharding)->default_value(raw.sharding),
-                  "full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2")(
+  d.add_options()("sharding", po::value(&raw.sharding)->default_value(raw.sharding), runtime::enum_choices(fsdp::kShardingNames).c_str())(
       "shard-group-size", po::value(&f.shard_group_size)->default_value(f.shard_group_size), "hybrid: ranks per shard group (0: one node)")(
       "ranks-per-node", po::value(&f.ranks_per_node)->default_value(f.ranks_per_node), "treat every K consecutive ranks as a node (0: ask MPI)")(
       "device", po::value(&f.device)->default_value(f.device),

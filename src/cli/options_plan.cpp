@@ -93,15 +93,11 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   in.fsdp.activation_checkpointing = fsdp::parse_activation_checkpointing(ac_mode, ac_every);
   in.nodes = parse_nodes(nodes);
   if (strategy == "all") {
-    using fsdp::Sharding;
-    in.strategies = {Sharding::kFullShard, Sharding::kShardGradOp, Sharding::kNoShard, Sharding::kHybridShard,
-                     Sharding::kHybridShardZero2};
+    for (const auto& row : fsdp::kShardingNames) in.strategies.push_back(row.value);
+  } else if (const auto s = runtime::parse_enum(fsdp::kShardingNames, strategy)) {
+    in.strategies = {*s};
   } else {
-    try {
-      in.strategies = {fsdp::parse_sharding(strategy)};
-    } catch (const runtime::UsageError&) {
-      throw runtime::UsageError("--strategy '" + strategy + "' is unknown; use all, full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2");
-    }
+    throw runtime::UsageError("--strategy '" + strategy + "' is unknown; use all, " + runtime::enum_choices(fsdp::kShardingNames));
   }
   in.fsdp.param_dtype = parse_dtype(param_dtype, "--param-dtype");
   in.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
