@@ -15,7 +15,7 @@ herr_t collect_name(hid_t, const char* name, const H5A_info_t*, void* out) {
 }
 
 // One attribute into `values` by its HDF5 type class; what cannot be read is recorded, not thrown,
-// so that only a piece that needs it fails.
+// so that only a state that needs it fails.
 void read_one(hid_t file, const std::string& path, const std::string& name, Values& values) {
   io::h5::Handle attr(H5_CHECK(H5Aopen(file, name.c_str(), H5P_DEFAULT)), H5Aclose);
   io::h5::Handle space(H5_CHECK(H5Aget_space(attr)), H5Sclose);

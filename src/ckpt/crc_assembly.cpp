@@ -1,10 +1,7 @@
 #include "shardtrain/ckpt/crc_assembly.h"
 
 #include <ATen/ATen.h>
-#include <zlib.h>
 
-#include <algorithm>
-#include <array>
 #include <string>
 
 #include "shardtrain/runtime/checksum.h"
@@ -17,40 +14,30 @@ uint32_t crc_of(const at::Tensor& t) {
   return runtime::crc32_bytes(c.data_ptr(), c.nbytes());
 }
 
-std::vector<int64_t> local_crc_rows(const std::vector<TensorGroup>& groups) {
-  std::vector<int64_t> mine;
+std::vector<runtime::CrcRow> local_crc_rows(const std::vector<TensorGroup>& groups) {
+  std::vector<runtime::CrcRow> mine;
   for (const auto& g : groups)
     for (const auto& spec : g.datasets) {
-      std::array<int64_t, 3> row = {-1, -1, -1};
-      for (const auto& s : g.slices) {
-        if (s.name != spec.name) continue;
-        row[0] = s.offset;
-        row[1] = s.numel;
-        row[2] = crc_of(s.data);
-      }
-      mine.insert(mine.end(), row.begin(), row.end());
+      runtime::CrcRow row;
+      for (const auto& s : g.slices)
+        if (s.name == spec.name) row = {s.offset, s.numel, static_cast<int64_t>(crc_of(s.data))};
+      mine.push_back(row);
     }
   return mine;
 }
 
-std::vector<uint32_t> combine_crc_rows(MPI_Comm comm, const std::vector<int64_t>& mine) {
-  const size_t D = mine.size() / 3;
+std::vector<uint32_t> assemble_crcs(MPI_Comm comm, const std::vector<runtime::CrcRow>& mine) {
+  const size_t D = mine.size();
   int n = 1;
   MPI_CHECK(MPI_Comm_size(comm, &n));
-  std::vector<int64_t> all(mine.size() * n);
-  MPI_CHECK(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_INT64_T, all.data(),
-                          static_cast<int>(mine.size()), MPI_INT64_T, comm));
+  std::vector<runtime::CrcRow> all(D * n);
+  const int count = static_cast<int>(3 * D);  // CrcRow is three int64s
+  MPI_CHECK(MPI_Allgather(mine.data(), count, MPI_INT64_T, all.data(), count, MPI_INT64_T, comm));
   std::vector<uint32_t> out(D);
   for (size_t d = 0; d < D; ++d) {
-    std::vector<std::array<int64_t, 3>> parts;
-    for (int r = 0; r < n; ++r) {
-      const auto* row = &all[(r * D + d) * 3];
-      if (row[0] >= 0 && row[1] > 0) parts.push_back({row[0], row[1], row[2]});
-    }
-    std::sort(parts.begin(), parts.end());
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (const auto& p : parts) crc = crc32_combine(crc, static_cast<uLong>(p[2]), static_cast<z_off_t>(4 * p[1]));
-    out[d] = static_cast<uint32_t>(crc);
+    std::vector<runtime::CrcRow> slices;
+    for (int r = 0; r < n; ++r) slices.push_back(all[r * D + d]);
+    out[d] = runtime::combine_crc_rows(std::move(slices), sizeof(float));
   }
   return out;
 }

@@ -44,7 +44,7 @@ void select_flat(hid_t space, const std::vector<int64_t>& shape, int64_t b, int6
   block(r1, 0, 1, c1);               // the partial last row
 }
 
-// select_flat handles one or two dimensions; a piece with other tensors fails before any I/O.
+// select_flat handles one or two dimensions; a state with other tensors fails before any I/O.
 void check_specs(const std::vector<TensorGroup>& groups) {
   for (const auto& g : groups)
     for (const auto& spec : g.datasets)
@@ -110,13 +110,13 @@ void write_group(hid_t file, hid_t dxpl, MPI_Comm writers, const std::string& pa
 }
 
 // This rank's slices of one group, read into the live views with a serial open.
-void read_group(hid_t file, const std::string& path, const std::string& piece, const TensorGroup& g) {
+void read_group(hid_t file, const std::string& path, const std::string& state, const TensorGroup& g) {
   if (H5_CHECK(H5Lexists(file, g.group.c_str(), H5P_DEFAULT)) <= 0)
-    throw runtime::UsageError(path + " holds no tensors of state \"" + piece + "\" (no group /" + g.group +
+    throw runtime::UsageError(path + " holds no tensors of state \"" + state + "\" (no group /" + g.group +
                      "); it was saved without that state");
   for (const auto& s : g.slices) {
     auto spec = std::find_if(g.datasets.begin(), g.datasets.end(), [&](const TensorSpec& d) { return d.name == s.name; });
-    if (spec == g.datasets.end()) throw runtime::Error("checkpoint state \"" + piece + "\" holds a slice of an unlisted tensor " + s.name);
+    if (spec == g.datasets.end()) throw runtime::Error("checkpoint state \"" + state + "\" holds a slice of an unlisted tensor " + s.name);
     const std::string name = "/" + g.group + "/" + s.name;
     Handle dset = io::h5::open_dataset(file, name);  // names the file and the tensor when missing
     // float32 in the shape the model gives it, as write_group stores it: anything else is not a file of ours.
@@ -168,7 +168,7 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
   H5_CHECK(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE));
   lock.unlock();
   for (const auto& g : snap.groups) write_group(file, dxpl, own.get(), path, g, lock);
-  const auto crcs = combine_crc_rows(writers, crc_rows.get());
+  const auto crcs = assemble_crcs(writers, crc_rows.get());
   lock.lock();
   size_t d = 0;
   for (const auto& g : snap.groups)
@@ -184,10 +184,10 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
 }
 
 void read_file(const std::string& path, StateRegistry& reg) {
-  const auto pieces = reg.pieces();
-  std::vector<TensorGroup> groups;  // every piece's live views
-  std::vector<std::string> owners;  // the piece of each group, for errors
-  for (Stateful* p : pieces)
+  const auto states = reg.states();
+  std::vector<TensorGroup> groups;  // every state's live views
+  std::vector<std::string> owners;  // the state of each group, for errors
+  for (Stateful* p : states)
     for (auto& g : p->tensors()) {
       groups.push_back(std::move(g));
       owners.push_back(p->name());
@@ -201,9 +201,9 @@ void read_file(const std::string& path, StateRegistry& reg) {
     std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
     Handle file = io::h5::open_file(path);
     const Values values = read_values(file, path);  // a foreign file or a newer format: exit 2
-    for (Stateful* p : pieces) p->check(values.about(path, p->name()));
+    for (Stateful* p : states) p->check(values.about(path, p->name()));
     for (size_t i = 0; i < groups.size(); ++i) read_group(file, path, owners[i], groups[i]);
-    for (Stateful* p : pieces) p->load_values(values.about(path, p->name()));
+    for (Stateful* p : states) p->load_values(values.about(path, p->name()));
     stored = stored_crcs(file, groups);
   } catch (const ResumeRefused& e) {
     refused = e.what();  // every rank reads the same attributes: all refuse alike
@@ -219,7 +219,7 @@ void read_file(const std::string& path, StateRegistry& reg) {
   if (bad == 1) throw runtime::AgreedUsageError(failure.empty() ? path + ": another rank found it damaged" : failure);
   if (bad) throw runtime::Error(failure.empty() ? path + ": another rank could not read its slices" : failure);
   // Every dataset's CRC over its canonical bytes, assembled from the shard group's pieces.
-  const auto crcs = combine_crc_rows(reg.ranks().shard, local_crc_rows(groups));
+  const auto crcs = assemble_crcs(reg.ranks().shard, local_crc_rows(groups));
   size_t d = 0;
   for (const auto& g : groups)
     for (const auto& spec : g.datasets) {

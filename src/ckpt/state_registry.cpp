@@ -14,16 +14,16 @@ int64_t TensorSpec::numel() const {
   return n;
 }
 
-Stateful& StateRegistry::add(std::unique_ptr<Stateful> piece) {
-  for (const auto& p : pieces_)
-    if (p->name() == piece->name()) throw runtime::Error("checkpoint state \"" + piece->name() + "\" is registered twice");
-  pieces_.push_back(std::move(piece));
-  return *pieces_.back();
+Stateful& StateRegistry::add(std::unique_ptr<Stateful> state) {
+  for (const auto& s : states_)
+    if (s->name() == state->name()) throw runtime::Error("checkpoint state \"" + state->name() + "\" is registered twice");
+  states_.push_back(std::move(state));
+  return *states_.back();
 }
 
-std::vector<Stateful*> StateRegistry::pieces() const {
+std::vector<Stateful*> StateRegistry::states() const {
   std::vector<Stateful*> out;
-  for (const auto& p : pieces_) out.push_back(p.get());
+  for (const auto& s : states_) out.push_back(s.get());
   return out;
 }
 
@@ -34,10 +34,10 @@ Snapshot StateRegistry::snapshot(bool copy) const {
   std::set<std::string> groups;
   // Host copies, so training may update the live tensors while a thread writes these.
   auto host = [&](const at::Tensor& t) { return t.is_cpu() && !copy ? t : t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
-  for (const auto& p : pieces_) {
+  for (const auto& p : states_) {
     for (auto& g : p->tensors()) {
       if (!groups.insert(g.group).second)
-        throw runtime::Error("checkpoint state \"" + p->name() + "\" saves tensor group " + g.group + ", which another piece saves already");
+        throw runtime::Error("checkpoint state \"" + p->name() + "\" saves tensor group " + g.group + ", which another state saves already");
       for (auto& s : g.slices) s.data = host(s.data);
       snap.groups.push_back(std::move(g));
     }

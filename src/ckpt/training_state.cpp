@@ -1,7 +1,5 @@
 #include "shardtrain/ckpt/training_state.h"
 
-#include <zlib.h>
-
 #include <memory>
 
 #include "shardtrain/ckpt/checkpoint_attrs.h"
@@ -19,7 +17,7 @@ std::vector<TensorSpec> dataset_specs(const fsdp::FsdpEngine& engine) {
   return out;
 }
 
-// A value a piece reads back must not be negative: a damaged file, named with the key.
+// A value a state reads back must not be negative: a damaged file, named with the key.
 int64_t non_negative(const Values& saved, const std::string& key) {
   const int64_t v = saved.get_int(key);
   if (v < 0) throw runtime::Error(saved.origin() + ": negative " + key + "; the checkpoint is damaged");
@@ -33,7 +31,7 @@ class ModelShards : public Stateful {
   explicit ModelShards(fsdp::FsdpEngine& engine) : engine_(engine) {}
   std::string name() const override { return "model"; }
   std::vector<TensorGroup> tensors() override {
-    TensorGroup g{kGroups[0], dataset_specs(engine_), {}};
+    TensorGroup g{kTensorGroups[0], dataset_specs(engine_), {}};
     for (const auto& p : engine_.pieces()) g.slices.push_back({p.name, p.param_offset, p.numel, p.master});
     return {g};
   }
@@ -81,8 +79,8 @@ class OptimizerState : public Stateful {
     const auto& pieces = engine_.pieces();
     auto& slots = optimizer_.adamw().slots();
     if (slots.size() != pieces.size()) throw runtime::Error("checkpoint: the optimizer does not hold this engine's shards");
-    TensorGroup avg{kGroups[1], dataset_specs(engine_), {}};
-    TensorGroup avg_sq{kGroups[2], avg.datasets, {}};
+    TensorGroup avg{kTensorGroups[1], dataset_specs(engine_), {}};
+    TensorGroup avg_sq{kTensorGroups[2], avg.datasets, {}};
     for (size_t i = 0; i < pieces.size(); ++i) {
       const auto& p = pieces[i];
       avg.slices.push_back({p.name, p.param_offset, p.numel, slots[i].exp_avg});
@@ -235,10 +233,14 @@ class LoraBase : public Stateful {
 
 int64_t base_crc32(fsdp::FsdpEngine& engine) {
   const auto specs = model::llama_param_specs(engine.model());
-  const auto per_tensor = combine_crc_rows(engine.groups().shard->mpi(), engine.base_crc_rows());
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t d = 0; d < specs.size(); ++d) crc = crc32_combine(crc, per_tensor[d], static_cast<z_off_t>(4 * specs[d].numel()));
-  return static_cast<int64_t>(crc);
+  const auto per_tensor = assemble_crcs(engine.groups().shard->mpi(), engine.base_crc_rows());
+  std::vector<runtime::CrcRow> tensors;  // the parameters one after another, as one fp32 buffer
+  int64_t offset = 0;
+  for (size_t d = 0; d < specs.size(); ++d) {
+    tensors.push_back({offset, specs[d].numel(), per_tensor[d]});
+    offset += specs[d].numel();
+  }
+  return runtime::combine_crc_rows(std::move(tensors), sizeof(float));
 }
 
 StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState& state,

@@ -7,9 +7,9 @@
 namespace shardtrain::ckpt {
 namespace {
 
-// "attribute step" or, when a piece asked, "attribute step of state \"train_step\"".
-std::string describe(const std::string& key, const std::string& piece) {
-  return "attribute " + key + (piece.empty() ? "" : " of state \"" + piece + "\"");
+// "attribute step" or, when a state asked, "attribute step of state \"train_step\"".
+std::string describe(const std::string& key, const std::string& state) {
+  return "attribute " + key + (state.empty() ? "" : " of state \"" + state + "\"");
 }
 
 }  // namespace
@@ -32,11 +32,11 @@ const Values::Value& Values::find(const std::string& key) const {
   if (auto bad = unreadable_.find(key); bad != unreadable_.end()) throw runtime::UsageError(bad->second);
   for (const auto& e : entries_)
     if (e.first == key) return e.second;
-  throw runtime::UsageError(origin_ + ": " + describe(key, piece_) + " is missing; the checkpoint is damaged or was saved without it");
+  throw runtime::UsageError(origin_ + ": " + describe(key, state_) + " is missing; the checkpoint is damaged or was saved without it");
 }
 
 void Values::wrong_type(const std::string& key, const char* want) const {
-  throw runtime::UsageError(origin_ + ": " + describe(key, piece_) + " is not " + want + "; the checkpoint is damaged");
+  throw runtime::UsageError(origin_ + ": " + describe(key, state_) + " is not " + want + "; the checkpoint is damaged");
 }
 
 int64_t Values::get_int(const std::string& key) const {
@@ -67,20 +67,20 @@ nlohmann::json Values::get_json(const std::string& key) const {
   }
 }
 
-void Values::merge(const Values& other, const std::string& piece) {
+void Values::merge(const Values& other, const std::string& state) {
   for (const auto& e : other.entries_) {
     if (has(e.first))
-      throw runtime::Error("checkpoint state \"" + piece + "\" saves attribute " + e.first + ", which another piece saves already");
+      throw runtime::Error("checkpoint state \"" + state + "\" saves attribute " + e.first + ", which another state saves already");
     entries_.push_back(e);
   }
 }
 
 void Values::set_unreadable(const std::string& key, const std::string& why) { unreadable_[key] = why; }
 
-Values Values::about(const std::string& origin, const std::string& piece) const {
+Values Values::about(const std::string& origin, const std::string& state) const {
   Values v = *this;
   v.origin_ = origin;
-  v.piece_ = piece;
+  v.state_ = state;
   return v;
 }
 

@@ -89,7 +89,11 @@ int stop_message(train::FitEnd end, const train::SignalVerdict& signal, const tr
 
 int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  TrainOptions o = parse_on_every_rank([&] { return parse_train(args, &help); });
+  TrainOptions o = parse_on_every_rank([&] {
+    TrainOptions parsed = parse_train(args, &help);
+    if (!parsed.common.wants_help()) resolve_checkpoint_model(parsed);  // reads --resume's checkpoint
+    return parsed;
+  });
   if (o.common.wants_help()) return print_help(help, env);
   // Build: data, engine, optimizer, and the loop's components.
   runtime::install_stop_signals(!o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary

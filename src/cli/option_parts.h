@@ -12,29 +12,26 @@ namespace shardtrain::cli::parts {
 
 namespace po = boost::program_options;
 
-struct ModelArgs {
-  std::string spec, weights;  // spec empty: the config.json beside the weights, else tiny
-  int64_t n_layers = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0, max_pos = 0;
-};
-
 po::options_description common_desc(CommonOptions& c);
 po::options_description model_desc(ModelArgs& m);
 // The model config: `from` (a checkpoint's) or --model / --weights' config.json, then the overrides.
 model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from = nullptr);
 // eval and generate refuse to run a random model: they need --weights.
 void require_weights(const std::string& command, const ModelArgs& m);
-// train's model and weights: as given, or, when resuming without either, the checkpoint's.
-void resolve_train_model(TrainOptions& o, const ModelArgs& m);
+// train's model and weights as given (or the default preset); left unresolved (model_from
+// empty) for resolve_checkpoint_model when resuming without either.
+void resolve_train_model(TrainOptions& o);
 
 struct AccuracyArgs {
-  std::string format = "auto";
+  std::string format;  // accuracy_desc sets it from AccuracyConfig's default
 };
 po::options_description accuracy_desc(train::AccuracyConfig& a, AccuracyArgs& raw);
 void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw);
 
 // The sharding group shared by train, eval and generate (training adds the backward's options).
 struct FsdpArgs {
-  std::string sharding = "full_shard", param_dtype = "auto", reduce_dtype = "fp32", loss_chunk = "auto";
+  std::string sharding, reduce_dtype;  // fsdp_desc sets them from FsdpConfig's defaults
+  std::string param_dtype = "auto", loss_chunk = "auto";
   std::string activation_checkpointing = "none";
   int64_t ac_every = 1;
   bool no_tf32 = false;
@@ -48,7 +45,7 @@ int64_t parse_loss_chunk(const std::string& v);  // --loss-chunk: auto 0, off -1
 
 // train's --lora-* options; raw.targets is parsed by check_lora.
 struct LoraArgs {
-  std::string targets = "q_proj,v_proj";
+  std::string targets;  // lora_desc sets it from LoraConfig's default
   bool merge = false;
 };
 po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw);
@@ -80,6 +77,7 @@ void parse_into(const std::vector<std::string>& args, const po::options_descript
 std::string usage_text(const CommonOptions& c, const std::string& usage, const po::options_description& all);
 void positive(const char* opt, double v, const char* hint);
 at::ScalarType parse_dtype(const std::string& s, const char* opt);
+const char* dtype_name(at::ScalarType t);  // parse_dtype's inverse: fp32 or bf16
 void check_threads(const CommonOptions& c);
 
 po::options_description observability_desc(obs::ObsConfig& o);

@@ -80,16 +80,23 @@ void require_weights(const std::string& command, const ModelArgs& m) {
                      "export it first: shardtrain convert --input CHECKPOINT_DIR --output MODEL_DIR");
 }
 
-void resolve_train_model(TrainOptions& o, const ModelArgs& m) {
+void resolve_train_model(TrainOptions& o) {
+  const ModelArgs& m = o.model_args;
   o.weights = m.weights;
   const auto& ck = o.ckpt;
-  const auto candidates = ck.resume.empty() ? std::vector<std::string>{} : ckpt::resume_candidates(ck.resume, ck.dir);
-  o.resumes = !candidates.empty();
-  if (!m.spec.empty() || !m.weights.empty() || candidates.empty()) {
+  o.resumes = !ck.resume.empty() && !ckpt::resume_candidates(ck.resume, ck.dir).empty();
+  if (!m.spec.empty() || !m.weights.empty() || !o.resumes) {
     o.model = resolve(m);
     o.model_from = !m.spec.empty() ? "--model " + m.spec : !m.weights.empty() ? "--weights" : "the default preset";
-    return;
   }
+}
+
+}  // namespace parts
+
+void resolve_checkpoint_model(TrainOptions& o) {
+  if (!o.model_from.empty()) return;  // --model, --weights or no checkpoint: parse_train resolved it
+  const auto& ck = o.ckpt;
+  const auto candidates = ckpt::resume_candidates(ck.resume, ck.dir);
   // A resumed run without --model or --weights is the checkpoint's model (and a LoRA run's recorded
   // base): the first candidate that reads, as the resume itself falls back past a damaged one.
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -101,18 +108,21 @@ void resolve_train_model(TrainOptions& o, const ModelArgs& m) {
       throw;
     }
     const model::ModelConfig saved = model::model_from_hf_json(attrs.model_config, candidates[i]);
-    o.model = resolve(m, &saved);
+    o.model = parts::resolve(o.model_args, &saved);
     o.model_from = "checkpoint " + candidates[i];
     o.resume_checkpoint = candidates[i];
     if (attrs.lora_rank == 0) return;
     if (o.fsdp.lora.rank != attrs.lora_rank)
       throw runtime::UsageError("--resume: " + candidates[i] + " was trained with LoRA (--lora-rank " +
-                       std::to_string(attrs.lora_rank) + " --lora-alpha " + round_trip(attrs.lora_alpha) +
+                       std::to_string(attrs.lora_rank) + " --lora-alpha " + parts::round_trip(attrs.lora_alpha) +
                        " --lora-targets " + attrs.lora_targets + "); pass the same --lora-* options to resume it");
     o.weights = attrs.base_weights;
+    parts::require_file("--weights", o.weights);
     return;
   }
 }
+
+namespace parts {
 
 void require_file(const std::string& opt, const std::string& path) {
   std::error_code ec;
@@ -246,19 +256,22 @@ at::ScalarType parse_dtype(const std::string& s, const char* opt) {
                    ", got '" + s + "'");
 }
 
+const char* dtype_name(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : "fp32"; }
+
 void check_threads(const CommonOptions& c) {
   if (c.threads < 0) throw runtime::UsageError("--threads must be >= 0 (0: all of this rank's cores)");
 }
 
 po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training) {
   po::options_description d("Sharding and precision (FSDP)");
-  d.add_options()("sharding", po::value(&raw.sharding)->default_value("full_shard"),
-                  "full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2")(
+  raw.sharding = fsdp::sharding_name(f.sharding);
+  raw.reduce_dtype = dtype_name(f.reduce_dtype);
+  d.add_options()("sharding", po::value(&raw.sharding)->default_value(raw.sharding), runtime::enum_choices(fsdp::kShardingNames).c_str())(
       "shard-group-size", po::value(&f.shard_group_size)->default_value(f.shard_group_size), "hybrid: ranks per shard group (0: one node)")(
       "ranks-per-node", po::value(&f.ranks_per_node)->default_value(f.ranks_per_node), "treat every K consecutive ranks as a node (0: ask MPI)")(
       "device", po::value(&f.device)->default_value(f.device),
       "auto (the GPU of the rank's place among the ranks on its machine, else cpu), cuda (NCCL groups) or cpu (MPI groups)")(
-      "param-dtype", po::value(&raw.param_dtype)->default_value("auto"),
+      "param-dtype", po::value(&raw.param_dtype)->default_value(raw.param_dtype),
       "compute and all-gather dtype: auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16 (master weights stay fp32)")(
       "no-tf32", po::bool_switch(&raw.no_tf32), "CUDA: keep fp32 matmuls in full fp32 (TF32 tensor cores are on by default)")(
       "max-inflight-gathers", po::value(&f.max_inflight_gathers)->default_value(f.max_inflight_gathers),
@@ -267,10 +280,10 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "decoder layers through the fused path: LibTorch's fused RMSNorm, q/k/v and gate/up each one matmul, and on "
       "CUDA shardtrain's rotary and SwiGLU kernels (bf16 results within rounding of the default path; docs/gpu.md)");
   if (training)
-    d.add_options()("reduce-dtype", po::value(&raw.reduce_dtype)->default_value("fp32"), "gradient reduction dtype: fp32 or bf16")(
+    d.add_options()("reduce-dtype", po::value(&raw.reduce_dtype)->default_value(raw.reduce_dtype), "gradient reduction dtype: fp32 or bf16")(
         "no-sync-accumulation", po::bool_switch(&f.no_sync_accumulation),
         "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters more per rank)")(
-        "loss-chunk", po::value(&raw.loss_chunk)->default_value("auto"),
+        "loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
         "the head's matmul and the cross-entropy fused, over chunks of this many tokens, so fp32 logits never exist "
         "for the whole batch: auto (a chunk of logits about the hidden states' size), N, or off (unfused)");
   if (training) add_checkpointing_options(d, raw.activation_checkpointing, raw.ac_every);
@@ -308,9 +321,10 @@ void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
 
 po::options_description accuracy_desc(train::AccuracyConfig& a, AccuracyArgs& raw) {
   po::options_description d("Task accuracy (exact match by greedy generation)");
+  raw.format = data::format_name(a.format);
   d.add_options()("accuracy-file", po::value(&a.file), "JSONL with prompts and reference answers (alpaca or samsum)")(
       "tokenizer", po::value(&a.tokenizer), (std::string(kTokenizerHelp) + " (needed with --accuracy-file; train's --save-model export also carries it)").c_str())(
-      "accuracy-format", po::value(&raw.format)->default_value("auto"), "alpaca, samsum or auto")(
+      "accuracy-format", po::value(&raw.format)->default_value(raw.format), "alpaca, samsum or auto")(
       "accuracy-samples", po::value(&a.samples)->default_value(a.samples), "first N records of the file (0: all)")(
       "max-new-tokens", po::value(&a.max_new_tokens)->default_value(a.max_new_tokens), "generation limit per answer");
   return d;
@@ -333,7 +347,7 @@ using namespace parts;
 
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text) {
   TrainOptions o;
-  ModelArgs m;
+  ModelArgs& m = o.model_args;
   FsdpArgs fa;
   AccuracyArgs acc;
   LoraArgs lora;
@@ -361,7 +375,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "metrics-file", po::value(&t.metrics_file), "write per-step JSONL metrics here")(
       "log-sample-ids", po::value(&t.sample_ids_file),
       "debug: append each step's global batch (epoch and token-file rows, in order) to this JSONL (rank 0)")(
-      "peak-tflops", real(&t.peak_tflops, 0), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
+      "peak-tflops", real(&t.peak_tflops, t.peak_tflops), "peak TFLOP/s per device for MFU (0: by device; CPU default 1.0)")(
       "save-model", po::value(&o.save_model), "write model.safetensors + config.json here at the end")(
       "profile-step", po::value(&t.profile_step)->default_value(t.profile_step),
       "profile this optimizer step with LibTorch's profiler (host ops; CUDA kernels on a GPU): top kernels and the "
@@ -415,7 +429,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
     return o;
   }
   if (!ck.resume.empty() && ck.resume != "auto") ck.resume = ckpt::resolve_checkpoint(ck.resume, "--resume");
-  resolve_train_model(o, m);
+  resolve_train_model(o);
   require_file("--weights", o.weights);
   require_file("--data", o.data);
   require_file("--val-data", o.val_data);

@@ -14,25 +14,26 @@ using namespace parts;
 PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text) {
   PrepareCliOptions o;
   auto& p = o.prepare;
-  std::string format = "auto", mode = "packing", chat_template = "auto", train_on = "assistant";
+  std::string format = data::format_name(p.format), chat_template = data::chat_template_name(p.chat_template);
+  std::string mode = p.packing ? "packing" : "padding", train_on = p.train_on_all ? "all" : "assistant";
   po::options_description d("Prepare");
   d.add_options()("tokenizer", po::value(&p.tokenizer), kTokenizerHelp)(
       "input", po::value(&p.input), "JSONL input: one JSON object per line")(
-      "format", po::value(&format)->default_value("auto"),
+      "format", po::value(&format)->default_value(format),
       "alpaca (instruction/input/output), samsum (dialogue/summary), text, chat (messages or ShareGPT conversations), or auto")(
-      "chat-template", po::value(&chat_template)->default_value("auto"),
+      "chat-template", po::value(&chat_template)->default_value(chat_template),
       "chat records: llama2, llama3, mistral, chatml, or auto (from the tokenizer's tokenizer_config.json chat_template)")(
-      "train-on", po::value(&train_on)->default_value("assistant"),
+      "train-on", po::value(&train_on)->default_value(train_on),
       "assistant (chat: the assistant turns; other formats: the answer) or all (every token in the loss)")(
       "output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
-      "seq-len", po::value(&p.seq_len)->default_value(512), "tokens per row; longer samples are truncated")(
-      "mode", po::value(&mode)->default_value("packing"), "packing (concatenate samples into full rows) or padding (one sample per row)")(
-      "val-fraction", real(&p.val_fraction, 0), "hold out this share of the samples for validation")(
+      "seq-len", po::value(&p.seq_len)->default_value(p.seq_len), "tokens per row; longer samples are truncated")(
+      "mode", po::value(&mode)->default_value(mode), "packing (concatenate samples into full rows) or padding (one sample per row)")(
+      "val-fraction", real(&p.val_fraction, p.val_fraction), "hold out this share of the samples for validation")(
       "val-input", po::value(&p.val_input), "or: a second JSONL file for validation")(
       "val-output", po::value(&p.val_output), "validation token file (default: <output>.val.h5)")(
-      "seed", po::value(&p.seed)->default_value(1234), "seed for the validation split")(
+      "seed", po::value(&p.seed)->default_value(p.seed), "seed for the validation split")(
       "strict", po::bool_switch(&p.strict), "fail on the first bad line instead of skipping it")(
-      "show-bad", po::value(&p.show_bad)->default_value(5), "how many skipped lines to print");
+      "show-bad", po::value(&p.show_bad)->default_value(p.show_bad), "how many skipped lines to print");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
@@ -67,12 +68,12 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   po::options_description d("Generation");
   d.add_options()("tokenizer", po::value(&o.tokenizer), kTokenizerHelp)(
       "prompt", po::value(&o.prompts)->composing(), "prompt text (repeatable)")(
-      "template", po::value(&o.template_name)->default_value("none"), "none (raw prompt) or alpaca (prompt is the instruction)")(
+      "template", po::value(&o.template_name)->default_value(o.template_name), "none (raw prompt) or alpaca (prompt is the instruction)")(
       "input", po::value(&o.input), "alpaca input field, with --template alpaca")(
-      "max-new-tokens", po::value(&o.max_new_tokens)->default_value(64), "tokens to generate at most")(
-      "temperature", real(&o.temperature, 0), "0: greedy; > 0: sample")(
-      "top-p", real(&o.top_p, 1.0), "nucleus sampling mass, with --temperature > 0")(
-      "seed", po::value(&o.seed)->default_value(0), "sampling seed")(
+      "max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "tokens to generate at most")(
+      "temperature", real(&o.temperature, o.temperature), "0: greedy; > 0: sample")(
+      "top-p", real(&o.top_p, o.top_p), "nucleus sampling mass, with --temperature > 0")(
+      "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")(
       "lora", po::value(&o.lora), "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
   all.add(common_desc(o.common)).add(model_desc(m)).add(d).add(fsdp_desc(o.fsdp, fa, false));
@@ -102,12 +103,12 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
 
 ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* help_text) {
   ConvertOptions o;
-  std::string dtype = "fp32";
+  std::string dtype = dtype_name(o.dtype);
   po::options_description d("Convert");
   d.add_options()("input", po::value(&o.input),
                   "a checkpoint (step-N.h5, or a checkpoint directory: its latest), or a Hugging Face model directory")(
       "output", po::value(&o.output), "a Hugging Face model directory, or a checkpoint file")(
-      "dtype", po::value(&dtype)->default_value("fp32"), "dtype of exported safetensors: fp32 or bf16")(
+      "dtype", po::value(&dtype)->default_value(dtype), "dtype of exported safetensors: fp32 or bf16")(
       "weights", po::value(&o.weights), "a LoRA checkpoint's base (default: the path it records)")(
       "merge-lora", po::bool_switch(&o.merge_lora), "a LoRA checkpoint: write merged full weights, not the PEFT adapter")(
       "tokenizer", po::value(&o.tokenizer),

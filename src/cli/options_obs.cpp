@@ -15,7 +15,7 @@ po::options_description observability_desc(obs::ObsConfig& o) {
       "the IP address the endpoint listens on: 0.0.0.0 (every interface, so that Prometheus on another host can "
       "scrape), 127.0.0.1 (this host only), or one interface's address")(
       "metrics-job", po::value(&o.metrics_job), "the job label of the metrics (default: $SLURM_JOB_ID, else shardtrain)")(
-      "collective-timeout", real(&o.collective_timeout, 600),
+      "collective-timeout", real(&o.collective_timeout, o.collective_timeout),
       "seconds a collective may wait before the job names the ranks that have not reached it and exits 76 (0: off)")(
       "collective-dump", po::value(&o.collective_dump)->default_value(o.collective_dump), "collectives per group each rank prints on a timeout")(
       "tensorboard", po::value(&o.tensorboard_dir),

@@ -39,27 +39,27 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   ModelArgs m;
   LoraArgs lora;
   std::string gpu = "h100-80gb", fabric = "p5", nodes = "1,2,4,8,16,32,64", strategy = "all", param_dtype = "bf16",
-              reduce_dtype = "fp32", calibrate, loss_chunk = "auto";
+              reduce_dtype = dtype_name(in.fsdp.reduce_dtype), calibrate, loss_chunk = "auto";
   std::string ac_mode = "none";
   int64_t ac_every = 1;
   double gpu_memory_gb = 0;
   bool no_allowances = false;
   po::options_description d("Plan");
   d.add_options()("gpu", po::value(&gpu)->default_value(gpu), "h100-80gb, h200-141gb, a100-80gb or a100-40gb")(
-      "gpus-per-node", po::value(&in.gpus_per_node)->default_value(8), "GPUs (ranks) per node")(
+      "gpus-per-node", po::value(&in.gpus_per_node)->default_value(in.gpus_per_node), "GPUs (ranks) per node")(
       "nodes", po::value(&nodes)->default_value(nodes), "node counts to plan, comma-separated")(
-      "strategy", po::value(&strategy)->default_value("all"),
+      "strategy", po::value(&strategy)->default_value(strategy),
       "all, or one of full_shard, shard_grad_op, no_shard, hybrid_shard, hybrid_shard_zero2")(
-      "shard-group-size", po::value(&in.fsdp.shard_group_size)->default_value(0), "hybrid: ranks per shard group (0: one node)")(
-      "seq-len", po::value(&in.seq_len)->default_value(4096), "tokens per row")(
-      "batch-size", po::value(&in.batch_size)->default_value(1), "rows per rank per micro-batch")(
-      "grad-accum", po::value(&in.grad_accum)->default_value(1), "micro-batches per optimizer step")(
+      "shard-group-size", po::value(&in.fsdp.shard_group_size)->default_value(in.fsdp.shard_group_size), "hybrid: ranks per shard group (0: one node)")(
+      "seq-len", po::value(&in.seq_len)->default_value(in.seq_len), "tokens per row")(
+      "batch-size", po::value(&in.batch_size)->default_value(in.batch_size), "rows per rank per micro-batch")(
+      "grad-accum", po::value(&in.grad_accum)->default_value(in.grad_accum), "micro-batches per optimizer step")(
       "packed", po::bool_switch(&in.packed), "rows hold several documents (prepare --mode packing)");
   add_checkpointing_options(d, ac_mode, ac_every);
   d.add_options()("no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation), "with --grad-accum: reduce once per step")(
       "param-dtype", po::value(&param_dtype)->default_value(param_dtype), "compute and all-gather dtype: bf16 or fp32")(
       "reduce-dtype", po::value(&reduce_dtype)->default_value(reduce_dtype), "gradient reduction dtype: fp32 or bf16")(
-      "max-inflight-gathers", po::value(&in.fsdp.max_inflight_gathers)->default_value(2), "units gathered at once")(
+      "max-inflight-gathers", po::value(&in.fsdp.max_inflight_gathers)->default_value(in.fsdp.max_inflight_gathers), "units gathered at once")(
       "loss-chunk", po::value(&loss_chunk)->default_value(loss_chunk), "train's --loss-chunk: auto, off or tokens")(
       "fabric", po::value(&fabric)->default_value(fabric), "p4de, p5, or a JSON file from `shardtrain preflight --json`")(
       "calibrate", po::value(&calibrate), "a train --metrics-file: its achieved TFLOP/s and optimizer time replace the defaults")(
@@ -69,7 +69,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "json", po::bool_switch(&o.json), "print the plan as JSON instead of the table")(
       "json-file", po::value(&o.json_file), "also write the JSON here");
   po::options_description hidden("Validation");
-  hidden.add_options()("gpu-memory-gb", real(&gpu_memory_gb, 0), "override the GPU's memory (GB)")(
+  hidden.add_options()("gpu-memory-gb", real(&gpu_memory_gb, gpu_memory_gb), "override the GPU's memory (GB)")(
       "no-allowances", po::bool_switch(&no_allowances), "leave out the NCCL and allocator allowances (compare with measured tensor bytes)");
   po::options_description visible;
   visible.add(common_desc(o.common)).add(model_desc(m)).add(d).add(lora_desc(in.fsdp.lora, lora));
@@ -91,32 +91,18 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   in.allowances = !no_allowances;
   in.fsdp.loss_chunk = parse_loss_chunk(loss_chunk);
   in.fsdp.activation_checkpointing = fsdp::parse_activation_checkpointing(ac_mode, ac_every);
-  if (in.gpus_per_node < 1) throw runtime::UsageError("--gpus-per-node must be >= 1");
   in.nodes = parse_nodes(nodes);
   if (strategy == "all") {
-    using fsdp::Sharding;
-    in.strategies = {Sharding::kFullShard, Sharding::kShardGradOp, Sharding::kNoShard, Sharding::kHybridShard,
-                     Sharding::kHybridShardZero2};
+    for (const auto& row : fsdp::kShardingNames) in.strategies.push_back(row.value);
+  } else if (const auto s = runtime::parse_enum(fsdp::kShardingNames, strategy)) {
+    in.strategies = {*s};
   } else {
-    try {
-      in.strategies = {fsdp::parse_sharding(strategy)};
-    } catch (const runtime::UsageError&) {
-      throw runtime::UsageError("--strategy '" + strategy + "' is unknown; use all, full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2");
-    }
+    throw runtime::UsageError("--strategy '" + strategy + "' is unknown; use all, " + runtime::enum_choices(fsdp::kShardingNames));
   }
-  if (in.fsdp.shard_group_size < 0) throw runtime::UsageError("--shard-group-size must be >= 0 (0: one node)");
-  positive("--seq-len", static_cast<double>(in.seq_len), "tokens per row");
-  positive("--batch-size", static_cast<double>(in.batch_size), "rows per rank per micro-batch");
-  positive("--grad-accum", static_cast<double>(in.grad_accum), "micro-batches per step");
-  if (in.seq_len > in.model.max_position_embeddings)
-    throw runtime::UsageError("--seq-len " + std::to_string(in.seq_len) + " exceeds the model's max_position_embeddings (" +
-                     std::to_string(in.model.max_position_embeddings) + ")");
-  if (in.fsdp.max_inflight_gathers < 1) throw runtime::UsageError("--max-inflight-gathers must be >= 1");
-  if (!(in.default_mfu > 0 && in.default_mfu <= 1)) throw runtime::UsageError("--mfu must be in (0, 1]");
   in.fsdp.param_dtype = parse_dtype(param_dtype, "--param-dtype");
   in.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
-  if (in.fsdp.no_sync_accumulation && in.grad_accum < 2) throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
   check_lora(in.fsdp.lora, lora);
+  in.validate();
   in.fabric = plan::load_fabric(fabric);
   if (!calibrate.empty()) in.calibration = plan::read_calibration(calibrate);
   check_threads(o.common);

@@ -25,23 +25,34 @@ int64_t parse_bytes(const std::string& s, const char* opt) {
   return static_cast<int64_t>(v * mult);
 }
 
+namespace {
+// parse_bytes' inverse for whole K, M or G: 1048576 -> 1M (--help shows the defaults this way).
+std::string bytes_text(int64_t n) {
+  for (const auto& [unit, size] : {std::pair{"G", int64_t{1} << 30}, std::pair{"M", int64_t{1} << 20}, std::pair{"K", int64_t{1} << 10}})
+    if (n > 0 && n % size == 0) return std::to_string(n / size) + unit;
+  return std::to_string(n);
+}
+}  // namespace
+
 PreflightOptions parse_preflight(const std::vector<std::string>& args, std::string* help_text) {
   PreflightOptions o;
-  std::string min_b = "1M", max_b = "1G", ops = "all_gather,reduce_scatter,all_reduce", scopes = "intra,inter";
+  std::string min_b = bytes_text(o.min_bytes), max_b = bytes_text(o.max_bytes), scopes = "intra,inter";
+  std::string ops;
+  for (const auto& op : o.ops) ops += (ops.empty() ? "" : ",") + op;
   bool no_sweep = false;
   po::options_description d("Preflight");
-  d.add_options()("device", po::value(&o.device)->default_value("auto"), "auto, cuda (NCCL) or cpu (MPI)")(
-      "min-busbw", real(&o.min_busbw, 0), "fail when a sweep's average bus bandwidth (GB/s) is below this; 0: report only")(
-      "min-bytes", po::value(&min_b)->default_value("1M"), "smallest collective size (nccl-tests -b)")(
-      "max-bytes", po::value(&max_b)->default_value("1G"), "largest collective size (nccl-tests -e)")(
-      "step-factor", po::value(&o.step_factor)->default_value(2), "size multiplier between steps (nccl-tests -f)")(
-      "iters", po::value(&o.iters)->default_value(5), "timed iterations per size (nccl-tests -n)")(
-      "warmup", po::value(&o.warmup)->default_value(1), "untimed iterations per size (nccl-tests -w)")(
+  d.add_options()("device", po::value(&o.device)->default_value(o.device), "auto, cuda (NCCL) or cpu (MPI)")(
+      "min-busbw", real(&o.min_busbw, o.min_busbw), "fail when a sweep's average bus bandwidth (GB/s) is below this; 0: report only")(
+      "min-bytes", po::value(&min_b)->default_value(min_b), "smallest collective size (nccl-tests -b)")(
+      "max-bytes", po::value(&max_b)->default_value(max_b), "largest collective size (nccl-tests -e)")(
+      "step-factor", po::value(&o.step_factor)->default_value(o.step_factor), "size multiplier between steps (nccl-tests -f)")(
+      "iters", po::value(&o.iters)->default_value(o.iters), "timed iterations per size (nccl-tests -n)")(
+      "warmup", po::value(&o.warmup)->default_value(o.warmup), "untimed iterations per size (nccl-tests -w)")(
       "ops", po::value(&ops)->default_value(ops), "comma-separated: all_gather, reduce_scatter, all_reduce")(
       "scopes", po::value(&scopes)->default_value(scopes), "intra (ranks of one node), inter (one rank per node), or both")(
       "json", po::value(&o.json), "write the sweep's busbw per size here, as a fabric for `shardtrain plan --fabric FILE`")(
       "no-sweep", po::bool_switch(&no_sweep), "only report hosts, devices, NCCL and libfabric")(
-      "ranks-per-node", po::value(&o.ranks_per_node)->default_value(0), "treat every N consecutive ranks as one node (0: ask MPI)");
+      "ranks-per-node", po::value(&o.ranks_per_node)->default_value(o.ranks_per_node), "treat every N consecutive ranks as one node (0: ask MPI)");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);

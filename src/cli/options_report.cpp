@@ -15,7 +15,7 @@ ReportOptions parse_report(const std::vector<std::string>& args, std::string* he
       "out-dir", po::value(&o.out_dir),
       "write loss.png, throughput.png, breakdown.png and summary.md here (created if missing)")(
       "title", po::value(&o.title), "heading of the summary and prefix of the chart titles (e.g. the model and cluster)")(
-      "smooth", po::value(&o.smooth)->default_value(0),
+      "smooth", po::value(&o.smooth)->default_value(o.smooth),
       "also draw the loss as a trailing mean over K steps (0 or 1: per-step loss only)");
   po::positional_options_description pos;
   pos.add("metrics", -1);

@@ -10,12 +10,12 @@ namespace shardtrain::cli::parts {
 
 po::options_description run_control_desc(train::TrainConfig& t, RunControlArgs& raw) {
   po::options_description d("Signals and non-finite losses (exit codes: docs/reliability.md)");
-  d.add_options()("on-signal", po::value(&raw.on_signal)->default_value("continue"),
+  d.add_options()("on-signal", po::value(&raw.on_signal)->default_value(raw.on_signal),
                   "continue: SIGUSR1 checkpoints and training goes on; exit: SIGUSR1 checkpoints and exits 75; "
                   "exit-nosave: as exit, and SIGTERM/SIGINT stop without a checkpoint. With continue and exit, "
                   "SIGTERM/SIGINT (scancel, a time limit) checkpoint when --checkpoint-dir is set and exit 75 "
                   "(without a checkpoint: 143/130). Every rank stops at the same step boundary")(
-      "on-nonfinite", po::value(&raw.on_nonfinite)->default_value("stop"),
+      "on-nonfinite", po::value(&raw.on_nonfinite)->default_value(raw.on_nonfinite),
       "a NaN/Inf loss or gradient norm, found before the optimizer step: stop (exit 65, naming the step and the "
       "batch's rows) or skip (no optimizer step; counted as skipped_steps in the metrics)")(
       "max-nonfinite-steps", po::value(&t.nonfinite.max_in_a_row)->default_value(t.nonfinite.max_in_a_row),

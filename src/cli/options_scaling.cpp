@@ -34,7 +34,7 @@ ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* 
   d.add_options()("run", po::value(&runs)->composing(),
                   "NODES:METRICS.jsonl, a train --metrics-file from a run on NODES nodes; repeat once per node count")(
       "out-dir", po::value(&o.out_dir), "write scaling.md, scaling.csv and scaling.png here (created if missing)")(
-      "skip-steps", po::value(&o.skip_steps)->default_value(2),
+      "skip-steps", po::value(&o.skip_steps)->default_value(o.skip_steps),
       "leave each run's first K measured steps (warmup) out of the medians")(
       "title", po::value(&o.title), "heading of the table and chart titles (e.g. the model and cluster)");
   po::options_description all;

@@ -13,23 +13,11 @@ namespace fs = std::filesystem;
 namespace shardtrain::data {
 
 ChatTemplate parse_chat_template(const std::string& s) {
-  if (s == "auto") return ChatTemplate::kAuto;
-  if (s == "llama2") return ChatTemplate::kLlama2;
-  if (s == "llama3") return ChatTemplate::kLlama3;
-  if (s == "mistral") return ChatTemplate::kMistral;
-  if (s == "chatml") return ChatTemplate::kChatml;
-  throw runtime::UsageError("--chat-template must be llama2, llama3, mistral, chatml or auto, got '" + s + "'");
+  if (const auto t = runtime::parse_enum(kChatTemplateNames, s)) return *t;
+  throw runtime::UsageError("--chat-template must be " + runtime::enum_choices(kChatTemplateNames) + ", got '" + s + "'");
 }
 
-const char* chat_template_name(ChatTemplate t) {
-  switch (t) {
-    case ChatTemplate::kLlama2: return "llama2";
-    case ChatTemplate::kLlama3: return "llama3";
-    case ChatTemplate::kMistral: return "mistral";
-    case ChatTemplate::kChatml: return "chatml";
-    default: return "auto";
-  }
-}
+const char* chat_template_name(ChatTemplate t) { return runtime::enum_name(kChatTemplateNames, t); }
 
 namespace {
 

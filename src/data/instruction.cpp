@@ -10,23 +10,11 @@
 namespace shardtrain::data {
 
 DataFormat parse_format(const std::string& s) {
-  if (s == "auto") return DataFormat::kAuto;
-  if (s == "alpaca") return DataFormat::kAlpaca;
-  if (s == "samsum") return DataFormat::kSamsum;
-  if (s == "text") return DataFormat::kText;
-  if (s == "chat") return DataFormat::kChat;
-  throw runtime::UsageError("--format must be alpaca, samsum, text, chat or auto, got '" + s + "'");
+  if (const auto f = runtime::parse_enum(kDataFormatNames, s)) return *f;
+  throw runtime::UsageError("--format must be " + runtime::enum_choices(kDataFormatNames) + ", got '" + s + "'");
 }
 
-const char* format_name(DataFormat f) {
-  switch (f) {
-    case DataFormat::kAlpaca: return "alpaca";
-    case DataFormat::kSamsum: return "samsum";
-    case DataFormat::kText: return "text";
-    case DataFormat::kChat: return "chat";
-    default: return "auto";
-  }
-}
+const char* format_name(DataFormat f) { return runtime::enum_name(kDataFormatNames, f); }
 
 namespace {
 // Empty or only spaces, tabs, CRs and LFs.

@@ -8,24 +8,11 @@
 namespace shardtrain::fsdp {
 
 Sharding parse_sharding(const std::string& s) {
-  if (s == "full_shard") return Sharding::kFullShard;
-  if (s == "shard_grad_op") return Sharding::kShardGradOp;
-  if (s == "no_shard") return Sharding::kNoShard;
-  if (s == "hybrid_shard") return Sharding::kHybridShard;
-  if (s == "hybrid_shard_zero2") return Sharding::kHybridShardZero2;
-  throw runtime::UsageError("--sharding must be full_shard, shard_grad_op, no_shard, hybrid_shard or hybrid_shard_zero2, got '" +
-                   s + "'");
+  if (const auto v = runtime::parse_enum(kShardingNames, s)) return *v;
+  throw runtime::UsageError("--sharding must be " + runtime::enum_choices(kShardingNames) + ", got '" + s + "'");
 }
 
-const char* sharding_name(Sharding s) {
-  switch (s) {
-    case Sharding::kFullShard: return "full_shard";
-    case Sharding::kShardGradOp: return "shard_grad_op";
-    case Sharding::kNoShard: return "no_shard";
-    case Sharding::kHybridShard: return "hybrid_shard";
-    default: return "hybrid_shard_zero2";
-  }
-}
+const char* sharding_name(Sharding s) { return runtime::enum_name(kShardingNames, s); }
 
 bool reshard_after_forward(Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; }
 bool is_hybrid(Sharding s) { return s == Sharding::kHybridShard || s == Sharding::kHybridShardZero2; }

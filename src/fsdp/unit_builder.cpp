@@ -34,7 +34,7 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
   const auto& specs = layout.base_specs();
   const auto& trainable_specs = layout.trainable_specs();
   const auto unit_specs = model::model_units(layout.model());
-  if (frozen) b.base_crc_rows.assign(specs.size() * 3, -1);
+  if (frozen) b.base_crc_rows.assign(specs.size(), runtime::CrcRow{});
   // Only this rank's bytes are read from a file; the seeded init is per parameter.
   const ReadPiece base_piece = [&](const FlatEntry& e, int64_t from, int64_t to) {
     if (weights) return weights->read_flat(e.name, from, to).to(at::kFloat);
@@ -47,10 +47,8 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
   // A frozen base's checksum is taken in fp32, before any conversion.
   const SeePiece checksum = [&](const FlatEntry& e, const Segment& s, const at::Tensor& piece) {
     const auto c = piece.contiguous();
-    int64_t* row = &b.base_crc_rows[e.spec * 3];
-    row[0] = s.param_offset;
-    row[1] = s.numel;
-    row[2] = static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()));
+    const auto crc = static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()));
+    b.base_crc_rows[e.spec] = {s.param_offset, s.numel, crc};
   };
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     FlatLayout base_layout = flat_layout(specs, u, shard_size);

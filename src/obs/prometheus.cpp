@@ -7,11 +7,11 @@
 namespace shardtrain::obs {
 
 const char* group_name(int g) {
-  static const char* names[RankSeries::kGroups] = {"world", "shard", "replicate"};
+  static const char* names[RankSeries::kProcessGroups] = {"world", "shard", "replicate"};
   return names[g];
 }
 
-int RankSeries::packed_size() { return 7 + runtime::kNumPhases + 5 + 2 * kGroups * comm::kNumOps; }
+int RankSeries::packed_size() { return 7 + runtime::kNumPhases + 5 + 2 * kProcessGroups * comm::kNumOps; }
 
 std::vector<double> RankSeries::pack() const {
   std::vector<double> v = {step, loss, lr, tokens_per_s, tflops_per_device, mfu, step_seconds};
@@ -113,7 +113,7 @@ std::string exposition(const std::string& job, const std::vector<RankSeries>& ra
          "Optimizer steps skipped for a non-finite loss or gradient norm (--on-nonfinite skip).", &RankSeries::skipped_steps);
   auto per_collective = [&](const std::string& name, const std::string& help, bool bytes) {
     family(name, "counter", help, [&](const RankSeries& r, const std::string& l) {
-      for (int g = 0; g < RankSeries::kGroups; ++g)
+      for (int g = 0; g < RankSeries::kProcessGroups; ++g)
         for (int k = 0; k < comm::kNumOps; ++k)
           out += name + "{" + l + ",group=\"" + group_name(g) + "\",op=\"" + comm::op_name(static_cast<comm::Op>(k)) +
                  "\"} " + number(bytes ? r.bytes[g][k] : r.calls[g][k]) + "\n";

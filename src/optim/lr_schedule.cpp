@@ -20,7 +20,6 @@ void LrSchedule::validate() const {
     for (const char* k : kLrScheduleKinds) accepted += (accepted.empty() ? "" : ", ") + std::string(k);
     throw runtime::UsageError("--lr-schedule must be one of " + accepted + ", got '" + kind + "'");
   }
-  if (!(base_lr > 0)) throw runtime::UsageError("--lr must be positive");
   if (warmup_steps < 0) throw runtime::UsageError("--warmup-steps must be >= 0");
   if (gamma <= 0 || gamma > 1) throw runtime::UsageError("--gamma must be in (0, 1]");
   if (min_lr_ratio < 0 || min_lr_ratio > 1) throw runtime::UsageError("--min-lr-ratio must be in [0, 1]");

@@ -140,7 +140,7 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   r.checkpoint_seconds = last_checkpoint_s_;
   r.skipped_steps = static_cast<double>(m.skipped_steps);
   const auto groups = engine_.groups().all();
-  for (int k = 0; k < obs::RankSeries::kGroups; ++k)
+  for (int k = 0; k < obs::RankSeries::kProcessGroups; ++k)
     for (int op = 0; op < comm::kNumOps; ++op) {
       r.calls[k][op] += static_cast<double>(groups[k]->stats().ops[op].calls);
       r.bytes[k][op] += static_cast<double>(groups[k]->stats().ops[op].bytes);

@@ -19,7 +19,7 @@ class AsyncSaver {
   AsyncSaver(const AsyncSaver&) = delete;
   AsyncSaver& operator=(const AsyncSaver&) = delete;
 
-  // Waits for the previous save, takes every piece's state (host copies of the tensors), starts
+  // Waits for the previous save, takes every registered state (host copies of the tensors), starts
   // the write; returns the seconds the caller was blocked.
   double start(const std::string& final_path, const StateRegistry& state, const StripeOptions& stripe, int keep);
   void wait();  // rethrows a failure of the background write

@@ -1,6 +1,6 @@
-// Sharded checkpoints (docs/checkpoint-format.md): a save writes every registered piece of state
+// Sharded checkpoints (docs/checkpoint-format.md): a save writes every registered state
 // into one HDF5 file (h5_format.h) and publishes it in the checkpoint directory
-// (checkpoint_dir.h); a load hands every piece its state back. The pieces a training run saves
+// (checkpoint_dir.h); a load hands every state what it saved. The states a training run saves
 // are registered in training_state.h.
 #pragma once
 #include <mpi.h>
@@ -23,7 +23,7 @@ void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snaps
                        int keep);
 // Collective over the registry's world: a synchronous write_and_publish of the live state.
 void save(const std::string& final_path, const StateRegistry& reg, const StripeOptions& stripe = {}, int keep = 0);
-// Collective over the registry's world: restores every piece (h5_format.h's read_file).
+// Collective over the registry's world: restores every state (h5_format.h's read_file).
 void load(const std::string& path, StateRegistry& reg);
 
 }  // namespace shardtrain::ckpt

@@ -1,5 +1,5 @@
 // A checkpoint's root attributes: everything in the file but the tensors. The format writes
-// format_version and every piece's Values; a reader takes them all back with one checked pass,
+// format_version and every state's Values; a reader takes them all back with one checked pass,
 // so a hand-made or damaged file fails with a line naming it, never a crash.
 #pragma once
 #include <hdf5.h>
@@ -18,7 +18,7 @@ namespace shardtrain::ckpt {
 // every version up to their own.
 constexpr int64_t kFormatVersion = 1;
 
-// The root attributes' names: what the state pieces write (training_state.cpp) and what
+// The root attributes' names: what the states write (training_state.cpp) and what
 // read_attrs reads back, in one place.
 namespace attr {
 inline constexpr const char* kFormatVersion = "format_version";

@@ -29,11 +29,11 @@ void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, co
 // The bytes snap's tensors take in the file (metadata aside).
 int64_t tensor_bytes(const Snapshot& snap);
 
-// Collective over reg.ranks().world: checks the format, lets every piece refuse the file, reads
-// every piece's tensor slices into its live views, hands every piece its values, then verifies
+// Collective over reg.ranks().world: checks the format, lets every state refuse the file, reads
+// every state's tensor slices into its live views, hands every state its values, then verifies
 // every dataset's CRC-32 across the shard group. All ranks throw alike: ResumeRefused,
 // AgreedUsageError (a foreign, damaged or mismatched file) or Error; errors name the file and
-// the tensor, or the piece whose state is missing.
+// the tensor, or the state whose values are missing.
 void read_file(const std::string& path, StateRegistry& reg);
 
 }  // namespace shardtrain::ckpt

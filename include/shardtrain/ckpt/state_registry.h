@@ -1,5 +1,5 @@
-// The pieces of state a checkpoint holds, and where this rank stands among the ranks that save
-// and load them. Whoever builds the engine and the optimizer registers their pieces here
+// The states a checkpoint holds (Stateful objects), and where this rank stands among the ranks
+// that save and load them. Whoever builds the engine and the optimizer registers their states here
 // (training_state.h); the file format sees only this list.
 #pragma once
 #include <mpi.h>
@@ -24,8 +24,8 @@ struct Ranks {
 // What a save writes, taken at one moment: views of the live tensors, or host copies that a
 // background write can use while training goes on.
 struct Snapshot {
-  std::vector<TensorGroup> groups;  // every piece's, in registration order
-  Values values;                    // every piece's
+  std::vector<TensorGroup> groups;  // every state's, in registration order
+  Values values;                    // every state's
   bool writer = true;
   int shard_rank = 0;
 };
@@ -33,22 +33,22 @@ struct Snapshot {
 class StateRegistry {
  public:
   explicit StateRegistry(Ranks ranks = {}) : ranks_(ranks) {}
-  // Throws Error when a piece of that name is registered already.
-  Stateful& add(std::unique_ptr<Stateful> piece);
+  // Throws Error when a state of that name is registered already.
+  Stateful& add(std::unique_ptr<Stateful> state);
   template <typename T, typename... Args>
   T& emplace(Args&&... args) {
     return static_cast<T&>(add(std::make_unique<T>(std::forward<Args>(args)...)));
   }
   const Ranks& ranks() const { return ranks_; }
-  std::vector<Stateful*> pieces() const;
-  // Every piece's tensors and values. copy: host copies of the tensors (GPU tensors are always
-  // copied, since MPI-IO and the checksums read host memory). Throws Error when two pieces
+  std::vector<Stateful*> states() const;
+  // Every state's tensors and values. copy: host copies of the tensors (GPU tensors are always
+  // copied, since MPI-IO and the checksums read host memory). Throws Error when two states
   // claim the same group or attribute.
   Snapshot snapshot(bool copy) const;
 
  private:
   Ranks ranks_;
-  std::vector<std::unique_ptr<Stateful>> pieces_;
+  std::vector<std::unique_ptr<Stateful>> states_;
 };
 
 }  // namespace shardtrain::ckpt

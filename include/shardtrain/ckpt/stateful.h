@@ -1,8 +1,8 @@
-// One named piece of training state that a checkpoint saves and restores, in the spirit of
-// torch.distributed.checkpoint.Stateful. A piece contributes sharded fp32 tensors (each a
+// One named part of the training state that a checkpoint saves and restores, in the spirit of
+// torch.distributed.checkpoint.Stateful. A state contributes sharded fp32 tensors (each a
 // dataset in its own HDF5 group, written by every rank's slices), small values (root
-// attributes), or both. The file format asks every registered piece for its state on a save
-// and hands each its own state back on a load, so a new piece needs no change to the format.
+// attributes), or both. The file format asks every registered state for its tensors and values on a
+// save and hands each its own back on a load, so a new state needs no change to the format.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -47,17 +47,17 @@ class ResumeRefused : public runtime::AgreedUsageError {
 class Stateful {
  public:
   virtual ~Stateful() = default;
-  // Unique among the registered pieces; errors about this piece's state name it.
+  // Unique among the registered states; errors about its tensors and values name it.
   virtual std::string name() const = 0;
   // Views of the live tensors: a save reads them (or copies them for a background write), a load
-  // writes into them. Group names must be unique across pieces.
+  // writes into them. Group names must be unique across states.
   virtual std::vector<TensorGroup> tensors() { return {}; }
-  // Adds this piece's values, taken now: a background save writes them later.
+  // Adds this state's values, taken now: a background save writes them later.
   virtual void save_values(Values& out) const { (void)out; }
   // Before any tensor is read: throws ResumeRefused for a checkpoint this run cannot continue.
   virtual void check(const Values& saved) const { (void)saved; }
-  // After every tensor is read: takes this piece's values back. A missing attribute throws
-  // Error naming the piece, unless the piece asks has() and documents a default.
+  // After every tensor is read: takes this state's values back. A missing attribute throws
+  // Error naming the state, unless the state asks has() and documents a default.
   virtual void load_values(const Values& saved) { (void)saved; }
 };
 

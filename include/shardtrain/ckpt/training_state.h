@@ -1,7 +1,7 @@
-// The pieces of state a training run checkpoints, and the one place they are registered:
+// The states a training run checkpoints, and the one place they are registered:
 // the model's shards, the optimizer (AdamW's moments and step count), the train step, the data
 // loader's position (with the schedule's reference batch and the data's identity), the run's configuration and a LoRA run's adapters settings and base. A new
-// piece of state is a Stateful registered in training_state(); the file format needs no change.
+// state is a Stateful registered in training_state(); the file format needs no change.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -18,7 +18,7 @@ namespace shardtrain::ckpt {
 
 // The tensor groups of a training checkpoint, each holding one dataset per parameter: the fp32
 // master weights, then AdamW's first and second moments.
-inline constexpr const char* kGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
+inline constexpr const char* kTensorGroups[3] = {"model", "exp_avg", "exp_avg_sq"};
 
 // The loop's side of a checkpoint: what a save records and a load restores besides the engine
 // and the optimizer.
@@ -39,7 +39,7 @@ struct TrainState {
 // Face order, as the engine read them (the same at any world size, strategy and --param-dtype).
 int64_t base_crc32(fsdp::FsdpEngine& engine);
 
-// Collective over the world when it checksums a LoRA base. The pieces hold references to engine,
+// Collective over the world when it checksums a LoRA base. The states hold references to engine,
 // optimizer and state, which must outlive the registry. base_weights: a LoRA run's --weights
 // ("" for the seeded init), recorded beside its checksum. checksum_base: false for a registry
 // that never saves or loads (a run without checkpoints), which skips reading the whole base.

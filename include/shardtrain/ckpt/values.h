@@ -1,7 +1,7 @@
 // The small values of a checkpoint (step counters, the data loader's position, configurations):
 // named integers, reals and strings (JSON as its text), stored as root attributes of the file.
-// A save fills one Values from every piece of state; a load hands each piece the file's, whose
-// getters throw Error naming the file, the attribute and the piece that asked for it.
+// A save fills one Values from every state; a load hands each state the file's, whose
+// getters throw Error naming the file, the attribute and the state that asked for it.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,12 +33,12 @@ class Values {
   // In save order; a reader lists every attribute of the file.
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
   // Adds every entry of `other`; throws Error naming a key both hold.
-  void merge(const Values& other, const std::string& piece);
+  void merge(const Values& other, const std::string& state);
   // A reader's record of an attribute it could not read: the getters throw `why` for that key.
   void set_unreadable(const std::string& key, const std::string& why);
-  // The same values, with errors naming `origin` (the file) and `piece` (the state asking).
-  Values about(const std::string& origin, const std::string& piece) const;
-  const std::string& origin() const { return origin_; }  // the file, for a piece's own messages
+  // The same values, with errors naming `origin` (the file) and `state` (the state asking).
+  Values about(const std::string& origin, const std::string& state) const;
+  const std::string& origin() const { return origin_; }  // the file, for a state's own messages
 
  private:
   const Value& find(const std::string& key) const;
@@ -46,7 +46,7 @@ class Values {
   std::vector<std::pair<std::string, Value>> entries_;
   std::map<std::string, std::string> unreadable_;
   std::string origin_ = "checkpoint";
-  std::string piece_;
+  std::string state_;
 };
 
 }  // namespace shardtrain::ckpt

@@ -26,10 +26,17 @@ struct CommonOptions {
   bool wants_help() const { return help || help_all || help_defaults; }
 };
 
+// --model, --weights and the model overrides, as typed (0: not overridden).
+struct ModelArgs {
+  std::string spec, weights;  // spec empty: the config.json beside the weights, else tiny
+  int64_t n_layers = 0, hidden = 0, inter = 0, heads = 0, kv_heads = 0, vocab = 0, max_pos = 0;
+};
+
 // Each concern's struct comes from its own module and is filled by the parser directly: what
 // the user typed reaches the component without being copied by hand.
 struct TrainOptions {
   CommonOptions common;
+  ModelArgs model_args;    // as typed: resolve_checkpoint_model's overrides of a checkpoint's model
   model::ModelConfig model;
   std::string weights;     // safetensors file, directory or index (optional)
   std::string model_from;  // where the model configuration came from, for the log
@@ -149,6 +156,10 @@ struct ReportOptions {
 // Both throw UsageError (main exits 2) with one line naming the option to change.
 // A --help request sets common.help and leaves usage text in *help_text.
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text);
+// Where the run is built, after parse_train: a resume without --model and --weights takes the
+// model (and a LoRA run's base weights) recorded in the checkpoint, which this reads; nothing
+// to do otherwise. Throws UsageError as parse_train does.
+void resolve_checkpoint_model(TrainOptions& o);
 EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text);
 PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text);
 GenerateOptions parse_generate(const std::vector<std::string>& args, std::string* help_text);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardtrain/data/chat.h"
+#include "shardtrain/runtime/enum_names.h"
 
 namespace shardtrain::data {
 
@@ -15,6 +16,9 @@ namespace shardtrain::data {
 // v0.2's (system message prepended to the first user message). kChatml: Qwen2-7B-Instruct's
 // (default system "You are a helpful assistant.").
 enum class ChatTemplate { kAuto, kLlama2, kLlama3, kMistral, kChatml };
+inline constexpr runtime::EnumName<ChatTemplate> kChatTemplateNames[] = {
+    {ChatTemplate::kLlama2, "llama2"}, {ChatTemplate::kLlama3, "llama3"}, {ChatTemplate::kMistral, "mistral"},
+    {ChatTemplate::kChatml, "chatml"}, {ChatTemplate::kAuto, "auto"}};
 ChatTemplate parse_chat_template(const std::string& s);  // throws UsageError naming --chat-template
 const char* chat_template_name(ChatTemplate t);
 

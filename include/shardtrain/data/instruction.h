@@ -11,10 +11,14 @@
 
 #include "shardtrain/data/chat.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/runtime/enum_names.h"
 
 namespace shardtrain::data {
 
 enum class DataFormat { kAuto, kAlpaca, kSamsum, kText, kChat };
+inline constexpr runtime::EnumName<DataFormat> kDataFormatNames[] = {
+    {DataFormat::kAlpaca, "alpaca"}, {DataFormat::kSamsum, "samsum"}, {DataFormat::kText, "text"},
+    {DataFormat::kChat, "chat"}, {DataFormat::kAuto, "auto"}};
 DataFormat parse_format(const std::string& s);  // throws UsageError naming --format
 const char* format_name(DataFormat f);
 

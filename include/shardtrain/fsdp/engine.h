@@ -72,9 +72,9 @@ class FsdpEngine {
   // What trains and what checkpoints hold: the model's parameters, or a LoRA run's adapters.
   const TrainableLayout& layout() const { return *layout_; }
   // Frozen base: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each base
-  // parameter as read at construction, [llama_param_specs x 3], -1 where it holds none; combined
-  // over the shard group into one checksum of the base (ckpt::base_crc32).
-  const std::vector<int64_t>& base_crc_rows() const { return base_crc_rows_; }
+  // parameter as read at construction, one row per llama_param_specs entry (none held: -1);
+  // combined over the shard group into one checksum of the base (ckpt::base_crc32).
+  const std::vector<runtime::CrcRow>& base_crc_rows() const { return base_crc_rows_; }
   EngineMemory& memory() { return *memory_; }
   const UnitSchedule& schedule() const { return *schedule_; }
   const comm::ProcessGroups& groups() const { return groups_; }
@@ -94,7 +94,7 @@ class FsdpEngine {
   std::unique_ptr<EngineMemory> memory_;
   std::unique_ptr<UnitSchedule> schedule_;
   std::vector<ShardPiece> pieces_;  // this rank's pieces of every unit's shard
-  std::vector<int64_t> base_crc_rows_;
+  std::vector<runtime::CrcRow> base_crc_rows_;
   uint64_t seed_ = 0;            // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
   uint64_t unnamed_passes_ = 0;  // batches without sample ids (tests, tools): each pass draws its own masks
 };

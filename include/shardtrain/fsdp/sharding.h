@@ -9,11 +9,15 @@
 #include "shardtrain/comm/process_groups.h"
 #include "shardtrain/fsdp/activation_checkpointing.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/runtime/enum_names.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::fsdp {
 
 enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
+inline constexpr runtime::EnumName<Sharding> kShardingNames[] = {
+    {Sharding::kFullShard, "full_shard"}, {Sharding::kShardGradOp, "shard_grad_op"}, {Sharding::kNoShard, "no_shard"},
+    {Sharding::kHybridShard, "hybrid_shard"}, {Sharding::kHybridShardZero2, "hybrid_shard_zero2"}};
 Sharding parse_sharding(const std::string& s);  // throws UsageError naming --sharding
 const char* sharding_name(Sharding s);
 // PyTorch FSDP's reshard_after_forward: free the gathered parameters after each unit's forward.

@@ -16,6 +16,7 @@
 #include "shardtrain/fsdp/trainable_layout.h"
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/params.h"
+#include "shardtrain/runtime/checksum.h"
 
 namespace shardtrain::fsdp {
 
@@ -35,8 +36,7 @@ struct BuiltUnits {
   std::vector<FlatUnit> units;              // [num_layers + 2], model_units() order; the base
   std::vector<FlatUnit> adapters;           // [num_layers + 2] where the base is frozen; empty otherwise
   std::vector<ShardPiece> pieces;           // this rank's pieces of every trainable unit's shard
-  std::vector<int64_t> base_crc_rows;       // frozen base: [specs * 3] (param_offset, numel, CRC-32) of this rank's base pieces
-  std::vector<at::Tensor> no_sync;          // [units] fp32 [padded], with no_sync_accumulation
+  std::vector<runtime::CrcRow> base_crc_rows;  // frozen base: [specs] this rank's piece of each base parameter
 };
 
 // weights: the base's file (nullptr: seeded); trained: the file of what trains beside a frozen

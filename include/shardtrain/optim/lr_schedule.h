@@ -17,7 +17,8 @@ struct LrSchedule {
   double min_lr_ratio = 0.1;  // cosine decays to base_lr * min_lr_ratio
   double gamma = 0.85;        // steplr: lr = base_lr * gamma^epoch
 
-  // Throws UsageError naming the option (--lr-schedule, --lr, --warmup-steps, --gamma, --min-lr-ratio).
+  // Throws UsageError naming the option (--lr-schedule, --warmup-steps, --gamma, --min-lr-ratio);
+  // train's parser checks --lr > 0 once, with a message that suggests the default.
   void validate() const;
   // step: the progress before this optimizer step, in steps of the first run's global batch (an
   // integer at that batch; fractional after a resume at another); epoch: the 0-based epoch it is in.

@@ -32,6 +32,7 @@ struct PlanInput {
   bool packed = false;  // rows hold several documents (prepare --mode packing)
   double default_mfu = 0.37;  // compute efficiency without --calibrate (fms-fsdp, 7B, H100, eager)
   bool allowances = true;     // NCCL and allocator allowances (off for the CPU validation)
+  void validate() const;      // throws UsageError naming the option to change (plan's)
 };
 
 struct PlanRow {

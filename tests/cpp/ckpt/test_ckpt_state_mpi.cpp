@@ -1,7 +1,7 @@
-// A piece of state the checkpoint code has never heard of, registered through Stateful: its
+// A state the checkpoint code has never heard of, registered through Stateful: its
 // sharded tensors and its values round-trip through a parallel save and load at any world size,
 // a background save writes the state of the moment it was taken, and a file saved without the
-// piece is an error naming it. Run under mpirun at several world sizes.
+// state is an error naming it. Run under mpirun at several world sizes.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -140,8 +140,8 @@ TEST(CkptState, ASnapshotCopyKeepsTheStateOfItsMoment) {
   EXPECT_EQ(b.count, 1);
 }
 
-// Decided behaviour: a file that lacks a registered piece's state is an error naming the piece
-// (a piece that wants a default asks has() itself, as the LoRA settings do).
+// Decided behaviour: a file that lacks a registered state's state is an error naming the state
+// (a state that wants a default asks has() itself, as the LoRA settings do).
 TEST(CkptState, AFileWithoutAPiecesStateIsAnErrorNamingIt) {
   const std::string path = path_for("without");
   ckpt::StateRegistry old_run(ranks());

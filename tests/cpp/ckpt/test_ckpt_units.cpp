@@ -270,7 +270,7 @@ TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
   damaged([](hid_t f) { H5Adelete(f, "step"), io::h5::write_attr(f, "step", int64_t{-3}); }, "negative step");
 }
 
-// A piece's values: typed getters whose errors name the file, the attribute and the piece.
+// A state's values: typed getters whose errors name the file, the attribute and the state.
 TEST(CkptValues, GettersNameTheFileTheAttributeAndThePiece) {
   ckpt::Values v;
   v.set_int("count", 3);
@@ -298,7 +298,7 @@ TEST(CkptValues, GettersNameTheFileTheAttributeAndThePiece) {
 }
 
 namespace {
-// A value-only piece: enough to see the registry's rules without MPI or files.
+// A value-only state: enough to see the registry's rules without MPI or files.
 class Counter : public ckpt::Stateful {
  public:
   Counter(std::string name, std::string key) : name_(std::move(name)), key_(std::move(key)) {}
@@ -313,11 +313,11 @@ class Counter : public ckpt::Stateful {
 TEST(CkptRegistry, NamesAndAttributesBelongToOnePiece) {
   ckpt::StateRegistry reg;
   reg.emplace<Counter>("a", "x");
-  EXPECT_THROW(reg.emplace<Counter>("a", "y"), runtime::Error) << "two pieces of one name";
+  EXPECT_THROW(reg.emplace<Counter>("a", "y"), runtime::Error) << "two states of one name";
   reg.emplace<Counter>("b", "y");
   EXPECT_EQ(reg.snapshot(false).values.entries().size(), 2u);
   reg.emplace<Counter>("c", "x");
-  EXPECT_THROW(reg.snapshot(false), runtime::Error) << "two pieces saving one attribute";
+  EXPECT_THROW(reg.snapshot(false), runtime::Error) << "two states saving one attribute";
 }
 
 // The root attributes of a checkpoint written before the state registry existed read as before.
