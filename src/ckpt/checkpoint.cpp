@@ -6,13 +6,14 @@
 
 namespace shardtrain::ckpt {
 
-void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe) {
+void write(const std::string& path, MPI_Comm comm, const Snapshot& snap,
+           const StripeOptions& stripe) {
   write_file(path, comm, snap, stripe);
   MPI_CHECK(MPI_Barrier(comm));
 }
 
-void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe,
-                       int keep) {
+void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap,
+                       const StripeOptions& stripe, int keep) {
   const std::string tmp = final_path + ".tmp";
   const int64_t need = tensor_bytes(snap);
   std::string error;
@@ -30,7 +31,8 @@ void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snaps
   MPI_CHECK(MPI_Barrier(comm));  // nobody moves on before `latest` names the new file
 }
 
-void save(const std::string& final_path, const StateRegistry& reg, const StripeOptions& stripe, int keep) {
+void save(const std::string& final_path, const StateRegistry& reg, const StripeOptions& stripe,
+          int keep) {
   write_and_publish(final_path, reg.ranks().world, reg.snapshot(/*copy=*/false), stripe, keep);
 }
 

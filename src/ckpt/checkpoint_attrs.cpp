@@ -20,35 +20,48 @@ void read_one(hid_t file, const std::string& path, const std::string& name, Valu
   io::h5::Handle attr(H5_CHECK(H5Aopen(file, name.c_str(), H5P_DEFAULT)), H5Aclose);
   io::h5::Handle space(H5_CHECK(H5Aget_space(attr)), H5Sclose);
   if (H5_CHECK(H5Sget_simple_extent_npoints(space)) != 1) {
-    values.set_unreadable(name, path + ": attribute " + name + " is not a single value; the file is not what shardtrain wrote");
+    values.set_unreadable(name,
+                          path + ": attribute " + name +
+                              " is not a single value; the file is not what shardtrain wrote");
     return;
   }
   io::h5::Handle type(H5_CHECK(H5Aget_type(attr)), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type);
-  if (cls == H5T_INTEGER) values.set_int(name, io::h5::read_attr_int(file, name));
-  else if (cls == H5T_FLOAT) values.set_real(name, io::h5::read_attr_double(file, name));
-  else if (cls == H5T_STRING) values.set_text(name, io::h5::read_attr_string(file, name));
-  else values.set_unreadable(name, path + ": attribute " + name + " has a type shardtrain does not write");
+  if (cls == H5T_INTEGER)
+    values.set_int(name, io::h5::read_attr_int(file, name));
+  else if (cls == H5T_FLOAT)
+    values.set_real(name, io::h5::read_attr_double(file, name));
+  else if (cls == H5T_STRING)
+    values.set_text(name, io::h5::read_attr_string(file, name));
+  else
+    values.set_unreadable(name,
+                          path + ": attribute " + name + " has a type shardtrain does not write");
 }
 
 }  // namespace
 
 void write_values(hid_t file, const Values& values) {
-  if (values.has(attr::kFormatVersion)) throw runtime::Error("checkpoint state may not save an attribute named format_version");
+  if (values.has(attr::kFormatVersion))
+    throw runtime::Error("checkpoint state may not save an attribute named format_version");
   io::h5::write_attr(file, attr::kFormatVersion, kFormatVersion);
   for (const auto& [key, v] : values.entries()) {
-    if (const auto* i = std::get_if<int64_t>(&v)) io::h5::write_attr(file, key, *i);
-    else if (const auto* d = std::get_if<double>(&v)) io::h5::write_attr_double(file, key, *d);
-    else io::h5::write_attr(file, key, std::get<std::string>(v));
+    if (const auto* i = std::get_if<int64_t>(&v))
+      io::h5::write_attr(file, key, *i);
+    else if (const auto* d = std::get_if<double>(&v))
+      io::h5::write_attr_double(file, key, *d);
+    else
+      io::h5::write_attr(file, key, std::get<std::string>(v));
   }
 }
 
 Values read_values(hid_t file, const std::string& path) {
-  if (!io::h5::has_attr(file, attr::kFormatVersion)) throw runtime::UsageError(path + " is not a shardtrain checkpoint");
+  if (!io::h5::has_attr(file, attr::kFormatVersion))
+    throw runtime::UsageError(path + " is not a shardtrain checkpoint");
   const int64_t version = io::h5::read_attr_int(file, attr::kFormatVersion);
   if (version > kFormatVersion)
-    throw runtime::UsageError(path + " has checkpoint format " + std::to_string(version) + ", newer than this build's " +
-                     std::to_string(kFormatVersion) + "; upgrade shardtrain");
+    throw runtime::UsageError(path + " has checkpoint format " + std::to_string(version) +
+                              ", newer than this build's " + std::to_string(kFormatVersion) +
+                              "; upgrade shardtrain");
   std::vector<std::string> names;
   hsize_t idx = 0;
   H5_CHECK(H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_name, &names));
@@ -63,7 +76,8 @@ CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
   a.format_version = v.get_int(attr::kFormatVersion);
   a.step = v.get_int(attr::kStep);
   a.loader_in_steps = !v.has(attr::kLoaderRow);
-  a.loader = {v.get_int(attr::kLoaderEpoch), v.get_int(a.loader_in_steps ? attr::kLoaderStep : attr::kLoaderRow)};
+  a.loader = {v.get_int(attr::kLoaderEpoch),
+              v.get_int(a.loader_in_steps ? attr::kLoaderStep : attr::kLoaderRow)};
   if (v.has(attr::kGlobalBatch)) a.global_batch = v.get_int(attr::kGlobalBatch);
   if (v.has(attr::kScheduleBatch)) a.schedule_batch = v.get_int(attr::kScheduleBatch);
   a.adam_step = v.get_int(attr::kAdamStep);
@@ -80,7 +94,8 @@ CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
     a.base_crc32 = v.get_int(attr::kBaseCrc32);
   }
   if (a.step < 0 || a.adam_step < 0 || a.loader.epoch < 0 || a.loader.row < 0 || a.lora_rank < 0)
-    throw runtime::Error(path + ": negative step, loader position or lora_rank; the checkpoint is damaged");
+    throw runtime::Error(
+        path + ": negative step, loader position or lora_rank; the checkpoint is damaged");
   return a;
 }
 

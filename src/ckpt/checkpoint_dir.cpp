@@ -58,9 +58,7 @@ void publish(const std::string& tmp, const std::string& final_path, int keep) {
   runtime::sync_best_effort(tmp);
   fs::rename(tmp, final_path);
   const auto dir = fs::path(final_path).parent_path();
-  {
-    std::ofstream(dir / "latest.tmp") << fs::path(final_path).filename().string() << "\n";
-  }
+  { std::ofstream(dir / "latest.tmp") << fs::path(final_path).filename().string() << "\n"; }
   runtime::sync_best_effort((dir / "latest.tmp").string());
   fs::rename(dir / "latest.tmp", dir / "latest");
   runtime::sync_best_effort(dir.string());
@@ -83,7 +81,8 @@ std::vector<std::string> resume_candidates(const std::string& spec, const std::s
   std::reverse(all.begin(), all.end());
   const std::string latest = latest_checkpoint(dir);
   if (latest.empty()) return all;
-  // Newer files than `latest` are not this run's history (another run's, or a save `latest` never named).
+  // Newer files than `latest` are not this run's history (another run's, or a save `latest` never
+  // named).
   const int64_t latest_step = step_of(latest);
   std::vector<std::string> order{latest};
   for (const auto& p : all)
@@ -99,14 +98,18 @@ std::string resolve_checkpoint(const std::string& spec, const std::string& opt) 
     if (!fs::exists(dir, ec)) throw runtime::UsageError(opt + ": " + spec + " does not exist");
     const std::string name = latest_name(dir);
     const auto all = list_checkpoints(dir.string());
-    if (name.empty() && !all.empty()) return all.back();  // no `latest` (an older layout): the newest
+    if (name.empty() && !all.empty())
+      return all.back();  // no `latest` (an older layout): the newest
     if (name.empty())
-      throw runtime::UsageError(opt + ": " + dir.string() + " has no `latest` file (no checkpoint was completed there); pass a " +
-                       "checkpoint file such as " + step_path(dir.string(), 100));
+      throw runtime::UsageError(
+          opt + ": " + dir.string() +
+          " has no `latest` file (no checkpoint was completed there); pass a " +
+          "checkpoint file such as " + step_path(dir.string(), 100));
     const fs::path target = dir / name;
     if (!fs::exists(target, ec))
-      throw runtime::UsageError(opt + ": " + (dir / "latest").string() + " names " + name + ", which does not exist; pass one of " +
-                       "the step-*.h5 files in " + dir.string());
+      throw runtime::UsageError(opt + ": " + (dir / "latest").string() + " names " + name +
+                                ", which does not exist; pass one of " + "the step-*.h5 files in " +
+                                dir.string());
     return target.string();
   }
   if (!fs::exists(p, ec)) throw runtime::UsageError(opt + ": " + spec + " does not exist");

@@ -50,13 +50,15 @@ bool pwrite_record(int fd, const LockHolder& h) {
   return ::pwrite(fd, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size());
 }
 
-bool pid_alive(int64_t pid) { return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM); }
+bool pid_alive(int64_t pid) {
+  return pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
 
 }  // namespace
 
 std::string format_lock_record(const LockHolder& h) {
-  return "host=" + h.host + " job=" + h.job + " pid=" + std::to_string(h.pid) + " since=" + std::to_string(h.since) +
-         " heartbeat=" + std::to_string(h.heartbeat);
+  return "host=" + h.host + " job=" + h.job + " pid=" + std::to_string(h.pid) +
+         " since=" + std::to_string(h.since) + " heartbeat=" + std::to_string(h.heartbeat);
 }
 
 bool parse_lock_record(const std::string& text, LockHolder* out) {
@@ -68,11 +70,16 @@ bool parse_lock_record(const std::string& text, LockHolder* out) {
       const size_t eq = item.find('=');
       if (eq == std::string::npos) return false;
       const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
-      if (key == "host") h.host = value;
-      else if (key == "job") h.job = value;
-      else if (key == "pid") h.pid = std::stoll(value);
-      else if (key == "since") h.since = std::stoll(value);
-      else if (key == "heartbeat") h.heartbeat = std::stoll(value);
+      if (key == "host")
+        h.host = value;
+      else if (key == "job")
+        h.job = value;
+      else if (key == "pid")
+        h.pid = std::stoll(value);
+      else if (key == "since")
+        h.since = std::stoll(value);
+      else if (key == "heartbeat")
+        h.heartbeat = std::stoll(value);
     }
   } catch (const std::exception&) {  // stoll: not a number
     return false;
@@ -83,25 +90,29 @@ bool parse_lock_record(const std::string& text, LockHolder* out) {
 }
 
 std::string describe_holder(const LockHolder& h) {
-  return "host " + h.host + ", " + (h.job == "none" || h.job.empty() ? "no Slurm job" : "Slurm job " + h.job) +
-         ", pid " + std::to_string(h.pid) + ", since " + utc(h.since);
+  return "host " + h.host + ", " +
+         (h.job == "none" || h.job.empty() ? "no Slurm job" : "Slurm job " + h.job) + ", pid " +
+         std::to_string(h.pid) + ", since " + utc(h.since);
 }
 
-LockVerdict judge_lock(bool flock_supported, bool flock_ok, const LockHolder* record, const std::string& my_host,
-                       int64_t now, bool record_pid_alive) {
-  if (flock_supported) {  // the kernel (or Lustre's flock mount) knows: a record without a flock is left over
+LockVerdict judge_lock(bool flock_supported, bool flock_ok, const LockHolder* record,
+                       const std::string& my_host, int64_t now, bool record_pid_alive) {
+  if (flock_supported) {  // the kernel (or Lustre's flock mount) knows: a record without a flock is
+                          // left over
     if (!flock_ok) return LockVerdict::kHeld;
     return record ? LockVerdict::kTakeOver : LockVerdict::kFree;
   }
   if (!record) return LockVerdict::kFree;
-  if (record->host == my_host) return record_pid_alive ? LockVerdict::kHeld : LockVerdict::kTakeOver;
+  if (record->host == my_host)
+    return record_pid_alive ? LockVerdict::kHeld : LockVerdict::kTakeOver;
   return now - record->heartbeat < kLockStaleSeconds ? LockVerdict::kHeld : LockVerdict::kTakeOver;
 }
 
 struct DirLock::State {
   int fd = -1;
   std::string dir, path;
-  bool made_dir = false;  // this run created dir: removed again if the lock is all it holds at the end
+  bool made_dir =
+      false;  // this run created dir: removed again if the lock is all it holds at the end
   LockHolder me;
   std::mutex mu;
   std::condition_variable cv;
@@ -112,7 +123,8 @@ struct DirLock::State {
 namespace {
 
 // Rank 0's part: the lock's state, or nullptr with *failure set. *warning: a takeover to report.
-std::unique_ptr<DirLock::State> take(const std::string& dir, std::string* failure, std::string* warning);
+std::unique_ptr<DirLock::State> take(const std::string& dir, std::string* failure,
+                                     std::string* warning);
 
 }  // namespace
 
@@ -136,12 +148,14 @@ void DirLock::release() {
   }
   state_->cv.notify_all();
   if (state_->heartbeat.joinable()) state_->heartbeat.join();
-  if (::ftruncate(state_->fd, 0) != 0) {}  // no record: released (a later job then finds it free)
-  ::close(state_->fd);                      // drops the flock
+  if (::ftruncate(state_->fd, 0) != 0) {
+  }                        // no record: released (a later job then finds it free)
+  ::close(state_->fd);     // drops the flock
   if (state_->made_dir) {  // a run that failed before it wrote anything leaves no directory behind
     std::error_code ec;
     bool only_lock = true;
-    for (const auto& e : fs::directory_iterator(state_->dir, ec)) only_lock = only_lock && e.path().filename() == kLockFileName;
+    for (const auto& e : fs::directory_iterator(state_->dir, ec))
+      only_lock = only_lock && e.path().filename() == kLockFileName;
     if (!ec && only_lock && fs::remove(state_->path, ec)) fs::remove(state_->dir, ec);
   }
   state_.reset();
@@ -170,7 +184,8 @@ DirLock DirLock::acquire(MPI_Comm comm, const std::string& dir) {
     State* s = state.get();
     s->heartbeat = std::thread([s] {
       std::unique_lock<std::mutex> lock(s->mu);
-      while (!s->cv.wait_for(lock, std::chrono::seconds(kLockHeartbeatSeconds), [s] { return s->stop; })) {
+      while (!s->cv.wait_for(lock, std::chrono::seconds(kLockHeartbeatSeconds),
+                             [s] { return s->stop; })) {
         s->me.heartbeat = now_s();
         pwrite_record(s->fd, s->me);  // a failed write only ages the record; training goes on
       }
@@ -181,7 +196,8 @@ DirLock DirLock::acquire(MPI_Comm comm, const std::string& dir) {
 
 namespace {
 
-std::unique_ptr<DirLock::State> take(const std::string& dir, std::string* failure, std::string* warning) {
+std::unique_ptr<DirLock::State> take(const std::string& dir, std::string* failure,
+                                     std::string* warning) {
   const std::string name = "--checkpoint-dir " + dir;
   std::error_code ec;
   const bool made_dir = fs::create_directories(dir, ec);
@@ -193,25 +209,33 @@ std::unique_ptr<DirLock::State> take(const std::string& dir, std::string* failur
     return nullptr;
   }
   bool supported = true, ok = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
-  if (!ok && errno != EWOULDBLOCK) supported = false;  // ENOLCK, EOPNOTSUPP, ENOSYS: no flock on this mount
+  if (!ok && errno != EWOULDBLOCK)
+    supported = false;  // ENOLCK, EOPNOTSUPP, ENOSYS: no flock on this mount
   std::vector<char> buf(4096);
   const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
   LockHolder old;
-  const bool has_record = n > 0 && parse_lock_record(std::string(buf.data(), static_cast<size_t>(n)), &old);
+  const bool has_record =
+      n > 0 && parse_lock_record(std::string(buf.data(), static_cast<size_t>(n)), &old);
   const std::string host = this_host();
   const int64_t now = now_s();
   const bool alive = has_record && old.host == host && pid_alive(old.pid);
   const std::string heartbeat =
-      has_record && !supported ? ", last heartbeat " + std::to_string(now - old.heartbeat) + " s ago" : "";
+      has_record && !supported
+          ? ", last heartbeat " + std::to_string(now - old.heartbeat) + " s ago"
+          : "";
   switch (judge_lock(supported, ok, has_record ? &old : nullptr, host, now, alive)) {
     case LockVerdict::kHeld:
       ::close(fd);
       *failure = name + " is in use by another job (" +
-                 (has_record ? describe_holder(old) + heartbeat : "holder unknown: " + path + " holds no record") +
-                 "); wait for that job to end or cancel it, or pass another --checkpoint-dir (the lock is " + path + ")";
+                 (has_record ? describe_holder(old) + heartbeat
+                             : "holder unknown: " + path + " holds no record") +
+                 "); wait for that job to end or cancel it, or pass another --checkpoint-dir (the "
+                 "lock is " +
+                 path + ")";
       return nullptr;
     case LockVerdict::kTakeOver:
-      *warning = name + ": taking over the lock of a job that is gone (" + describe_holder(old) + heartbeat + ")";
+      *warning = name + ": taking over the lock of a job that is gone (" + describe_holder(old) +
+                 heartbeat + ")";
       break;
     case LockVerdict::kFree:
       break;

@@ -25,40 +25,54 @@ bool is_rank_zero(MPI_Comm comm) {
 }  // namespace
 
 void CheckpointConfig::validate() const {
-  if (save_every < 0 || keep < 0) throw runtime::UsageError("--save-every and --keep-checkpoints must be >= 0");
-  if (stripe.count < 0 || stripe.size < 0) throw runtime::UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
-  if (resume == "auto" && dir.empty()) throw runtime::UsageError("--resume auto needs --checkpoint-dir");
-  if (save_every > 0 && dir.empty()) throw runtime::UsageError("--save-every needs --checkpoint-dir (where the checkpoints go)");
+  if (save_every < 0 || keep < 0)
+    throw runtime::UsageError("--save-every and --keep-checkpoints must be >= 0");
+  if (stripe.count < 0 || stripe.size < 0)
+    throw runtime::UsageError("--ckpt-stripe-count and --ckpt-stripe-size must be >= 0");
+  if (resume == "auto" && dir.empty())
+    throw runtime::UsageError("--resume auto needs --checkpoint-dir");
+  if (save_every > 0 && dir.empty())
+    throw runtime::UsageError("--save-every needs --checkpoint-dir (where the checkpoints go)");
   if (!resume.empty() && resume != "auto" && !std::filesystem::exists(resume))
     throw runtime::UsageError("--resume: " + resume + " does not exist");
   if (overwrite && !resume.empty())
-    throw runtime::UsageError("--overwrite-checkpoints starts a new run and --resume continues one: pass only one of them");
+    throw runtime::UsageError(
+        "--overwrite-checkpoints starts a new run and --resume continues one: pass only one of "
+        "them");
   if (!dir.empty() && !overwrite && !continues_dir() && holds_checkpoints(dir)) {
     const std::string latest = latest_checkpoint(dir);
-    throw runtime::UsageError("--checkpoint-dir " + dir + " already holds checkpoints of another run" +
-                     (latest.empty() ? "" : " (latest: " + std::filesystem::path(latest).filename().string() + ")") +
-                     "; continue it with --resume auto, pass a new --checkpoint-dir, or replace them with "
-                     "--overwrite-checkpoints");
+    throw runtime::UsageError(
+        "--checkpoint-dir " + dir + " already holds checkpoints of another run" +
+        (latest.empty() ? ""
+                        : " (latest: " + std::filesystem::path(latest).filename().string() + ")") +
+        "; continue it with --resume auto, pass a new --checkpoint-dir, or replace them with "
+        "--overwrite-checkpoints");
   }
 }
 
 bool CheckpointConfig::continues_dir() const {
   if (resume == "auto") return true;
   std::error_code ec;
-  return !resume.empty() && std::filesystem::equivalent(std::filesystem::absolute(resume, ec).parent_path(), dir, ec);
+  return !resume.empty() &&
+         std::filesystem::equivalent(std::filesystem::absolute(resume, ec).parent_path(), dir, ec);
 }
 
-Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState initial)
+Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer,
+                 TrainState initial)
     : cfg_(std::move(cfg)),
       state_(std::move(initial)),
-      // Collective: every rank builds the manager; a LoRA base is checksummed only for a save or a resume.
-      registry_(training_state(engine, optimizer, state_, cfg_.base_weights, !cfg_.dir.empty() || !cfg_.resume.empty())) {
+      // Collective: every rank builds the manager; a LoRA base is checksummed only for a save or a
+      // resume.
+      registry_(training_state(engine, optimizer, state_, cfg_.base_weights,
+                               !cfg_.dir.empty() || !cfg_.resume.empty())) {
   if (!enabled()) return;
   if (engine.groups().world->rank() == 0) {
     std::filesystem::create_directories(cfg_.dir);
     if (cfg_.overwrite) {
       const int removed = remove_checkpoints(cfg_.dir);
-      if (removed) runtime::log::info("removed " + std::to_string(removed) + " files of an earlier run from " + cfg_.dir + " (--overwrite-checkpoints)");
+      if (removed)
+        runtime::log::info("removed " + std::to_string(removed) + " files of an earlier run from " +
+                           cfg_.dir + " (--overwrite-checkpoints)");
     }
   }
   if (cfg_.async) saver_ = std::make_unique<AsyncSaver>();
@@ -73,21 +87,25 @@ std::optional<TrainState> Manager::resume() {
     try {
       load(path, registry_);  // every rank reaches the same verdict
       runtime::log::info("resumed from " + path + " at step " + std::to_string(state_.step) + " (" +
-                seconds_and_rate(clock.seconds(), path) + ")");
+                         seconds_and_rate(clock.seconds(), path) + ")");
       return state_;
     } catch (const ResumeRefused&) {
       throw;  // another base or other LoRA settings: an older checkpoint would be just as wrong
     } catch (const runtime::Error& e) {
       if (cfg_.resume != "auto") throw;
       if (is_rank_zero(registry_.ranks().world))
-        runtime::log::warn("checkpoint " + path + (i == 0 && path == latest_checkpoint(cfg_.dir) ? " (named by latest)" : "") +
-                  " cannot be loaded: " + e.what() +
-                  (i + 1 < candidates.size() ? "; falling back to " + candidates[i + 1] : ""));
+        runtime::log::warn(
+            "checkpoint " + path +
+            (i == 0 && path == latest_checkpoint(cfg_.dir) ? " (named by latest)" : "") +
+            " cannot be loaded: " + e.what() +
+            (i + 1 < candidates.size() ? "; falling back to " + candidates[i + 1] : ""));
     }
   }
-  const std::string from = cfg_.base_weights.empty() ? "random initialization (--seed)" : "the weights in " + cfg_.base_weights;
-  runtime::log::info((candidates.empty() ? "no checkpoint in " + cfg_.dir + " yet" : "no loadable checkpoint in " + cfg_.dir) +
-            "; starting from " + from);
+  const std::string from = cfg_.base_weights.empty() ? "random initialization (--seed)"
+                                                     : "the weights in " + cfg_.base_weights;
+  runtime::log::info((candidates.empty() ? "no checkpoint in " + cfg_.dir + " yet"
+                                         : "no loadable checkpoint in " + cfg_.dir) +
+                     "; starting from " + from);
   return std::nullopt;
 }
 
@@ -96,7 +114,8 @@ bool Manager::due(int64_t step, bool requested, bool final) const {
   return requested || final || (cfg_.save_every > 0 && step % cfg_.save_every == 0);
 }
 
-double Manager::after_step(int64_t step, const std::string& requested_by, bool final, const data::LoaderState& loader) {
+double Manager::after_step(int64_t step, const std::string& requested_by, bool final,
+                           const data::LoaderState& loader) {
   if (!due(step, !requested_by.empty(), final)) return 0;
   const std::string path = step_path(cfg_.dir, step);
   state_.step = step;
@@ -104,8 +123,8 @@ double Manager::after_step(int64_t step, const std::string& requested_by, bool f
   const std::string why = requested_by.empty() ? "" : " (" + requested_by + ")";
   if (saver_) {
     const double blocked = saver_->start(path, registry_, cfg_.stripe, cfg_.keep);
-    runtime::log::info("checkpoint " + path + " started in the background; the loop was blocked " + std::to_string(blocked) +
-              " s" + why);
+    runtime::log::info("checkpoint " + path + " started in the background; the loop was blocked " +
+                       std::to_string(blocked) + " s" + why);
     if (final) saver_->wait();
     return blocked;
   }

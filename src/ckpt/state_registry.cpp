@@ -16,7 +16,8 @@ int64_t TensorSpec::numel() const {
 
 Stateful& StateRegistry::add(std::unique_ptr<Stateful> state) {
   for (const auto& s : states_)
-    if (s->name() == state->name()) throw runtime::Error("checkpoint state \"" + state->name() + "\" is registered twice");
+    if (s->name() == state->name())
+      throw runtime::Error("checkpoint state \"" + state->name() + "\" is registered twice");
   states_.push_back(std::move(state));
   return *states_.back();
 }
@@ -33,11 +34,14 @@ Snapshot StateRegistry::snapshot(bool copy) const {
   snap.shard_rank = ranks_.shard_rank;
   std::set<std::string> groups;
   // Host copies, so training may update the live tensors while a thread writes these.
-  auto host = [&](const at::Tensor& t) { return t.is_cpu() && !copy ? t : t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true); };
+  auto host = [&](const at::Tensor& t) {
+    return t.is_cpu() && !copy ? t : t.to(at::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  };
   for (const auto& p : states_) {
     for (auto& g : p->tensors()) {
       if (!groups.insert(g.group).second)
-        throw runtime::Error("checkpoint state \"" + p->name() + "\" saves tensor group " + g.group + ", which another state saves already");
+        throw runtime::Error("checkpoint state \"" + p->name() + "\" saves tensor group " +
+                             g.group + ", which another state saves already");
       for (auto& s : g.slices) s.data = host(s.data);
       snap.groups.push_back(std::move(g));
     }

@@ -20,7 +20,8 @@ std::vector<TensorSpec> dataset_specs(const fsdp::FsdpEngine& engine) {
 // A value a state reads back must not be negative: a damaged file, named with the key.
 int64_t non_negative(const Values& saved, const std::string& key) {
   const int64_t v = saved.get_int(key);
-  if (v < 0) throw runtime::Error(saved.origin() + ": negative " + key + "; the checkpoint is damaged");
+  if (v < 0)
+    throw runtime::Error(saved.origin() + ": negative " + key + "; the checkpoint is damaged");
   return v;
 }
 
@@ -32,7 +33,8 @@ class ModelShards : public Stateful {
   std::string name() const override { return "model"; }
   std::vector<TensorGroup> tensors() override {
     TensorGroup g{kTensorGroups[0], dataset_specs(engine_), {}};
-    for (const auto& p : engine_.pieces()) g.slices.push_back({p.name, p.param_offset, p.numel, p.master});
+    for (const auto& p : engine_.pieces())
+      g.slices.push_back({p.name, p.param_offset, p.numel, p.master});
     return {g};
   }
   void save_values(Values& out) const override {
@@ -49,20 +51,26 @@ class ModelShards : public Stateful {
     try {
       model = model::model_from_hf_json(config, path);
     } catch (const std::exception& e) {
-      throw runtime::UsageError(path + ": its model_config attribute cannot be read (" + e.what() + "); the checkpoint is damaged");
+      throw runtime::UsageError(path + ": its model_config attribute cannot be read (" + e.what() +
+                                "); the checkpoint is damaged");
     }
     const model::ModelConfig& mine = engine_.model();
     if (!model::same_shape(model, mine))
-      throw ResumeRefused("--resume: " + path + " holds a model of shape " + model::describe_shape(model) + " but --model " +
-                          mine.name + " has " + model::describe_shape(mine) +
-                          "; resume with the model it was saved from, or use another --checkpoint-dir");
-    // The same shapes with other math (a sliding window, RoPE, biases, another family) would train on silently.
-    const auto changed = model::changed_fields(model::model_to_hf_json(model), model::model_to_hf_json(mine));
+      throw ResumeRefused(
+          "--resume: " + path + " holds a model of shape " + model::describe_shape(model) +
+          " but --model " + mine.name + " has " + model::describe_shape(mine) +
+          "; resume with the model it was saved from, or use another --checkpoint-dir");
+    // The same shapes with other math (a sliding window, RoPE, biases, another family) would train
+    // on silently.
+    const auto changed =
+        model::changed_fields(model::model_to_hf_json(model), model::model_to_hf_json(mine));
     if (!changed.empty()) {
       std::string list;
       for (const auto& c : changed) list += (list.empty() ? "" : ", ") + c;
-      throw ResumeRefused("--resume: " + path + " was saved from another model config than --model " + mine.name +
-                          "'s (" + list + "); resume with the model it was saved from, or use another --checkpoint-dir");
+      throw ResumeRefused(
+          "--resume: " + path + " was saved from another model config than --model " + mine.name +
+          "'s (" + list +
+          "); resume with the model it was saved from, or use another --checkpoint-dir");
     }
   }
 
@@ -73,12 +81,14 @@ class ModelShards : public Stateful {
 // AdamW's moments for the engine's shards (make_optimizer's slot order) and its step count.
 class OptimizerState : public Stateful {
  public:
-  OptimizerState(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer) : engine_(engine), optimizer_(optimizer) {}
+  OptimizerState(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer)
+      : engine_(engine), optimizer_(optimizer) {}
   std::string name() const override { return "optimizer"; }
   std::vector<TensorGroup> tensors() override {
     const auto& pieces = engine_.pieces();
     auto& slots = optimizer_.adamw().slots();
-    if (slots.size() != pieces.size()) throw runtime::Error("checkpoint: the optimizer does not hold this engine's shards");
+    if (slots.size() != pieces.size())
+      throw runtime::Error("checkpoint: the optimizer does not hold this engine's shards");
     TensorGroup avg{kTensorGroups[1], dataset_specs(engine_), {}};
     TensorGroup avg_sq{kTensorGroups[2], avg.datasets, {}};
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -88,8 +98,12 @@ class OptimizerState : public Stateful {
     }
     return {avg, avg_sq};
   }
-  void save_values(Values& out) const override { out.set_int(attr::kAdamStep, optimizer_.adamw().step_count()); }
-  void load_values(const Values& saved) override { optimizer_.adamw().set_step_count(non_negative(saved, attr::kAdamStep)); }
+  void save_values(Values& out) const override {
+    out.set_int(attr::kAdamStep, optimizer_.adamw().step_count());
+  }
+  void load_values(const Values& saved) override {
+    optimizer_.adamw().set_step_count(non_negative(saved, attr::kAdamStep));
+  }
 
  private:
   fsdp::FsdpEngine& engine_;
@@ -127,18 +141,19 @@ class LoaderPosition : public Stateful {
     out.set_int(attr::kDataRows, state_.data.rows);
   }
   void check(const Values& saved) const override {
-    if (!saved.has(attr::kDataSeed)) return;  // an older file: nothing recorded to compare
+    if (!saved.has(attr::kDataSeed)) return;     // an older file: nothing recorded to compare
     if (state_.data.token_file.empty()) return;  // a reader (convert): it trains on no data
-    const data::DataIdentity was{static_cast<uint64_t>(saved.get_int(attr::kDataSeed)), saved.get_text(attr::kDataFile),
-                                 saved.get_int(attr::kDataRows)};
+    const data::DataIdentity was{static_cast<uint64_t>(saved.get_int(attr::kDataSeed)),
+                                 saved.get_text(attr::kDataFile), saved.get_int(attr::kDataRows)};
     const std::string change = data::describe_change(was, state_.data);
     if (change.empty()) return;
     if (!state_.allow_data_change)
       throw ResumeRefused("--resume: " + saved.origin() + " was trained with " + change +
-                          "; resume with the same --seed and --data, or pass --allow-data-change to continue on this data "
+                          "; resume with the same --seed and --data, or pass --allow-data-change "
+                          "to continue on this data "
                           "from the same position");
-    runtime::log::warn_once("--allow-data-change: " + saved.origin() + " was trained with " + change +
-                       "; continuing from its position in rows on this run's data");
+    runtime::log::warn_once("--allow-data-change: " + saved.origin() + " was trained with " +
+                            change + "; continuing from its position in rows on this run's data");
   }
   // 0 (or absent) where the saver did not train: convert's checkpoints of a Hugging Face model.
   void load_values(const Values& saved) override {
@@ -147,8 +162,9 @@ class LoaderPosition : public Stateful {
       return v > 0 ? v : otherwise;
     };
     const int64_t saver_batch = known(attr::kGlobalBatch, state_.global_batch);
-    const int64_t row = saved.has(attr::kLoaderRow) ? non_negative(saved, attr::kLoaderRow)
-                                                    : non_negative(saved, attr::kLoaderStep) * saver_batch;
+    const int64_t row = saved.has(attr::kLoaderRow)
+                            ? non_negative(saved, attr::kLoaderRow)
+                            : non_negative(saved, attr::kLoaderStep) * saver_batch;
     state_.loader = {non_negative(saved, attr::kLoaderEpoch), row};
     state_.saved_global_batch = saver_batch;
     state_.schedule_batch = known(attr::kScheduleBatch, saver_batch);
@@ -165,19 +181,26 @@ class RunConfig : public Stateful {
  public:
   explicit RunConfig(TrainState& state) : state_(state) {}
   std::string name() const override { return "run_config"; }
-  void save_values(Values& out) const override { out.set_json(attr::kRunConfig, state_.run_config); }
+  void save_values(Values& out) const override {
+    out.set_json(attr::kRunConfig, state_.run_config);
+  }
   void check(const Values& saved) const override {
     // Older files and convert's runs record no settings: nothing to compare.
     const auto settings = [](const nlohmann::json& run) {
-      const nlohmann::json s = run.is_object() ? run.value("optimizer", nlohmann::json::object()) : nlohmann::json::object();
+      const nlohmann::json s = run.is_object() ? run.value("optimizer", nlohmann::json::object())
+                                               : nlohmann::json::object();
       return s.is_object() ? s : nlohmann::json::object();
     };
-    const nlohmann::json before = settings(saved.get_json(attr::kRunConfig)), now = settings(state_.run_config);
-    const auto text = [](const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    const nlohmann::json before = settings(saved.get_json(attr::kRunConfig)),
+                         now = settings(state_.run_config);
+    const auto text = [](const nlohmann::json& v) {
+      return v.is_string() ? v.get<std::string>() : v.dump();
+    };
     for (const auto& [name, value] : now.items()) {
       if (!before.contains(name) || before[name] == value) continue;
-      runtime::log::warn_once("--" + name + " is " + text(value) + " in this run but was " + text(before[name]) +
-                              " in the run that saved " + saved.origin() + "; resuming with " + text(value));
+      runtime::log::warn_once("--" + name + " is " + text(value) + " in this run but was " +
+                              text(before[name]) + " in the run that saved " + saved.origin() +
+                              "; resuming with " + text(value));
     }
   }
 
@@ -209,18 +232,22 @@ class LoraBase : public Stateful {
     const auto& l = engine_.config().lora;
     if (rank != l.rank || (rank > 0 && targets != model::join_lora_targets(l.targets)))
       throw ResumeRefused("--resume: " + path + " holds " +
-                          (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets : std::string("a full fine-tune")) +
+                          (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets
+                                    : std::string("a full fine-tune")) +
                           " but this run asks for " +
-                          (l.enabled() ? "LoRA rank " + std::to_string(l.rank) + " on " + model::join_lora_targets(l.targets)
+                          (l.enabled() ? "LoRA rank " + std::to_string(l.rank) + " on " +
+                                             model::join_lora_targets(l.targets)
                                        : std::string("a full fine-tune")) +
                           "; resume with the checkpoint's --lora-* options");
     if (rank == 0) return;
     const int64_t saved_crc = saved.get_int(attr::kBaseCrc32);
     if (saved_crc == base_crc_) return;
     const std::string base = saved.get_text(attr::kBaseWeights);
-    throw ResumeRefused("--resume: " + path + " was trained on base weights " + (base.empty() ? "(seeded init)" : base) +
-                        " (CRC-32 " + std::to_string(saved_crc) + ") but this run's base has CRC-32 " +
-                        std::to_string(base_crc_) + "; pass the same --weights as the run that saved it");
+    throw ResumeRefused("--resume: " + path + " was trained on base weights " +
+                        (base.empty() ? "(seeded init)" : base) + " (CRC-32 " +
+                        std::to_string(saved_crc) + ") but this run's base has CRC-32 " +
+                        std::to_string(base_crc_) +
+                        "; pass the same --weights as the run that saved it");
   }
 
  private:
@@ -243,13 +270,15 @@ int64_t base_crc32(fsdp::FsdpEngine& engine) {
   return runtime::combine_crc_rows(std::move(tensors), sizeof(float));
 }
 
-StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer, TrainState& state,
-                             const std::string& base_weights, bool checksum_base) {
+StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer,
+                             TrainState& state, const std::string& base_weights,
+                             bool checksum_base) {
   const auto& g = engine.groups();
   Ranks ranks;
   ranks.world = g.world->mpi();
   ranks.shard = g.shard->mpi();
-  ranks.writer = g.layout.replicate_rank == 0;  // one replica writes: its shard group holds every byte once
+  ranks.writer =
+      g.layout.replicate_rank == 0;  // one replica writes: its shard group holds every byte once
   ranks.shard_rank = g.layout.shard_rank;
   StateRegistry reg(ranks);
   reg.emplace<ModelShards>(engine);
@@ -257,7 +286,9 @@ StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimiz
   reg.emplace<TrainStep>(state);
   reg.emplace<LoaderPosition>(state);
   reg.emplace<RunConfig>(state);
-  reg.emplace<LoraBase>(engine, base_weights, engine.config().lora.enabled() && checksum_base ? base_crc32(engine) : -1);  // collective
+  reg.emplace<LoraBase>(
+      engine, base_weights,
+      engine.config().lora.enabled() && checksum_base ? base_crc32(engine) : -1);  // collective
   return reg;
 }
 

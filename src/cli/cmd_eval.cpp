@@ -2,35 +2,44 @@
 // through the FSDP engine on any device, strategy and number of ranks.
 #include <ATen/ATen.h>
 #include <iostream>
-#include <numeric>
 #include <nlohmann/json.hpp>
+#include <numeric>
 
 #include "shardtrain/io/h5.h"
 
 #include "shardtrain/cli/commands.h"
-#include "shardtrain/cli/run_checks.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/options.h"
+#include "shardtrain/cli/run_checks.h"
 
 namespace shardtrain::cli {
 namespace {
 
 // Every rank runs the same first rows (the gathers are collective); rank 0 writes tokens [B, T]
-// as int32 (and a packed file's position_ids), and logits as fp32 [B*T, vocab], with the shape in attributes.
-void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data, int64_t batch, int rank) {
+// as int32 (and a packed file's position_ids), and logits as fp32 [B*T, vocab], with the shape in
+// attributes.
+void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
+                 int64_t batch, int rank) {
   std::vector<int64_t> rows(std::min(batch, data.rows()));
   std::iota(rows.begin(), rows.end(), 0);
   const model::Batch b = data.read(rows);
-  const at::Tensor logits = engine.logits(b.tokens, b.positions).to(at::kFloat).contiguous();  // [B, T, V]
+  const at::Tensor logits =
+      engine.logits(b.tokens, b.positions).to(at::kFloat).contiguous();  // [B, T, V]
   if (rank != 0) return;
   const at::Tensor tokens = b.tokens.to(at::kInt).contiguous();
   const int64_t n = tokens.size(0), t = tokens.size(1), v = logits.size(2);
   auto file = io::h5::create_file(path);
-  io::h5::write_matrix(file, "tokens", std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n * t), n, t);
-  io::h5::write_matrix(file, "logits", std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + n * t * v), n * t, v);
+  io::h5::write_matrix(
+      file, "tokens",
+      std::vector<int32_t>(tokens.data_ptr<int32_t>(), tokens.data_ptr<int32_t>() + n * t), n, t);
+  io::h5::write_matrix(
+      file, "logits",
+      std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + n * t * v), n * t, v);
   if (b.positions.defined()) {
     const at::Tensor pos = b.positions.to(at::kInt).contiguous();
-    io::h5::write_matrix(file, "position_ids", std::vector<int32_t>(pos.data_ptr<int32_t>(), pos.data_ptr<int32_t>() + n * t), n, t);
+    io::h5::write_matrix(
+        file, "position_ids",
+        std::vector<int32_t>(pos.data_ptr<int32_t>(), pos.data_ptr<int32_t>() + n * t), n, t);
   }
   io::h5::write_attr(file, "rows", n);
   io::h5::write_attr(file, "seq_len", t);
@@ -45,10 +54,12 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  check_tokenizers({o.weights, o.accuracy.tokenizer, ""}, {o.data}, o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
+  check_tokenizers({o.weights, o.accuracy.tokenizer, ""}, {o.data},
+                   o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
-  EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0, o.lora);  // every weight is read: no init to seed
+  EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0,
+                    o.lora);  // every weight is read: no init to seed
   // --batch-size counts rows across all ranks, so any world size reads the same batches.
   const int64_t per_rank = (o.batch_size + env.size() - 1) / env.size();
   train::Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
@@ -59,21 +70,23 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     j["loss"] = r.loss;
     j["perplexity"] = r.perplexity;
     j["tokens"] = r.tokens;
-    line += "loss " + std::to_string(r.loss) + " | perplexity " + std::to_string(r.perplexity) + " | tokens " +
-            std::to_string(r.tokens);
+    line += "loss " + std::to_string(r.loss) + " | perplexity " + std::to_string(r.perplexity) +
+            " | tokens " + std::to_string(r.tokens);
   }
   if (accuracy) {
     const auto r = validator.accuracy();
     j["exact_match"] = r.exact_match;
     j["correct"] = r.correct;
     j["total"] = r.total;
-    line += std::string(line.empty() ? "" : " | ") + "exact_match " + std::to_string(100.0 * r.exact_match) + "% (" +
-            std::to_string(r.correct) + "/" + std::to_string(r.total) + ")";
+    line += std::string(line.empty() ? "" : " | ") + "exact_match " +
+            std::to_string(100.0 * r.exact_match) + "% (" + std::to_string(r.correct) + "/" +
+            std::to_string(r.total) + ")";
     for (const auto& e : r.examples) line += "\n  answer " + e;
   }
   if (!o.save_logits.empty()) {
     save_logits(o.save_logits, *setup.engine, *data, o.batch_size, env.rank());
-    line += "\nlogits of the first " + std::to_string(std::min(o.batch_size, data->rows())) + " rows -> " + o.save_logits;
+    line += "\nlogits of the first " + std::to_string(std::min(o.batch_size, data->rows())) +
+            " rows -> " + o.save_logits;
   }
   if (env.rank() == 0) std::cout << j.dump() << "\n" << line << std::endl;
   return 0;

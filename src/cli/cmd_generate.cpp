@@ -33,20 +33,25 @@ int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   g.stop_ids = tok.stop_ids();
   g.max_context = o.model.max_position_embeddings;
   std::vector<std::vector<int32_t>> prompts;
-  for (const auto& p : o.prompts) {  // all checked before the weights load; every rank encodes alike
-    prompts.push_back(tok.encode(o.template_name == "alpaca" ? data::alpaca_prompt(p, o.input) : p));
+  for (const auto& p :
+       o.prompts) {  // all checked before the weights load; every rank encodes alike
+    prompts.push_back(
+        tok.encode(o.template_name == "alpaca" ? data::alpaca_prompt(p, o.input) : p));
     if (static_cast<int64_t>(prompts.back().size()) >= g.max_context)
-      throw runtime::AgreedUsageError("--prompt is " + std::to_string(prompts.back().size()) + " tokens, but the model takes at most " +
-                             std::to_string(g.max_context) + " (max_position_embeddings), prompt and answer together; "
-                             "shorten the prompt");
+      throw runtime::AgreedUsageError("--prompt is " + std::to_string(prompts.back().size()) +
+                                      " tokens, but the model takes at most " +
+                                      std::to_string(g.max_context) +
+                                      " (max_position_embeddings), prompt and answer together; "
+                                      "shorten the prompt");
   }
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
   const model::LogitsFn logits = [&](const at::Tensor& t) { return setup.engine->logits(t); };
   for (const auto& prompt : prompts) {
     const auto out = model::generate(logits, prompt, g);
     if (model::stopped_at_context_limit(prompt.size(), out.size(), g))
-      runtime::log::info("the answer stopped after " + std::to_string(out.size()) + " tokens at the model's limit of " +
-                std::to_string(g.max_context) + " positions (max_position_embeddings), prompt included");
+      runtime::log::info("the answer stopped after " + std::to_string(out.size()) +
+                         " tokens at the model's limit of " + std::to_string(g.max_context) +
+                         " positions (max_position_embeddings), prompt included");
     if (env.rank() == 0) std::cout << tok.decode(out) << std::endl;
   }
   return 0;

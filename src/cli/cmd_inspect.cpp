@@ -51,15 +51,18 @@ Row check(hid_t file, const std::string& path) {
     n *= dims[i];
   }
   shape << "]";
-  // HDF5 would convert any other type to float and the CRC would merely fail: name the type instead.
-  const io::h5::Expected any_f32{io::h5::Element::kFloat32, std::vector<int64_t>(dims.size(), -1), ""};
+  // HDF5 would convert any other type to float and the CRC would merely fail: name the type
+  // instead.
+  const io::h5::Expected any_f32{io::h5::Element::kFloat32, std::vector<int64_t>(dims.size(), -1),
+                                 ""};
   if (!io::h5::dataset_mismatch(d, "", path, any_f32).empty()) {
     io::h5::Handle type(H5_CHECK(H5Dget_type(d)), H5Tclose);
     return {path, shape.str(), "NOT float32 but " + io::h5::type_name(type)};
   }
   std::vector<float> buf(n);
   H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
-  const uint32_t crc = ckpt::crc_of(at::from_blob(buf.data(), {static_cast<int64_t>(n)}, at::kFloat));
+  const uint32_t crc =
+      ckpt::crc_of(at::from_blob(buf.data(), {static_cast<int64_t>(n)}, at::kFloat));
   const bool has = io::h5::has_attr(d, "crc32");
   const bool ok = has && io::h5::read_attr_int(d, "crc32") == static_cast<int64_t>(crc);
   return {path, shape.str(), !has ? "no checksum" : ok ? "ok" : "CORRUPT"};
@@ -74,26 +77,32 @@ int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (env.rank() != 0) return 0;
   std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());
   io::h5::Handle f = io::h5::open_file(o.checkpoint);
-  const ckpt::CheckpointAttrs a = ckpt::read_attrs(f, o.checkpoint);  // refuses a foreign or newer file
-  std::cout << o.checkpoint << "\n  format " << a.format_version << " | step " << a.step << " | loader epoch "
-            << a.loader.epoch << (a.loader_in_steps ? " step " : " row ") << a.loader.row << " | adam step " << a.adam_step
-            << "\n  saved by " << a.world_size << " ranks, " << a.sharding;
-  if (a.global_batch > 0) std::cout << ", global batch " << a.global_batch << " (schedule in steps of " << a.schedule_batch << ")";
-  std::cout << "\n  model " << a.model_config.dump() << "\n  run "
-            << a.run_config.dump() << "\n";
+  const ckpt::CheckpointAttrs a =
+      ckpt::read_attrs(f, o.checkpoint);  // refuses a foreign or newer file
+  std::cout << o.checkpoint << "\n  format " << a.format_version << " | step " << a.step
+            << " | loader epoch " << a.loader.epoch << (a.loader_in_steps ? " step " : " row ")
+            << a.loader.row << " | adam step " << a.adam_step << "\n  saved by " << a.world_size
+            << " ranks, " << a.sharding;
+  if (a.global_batch > 0)
+    std::cout << ", global batch " << a.global_batch << " (schedule in steps of "
+              << a.schedule_batch << ")";
+  std::cout << "\n  model " << a.model_config.dump() << "\n  run " << a.run_config.dump() << "\n";
   if (a.lora_rank > 0)  // a LoRA run: the datasets are its adapters
-    std::cout << "  lora rank " << a.lora_rank << ", alpha " << a.lora_alpha << ", dropout " << a.lora_dropout
-              << ", targets " << a.lora_targets << " | base " << a.base_weights << " (CRC-32 " << a.base_crc32 << ")\n";
+    std::cout << "  lora rank " << a.lora_rank << ", alpha " << a.lora_alpha << ", dropout "
+              << a.lora_dropout << ", targets " << a.lora_targets << " | base " << a.base_weights
+              << " (CRC-32 " << a.base_crc32 << ")\n";
   int bad = 0, total = 0;
-  for (const std::string& group : children(f, "/"))  // every piece's tensors, whichever registered them
+  for (const std::string& group :
+       children(f, "/"))  // every piece's tensors, whichever registered them
     for (const auto& name : children(f, group)) {
       const Row r = check(f, std::string("/") + group + "/" + name);
       bad += r.status != "ok";
       ++total;
-      std::cout << "  " << std::left << std::setw(58) << r.name << std::setw(14) << r.shape << "float32  " << r.status
-                << "\n";
+      std::cout << "  " << std::left << std::setw(58) << r.name << std::setw(14) << r.shape
+                << "float32  " << r.status << "\n";
     }
-  std::cout << total << " datasets, " << (bad ? std::to_string(bad) + " FAILED their checksum" : "all checksums ok")
+  std::cout << total << " datasets, "
+            << (bad ? std::to_string(bad) + " FAILED their checksum" : "all checksums ok")
             << std::endl;
   return bad ? 1 : 0;
 }

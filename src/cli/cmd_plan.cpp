@@ -30,7 +30,8 @@ int cmd_plan(const std::vector<std::string>& args) {
   if (!o.json_file.empty()) report::write_text(o.json_file, j.dump(2) + "\n");
   std::string text = o.json ? j.dump(2) + "\n" : plan::plan_table(o.input, rows);
   if (!o.json)  // the arithmetic and the files, not the process start (loading LibTorch)
-    text += "planned " + std::to_string(rows.size()) + " rows in " + std::to_string(std::lround(clock.seconds() * 1000)) + " ms\n";
+    text += "planned " + std::to_string(rows.size()) + " rows in " +
+            std::to_string(std::lround(clock.seconds() * 1000)) + " ms\n";
   std::cout << text << std::flush;
   return 0;
 }

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -60,14 +60,18 @@ Scope make_scope(const std::string& name, int color, int key, bool use_cuda) {
   MPI_CHECK(MPI_Comm_dup(c, &dup));
   Scope s{name, runtime::MpiComm(c), nullptr};
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (use_cuda) s.comm = std::make_unique<comm::NcclCommunicator>(runtime::MpiComm(dup), name, cuda::NcclComm::bootstrap(dup));
+  if (use_cuda)
+    s.comm = std::make_unique<comm::NcclCommunicator>(runtime::MpiComm(dup), name,
+                                                      cuda::NcclComm::bootstrap(dup));
 #endif
   if (!s.comm) s.comm = std::make_unique<comm::MpiCommunicator>(runtime::MpiComm(dup), name);
   return s;
 }
 
 Op op_of(const std::string& name) {
-  return name == "all_gather" ? Op::kAllGather : name == "reduce_scatter" ? Op::kReduceScatter : Op::kAllReduce;
+  return name == "all_gather"       ? Op::kAllGather
+         : name == "reduce_scatter" ? Op::kReduceScatter
+                                    : Op::kAllReduce;
 }
 
 struct Row {
@@ -85,19 +89,24 @@ void sync_device(bool use_cuda) {
 }
 
 // Times one collective of `bytes` on the scope; every group of the scope runs at once.
-Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at::TensorOptions& opt, bool use_cuda) {
+Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at::TensorOptions& opt,
+            bool use_cuda) {
   auto& c = *s.comm;
   const int n = c.size(), r = c.rank();
   Row row;
   row.count = comm::sweep_elements(bytes, 4, n);
   row.bytes = row.count * 4;
   const int64_t per = row.count / n;
-  at::Tensor in = at::full({op == Op::kAllGather ? per : row.count}, static_cast<double>(r + 1), opt);
+  at::Tensor in =
+      at::full({op == Op::kAllGather ? per : row.count}, static_cast<double>(r + 1), opt);
   at::Tensor out = at::empty({op == Op::kAllGather ? row.count : per}, opt);
   auto run = [&] {
-    if (op == Op::kAllGather) c.all_gather_async(in, out)->wait();
-    else if (op == Op::kReduceScatter) c.reduce_scatter_async(in, out)->wait();
-    else c.all_reduce_async(in)->wait();
+    if (op == Op::kAllGather)
+      c.all_gather_async(in, out)->wait();
+    else if (op == Op::kReduceScatter)
+      c.reduce_scatter_async(in, out)->wait();
+    else
+      c.all_reduce_async(in)->wait();
   };
   for (int i = 0; i < o.warmup; ++i) run();
   sync_device(use_cuda);
@@ -116,8 +125,10 @@ Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at:
   in.fill_(static_cast<double>(r + 1));
   run();
   at::Tensor expect;
-  if (op == Op::kAllGather) expect = at::arange(1, n + 1, opt).repeat_interleave(per);
-  else expect = at::full({op == Op::kReduceScatter ? per : row.count}, n * (n + 1) / 2.0, opt);
+  if (op == Op::kAllGather)
+    expect = at::arange(1, n + 1, opt).repeat_interleave(per);
+  else
+    expect = at::full({op == Op::kReduceScatter ? per : row.count}, n * (n + 1) / 2.0, opt);
   row.wrong = (op == Op::kAllReduce ? in : out).ne(expect).sum().item<int64_t>();
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &row.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
   row.seconds = slowest.secs;
@@ -148,25 +159,28 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   const auto plugin = net::probe_nccl_net_plugin();
   if (root) {
     std::ostringstream os;
-    os << "preflight: " << t.world << " ranks on " << t.num_nodes << " nodes x " << t.local_size << " ranks per node, "
-       << (use_cuda ? "cuda + NCCL" : "cpu + MPI") << "\n";
+    os << "preflight: " << t.world << " ranks on " << t.num_nodes << " nodes x " << t.local_size
+       << " ranks per node, " << (use_cuda ? "cuda + NCCL" : "cpu + MPI") << "\n";
     for (int r = 0; r < t.world; ++r)
-      os << "  rank " << r << "  node " << r / t.local_size << "  " << hosts[r] << "  " << devices[r] << "\n";
+      os << "  rank " << r << "  node " << r / t.local_size << "  " << hosts[r] << "  "
+         << devices[r] << "\n";
 #ifdef SHARDTRAIN_HAVE_CUDA
     const int v = cuda::nccl_version();
     os << "NCCL " << v / 10000 << "." << (v / 100) % 100 << "." << v % 100 << "; ";
 #else
     os << "NCCL: not compiled in (no nvcc/nccl.h at build time); ";
 #endif
-    os << "net plugin: " << (plugin.library.empty() ? "none found (NCCL uses its own IB/socket transport)"
-                                                    : plugin.library + " (" + plugin.net_name + ")")
+    os << "net plugin: "
+       << (plugin.library.empty() ? "none found (NCCL uses its own IB/socket transport)"
+                                  : plugin.library + " (" + plugin.net_name + ")")
        << (plugin.aws_ofi_nccl ? ", aws-ofi-nccl" : "") << "\n";
     os << "libfabric " << fabric.libfabric_version << ": efa ";
     if (fabric.efa_devices > 0) {
       os << fabric.efa_devices << " device(s):";
       for (const auto& d : fabric.efa_domains) os << " " << d;
     } else {
-      os << "not found; fallback tcp " << (fabric.has("tcp") ? "yes" : "no") << ", shm " << (fabric.has("shm") ? "yes" : "no");
+      os << "not found; fallback tcp " << (fabric.has("tcp") ? "yes" : "no") << ", shm "
+         << (fabric.has("shm") ? "yes" : "no");
     }
     os << "; providers:";
     for (const auto& p : fabric.providers) os << " " << p;
@@ -175,20 +189,26 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   }
   if (!o.sweep) return 0;
 
-  const auto opt = at::TensorOptions().dtype(at::kFloat).device(use_cuda ? at::Device(at::kCUDA, device) : at::Device(at::kCPU));
+  const auto opt = at::TensorOptions()
+                       .dtype(at::kFloat)
+                       .device(use_cuda ? at::Device(at::kCUDA, device) : at::Device(at::kCPU));
   std::vector<Scope> scopes;
   if (o.intra) scopes.push_back(make_scope("intra-node", t.node, t.local_rank, use_cuda));
   if (o.inter) scopes.push_back(make_scope("inter-node", t.local_rank, t.node, use_cuda));
   std::vector<std::string> failures;
   // The fabric file: per scope its group size, and preflight's inter-node scope runs one group
   // per local rank at once (docs/planner.md turns that into a spanning collective's bandwidth).
-  nlohmann::json fabric_json = {{"format", plan::kFabricFormat}, {"format_version", plan::kFabricFormatVersion}, {"source", "shardtrain preflight on " + hosts[0]},
-                                {"ranks_per_node", t.local_size}, {"nodes", t.num_nodes},
+  nlohmann::json fabric_json = {{"format", plan::kFabricFormat},
+                                {"format_version", plan::kFabricFormatVersion},
+                                {"source", "shardtrain preflight on " + hosts[0]},
+                                {"ranks_per_node", t.local_size},
+                                {"nodes", t.num_nodes},
                                 {"overlaps_compute", use_cuda}};  // see plan::Fabric
   for (auto& s : scopes) {
     if (s.comm->size() < 2) {
-      if (root) std::cout << "# " << s.name << ": skipped, groups of one rank (" << t.num_nodes << " nodes x "
-                          << t.local_size << " ranks per node)\n";
+      if (root)
+        std::cout << "# " << s.name << ": skipped, groups of one rank (" << t.num_nodes
+                  << " nodes x " << t.local_size << " ranks per node)\n";
       continue;
     }
     for (const auto& name : o.ops) {
@@ -196,8 +216,8 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       if (root) {
         std::printf("# %s, %s: %d groups of %d ranks, %s, float32\n", name.c_str(), s.name.c_str(),
                     t.world / s.comm->size(), s.comm->size(), use_cuda ? "nccl" : "mpi");
-        std::printf("# %12s %12s %10s %12s %12s %7s  %s\n", "size", "count", "time(us)", "algbw(GB/s)", "busbw(GB/s)",
-                    "#wrong", "slowest group");
+        std::printf("# %12s %12s %10s %12s %12s %7s  %s\n", "size", "count", "time(us)",
+                    "algbw(GB/s)", "busbw(GB/s)", "#wrong", "slowest group");
       }
       double sum = 0;
       int rows = 0;
@@ -212,17 +232,21 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
         scope["groups_per_node"] = s.name == "intra-node" ? 1 : t.local_size;
         scope[name].push_back({row.bytes, row.busbw});
         if (root)
-          std::printf("  %12lld %12lld %10.1f %12.2f %12.2f %7lld  rank %d (%s)\n", static_cast<long long>(row.bytes),
-                      static_cast<long long>(row.count), row.seconds * 1e6, row.algbw, row.busbw,
-                      static_cast<long long>(row.wrong), row.slowest_rank, hosts[row.slowest_rank].c_str());
+          std::printf("  %12lld %12lld %10.1f %12.2f %12.2f %7lld  rank %d (%s)\n",
+                      static_cast<long long>(row.bytes), static_cast<long long>(row.count),
+                      row.seconds * 1e6, row.algbw, row.busbw, static_cast<long long>(row.wrong),
+                      row.slowest_rank, hosts[row.slowest_rank].c_str());
       }
       const double avg = sum / rows;
       const bool ok = wrong == 0 && (o.min_busbw <= 0 || avg >= o.min_busbw);
-      if (root) std::printf("# avg busbw %.2f GB/s%s\n", avg, o.min_busbw > 0 ? (ok ? ": PASS" : ": FAIL") : "");
+      if (root)
+        std::printf("# avg busbw %.2f GB/s%s\n", avg,
+                    o.min_busbw > 0 ? (ok ? ": PASS" : ": FAIL") : "");
       if (!ok) {
         char msg[200];
-        std::snprintf(msg, sizeof msg, "%s %s: avg busbw %.2f GB/s < --min-busbw %.2f, %lld wrong elements",
-                      name.c_str(), s.name.c_str(), avg, o.min_busbw, static_cast<long long>(wrong));
+        std::snprintf(
+            msg, sizeof msg, "%s %s: avg busbw %.2f GB/s < --min-busbw %.2f, %lld wrong elements",
+            name.c_str(), s.name.c_str(), avg, o.min_busbw, static_cast<long long>(wrong));
         failures.push_back(msg);
       }
     }
@@ -230,7 +254,8 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::fflush(stdout);
   if (root && !o.json.empty()) {
     std::ofstream out(o.json);
-    if (!(out << fabric_json.dump(2) << "\n")) throw runtime::UsageError("--json " + o.json + " cannot be written; check the directory");
+    if (!(out << fabric_json.dump(2) << "\n"))
+      throw runtime::UsageError("--json " + o.json + " cannot be written; check the directory");
   }
   if (root) {
     if (failures.empty()) std::cout << "preflight: PASS" << std::endl;

@@ -11,9 +11,12 @@ int cmd_prepare(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   PrepareCliOptions o = parse_on_every_rank([&] { return parse_prepare(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
-  if (env.size() > 1) throw runtime::AgreedUsageError("prepare is a single-process step; run it without mpirun/srun or with -np 1");
+  if (env.size() > 1)
+    throw runtime::AgreedUsageError(
+        "prepare is a single-process step; run it without mpirun/srun or with -np 1");
   // Checked before tokenizing, which can take long; run_prepare makes the missing directories.
-  for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output}, {"--val-output", data::val_output_path(o.prepare)}}) {
+  for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output},
+                                 {"--val-output", data::val_output_path(o.prepare)}}) {
     if (out.empty()) continue;
     if (const std::string why = probe_writable_file(out); !why.empty())
       throw runtime::UsageError(std::string(opt) + ": cannot write " + out + ": " + why);

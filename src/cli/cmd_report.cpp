@@ -39,8 +39,8 @@ int cmd_report(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   draw(dir / "breakdown.png", report::breakdown_chart(runs, stats, o.title));
   const std::string md = report::report_markdown(stats, o.title, notes);
   report::write_text(dir / "summary.md", md);
-  std::cout << md << "\nwrote " << (dir / "summary.md").string() << ", loss.png, throughput.png and breakdown.png"
-            << std::endl;
+  std::cout << md << "\nwrote " << (dir / "summary.md").string()
+            << ", loss.png, throughput.png and breakdown.png" << std::endl;
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // `shardtrain scaling`: reads one metrics file per node count and writes a markdown table, a CSV
-// and a two-panel PNG of throughput and scaling efficiency. Serial work; under mpirun rank 0 does it.
+// and a two-panel PNG of throughput and scaling efficiency. Serial work; under mpirun rank 0 does
+// it.
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -37,8 +38,9 @@ report::RunSteps read_run(const ScalingRun& run, std::vector<std::string>& notes
     steps.mfu.push_back(s.mfu);
   }
   if (steps.tokens_per_s.empty())
-    throw runtime::UsageError(what + run.metrics +
-                     ": no line has a numeric tokens_per_s; pass the JSONL that train --metrics-file wrote");
+    throw runtime::UsageError(
+        what + run.metrics +
+        ": no line has a numeric tokens_per_s; pass the JSONL that train --metrics-file wrote");
   return steps;
 }
 
@@ -55,9 +57,9 @@ int cmd_scaling(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     runs.push_back(report::summarize_run(read_run(run, notes), o.skip_steps));
     const auto& s = runs.back();
     if (s.kept_warmup)
-      notes.push_back(s.source + " (" + std::to_string(s.nodes) + " nodes) has only " + std::to_string(s.steps) +
-                      " measured steps, not more than --skip-steps " + std::to_string(o.skip_steps) +
-                      ", so all of them were used, warmup included");
+      notes.push_back(s.source + " (" + std::to_string(s.nodes) + " nodes) has only " +
+                      std::to_string(s.steps) + " measured steps, not more than --skip-steps " +
+                      std::to_string(o.skip_steps) + ", so all of them were used, warmup included");
   }
   const auto rows = report::scaling_rows(runs);
   const fs::path dir = report::make_out_dir(o.out_dir);
@@ -65,7 +67,8 @@ int cmd_scaling(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   report::write_text(dir / "scaling.md", md);
   report::write_text(dir / "scaling.csv", report::scaling_csv(rows));
   report::draw_chart_png((dir / "scaling.png").string(), report::scaling_panels(rows, o.title), 2);
-  std::cout << md << "\nwrote " << (dir / "scaling.md").string() << ", scaling.csv and scaling.png" << std::endl;
+  std::cout << md << "\nwrote " << (dir / "scaling.md").string() << ", scaling.csv and scaling.png"
+            << std::endl;
   return 0;
 }
 

@@ -28,13 +28,19 @@ int cmd_tokenize(const std::vector<std::string>& args) {
   const std::string name = o.input.empty() ? "<stdin>" : o.input;
   std::string line;
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank lines, as prepare skips them
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;  // blank lines, as prepare skips them
     const std::string where = name + ":" + std::to_string(lineno);
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) throw runtime::UsageError(where + ": not JSON; each line must be an object {\"text\": \"...\"}");
+    if (j.is_discarded())
+      throw runtime::UsageError(where +
+                                ": not JSON; each line must be an object {\"text\": \"...\"}");
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
-      throw runtime::UsageError(where + ": no \"text\" string; each line must be an object {\"text\": \"...\"}");
-    std::cout << nlohmann::json(tok.encode(j["text"].get<std::string>(), o.add_special, false)).dump() << '\n';
+      throw runtime::UsageError(
+          where + ": no \"text\" string; each line must be an object {\"text\": \"...\"}");
+    std::cout
+        << nlohmann::json(tok.encode(j["text"].get<std::string>(), o.add_special, false)).dump()
+        << '\n';
   }
   std::cout << std::flush;
   return 0;

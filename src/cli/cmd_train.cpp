@@ -7,20 +7,20 @@
 #include <iostream>
 #include <thread>
 
+#include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/cli/run_params.h"
 #include "shardtrain/data/data_identity.h"
-#include "shardtrain/ckpt/dir_lock.h"
+#include "shardtrain/hw/accelerators.h"
 #include "shardtrain/obs/rank_summary.h"
-#include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/signals.h"
 #include "shardtrain/train/fit.h"
-#include "shardtrain/hw/accelerators.h"
 
 namespace shardtrain::cli {
 
@@ -30,13 +30,19 @@ int print_help(const std::string& text, const runtime::MpiEnv& env) {
 }
 
 void setup_threads(int threads, const runtime::MpiEnv& env) {
-  if (threads <= 0) {  // the launchers' binding (launch/bind-rank.sh) sets OMP_NUM_THREADS to the rank's cores
+  if (threads <=
+      0) {  // the launchers' binding (launch/bind-rank.sh) sets OMP_NUM_THREADS to the rank's cores
     const char* omp = std::getenv("OMP_NUM_THREADS");
     threads = omp ? std::atoi(omp) : 0;
   }
   if (threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / std::max(1, env.machine().local_size));  // the real machine's ranks, not the simulated node's
+    threads = std::max(
+        1,
+        cores /
+            std::max(
+                1,
+                env.machine().local_size));  // the real machine's ranks, not the simulated node's
   }
   at::set_num_threads(threads);
 }
@@ -53,7 +59,8 @@ data::LoaderConfig loader_config(const train::TrainConfig& t, const runtime::Mpi
   return lc;
 }
 
-BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader, const data::TokenFile& train, const data::TokenFile* val) {
+BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader,
+                         const data::TokenFile& train, const data::TokenFile* val) {
   BannerFacts f;
   f.num_params = s.engine->model().num_params();
   f.global_batch = loader.global_batch();
@@ -74,14 +81,16 @@ BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader, c
 }
 
 // The one line a stopped run ends with, and its exit code (docs/reliability.md).
-int stop_message(train::FitEnd end, const train::SignalVerdict& signal, const train::NonfiniteGuard& nonfinite, const runtime::MpiEnv& env) {
+int stop_message(train::FitEnd end, const train::SignalVerdict& signal,
+                 const train::NonfiniteGuard& nonfinite, const runtime::MpiEnv& env) {
   if (end == train::FitEnd::kStoppedNonFinite) {
     if (env.rank() == 0) runtime::log::error_line("shardtrain: error: " + nonfinite.last_message());
     return runtime::kExitNonFinite;
   }
-  runtime::log::info("stopped by " + signal.reason + (signal.save ? " after a checkpoint" : " without a checkpoint") +
-            "; exiting with code " + std::to_string(signal.exit_code) +
-            (signal.save ? "; resume with --resume auto" : ""));
+  runtime::log::info("stopped by " + signal.reason +
+                     (signal.save ? " after a checkpoint" : " without a checkpoint") +
+                     "; exiting with code " + std::to_string(signal.exit_code) +
+                     (signal.save ? "; resume with --resume auto" : ""));
   return signal.exit_code;
 }
 
@@ -91,24 +100,32 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   TrainOptions o = parse_on_every_rank([&] {
     TrainOptions parsed = parse_train(args, &help);
-    if (!parsed.common.wants_help()) resolve_checkpoint_model(parsed);  // reads --resume's checkpoint
+    if (!parsed.common.wants_help())
+      resolve_checkpoint_model(parsed);  // reads --resume's checkpoint
     return parsed;
   });
   if (o.common.wants_help()) return print_help(help, env);
   // Build: data, engine, optimizer, and the loop's components.
-  runtime::install_stop_signals(!o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
+  runtime::install_stop_signals(
+      !o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor exists
+  runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor
+                                        // exists
   check_writable_outputs(o, env);
   // The data and the prompts in the model's own ids, before a step is spent on others.
-  check_tokenizers(train_tokenizer(o), {o.data, o.val_data}, o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
+  check_tokenizers(train_tokenizer(o), {o.data, o.val_data},
+                   o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   // One writer per checkpoint directory, held until the export is done (docs/reliability.md).
-  const ckpt::DirLock dir_lock = o.ckpt.dir.empty() ? ckpt::DirLock() : ckpt::DirLock::acquire(MPI_COMM_WORLD, o.ckpt.dir);
+  const ckpt::DirLock dir_lock =
+      o.ckpt.dir.empty() ? ckpt::DirLock() : ckpt::DirLock::acquire(MPI_COMM_WORLD, o.ckpt.dir);
   std::string checked_train, checked_val;
   auto train = open_token_file("--data", o.data, o.model, env, &checked_train);
-  auto val = o.val_data.empty() ? nullptr : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
-  runtime::log::info(start_line(o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
+  auto val = o.val_data.empty()
+                 ? nullptr
+                 : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
+  runtime::log::info(start_line(
+      o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
   for (const auto& line : {checked_train, checked_val})
     if (!line.empty()) runtime::log::info(line);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
@@ -119,11 +136,13 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   optim::Optimizer optimizer = fsdp::make_optimizer(engine, o.optim);
   data::DataLoader loader(*train, loader_config(o.train, env));
   const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);
-  runtime::log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device, banner_facts(setup, loader, *train, val.get())));
+  runtime::log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device,
+                                  banner_facts(setup, loader, *train, val.get())));
   const train::FaultInjector faults(o.faults, env.rank());
   faults.after_setup();
   // Absolute: a resume, convert or PEFT may read it from another directory.
-  o.ckpt.base_weights = o.weights.empty() ? "" : std::filesystem::absolute(o.weights).lexically_normal().string();
+  o.ckpt.base_weights =
+      o.weights.empty() ? "" : std::filesystem::absolute(o.weights).lexically_normal().string();
   ckpt::TrainState initial;
   initial.global_batch = loader.global_batch();
   initial.schedule_batch = loader.global_batch();
@@ -133,26 +152,37 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   ckpt::Manager checkpoints(o.ckpt, engine, optimizer, initial);
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);
-  const train::RunStart start{resumed ? resumed->step : 0, resumed ? resumed->schedule_batch : loader.global_batch(),
+  const train::RunStart start{resumed ? resumed->step : 0,
+                              resumed ? resumed->schedule_batch : loader.global_batch(),
                               resumed ? resumed->schedule_steps : 0};
-  if (resumed && resumed->saved_global_batch > 0 && resumed->saved_global_batch != loader.global_batch())
-    runtime::log::info("resuming at global batch " + std::to_string(loader.global_batch()) + " (the checkpoint's run: " +
-                       std::to_string(resumed->saved_global_batch) + "): epoch " + std::to_string(loader.state().epoch) + " from row " +
+  if (resumed && resumed->saved_global_batch > 0 &&
+      resumed->saved_global_batch != loader.global_batch())
+    runtime::log::info("resuming at global batch " + std::to_string(loader.global_batch()) +
+                       " (the checkpoint's run: " + std::to_string(resumed->saved_global_batch) +
+                       "): epoch " + std::to_string(loader.state().epoch) + " from row " +
                        std::to_string(loader.state().row));
-  train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size, o.train.val_batches, o.train.val_every);
+  train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size,
+                             o.train.val_batches, o.train.val_every);
   train::SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);
   train::NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
-  const train::RunParams params = run_params(o, env.size(), loader.global_batch(), train->seq_len(), engine.model().num_params(),
-                                            engine.device().is_cuda() ? "cuda" : "cpu");
-  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start.step, params);
-  auto watchdog = obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
-  train::StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(), engine.device().is_cuda());
-  train::TrainComponents components{engine, optimizer, loader, validator, checkpoints, signals, metrics, faults, nonfinite, profiler};
+  const train::RunParams params =
+      run_params(o, env.size(), loader.global_batch(), train->seq_len(),
+                 engine.model().num_params(), engine.device().is_cuda() ? "cuda" : "cpu");
+  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start.step,
+                                  params);
+  auto watchdog =
+      obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
+  train::StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(),
+                               engine.device().is_cuda());
+  train::TrainComponents components{engine,  optimizer, loader, validator, checkpoints,
+                                    signals, metrics,   faults, nonfinite, profiler};
   // Fit.
   const train::FitEnd end = train::fit(o.train, o.optim, components, start);
   watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats
-  if (end != train::FitEnd::kCompleted) {  // a signal's stop is KILLED in MLflow; a non-finite stop, FAILED
-    metrics.end_run(end == train::FitEnd::kStoppedBySignal ? obs::RunStatus::kKilled : obs::RunStatus::kFailed);
+  if (end != train::FitEnd::kCompleted) {  // a signal's stop is KILLED in MLflow; a non-finite
+                                           // stop, FAILED
+    metrics.end_run(end == train::FitEnd::kStoppedBySignal ? obs::RunStatus::kKilled
+                                                           : obs::RunStatus::kFailed);
     return stop_message(end, signals.last(), nonfinite, env);
   }
   // Export.
@@ -162,7 +192,9 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       runtime::log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
     } else {
       export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
-      runtime::log::info("saved " + std::string(engine.config().lora.enabled() ? "the merged model" : "model") + " to " + o.save_model);
+      runtime::log::info(
+          "saved " + std::string(engine.config().lora.enabled() ? "the merged model" : "model") +
+          " to " + o.save_model);
     }
   }
   metrics.end_run(obs::RunStatus::kFinished);  // after the export: a failed export is a FAILED run

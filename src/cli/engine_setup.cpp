@@ -11,12 +11,15 @@
 
 namespace shardtrain::cli {
 
-EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg, runtime::MpiEnv& env, const std::string& path,
-                         uint64_t seed, const std::string& lora_dir)
+EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
+                         runtime::MpiEnv& env, const std::string& path, uint64_t seed,
+                         const std::string& lora_dir)
     : device(choose_device(cfg.device, env)),
       groups(fsdp::make_process_groups(cfg, env.topology(), device.cuda, env.host())),
       weights(path.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(path)),
-      adapter(lora_dir.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(lora_dir + "/adapter_model.safetensors")) {
+      adapter(lora_dir.empty() ? nullptr
+                               : std::make_unique<io::SafetensorsModel>(
+                                     lora_dir + "/adapter_model.safetensors")) {
   if (weights) {  // every rank reads the same headers, so every rank throws alike
     try {
       model::check_weights(model, *weights);
@@ -24,14 +27,19 @@ EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig
       throw runtime::AgreedUsageError(e.what());
     }
   }
-  const at::Device dev = device.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index)) : at::Device(at::kCPU);
+  const at::Device dev = device.cuda
+                             ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index))
+                             : at::Device(at::kCPU);
   // TF32 for fp32 matmuls on CUDA, as torch.set_float32_matmul_precision("high"); CPU untouched.
   if (device.cuda) at::globalContext().setFloat32MatmulPrecision(cfg.tf32 ? "high" : "highest");
-  engine = std::make_unique<fsdp::FsdpEngine>(model, cfg, groups, seed, weights.get(), dev, adapter.get());
+  engine = std::make_unique<fsdp::FsdpEngine>(model, cfg, groups, seed, weights.get(), dev,
+                                              adapter.get());
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device.cuda) cuda::reset_peak_memory(device.index);  // peaks count training, not the build
 #endif
-  if (weights) runtime::log::info("loaded " + std::to_string(weights->bytes_read()) + " bytes of weights from " + path);
+  if (weights)
+    runtime::log::info("loaded " + std::to_string(weights->bytes_read()) +
+                       " bytes of weights from " + path);
 }
 
 }  // namespace shardtrain::cli

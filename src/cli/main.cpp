@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
     const std::string cmd = argc > 1 ? argv[1] : "";
     std::vector<std::string> args(argv + std::min(argc, 2), argv + argc);
     if (cmd == "plan") return cli::cmd_plan(args);  // arithmetic on one process: no MPI start-up
-    if (cmd == "tokenize") return cli::cmd_tokenize(args);  // a filter in a pipe: no MPI start-up either
+    if (cmd == "tokenize")
+      return cli::cmd_tokenize(args);  // a filter in a pipe: no MPI start-up either
     env = std::make_unique<runtime::MpiEnv>(&argc, &argv);
     args.assign(argv + std::min(argc, 2), argv + argc);
     if (cmd == "prepare") return cli::cmd_prepare(args, *env);
@@ -41,17 +42,22 @@ int main(int argc, char** argv) {
       if (!env || env->rank() == 0) std::cout << cli::top_level_help();
       return cmd.empty() ? 2 : 0;
     }
-    throw runtime::UsageError("unknown command '" + cmd + "'; run 'shardtrain --help' for the list");
-  } catch (const runtime::AgreedUsageError& e) {  // thrown on every rank: one line, then exit 2 together
-    if (!env || env->rank() == 0) runtime::log::error_line(std::string("shardtrain: error: ") + e.what());
+    throw runtime::UsageError("unknown command '" + cmd +
+                              "'; run 'shardtrain --help' for the list");
+  } catch (
+      const runtime::AgreedUsageError& e) {  // thrown on every rank: one line, then exit 2 together
+    if (!env || env->rank() == 0)
+      runtime::log::error_line(std::string("shardtrain: error: ") + e.what());
     runtime::MpiEnv::exit_together(2);
-  } catch (const runtime::UsageError& e) {  // this rank's alone: the others may wait in a collective
+  } catch (
+      const runtime::UsageError& e) {  // this rank's alone: the others may wait in a collective
     const bool several = env && env->size() > 1;
     runtime::log::error_line(std::string("shardtrain: error: ") + e.what() +
                              (several ? " (" + runtime::detail::identity() + ")" : ""));
     runtime::MpiEnv::abort(2);
   } catch (const std::exception& e) {
-    runtime::log::error_line(std::string("shardtrain: fatal: ") + e.what() + " (" + shardtrain::runtime::detail::identity() + ")");
+    runtime::log::error_line(std::string("shardtrain: fatal: ") + e.what() + " (" +
+                             shardtrain::runtime::detail::identity() + ")");
     runtime::MpiEnv::abort(1);
   }
 }

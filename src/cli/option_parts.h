@@ -14,7 +14,8 @@ namespace po = boost::program_options;
 
 po::options_description common_desc(CommonOptions& c);
 po::options_description model_desc(ModelArgs& m);
-// The model config: `from` (a checkpoint's) or --model / --weights' config.json, then the overrides.
+// The model config: `from` (a checkpoint's) or --model / --weights' config.json, then the
+// overrides.
 model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from = nullptr);
 // eval and generate refuse to run a random model: they need --weights.
 void require_weights(const std::string& command, const ModelArgs& m);
@@ -41,7 +42,8 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
 // fsdp::parse_activation_checkpointing.
 void add_checkpointing_options(po::options_description& d, std::string& mode, int64_t& every);
 void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw);
-int64_t parse_loss_chunk(const std::string& v);  // --loss-chunk: auto 0, off -1, N; throws UsageError
+int64_t parse_loss_chunk(
+    const std::string& v);  // --loss-chunk: auto 0, off -1, N; throws UsageError
 
 // train's --lora-* options; raw.targets is parsed by check_lora.
 struct LoraArgs {
@@ -54,10 +56,12 @@ void check_lora(model::LoraConfig& l, const LoraArgs& raw);
 model::LoraConfig read_adapter_config(const std::string& dir);
 
 void require_file(const std::string& opt, const std::string& path);
-// --tokenizer: empty, or a path that names a tokenizer file (data::resolve_tokenizer_file's UsageError otherwise).
+// --tokenizer: empty, or a path that names a tokenizer file (data::resolve_tokenizer_file's
+// UsageError otherwise).
 void require_tokenizer(const std::string& path);
 // Every command's --tokenizer takes the same kinds of path (data::resolve_tokenizer_file).
-inline constexpr const char* kTokenizerHelp = "SentencePiece .model, Hugging Face tokenizer.json, or a model directory holding one";
+inline constexpr const char* kTokenizerHelp =
+    "SentencePiece .model, Hugging Face tokenizer.json, or a model directory holding one";
 // A double option with its default shown in --help as one types it (1e-4, 0.95), not as Boost's
 // lexical_cast prints it (0.0001000000000000000048). Every double option with a default uses it.
 po::typed_value<double>* real(double* target, double default_value);
@@ -68,13 +72,15 @@ std::string round_trip(double v);
 std::string option_value_text(const boost::any& v);
 // One line for an unknown option: the command's nearest option, or shardtrain's equivalent of
 // a PyTorch / Hugging Face Trainer flag. config: the --config file it was read from, or "".
-std::string unknown_option_message(const std::string& typed, const po::options_description& all, const std::string& config);
+std::string unknown_option_message(const std::string& typed, const po::options_description& all,
+                                   const std::string& config);
 // Parses args, then --config FILE, into the variables bound by `all`. values: when given, every
 // option that has a value (typed, from --config, or its default) as option name -> text.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,
                 const po::positional_options_description* positional = nullptr,
                 std::vector<std::pair<std::string, std::string>>* values = nullptr);
-std::string usage_text(const CommonOptions& c, const std::string& usage, const po::options_description& all);
+std::string usage_text(const CommonOptions& c, const std::string& usage,
+                       const po::options_description& all);
 void positive(const char* opt, double v, const char* hint);
 at::ScalarType parse_dtype(const std::string& s, const char* opt);
 const char* dtype_name(at::ScalarType t);  // parse_dtype's inverse: fp32 or bf16

@@ -47,14 +47,18 @@ constexpr Foreign kForeign[] = {
     {"save-total-limit", "shardtrain's equivalent is --keep-checkpoints"},
     {"max-grad-norm", "shardtrain's equivalent is --grad-clip"},
     {"lr-scheduler-type", "shardtrain's equivalent is --lr-schedule"},
-    {"warmup-ratio", "shardtrain's equivalent is --warmup-steps (a number of steps, not a fraction of the run)"},
+    {"warmup-ratio",
+     "shardtrain's equivalent is --warmup-steps (a number of steps, not a fraction of the run)"},
     {"adam-beta1", "shardtrain's equivalent is --beta1"},
     {"adam-beta2", "shardtrain's equivalent is --beta2"},
     {"adam-epsilon", "shardtrain's equivalent is --adam-eps"},
     {"gradient-checkpointing", "shardtrain's equivalent is --activation-checkpointing"},
-    {"model-name-or-path", "shardtrain's equivalent is --weights DIR (a Hugging Face model directory)"},
+    {"model-name-or-path",
+     "shardtrain's equivalent is --weights DIR (a Hugging Face model directory)"},
     {"model-name", "shardtrain's equivalent is --weights DIR (a Hugging Face model directory)"},
-    {"output-dir", "shardtrain's equivalent is --save-model DIR (the final model) or --checkpoint-dir DIR (checkpoints)"},
+    {"output-dir",
+     "shardtrain's equivalent is --save-model DIR (the final model) or --checkpoint-dir DIR "
+     "(checkpoints)"},
     {"resume-from-checkpoint", "shardtrain's equivalent is --resume (auto, or a checkpoint)"},
     {"use-peft", "shardtrain's equivalent is --lora-rank R (R > 0)"},
 };
@@ -66,8 +70,10 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
   for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
@@ -81,8 +87,8 @@ std::string did_you_mean(const std::vector<std::string>& names, const std::strin
 }
 
 // What to suggest for `name` (no dashes, '_' already '-') among the command's long options.
-std::string suggestion(const std::string& name, const std::vector<std::string>& options, const po::options_description& all,
-                       const std::string& dash) {
+std::string suggestion(const std::string& name, const std::vector<std::string>& options,
+                       const po::options_description& all, const std::string& dash) {
   for (const Foreign& f : kForeign) {
     if (name != f.flag) continue;
     const std::string advice = f.advice;
@@ -90,11 +96,13 @@ std::string suggestion(const std::string& name, const std::vector<std::string>& 
     const std::string target = advice.substr(at + 2, advice.find_first_of(" ,)", at) - at - 2);
     if (all.find_nothrow(target, false)) return advice;
   }
-  if (std::find(options.begin(), options.end(), name) != options.end()) return did_you_mean({name}, dash);  // --max_new_tokens
+  if (std::find(options.begin(), options.end(), name) != options.end())
+    return did_you_mean({name}, dash);  // --max_new_tokens
   std::vector<std::string> longer;
   for (const auto& o : options)
     if (name.size() >= 2 && o.compare(0, name.size(), name) == 0) longer.push_back(o);
-  if (!longer.empty() && longer.size() <= 4) return did_you_mean(longer, dash) + " (options are not abbreviated)";
+  if (!longer.empty() && longer.size() <= 4)
+    return did_you_mean(longer, dash) + " (options are not abbreviated)";
   const size_t close = std::max<size_t>(1, name.size() / 3);
   size_t best = close + 1;
   std::string nearest;
@@ -123,7 +131,7 @@ std::string round_trip(double v) {
     if (std::strtod(buf, nullptr) == v) fixed = buf;
   }
   if (fixed.empty()) return exponent;
-  if (std::abs(v) >= 1 && std::abs(v) < 1e6) return fixed;  // 600, not 6e2
+  if (std::abs(v) >= 1 && std::abs(v) < 1e6) return fixed;   // 600, not 6e2
   return exponent.size() < fixed.size() ? exponent : fixed;  // 1e-4, not 0.0001; 0.5, not 5e-1
 }
 
@@ -131,7 +139,8 @@ po::typed_value<double>* real(double* target, double default_value) {
   return po::value(target)->default_value(default_value, round_trip(default_value));
 }
 
-std::string unknown_option_message(const std::string& typed, const po::options_description& all, const std::string& config) {
+std::string unknown_option_message(const std::string& typed, const po::options_description& all,
+                                   const std::string& config) {
   std::string name = typed.substr(0, typed.find('='));  // --lrr=3: the name alone
   const bool is_short = name.size() == 2 && name[0] == '-' && name[1] != '-';
   name.erase(0, name.find_first_not_of('-'));

@@ -14,32 +14,42 @@ using namespace parts;
 PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::string* help_text) {
   PrepareCliOptions o;
   auto& p = o.prepare;
-  std::string format = data::format_name(p.format), chat_template = data::chat_template_name(p.chat_template);
-  std::string mode = p.packing ? "packing" : "padding", train_on = p.train_on_all ? "all" : "assistant";
+  std::string format = data::format_name(p.format),
+              chat_template = data::chat_template_name(p.chat_template);
+  std::string mode = p.packing ? "packing" : "padding",
+              train_on = p.train_on_all ? "all" : "assistant";
   po::options_description d("Prepare");
   d.add_options()("tokenizer", po::value(&p.tokenizer), kTokenizerHelp)(
       "input", po::value(&p.input), "JSONL input: one JSON object per line")(
       "format", po::value(&format)->default_value(format),
-      "alpaca (instruction/input/output), samsum (dialogue/summary), text, chat (messages or ShareGPT conversations), or auto")(
+      "alpaca (instruction/input/output), samsum (dialogue/summary), text, chat (messages or "
+      "ShareGPT conversations), or auto")(
       "chat-template", po::value(&chat_template)->default_value(chat_template),
-      "chat records: llama2, llama3, mistral, chatml, or auto (from the tokenizer's tokenizer_config.json chat_template)")(
+      "chat records: llama2, llama3, mistral, chatml, or auto (from the tokenizer's "
+      "tokenizer_config.json chat_template)")(
       "train-on", po::value(&train_on)->default_value(train_on),
-      "assistant (chat: the assistant turns; other formats: the answer) or all (every token in the loss)")(
-      "output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
-      "seq-len", po::value(&p.seq_len)->default_value(p.seq_len), "tokens per row; longer samples are truncated")(
-      "mode", po::value(&mode)->default_value(mode), "packing (concatenate samples into full rows) or padding (one sample per row)")(
-      "val-fraction", real(&p.val_fraction, p.val_fraction), "hold out this share of the samples for validation")(
+      "assistant (chat: the assistant turns; other formats: the answer) or all (every token in the "
+      "loss)")("output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
+      "seq-len", po::value(&p.seq_len)->default_value(p.seq_len),
+      "tokens per row; longer samples are truncated")(
+      "mode", po::value(&mode)->default_value(mode),
+      "packing (concatenate samples into full rows) or padding (one sample per row)")(
+      "val-fraction", real(&p.val_fraction, p.val_fraction),
+      "hold out this share of the samples for validation")(
       "val-input", po::value(&p.val_input), "or: a second JSONL file for validation")(
       "val-output", po::value(&p.val_output), "validation token file (default: <output>.val.h5)")(
       "seed", po::value(&p.seed)->default_value(p.seed), "seed for the validation split")(
       "strict", po::bool_switch(&p.strict), "fail on the first bad line instead of skipping it")(
-      "show-bad", po::value(&p.show_bad)->default_value(p.show_bad), "how many skipped lines to print");
+      "show-bad", po::value(&p.show_bad)->default_value(p.show_bad),
+      "how many skipped lines to print");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text(o.common, "Usage: shardtrain prepare --tokenizer M --input F.jsonl --output F.h5 [options]", all);
+      *help_text = usage_text(
+          o.common,
+          "Usage: shardtrain prepare --tokenizer M --input F.jsonl --output F.h5 [options]", all);
     return o;
   }
   if (p.tokenizer.empty() || p.input.empty() || p.output.empty())
@@ -49,15 +59,21 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   require_file("--val-input", p.val_input);
   p.format = data::parse_format(format);
   p.chat_template = data::parse_chat_template(chat_template);
-  if (train_on != "assistant" && train_on != "all") throw runtime::UsageError("--train-on must be assistant or all, got '" + train_on + "'");
+  if (train_on != "assistant" && train_on != "all")
+    throw runtime::UsageError("--train-on must be assistant or all, got '" + train_on + "'");
   p.train_on_all = train_on == "all";
-  if (mode != "packing" && mode != "padding") throw runtime::UsageError("--mode must be packing or padding, got '" + mode + "'");
+  if (mode != "packing" && mode != "padding")
+    throw runtime::UsageError("--mode must be packing or padding, got '" + mode + "'");
   p.packing = mode == "packing";
-  if (p.seq_len < 2) throw runtime::UsageError("--seq-len must be at least 2, got " + std::to_string(p.seq_len));
-  if (p.val_fraction < 0 || p.val_fraction >= 1) throw runtime::UsageError("--val-fraction must be in [0, 1)");
-  if (p.val_fraction > 0 && !p.val_input.empty()) throw runtime::UsageError("use --val-fraction or --val-input, not both");
+  if (p.seq_len < 2)
+    throw runtime::UsageError("--seq-len must be at least 2, got " + std::to_string(p.seq_len));
+  if (p.val_fraction < 0 || p.val_fraction >= 1)
+    throw runtime::UsageError("--val-fraction must be in [0, 1)");
+  if (p.val_fraction > 0 && !p.val_input.empty())
+    throw runtime::UsageError("use --val-fraction or --val-input, not both");
   if (p.show_bad < 0) throw runtime::UsageError("--show-bad must be >= 0");
-  if (!p.val_output.empty() && p.val_output == p.output) throw runtime::UsageError("--val-output must differ from --output");
+  if (!p.val_output.empty() && p.val_output == p.output)
+    throw runtime::UsageError("--val-output must differ from --output");
   return o;
 }
 
@@ -68,26 +84,35 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   po::options_description d("Generation");
   d.add_options()("tokenizer", po::value(&o.tokenizer), kTokenizerHelp)(
       "prompt", po::value(&o.prompts)->composing(), "prompt text (repeatable)")(
-      "template", po::value(&o.template_name)->default_value(o.template_name), "none (raw prompt) or alpaca (prompt is the instruction)")(
+      "template", po::value(&o.template_name)->default_value(o.template_name),
+      "none (raw prompt) or alpaca (prompt is the instruction)")(
       "input", po::value(&o.input), "alpaca input field, with --template alpaca")(
-      "max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens), "tokens to generate at most")(
-      "temperature", real(&o.temperature, o.temperature), "0: greedy; > 0: sample")(
+      "max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
+      "tokens to generate at most")("temperature", real(&o.temperature, o.temperature),
+                                    "0: greedy; > 0: sample")(
       "top-p", real(&o.top_p, o.top_p), "nucleus sampling mass, with --temperature > 0")(
       "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")(
-      "lora", po::value(&o.lora), "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
+      "lora", po::value(&o.lora),
+      "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
   all.add(common_desc(o.common)).add(model_desc(m)).add(d).add(fsdp_desc(o.fsdp, fa, false));
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
-      *help_text = usage_text(o.common, "Usage: [mpirun -np N] shardtrain generate --weights DIR --tokenizer M --prompt TEXT [options]", all);
+      *help_text = usage_text(o.common,
+                              "Usage: [mpirun -np N] shardtrain generate --weights DIR --tokenizer "
+                              "M --prompt TEXT [options]",
+                              all);
     return o;
   }
   o.model = resolve(m);
   require_weights("generate", m);
   o.weights = m.weights;
   require_file("--weights", o.weights);
-  if (o.tokenizer.empty()) throw runtime::UsageError("generate needs --tokenizer (the model's tokenizer.json or tokenizer.model, or its directory)");
+  if (o.tokenizer.empty())
+    throw runtime::UsageError(
+        "generate needs --tokenizer (the model's tokenizer.json or tokenizer.model, or its "
+        "directory)");
   require_tokenizer(o.tokenizer);
   if (o.prompts.empty()) throw runtime::UsageError("generate needs at least one --prompt");
   if (o.template_name != "none" && o.template_name != "alpaca")
@@ -106,22 +131,29 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   std::string dtype = dtype_name(o.dtype);
   po::options_description d("Convert");
   d.add_options()("input", po::value(&o.input),
-                  "a checkpoint (step-N.h5, or a checkpoint directory: its latest), or a Hugging Face model directory")(
-      "output", po::value(&o.output), "a Hugging Face model directory, or a checkpoint file")(
-      "dtype", po::value(&dtype)->default_value(dtype), "dtype of exported safetensors: fp32 or bf16")(
+                  "a checkpoint (step-N.h5, or a checkpoint directory: its latest), or a Hugging "
+                  "Face model directory")("output", po::value(&o.output),
+                                          "a Hugging Face model directory, or a checkpoint file")(
+      "dtype", po::value(&dtype)->default_value(dtype),
+      "dtype of exported safetensors: fp32 or bf16")(
       "weights", po::value(&o.weights), "a LoRA checkpoint's base (default: the path it records)")(
-      "merge-lora", po::bool_switch(&o.merge_lora), "a LoRA checkpoint: write merged full weights, not the PEFT adapter")(
+      "merge-lora", po::bool_switch(&o.merge_lora),
+      "a LoRA checkpoint: write merged full weights, not the PEFT adapter")(
       "tokenizer", po::value(&o.tokenizer),
-      "tokenizer the export carries: a SentencePiece .model, a tokenizer.json or a model directory (default: the tokenizer "
+      "tokenizer the export carries: a SentencePiece .model, a tokenizer.json or a model directory "
+      "(default: the tokenizer "
       "files of the --weights directory the checkpoint records, else the --tokenizer it records)");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text(o.common, "Usage: [mpirun -np N] shardtrain convert --input A --output B", all);
+    if (help_text)
+      *help_text = usage_text(o.common,
+                              "Usage: [mpirun -np N] shardtrain convert --input A --output B", all);
     return o;
   }
-  if (o.input.empty() || o.output.empty()) throw runtime::UsageError("convert needs --input and --output");
+  if (o.input.empty() || o.output.empty())
+    throw runtime::UsageError("convert needs --input and --output");
   require_file("--input", o.input);
   o.from_checkpoint = is_checkpoint_input(o.input);
   if (o.from_checkpoint) o.input = ckpt::resolve_checkpoint(o.input, "--input");
@@ -138,25 +170,35 @@ bool is_checkpoint_input(const std::string& path) {
   if (!fs::is_directory(p, ec)) return p.extension() == ".h5" || p.filename() == "latest";
   if (fs::exists(p / "config.json", ec)) return false;  // a Hugging Face model directory
   if (ckpt::holds_checkpoints(path)) return true;
-  throw runtime::UsageError("--input " + path + " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
-                   "directory (no latest or step-*.h5); pass one of those or a step-N.h5 file");
+  throw runtime::UsageError(
+      "--input " + path +
+      " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
+      "directory (no latest or step-*.h5); pass one of those or a step-N.h5 file");
 }
 
 TokenizeOptions parse_tokenize(const std::vector<std::string>& args, std::string* help_text) {
   TokenizeOptions o;
   po::options_description d("Tokenize");
   d.add_options()("tokenizer", po::value(&o.tokenizer), kTokenizerHelp)(
-      "input", po::value(&o.input), "JSONL of {\"text\": ...} lines (default: stdin); blank lines are skipped")(
+      "input", po::value(&o.input),
+      "JSONL of {\"text\": ...} lines (default: stdin); blank lines are skipped")(
       "add-special", po::bool_switch(&o.add_special),
-      "add the special tokens the tokenizer adds itself (BOS for Llama-2 and Llama-3), as transformers' add_special_tokens=True");
+      "add the special tokens the tokenizer adds itself (BOS for Llama-2 and Llama-3), as "
+      "transformers' add_special_tokens=True");
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain tokenize --tokenizer T [--input F.jsonl] [--add-special]", all);
+    if (help_text)
+      *help_text = usage_text(
+          o.common, "Usage: shardtrain tokenize --tokenizer T [--input F.jsonl] [--add-special]",
+          all);
     return o;
   }
-  if (o.tokenizer.empty()) throw runtime::UsageError("tokenize needs --tokenizer (a tokenizer.json, a SentencePiece .model, or a model directory)");
+  if (o.tokenizer.empty())
+    throw runtime::UsageError(
+        "tokenize needs --tokenizer (a tokenizer.json, a SentencePiece .model, or a model "
+        "directory)");
   require_tokenizer(o.tokenizer);
   require_file("--input", o.input);
   return o;
@@ -165,17 +207,22 @@ TokenizeOptions parse_tokenize(const std::vector<std::string>& args, std::string
 InspectOptions parse_inspect(const std::vector<std::string>& args, std::string* help_text) {
   InspectOptions o;
   po::options_description d("Inspect");
-  d.add_options()("checkpoint", po::value(&o.checkpoint), "checkpoint file (step-N.h5), or a checkpoint directory (its latest)");
+  d.add_options()("checkpoint", po::value(&o.checkpoint),
+                  "checkpoint file (step-N.h5), or a checkpoint directory (its latest)");
   po::positional_options_description pos;
   pos.add("checkpoint", 1);
   po::options_description all;
   all.add(common_desc(o.common)).add(d);
   parse_into(args, all, &pos);
   if (o.common.wants_help()) {
-    if (help_text) *help_text = usage_text(o.common, "Usage: shardtrain inspect CHECKPOINT_DIR | CHECKPOINT.h5", all);
+    if (help_text)
+      *help_text =
+          usage_text(o.common, "Usage: shardtrain inspect CHECKPOINT_DIR | CHECKPOINT.h5", all);
     return o;
   }
-  if (o.checkpoint.empty()) throw runtime::UsageError("inspect needs a checkpoint: shardtrain inspect DIR (its latest) or DIR/step-N.h5");
+  if (o.checkpoint.empty())
+    throw runtime::UsageError(
+        "inspect needs a checkpoint: shardtrain inspect DIR (its latest) or DIR/step-N.h5");
   o.checkpoint = ckpt::resolve_checkpoint(o.checkpoint, "inspect");
   return o;
 }

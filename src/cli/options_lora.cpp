@@ -13,12 +13,15 @@ namespace shardtrain::cli::parts {
 po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw) {
   po::options_description d("LoRA (parameter-efficient fine-tuning; the base stays frozen)");
   raw.targets = model::join_lora_targets(l.targets);
-  d.add_options()("lora-rank", po::value(&l.rank)->default_value(l.rank), "adapter rank r (0: off, full fine-tuning)")(
-      "lora-alpha", real(&l.alpha, l.alpha), "scaling alpha; the adapter's output is scaled by alpha/r")(
+  d.add_options()("lora-rank", po::value(&l.rank)->default_value(l.rank),
+                  "adapter rank r (0: off, full fine-tuning)")(
+      "lora-alpha", real(&l.alpha, l.alpha),
+      "scaling alpha; the adapter's output is scaled by alpha/r")(
       "lora-dropout", real(&l.dropout, l.dropout), "dropout on the adapters' input, in [0, 1)")(
       "lora-targets", po::value(&raw.targets)->default_value(raw.targets),
       "comma-separated projections: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj")(
-      "merge-lora", po::bool_switch(&raw.merge), "with --save-model: write merged full weights instead of the adapter");
+      "merge-lora", po::bool_switch(&raw.merge),
+      "with --save-model: write merged full weights instead of the adapter");
   return d;
 }
 
@@ -29,19 +32,25 @@ void check_lora(model::LoraConfig& l, const LoraArgs& raw) {
 }
 
 model::LoraConfig read_adapter_config(const std::string& dir) {
-  const fs::path cfg = fs::path(dir) / "adapter_config.json", weights = fs::path(dir) / "adapter_model.safetensors";
+  const fs::path cfg = fs::path(dir) / "adapter_config.json",
+                 weights = fs::path(dir) / "adapter_model.safetensors";
   std::error_code ec;
   if (!fs::exists(cfg, ec) || !fs::exists(weights, ec))
-    throw runtime::UsageError("--lora: " + dir + " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
+    throw runtime::UsageError(
+        "--lora: " + dir +
+        " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
   nlohmann::json j;
   try {
     std::ifstream(cfg) >> j;
   } catch (const std::exception& e) {
     throw runtime::UsageError("--lora: cannot parse " + cfg.string() + ": " + e.what());
   }
-  if (j.value("peft_type", "") != "LORA" || j.value("use_dora", false) || j.value("use_rslora", false) ||
-      !j.value("rank_pattern", nlohmann::json::object()).empty() || !j.value("alpha_pattern", nlohmann::json::object()).empty())
-    throw runtime::UsageError("--lora: " + cfg.string() + " is not a plain LoRA adapter (peft_type LORA, no DoRA/rsLoRA/patterns)");
+  if (j.value("peft_type", "") != "LORA" || j.value("use_dora", false) ||
+      j.value("use_rslora", false) || !j.value("rank_pattern", nlohmann::json::object()).empty() ||
+      !j.value("alpha_pattern", nlohmann::json::object()).empty())
+    throw runtime::UsageError(
+        "--lora: " + cfg.string() +
+        " is not a plain LoRA adapter (peft_type LORA, no DoRA/rsLoRA/patterns)");
   model::LoraConfig l;
   l.rank = j.at("r").get<int64_t>();
   l.alpha = j.at("lora_alpha").get<double>();
@@ -51,8 +60,11 @@ model::LoraConfig read_adapter_config(const std::string& dir) {
   // PEFT stores the targets as a set; shardtrain's order is the layer's.
   std::vector<std::string> ordered;
   for (model::Proj p : model::kProjections)
-    if (std::find(l.targets.begin(), l.targets.end(), model::proj_name(p)) != l.targets.end()) ordered.push_back(model::proj_name(p));
-  if (ordered.size() != l.targets.size()) throw runtime::UsageError("--lora: " + cfg.string() + " targets modules shardtrain does not know");
+    if (std::find(l.targets.begin(), l.targets.end(), model::proj_name(p)) != l.targets.end())
+      ordered.push_back(model::proj_name(p));
+  if (ordered.size() != l.targets.size())
+    throw runtime::UsageError("--lora: " + cfg.string() +
+                              " targets modules shardtrain does not know");
   l.targets = ordered;
   l.validate();
   return l;

@@ -29,7 +29,9 @@ std::string agreed_failure(const std::string& mine) {
   if (first == INT_MAX) return "";
   int world = 1;
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
-  std::string msg = rank != first ? "" : world > 1 ? mine + " (" + runtime::detail::identity() + ")" : mine;
+  std::string msg = rank != first ? ""
+                    : world > 1   ? mine + " (" + runtime::detail::identity() + ")"
+                                  : mine;
   int len = static_cast<int>(msg.size());
   MPI_CHECK(MPI_Bcast(&len, 1, MPI_INT, first, MPI_COMM_WORLD));
   msg.resize(len);
@@ -39,16 +41,20 @@ std::string agreed_failure(const std::string& mine) {
 
 namespace {
 
-std::string local_token_check(const char* opt, const data::TokenFile& f, const model::ModelConfig& model, const runtime::MpiEnv& env,
+std::string local_token_check(const char* opt, const data::TokenFile& f,
+                              const model::ModelConfig& model, const runtime::MpiEnv& env,
                               int64_t* bad_row, int64_t* loss_tokens) {
   const std::string name = std::string(opt) + " " + f.path();
   if (f.seq_len() > model.max_position_embeddings)
-    return name + " has rows of " + std::to_string(f.seq_len()) + " tokens, more than the model's max_position_embeddings " +
-           std::to_string(model.max_position_embeddings) + "; re-run prepare with a smaller --seq-len";
+    return name + " has rows of " + std::to_string(f.seq_len()) +
+           " tokens, more than the model's max_position_embeddings " +
+           std::to_string(model.max_position_embeddings) +
+           "; re-run prepare with a smaller --seq-len";
   const int64_t tok_vocab = f.meta().tokenizer_vocab_size;
   if (tok_vocab > model.vocab_size)
-    return name + " was tokenized with a " + std::to_string(tok_vocab) + "-piece tokenizer but the model's vocab_size is " +
-           std::to_string(model.vocab_size) + "; prepare the data with the model's own tokenizer";
+    return name + " was tokenized with a " + std::to_string(tok_vocab) +
+           "-piece tokenizer but the model's vocab_size is " + std::to_string(model.vocab_size) +
+           "; prepare the data with the model's own tokenizer";
   const auto [begin, end] = data::balanced_part(f.rows(), env.size(), env.rank());
   try {
     const auto scan = f.scan(model.vocab_size, begin, end);
@@ -61,28 +67,36 @@ std::string local_token_check(const char* opt, const data::TokenFile& f, const m
 }
 
 // Collective: sums the loss tokens the scan counted on each rank (the loss_tokens attribute is not
-// trusted). None is refused: the run would learn nothing. Under 1% warns: likely not what was meant.
+// trusted). None is refused: the run would learn nothing. Under 1% warns: likely not what was
+// meant.
 void check_loss_share(const char* opt, const data::TokenFile& f, int64_t loss_tokens) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &loss_tokens, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
   const int64_t tokens = f.rows() * f.seq_len();
   const std::string name = std::string(opt) + " " + f.path();
   if (loss_tokens == 0)
-    throw runtime::AgreedUsageError(name + " holds no token in the loss (every row's loss_mask is 0): training on it learns "
-                                    "nothing; re-run prepare (with the right --format and a --seq-len that keeps the answers)");
+    throw runtime::AgreedUsageError(
+        name +
+        " holds no token in the loss (every row's loss_mask is 0): training on it learns "
+        "nothing; re-run prepare (with the right --format and a --seq-len that keeps the answers)");
   if (loss_tokens * 100 < tokens) {
     char share[32];
-    std::snprintf(share, sizeof share, "%.2f%%", 100.0 * static_cast<double>(loss_tokens) / static_cast<double>(tokens));
-    runtime::log::warn_once(name + ": only " + share + " of its tokens (" + std::to_string(loss_tokens) + " of " +
-                            std::to_string(tokens) + ") are in the loss (loss_mask 1), so most of the compute goes to tokens "
-                            "that are not; if that is not meant, re-run prepare with --train-on all, --mode packing or a "
-                            "smaller --seq-len, or fix its loss_mask");
+    std::snprintf(share, sizeof share, "%.2f%%",
+                  100.0 * static_cast<double>(loss_tokens) / static_cast<double>(tokens));
+    runtime::log::warn_once(
+        name + ": only " + share + " of its tokens (" + std::to_string(loss_tokens) + " of " +
+        std::to_string(tokens) +
+        ") are in the loss (loss_mask 1), so most of the compute goes to tokens "
+        "that are not; if that is not meant, re-run prepare with --train-on all, --mode packing or "
+        "a "
+        "smaller --seq-len, or fix its loss_mask");
   }
 }
 
 }  // namespace
 
-std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::string& path, const model::ModelConfig& model,
-                                           const runtime::MpiEnv& env, std::string* checked) {
+std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::string& path,
+                                                 const model::ModelConfig& model,
+                                                 const runtime::MpiEnv& env, std::string* checked) {
   const runtime::Stopwatch clock;
   std::unique_ptr<data::TokenFile> f;
   std::string failure;
@@ -93,25 +107,32 @@ std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::str
   } catch (const runtime::UsageError& e) {
     failure = std::string(opt) + " " + e.what();
   }
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
-  int64_t first = bad_row < 0 ? INT64_MAX : bad_row;  // the file's first bad row, wherever it was found
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty())
+    throw runtime::AgreedUsageError(agreed);
+  int64_t first =
+      bad_row < 0 ? INT64_MAX : bad_row;  // the file's first bad row, wherever it was found
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT64_T, MPI_MIN, MPI_COMM_WORLD));
   if (first == INT64_MAX) {
     check_loss_share(opt, *f, loss_tokens);
     char secs[32];
     std::snprintf(secs, sizeof secs, "%.2f", clock.seconds());
-    const std::string line = "checked the " + std::to_string(f->rows() * f->seq_len()) + " token ids of " + path +
-                             " against vocab_size " + std::to_string(model.vocab_size) + " in " + secs + " s (" +
+    const std::string line = "checked the " + std::to_string(f->rows() * f->seq_len()) +
+                             " token ids of " + path + " against vocab_size " +
+                             std::to_string(model.vocab_size) + " in " + secs + " s (" +
                              std::to_string(env.size()) + " ranks)";
-    if (checked) *checked = line;
-    else runtime::log::info(line);
+    if (checked)
+      *checked = line;
+    else
+      runtime::log::info(line);
     return f;
   }
-  const auto at = f->first_token_outside(model.vocab_size, first, first + 1);  // every rank: the same one row
-  throw runtime::AgreedUsageError(std::string(opt) + " " + path + ": row " + std::to_string(at.row) + " holds token id " +
-                         std::to_string(at.token) + " at position " + std::to_string(at.column) +
-                         ", outside the model's vocabulary [0, " + std::to_string(model.vocab_size) +
-                         "); prepare the data with the model's tokenizer or use a model whose vocab_size covers it");
+  const auto at =
+      f->first_token_outside(model.vocab_size, first, first + 1);  // every rank: the same one row
+  throw runtime::AgreedUsageError(
+      std::string(opt) + " " + path + ": row " + std::to_string(at.row) + " holds token id " +
+      std::to_string(at.token) + " at position " + std::to_string(at.column) +
+      ", outside the model's vocabulary [0, " + std::to_string(model.vocab_size) +
+      "); prepare the data with the model's tokenizer or use a model whose vocab_size covers it");
 }
 
 namespace {
@@ -140,7 +161,8 @@ std::string probe_writable_dir(const std::string& dir) {
   std::error_code ec;
   const fs::path p = existing_ancestor(dir);
   if (!fs::is_directory(p, ec)) return p.string() + " is not a directory";
-  if (const std::string why = cannot_create_in(p); !why.empty()) return "cannot create files in " + p.string() + ": " + why;
+  if (const std::string why = cannot_create_in(p); !why.empty())
+    return "cannot create files in " + p.string() + ": " + why;
   return "";
 }
 
@@ -164,22 +186,30 @@ void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env) {
   };
   // One rank per node probes: a node whose mount is read-only is found too.
   if (env.topology().local_rank == 0) {
-    probe("--checkpoint-dir", o.ckpt.dir, "choose a directory this job can write (shared storage on a cluster)");
+    probe("--checkpoint-dir", o.ckpt.dir,
+          "choose a directory this job can write (shared storage on a cluster)");
     probe("--save-model", o.save_model, "choose a directory this job can write");
   }
   if (env.rank() == 0 && !o.train.metrics_file.empty()) {  // rank 0 alone writes the metrics
     const fs::path m(o.train.metrics_file);
-    if (fs::is_directory(m)) failure = "--metrics-file " + m.string() + " is a directory; name a file";
-    probe("--metrics-file", m.parent_path().empty() ? "." : m.parent_path().string(), "choose a writable path");
+    if (fs::is_directory(m))
+      failure = "--metrics-file " + m.string() + " is a directory; name a file";
+    probe("--metrics-file", m.parent_path().empty() ? "." : m.parent_path().string(),
+          "choose a writable path");
     if (failure.empty() && fs::exists(m) && ::access(m.c_str(), W_OK) != 0)
-      failure = "--metrics-file " + m.string() + ": " + std::strerror(errno) + "; choose a writable path";
+      failure =
+          "--metrics-file " + m.string() + ": " + std::strerror(errno) + "; choose a writable path";
   }
-  if (env.rank() == 0) probe("--tensorboard", o.obs.tensorboard_dir, "choose a directory this job can write");  // rank 0 writes it
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
+  if (env.rank() == 0)
+    probe("--tensorboard", o.obs.tensorboard_dir,
+          "choose a directory this job can write");  // rank 0 writes it
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty())
+    throw runtime::AgreedUsageError(agreed);
 }
 
-void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data, const std::string& prompt_tokenizer,
-                      const model::ModelConfig& model, const runtime::MpiEnv& env) {
+void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data,
+                      const std::string& prompt_tokenizer, const model::ModelConfig& model,
+                      const runtime::MpiEnv& env) {
   std::string failure;
   if (env.rank() == 0) {  // one reader of the files; the verdict is shared
     try {
@@ -190,7 +220,8 @@ void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>
       failure = e.what();
     }
   }
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty())
+    throw runtime::AgreedUsageError(agreed);
 }
 
 }  // namespace shardtrain::cli

@@ -9,8 +9,8 @@ const char* dtype_name(at::ScalarType t) {  // the options' spelling
 
 }  // namespace
 
-train::RunParams run_params(const TrainOptions& o, int world_size, int64_t global_batch, int64_t seq_len,
-                            int64_t num_params, const std::string& device) {
+train::RunParams run_params(const TrainOptions& o, int world_size, int64_t global_batch,
+                            int64_t seq_len, int64_t num_params, const std::string& device) {
   const auto& s = o.optim.schedule;
   const auto& ac = o.fsdp.activation_checkpointing;
   nlohmann::json v = {{"model", o.model.name},

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/data/token_file.h"
@@ -20,22 +20,28 @@ namespace shardtrain::cli {
 namespace {
 
 // What transformers reads of a tokenizer from a model directory (the chat template included).
-const char* const kTokenizerFiles[] = {"tokenizer.model",         "tokenizer.json",    "tokenizer_config.json",
-                                       "special_tokens_map.json", "added_tokens.json", "chat_template.jinja",
-                                       "chat_template.json"};
+const char* const kTokenizerFiles[] = {
+    "tokenizer.model",   "tokenizer.json",      "tokenizer_config.json", "special_tokens_map.json",
+    "added_tokens.json", "chat_template.jinja", "chat_template.json"};
 
 // What a --tokenizer file brings along from its directory (the tokenizer file itself aside).
-const char* const kCompanionFiles[] = {"tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                                       "chat_template.jinja", "chat_template.json"};
+const char* const kCompanionFiles[] = {"tokenizer_config.json", "special_tokens_map.json",
+                                       "added_tokens.json", "chat_template.jinja",
+                                       "chat_template.json"};
 
 // The tokenizer an export carries, resolved once for the check and the writing.
 struct Resolved {
-  fs::path copy_from;         // --weights' directory, whose tokenizer files are copied unchanged; empty: none
-  std::vector<std::string> weights_files;  // its tokenizer.model / tokenizer.json, whose sha256 the token file may record
-  std::string file;           // --tokenizer's tokenizer file (a .model or a tokenizer.json); "" when none (or none known)
-  bool json = false;          // file is a tokenizer.json
-  fs::path companions_from;   // file's directory, when it holds a tokenizer_config.json to copy along; empty: none
-  bool write_config = false;  // file is a SentencePiece model without a tokenizer_config.json: Llama-2's is written for it
+  fs::path
+      copy_from;  // --weights' directory, whose tokenizer files are copied unchanged; empty: none
+  std::vector<std::string> weights_files;  // its tokenizer.model / tokenizer.json, whose sha256 the
+                                           // token file may record
+  std::string file;   // --tokenizer's tokenizer file (a .model or a tokenizer.json); "" when none
+                      // (or none known)
+  bool json = false;  // file is a tokenizer.json
+  fs::path companions_from;   // file's directory, when it holds a tokenizer_config.json to copy
+                              // along; empty: none
+  bool write_config = false;  // file is a SentencePiece model without a tokenizer_config.json:
+                              // Llama-2's is written for it
   std::string named;          // how messages name it
 };
 
@@ -45,10 +51,12 @@ Resolved resolve(const TokenizerSource& src) {
   if (!fs::is_directory(dir, ec)) dir = dir.parent_path();
   Resolved r;
   for (const char* name : {"tokenizer.model", "tokenizer.json"})
-    if (!src.weights.empty() && fs::is_regular_file(dir / name, ec)) r.weights_files.push_back((dir / name).string());
+    if (!src.weights.empty() && fs::is_regular_file(dir / name, ec))
+      r.weights_files.push_back((dir / name).string());
   if (!r.weights_files.empty()) {
     r.copy_from = dir;
-    r.named = "--weights " + dir.string() + "'s " + fs::path(r.weights_files.front()).filename().string();
+    r.named =
+        "--weights " + dir.string() + "'s " + fs::path(r.weights_files.front()).filename().string();
     return r;
   }
   if (src.tokenizer.empty()) return r;
@@ -73,20 +81,25 @@ std::string recorded_tokenizer_sha256(const std::string& data) {
   }
 }
 
-// Copies one file unchanged; the same file (an export into its own --weights directory) is left alone.
+// Copies one file unchanged; the same file (an export into its own --weights directory) is left
+// alone.
 void copy_unchanged(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   if (fs::exists(to, ec) && fs::equivalent(from, to, ec)) return;
-  runtime::write_atomically(to.string(), [&](const std::string& tmp) {  // whole or absent, like every export file
-    fs::copy_file(from, tmp, fs::copy_options::overwrite_existing);
-  });
+  runtime::write_atomically(
+      to.string(), [&](const std::string& tmp) {  // whole or absent, like every export file
+        fs::copy_file(from, tmp, fs::copy_options::overwrite_existing);
+      });
 }
 
-void write_json(const fs::path& path, const nlohmann::json& j) { runtime::write_file_atomically(path.string(), j.dump(2) + "\n"); }
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  runtime::write_file_atomically(path.string(), j.dump(2) + "\n");
+}
 
 // tokenizer_config.json and special_tokens_map.json as Llama-2's on the Hub, which transformers'
 // LlamaTokenizer (the fast one, converted from tokenizer.model) reads.
-void write_llama_tokenizer_config(const fs::path& dir, const std::string& spm, const model::ModelConfig& model) {
+void write_llama_tokenizer_config(const fs::path& dir, const std::string& spm,
+                                  const model::ModelConfig& model) {
   const data::Tokenizer tok(spm);
   const auto cfg = model::model_to_hf_json(model);
   const bool has_pad = cfg.contains("pad_token_id") && cfg["pad_token_id"].is_number_integer();
@@ -100,12 +113,17 @@ void write_llama_tokenizer_config(const fs::path& dir, const std::string& spm, c
                            {"pad_token", nullptr},
                            {"added_tokens_decoder", nlohmann::json::object()}};
   nlohmann::json special = nlohmann::json::object();
-  const std::pair<const char*, int32_t> tokens[] = {
-      {"unk_token", tok.unk_id()}, {"bos_token", tok.bos_id()}, {"eos_token", tok.eos_id()}, {"pad_token", pad_id}};
+  const std::pair<const char*, int32_t> tokens[] = {{"unk_token", tok.unk_id()},
+                                                    {"bos_token", tok.bos_id()},
+                                                    {"eos_token", tok.eos_id()},
+                                                    {"pad_token", pad_id}};
   for (const auto& [key, id] : tokens) {
     if (id < 0 || id >= tok.vocab_size()) continue;  // none: Llama-2 has no pad token
-    nlohmann::json added = {{"content", tok.piece(id)}, {"lstrip", false}, {"normalized", false},
-                            {"rstrip", false},          {"single_word", false}};
+    nlohmann::json added = {{"content", tok.piece(id)},
+                            {"lstrip", false},
+                            {"normalized", false},
+                            {"rstrip", false},
+                            {"single_word", false}};
     special[key] = added;
     config[key] = tok.piece(id);
     added["special"] = true;
@@ -127,8 +145,10 @@ void write_generation_config(const fs::path& dir, const model::ModelConfig& mode
 }  // namespace
 
 TokenizerSource train_tokenizer(const TrainOptions& o) {
-  if (!o.weights.empty() || o.resume_checkpoint.empty()) return {o.weights, o.accuracy.tokenizer, o.data};
-  TokenizerSource src = checkpoint_tokenizer(o.resume_checkpoint, o.accuracy.tokenizer, "");  // the run it continues
+  if (!o.weights.empty() || o.resume_checkpoint.empty())
+    return {o.weights, o.accuracy.tokenizer, o.data};
+  TokenizerSource src =
+      checkpoint_tokenizer(o.resume_checkpoint, o.accuracy.tokenizer, "");  // the run it continues
   src.data = o.data;
   return src;
 }
@@ -143,11 +163,13 @@ void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig
   }
   for (const auto& f : r.weights_files) shas.push_back(runtime::sha256_file(f));
   const std::string want = recorded_tokenizer_sha256(src.data);
-  if (shas.empty() || want.empty() || std::find(shas.begin(), shas.end(), want) != shas.end()) return;
-  throw runtime::UsageError(r.named + " (sha256 " + shas.front() + ") is not the tokenizer the token file " + src.data +
-                   " was prepared with (tokenizer_sha256 " + want + "); " +
-                   (r.copy_from.empty() ? "pass the tokenizer that prepare used"
-                                        : "prepare the data with the model's own tokenizer"));
+  if (shas.empty() || want.empty() || std::find(shas.begin(), shas.end(), want) != shas.end())
+    return;
+  throw runtime::UsageError(
+      r.named + " (sha256 " + shas.front() + ") is not the tokenizer the token file " + src.data +
+      " was prepared with (tokenizer_sha256 " + want + "); " +
+      (r.copy_from.empty() ? "pass the tokenizer that prepare used"
+                           : "prepare the data with the model's own tokenizer"));
 }
 
 void check_prompt_tokenizer(const std::string& weights, const std::string& tokenizer) {
@@ -158,13 +180,15 @@ void check_prompt_tokenizer(const std::string& weights, const std::string& token
   const std::string sha = runtime::sha256_file(file);
   for (const auto& f : r.weights_files)
     if (runtime::sha256_file(f) == sha) return;
-  throw runtime::UsageError("--tokenizer " + tokenizer + " (sha256 " + sha + ") is not " + r.named + " (sha256 " +
-                            runtime::sha256_file(r.weights_files.front()) + "), so the prompts would be other ids than "
-                            "the model was trained on; pass --tokenizer " + r.copy_from.string());
+  throw runtime::UsageError("--tokenizer " + tokenizer + " (sha256 " + sha + ") is not " + r.named +
+                            " (sha256 " + runtime::sha256_file(r.weights_files.front()) +
+                            "), so the prompts would be other ids than "
+                            "the model was trained on; pass --tokenizer " +
+                            r.copy_from.string());
 }
 
-void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, const model::ModelConfig& model,
-                           bool full_model) {
+void write_tokenizer_files(const std::string& dir, const TokenizerSource& src,
+                           const model::ModelConfig& model, bool full_model) {
   check_export_tokenizer(src, model);
   const Resolved r = resolve(src);
   const fs::path out(dir);
@@ -189,14 +213,17 @@ void write_tokenizer_files(const std::string& dir, const TokenizerSource& src, c
     write_llama_tokenizer_config(out, r.file, model);
     written.insert({"tokenizer_config.json", "special_tokens_map.json"});
   }
-  // An earlier export's files left in dir would be loaded with these (tokenizer.json before tokenizer.model).
+  // An earlier export's files left in dir would be loaded with these (tokenizer.json before
+  // tokenizer.model).
   for (const char* name : kTokenizerFiles)
     if (!written.count(name)) fs::remove(out / name);
   if (written.empty())
-    runtime::log::warn("the export in " + dir + " has no tokenizer files, so AutoTokenizer.from_pretrained cannot load it; "
-              "pass --tokenizer with the tokenizer the data was prepared with");
+    runtime::log::warn("the export in " + dir +
+                       " has no tokenizer files, so AutoTokenizer.from_pretrained cannot load it; "
+                       "pass --tokenizer with the tokenizer the data was prepared with");
   if (!full_model) return;
-  // A --weights directory's generation defaults (a Hub model's sampling settings) stay with the model.
+  // A --weights directory's generation defaults (a Hub model's sampling settings) stay with the
+  // model.
   if (!r.copy_from.empty() && fs::is_regular_file(r.copy_from / "generation_config.json", ec))
     copy_unchanged(r.copy_from / "generation_config.json", out / "generation_config.json");
   else

@@ -7,7 +7,8 @@
 namespace shardtrain::comm {
 
 const char* op_name(Op op) {
-  static const char* names[kNumOps] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast", "barrier"};
+  static const char* names[kNumOps] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                       "barrier"};
   return names[static_cast<int>(op)];
 }
 
@@ -73,7 +74,9 @@ CollectiveLog::State CollectiveLog::state() {
       s.finished = r.seq - 1;
       s.oldest_in_flight = r.seq;
       s.oldest_op = r.op;
-      s.oldest_age_s = r.probed ? now() - r.started_s : r.wait_started_s >= 0 ? now() - r.wait_started_s : 0;
+      s.oldest_age_s = r.probed                ? now() - r.started_s
+                       : r.wait_started_s >= 0 ? now() - r.wait_started_s
+                                               : 0;
       break;
     }
   return s;
@@ -89,11 +92,13 @@ std::string describe(const CollectiveRecord& r, double now_s) {
   char buf[160];
   const double mib = static_cast<double>(r.bytes) / (1 << 20);
   if (r.finished_s >= 0)
-    std::snprintf(buf, sizeof buf, "#%lld %s %.2f MiB, took %.4f s, ended %.1f s ago", static_cast<long long>(r.seq),
-                  op_name(static_cast<Op>(r.op)), mib, r.finished_s - r.started_s, now_s - r.finished_s);
+    std::snprintf(buf, sizeof buf, "#%lld %s %.2f MiB, took %.4f s, ended %.1f s ago",
+                  static_cast<long long>(r.seq), op_name(static_cast<Op>(r.op)), mib,
+                  r.finished_s - r.started_s, now_s - r.finished_s);
   else
-    std::snprintf(buf, sizeof buf, "#%lld %s %.2f MiB, IN FLIGHT for %.1f s", static_cast<long long>(r.seq),
-                  op_name(static_cast<Op>(r.op)), mib, now_s - r.started_s);
+    std::snprintf(buf, sizeof buf, "#%lld %s %.2f MiB, IN FLIGHT for %.1f s",
+                  static_cast<long long>(r.seq), op_name(static_cast<Op>(r.op)), mib,
+                  now_s - r.started_s);
   return buf;
 }
 

@@ -12,7 +12,8 @@ class TrackedWork : public Work {
   TrackedWork(std::shared_ptr<CollectiveLog> log, int64_t seq, WorkPtr inner, bool probed)
       : log_(std::move(log)), seq_(seq), inner_(std::move(inner)), probed_(probed) {}
   void wait() override {
-    if (completed_) {  // seen complete by test(): nothing to block on (a stream-ordered wait still orders)
+    if (completed_) {  // seen complete by test(): nothing to block on (a stream-ordered wait still
+                       // orders)
       inner_->wait();
       waited_ = true;
       return;
@@ -25,7 +26,9 @@ class TrackedWork : public Work {
     completed_ = true;
     waited_ = completed_;
   }
-  void chain() override { inner_->chain(); }  // another lane follows it: not complete for the caller
+  void chain() override {
+    inner_->chain();
+  }  // another lane follows it: not complete for the caller
   bool test() override {
     if (!completed_ && inner_->test()) {
       completed_ = true;
@@ -34,7 +37,8 @@ class TrackedWork : public Work {
     return completed_;
   }
   ~TrackedWork() override {
-    inner_.reset();  // a backend's Work never frees buffers in flight: MPI completes, NCCL shelves them until done
+    inner_.reset();  // a backend's Work never frees buffers in flight: MPI completes, NCCL shelves
+                     // them until done
     if (!probed_ && !completed_) log_->finished(seq_);
   }
 
@@ -68,7 +72,8 @@ void Communicator::host_collective(Op op, int64_t bytes, const std::function<voi
 }
 
 double Communicator::all_reduce_sum(double v) {
-  auto t = at::full({1}, v, at::TensorOptions().dtype(at::kDouble).device(device()));  // NCCL: a device tensor
+  auto t = at::full(
+      {1}, v, at::TensorOptions().dtype(at::kDouble).device(device()));  // NCCL: a device tensor
   all_reduce(t);
   return t.item<double>();
 }
@@ -83,14 +88,16 @@ void check_all_gather(const Communicator& c, const at::Tensor& in, const at::Ten
   check_flat("all_gather", in);
   check_flat("all_gather", out);
   if (out.numel() != in.numel() * c.size() || in.scalar_type() != out.scalar_type())
-    throw runtime::Error("all_gather on " + c.name() + ": output must hold size x input elements of the same dtype");
+    throw runtime::Error("all_gather on " + c.name() +
+                         ": output must hold size x input elements of the same dtype");
 }
 
 void check_reduce_scatter(const Communicator& c, const at::Tensor& in, const at::Tensor& out) {
   check_flat("reduce_scatter", in);
   check_flat("reduce_scatter", out);
   if (in.numel() != out.numel() * c.size() || in.scalar_type() != out.scalar_type())
-    throw runtime::Error("reduce_scatter on " + c.name() + ": input must hold size x output elements of the same dtype");
+    throw runtime::Error("reduce_scatter on " + c.name() +
+                         ": input must hold size x output elements of the same dtype");
 }
 
 }  // namespace shardtrain::comm

@@ -15,7 +15,8 @@ template <typename T>
 void sum16(void* in, void* inout, int* len, MPI_Datatype*) {  // fp32 accumulate, one rounding
   auto* a = static_cast<const T*>(in);
   auto* b = static_cast<T*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = static_cast<T>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  for (int i = 0; i < *len; ++i)
+    b[i] = static_cast<T>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
 }
 
 MPI_Op sum_op(at::ScalarType t) {
@@ -32,20 +33,28 @@ MPI_Op sum_op(at::ScalarType t) {
 
 MPI_Datatype mpi_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
+    case at::kFloat:
+      return MPI_FLOAT;
+    case at::kDouble:
+      return MPI_DOUBLE;
     case at::kBFloat16:
-    case at::kHalf: return MPI_UINT16_T;  // moved as 16-bit words; sums through sum_op
-    case at::kLong: return MPI_INT64_T;
-    case at::kInt: return MPI_INT32_T;
+    case at::kHalf:
+      return MPI_UINT16_T;  // moved as 16-bit words; sums through sum_op
+    case at::kLong:
+      return MPI_INT64_T;
+    case at::kInt:
+      return MPI_INT32_T;
     case at::kByte:
-    case at::kBool: return MPI_UINT8_T;
-    default: throw runtime::Error(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
+    case at::kBool:
+      return MPI_UINT8_T;
+    default:
+      throw runtime::Error(std::string("MPI backend: unsupported dtype ") + c10::toString(t));
   }
 }
 
 int count_of(const at::Tensor& t) {
-  if (t.numel() > INT32_MAX) throw runtime::Error("MPI backend: a buffer over 2^31 elements needs chunking");
+  if (t.numel() > INT32_MAX)
+    throw runtime::Error("MPI backend: a buffer over 2^31 elements needs chunking");
   return static_cast<int>(t.numel());
 }
 
@@ -62,7 +71,8 @@ class MpiWork : public Work {
     return done != 0;
   }
   ~MpiWork() override {
-    if (req_ != MPI_REQUEST_NULL) MPI_Wait(&req_, MPI_STATUS_IGNORE);  // never free buffers in flight
+    if (req_ != MPI_REQUEST_NULL)
+      MPI_Wait(&req_, MPI_STATUS_IGNORE);  // never free buffers in flight
   }
 
  private:
@@ -71,13 +81,17 @@ class MpiWork : public Work {
 };
 
 void require_cpu(const at::Tensor& t) {
-  if (!t.device().is_cpu()) throw runtime::Error("MPI backend takes CPU tensors; use the NCCL backend for CUDA");
+  if (!t.device().is_cpu())
+    throw runtime::Error("MPI backend takes CPU tensors; use the NCCL backend for CUDA");
 }
 
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(runtime::MpiComm comm, std::string name)
-    : Communicator(std::move(name)), comm_(std::move(comm)), rank_(comm_.rank()), size_(comm_.size()) {}
+    : Communicator(std::move(name)),
+      comm_(std::move(comm)),
+      rank_(comm_.rank()),
+      size_(comm_.size()) {}
 
 WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor& out) {
   check_all_gather(*this, in, out);
@@ -85,8 +99,8 @@ WorkPtr MpiCommunicator::all_gather_async(const at::Tensor& in, const at::Tensor
   require_cpu(out);
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
   const auto type = mpi_type(in.scalar_type());
-  MPI_CHECK(MPI_Iallgather(in.data_ptr(), count_of(in), type, out.data_ptr(), count_of(in), type, comm_.get(),
-                           w->request()));
+  MPI_CHECK(MPI_Iallgather(in.data_ptr(), count_of(in), type, out.data_ptr(), count_of(in), type,
+                           comm_.get(), w->request()));
   return tracked(Op::kAllGather, out.nbytes(), std::move(w));
 }
 
@@ -95,8 +109,9 @@ WorkPtr MpiCommunicator::reduce_scatter_async(const at::Tensor& in, const at::Te
   require_cpu(in);
   require_cpu(out);
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{in, out});
-  MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out), mpi_type(in.scalar_type()),
-                                      sum_op(in.scalar_type()), comm_.get(), w->request()));
+  MPI_CHECK(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out),
+                                      mpi_type(in.scalar_type()), sum_op(in.scalar_type()),
+                                      comm_.get(), w->request()));
   return tracked(Op::kReduceScatter, in.nbytes(), std::move(w));
 }
 
@@ -104,8 +119,8 @@ WorkPtr MpiCommunicator::all_reduce_async(const at::Tensor& t) {
   require_cpu(t);
   if (!t.is_contiguous()) throw runtime::Error("all_reduce: the tensor must be contiguous");
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
-  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), sum_op(t.scalar_type()),
-                           comm_.get(), w->request()));
+  MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t), mpi_type(t.scalar_type()),
+                           sum_op(t.scalar_type()), comm_.get(), w->request()));
   return tracked(Op::kAllReduce, t.nbytes(), std::move(w));
 }
 
@@ -113,7 +128,8 @@ WorkPtr MpiCommunicator::broadcast_async(const at::Tensor& t, int root) {
   require_cpu(t);
   if (!t.is_contiguous()) throw runtime::Error("broadcast: the tensor must be contiguous");
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{t});
-  MPI_CHECK(MPI_Ibcast(t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), root, comm_.get(), w->request()));
+  MPI_CHECK(MPI_Ibcast(t.data_ptr(), count_of(t), mpi_type(t.scalar_type()), root, comm_.get(),
+                       w->request()));
   return tracked(Op::kBroadcast, t.nbytes(), std::move(w));
 }
 

@@ -18,22 +18,31 @@ namespace {
 
 ncclDataType_t nccl_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return ncclFloat32;
-    case at::kDouble: return ncclFloat64;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kHalf: return ncclFloat16;
-    case at::kLong: return ncclInt64;
-    case at::kInt: return ncclInt32;
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kLong:
+      return ncclInt64;
+    case at::kInt:
+      return ncclInt32;
     case at::kByte:
-    case at::kBool: return ncclUint8;
-    default: throw runtime::Error(std::string("NCCL backend: unsupported dtype ") + c10::toString(t));
+    case at::kBool:
+      return ncclUint8;
+    default:
+      throw runtime::Error(std::string("NCCL backend: unsupported dtype ") + c10::toString(t));
   }
 }
 
 using cuda::current_stream;  // LibTorch's current stream, not the legacy default
 
 void require_cuda(const at::Tensor& t) {
-  if (!t.is_cuda() || !t.is_contiguous()) throw runtime::Error("NCCL backend takes contiguous CUDA tensors");
+  if (!t.is_cuda() || !t.is_contiguous())
+    throw runtime::Error("NCCL backend takes contiguous CUDA tensors");
 }
 
 }  // namespace
@@ -83,14 +92,17 @@ class NcclCommunicator::Stalls {
  public:
   void add(std::shared_ptr<cuda::Event> arrived, std::shared_ptr<cuda::Event> done) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (pairs_.size() >= kKeep) pairs_.erase(pairs_.begin());  // nobody times these (eval, generate): bounded
+    if (pairs_.size() >= kKeep)
+      pairs_.erase(pairs_.begin());  // nobody times these (eval, generate): bounded
     pairs_.emplace_back(std::move(arrived), std::move(done));
   }
   std::vector<std::function<double()>> take() {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::function<double()>> out;
     for (auto& [arrived, done] : pairs_)
-      out.push_back([arrived, done] { return std::max(0.0, static_cast<double>(done->elapsed_ms_since(*arrived)) / 1e3); });
+      out.push_back([arrived, done] {
+        return std::max(0.0, static_cast<double>(done->elapsed_ms_since(*arrived)) / 1e3);
+      });
     pairs_.clear();
     return out;
   }
@@ -111,8 +123,12 @@ namespace {
 class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<cuda::Event> done, std::vector<at::Tensor> keep, cudaStream_t issued_on,
-           std::shared_ptr<NcclCommunicator::Shelf> shelf, std::shared_ptr<NcclCommunicator::Stalls> stalls)
-      : done_(std::move(done)), keep_(std::move(keep)), issued_on_(issued_on), shelf_(std::move(shelf)),
+           std::shared_ptr<NcclCommunicator::Shelf> shelf,
+           std::shared_ptr<NcclCommunicator::Stalls> stalls)
+      : done_(std::move(done)),
+        keep_(std::move(keep)),
+        issued_on_(issued_on),
+        shelf_(std::move(shelf)),
         stalls_(std::move(stalls)) {}
   void wait() override {
     const cudaStream_t s = current_stream();
@@ -135,8 +151,8 @@ class NcclWork : public Work {
 
  private:
   std::shared_ptr<cuda::Event> done_;  // shared with the watchdog's completion probe
-  std::vector<at::Tensor> keep_;  // inputs and outputs: never freed while NCCL may use them
-  cudaStream_t issued_on_;        // the caller's stream at issue
+  std::vector<at::Tensor> keep_;       // inputs and outputs: never freed while NCCL may use them
+  cudaStream_t issued_on_;             // the caller's stream at issue
   std::shared_ptr<NcclCommunicator::Shelf> shelf_;
   std::shared_ptr<NcclCommunicator::Stalls> stalls_;
   bool ordered_ = false, complete_ = false;
@@ -145,18 +161,23 @@ class NcclWork : public Work {
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(runtime::MpiComm group, std::string name, cuda::NcclComm comm)
-    : Communicator(std::move(name)), mpi_(std::move(group)),
-      device_(at::kCUDA, static_cast<c10::DeviceIndex>(cuda::current_device())), shelf_(std::make_shared<Shelf>()),
+    : Communicator(std::move(name)),
+      mpi_(std::move(group)),
+      device_(at::kCUDA, static_cast<c10::DeviceIndex>(cuda::current_device())),
+      shelf_(std::make_shared<Shelf>()),
       stalls_(std::make_shared<Stalls>()) {
   const int rank = comm.rank();
   gather_.comm = std::move(comm);
   reduce_.comm = cuda::NcclComm::split(gather_.comm, /*color=*/0, rank);  // same ranks, own queue
-  for (int k = 0; k < kNumOps; ++k) nvtx_[k] = std::string(op_name(static_cast<Op>(k))) + " " + this->name();
+  for (int k = 0; k < kNumOps; ++k)
+    nvtx_[k] = std::string(op_name(static_cast<Op>(k))) + " " + this->name();
 }
 
 void NcclCommunicator::bind_thread() const { cuda::set_device(device_.index()); }
 
-std::vector<std::function<double()>> NcclCommunicator::take_device_waits() { return stalls_->take(); }
+std::vector<std::function<double()>> NcclCommunicator::take_device_waits() {
+  return stalls_->take();
+}
 
 cudaStream_t NcclCommunicator::begin(Lane& l) {
   // One event, recorded again each time: a stream wait takes the event's state at the call.
@@ -179,7 +200,8 @@ WorkPtr NcclCommunicator::all_gather_async(const at::Tensor& in, const at::Tenso
   require_cuda(out);
   cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kAllGather)]);
   Lane& l = lane(Op::kAllGather);
-  NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.scalar_type()), l.comm.get(), begin(l)));
+  NCCL_CHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), nccl_type(in.scalar_type()),
+                           l.comm.get(), begin(l)));
   return finish(l, Op::kAllGather, out.nbytes(), {in, out});
 }
 
@@ -189,8 +211,8 @@ WorkPtr NcclCommunicator::reduce_scatter_async(const at::Tensor& in, const at::T
   require_cuda(out);
   cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kReduceScatter)]);
   Lane& l = lane(Op::kReduceScatter);
-  NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), nccl_type(in.scalar_type()), ncclSum,
-                               l.comm.get(), begin(l)));
+  NCCL_CHECK(ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(),
+                               nccl_type(in.scalar_type()), ncclSum, l.comm.get(), begin(l)));
   return finish(l, Op::kReduceScatter, in.nbytes(), {in, out});
 }
 
@@ -198,8 +220,8 @@ WorkPtr NcclCommunicator::all_reduce_async(const at::Tensor& t) {
   require_cuda(t);
   cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kAllReduce)]);
   Lane& l = lane(Op::kAllReduce);
-  NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()), ncclSum, l.comm.get(),
-                           begin(l)));
+  NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()),
+                           ncclSum, l.comm.get(), begin(l)));
   return finish(l, Op::kAllReduce, t.nbytes(), {t});
 }
 
@@ -209,8 +231,10 @@ WorkPtr NcclCommunicator::all_reduce_after_async(const at::Tensor& t, Work& prio
   Lane& l = lane(Op::kAllReduce);
 #ifdef SHARDTRAIN_TORCH_CUDA
   {
-    // The lane's stream, not the caller's, waits for prior: compute runs on while both collectives do.
-    const c10::cuda::CUDAStreamGuard on_lane(c10::cuda::getStreamFromExternal(l.stream.get(), device_.index()));
+    // The lane's stream, not the caller's, waits for prior: compute runs on while both collectives
+    // do.
+    const c10::cuda::CUDAStreamGuard on_lane(
+        c10::cuda::getStreamFromExternal(l.stream.get(), device_.index()));
     prior.chain();  // not wait(): that would tell the caller the reduce-scatter's buffers are free
   }
   const cudaStream_t s = l.stream.get();
@@ -218,7 +242,8 @@ WorkPtr NcclCommunicator::all_reduce_after_async(const at::Tensor& t, Work& prio
   prior.wait();  // without LibTorch's streams the caller's stream orders it
   const cudaStream_t s = begin(l);
 #endif
-  NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()), ncclSum, l.comm.get(), s));
+  NCCL_CHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()),
+                           ncclSum, l.comm.get(), s));
   return finish(l, Op::kAllReduce, t.nbytes(), {t});
 }
 
@@ -226,8 +251,8 @@ WorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
   require_cuda(t);
   cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kBroadcast)]);
   Lane& l = lane(Op::kBroadcast);
-  NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()), root, l.comm.get(),
-                           begin(l)));
+  NCCL_CHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), nccl_type(t.scalar_type()), root,
+                           l.comm.get(), begin(l)));
   return finish(l, Op::kBroadcast, t.nbytes(), {t});
 }
 

@@ -3,12 +3,13 @@
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/cuda/device_memory.h"
 #include "shardtrain/cuda/nccl_watchdog.h"
-#include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
 
 namespace shardtrain::comm {
 
-ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo, const std::string& host) {
+ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo,
+                               const std::string& host) {
   // The world is bootstrapped once over MPI; the shard and replicate groups are split from it
   // (collective over the world, in this order on every rank), each with its own resources.
   const int64_t free_before = cuda::device_free_bytes();
@@ -33,12 +34,16 @@ ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topolog
     const auto* nc = static_cast<const NcclCommunicator*>(c);
     comms.push_back(nc->nccl());
     comms.push_back(nc->nccl_reduce());
-    c->barrier();  // one collective on each lane: NCCL connects lazily, and its buffers come with the connections
+    c->barrier();  // one collective on each lane: NCCL connects lazily, and its buffers come with
+                   // the connections
   }
   if (topo.rank == 0)
-    runtime::log::info("NCCL: " + std::to_string(comms.size()) + " communicators (world, shard, replicate; gather and reduce lanes) hold " +
-                       std::to_string((free_before - cuda::device_free_bytes()) >> 20) + " MiB of device memory on rank 0");
-  pg.watchdog = std::make_shared<cuda::NcclWatchdog>(std::move(comms), cuda::current_device(), topo.rank, host);
+    runtime::log::info("NCCL: " + std::to_string(comms.size()) +
+                       " communicators (world, shard, replicate; gather and reduce lanes) hold " +
+                       std::to_string((free_before - cuda::device_free_bytes()) >> 20) +
+                       " MiB of device memory on rank 0");
+  pg.watchdog = std::make_shared<cuda::NcclWatchdog>(std::move(comms), cuda::current_device(),
+                                                     topo.rank, host);
   return pg;
 }
 

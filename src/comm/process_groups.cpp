@@ -13,21 +13,24 @@ runtime::MpiComm split(int color, int key) {
 }
 }  // namespace
 
-ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo, const Backend& backend) {
+ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo,
+                          const Backend& backend) {
   ProcessGroups pg;
   pg.layout = layout;
   pg.world = backend(split(0, topo.rank), "world");
   pg.shard = backend(split(pg.layout.shard_color, pg.layout.shard_rank), "shard");
   pg.replicate = backend(split(pg.layout.replicate_color, pg.layout.replicate_rank), "replicate");
   if (pg.shard->size() != pg.layout.shard_size || pg.replicate->size() != pg.layout.replicate_size)
-    throw runtime::Error("process groups disagree with the layout: MPI made shard " + std::to_string(pg.shard->size()) +
-                " / replicate " + std::to_string(pg.replicate->size()) + " ranks");
+    throw runtime::Error("process groups disagree with the layout: MPI made shard " +
+                         std::to_string(pg.shard->size()) + " / replicate " +
+                         std::to_string(pg.replicate->size()) + " ranks");
   return pg;
 }
 
 ProcessGroups make_mpi_groups(const GroupLayout& layout, const runtime::Topology& topo) {
-  return make_groups(layout, topo,
-                     [](runtime::MpiComm c, const char* name) { return std::make_unique<MpiCommunicator>(std::move(c), name); });
+  return make_groups(layout, topo, [](runtime::MpiComm c, const char* name) {
+    return std::make_unique<MpiCommunicator>(std::move(c), name);
+  });
 }
 
 }  // namespace shardtrain::comm

@@ -10,7 +10,9 @@
 namespace shardtrain::cuda {
 
 Stream::Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-Stream::Stream(int priority) { CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority)); }
+Stream::Stream(int priority) {
+  CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority));
+}
 Stream::Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
 Stream& Stream::operator=(Stream&& o) noexcept {
   if (this != &o) {
@@ -67,7 +69,8 @@ cudaStream_t current_stream() {
 
 int device_count() {
   int n = 0;
-  // No driver or no device is an answer (zero GPUs), not an error: CPU machines run everything else.
+  // No driver or no device is an answer (zero GPUs), not an error: CPU machines run everything
+  // else.
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();
     return 0;

@@ -16,7 +16,8 @@ DeviceMemory device_memory(int device) {
   m.total = static_cast<int64_t>(total);
 #ifdef SHARDTRAIN_TORCH_CUDA
   using c10::CachingAllocator::StatType;
-  const auto s = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  const auto s =
+      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
   m.peak_allocated = s.allocated_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak;
   m.peak_reserved = s.reserved_bytes[static_cast<size_t>(StatType::AGGREGATE)].peak;
 #else

@@ -30,7 +30,8 @@ size_t trailing_space_start(std::string_view text) {
 // The length of the whitespace that starts text (Rust regex ^\s*).
 size_t leading_space_len(std::string_view text) {
   size_t at = 0;
-  while (at < text.size() && is_unicode_whitespace(utf8_decode_at(text, at))) at += utf8_char_len(static_cast<unsigned char>(text[at]));
+  while (at < text.size() && is_unicode_whitespace(utf8_decode_at(text, at)))
+    at += utf8_char_len(static_cast<unsigned char>(text[at]));
   return at;
 }
 
@@ -54,8 +55,8 @@ void AddedVocabulary::Trie::insert(const std::string& s, int32_t index) {
   token[node] = index;  // a repeated match string: the last token wins
 }
 
-AddedVocabulary::AddedVocabulary(const nlohmann::json& tokens, const BpeModel& model, const TextNormalizer& normalizer,
-                                 const JsonSpot& spot) {
+AddedVocabulary::AddedVocabulary(const nlohmann::json& tokens, const BpeModel& model,
+                                 const TextNormalizer& normalizer, const JsonSpot& spot) {
   if (tokens.is_null()) return;
   if (!tokens.is_array()) refuse(spot, "is not a list");
   auto next_id = static_cast<int32_t>(model.size());  // tokenizers' AddedVocabulary::add_tokens
@@ -65,29 +66,41 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& tokens, const BpeModel& m
     const std::string content = json_string(t, "content", at);
     if (content.empty()) continue;  // tokenizers ignores empty tokens
     const bool special = json_bool(t, "special", false, at);
-    Token tok{content, content, -1, json_bool(t, "single_word", false, at), json_bool(t, "lstrip", false, at),
-              json_bool(t, "rstrip", false, at), json_bool(t, "normalized", !special, at), special};
+    Token tok{content,
+              content,
+              -1,
+              json_bool(t, "single_word", false, at),
+              json_bool(t, "lstrip", false, at),
+              json_bool(t, "rstrip", false, at),
+              json_bool(t, "normalized", !special, at),
+              special};
     if (tok.normalized && normalizer.active()) tok.match = normalizer.apply(content);
     const auto known = by_content_.find(content);
-    if (known != by_content_.end()) tok.id = known->second;
-    else if (model.token_to_id(content) >= 0) tok.id = model.token_to_id(content);
-    else tok.id = next_id++;
+    if (known != by_content_.end())
+      tok.id = known->second;
+    else if (model.token_to_id(content) >= 0)
+      tok.id = model.token_to_id(content);
+    else
+      tok.id = next_id++;
     by_content_[content] = tok.id;
     if (special) special_.insert(content);
     max_id_ = std::max(max_id_, tok.id);
     const auto same_id = by_id_.find(tok.id);
     if (same_id != by_id_.end()) {
-      tokens_[same_id->second] = tok;  // the later entry replaces the earlier, as tokenizers' map does
+      tokens_[same_id->second] =
+          tok;  // the later entry replaces the earlier, as tokenizers' map does
       continue;
     }
     by_id_[tok.id] = tokens_.size();
     tokens_.push_back(std::move(tok));
   }
   // Normalized tokens are looked for in the normalized text, the others in the text as given.
-  for (size_t i = 0; i < tokens_.size(); ++i) (tokens_[i].normalized ? normalized_ : raw_).insert(tokens_[i].match, static_cast<int32_t>(i));
+  for (size_t i = 0; i < tokens_.size(); ++i)
+    (tokens_[i].normalized ? normalized_ : raw_).insert(tokens_[i].match, static_cast<int32_t>(i));
 }
 
-void AddedVocabulary::cut(std::string_view text, const Trie& trie, bool split_special, std::vector<TextSegment>* out) const {
+void AddedVocabulary::cut(std::string_view text, const Trie& trie, bool split_special,
+                          std::vector<TextSegment>* out) const {
   size_t start_offset = 0;
   size_t pos = 0;
   while (!trie.empty() && pos < text.size()) {
@@ -119,20 +132,25 @@ void AddedVocabulary::cut(std::string_view text, const Trie& trie, bool split_sp
     }
     if (tok.lstrip) start = std::max(trailing_space_start(text.substr(0, start)), start_offset);
     if (tok.rstrip) stop += leading_space_len(text.substr(stop));
-    if (start_offset < start) out->push_back({std::string(text.substr(start_offset, start - start_offset)), -1});
+    if (start_offset < start)
+      out->push_back({std::string(text.substr(start_offset, start - start_offset)), -1});
     out->push_back({std::string(text.substr(start, stop - start)), tok.id});
     start_offset = stop;
   }
   if (start_offset < text.size()) out->push_back({std::string(text.substr(start_offset)), -1});
 }
 
-std::vector<TextSegment> AddedVocabulary::split(std::string_view text, const TextNormalizer& normalizer, bool split_special) const {
+std::vector<TextSegment> AddedVocabulary::split(std::string_view text,
+                                                const TextNormalizer& normalizer,
+                                                bool split_special) const {
   std::vector<TextSegment> raw;
   cut(text, raw_, split_special, &raw);
   std::vector<TextSegment> out;
   for (auto& seg : raw) {
-    if (seg.id >= 0) out.push_back(std::move(seg));
-    else cut(normalizer.apply(seg.text), normalized_, split_special, &out);
+    if (seg.id >= 0)
+      out.push_back(std::move(seg));
+    else
+      cut(normalizer.apply(seg.text), normalized_, split_special, &out);
   }
   return out;
 }

@@ -44,13 +44,20 @@ BpeModel::BpeModel(const nlohmann::json& j, const JsonSpot& spot) {
   if (!j.is_object()) refuse(spot, "is " + json_text(j) + ", not a BPE model object");
   const auto type = j.find("type");
   if (type != j.end() && *type != "BPE")
-    refuse(spot.at("type"), "is " + json_text(*type) + "; shardtrain implements BPE models only (Unigram, WordPiece and WordLevel are refused)");
-  if (type == j.end() && !j.contains("merges")) refuse(spot.at("type"), "is missing and the model has no merges: not a BPE model");
+    refuse(spot.at("type"), "is " + json_text(*type) +
+                                "; shardtrain implements BPE models only (Unigram, WordPiece and "
+                                "WordLevel are refused)");
+  if (type == j.end() && !j.contains("merges"))
+    refuse(spot.at("type"), "is missing and the model has no merges: not a BPE model");
   const auto dropout = j.find("dropout");
-  if (dropout != j.end() && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0.0))
-    refuse(spot.at("dropout"), "is " + json_text(*dropout) + "; BPE dropout makes tokenization random, shardtrain needs null");
+  if (dropout != j.end() && !dropout->is_null() &&
+      !(dropout->is_number() && dropout->get<double>() == 0.0))
+    refuse(spot.at("dropout"),
+           "is " + json_text(*dropout) +
+               "; BPE dropout makes tokenization random, shardtrain needs null");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-    if (!null_or_empty(j, key)) refuse(spot.at(key), "is " + json_text(j[key]) + "; shardtrain implements null only");
+    if (!null_or_empty(j, key))
+      refuse(spot.at(key), "is " + json_text(j[key]) + "; shardtrain implements null only");
   fuse_unk_ = json_bool(j, "fuse_unk", false, spot);
   byte_fallback_ = json_bool(j, "byte_fallback", false, spot);
   ignore_merges_ = json_bool(j, "ignore_merges", false, spot);
@@ -59,7 +66,8 @@ BpeModel::BpeModel(const nlohmann::json& j, const JsonSpot& spot) {
   vocab_.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      refuse(spot.at("vocab"), "maps " + json_text(token) + " to " + json_text(id) + ", not an id in [0, 2^31)");
+      refuse(spot.at("vocab"),
+             "maps " + json_text(token) + " to " + json_text(id) + ", not an id in [0, 2^31)");
     const auto i = id.get<int32_t>();
     vocab_[token] = i;
     by_id_[i] = token;
@@ -100,8 +108,12 @@ void BpeModel::read_merges(const nlohmann::json& merges, const JsonSpot& spot) {
     const int32_t merged = token_to_id(a + b);
     if (ia < 0 || ib < 0 || merged < 0)
       refuse(spot.index(i), "merges " + json_text(a) + " and " + json_text(b) + ", but " +
-                                json_text(ia < 0 ? a : ib < 0 ? b : a + b) + " is not in model.vocab");
-    merges_[pair_key(ia, ib)] = {rank++, merged};  // a repeated pair keeps its last rank, as tokenizers'
+                                json_text(ia < 0   ? a
+                                          : ib < 0 ? b
+                                                   : a + b) +
+                                " is not in model.vocab");
+    merges_[pair_key(ia, ib)] = {rank++,
+                                 merged};  // a repeated pair keeps its last rank, as tokenizers'
   }
 }
 
@@ -145,7 +157,8 @@ std::vector<int32_t> BpeModel::merge_word(const std::string& piece) const {
   int32_t pending_unk = -1;  // an unknown character's unk, held back so that fuse_unk can extend it
   size_t pending_len = 0;
   for (size_t i = 0; i < piece.size();) {
-    const size_t n = std::min(utf8_char_len(static_cast<unsigned char>(piece[i])), piece.size() - i);
+    const size_t n =
+        std::min(utf8_char_len(static_cast<unsigned char>(piece[i])), piece.size() - i);
     const std::string ch = piece.substr(i, n);
     i += n;
     const int32_t id = token_to_id(ch);
@@ -203,7 +216,8 @@ std::vector<int32_t> BpeModel::merge_word(const std::string& piece) const {
       if (const Merge* m = lookup(word[static_cast<size_t>(cur.prev)].id, cur.id))
         queue.push({m->rank, static_cast<size_t>(cur.prev), m->id});
     if (cur.next >= 0)
-      if (const Merge* m = lookup(cur.id, word[static_cast<size_t>(cur.next)].id)) queue.push({m->rank, top.pos, m->id});
+      if (const Merge* m = lookup(cur.id, word[static_cast<size_t>(cur.next)].id))
+        queue.push({m->rank, top.pos, m->id});
   }
   std::vector<int32_t> ids;
   for (const Symbol& s : word)

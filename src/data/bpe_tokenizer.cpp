@@ -4,7 +4,6 @@
 #include <fstream>
 
 #include "shardtrain/data/unicode_text.h"
-#include "shardtrain/data/unicode_text.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::data {
@@ -16,9 +15,10 @@ nlohmann::json read_json(const std::string& path) {
   if (!in) throw runtime::UsageError(path + " cannot be read");
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("model"))
-    throw runtime::UsageError("--tokenizer " + path + " is not a SentencePiece model or a Hugging Face tokenizer.json (" +
-                              (j.is_object() ? "a JSON object without \"model\"" : "not a JSON object") +
-                              "); pass a .model, a tokenizer.json, or a model directory holding one");
+    throw runtime::UsageError(
+        "--tokenizer " + path + " is not a SentencePiece model or a Hugging Face tokenizer.json (" +
+        (j.is_object() ? "a JSON object without \"model\"" : "not a JSON object") +
+        "); pass a .model, a tokenizer.json, or a model directory holding one");
   return j;
 }
 
@@ -30,7 +30,8 @@ const nlohmann::json& member_or_null(const nlohmann::json& j, const char* key) {
 }
 
 // One TemplateProcessing's "single" template: the special ids before and after $A.
-void read_template(const nlohmann::json& j, const JsonSpot& spot, std::vector<int32_t>* before, std::vector<int32_t>* after) {
+void read_template(const nlohmann::json& j, const JsonSpot& spot, std::vector<int32_t>* before,
+                   std::vector<int32_t>* after) {
   const auto& single = json_member(j, "single", spot);
   const auto& specials = json_member(j, "special_tokens", spot);
   if (!single.is_array()) refuse(spot.at("single"), "is not a list");
@@ -40,18 +41,25 @@ void read_template(const nlohmann::json& j, const JsonSpot& spot, std::vector<in
     const auto& piece = single[i];
     if (piece.contains("Sequence")) {
       const auto id = piece["Sequence"].value("id", std::string());
-      if (id != "A" || seen_a) refuse(at, "is " + json_text(piece) + "; a single-sequence template holds $A once");
+      if (id != "A" || seen_a)
+        refuse(at, "is " + json_text(piece) + "; a single-sequence template holds $A once");
       seen_a = true;
       continue;
     }
-    if (!piece.contains("SpecialToken") || !piece["SpecialToken"].contains("id") || !piece["SpecialToken"]["id"].is_string())
-      refuse(at, "is " + json_text(piece) + ", neither {\"Sequence\": ...} nor {\"SpecialToken\": ...}");
+    if (!piece.contains("SpecialToken") || !piece["SpecialToken"].contains("id") ||
+        !piece["SpecialToken"]["id"].is_string())
+      refuse(at, "is " + json_text(piece) +
+                     ", neither {\"Sequence\": ...} nor {\"SpecialToken\": ...}");
     const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-    if (!specials.is_object() || !specials.contains(name)) refuse(spot.at("special_tokens"), "has no entry \"" + name + "\"");
+    if (!specials.is_object() || !specials.contains(name))
+      refuse(spot.at("special_tokens"), "has no entry \"" + name + "\"");
     const auto& ids = specials[name].contains("ids") ? specials[name]["ids"] : nlohmann::json();
-    if (!ids.is_array()) refuse(spot.at("special_tokens").at(name).at("ids"), "is not a list of ids");
+    if (!ids.is_array())
+      refuse(spot.at("special_tokens").at(name).at("ids"), "is not a list of ids");
     for (const auto& id : ids) {
-      if (!id.is_number_integer()) refuse(spot.at("special_tokens").at(name).at("ids"), "holds " + json_text(id) + ", not an id");
+      if (!id.is_number_integer())
+        refuse(spot.at("special_tokens").at(name).at("ids"),
+               "holds " + json_text(id) + ", not an id");
       (seen_a ? after : before)->push_back(id.get<int32_t>());
     }
   }
@@ -69,12 +77,16 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const nlohmann::json& j)
       model_(json_member(j, "model", {path, ""}), {path, "model"}),
       added_(member_or_null(j, "added_tokens"), model_, normalizer_, {path, "added_tokens"}) {
   for (const char* key : {"truncation", "padding"})  // both would change the ids of every encode
-    if (!member_or_null(j, key).is_null()) refuse({path, key}, "is " + json_text(j[key]) + "; shardtrain needs null (it pads and cuts rows itself)");
+    if (!member_or_null(j, key).is_null())
+      refuse({path, key},
+             "is " + json_text(j[key]) + "; shardtrain needs null (it pads and cuts rows itself)");
   read_post_processor(member_or_null(j, "post_processor"), {path, "post_processor"});
   const auto& decoder = member_or_null(j, "decoder");
   if (!decoder.is_null()) {
     const std::string type = json_type(decoder, {path, "decoder"});
-    if (type != "ByteLevel") refuse({path, "decoder.type"}, "is \"" + type + "\"; shardtrain implements the ByteLevel decoder (or null)");
+    if (type != "ByteLevel")
+      refuse({path, "decoder.type"},
+             "is \"" + type + "\"; shardtrain implements the ByteLevel decoder (or null)");
     byte_level_decoder_ = true;
   }
 }
@@ -86,15 +98,19 @@ void BpeTokenizer::read_post_processor(const nlohmann::json& j, const JsonSpot& 
   if (type == "TemplateProcessing") {
     std::vector<int32_t> before, after;
     read_template(j, spot, &before, &after);
-    prefix_.insert(prefix_.begin(), before.begin(), before.end());  // a later processor wraps the earlier's output
+    prefix_.insert(prefix_.begin(), before.begin(),
+                   before.end());  // a later processor wraps the earlier's output
     suffix_.insert(suffix_.end(), after.begin(), after.end());
     return;
   }
   if (type != "Sequence")
-    refuse(spot.at("type"), "is \"" + type + "\"; shardtrain implements TemplateProcessing, ByteLevel and a Sequence of them");
+    refuse(spot.at("type"),
+           "is \"" + type +
+               "\"; shardtrain implements TemplateProcessing, ByteLevel and a Sequence of them");
   const auto& list = json_member(j, "processors", spot);
   if (!list.is_array()) refuse(spot.at("processors"), "is not a list");
-  for (size_t i = 0; i < list.size(); ++i) read_post_processor(list[i], spot.at("processors").index(i));
+  for (size_t i = 0; i < list.size(); ++i)
+    read_post_processor(list[i], spot.at("processors").index(i));
 }
 
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text, bool with_special) const {
@@ -130,12 +146,14 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids, bool skip_spec
     }
     std::string bytes;
     bool mapped = true;
-    for (size_t i = 0; i < tok->size() && mapped; i += utf8_char_len(static_cast<unsigned char>((*tok)[i]))) {
+    for (size_t i = 0; i < tok->size() && mapped;
+         i += utf8_char_len(static_cast<unsigned char>((*tok)[i]))) {
       const int b = byte_level_byte(utf8_decode_at(*tok, i));
       mapped = b >= 0;
       bytes += static_cast<char>(b);
     }
-    out += mapped ? bytes : *tok;  // a token outside the byte table (an added token) stands as written
+    out +=
+        mapped ? bytes : *tok;  // a token outside the byte table (an added token) stands as written
   }
   return byte_level_decoder_ ? utf8_lossy(out) : out;
 }

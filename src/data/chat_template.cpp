@@ -14,7 +14,8 @@ namespace shardtrain::data {
 
 ChatTemplate parse_chat_template(const std::string& s) {
   if (const auto t = runtime::parse_enum(kChatTemplateNames, s)) return *t;
-  throw runtime::UsageError("--chat-template must be " + runtime::enum_choices(kChatTemplateNames) + ", got '" + s + "'");
+  throw runtime::UsageError("--chat-template must be " + runtime::enum_choices(kChatTemplateNames) +
+                            ", got '" + s + "'");
 }
 
 const char* chat_template_name(ChatTemplate t) { return runtime::enum_name(kChatTemplateNames, t); }
@@ -33,30 +34,45 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
     return ChatTemplate::kAuto;
   };
   if (has(j, "<|start_header_id|>") && has(j, "<|eot_id|>")) {
-    // Llama-3.1 and later add "Cutting Knowledge Date" lines to the system turn: not Llama-3's rendering.
-    if (has(j, "Cutting Knowledge Date")) return refuse("Llama-3.1's or later (it adds \"Cutting Knowledge Date\" lines), which is not implemented");
+    // Llama-3.1 and later add "Cutting Knowledge Date" lines to the system turn: not Llama-3's
+    // rendering.
+    if (has(j, "Cutting Knowledge Date"))
+      return refuse(
+          "Llama-3.1's or later (it adds \"Cutting Knowledge Date\" lines), which is not "
+          "implemented");
     return ChatTemplate::kLlama3;
   }
   if (has(j, "<|im_start|>")) {
-    if (has(j, "You are Qwen, created by Alibaba Cloud")) return refuse("Qwen2.5's (its default system prompt differs from Qwen2's), which is not implemented");
+    if (has(j, "You are Qwen, created by Alibaba Cloud"))
+      return refuse(
+          "Qwen2.5's (its default system prompt differs from Qwen2's), which is not implemented");
     if (has(j, "You are a helpful assistant.")) return ChatTemplate::kChatml;
-    return refuse("a ChatML template other than Qwen2's (no default system prompt \"You are a helpful assistant.\")");
+    return refuse(
+        "a ChatML template other than Qwen2's (no default system prompt \"You are a helpful "
+        "assistant.\")");
   }
   if (has(j, "[INST]") && has(j, "<<SYS>>")) return ChatTemplate::kLlama2;
   if (has(j, "[INST]")) {
-    if (has(j, "[AVAILABLE_TOOLS]") || has(j, "[SYSTEM_PROMPT]")) return refuse("Mistral v0.3's or later (tools, [SYSTEM_PROMPT]), which is not implemented");
-    // v0.1/v0.2 as the Hub has them now: ' [INST] ' with a leading space; the first release had none.
+    if (has(j, "[AVAILABLE_TOOLS]") || has(j, "[SYSTEM_PROMPT]"))
+      return refuse("Mistral v0.3's or later (tools, [SYSTEM_PROMPT]), which is not implemented");
+    // v0.1/v0.2 as the Hub has them now: ' [INST] ' with a leading space; the first release had
+    // none.
     if (has(j, " [INST] ")) return ChatTemplate::kMistral;
-    return refuse("an earlier Mistral template ('[INST] ' without the leading space), which is not implemented");
+    return refuse(
+        "an earlier Mistral template ('[INST] ' without the leading space), which is not "
+        "implemented");
   }
-  return refuse("not one of Llama-2-chat's, Llama-3-Instruct's, Mistral-Instruct v0.1/v0.2's or Qwen2-Instruct's");
+  return refuse(
+      "not one of Llama-2-chat's, Llama-3-Instruct's, Mistral-Instruct v0.1/v0.2's or "
+      "Qwen2-Instruct's");
 }
 
 ChatTemplate detect_chat_template(const std::string& tokenizer_file) {
   const fs::path dir = fs::path(tokenizer_file).parent_path();
   std::error_code ec;
   std::string jinja, source;
-  const fs::path jinja_file = dir / "chat_template.jinja";  // transformers' newer saves keep it beside the config
+  const fs::path jinja_file =
+      dir / "chat_template.jinja";  // transformers' newer saves keep it beside the config
   const fs::path config_file = dir / "tokenizer_config.json";
   if (fs::is_regular_file(jinja_file, ec)) {
     std::ifstream in(jinja_file, std::ios::binary);
@@ -73,18 +89,21 @@ ChatTemplate detect_chat_template(const std::string& tokenizer_file) {
       if (it->is_string()) jinja = it->get<std::string>();
       if (it->is_array())  // named templates: transformers uses "default"
         for (const auto& t : *it)
-          if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+          if (t.is_object() && t.value("name", "") == "default" && t.contains("template") &&
+              t["template"].is_string())
             jinja = t["template"].get<std::string>();
     }
     if (jinja.empty())
-      throw runtime::UsageError("--chat-template auto: " + config_file.string() + " has no chat_template" + kPass);
+      throw runtime::UsageError("--chat-template auto: " + config_file.string() +
+                                " has no chat_template" + kPass);
   } else {
-    throw runtime::UsageError("--chat-template auto: no tokenizer_config.json beside " + tokenizer_file +
-                              " to take the chat template from" + kPass);
+    throw runtime::UsageError("--chat-template auto: no tokenizer_config.json beside " +
+                              tokenizer_file + " to take the chat template from" + kPass);
   }
   std::string why;
   const ChatTemplate t = recognise_chat_template(jinja, &why);
-  if (t == ChatTemplate::kAuto) throw runtime::UsageError("--chat-template auto: " + source + " is " + why + kPass);
+  if (t == ChatTemplate::kAuto)
+    throw runtime::UsageError("--chat-template auto: " + source + " is " + why + kPass);
   return t;
 }
 
@@ -95,15 +114,17 @@ uint32_t code_point(std::string_view s, size_t i, size_t* len) {
   const auto c = static_cast<unsigned char>(s[i]);
   const int n = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : 3;
   uint32_t cp = n == 0 ? c : n == 1 ? (c & 0x1F) : n == 2 ? (c & 0x0F) : (c & 0x07);
-  for (int k = 1; k <= n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  for (int k = 1; k <= n && i + k < s.size(); ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
   *len = static_cast<size_t>(n) + 1;
   return cp;
 }
 
 // Python's str.isspace(): bidirectional class WS, B or S, or category Zs.
 bool py_space(uint32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 }  // namespace
@@ -132,10 +153,14 @@ struct Out {
   }
 };
 
-bool has_system(const std::vector<ChatMessage>& m) { return !m.empty() && m.front().role == ChatRole::kSystem; }
+bool has_system(const std::vector<ChatMessage>& m) {
+  return !m.empty() && m.front().role == ChatRole::kSystem;
+}
 
-// Llama-2-chat: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s>, contents stripped.
-void llama2(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, const std::string& eos) {
+// Llama-2-chat: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s>, contents
+// stripped.
+void llama2(Out& o, const std::vector<ChatMessage>& m, const std::string& bos,
+            const std::string& eos) {
   const bool sys = has_system(m);
   for (size_t i = sys ? 1 : 0; i < m.size(); ++i) {
     std::string content = m[i].content;
@@ -166,12 +191,14 @@ void llama3(Out& o, const std::vector<ChatMessage>& m, const std::string& bos) {
 }
 
 // Mistral-7B-Instruct-v0.1/v0.2: <s> [INST] {system}\n\n{user} [/INST] {answer}</s> [INST] ...
-void mistral(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, const std::string& eos) {
+void mistral(Out& o, const std::vector<ChatMessage>& m, const std::string& bos,
+             const std::string& eos) {
   const bool sys = has_system(m);
   o.special(bos);
   for (size_t i = sys ? 1 : 0; i < m.size(); ++i) {
     if (m[i].role == ChatRole::kUser) {
-      o.text(" [INST] " + (sys && i == 1 ? m[0].content + "\n\n" : std::string()) + m[i].content + " [/INST]");
+      o.text(" [INST] " + (sys && i == 1 ? m[0].content + "\n\n" : std::string()) + m[i].content +
+             " [/INST]");
     } else {
       o.text(" " + m[i].content, true);
       o.special(eos, true, true);
@@ -199,15 +226,24 @@ void chatml(Out& o, const std::vector<ChatMessage>& m) {
 
 }  // namespace
 
-std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages, const std::string& bos,
-                                   const std::string& eos) {
+std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
+                                   const std::string& bos, const std::string& eos) {
   Out o;
   switch (t) {
-    case ChatTemplate::kLlama2: llama2(o, messages, bos, eos); break;
-    case ChatTemplate::kLlama3: llama3(o, messages, bos); break;
-    case ChatTemplate::kMistral: mistral(o, messages, bos, eos); break;
-    case ChatTemplate::kChatml: chatml(o, messages); break;
-    default: throw runtime::Error("render_chat: the chat template is not resolved");
+    case ChatTemplate::kLlama2:
+      llama2(o, messages, bos, eos);
+      break;
+    case ChatTemplate::kLlama3:
+      llama3(o, messages, bos);
+      break;
+    case ChatTemplate::kMistral:
+      mistral(o, messages, bos, eos);
+      break;
+    case ChatTemplate::kChatml:
+      chatml(o, messages);
+      break;
+    default:
+      throw runtime::Error("render_chat: the chat template is not resolved");
   }
   return std::move(o.pieces);
 }

@@ -18,15 +18,17 @@ int32_t ChatEncoder::special_id(const std::string& text) const {
   if (it != special_ids_.end()) return it->second;
   const auto ids = tok_.encode(text, /*add_bos=*/false);
   if (ids.size() != 1)
-    throw runtime::UsageError(std::string("--chat-template ") + chat_template_name(t_) + ": its token " + text +
-                              " is not one token of " + tok_.path() + "; use the template of the tokenizer's model family");
+    throw runtime::UsageError(std::string("--chat-template ") + chat_template_name(t_) +
+                              ": its token " + text + " is not one token of " + tok_.path() +
+                              "; use the template of the tokenizer's model family");
   return special_ids_[text] = ids[0];
 }
 
 std::vector<int32_t> ChatEncoder::encode_text(const std::string& text) const {
   // SentencePiece adds its "▁" dummy prefix to every run, as transformers' legacy Llama tokenizer
   // (Metaspace, prepend_scheme "always") does, except to a run that already starts with a space.
-  if (!tok_.is_json() && text.size() > 1 && text[0] == ' ') return tok_.encode(text.substr(1), /*add_bos=*/false);
+  if (!tok_.is_json() && text.size() > 1 && text[0] == ' ')
+    return tok_.encode(text.substr(1), /*add_bos=*/false);
   return tok_.encode(text, /*add_bos=*/false);
 }
 
@@ -50,7 +52,8 @@ ChatSample ChatEncoder::encode(const std::vector<ChatMessage>& messages, bool tr
     size_t j = i;  // the run of text pieces [i, j) between two special tokens
     std::string run;
     std::vector<size_t> ends;  // each piece's end offset in run
-    for (; j < pieces.size() && !pieces[j].special; ++j) ends.push_back((run += pieces[j].text).size());
+    for (; j < pieces.size() && !pieces[j].special; ++j)
+      ends.push_back((run += pieces[j].text).size());
     const auto ids = encode_text(run);
     size_t from = 0;
     for (size_t k = i; k < j; ++k) {
@@ -83,8 +86,10 @@ ChatFit fit_chat(ChatSample& s, int64_t seq_len, int64_t* turns_dropped) {
       ++kept;
     }
   const ChatFit fit = cut > 0 ? ChatFit::kCutAtTurn : ChatFit::kTruncated;
-  if (cut == 0) cut = seq_len;
-  else *turns_dropped = static_cast<int64_t>(s.turn_ends.size()) - kept;
+  if (cut == 0)
+    cut = seq_len;
+  else
+    *turns_dropped = static_cast<int64_t>(s.turn_ends.size()) - kept;
   s.sample.ids.resize(cut);
   s.sample.mask.resize(cut);
   return fit;

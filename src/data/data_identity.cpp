@@ -9,7 +9,9 @@ std::string token_file_identity(const TokenFile& file) {
   const TokenFileMeta& m = file.meta();
   // One field per line, named: a field's value can never run into the next one's.
   std::string text;
-  const auto add = [&text](const char* name, const std::string& value) { text += std::string(name) + "=" + value + "\n"; };
+  const auto add = [&text](const char* name, const std::string& value) {
+    text += std::string(name) + "=" + value + "\n";
+  };
   add("rows", std::to_string(m.rows));
   add("seq_len", std::to_string(m.seq_len));
   add("samples", std::to_string(m.samples));
@@ -24,14 +26,18 @@ std::string token_file_identity(const TokenFile& file) {
   return runtime::sha256_hex(text.data(), text.size());
 }
 
-DataIdentity data_identity(const TokenFile& file, uint64_t seed) { return {seed, token_file_identity(file), file.rows()}; }
+DataIdentity data_identity(const TokenFile& file, uint64_t seed) {
+  return {seed, token_file_identity(file), file.rows()};
+}
 
 std::string describe_change(const DataIdentity& was, const DataIdentity& now) {
   std::string out;
-  if (was.seed != now.seed) out = "--seed " + std::to_string(was.seed) + " (this run: " + std::to_string(now.seed) + ")";
+  if (was.seed != now.seed)
+    out = "--seed " + std::to_string(was.seed) + " (this run: " + std::to_string(now.seed) + ")";
   if (was.token_file != now.token_file)
-    out += std::string(out.empty() ? "" : " and ") + "another token file (" + std::to_string(was.rows) + " rows, identity " +
-           was.token_file.substr(0, 12) + "; this run's --data: " + std::to_string(now.rows) + " rows, identity " +
+    out += std::string(out.empty() ? "" : " and ") + "another token file (" +
+           std::to_string(was.rows) + " rows, identity " + was.token_file.substr(0, 12) +
+           "; this run's --data: " + std::to_string(now.rows) + " rows, identity " +
            now.token_file.substr(0, 12) + ")";
   return out;
 }

@@ -11,7 +11,8 @@ namespace shardtrain::data {
 
 DataFormat parse_format(const std::string& s) {
   if (const auto f = runtime::parse_enum(kDataFormatNames, s)) return *f;
-  throw runtime::UsageError("--format must be " + runtime::enum_choices(kDataFormatNames) + ", got '" + s + "'");
+  throw runtime::UsageError("--format must be " + runtime::enum_choices(kDataFormatNames) +
+                            ", got '" + s + "'");
 }
 
 const char* format_name(DataFormat f) { return runtime::enum_name(kDataFormatNames, f); }
@@ -23,11 +24,14 @@ bool blank(std::string_view s) { return s.find_first_not_of(" \t\r\n") == std::s
 
 std::string alpaca_prompt(const std::string& instruction, const std::string& input) {
   if (blank(input))
-    return "Below is an instruction that describes a task. Write a response that appropriately completes the "
-           "request.\n\n### Instruction:\n" + instruction + "\n\n### Response:";
-  return "Below is an instruction that describes a task, paired with an input that provides further context. "
-         "Write a response that appropriately completes the request.\n\n### Instruction:\n" + instruction +
-         "\n\n### Input:\n" + input + "\n\n### Response:";
+    return "Below is an instruction that describes a task. Write a response that appropriately "
+           "completes the "
+           "request.\n\n### Instruction:\n" +
+           instruction + "\n\n### Response:";
+  return "Below is an instruction that describes a task, paired with an input that provides "
+         "further context. "
+         "Write a response that appropriately completes the request.\n\n### Instruction:\n" +
+         instruction + "\n\n### Input:\n" + input + "\n\n### Response:";
 }
 
 std::string samsum_prompt(const std::string& dialogue) {
@@ -37,7 +41,8 @@ std::string samsum_prompt(const std::string& dialogue) {
 namespace {
 
 // Reads a required text field; on failure fills the skip reason.
-bool field(const nlohmann::json& j, const char* key, bool required_nonempty, std::string& out, ParsedLine& p) {
+bool field(const nlohmann::json& j, const char* key, bool required_nonempty, std::string& out,
+           ParsedLine& p) {
   auto it = j.find(key);
   if (it == j.end()) {
     p.reason = "missing field";
@@ -65,8 +70,10 @@ DataFormat detect(const nlohmann::json& j) {
   if (j.contains("text")) return DataFormat::kText;
   std::string keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
-  throw runtime::UsageError("cannot detect the data format from the keys {" + keys +
-                   "}; expected alpaca (instruction/input/output), samsum (dialogue/summary), text, or chat (messages/conversations); pass --format");
+  throw runtime::UsageError(
+      "cannot detect the data format from the keys {" + keys +
+      "}; expected alpaca (instruction/input/output), samsum (dialogue/summary), text, or chat "
+      "(messages/conversations); pass --format");
 }
 
 }  // namespace
@@ -80,7 +87,8 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::exception& e) {  // out_of_range too: a number like 8e888888 overflows a double
+  } catch (const nlohmann::json::exception&
+               e) {  // out_of_range too: a number like 8e888888 overflows a double
     p.reason = "malformed JSON";
     p.detail = e.what();
     return p;
@@ -94,7 +102,8 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
   Record& r = p.record;
   if (format == DataFormat::kAlpaca) {
     std::string instruction, input, output;
-    if (!field(j, "instruction", true, instruction, p) || !field(j, "output", true, output, p)) return p;
+    if (!field(j, "instruction", true, instruction, p) || !field(j, "output", true, output, p))
+      return p;
     if (j.contains("input") && !field(j, "input", false, input, p)) return p;
     r.prompt = alpaca_prompt(instruction, input);
     r.answer = output;
@@ -110,7 +119,8 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
     r.messages = std::move(c.messages);
   } else if (format == DataFormat::kSamsum) {
     std::string dialogue, summary;
-    if (!field(j, "dialogue", true, dialogue, p) || !field(j, "summary", true, summary, p)) return p;
+    if (!field(j, "dialogue", true, dialogue, p) || !field(j, "summary", true, summary, p))
+      return p;
     r.prompt = samsum_prompt(dialogue);
     r.answer = summary;
   } else {
@@ -122,7 +132,8 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
 
 namespace {
 
-void for_each_line(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn) {
+void for_each_line(std::istream& in, DataFormat& format,
+                   const std::function<bool(int64_t, ParsedLine&)>& fn) {
   std::string line;
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -154,16 +165,22 @@ void for_each_element(std::istream& in, int64_t line, DataFormat& format,
       }
       elem.clear();
       depth = 0;
-      if (c == ']') { closed = true; break; }
+      if (c == ']') {
+        closed = true;
+        break;
+      }
       continue;
     }
     if (!in_string && json_space(c)) continue;  // insignificant outside strings, \r\n included
     if (elem.empty()) start_line = line;
     elem += c;
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '{' || c == '[') {
@@ -172,7 +189,8 @@ void for_each_element(std::istream& in, int64_t line, DataFormat& format,
       --depth;
     }
   }
-  if (!closed) {  // a truncated file: its unfinished last record is counted as bad, not dropped silently
+  if (!closed) {  // a truncated file: its unfinished last record is counted as bad, not dropped
+                  // silently
     ParsedLine p;
     p.reason = "truncated JSON array";
     p.detail = "no closing ]";
@@ -182,9 +200,10 @@ void for_each_element(std::istream& in, int64_t line, DataFormat& format,
 
 }  // namespace
 
-void for_each_record(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn) {
-  // The first byte that is not space (after a UTF-8 BOM) chooses: '[' is one JSON array, else JSONL,
-  // read from the start again so that its line numbers stay right.
+void for_each_record(std::istream& in, DataFormat& format,
+                     const std::function<bool(int64_t, ParsedLine&)>& fn) {
+  // The first byte that is not space (after a UTF-8 BOM) chooses: '[' is one JSON array, else
+  // JSONL, read from the start again so that its line numbers stay right.
   const auto start = in.tellg();
   char bom[3];
   if (!(in.read(bom, 3) && std::string(bom, 3) == "\xEF\xBB\xBF")) {

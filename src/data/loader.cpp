@@ -6,10 +6,13 @@
 namespace shardtrain::data {
 
 DataLoader::DataLoader(const TokenFile& file, LoaderConfig cfg) : file_(&file), cfg_(cfg) {
-  if (cfg_.micro_batch <= 0 || cfg_.grad_accum <= 0) throw runtime::UsageError("--batch-size and --grad-accum must be positive");
+  if (cfg_.micro_batch <= 0 || cfg_.grad_accum <= 0)
+    throw runtime::UsageError("--batch-size and --grad-accum must be positive");
   if (cfg_.drop_last && file.rows() < global_batch())
-    throw runtime::UsageError(file.path() + " has " + std::to_string(file.rows()) + " rows, fewer than one global batch of " +
-                     std::to_string(global_batch()) + " (batch-size x grad-accum x ranks); lower --batch-size");
+    throw runtime::UsageError(file.path() + " has " + std::to_string(file.rows()) +
+                              " rows, fewer than one global batch of " +
+                              std::to_string(global_batch()) +
+                              " (batch-size x grad-accum x ranks); lower --batch-size");
 }
 
 DataLoader::~DataLoader() {
@@ -17,7 +20,8 @@ DataLoader::~DataLoader() {
 }
 
 int64_t DataLoader::steps_per_epoch() const {
-  return std::max<int64_t>(1, shardtrain::data::steps_per_epoch(file_->rows(), global_batch(), cfg_.drop_last));
+  return std::max<int64_t>(
+      1, shardtrain::data::steps_per_epoch(file_->rows(), global_batch(), cfg_.drop_last));
 }
 
 const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
@@ -42,14 +46,17 @@ int64_t DataLoader::epoch_progress_rows(int64_t ref_batch) const {
 }
 
 int64_t DataLoader::steps_until(int64_t total_rows, int64_t ref_batch) const {
-  return shardtrain::data::steps_until(pos_, total_rows, file_->rows(), global_batch(), ref_batch, cfg_.drop_last);
+  return shardtrain::data::steps_until(pos_, total_rows, file_->rows(), global_batch(), ref_batch,
+                                       cfg_.drop_last);
 }
 
 std::vector<int64_t> DataLoader::global_rows(LoaderState s) {
   return shardtrain::data::global_batch(order(s.epoch), global_batch(), s.row);
 }
 
-LoaderState DataLoader::after(LoaderState s) const { return next_position(s, file_->rows(), global_batch(), cfg_.drop_last); }
+LoaderState DataLoader::after(LoaderState s) const {
+  return next_position(s, file_->rows(), global_batch(), cfg_.drop_last);
+}
 
 StepData DataLoader::load(LoaderState s) {
   StepData d;
@@ -69,7 +76,8 @@ StepData DataLoader::load(LoaderState s) {
 StepData DataLoader::next() {
   StepData d = pending_.valid() ? pending_.get() : load(pos_);
   pos_ = after(pos_);
-  if (cfg_.prefetch) pending_ = std::async(std::launch::async, [this, p = pos_] { return load(p); });
+  if (cfg_.prefetch)
+    pending_ = std::async(std::launch::async, [this, p = pos_] { return load(p); });
   return d;
 }
 
@@ -79,9 +87,10 @@ void DataLoader::restore(LoaderState s) {
     pending_ = {};
   }
   if (s.epoch < 0 || s.row < 0)
-    throw runtime::UsageError("data-loader position epoch " + std::to_string(s.epoch) + " row " + std::to_string(s.row) +
-                              " is negative; the checkpoint is damaged");
-  const bool past_end = s.row >= file_->rows() || (cfg_.drop_last && file_->rows() - s.row < global_batch());
+    throw runtime::UsageError("data-loader position epoch " + std::to_string(s.epoch) + " row " +
+                              std::to_string(s.row) + " is negative; the checkpoint is damaged");
+  const bool past_end =
+      s.row >= file_->rows() || (cfg_.drop_last && file_->rows() - s.row < global_batch());
   pos_ = past_end ? LoaderState{s.epoch + 1, 0} : s;
 }
 

@@ -8,7 +8,8 @@ namespace shardtrain::data {
 namespace {
 
 // GPT-2's pre-tokenization regex, which ByteLevel applies when use_regex is true.
-const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 struct ByteTable {
   std::array<std::string, 256> chars;
@@ -23,7 +24,8 @@ const ByteTable& byte_table() {
     b.bytes.fill(-1);
     int next = 0;
     for (int i = 0; i < 256; ++i) {
-      const bool printable = (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE && i <= 0xFF);
+      const bool printable =
+          (i >= '!' && i <= '~') || (i >= 0xA1 && i <= 0xAC) || (i >= 0xAE && i <= 0xFF);
       const char32_t c = printable ? static_cast<char32_t>(i) : static_cast<char32_t>(256 + next++);
       utf8_append(b.chars[i], c);
       b.bytes[c] = i;
@@ -34,7 +36,8 @@ const ByteTable& byte_table() {
 }
 
 const std::shared_ptr<const UnicodeRegex>& gpt2_regex() {
-  static const auto re = std::make_shared<const UnicodeRegex>(kGpt2Pattern, "GPT-2's ByteLevel pattern");
+  static const auto re =
+      std::make_shared<const UnicodeRegex>(kGpt2Pattern, "GPT-2's ByteLevel pattern");
   return re;
 }
 
@@ -45,7 +48,10 @@ SplitBehavior parse_behavior(const nlohmann::json& obj, const JsonSpot& spot) {
   if (b == "MergedWithPrevious") return SplitBehavior::kMergedWithPrevious;
   if (b == "MergedWithNext") return SplitBehavior::kMergedWithNext;
   if (b == "Contiguous") return SplitBehavior::kContiguous;
-  refuse(spot.at("behavior"), "is \"" + b + "\"; tokenizers knows Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+  refuse(
+      spot.at("behavior"),
+      "is \"" + b +
+          "\"; tokenizers knows Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
 }
 
 using Span = std::tuple<size_t, size_t, bool>;  // begin, end, matched
@@ -76,23 +82,29 @@ std::vector<Span> apply_behavior(const std::vector<Span>& spans, SplitBehavior b
       return out;
     case SplitBehavior::kContiguous:
       for (const auto& [b, e, m] : spans) {
-        if (m == previous && !out.empty()) std::get<1>(out.back()) = e;
-        else out.emplace_back(b, e, true);
+        if (m == previous && !out.empty())
+          std::get<1>(out.back()) = e;
+        else
+          out.emplace_back(b, e, true);
         previous = m;
       }
       return out;
     case SplitBehavior::kMergedWithPrevious:
       for (const auto& [b, e, m] : spans) {
-        if (m && !previous && !out.empty()) std::get<1>(out.back()) = e;
-        else out.emplace_back(b, e, true);
+        if (m && !previous && !out.empty())
+          std::get<1>(out.back()) = e;
+        else
+          out.emplace_back(b, e, true);
         previous = m;
       }
       return out;
     case SplitBehavior::kMergedWithNext:
       for (auto it = spans.rbegin(); it != spans.rend(); ++it) {
         const auto& [b, e, m] = *it;
-        if (m && !previous && !out.empty()) std::get<0>(out.back()) = b;
-        else out.emplace_back(b, e, true);
+        if (m && !previous && !out.empty())
+          std::get<0>(out.back()) = b;
+        else
+          out.emplace_back(b, e, true);
         previous = m;
       }
       return {out.rbegin(), out.rend()};
@@ -100,7 +112,8 @@ std::vector<Span> apply_behavior(const std::vector<Span>& spans, SplitBehavior b
   return out;
 }
 
-void split_piece(const std::string& piece, const UnicodeRegex& re, SplitBehavior behavior, bool invert, std::vector<std::string>* out) {
+void split_piece(const std::string& piece, const UnicodeRegex& re, SplitBehavior behavior,
+                 bool invert, std::vector<std::string>* out) {
   for (const auto& [b, e, keep] : apply_behavior(cover(re, piece, invert), behavior))
     if (keep && e > b) out->push_back(piece.substr(b, e - b));
 }
@@ -122,7 +135,9 @@ TextNormalizer::TextNormalizer(const nlohmann::json& j, const JsonSpot& spot) {
     return;
   }
   if (type != "Sequence")
-    refuse(spot.at("type"), "is \"" + type + "\"; shardtrain implements the normalizers null, NFC and a Sequence of NFC");
+    refuse(spot.at("type"),
+           "is \"" + type +
+               "\"; shardtrain implements the normalizers null, NFC and a Sequence of NFC");
   const auto& list = json_member(j, "normalizers", spot);
   if (!list.is_array()) refuse(spot.at("normalizers"), "is not a list");
   for (size_t i = 0; i < list.size(); ++i) {
@@ -131,7 +146,9 @@ TextNormalizer::TextNormalizer(const nlohmann::json& j, const JsonSpot& spot) {
   }
 }
 
-std::string TextNormalizer::apply(std::string_view text) const { return nfc_ ? nfc(text) : std::string(text); }
+std::string TextNormalizer::apply(std::string_view text) const {
+  return nfc_ ? nfc(text) : std::string(text);
+}
 
 PreTokenizer::PreTokenizer(const nlohmann::json& j, const JsonSpot& spot) {
   if (!j.is_null()) add_step(j, spot);
@@ -150,9 +167,11 @@ void PreTokenizer::add_step(const nlohmann::json& j, const JsonSpot& spot) {
     const auto& pattern = json_member(j, "pattern", spot);
     const JsonSpot where = spot.at("pattern");
     if (pattern.contains("Regex") && pattern["Regex"].is_string())
-      s.regex = std::make_shared<const UnicodeRegex>(pattern["Regex"].get<std::string>(), where.name());
+      s.regex =
+          std::make_shared<const UnicodeRegex>(pattern["Regex"].get<std::string>(), where.name());
     else if (pattern.contains("String") && pattern["String"].is_string())
-      s.regex = std::make_shared<const UnicodeRegex>(escape_regex(pattern["String"].get<std::string>()), where.name());
+      s.regex = std::make_shared<const UnicodeRegex>(
+          escape_regex(pattern["String"].get<std::string>()), where.name());
     else
       refuse(where, "is " + json_text(pattern) + ", not {\"Regex\": ...} or {\"String\": ...}");
     s.behavior = parse_behavior(j, spot);
@@ -162,7 +181,9 @@ void PreTokenizer::add_step(const nlohmann::json& j, const JsonSpot& spot) {
     s.add_prefix_space = json_bool(j, "add_prefix_space", true, spot);
     if (json_bool(j, "use_regex", true, spot)) s.regex = gpt2_regex();
   } else {
-    refuse(spot.at("type"), "is \"" + type + "\"; shardtrain implements the pre-tokenizers Split and ByteLevel, alone or in a Sequence");
+    refuse(spot.at("type"), "is \"" + type +
+                                "\"; shardtrain implements the pre-tokenizers Split and ByteLevel, "
+                                "alone or in a Sequence");
   }
   steps_.push_back(std::move(s));
 }
@@ -175,8 +196,10 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string>* out) c
     next.clear();
     for (auto& p : pieces) {
       if (s.byte_level && s.add_prefix_space && p[0] != ' ') p.insert(p.begin(), ' ');
-      if (s.regex) split_piece(p, *s.regex, s.behavior, s.invert, &next);
-      else next.push_back(std::move(p));
+      if (s.regex)
+        split_piece(p, *s.regex, s.behavior, s.invert, &next);
+      else
+        next.push_back(std::move(p));
     }
     if (s.byte_level)
       for (auto& p : next) p = to_byte_level(p);

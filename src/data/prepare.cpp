@@ -22,14 +22,15 @@ namespace {
 const char* const kAnswerCut = "answer cut away by --seq-len";
 }  // namespace
 
-ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok, int64_t seq_len,
-                      bool strict, size_t max_examples, const ChatSettings& chat) {
+ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok,
+                      int64_t seq_len, bool strict, size_t max_examples, const ChatSettings& chat) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw runtime::UsageError("--input " + path + " cannot be opened");
   ReadResult res;
   res.sha256 = runtime::sha256_file(path);
   res.chat_template = chat.chat_template;
-  std::unique_ptr<ChatEncoder> chat_encoder;  // made at the first chat record: auto reads the template then
+  std::unique_ptr<ChatEncoder>
+      chat_encoder;  // made at the first chat record: auto reads the template then
   // Keeps s, or drops it and counts it when truncation left no token in its loss.
   auto keep = [&](Sample s, bool had_loss, int64_t lineno) {
     if (had_loss && std::count(s.mask.begin(), s.mask.end(), 1) == 0) {
@@ -47,7 +48,8 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       const std::string where = path + ":" + std::to_string(lineno) + ": " + p.reason +
                                 (p.detail.empty() ? "" : " (" + p.detail + ")");
       if (p.fatal) throw runtime::UsageError(where);
-      if (strict) throw runtime::UsageError(where + "; fix the line or drop --strict to skip bad lines");
+      if (strict)
+        throw runtime::UsageError(where + "; fix the line or drop --strict to skip bad lines");
       ++res.stats.skipped;
       ++res.stats.skipped_by_reason[p.reason];
       if (res.stats.examples.size() < max_examples) res.stats.examples.push_back(where);
@@ -55,7 +57,8 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
     }
     if (format == DataFormat::kChat) {
       if (!chat_encoder) {
-        if (res.chat_template == ChatTemplate::kAuto) res.chat_template = detect_chat_template(tok.path());
+        if (res.chat_template == ChatTemplate::kAuto)
+          res.chat_template = detect_chat_template(tok.path());
         chat_encoder = std::make_unique<ChatEncoder>(tok, res.chat_template);
       }
       ChatSample c = chat_encoder->encode(p.record.messages, chat.train_on_all);
@@ -86,10 +89,11 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
 Rows make_rows(const std::vector<Sample>& samples, int64_t seq_len, bool packing, int32_t pad_id) {
   Rows r;
   r.seq_len = seq_len;
-  int64_t col = seq_len;  // column in the current row; seq_len means "row full"
+  int64_t col = seq_len;   // column in the current row; seq_len means "row full"
   auto finish_row = [&] {  // the padded tail continues the row's last positions
     const size_t row = static_cast<size_t>((r.rows - 1) * seq_len);
-    for (int64_t c = col; c < seq_len && c > 0; ++c) r.position_data[row + c] = r.position_data[row + c - 1] + 1;
+    for (int64_t c = col; c < seq_len && c > 0; ++c)
+      r.position_data[row + c] = r.position_data[row + c - 1] + 1;
   };
   for (const Sample& s : samples) {
     const int64_t n = static_cast<int64_t>(s.ids.size());
@@ -133,11 +137,12 @@ void make_parent(const char* opt, const std::string& path) {
   const auto dir = std::filesystem::path(path).parent_path();
   std::error_code ec;
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  if (ec) throw runtime::UsageError(std::string(opt) + ": cannot write " + path + ": " + ec.message());
+  if (ec)
+    throw runtime::UsageError(std::string(opt) + ": cannot write " + path + ": " + ec.message());
 }
 
-TokenFileMeta meta_for(const PrepareOptions& o, const Tokenizer& tok, const ReadResult& r, const std::string& source,
-                       const char* split, int64_t samples) {
+TokenFileMeta meta_for(const PrepareOptions& o, const Tokenizer& tok, const ReadResult& r,
+                       const std::string& source, const char* split, int64_t samples) {
   TokenFileMeta m;
   m.samples = samples;
   m.samples_read = r.stats.read;
@@ -158,8 +163,10 @@ TokenFileMeta meta_for(const PrepareOptions& o, const Tokenizer& tok, const Read
 void require_samples(const std::string& path, const ReadResult& r) {
   if (!r.samples.empty()) return;
   std::ostringstream os;
-  os << "no usable samples in " << path << ": read " << r.stats.read << ", skipped " << r.stats.skipped;
-  for (const auto& [reason, n] : r.stats.skipped_by_reason) os << " (" << reason << ": " << n << ")";
+  os << "no usable samples in " << path << ": read " << r.stats.read << ", skipped "
+     << r.stats.skipped;
+  for (const auto& [reason, n] : r.stats.skipped_by_reason)
+    os << " (" << reason << ": " << n << ")";
   if (!r.stats.examples.empty()) os << "; first: " << r.stats.examples.front();
   throw runtime::UsageError(os.str());
 }
@@ -176,25 +183,29 @@ std::string val_output_path(const PrepareOptions& o) {
 PrepareReport run_prepare(const PrepareOptions& o) {
   Tokenizer tok(o.tokenizer);
   PrepareReport rep;
-  ReadResult train = read_jsonl(o.input, o.format, tok, o.seq_len, o.strict, o.show_bad, {o.chat_template, o.train_on_all});
+  ReadResult train = read_jsonl(o.input, o.format, tok, o.seq_len, o.strict, o.show_bad,
+                                {o.chat_template, o.train_on_all});
   require_samples(o.input, train);
   rep.format = format_name(train.format);
   if (train.format == DataFormat::kChat)
-    rep.chat_template = std::string(chat_template_name(train.chat_template)) +
-                        (o.chat_template == ChatTemplate::kAuto ? " (from the tokenizer's chat_template)" : "");
+    rep.chat_template =
+        std::string(chat_template_name(train.chat_template)) +
+        (o.chat_template == ChatTemplate::kAuto ? " (from the tokenizer's chat_template)" : "");
   rep.train_stats = train.stats;
   rep.val_output = val_output_path(o);
   const bool want_val = !rep.val_output.empty();
   std::vector<Sample> train_samples, val_samples;
   ReadResult val;
   if (!o.val_input.empty()) {
-    val = read_jsonl(o.val_input, train.format, tok, o.seq_len, o.strict, o.show_bad, {train.chat_template, o.train_on_all});
+    val = read_jsonl(o.val_input, train.format, tok, o.seq_len, o.strict, o.show_bad,
+                     {train.chat_template, o.train_on_all});
     require_samples(o.val_input, val);
     rep.val_stats = val.stats;
     train_samples = std::move(train.samples);
     val_samples = std::move(val.samples);
   } else {
-    const auto is_val = validation_choice(static_cast<int64_t>(train.samples.size()), o.val_fraction, o.seed);
+    const auto is_val =
+        validation_choice(static_cast<int64_t>(train.samples.size()), o.val_fraction, o.seed);
     for (size_t i = 0; i < train.samples.size(); ++i)
       (is_val[i] ? val_samples : train_samples).push_back(std::move(train.samples[i]));
   }
@@ -203,10 +214,13 @@ PrepareReport run_prepare(const PrepareOptions& o) {
   rep.train = make_rows(train_samples, o.seq_len, o.packing, tok.pad_id());
   if (want_val) rep.val = make_rows(val_samples, o.seq_len, o.packing, tok.pad_id());
   // A file without a loss token trains at loss 0 and learns nothing: refuse it here.
-  for (const auto& [rows, file] : {std::pair{&rep.train, o.output}, std::pair{&rep.val, rep.val_output}})
+  for (const auto& [rows, file] :
+       {std::pair{&rep.train, o.output}, std::pair{&rep.val, rep.val_output}})
     if (rows->rows > 0 && rows->loss_tokens == 0)
-      throw runtime::UsageError(file + " would hold no token in the loss (every sample's loss mask is empty); check --format "
-                                "and --train-on, or raise --seq-len if answers are cut away");
+      throw runtime::UsageError(
+          file +
+          " would hold no token in the loss (every sample's loss mask is empty); check --format "
+          "and --train-on, or raise --seq-len if answers are cut away");
   const auto& val_src = o.val_input.empty() ? train : val;
   make_parent("--output", o.output);
   if (want_val) make_parent("--val-output", rep.val_output);
@@ -215,9 +229,11 @@ PrepareReport run_prepare(const PrepareOptions& o) {
   // is written leaves both as they were; only a kill between the two renames splits them.
   const auto write_val = [&] {
     write_token_file(rep.val_output, rep.val,
-                     meta_for(o, tok, val_src, o.val_input.empty() ? o.input : o.val_input, "validation", rep.val_samples));
+                     meta_for(o, tok, val_src, o.val_input.empty() ? o.input : o.val_input,
+                              "validation", rep.val_samples));
   };
-  write_token_file(o.output, rep.train, meta_for(o, tok, train, o.input, "train", rep.train_samples),
+  write_token_file(o.output, rep.train,
+                   meta_for(o, tok, train, o.input, "train", rep.train_samples),
                    want_val ? std::function<void()>(write_val) : std::function<void()>());
   return rep;
 }
@@ -233,19 +249,24 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
     }
     if (!s.skipped_by_reason.empty()) os << ")";
     os << " | truncated to " << o.seq_len << ": " << s.truncated;
-    if (s.skipped_by_reason.count(kAnswerCut)) os << " | raise --seq-len to keep the samples whose answer it cut away";
+    if (s.skipped_by_reason.count(kAnswerCut))
+      os << " | raise --seq-len to keep the samples whose answer it cut away";
     if (!r.chat_template.empty())
-      os << " | dialogues cut at a turn boundary: " << s.cut_at_turn << " (" << s.turns_dropped << " assistant turns dropped)";
+      os << " | dialogues cut at a turn boundary: " << s.cut_at_turn << " (" << s.turns_dropped
+         << " assistant turns dropped)";
     os << "\n";
     for (const auto& e : s.examples) os << "  skipped " << e << "\n";
   };
   auto rows = [&](const char* what, const std::string& file, int64_t samples, const Rows& x) {
-    os << what << " " << file << ": " << samples << " samples -> " << x.rows << " rows x " << x.seq_len << " ("
-       << (o.packing ? "packed" : "padded") << "), " << x.tokens << " tokens, " << x.loss_tokens << " in the loss\n";
+    os << what << " " << file << ": " << samples << " samples -> " << x.rows << " rows x "
+       << x.seq_len << " (" << (o.packing ? "packed" : "padded") << "), " << x.tokens << " tokens, "
+       << x.loss_tokens << " in the loss\n";
   };
-  os << "format " << r.format << (o.format == DataFormat::kAuto ? " (detected from the first record)" : "");
+  os << "format " << r.format
+     << (o.format == DataFormat::kAuto ? " (detected from the first record)" : "");
   if (!r.chat_template.empty())
-    os << ", chat template " << r.chat_template << ", loss on " << (o.train_on_all ? "every token" : "the assistant turns");
+    os << ", chat template " << r.chat_template << ", loss on "
+       << (o.train_on_all ? "every token" : "the assistant turns");
   os << "\n";
   stats("input", o.input, r.train_stats);
   if (!o.val_input.empty()) stats("validation input", o.val_input, r.val_stats);

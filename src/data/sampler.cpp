@@ -28,7 +28,8 @@ std::pair<int64_t, int64_t> balanced_part(int64_t count, int64_t parts, int64_t 
   return {begin, begin + base + (index < extra ? 1 : 0)};
 }
 
-std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t global_batch_size, int64_t row) {
+std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t global_batch_size,
+                                  int64_t row) {
   const int64_t n = static_cast<int64_t>(order.size());
   const int64_t b = std::min(n, row);
   const int64_t e = std::min(n, b + global_batch_size);
@@ -47,19 +48,21 @@ int64_t epoch_progress_rows(int64_t n, int64_t ref_batch, bool drop_last) {
 
 int64_t progress_rows(LoaderState p, int64_t n, int64_t ref_batch, bool drop_last) {
   const int64_t epoch_rows = epoch_progress_rows(n, ref_batch, drop_last);
-  return p.epoch * epoch_rows + std::min(p.row, epoch_rows);  // drop_last at a smaller batch reads past the reference's tail
+  return p.epoch * epoch_rows +
+         std::min(p.row,
+                  epoch_rows);  // drop_last at a smaller batch reads past the reference's tail
 }
 
-int64_t steps_until(LoaderState from, int64_t total_rows, int64_t n, int64_t global_batch_size, int64_t ref_batch,
-                    bool drop_last) {
+int64_t steps_until(LoaderState from, int64_t total_rows, int64_t n, int64_t global_batch_size,
+                    int64_t ref_batch, bool drop_last) {
   int64_t steps = 0;
   for (LoaderState p = from; progress_rows(p, n, ref_batch, drop_last) < total_rows; ++steps)
     p = next_position(p, n, global_batch_size, drop_last);
   return steps;
 }
 
-std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>& batch, int rank, int world,
-                                                     int64_t grad_accum) {
+std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>& batch, int rank,
+                                                     int world, int64_t grad_accum) {
   const auto [rb, re] = balanced_part(static_cast<int64_t>(batch.size()), world, rank);
   std::vector<std::vector<int64_t>> micro(grad_accum);
   for (int64_t a = 0; a < grad_accum; ++a) {

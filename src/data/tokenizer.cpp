@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace shardtrain::data {
 
 namespace {
-const char* const kWhatToPass = "pass a SentencePiece .model, a tokenizer.json, or a model directory holding one";
+const char* const kWhatToPass =
+    "pass a SentencePiece .model, a tokenizer.json, or a model directory holding one";
 }  // namespace
 
 std::string resolve_tokenizer_file(const std::string& path) {
@@ -28,10 +29,14 @@ std::string resolve_tokenizer_file(const std::string& path) {
     // SentencePiece model (and uses normalizers the byte-level reader refuses), so the model wins.
     for (const char* name : {"tokenizer.model", "tokenizer.json"})
       if (fs::is_regular_file(p / name, ec)) return (p / name).string();
-    throw runtime::UsageError("--tokenizer " + path + " is a directory with neither tokenizer.json nor tokenizer.model; " + kWhatToPass);
+    throw runtime::UsageError("--tokenizer " + path +
+                              " is a directory with neither tokenizer.json nor tokenizer.model; " +
+                              kWhatToPass);
   }
-  if (!fs::exists(p, ec)) throw runtime::UsageError("--tokenizer " + path + " does not exist; " + kWhatToPass);
-  if (!fs::is_regular_file(p, ec)) throw runtime::UsageError("--tokenizer " + path + " is not a file; " + kWhatToPass);
+  if (!fs::exists(p, ec))
+    throw runtime::UsageError("--tokenizer " + path + " does not exist; " + kWhatToPass);
+  if (!fs::is_regular_file(p, ec))
+    throw runtime::UsageError("--tokenizer " + path + " is not a file; " + kWhatToPass);
   return path;
 }
 
@@ -46,9 +51,12 @@ bool is_tokenizer_json(const std::string& file) {
 
 Tokenizer::Tokenizer(const std::string& path) : path_(resolve_tokenizer_file(path)) {
   const TokenizerConfig cfg = read_tokenizer_config(fs::path(path_).parent_path().string());
-  if (is_tokenizer_json(path_)) load_json(cfg);
-  else load_sentencepiece(cfg);
-  // transformers' generate() stops at generation_config.json's eos_token_id (every one), else at EOS.
+  if (is_tokenizer_json(path_))
+    load_json(cfg);
+  else
+    load_sentencepiece(cfg);
+  // transformers' generate() stops at generation_config.json's eos_token_id (every one), else at
+  // EOS.
   stop_ids_ = cfg.generation_eos_ids.empty() ? std::vector<int32_t>{eos_} : cfg.generation_eos_ids;
   sha256_ = runtime::sha256_file(path_);
 }
@@ -57,7 +65,8 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-int32_t Tokenizer::special_id(const SpecialTokenName& name, const char* key, const TokenizerConfig& cfg) const {
+int32_t Tokenizer::special_id(const SpecialTokenName& name, const char* key,
+                              const TokenizerConfig& cfg) const {
   int32_t id = -1;
   if (bpe_) {
     id = bpe_->token_to_id(name.content);
@@ -68,26 +77,35 @@ int32_t Tokenizer::special_id(const SpecialTokenName& name, const char* key, con
       if (id < 0 && content == name.content) id = added;
   }
   if (id < 0)
-    throw runtime::UsageError(name.file + ": " + key + " \"" + name.content + "\" is not a token of " + path_ +
-                              "; use the tokenizer files that belong together (the model directory's)");
+    throw runtime::UsageError(
+        name.file + ": " + key + " \"" + name.content + "\" is not a token of " + path_ +
+        "; use the tokenizer files that belong together (the model directory's)");
   return id;
 }
 
 void Tokenizer::load_sentencepiece(const TokenizerConfig& cfg) {
   sp_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
   const auto st = sp_->Load(path_);
-  if (!st.ok()) throw runtime::UsageError("--tokenizer " + path_ + " is not a SentencePiece model: " + st.ToString() + "; " + kWhatToPass);
+  if (!st.ok())
+    throw runtime::UsageError("--tokenizer " + path_ + " is not a SentencePiece model: " +
+                              st.ToString() + "; " + kWhatToPass);
   sp_pieces_ = sp_->GetPieceSize();
   vocab_ = sp_pieces_;
   for (const auto& [id, content] : cfg.added_tokens) vocab_ = std::max(vocab_, id + 1);
   // Without config files: the model's own ids, as before tokenizer_config.json was read.
-  bos_ = cfg.bos.set() ? special_id(cfg.bos, "bos_token", cfg) : cfg.bos.state == SpecialTokenName::State::kNull ? -1 : sp_->bos_id();
-  eos_ = cfg.eos.set() ? special_id(cfg.eos, "eos_token", cfg) : cfg.eos.state == SpecialTokenName::State::kNull ? -1 : sp_->eos_id();
+  bos_ = cfg.bos.set()                                     ? special_id(cfg.bos, "bos_token", cfg)
+         : cfg.bos.state == SpecialTokenName::State::kNull ? -1
+                                                           : sp_->bos_id();
+  eos_ = cfg.eos.set()                                     ? special_id(cfg.eos, "eos_token", cfg)
+         : cfg.eos.state == SpecialTokenName::State::kNull ? -1
+                                                           : sp_->eos_id();
   pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token", cfg) : -1;
   add_bos_token_ = cfg.add_bos_token.value_or(true);  // LlamaTokenizer's defaults
   add_eos_token_ = cfg.add_eos_token.value_or(false);
   if ((cfg.bos.state == SpecialTokenName::State::kAbsent && bos_ < 0) || eos_ < 0)
-    throw runtime::UsageError("--tokenizer " + path_ + " defines no BOS/EOS ids; train it with bos_id=1 eos_id=2 as Llama-2's is");
+    throw runtime::UsageError(
+        "--tokenizer " + path_ +
+        " defines no BOS/EOS ids; train it with bos_id=1 eos_id=2 as Llama-2's is");
 }
 
 void Tokenizer::load_json(const TokenizerConfig& cfg) {
@@ -95,16 +113,24 @@ void Tokenizer::load_json(const TokenizerConfig& cfg) {
   bpe_->set_split_special_tokens(cfg.split_special_tokens);
   vocab_ = bpe_->vocab_size();
   using State = SpecialTokenName::State;
-  bos_ = cfg.bos.set() ? special_id(cfg.bos, "bos_token", cfg) : cfg.bos.state == State::kAbsent ? cfg.generation_bos : -1;
-  eos_ = cfg.eos.set() ? special_id(cfg.eos, "eos_token", cfg) : cfg.eos.state == State::kAbsent ? cfg.generation_eos : -1;
+  bos_ = cfg.bos.set()                     ? special_id(cfg.bos, "bos_token", cfg)
+         : cfg.bos.state == State::kAbsent ? cfg.generation_bos
+                                           : -1;
+  eos_ = cfg.eos.set()                     ? special_id(cfg.eos, "eos_token", cfg)
+         : cfg.eos.state == State::kAbsent ? cfg.generation_eos
+                                           : -1;
   pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token", cfg) : -1;
   const std::string dir = fs::path(path_).parent_path().string();
   if (eos_ < 0)
-    throw runtime::UsageError(path_ + ": no eos_token: put the model's tokenizer_config.json (or special_tokens_map.json, "
-                              "generation_config.json) beside it; training appends EOS to every sample");
+    throw runtime::UsageError(
+        path_ +
+        ": no eos_token: put the model's tokenizer_config.json (or special_tokens_map.json, "
+        "generation_config.json) beside it; training appends EOS to every sample");
   if (bos_ >= vocab_ || eos_ >= vocab_)
-    throw runtime::UsageError((dir.empty() ? std::string(".") : dir) + "/generation_config.json: bos_token_id/eos_token_id " +
-                              std::to_string(std::max(bos_, eos_)) + " is outside " + path_ + "'s " + std::to_string(vocab_) + " ids");
+    throw runtime::UsageError((dir.empty() ? std::string(".") : dir) +
+                              "/generation_config.json: bos_token_id/eos_token_id " +
+                              std::to_string(std::max(bos_, eos_)) + " is outside " + path_ +
+                              "'s " + std::to_string(vocab_) + " ids");
   const auto& suffix = bpe_->special_suffix();
   suffix_has_eos_ = !suffix.empty() && suffix.back() == eos_;
 }
@@ -147,9 +173,11 @@ std::string Tokenizer::piece(int32_t id) const {
 
 void Tokenizer::require_fits(int64_t model_vocab_size) const {
   if (vocab_ > model_vocab_size)
-    throw runtime::UsageError("--tokenizer " + path_ + " has " + std::to_string(vocab_) + " pieces but the model's vocab_size is " +
-                              std::to_string(model_vocab_size) + " (its ids, added tokens included, go up to " + std::to_string(vocab_ - 1) +
-                              "); use the tokenizer that came with the model");
+    throw runtime::UsageError(
+        "--tokenizer " + path_ + " has " + std::to_string(vocab_) +
+        " pieces but the model's vocab_size is " + std::to_string(model_vocab_size) +
+        " (its ids, added tokens included, go up to " + std::to_string(vocab_ - 1) +
+        "); use the tokenizer that came with the model");
 }
 
 }  // namespace shardtrain::data

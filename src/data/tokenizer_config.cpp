@@ -19,11 +19,14 @@ nlohmann::json read_object(const fs::path& path) {
   std::ifstream in(path);
   nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object())
-    throw runtime::UsageError(path.string() + " is not a JSON object; fix or remove it (transformers cannot read it either)");
+    throw runtime::UsageError(
+        path.string() +
+        " is not a JSON object; fix or remove it (transformers cannot read it either)");
   return j;
 }
 
-void read_name(const nlohmann::json& j, const char* key, const std::string& file, SpecialTokenName* out) {
+void read_name(const nlohmann::json& j, const char* key, const std::string& file,
+               SpecialTokenName* out) {
   const auto it = j.find(key);
   if (it == j.end()) return;
   SpecialTokenName n;
@@ -37,7 +40,8 @@ void read_name(const nlohmann::json& j, const char* key, const std::string& file
     n.state = SpecialTokenName::State::kSet;
     n.content = (*it)["content"].get<std::string>();
   } else {
-    throw runtime::UsageError(file + ": " + key + " is " + it->dump() + ", not a string, {\"content\": ...} or null");
+    throw runtime::UsageError(file + ": " + key + " is " + it->dump() +
+                              ", not a string, {\"content\": ...} or null");
   }
   *out = n;
 }
@@ -52,7 +56,8 @@ void read_names(const nlohmann::json& j, const std::string& file, TokenizerConfi
 std::optional<bool> read_flag(const nlohmann::json& j, const char* key, const std::string& file) {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) throw runtime::UsageError(file + ": " + key + " is " + it->dump() + ", not true or false");
+  if (!it->is_boolean())
+    throw runtime::UsageError(file + ": " + key + " is " + it->dump() + ", not true or false");
   return it->get<bool>();
 }
 
@@ -62,7 +67,8 @@ int32_t read_id(const nlohmann::json& j, const char* key, const std::string& fil
   if (it == j.end() || it->is_null()) return -1;
   const nlohmann::json& v = it->is_array() && !it->empty() ? (*it)[0] : *it;
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-    throw runtime::UsageError(file + ": " + key + " is " + it->dump() + ", not a token id or a list of them");
+    throw runtime::UsageError(file + ": " + key + " is " + it->dump() +
+                              ", not a token id or a list of them");
   return v.get<int32_t>();
 }
 
@@ -84,11 +90,13 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
     if (has_decoder)
       for (const auto& [id, tok] : dec->items()) {
         if (!tok.is_object() || !tok.contains("content") || !tok["content"].is_string())
-          throw runtime::UsageError(config_file + ": added_tokens_decoder." + id + " has no \"content\" string");
+          throw runtime::UsageError(config_file + ": added_tokens_decoder." + id +
+                                    " has no \"content\" string");
         try {
           c.added_tokens[std::stoi(id)] = tok["content"].get<std::string>();
         } catch (const std::exception&) {
-          throw runtime::UsageError(config_file + ": added_tokens_decoder key '" + id + "' is not a token id");
+          throw runtime::UsageError(config_file + ": added_tokens_decoder key '" + id +
+                                    "' is not a token id");
         }
       }
   }

@@ -4,13 +4,17 @@
 
 namespace shardtrain::data {
 
-JsonSpot JsonSpot::at(const std::string& key) const { return {file, field.empty() ? key : field + "." + key}; }
+JsonSpot JsonSpot::at(const std::string& key) const {
+  return {file, field.empty() ? key : field + "." + key};
+}
 
 JsonSpot JsonSpot::index(size_t i) const { return {file, field + "[" + std::to_string(i) + "]"}; }
 
 std::string JsonSpot::name() const { return file + ": " + field; }
 
-void refuse(const JsonSpot& spot, const std::string& why) { throw runtime::UsageError(spot.name() + " " + why); }
+void refuse(const JsonSpot& spot, const std::string& why) {
+  throw runtime::UsageError(spot.name() + " " + why);
+}
 
 std::string json_text(const nlohmann::json& v) {
   std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -19,7 +23,8 @@ std::string json_text(const nlohmann::json& v) {
   return s;
 }
 
-const nlohmann::json& json_member(const nlohmann::json& obj, const char* key, const JsonSpot& spot) {
+const nlohmann::json& json_member(const nlohmann::json& obj, const char* key,
+                                  const JsonSpot& spot) {
   if (!obj.is_object()) refuse(spot, "is " + json_text(obj) + ", not a JSON object");
   const auto it = obj.find(key);
   if (it == obj.end()) refuse(spot.at(key), "is missing");
@@ -39,6 +44,8 @@ std::string json_string(const nlohmann::json& obj, const char* key, const JsonSp
   return v.get<std::string>();
 }
 
-std::string json_type(const nlohmann::json& obj, const JsonSpot& spot) { return json_string(obj, "type", spot); }
+std::string json_type(const nlohmann::json& obj, const JsonSpot& spot) {
+  return json_string(obj, "type", spot);
+}
 
 }  // namespace shardtrain::data

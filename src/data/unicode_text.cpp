@@ -15,19 +15,22 @@ struct UnicodeRegex::Code {
   ~Code() { pcre2_code_free(re); }
 };
 
-UnicodeRegex::UnicodeRegex(const std::string& pattern, const std::string& where) : code_(std::make_unique<Code>()) {
+UnicodeRegex::UnicodeRegex(const std::string& pattern, const std::string& where)
+    : code_(std::make_unique<Code>()) {
   int err = 0;
   PCRE2_SIZE at = 0;
   // Oniguruma's Ruby syntax, which tokenizers uses: ^ and $ match at line breaks.
   const uint32_t flags = PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE;
-  code_->re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags, &err, &at, nullptr);
+  code_->re = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), flags,
+                            &err, &at, nullptr);
   if (!code_->re) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    throw runtime::UsageError(where + ": PCRE2 cannot compile the pattern at offset " + std::to_string(at) + ": " +
-                              reinterpret_cast<const char*>(msg));
+    throw runtime::UsageError(where + ": PCRE2 cannot compile the pattern at offset " +
+                              std::to_string(at) + ": " + reinterpret_cast<const char*>(msg));
   }
-  pcre2_jit_compile(code_->re, PCRE2_JIT_COMPLETE);  // the interpreter serves when JIT is unavailable
+  pcre2_jit_compile(code_->re,
+                    PCRE2_JIT_COMPLETE);  // the interpreter serves when JIT is unavailable
 }
 
 UnicodeRegex::~UnicodeRegex() = default;
@@ -50,7 +53,8 @@ std::vector<std::pair<size_t, size_t>> UnicodeRegex::find_all(std::string_view t
       pcre2_match_data_free(md);
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      throw runtime::UsageError(std::string("text cannot be tokenized: ") + reinterpret_cast<const char*>(msg));
+      throw runtime::UsageError(std::string("text cannot be tokenized: ") +
+                                reinterpret_cast<const char*>(msg));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t b = ov[0];
@@ -72,7 +76,8 @@ std::string escape_regex(std::string_view literal) {
   std::string out;
   for (char c : literal) {
     const auto u = static_cast<unsigned char>(c);
-    const bool plain = u >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+    const bool plain = u >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                       (c >= 'A' && c <= 'Z') || c == '_';
     if (!plain) out += '\\';
     out += c;
   }
@@ -84,9 +89,12 @@ std::string nfc(std::string_view utf8) {
   for (char c : utf8) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(utf8);  // composition never changes ASCII
   utf8proc_uint8_t* dst = nullptr;
-  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()), static_cast<utf8proc_ssize_t>(utf8.size()),
-                              &dst, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
-  if (n < 0) throw runtime::UsageError(std::string("text cannot be normalized (NFC): ") + utf8proc_errmsg(n));
+  const auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(utf8.data()),
+                              static_cast<utf8proc_ssize_t>(utf8.size()), &dst,
+                              static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0)
+    throw runtime::UsageError(std::string("text cannot be normalized (NFC): ") +
+                              utf8proc_errmsg(n));
   std::string out(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
   std::free(dst);
   return out;
@@ -102,7 +110,8 @@ size_t utf8_char_len(unsigned char lead) {
 
 namespace {
 
-// Length of the valid UTF-8 sequence at s[i], or 0 with *bad the length of its maximal invalid subpart.
+// Length of the valid UTF-8 sequence at s[i], or 0 with *bad the length of its maximal invalid
+// subpart.
 size_t valid_at(std::string_view s, size_t i, size_t* bad) {
   const auto b0 = static_cast<unsigned char>(s[i]);
   if (b0 < 0x80) return 1;
@@ -162,7 +171,8 @@ char32_t utf8_decode_at(std::string_view text, size_t at) {
   const size_t n = utf8_char_len(b0);
   if (n == 1) return b0;
   char32_t cp = b0 & (0x7F >> n);
-  for (size_t k = 1; k < n && at + k < text.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(text[at + k]) & 0x3F);
+  for (size_t k = 1; k < n && at + k < text.size(); ++k)
+    cp = (cp << 6) | (static_cast<unsigned char>(text[at + k]) & 0x3F);
   return cp;
 }
 
@@ -185,8 +195,9 @@ void utf8_append(std::string& out, char32_t cp) {
 }
 
 bool is_unicode_whitespace(char32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
-         cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
 }
 
 bool is_word_char(char32_t cp) {
@@ -214,7 +225,10 @@ bool valid_utf8(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     int n = 0;
     uint32_t cp = 0;
-    if (c < 0x80) { ++i; continue; }
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
     if ((c & 0xE0) == 0xC0) {
       n = 1;
       cp = c & 0x1F;

@@ -20,7 +20,8 @@ namespace {
 
 FsdpConfig resolved(FsdpConfig cfg, at::Device device) {
   cfg.validate();
-  if (cfg.param_dtype == at::ScalarType::Undefined) cfg.param_dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
+  if (cfg.param_dtype == at::ScalarType::Undefined)
+    cfg.param_dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
   return cfg;
 }
 
@@ -34,8 +35,9 @@ int64_t sum_on_host(comm::Communicator& world, int64_t v) {
 
 }  // namespace
 
-FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-                       const io::SafetensorsModel* weights, at::Device device, const io::SafetensorsModel* adapters)
+FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups,
+                       uint64_t seed, const io::SafetensorsModel* weights, at::Device device,
+                       const io::SafetensorsModel* adapters)
     : model_(std::move(model)),
       cfg_(resolved(std::move(cfg), device)),
       groups_(groups),
@@ -44,18 +46,23 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
       seed_(seed) {
   const int shard_size = groups_.shard->size();
   const MemoryReport report =
-      persistent_bytes(layout_->sizes(shard_size), cfg_.no_sync_accumulation, static_cast<int>(c10::elementSize(cfg_.param_dtype)));
-  memory_ = std::make_unique<EngineMemory>(report, device_, [this] { return schedule_ ? schedule_->transient_bytes() : 0; });
-  BuiltUnits built = build_units(*layout_, cfg_, shard_size, groups_.shard->rank(), seed, weights, adapters, device_);
+      persistent_bytes(layout_->sizes(shard_size), cfg_.no_sync_accumulation,
+                       static_cast<int>(c10::elementSize(cfg_.param_dtype)));
+  memory_ = std::make_unique<EngineMemory>(
+      report, device_, [this] { return schedule_ ? schedule_->transient_bytes() : 0; });
+  BuiltUnits built = build_units(*layout_, cfg_, shard_size, groups_.shard->rank(), seed, weights,
+                                 adapters, device_);
   pieces_ = std::move(built.pieces);
   base_crc_rows_ = std::move(built.base_crc_rows);
-  schedule_ = std::make_unique<UnitSchedule>(model_, cfg_, groups_, device_, std::move(built.units), std::move(built.adapters),
-                                             [this] { memory_->note(); });
+  schedule_ =
+      std::make_unique<UnitSchedule>(model_, cfg_, groups_, device_, std::move(built.units),
+                                     std::move(built.adapters), [this] { memory_->note(); });
 }
 
 void FsdpEngine::release_grads() { schedule_->release_grads(); }
 
-GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_batches, bool read_loss) {
+GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_batches,
+                                        bool read_loss) {
   GradResult r;
   auto clock = std::make_shared<PhaseClock>(groups_, device_.is_cuda());
   memory_->start_step();
@@ -67,16 +74,20 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   int64_t local_tokens = 0;
   for (const auto& mb : micro_batches)
     if (mb.tokens.size(0) > 0) local_tokens += model::count_loss_tokens(mb.labels);
-  r.tokens = sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
+  r.tokens =
+      sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
-  at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
+  at::Tensor loss_sum =
+      at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
   for (const model::Batch& mb : micro_batches) {
     Pass p;
-    const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size, model_.hidden_size, cfg_.loss_chunk);
+    const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size,
+                                                   model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
     if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
-    auto logits = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions, /*build_graph=*/true);  // under fused_head: the normed hidden
+    auto logits = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions,
+                                     /*build_graph=*/true);  // under fused_head: the normed hidden
     at::Tensor loss;
     if (!p.empty) {
       const auto labels = runtime::to_device(mb.labels, device_);
@@ -94,20 +105,25 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   }
   if (cfg_.no_sync_accumulation) schedule_->reduce_accumulated();
   schedule_->finish_reductions();
-  groups_.world->all_reduce(loss_sum);  // on the device (NCCL: ordered on the stream; the host goes on)
+  groups_.world->all_reduce(
+      loss_sum);  // on the device (NCCL: ordered on the stream; the host goes on)
   r.loss_t = loss_sum / denom;
   if (read_loss) r.loss = r.loss_t.item<double>();
   close_phase(runtime::Phase::kBackward);  // the reductions' completion and the loss's all-reduce
-  if (read_loss) r.phases = clock->finish();  // CUDA: waits for the step's last event
-  else r.clock = std::move(clock);
+  if (read_loss)
+    r.phases = clock->finish();  // CUDA: waits for the step's last event
+  else
+    r.clock = std::move(clock);
   return r;
 }
 
 std::vector<uint64_t> FsdpEngine::dropout_row_seeds(const model::Batch& mb) {
   if (!mb.sample_ids.empty()) return model::dropout_row_seeds(seed_, mb.epoch, mb.sample_ids);
-  std::vector<int64_t> rows(static_cast<size_t>(mb.tokens.size(0)));  // unnamed rows: by place, per pass
+  std::vector<int64_t> rows(
+      static_cast<size_t>(mb.tokens.size(0)));  // unnamed rows: by place, per pass
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  return model::dropout_row_seeds(seed_ ^ 0x5bd1e995ull, static_cast<int64_t>(unnamed_passes_++), rows);
+  return model::dropout_row_seeds(seed_ ^ 0x5bd1e995ull, static_cast<int64_t>(unnamed_passes_++),
+                                  rows);
 }
 
 std::vector<at::Tensor> FsdpEngine::grad_shards() {
@@ -127,18 +143,26 @@ at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positi
   return on_host ? out.to(at::kCPU) : out;  // decoding runs its arithmetic on the host
 }
 
-std::map<std::string, at::Tensor> FsdpEngine::full_parameters() { return gather_full(schedule_->units()); }
-std::map<std::string, at::Tensor> FsdpEngine::full_adapters() { return gather_full(schedule_->adapters()); }
+std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
+  return gather_full(schedule_->units());
+}
+std::map<std::string, at::Tensor> FsdpEngine::full_adapters() {
+  return gather_full(schedule_->adapters());
+}
 
 std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<FlatUnit>& units) {
   std::map<std::string, at::Tensor> out;
   for (auto& u : units) {
     if (u.empty()) continue;
     auto full = at::empty({u.layout().padded}, u.master().options());
-    if (groups_.shard->size() == 1) full.copy_(u.master());
-    else groups_.shard->all_gather(u.master().contiguous(), full);
-    full = full.to(at::kCPU, at::kFloat);  // exports and conversions are written from host memory, in fp32
-    for (const auto& e : u.layout().entries) out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone();
+    if (groups_.shard->size() == 1)
+      full.copy_(u.master());
+    else
+      groups_.shard->all_gather(u.master().contiguous(), full);
+    full = full.to(at::kCPU,
+                   at::kFloat);  // exports and conversions are written from host memory, in fp32
+    for (const auto& e : u.layout().entries)
+      out[e.name] = full.narrow(0, e.offset, e.numel).view(e.shape).clone();
   }
   return out;
 }
@@ -146,9 +170,11 @@ std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<Flat
 optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg) {
   comm::Communicator& shard = *engine.groups().shard;
   optim::Optimizer opt(cfg, [&shard](at::Tensor& sq) {
-    if (shard.size() > 1) shard.all_reduce(sq);  // on the device: NCCL orders it on the stream, no host read
+    if (shard.size() > 1)
+      shard.all_reduce(sq);  // on the device: NCCL orders it on the stream, no host read
   });
-  for (const ShardPiece& p : engine.pieces()) opt.add(p.master, p.decay);  // padding is zero: pieces cover the norm
+  for (const ShardPiece& p : engine.pieces())
+    opt.add(p.master, p.decay);  // padding is zero: pieces cover the norm
   return opt;
 }
 

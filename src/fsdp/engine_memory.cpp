@@ -9,8 +9,12 @@
 
 namespace shardtrain::fsdp {
 
-EngineMemory::EngineMemory(MemoryReport report, at::Device device, std::function<int64_t()> transient)
-    : report_(report), device_(device), transient_(std::move(transient)), peaks_([this] { return read_and_reset_peak(); }) {}
+EngineMemory::EngineMemory(MemoryReport report, at::Device device,
+                           std::function<int64_t()> transient)
+    : report_(report),
+      device_(device),
+      transient_(std::move(transient)),
+      peaks_([this] { return read_and_reset_peak(); }) {}
 
 void EngineMemory::note() {
   if (!device_.is_cuda()) phase_peak_ = std::max(phase_peak_, held_bytes());

@@ -12,7 +12,8 @@ FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit,
   for (const bool biases : {false, true}) {
     for (size_t i = 0; i < specs.size(); ++i) {
       if (specs[i].unit != unit || specs[i].is_bias != biases) continue;
-      l.entries.push_back({i, specs[i].name, specs[i].shape, l.numel, specs[i].numel(), specs[i].decays()});
+      l.entries.push_back(
+          {i, specs[i].name, specs[i].shape, l.numel, specs[i].numel(), specs[i].decays()});
       l.numel += specs[i].numel();
     }
   }

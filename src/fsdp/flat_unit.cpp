@@ -14,13 +14,16 @@ namespace shardtrain::fsdp {
 
 FlatUnit::FlatUnit(model::UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen)
     : spec_(spec), layout_(std::move(layout)), master_(std::move(master)), frozen_(frozen) {
-  if (master_.numel() != layout_.shard_numel) throw runtime::Error("FSDP unit: master shard has the wrong size");
+  if (master_.numel() != layout_.shard_numel)
+    throw runtime::Error("FSDP unit: master shard has the wrong size");
   set_merged(false);
 }
 
 void FlatUnit::start(comm::Communicator& shard) {
-  if (shard.size() == 1) {  // nothing to gather: cast into an alias with its own version counter, in one kernel
-    at::from_blob(flat_.data_ptr(), {layout_.padded}, flat_.options().requires_grad(false)).copy_(master_);
+  if (shard.size() ==
+      1) {  // nothing to gather: cast into an alias with its own version counter, in one kernel
+    at::from_blob(flat_.data_ptr(), {layout_.padded}, flat_.options().requires_grad(false))
+        .copy_(master_);
   } else {
     send_ = master_.to(flat_.scalar_type());
     pending_ = shard.all_gather_async(send_, flat_);
@@ -63,14 +66,16 @@ void FlatUnit::free_storage() {
 
 namespace {
 
-// Runs of layout entries that make one view: a merged group whose members lie side by side, or one entry.
+// Runs of layout entries that make one view: a merged group whose members lie side by side, or one
+// entry.
 struct Piece {
   size_t first = 0, count = 1;
   std::string name;            // the group's merged name; empty for a single entry
   std::vector<int64_t> shape;  // the group's: members stacked along their first dimension
 };
 
-// The model::Merged groups (weights, then biases) of a decoder layer whose members lie side by side.
+// The model::Merged groups (weights, then biases) of a decoder layer whose members lie side by
+// side.
 std::vector<Piece> merged_groups(const FlatLayout& layout, int64_t layer) {
   std::unordered_map<std::string, size_t> at;
   for (size_t i = 0; i < layout.entries.size(); ++i) at.emplace(layout.entries[i].name, i);
@@ -82,7 +87,8 @@ std::vector<Piece> merged_groups(const FlatLayout& layout, int64_t layer) {
       g.count = 0;
       bool adjacent = true;
       for (const model::Proj p : model::merged_members(m)) {
-        const auto it = at.find(bias ? model::proj_bias_name(layer, p) : model::proj_weight_name(layer, p));
+        const auto it =
+            at.find(bias ? model::proj_bias_name(layer, p) : model::proj_weight_name(layer, p));
         adjacent = it != at.end() && (g.count == 0 || it->second == g.first + g.count);
         if (!adjacent) break;
         const FlatEntry& e = layout.entries[it->second];
@@ -105,12 +111,14 @@ std::vector<Piece> merged_groups(const FlatLayout& layout, int64_t layer) {
 void FlatUnit::set_merged(bool on) {
   // Names resolve to slots here, once: a gather only splits and views (bind_views).
   std::vector<Piece> groups;
-  if (on && spec_.kind == model::UnitKind::kDecoderLayer) groups = merged_groups(layout_, spec_.layer);
+  if (on && spec_.kind == model::UnitKind::kDecoderLayer)
+    groups = merged_groups(layout_, spec_.layer);
   pieces_.clear();
   slots_.clear();
   index_.clear();
   for (size_t i = 0; i < layout_.entries.size();) {
-    const auto g = std::find_if(groups.begin(), groups.end(), [i](const Piece& p) { return p.first == i; });
+    const auto g =
+        std::find_if(groups.begin(), groups.end(), [i](const Piece& p) { return p.first == i; });
     const Piece piece = g != groups.end() ? *g : Piece{i, 1, "", layout_.entries[i].shape};
     int64_t numel = 0;
     int64_t row = 0;
@@ -121,7 +129,8 @@ void FlatUnit::set_merged(bool on) {
     for (size_t k = 0; k < piece.count; ++k) {
       const FlatEntry& e = layout_.entries[piece.first + k];
       index_.emplace(e.name, slots_.size());
-      // A group's member is rows of the group's view (only a LoRA-targeted member reads it); -1: the whole piece.
+      // A group's member is rows of the group's view (only a LoRA-targeted member reads it); -1:
+      // the whole piece.
       slots_.push_back({pieces_.size(), row, piece.name.empty() ? -1 : e.shape[0]});
       row += e.shape[0];
       numel += e.numel;
@@ -148,18 +157,22 @@ void FlatUnit::bind_views() const {
   std::vector<int64_t> sizes;
   for (const PieceSize& p : pieces_) sizes.push_back(p.numel);
   if (layout_.padded > layout_.numel) sizes.push_back(layout_.padded - layout_.numel);
-  // Bound with grad: a unit whose forward runs without it (full checkpointing) recomputes through these.
+  // Bound with grad: a unit whose forward runs without it (full checkpointing) recomputes through
+  // these.
   at::AutoGradMode grad(flat_.requires_grad());
   const auto parts = flat_.split_with_sizes(sizes);  // one split: its backward concatenates once
   std::vector<at::Tensor> whole;
   for (size_t k = 0; k < pieces_.size(); ++k) whole.push_back(parts[k].view(pieces_[k].shape));
   views_.clear();
-  for (const Slot& s : slots_) views_.push_back(s.rows < 0 ? whole[s.piece] : whole[s.piece].narrow(0, s.row, s.rows));
+  for (const Slot& s : slots_)
+    views_.push_back(s.rows < 0 ? whole[s.piece] : whole[s.piece].narrow(0, s.row, s.rows));
 }
 
 const at::Tensor& FlatUnit::view(const std::string& name) const {
   const auto it = index_.find(name);
-  if (it == index_.end()) throw runtime::Error("FSDP unit " + std::to_string(spec_.layer) + " holds no parameter " + name);
+  if (it == index_.end())
+    throw runtime::Error("FSDP unit " + std::to_string(spec_.layer) + " holds no parameter " +
+                         name);
   if (views_.empty()) bind_views();
   return views_[it->second];
 }

@@ -11,7 +11,8 @@ int64_t scatter_bytes(int64_t padded, int64_t shard_numel, int shard_size, int r
   return padded * reduce_elt + (shard_size > 1 ? shard_numel * reduce_elt : 0);
 }
 
-size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming, int64_t budget) {
+size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming,
+                              int64_t budget) {
   int64_t total = std::accumulate(in_flight.begin(), in_flight.end(), incoming);
   size_t n = 0;
   while (n < in_flight.size() && total > budget) {
@@ -21,25 +22,32 @@ size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t inc
   return n;
 }
 
-GradientReducer::GradientReducer(comm::ProcessGroups& groups, at::ScalarType reduce_dtype, GradShard grad_of,
-                                 std::function<void()> on_change)
-    : groups_(groups), reduce_dtype_(reduce_dtype), grad_of_(std::move(grad_of)), on_change_(std::move(on_change)) {}
+GradientReducer::GradientReducer(comm::ProcessGroups& groups, at::ScalarType reduce_dtype,
+                                 GradShard grad_of, std::function<void()> on_change)
+    : groups_(groups),
+      reduce_dtype_(reduce_dtype),
+      grad_of_(std::move(grad_of)),
+      on_change_(std::move(on_change)) {}
 
 bool GradientReducer::hybrid() const { return groups_.replicate->size() > 1; }
 
 int64_t GradientReducer::held(const Pending& r) const {
   const bool separate_send = r.send.defined() && !r.send.is_same(r.shard);
-  return (separate_send ? static_cast<int64_t>(r.send.nbytes()) : 0) + (r.shard.defined() ? static_cast<int64_t>(r.shard.nbytes()) : 0);
+  return (separate_send ? static_cast<int64_t>(r.send.nbytes()) : 0) +
+         (r.shard.defined() ? static_cast<int64_t>(r.shard.nbytes()) : 0);
 }
 
-void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel, bool owned) {
+void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel,
+                             bool owned) {
   progress();
   const int shard_size = groups_.shard->size();
   const int elt = static_cast<int>(c10::elementSize(reduce_dtype_));
-  // Every reduction not yet added holds buffers: its reduce-scatter's, or (hybrid) its all-reduce's.
+  // Every reduction not yet added holds buffers: its reduce-scatter's, or (hybrid) its
+  // all-reduce's.
   std::vector<int64_t> in_flight;
   for (const Pending& r : pending_) in_flight.push_back(held(r));
-  const size_t n = reductions_to_complete(in_flight, scatter_bytes(full_grad.numel(), shard_numel, shard_size, elt), budget_);
+  const size_t n = reductions_to_complete(
+      in_flight, scatter_bytes(full_grad.numel(), shard_numel, shard_size, elt), budget_);
   for (size_t k = 0; k < n; ++k) complete_oldest();
   progress();
   Pending r;
@@ -48,8 +56,10 @@ void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t 
     r.send = full_grad;
   } else {
     r.reused_send = true;
-    auto spare = std::find_if(spare_.begin(), spare_.end(), [&](const at::Tensor& t) { return t.numel() == full_grad.numel(); });
-    r.send = spare != spare_.end() ? spare->copy_(full_grad) : full_grad.to(reduce_dtype_).contiguous();
+    auto spare = std::find_if(spare_.begin(), spare_.end(),
+                              [&](const at::Tensor& t) { return t.numel() == full_grad.numel(); });
+    r.send =
+        spare != spare_.end() ? spare->copy_(full_grad) : full_grad.to(reduce_dtype_).contiguous();
   }
   spare_.clear();  // not hoarded: a buffer not reused now is freed
   if (shard_size == 1) {
@@ -69,7 +79,8 @@ void GradientReducer::scattered(Pending& r) {
   r.scatter.reset();
   if (r.reused_send && !r.send.is_same(r.shard)) spare_.push_back(r.send);
   r.send = at::Tensor();
-  if (hybrid() && !r.replicate) r.replicate = groups_.replicate->all_reduce_async(r.shard);  // in issue order: see progress()
+  if (hybrid() && !r.replicate)
+    r.replicate = groups_.replicate->all_reduce_async(r.shard);  // in issue order: see progress()
 }
 
 void GradientReducer::complete_scatter(Pending& r) {
@@ -80,7 +91,8 @@ void GradientReducer::complete_scatter(Pending& r) {
 
 void GradientReducer::complete_oldest() {
   Pending& r = pending_.front();
-  if (r.scatter) complete_scatter(r);  // starts its all-reduce where none is chained (MPI): all older ones have
+  if (r.scatter)
+    complete_scatter(r);  // starts its all-reduce where none is chained (MPI): all older ones have
   add(r);
   pending_.pop_front();
 }
@@ -101,12 +113,15 @@ void GradientReducer::progress() {
 }
 
 void GradientReducer::add(Pending& r) {
-  if (r.replicate) r.replicate->wait();  // the gradients are consumed here: the compute stream waits now
+  if (r.replicate)
+    r.replicate->wait();  // the gradients are consumed here: the compute stream waits now
   r.replicate.reset();
   at::Tensor a = r.shard.to(at::kFloat);
   at::Tensor& grad = grad_of_(r.unit);
-  if (!grad.defined()) grad = a.is_same(r.shard) && !r.owned ? a.clone() : a;
-  else grad.add_(a);
+  if (!grad.defined())
+    grad = a.is_same(r.shard) && !r.owned ? a.clone() : a;
+  else
+    grad.add_(a);
   r.shard = at::Tensor();
   on_change_();
 }

@@ -12,7 +12,8 @@ namespace shardtrain::fsdp {
 int64_t reduce_budget(const std::vector<UnitSize>& trainable, int shard_size, int reduce_elt) {
   int64_t most = 0;
   for (const UnitSize& u : trainable)
-    if (u.numel > 0) most = std::max(most, scatter_bytes(u.padded, u.shard_numel, shard_size, reduce_elt));
+    if (u.numel > 0)
+      most = std::max(most, scatter_bytes(u.padded, u.shard_numel, shard_size, reduce_elt));
   return most;
 }
 
@@ -46,14 +47,17 @@ struct Walk {
   int64_t persistent;
   std::vector<bool> gathered, grad;
   std::deque<int64_t> pending;  // units whose reduction is in flight, oldest first
-  int64_t tied_grad = 0;        // a tied embedding's leaf gradient, from the head's backward to the embedding's
-  int64_t held = 0;             // the batch's layout (ActivationBytes::step_held), once the forward starts
+  int64_t tied_grad =
+      0;  // a tied embedding's leaf gradient, from the head's backward to the embedding's
+  int64_t held = 0;  // the batch's layout (ActivationBytes::step_held), once the forward starts
   StepPeak peak;
 
   std::vector<bool> runs_backward;  // the engine skips the others' backward (a frozen embedding)
   const UnitSize& trainable(int64_t u) const { return sizes.trainable(u); }
-  int64_t budget = 0;           // reduce_budget(): the reduce-scatter bytes allowed in flight
-  int64_t scatter(int64_t u) const { return scatter_bytes(trainable(u).padded, trainable(u).shard_numel, s.shard_size, s.reduce_elt); }
+  int64_t budget = 0;  // reduce_budget(): the reduce-scatter bytes allowed in flight
+  int64_t scatter(int64_t u) const {
+    return scatter_bytes(trainable(u).padded, trainable(u).shard_numel, s.shard_size, s.reduce_elt);
+  }
   void gather(int64_t u, bool backward) {
     if (u < 0 || u >= static_cast<int64_t>(base.size())) return;
     if (backward && !runs_backward[u]) return;
@@ -71,7 +75,9 @@ struct Walk {
     }
     for (const int64_t u : pending) r += scatter(u);
     const int64_t engine = persistent + g + r + gs;
-    activations += tied_grad + held;  // autograd's and the layout's, like the activations: not in the engine's own count
+    activations +=
+        tied_grad +
+        held;  // autograd's and the layout's, like the activations: not in the engine's own count
     peak.engine_bytes = std::max(peak.engine_bytes, engine);
     peak.gathered_units = std::max(peak.gathered_units, n);
     if (engine + activations > peak.total_bytes) {
@@ -84,14 +90,17 @@ struct Walk {
     }
   }
   void advance_oldest(int64_t activations) {
-    grad[pending.front()] = true;  // a hybrid reduction's all-reduce finishes first: no extra buffer
+    grad[pending.front()] =
+        true;  // a hybrid reduction's all-reduce finishes first: no extra buffer
     note(activations);
     pending.pop_front();
   }
-  void reduce(int64_t u, int64_t activations) {  // GradientReducer::reduce: the oldest complete first
+  void reduce(int64_t u,
+              int64_t activations) {  // GradientReducer::reduce: the oldest complete first
     std::vector<int64_t> in_flight;
     for (const int64_t p : pending) in_flight.push_back(scatter(p));
-    for (size_t n = reductions_to_complete(in_flight, scatter(u), budget); n > 0; --n) advance_oldest(activations);
+    for (size_t n = reductions_to_complete(in_flight, scatter(u), budget); n > 0; --n)
+      advance_oldest(activations);
     pending.push_back(u);
     note(activations);
   }
@@ -99,17 +108,21 @@ struct Walk {
 
 }  // namespace
 
-StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const StepShape& s, const model::ActivationBytes& act,
-                   int64_t persistent) {
+StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const StepShape& s,
+                   const model::ActivationBytes& act, int64_t persistent) {
   const std::vector<UnitSize>& base = sizes.base;
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
-  const int64_t fused_chunk = model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
-  Walk w{sizes, base, s, persistent, std::vector<bool>(U), std::vector<bool>(U), {}, {}, {}, {}, runs_backward(sizes)};
+  const int64_t fused_chunk =
+      model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
+  Walk w{sizes, base, s,  persistent, std::vector<bool>(U), std::vector<bool>(U),
+         {},    {},   {}, {},         runs_backward(sizes)};
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
   const auto is_layer = [&](int64_t u) { return base[u].kind == model::UnitKind::kDecoderLayer; };
-  const auto base_layer = [](int64_t u) { return u - 1; };  // model_units(): the embedding, then the layers
+  const auto base_layer = [](int64_t u) {
+    return u - 1;
+  };  // model_units(): the embedding, then the layers
   // What autograd keeps of unit u after its forward, per token.
   const auto kept = [&](int64_t u) -> int64_t {
     if (!is_layer(u)) return base[u].kind == model::UnitKind::kHead ? act.head : 0;
@@ -136,9 +149,12 @@ StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const Step
       for (int k = 1; k <= ahead; ++k) w.gather(u - k, true);
       const bool frozen = !sizes.trains(u);  // nothing here trains: nothing to reduce
       int64_t working = 0;  // per token, on top of what is stored, while u's backward runs
-      if (base[u].kind == model::UnitKind::kHead) working = act.logits_loss;
-      else if (is_layer(u)) working = layer_working(cfg.activation_checkpointing, act, base_layer(u));
-      const int64_t leaf_grad = frozen ? 0 : w.trainable(u).padded * s.param_elt;  // before the reduction converts it
+      if (base[u].kind == model::UnitKind::kHead)
+        working = act.logits_loss;
+      else if (is_layer(u))
+        working = layer_working(cfg.activation_checkpointing, act, base_layer(u));
+      const int64_t leaf_grad =
+          frozen ? 0 : w.trainable(u).padded * s.param_elt;  // before the reduction converts it
       // The head's weight gradient appears after the loss's logit gradients are freed; a layer's
       // weight gradients build up while its backward runs.
       const bool head = base[u].kind == model::UnitKind::kHead;
@@ -147,11 +163,13 @@ StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const Step
         // bf16: each chunk's [V, H] product and the cast of the accumulator sit beside it.
         // A frozen head (LoRA) gets no weight gradient at all.
         const int64_t acc = frozen ? 0 : act.fused_fixed;
-        const int64_t product = frozen || s.param_elt == 4 ? 0 : act.vocab * act.hidden * s.param_elt;
+        const int64_t product =
+            frozen || s.param_elt == 4 ? 0 : act.vocab * act.hidden * s.param_elt;
         w.note(stored * tokens + tokens * act.fused_token + acc + product +
                std::max(fused_chunk * act.fused_chunk, s.param_elt == 4 ? leaf_grad : 0));
       } else {
-        w.note(stored * tokens + (head ? std::max(working * tokens, leaf_grad) : working * tokens + leaf_grad));
+        w.note(stored * tokens +
+               (head ? std::max(working * tokens, leaf_grad) : working * tokens + leaf_grad));
       }
       stored -= kept(u);
       if (!frozen && !cfg.no_sync_accumulation) w.reduce(u, stored * tokens);

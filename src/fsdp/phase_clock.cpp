@@ -9,8 +9,8 @@ namespace shardtrain::fsdp {
 
 #ifdef SHARDTRAIN_HAVE_CUDA
 struct PhaseClock::Events {
-  std::vector<cuda::Event> marks;  // [boundaries + 1], timing events
-  std::vector<runtime::Phase> phases;       // the phase each interval closes
+  std::vector<cuda::Event> marks;      // [boundaries + 1], timing events
+  std::vector<runtime::Phase> phases;  // the phase each interval closes
   // The compute stream's stalls on collectives inside each interval: exposed communication.
   std::vector<std::pair<runtime::Phase, std::function<double()>>> stalls;
   void record() {
@@ -28,7 +28,8 @@ PhaseClock::PhaseClock(const comm::ProcessGroups& groups, bool on_cuda)
   if (on_cuda) {
     events_ = std::make_unique<Events>();
     events_->record();
-    for (comm::Communicator* c : comms_) c->take_device_waits();  // before this clock: not its phases'
+    for (comm::Communicator* c : comms_)
+      c->take_device_waits();  // before this clock: not its phases'
   }
 #endif
   (void)on_cuda;

@@ -9,21 +9,28 @@ namespace shardtrain::fsdp {
 
 Sharding parse_sharding(const std::string& s) {
   if (const auto v = runtime::parse_enum(kShardingNames, s)) return *v;
-  throw runtime::UsageError("--sharding must be " + runtime::enum_choices(kShardingNames) + ", got '" + s + "'");
+  throw runtime::UsageError("--sharding must be " + runtime::enum_choices(kShardingNames) +
+                            ", got '" + s + "'");
 }
 
 const char* sharding_name(Sharding s) { return runtime::enum_name(kShardingNames, s); }
 
-bool reshard_after_forward(Sharding s) { return s == Sharding::kFullShard || s == Sharding::kHybridShard; }
-bool is_hybrid(Sharding s) { return s == Sharding::kHybridShard || s == Sharding::kHybridShardZero2; }
+bool reshard_after_forward(Sharding s) {
+  return s == Sharding::kFullShard || s == Sharding::kHybridShard;
+}
+bool is_hybrid(Sharding s) {
+  return s == Sharding::kHybridShard || s == Sharding::kHybridShardZero2;
+}
 
 comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
   comm::GroupLayout g;
   const int r = t.rank, w = t.world;
-  if (shard_group_size < 0) throw runtime::UsageError("--shard-group-size must be >= 0 (0: one node)");
+  if (shard_group_size < 0)
+    throw runtime::UsageError("--shard-group-size must be >= 0 (0: one node)");
   if (shard_group_size > 0 && !is_hybrid(s))
-    throw runtime::UsageError("--shard-group-size applies to hybrid_shard and hybrid_shard_zero2, not " +
-                     std::string(sharding_name(s)));
+    throw runtime::UsageError(
+        "--shard-group-size applies to hybrid_shard and hybrid_shard_zero2, not " +
+        std::string(sharding_name(s)));
   if (s == Sharding::kFullShard || s == Sharding::kShardGradOp) {
     g.shard_size = w;
     g.shard_rank = r;
@@ -38,8 +45,9 @@ comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard
   }
   if (shard_group_size > 0) {
     if (w % shard_group_size != 0)
-      throw runtime::UsageError("--shard-group-size " + std::to_string(shard_group_size) + " does not divide the " +
-                       std::to_string(w) + " ranks; pick a divisor of the world size");
+      throw runtime::UsageError("--shard-group-size " + std::to_string(shard_group_size) +
+                                " does not divide the " + std::to_string(w) +
+                                " ranks; pick a divisor of the world size");
     const int S = shard_group_size;
     g.shard_size = S;
     g.shard_color = r / S;
@@ -50,8 +58,9 @@ comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard
     return g;
   }
   if (t.local_size * t.num_nodes != w)
-    throw runtime::UsageError("hybrid sharding needs the same number of ranks on every node (" + std::to_string(w) + " ranks on " +
-                     std::to_string(t.num_nodes) + " nodes); set --ranks-per-node or --shard-group-size");
+    throw runtime::UsageError("hybrid sharding needs the same number of ranks on every node (" +
+                              std::to_string(w) + " ranks on " + std::to_string(t.num_nodes) +
+                              " nodes); set --ranks-per-node or --shard-group-size");
   g.shard_size = t.local_size;
   g.shard_color = t.node;
   g.shard_rank = t.local_rank;
@@ -62,13 +71,15 @@ comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard
 }
 
 void check_device_option(const std::string& spec) {
-  if (spec != "auto" && spec != "cpu" && spec != "cuda") throw runtime::UsageError("--device must be auto, cpu or cuda");
+  if (spec != "auto" && spec != "cpu" && spec != "cuda")
+    throw runtime::UsageError("--device must be auto, cpu or cuda");
 }
 
 void FsdpConfig::validate() const {
   // --shard-group-size is checked against the world by group_layout, the one place that knows it.
   if (ranks_per_node < 0) throw runtime::UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
-  if (max_inflight_gathers < 1) throw runtime::UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
+  if (max_inflight_gathers < 1)
+    throw runtime::UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
   check_device_option(device);
   const auto dtype_ok = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
   if (!dtype_ok(param_dtype) && param_dtype != at::ScalarType::Undefined)
@@ -77,17 +88,21 @@ void FsdpConfig::validate() const {
   lora.validate();
 }
 
-comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo, bool nccl, const std::string& host) {
+comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo,
+                                        bool nccl, const std::string& host) {
   const comm::GroupLayout layout = group_layout(cfg.sharding, topo, cfg.shard_group_size);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (nccl) return comm::make_nccl_groups(layout, topo, host);
 #endif
-  if (nccl) throw runtime::UsageError("--device cuda: this build has no NCCL (rebuild where nvcc and nccl.h are found)");
+  if (nccl)
+    throw runtime::UsageError(
+        "--device cuda: this build has no NCCL (rebuild where nvcc and nccl.h are found)");
   (void)host;
   return comm::make_mpi_groups(layout, topo);
 }
 
-comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size) {
+comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo,
+                                    int shard_group_size) {
   return comm::make_mpi_groups(group_layout(s, topo, shard_group_size), topo);
 }
 

@@ -31,7 +31,9 @@ class LoraTraining final : public TrainableLayout {
   at::Tensor init_trainable(const model::ParamSpec& spec, uint64_t seed) const override {
     return model::init_lora_param(spec, seed);
   }
-  std::string trainable_key(const std::string& name) const override { return model::peft_key(name); }
+  std::string trainable_key(const std::string& name) const override {
+    return model::peft_key(name);
+  }
   double backward_flops_ratio() const override { return 1.0; }
   model::ActivationBytes activation_bytes(int elt, const model::PackedRows* packed) const override {
     return model::activation_bytes_per_token(model_, elt, &lora_, packed);
@@ -44,14 +46,18 @@ class LoraTraining final : public TrainableLayout {
 
 }  // namespace
 
-std::vector<UnitSize> unit_sizes(const model::ModelConfig& model, const std::vector<model::ParamSpec>& specs, int shard_size) {
+std::vector<UnitSize> unit_sizes(const model::ModelConfig& model,
+                                 const std::vector<model::ParamSpec>& specs, int shard_size) {
   std::vector<UnitSize> out;
   const auto units = model::model_units(model);
-  for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u) out.push_back(unit_size(flat_layout(specs, u, shard_size), units[u].kind));
+  for (int64_t u = 0; u < static_cast<int64_t>(units.size()); ++u)
+    out.push_back(unit_size(flat_layout(specs, u, shard_size), units[u].kind));
   return out;
 }
 
-std::vector<UnitSize> TrainingSizes::trainable_units() const { return base_frozen() ? adapters : base; }
+std::vector<UnitSize> TrainingSizes::trainable_units() const {
+  return base_frozen() ? adapters : base;
+}
 
 std::vector<bool> runs_backward(const TrainingSizes& sizes) {
   std::vector<bool> runs(sizes.base.size());
@@ -63,7 +69,8 @@ std::vector<bool> runs_backward(const TrainingSizes& sizes) {
   return runs;
 }
 
-TrainableLayout::TrainableLayout(const model::ModelConfig& model) : model_(model), base_specs_(model::llama_param_specs(model)) {}
+TrainableLayout::TrainableLayout(const model::ModelConfig& model)
+    : model_(model), base_specs_(model::llama_param_specs(model)) {}
 
 TrainingSizes TrainableLayout::sizes(int shard_size) const {
   TrainingSizes s;
@@ -72,7 +79,8 @@ TrainingSizes TrainableLayout::sizes(int shard_size) const {
   return s;
 }
 
-std::unique_ptr<TrainableLayout> make_trainable_layout(const model::ModelConfig& model, const model::LoraConfig& lora) {
+std::unique_ptr<TrainableLayout> make_trainable_layout(const model::ModelConfig& model,
+                                                       const model::LoraConfig& lora) {
   if (lora.enabled()) return std::make_unique<LoraTraining>(model, lora);
   return std::make_unique<FullTraining>(model);
 }

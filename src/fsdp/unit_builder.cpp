@@ -12,8 +12,8 @@ namespace {
 // This rank's shard of one unit: each segment's values from read(entry, from, to) put in place.
 using ReadPiece = std::function<at::Tensor(const FlatEntry& e, int64_t from, int64_t to)>;
 using SeePiece = std::function<void(const FlatEntry& e, const Segment& s, const at::Tensor& piece)>;
-at::Tensor fill_shard(const FlatLayout& layout, int shard_rank, const at::TensorOptions& options, const ReadPiece& read,
-                      const SeePiece& seen = {}) {
+at::Tensor fill_shard(const FlatLayout& layout, int shard_rank, const at::TensorOptions& options,
+                      const ReadPiece& read, const SeePiece& seen = {}) {
   auto shard = at::zeros({layout.shard_numel}, options);
   for (const Segment& s : shard_segments(layout, shard_rank)) {
     const FlatEntry& e = layout.entries[s.entry];
@@ -26,8 +26,9 @@ at::Tensor fill_shard(const FlatLayout& layout, int shard_rank, const at::Tensor
 
 }  // namespace
 
-BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
-                       const io::SafetensorsModel* weights, const io::SafetensorsModel* trained, at::Device device) {
+BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size,
+                       int shard_rank, uint64_t seed, const io::SafetensorsModel* weights,
+                       const io::SafetensorsModel* trained, at::Device device) {
   BuiltUnits b;
   const bool frozen = layout.base_frozen();
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
@@ -38,11 +39,15 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
   // Only this rank's bytes are read from a file; the seeded init is per parameter.
   const ReadPiece base_piece = [&](const FlatEntry& e, int64_t from, int64_t to) {
     if (weights) return weights->read_flat(e.name, from, to).to(at::kFloat);
-    return model::init_param(specs[e.spec], seed, layout.model().initializer_range).flatten().narrow(0, from, to - from);
+    return model::init_param(specs[e.spec], seed, layout.model().initializer_range)
+        .flatten()
+        .narrow(0, from, to - from);
   };
   const ReadPiece trained_piece = [&](const FlatEntry& e, int64_t from, int64_t to) {
     if (trained) return trained->read_flat(layout.trainable_key(e.name), from, to).to(at::kFloat);
-    return layout.init_trainable(trainable_specs[e.spec], seed).flatten().narrow(0, from, to - from);
+    return layout.init_trainable(trainable_specs[e.spec], seed)
+        .flatten()
+        .narrow(0, from, to - from);
   };
   // A frozen base's checksum is taken in fp32, before any conversion.
   const SeePiece checksum = [&](const FlatEntry& e, const Segment& s, const at::Tensor& piece) {
@@ -52,8 +57,9 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
   };
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     FlatLayout base_layout = flat_layout(specs, u, shard_size);
-    at::Tensor master = fill_shard(base_layout, shard_rank, fp32.dtype(layout.base_dtype(cfg.param_dtype)), base_piece,
-                                   frozen ? checksum : SeePiece());
+    at::Tensor master =
+        fill_shard(base_layout, shard_rank, fp32.dtype(layout.base_dtype(cfg.param_dtype)),
+                   base_piece, frozen ? checksum : SeePiece());
     b.units.emplace_back(unit_specs[u], std::move(base_layout), master, frozen);
     b.units.back().set_merged(cfg.fused_layers);
     if (frozen) {  // what trains: a second, small flat unit, sharded like the base

@@ -11,8 +11,9 @@
 
 namespace shardtrain::fsdp {
 
-UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg, comm::ProcessGroups& groups,
-                           at::Device device, std::vector<FlatUnit> units, std::vector<FlatUnit> adapters,
+UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg,
+                           comm::ProcessGroups& groups, at::Device device,
+                           std::vector<FlatUnit> units, std::vector<FlatUnit> adapters,
                            std::function<void()> on_memory)
     : model_(model),
       cfg_(cfg),
@@ -22,7 +23,9 @@ UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cf
       units_(std::move(units)),
       adapters_(std::move(adapters)),
       on_memory_(std::move(on_memory)),
-      reducer_(groups_, cfg_.reduce_dtype, [this](int64_t u) -> at::Tensor& { return trainable(u).grad(); }, on_memory_) {
+      reducer_(
+          groups_, cfg_.reduce_dtype,
+          [this](int64_t u) -> at::Tensor& { return trainable(u).grad(); }, on_memory_) {
   rope_.to(device_, cfg_.param_dtype);
   bool trains_before = false;  // some unit before this one trains
   parts_.assign(units_.size(), UnitParts{});
@@ -36,10 +39,12 @@ UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cf
     trains_before = p.runs_backward;
     nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
     if (cfg_.no_sync_accumulation)
-      no_sync_.push_back(at::zeros({p.trainable->layout().padded}, at::TensorOptions().dtype(at::kFloat).device(device_)));
+      no_sync_.push_back(at::zeros({p.trainable->layout().padded},
+                                   at::TensorOptions().dtype(at::kFloat).device(device_)));
   }
   std::vector<UnitSize> trainable_sizes;
-  for (size_t u = 0; u < units_.size(); ++u) trainable_sizes.push_back(unit_size(parts_[u].trainable->layout(), units_[u].kind()));
+  for (size_t u = 0; u < units_.size(); ++u)
+    trainable_sizes.push_back(unit_size(parts_[u].trainable->layout(), units_[u].kind()));
   const int reduce_elt = static_cast<int>(c10::elementSize(cfg_.reduce_dtype));
   reducer_.set_budget(reduce_budget(trainable_sizes, groups_.shard->size(), reduce_elt));
 }
@@ -50,7 +55,8 @@ void UnitSchedule::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owne
 
 void UnitSchedule::reduce_accumulated() {
   for (size_t u = 0; u < units_.size(); ++u)
-    if (!trainable(static_cast<int64_t>(u)).empty()) reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
+    if (!trainable(static_cast<int64_t>(u)).empty())
+      reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
   reducer_.finish();  // the buffers are read by the reductions until they complete
   for (auto& b : no_sync_) b.zero_();
 }
@@ -58,7 +64,8 @@ void UnitSchedule::reduce_accumulated() {
 void UnitSchedule::finish_reductions() { reducer_.finish(); }
 
 void UnitSchedule::release_grads() {
-  for (size_t u = 0; u < units_.size(); ++u) trainable(static_cast<int64_t>(u)).grad() = at::Tensor();
+  for (size_t u = 0; u < units_.size(); ++u)
+    trainable(static_cast<int64_t>(u)).grad() = at::Tensor();
 }
 
 void UnitSchedule::release_all() {
@@ -88,14 +95,18 @@ void UnitSchedule::prefetch(int64_t u) {
   if (u < 0 || u >= static_cast<int64_t>(units_.size())) return;
   if (backward_ && !parts_[u].runs_backward) return;  // a frozen embedding's backward is skipped
   for_each_part(u, [this](FlatUnit& unit) {
-    if (!unit.active()) unit.begin_gather(*groups_.shard, cfg_.param_dtype);
-    else if (!unit.gathered()) unit.begin_regather(*groups_.shard);
+    if (!unit.active())
+      unit.begin_gather(*groups_.shard, cfg_.param_dtype);
+    else if (!unit.gathered())
+      unit.begin_regather(*groups_.shard);
   });
 }
 
 void UnitSchedule::ensure(int64_t u) {
   prefetch(u);
-  for_each_part(u, [](FlatUnit& unit) { unit.wait(); });  // (a frozen embedding in backward was never gathered)
+  for_each_part(u, [](FlatUnit& unit) {
+    unit.wait();
+  });  // (a frozen embedding in backward was never gathered)
   note_gathered();
 }
 
@@ -106,13 +117,17 @@ void UnitSchedule::prefetch_from(int64_t u, int direction) {
 }
 
 bool UnitSchedule::recomputes(int64_t u) const {
-  return units_[u].kind() == model::UnitKind::kDecoderLayer && cfg_.activation_checkpointing.full(units_[u].spec().layer);
+  return units_[u].kind() == model::UnitKind::kDecoderLayer &&
+         cfg_.activation_checkpointing.full(units_[u].spec().layer);
 }
 
 void UnitSchedule::gather_tied_embedding() {
-  FlatUnit& e = units_.front();  // not prefetch(): a frozen embedding is needed here in backward too
-  if (!e.active()) e.begin_gather(*groups_.shard, cfg_.param_dtype);
-  else if (!e.gathered()) e.begin_regather(*groups_.shard);
+  FlatUnit& e =
+      units_.front();  // not prefetch(): a frozen embedding is needed here in backward too
+  if (!e.active())
+    e.begin_gather(*groups_.shard, cfg_.param_dtype);
+  else if (!e.gathered())
+    e.begin_regather(*groups_.shard);
   e.wait();
   note_gathered();
 }
@@ -128,22 +143,31 @@ at::Tensor UnitSchedule::lm_head_view() const {
 
 at::Tensor UnitSchedule::run_unit(int64_t u, const at::Tensor& x, const Pass& p) {
   const FlatUnit& unit = units_[u];
-  at::Tensor tied;  // the head's tied embedding: a split of its own, one leaf: both gradients add up in it
+  at::Tensor
+      tied;  // the head's tied embedding: a split of its own, one leaf: both gradients add up in it
   if (reads_embedding(u)) tied = lm_head_view();
   const auto lookup = [&unit, &tied](const std::string& name) -> at::Tensor {
     return tied.defined() && name == model::names::kEmbed ? tied : unit.view(name);
   };
   model::LayerPath path;
-  // Selective checkpointing: the layer's norms and activation keep only their inputs (model/checkpointed.h).
-  path.selective = unit.kind() == model::UnitKind::kDecoderLayer && cfg_.activation_checkpointing.selective(unit.spec().layer);
+  // Selective checkpointing: the layer's norms and activation keep only their inputs
+  // (model/checkpointed.h).
+  path.selective = unit.kind() == model::UnitKind::kDecoderLayer &&
+                   cfg_.activation_checkpointing.selective(unit.spec().layer);
   path.fused = cfg_.fused_layers;
-  if (!parts_[u].adapter) return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr, path);
+  if (!parts_[u].adapter)
+    return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr,
+                               path);
   const FlatUnit& adapters = *parts_[u].adapter;
-  const model::LoraRun run{&cfg_.lora, [&adapters](const std::string& name) { return adapters.view(name); }, p.row_seeds, p.train};
-  return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, &run, path);
+  const model::LoraRun run{&cfg_.lora,
+                           [&adapters](const std::string& name) { return adapters.view(name); },
+                           p.row_seeds, p.train};
+  return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, &run,
+                             path);
 }
 
-at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph) {
+at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions,
+                                 bool build_graph) {
   const bool reshard = reshard_after_forward(cfg_.sharding);
   p.inputs.assign(units_.size(), at::Tensor());
   p.outputs.assign(units_.size(), at::Tensor());
@@ -151,7 +175,9 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
   p.train = build_graph;
   // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
   const bool gather = !(cfg_.fused_layers && device_.is_cuda());
-  if (!p.empty) p.layout = model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype, gather);
+  if (!p.empty)
+    p.layout =
+        model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype, gather);
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);
@@ -168,18 +194,23 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
       }
       const bool fused = p.fused_head && units_[u].kind() == model::UnitKind::kHead;
       if (fused) {
-        // One split for the norm and lm_head (the unit's bound views): two would each build a whole-unit gradient in backward.
-        p.head_weight = reads_embedding(u) ? lm_head_view() : units_[u].view(model::names::lm_head(model_));
-        p.outputs[u] = model::rms_norm(x, units_[u].view(model::names::kNorm), model_.rms_norm_eps, cfg_.fused_layers);
+        // One split for the norm and lm_head (the unit's bound views): two would each build a
+        // whole-unit gradient in backward.
+        p.head_weight =
+            reads_embedding(u) ? lm_head_view() : units_[u].view(model::names::lm_head(model_));
+        p.outputs[u] = model::rms_norm(x, units_[u].view(model::names::kNorm), model_.rms_norm_eps,
+                                       cfg_.fused_layers);
         x = p.outputs[u];
       } else {
         p.outputs[u] = run_unit(u, x, p);
         x = p.outputs[u];
       }
     }
-    // The head's backward follows at once: like FSDP2's root, it (and a tied embedding) stays gathered until then.
+    // The head's backward follows at once: like FSDP2's root, it (and a tied embedding) stays
+    // gathered until then.
     const bool head = units_[u].kind() == model::UnitKind::kHead;
-    if (!build_graph || (reshard && !head)) for_each_part(u, [](FlatUnit& unit) { unit.free_storage(); });
+    if (!build_graph || (reshard && !head))
+      for_each_part(u, [](FlatUnit& unit) { unit.free_storage(); });
     if (reads_embedding(u) && !build_graph) units_.front().free_storage();
   }
   return x;
@@ -193,7 +224,9 @@ void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
     ensure(u);
     if (reads_embedding(u)) gather_tied_embedding();
     prefetch_from(u, -1);
-    if (!p.empty && parts_[u].runs_backward) {  // a LoRA run's embedding trains nothing and needs no input gradient
+    if (!p.empty &&
+        parts_[u]
+            .runs_backward) {  // a LoRA run's embedding trains nothing and needs no input gradient
       if (units_[u].kind() == model::UnitKind::kHead) {
         loss.backward();
       } else {
@@ -209,9 +242,13 @@ void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
     FlatUnit& t = trainable(u);  // the base, or under LoRA the unit's adapters
     if (!t.empty()) {
       at::Tensor g = t.leaf_grad();
-      if (!g.defined()) g = at::zeros({t.layout().padded}, at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
-      if (reduce_now) reduce_unit(u, g, /*owned=*/true);
-      else no_sync_[u].add_(g.to(at::kFloat));
+      if (!g.defined())
+        g = at::zeros({t.layout().padded},
+                      at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
+      if (reduce_now)
+        reduce_unit(u, g, /*owned=*/true);
+      else
+        no_sync_[u].add_(g.to(at::kFloat));
     }
     p.outputs[u] = at::Tensor();
     p.inputs[u] = at::Tensor();

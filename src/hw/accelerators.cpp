@@ -25,7 +25,8 @@ const std::vector<Row>& table() {
 GpuSpec gpu_spec(const std::string& name) {
   for (const auto& r : table())
     if (r.spec.name == name) return r.spec;
-  if (name == "cpu") return {name, 1, 0, 0};  // memory and bandwidth: from --gpu-memory and --calibrate
+  if (name == "cpu")
+    return {name, 1, 0, 0};  // memory and bandwidth: from --gpu-memory and --calibrate
   std::string names;
   for (const auto& n : gpu_names()) names += (names.empty() ? "" : ", ") + n;
   throw runtime::UsageError("--gpu '" + name + "' is unknown; use one of " + names);

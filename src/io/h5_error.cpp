@@ -8,7 +8,8 @@ namespace shardtrain::io {
 namespace {
 struct Collected {
   std::string text;
-  std::string os_error;  // the file driver's frame, which alone says "errno = 28, error message = ..."
+  std::string
+      os_error;  // the file driver's frame, which alone says "errno = 28, error message = ..."
 };
 
 herr_t collect(unsigned n, const H5E_error2_t* err, void* out) {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/error.h"
@@ -27,11 +27,11 @@ struct DTypeRow {
   size_t size;
 };
 const DTypeRow kDTypes[] = {
-    {"F64", StDType::F64, at::kDouble, 8},   {"F32", StDType::F32, at::kFloat, 4},
-    {"F16", StDType::F16, at::kHalf, 2},     {"BF16", StDType::BF16, at::kBFloat16, 2},
-    {"I64", StDType::I64, at::kLong, 8},     {"I32", StDType::I32, at::kInt, 4},
-    {"I16", StDType::I16, at::kShort, 2},    {"I8", StDType::I8, at::kChar, 1},
-    {"U8", StDType::U8, at::kByte, 1},       {"BOOL", StDType::BOOL, at::kBool, 1}};
+    {"F64", StDType::F64, at::kDouble, 8}, {"F32", StDType::F32, at::kFloat, 4},
+    {"F16", StDType::F16, at::kHalf, 2},   {"BF16", StDType::BF16, at::kBFloat16, 2},
+    {"I64", StDType::I64, at::kLong, 8},   {"I32", StDType::I32, at::kInt, 4},
+    {"I16", StDType::I16, at::kShort, 2},  {"I8", StDType::I8, at::kChar, 1},
+    {"U8", StDType::U8, at::kByte, 1},     {"BOOL", StDType::BOOL, at::kBool, 1}};
 
 const DTypeRow& row(StDType d) {
   for (const auto& r : kDTypes)
@@ -69,8 +69,11 @@ size_t st_dtype_size(StDType d) { return row(d).size; }
 
 const char* st_dtype_name(StDType d) { return row(d).name; }
 
-StHeader parse_safetensors_header(const uint8_t* file, size_t file_size, const std::string& origin) {
-  if (file_size < 8) bad(origin, "file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
+StHeader parse_safetensors_header(const uint8_t* file, size_t file_size,
+                                  const std::string& origin) {
+  if (file_size < 8)
+    bad(origin,
+        "file is " + std::to_string(file_size) + " bytes, shorter than the 8-byte header length");
   const uint64_t hlen = read_le64(file);
   if (hlen > file_size - 8)
     bad(origin, "header length " + std::to_string(hlen) + " runs past the end of the " +
@@ -92,40 +95,48 @@ StHeader parse_safetensors_header(const uint8_t* file, size_t file_size, const s
     if (name == "__metadata__") {
       if (!v.is_object()) bad(origin, "__metadata__ is not an object");
       for (auto m = v.begin(); m != v.end(); ++m) {
-        if (!m.value().is_string()) bad(origin, "__metadata__ value '" + m.key() + "' is not a string");
+        if (!m.value().is_string())
+          bad(origin, "__metadata__ value '" + m.key() + "' is not a string");
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+    if (!v.is_object() || !v.contains("dtype") || !v.contains("shape") ||
+        !v.contains("data_offsets"))
       bad(origin, where + " needs dtype, shape and data_offsets");
     StTensorInfo t;
     t.name = name;
     if (!v["dtype"].is_string()) bad(origin, where + ": dtype is not a string");
     const std::string dt = v["dtype"].get<std::string>();
-    auto d = std::find_if(std::begin(kDTypes), std::end(kDTypes), [&](const DTypeRow& r) { return dt == r.name; });
+    auto d = std::find_if(std::begin(kDTypes), std::end(kDTypes),
+                          [&](const DTypeRow& r) { return dt == r.name; });
     if (d == std::end(kDTypes)) bad(origin, where + ": unknown dtype '" + dt + "'");
     t.dtype = d->st;
     if (!v["shape"].is_array()) bad(origin, where + ": shape is not an array");
     unsigned __int128 numel = 1;
     for (const auto& s : v["shape"]) {
-      if (!s.is_number_integer() || s.get<int64_t>() < 0) bad(origin, where + ": shape has a non-integer or negative dimension");
+      if (!s.is_number_integer() || s.get<int64_t>() < 0)
+        bad(origin, where + ": shape has a non-integer or negative dimension");
       t.shape.push_back(s.get<int64_t>());
       numel *= static_cast<uint64_t>(t.shape.back());
-      if (numel > (static_cast<unsigned __int128>(1) << 62)) bad(origin, where + ": shape is absurdly large");
+      if (numel > (static_cast<unsigned __int128>(1) << 62))
+        bad(origin, where + ": shape is absurdly large");
     }
     const auto& off = v["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
       bad(origin, where + ": data_offsets must be two non-negative integers");
     t.begin = off[0].get<uint64_t>();
     t.end = off[1].get<uint64_t>();
     if (t.begin > t.end || t.end > data_size)
-      bad(origin, where + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                      ") are out of range of the " + std::to_string(data_size) + "-byte data section");
+      bad(origin, where + ": data_offsets [" + std::to_string(t.begin) + ", " +
+                      std::to_string(t.end) + ") are out of range of the " +
+                      std::to_string(data_size) + "-byte data section");
     const unsigned __int128 need = numel * st_dtype_size(t.dtype);
     if (need != t.end - t.begin)
-      bad(origin, where + ": shape and dtype " + dt + " need " + std::to_string(static_cast<uint64_t>(need)) +
+      bad(origin, where + ": shape and dtype " + dt + " need " +
+                      std::to_string(static_cast<uint64_t>(need)) +
                       " bytes but data_offsets span " + std::to_string(t.end - t.begin));
     h.tensors.push_back(std::move(t));
   }
@@ -157,7 +168,8 @@ const StTensorInfo& SafetensorsFile::info(const std::string& name) const {
 at::Tensor SafetensorsFile::copy_out(const StTensorInfo& t, uint64_t byte_off, uint64_t nbytes,
                                      std::vector<int64_t> shape) const {
   at::Tensor out = at::empty(shape, at::TensorOptions().dtype(to_scalar(t.dtype)));
-  if (nbytes) std::memcpy(out.data_ptr(), file_.data() + header_.data_start + t.begin + byte_off, nbytes);
+  if (nbytes)
+    std::memcpy(out.data_ptr(), file_.data() + header_.data_start + t.begin + byte_off, nbytes);
   bytes_read_ += nbytes;
   return out;
 }
@@ -167,12 +179,15 @@ at::Tensor SafetensorsFile::read(const std::string& name) const {
   return copy_out(t, 0, t.end - t.begin, t.shape);
 }
 
-at::Tensor SafetensorsFile::read_rows(const std::string& name, int64_t row_begin, int64_t row_end) const {
+at::Tensor SafetensorsFile::read_rows(const std::string& name, int64_t row_begin,
+                                      int64_t row_end) const {
   const auto& t = info(name);
-  if (t.shape.empty()) throw runtime::Error(path() + ": tensor '" + name + "' is a scalar and has no rows");
+  if (t.shape.empty())
+    throw runtime::Error(path() + ": tensor '" + name + "' is a scalar and has no rows");
   if (row_begin < 0 || row_begin > row_end || row_end > t.shape[0])
-    throw runtime::Error(path() + ": rows [" + std::to_string(row_begin) + ", " + std::to_string(row_end) +
-                ") out of range for tensor '" + name + "' with " + std::to_string(t.shape[0]) + " rows");
+    throw runtime::Error(path() + ": rows [" + std::to_string(row_begin) + ", " +
+                         std::to_string(row_end) + ") out of range for tensor '" + name +
+                         "' with " + std::to_string(t.shape[0]) + " rows");
   const uint64_t row_bytes = t.shape[0] ? (t.end - t.begin) / t.shape[0] : 0;
   auto shape = t.shape;
   shape[0] = row_end - row_begin;
@@ -182,19 +197,24 @@ at::Tensor SafetensorsFile::read_rows(const std::string& name, int64_t row_begin
 at::Tensor SafetensorsFile::read_flat(const std::string& name, int64_t begin, int64_t end) const {
   const auto& t = info(name);
   if (begin < 0 || begin > end || end > t.numel())
-    throw runtime::Error(path() + ": elements [" + std::to_string(begin) + ", " + std::to_string(end) +
-                ") out of range for tensor '" + name + "' of " + std::to_string(t.numel()) + " elements");
+    throw runtime::Error(path() + ": elements [" + std::to_string(begin) + ", " +
+                         std::to_string(end) + ") out of range for tensor '" + name + "' of " +
+                         std::to_string(t.numel()) + " elements");
   const uint64_t es = st_dtype_size(t.dtype);
   return copy_out(t, begin * es, (end - begin) * es, {end - begin});
 }
 
 SafetensorsModel::SafetensorsModel(const std::string& path) {
   fs::path p(path);
-  std::error_code ec;  // the non-throwing forms: a name too long for the OS is an error of the option
+  std::error_code
+      ec;  // the non-throwing forms: a name too long for the OS is an error of the option
   if (fs::is_directory(p, ec)) {
-    p = fs::exists(p / "model.safetensors.index.json", ec) ? p / "model.safetensors.index.json" : p / "model.safetensors";
+    p = fs::exists(p / "model.safetensors.index.json", ec) ? p / "model.safetensors.index.json"
+                                                           : p / "model.safetensors";
   }
-  if (!fs::exists(p, ec)) throw runtime::UsageError("--weights: " + p.string() + (ec ? ": " + ec.message() : " does not exist"));
+  if (!fs::exists(p, ec))
+    throw runtime::UsageError("--weights: " + p.string() +
+                              (ec ? ": " + ec.message() : " does not exist"));
   if (p.extension() != ".json") {
     files_.push_back(std::make_unique<SafetensorsFile>(p.string()));
     for (const auto& t : files_[0]->tensors()) where_[t.name] = 0;
@@ -210,12 +230,15 @@ SafetensorsModel::SafetensorsModel(const std::string& path) {
       files_.push_back(std::make_unique<SafetensorsFile>((p.parent_path() / f).string()));
     }
     const auto& file = *files_[file_ids[f]];
-    if (!file.find(tensor)) throw runtime::Error(p.string() + ": index maps '" + tensor + "' to " + f + ", which lacks it");
+    if (!file.find(tensor))
+      throw runtime::Error(p.string() + ": index maps '" + tensor + "' to " + f +
+                           ", which lacks it");
     where_[tensor] = file_ids[f];
   }
 }
 
-std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& origin) {
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text,
+                                                           const std::string& origin) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -226,11 +249,13 @@ std::map<std::string, std::string> parse_safetensors_index(const std::string& te
     throw runtime::Error(origin + ": index has no \"weight_map\" object");
   std::map<std::string, std::string> where;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    if (!it.value().is_string()) throw runtime::Error(origin + ": weight_map['" + it.key() + "'] is not a file name");
+    if (!it.value().is_string())
+      throw runtime::Error(origin + ": weight_map['" + it.key() + "'] is not a file name");
     const std::string f = it.value().get<std::string>();
     // Shards sit beside the index: a path elsewhere is a damaged or hostile index.
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
-      throw runtime::Error(origin + ": weight_map['" + it.key() + "'] = '" + f + "' is not a file name in the index's directory");
+      throw runtime::Error(origin + ": weight_map['" + it.key() + "'] = '" + f +
+                           "' is not a file name in the index's directory");
     where[it.key()] = f;
   }
   return where;
@@ -261,7 +286,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata) {
   std::vector<std::pair<std::string, at::Tensor>> sorted;
   for (const auto& [n, t] : tensors) sorted.emplace_back(n, t.contiguous().cpu());
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
   nlohmann::json h = nlohmann::json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t off = 0;
@@ -279,18 +305,21 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw runtime::Error("cannot write " + tmp + ": " + std::strerror(errno));
     uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(hs.size()) >> (8 * i));
+    for (int i = 0; i < 8; ++i)
+      len[i] = static_cast<uint8_t>(static_cast<uint64_t>(hs.size()) >> (8 * i));
     out.write(reinterpret_cast<const char*>(len), 8);
     out.write(hs.data(), static_cast<std::streamsize>(hs.size()));
     for (const auto& [n, t] : sorted)
-      out.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+      out.write(static_cast<const char*>(t.data_ptr()),
+                static_cast<std::streamsize>(t.numel() * t.element_size()));
     if (!out.flush()) throw runtime::Error("write failed for " + tmp + ": " + std::strerror(errno));
     out.close();
     if (!out) throw runtime::Error("write failed for " + tmp + ": " + std::strerror(errno));
   });
 }
 
-std::vector<std::string> write_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
+std::vector<std::string> write_safetensors_sharded(const std::string& dir,
+                                                   const NamedTensors& tensors,
                                                    uint64_t max_shard_bytes) {
   fs::create_directories(dir);
   std::vector<NamedTensors> shards(1);
@@ -310,7 +339,8 @@ std::vector<std::string> write_safetensors_sharded(const std::string& dir, const
     write_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
     return {"model.safetensors"};
   }
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
+  nlohmann::json index = {{"metadata", {{"total_size", total}}},
+                          {"weight_map", nlohmann::json::object()}};
   for (size_t i = 0; i < shards.size(); ++i) {
     char buf[64];
     std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
@@ -318,7 +348,8 @@ std::vector<std::string> write_safetensors_sharded(const std::string& dir, const
     for (const auto& nt : shards[i]) index["weight_map"][nt.first] = buf;
     names.push_back(buf);
   }
-  runtime::write_file_atomically((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+  runtime::write_file_atomically((fs::path(dir) / "model.safetensors.index.json").string(),
+                                 index.dump(2) + "\n");
   return names;
 }
 

@@ -4,14 +4,16 @@
 
 namespace shardtrain::model {
 
-ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora, const PackedRows* packed) {
+ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora,
+                                           const PackedRows* packed) {
   const int64_t h = cfg.hidden_size, i = cfg.intermediate_size, nh = cfg.num_heads;
   const int64_t kv = cfg.num_kv_heads * cfg.head_dim();
   const int64_t e = elt;
   // rms_norm: fp32 x (x itself in fp32, a copy otherwise) and the normalized fp32 tensor
   // (saved in fp32 when the compute dtype is fp32, as its cast copy otherwise).
   const int64_t norm = e == 4 ? 4 * h : 4 * h + e * h;
-  const int64_t sdpa_kv = 2 * e * kv;  // K and V at kv width: enable_gqa, no repeat per query head (causal_attention)
+  const int64_t sdpa_kv =
+      2 * e * kv;  // K and V at kv width: enable_gqa, no repeat per query head (causal_attention)
   int64_t sdpa = e * h /*q*/ + sdpa_kv + e * h /*out*/ + 4 * nh /*logsumexp*/;
   if (packed && !packed->varlen) {
     // masked_attention: SDPA turns the bool mask into one in the compute dtype and keeps it, and
@@ -35,7 +37,8 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
     for (Proj p : kProjections)
       if (lora->targets_proj(p)) adapter += 2 * e * proj_shape(cfg, p).in + e * lora->rank;
     a.layer = e * h + frozen_norm + sdpa + e * h + frozen_norm + 3 * e * i + adapter;
-    a.layer_selective = e * h + sdpa + e * h + 2 * e * i + adapter;  // input, SDPA, residual, gate, up, adapters
+    a.layer_selective =
+        e * h + sdpa + e * h + 2 * e * i + adapter;  // input, SDPA, residual, gate, up, adapters
   }
   // Recomputed in backward, at most at once: the activation's output and its product with up;
   // or a norm's saved tensors and its output.
@@ -44,7 +47,9 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   a.layer_backward = 2 * e * h + 2 * e * i;
   a.head = e * h + norm + e * h;
   a.logits_loss = 3 * 4 * cfg.vocab_size;
-  a.fused_chunk = 8 * cfg.vocab_size;  // fp32 logits, and logsumexp's exp of them (then softmax in place, its cast)
+  a.fused_chunk =
+      8 *
+      cfg.vocab_size;  // fp32 logits, and logsumexp's exp of them (then softmax in place, its cast)
   a.fused_token = e * h;
   a.fused_fixed = 4 * cfg.vocab_size * h;
   a.vocab = cfg.vocab_size;

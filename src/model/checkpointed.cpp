@@ -17,7 +17,8 @@ using torch::autograd::variable_list;
 
 // A region's backward: its ops again, with grad, on detached copies of the inputs it kept, then
 // their gradients (undefined for an input that needs none).
-variable_list rerun(const variable_list& saved, const std::function<at::Tensor(const variable_list&)>& region,
+variable_list rerun(const variable_list& saved,
+                    const std::function<at::Tensor(const variable_list&)>& region,
                     const at::Tensor& grad_out) {
   variable_list inputs;
   variable_list wrt;
@@ -36,14 +37,16 @@ variable_list rerun(const variable_list& saved, const std::function<at::Tensor(c
                                                     /*create_graph=*/false, /*allow_unused=*/true);
   variable_list result;
   size_t next = 0;
-  for (const at::Tensor& d : inputs) result.push_back(d.requires_grad() ? grads[next++] : at::Tensor());
+  for (const at::Tensor& d : inputs)
+    result.push_back(d.requires_grad() ? grads[next++] : at::Tensor());
   return result;
 }
 
 // The Function machinery runs each forward below without grad: the region records no graph.
 class CheckpointedNorm : public torch::autograd::Function<CheckpointedNorm> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight, double eps) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            double eps) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["eps"] = eps;
     return rms_norm(x, weight, eps);
@@ -59,7 +62,8 @@ class CheckpointedNorm : public torch::autograd::Function<CheckpointedNorm> {
 
 class CheckpointedGated : public torch::autograd::Function<CheckpointedGated> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, const std::string& act) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
+                            const std::string& act) {
     ctx->save_for_backward({gate, up});
     ctx->saved_data["act"] = act;
     return activation(act, gate) * up;
@@ -79,7 +83,8 @@ at::Tensor checkpointed_rms_norm(const at::Tensor& x, const at::Tensor& weight, 
   return CheckpointedNorm::apply(x, weight, eps);
 }
 
-at::Tensor checkpointed_gated(const std::string& act, const at::Tensor& gate, const at::Tensor& up) {
+at::Tensor checkpointed_gated(const std::string& act, const at::Tensor& gate,
+                              const at::Tensor& up) {
   return CheckpointedGated::apply(gate, up, act);
 }
 

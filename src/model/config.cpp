@@ -31,8 +31,8 @@ ModelConfig make(const std::string& name, int64_t vocab, int64_t hidden, int64_t
   return c;
 }
 
-ModelConfig llama3(const std::string& name, int64_t hidden, int64_t inter, int64_t layers, int64_t heads, double factor,
-                   bool tied) {
+ModelConfig llama3(const std::string& name, int64_t hidden, int64_t inter, int64_t layers,
+                   int64_t heads, double factor, bool tied) {
   ModelConfig c = make(name, 128256, hidden, inter, layers, heads, 8, 131072);
   c.rope_theta = 500000.0;
   c.rope_scaling = {"llama3", factor, 1.0, 4.0, 8192};
@@ -89,7 +89,8 @@ void ModelConfig::validate() const {
   pos(num_kv_heads, "--n-kv-heads", "num_key_value_heads");
   pos(max_position_embeddings, "--max-seq-len", "max_position_embeddings");
   require(std::find(model_types().begin(), model_types().end(), model_type) != model_types().end(),
-          name + ": model_type is " + model_type + ", which shardtrain does not implement (it implements llama, mistral and qwen2)");
+          name + ": model_type is " + model_type +
+              ", which shardtrain does not implement (it implements llama, mistral and qwen2)");
   require(explicit_head_dim >= 0, name + ": head_dim must be positive");
   require(explicit_head_dim > 0 || hidden_size % num_heads == 0,
           "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
@@ -99,8 +100,10 @@ void ModelConfig::validate() const {
           "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
               " is not a multiple of --n-kv-heads (num_key_value_heads) = " +
               std::to_string(num_kv_heads) + "; pick n_kv_heads dividing n_heads");
-  require(head_dim() % 2 == 0, "the head dimension (head_dim, or --hidden-size / --n-heads) must be even for rotary "
-                               "embeddings, got " + std::to_string(head_dim()));
+  require(head_dim() % 2 == 0,
+          "the head dimension (head_dim, or --hidden-size / --n-heads) must be even for rotary "
+          "embeddings, got " +
+              std::to_string(head_dim()));
   require(sliding_window >= 0, name + ": sliding_window must be positive or null");
   require(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_layers,
           name + ": layer_types must name one kind per layer (num_hidden_layers)");
@@ -113,14 +116,17 @@ void ModelConfig::validate() const {
     known_act = known_act || a == hidden_act;
     acts += (acts.empty() ? "" : ", ") + a;
   }
-  require(known_act, name + ": hidden_act is " + hidden_act + ", which shardtrain does not implement (it implements " + acts + ")");
-  // num_params() in floating point first: sizes whose count overflows int64 are no model anyone trains.
+  require(known_act, name + ": hidden_act is " + hidden_act +
+                         ", which shardtrain does not implement (it implements " + acts + ")");
+  // num_params() in floating point first: sizes whose count overflows int64 are no model anyone
+  // trains.
   const double params = param_count(*this);
   if (params > std::ldexp(1.0, 50)) {
     char n[32];
     std::snprintf(n, sizeof n, "%.3g", params);
-    throw runtime::UsageError(std::string("these sizes give ") + n + " parameters, over the 2^50 this build supports; check "
-                     "--hidden-size, --n-layers, --vocab-size and --intermediate-size");
+    throw runtime::UsageError(std::string("these sizes give ") + n +
+                              " parameters, over the 2^50 this build supports; check "
+                              "--hidden-size, --n-layers, --vocab-size and --intermediate-size");
   }
 }
 
@@ -166,7 +172,8 @@ namespace {
 // What sets the families apart, read as transformers' LlamaConfig, MistralConfig and Qwen2Config
 // read it: biases, tied embeddings, the sliding window and which layers use it.
 template <class Get, class Flag>
-void read_family_fields(const nlohmann::json& j, const std::string& origin, ModelConfig& c, Get get, Flag flag) {
+void read_family_fields(const nlohmann::json& j, const std::string& origin, ModelConfig& c, Get get,
+                        Flag flag) {
   c.tie_word_embeddings = flag(j, "tie_word_embeddings");
   if (c.model_type == "llama") {
     c.attention_bias = flag(j, "attention_bias");
@@ -179,11 +186,13 @@ void read_family_fields(const nlohmann::json& j, const std::string& origin, Mode
   c.max_window_layers = get("max_window_layers", int64_t{28}, false);
   if (flag(j, "use_sliding_window")) c.sliding_window = get("sliding_window", int64_t{4096}, false);
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    if (!j["layer_types"].is_array()) throw runtime::UsageError("--model " + origin + ": \"layer_types\" must be a list");
+    if (!j["layer_types"].is_array())
+      throw runtime::UsageError("--model " + origin + ": \"layer_types\" must be a list");
     for (const auto& t : j["layer_types"]) {
       if (t != "full_attention" && t != "sliding_attention")
-        throw runtime::UsageError("--model " + origin + ": layer_types holds " + t.dump() +
-                                  ", which shardtrain does not implement (full_attention or sliding_attention)");
+        throw runtime::UsageError(
+            "--model " + origin + ": layer_types holds " + t.dump() +
+            ", which shardtrain does not implement (full_attention or sliding_attention)");
       c.sliding_layers.push_back(t == "sliding_attention");
     }
   } else if (c.sliding_window > 0) {
@@ -194,36 +203,45 @@ void read_family_fields(const nlohmann::json& j, const std::string& origin, Mode
 }  // namespace
 
 ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origin) {
-  if (!j.is_object()) throw runtime::UsageError("--model " + origin + ": config.json is a JSON " + j.type_name() + ", not an object");
+  if (!j.is_object())
+    throw runtime::UsageError("--model " + origin + ": config.json is a JSON " + j.type_name() +
+                              ", not an object");
   auto get = [&](const char* key, auto fallback, bool required) {
     using T = decltype(fallback);
     if (!j.contains(key) || j[key].is_null()) {
-      if (required) throw runtime::UsageError("--model " + origin + ": config.json lacks \"" + key + "\"");
+      if (required)
+        throw runtime::UsageError("--model " + origin + ": config.json lacks \"" + key + "\"");
       return fallback;
     }
     const auto& v = j[key];
-    if (!v.is_number()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" has the wrong type");
+    if (!v.is_number())
+      throw runtime::UsageError("--model " + origin + ": \"" + key + "\" has the wrong type");
     if constexpr (std::is_integral_v<T>) {
       // A float is taken only when it is a whole number in range: 1e300 has no int64 value.
       if (v.is_number_float()) {
         const double d = v.get<double>();
         if (!(d == std::floor(d) && std::fabs(d) <= 9.0e18))
-          throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be an integer, got " + v.dump());
+          throw runtime::UsageError("--model " + origin + ": \"" + key +
+                                    "\" must be an integer, got " + v.dump());
         return static_cast<T>(d);
       }
     }
     return v.get<T>();
   };
-  // Optional fields read with a type check: nlohmann's value() throws its own error on a wrong type.
+  // Optional fields read with a type check: nlohmann's value() throws its own error on a wrong
+  // type.
   auto flag = [&](const nlohmann::json& obj, const char* key) {
     if (!obj.contains(key) || obj[key].is_null()) return false;
-    if (!obj[key].is_boolean()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
+    if (!obj[key].is_boolean())
+      throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
     return obj[key].get<bool>();
   };
   ModelConfig c;
   c.name = origin;
   if (j.contains("model_type") && !j["model_type"].is_null()) {
-    if (!j["model_type"].is_string()) throw runtime::UsageError("--model " + origin + ": \"model_type\" must be a string such as \"llama\"");
+    if (!j["model_type"].is_string())
+      throw runtime::UsageError("--model " + origin +
+                                ": \"model_type\" must be a string such as \"llama\"");
     c.model_type = j["model_type"].get<std::string>();
   }
   c.vocab_size = get("vocab_size", int64_t{32000}, true);
@@ -235,8 +253,9 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   c.max_position_embeddings = get("max_position_embeddings", int64_t{4096}, false);
   c.rms_norm_eps = get("rms_norm_eps", 1e-5, false);
   c.rope_theta = get("rope_theta", 10000.0, false);
-  // transformers 4: "rope_scaling": {"rope_type": "llama3", ...}; transformers 5 nests all of it, the
-  // base included: "rope_parameters": {"rope_theta": ..., "rope_type": "default" | "llama3", ...}.
+  // transformers 4: "rope_scaling": {"rope_type": "llama3", ...}; transformers 5 nests all of it,
+  // the base included: "rope_parameters": {"rope_theta": ..., "rope_type": "default" | "llama3",
+  // ...}.
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
     const RopeScaling r = parse_rope_scaling(j[key], key, origin, &c.rope_theta);
@@ -244,38 +263,46 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   }
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!j.contains(key) || j[key].is_null() || !c.torch_dtype.empty()) continue;
-    if (!j[key].is_string()) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be a string such as \"bfloat16\"");
+    if (!j[key].is_string())
+      throw runtime::UsageError("--model " + origin + ": \"" + key +
+                                "\" must be a string such as \"bfloat16\"");
     c.torch_dtype = j[key].get<std::string>();
   }
   c.explicit_head_dim = get("head_dim", int64_t{0}, false);
   read_family_fields(j, origin, c, get, flag);
   c.initializer_range = get("initializer_range", 0.02, false);
   if (j.contains("hidden_act") && !j["hidden_act"].is_null()) {
-    if (!j["hidden_act"].is_string()) throw runtime::UsageError("--model " + origin + ": \"hidden_act\" must be a string such as \"silu\"");
+    if (!j["hidden_act"].is_string())
+      throw runtime::UsageError("--model " + origin +
+                                ": \"hidden_act\" must be a string such as \"silu\"");
     c.hidden_act = j["hidden_act"].get<std::string>();
   }
   nlohmann::json ids = nlohmann::json::object();  // kept for exports: generation reads them
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (j.contains(key)) ids[key] = j[key];
   if (!ids.empty()) c.special_token_ids = ids.dump();
-  c.unknown_fields = check_config_fields(j, origin);  // refuses what is set to math shardtrain does not implement
+  c.unknown_fields =
+      check_config_fields(j, origin);  // refuses what is set to math shardtrain does not implement
   return c;
 }
 
 std::string describe_shape(const ModelConfig& c) {
-  return "vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden_size) + ", intermediate " +
-         std::to_string(c.intermediate_size) + ", " + std::to_string(c.num_layers) + " layers, " +
-         std::to_string(c.num_heads) + " heads, " + std::to_string(c.num_kv_heads) + " kv heads";
+  return "vocab " + std::to_string(c.vocab_size) + ", hidden " + std::to_string(c.hidden_size) +
+         ", intermediate " + std::to_string(c.intermediate_size) + ", " +
+         std::to_string(c.num_layers) + " layers, " + std::to_string(c.num_heads) + " heads, " +
+         std::to_string(c.num_kv_heads) + " kv heads";
 }
 
 bool same_shape(const ModelConfig& a, const ModelConfig& b) {
-  return a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size && a.intermediate_size == b.intermediate_size &&
-         a.num_layers == b.num_layers && a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads;
+  return a.vocab_size == b.vocab_size && a.hidden_size == b.hidden_size &&
+         a.intermediate_size == b.intermediate_size && a.num_layers == b.num_layers &&
+         a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads;
 }
 
 nlohmann::json model_to_hf_json(const ModelConfig& c) {
-  const std::map<std::string, std::string> architectures = {
-      {"llama", "LlamaForCausalLM"}, {"mistral", "MistralForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}};
+  const std::map<std::string, std::string> architectures = {{"llama", "LlamaForCausalLM"},
+                                                            {"mistral", "MistralForCausalLM"},
+                                                            {"qwen2", "Qwen2ForCausalLM"}};
   nlohmann::json j = {{"architectures", {architectures.at(c.model_type)}},
                       {"model_type", c.model_type},
                       {"vocab_size", c.vocab_size},
@@ -301,28 +328,33 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
     j["attention_bias"] = c.attention_bias;
     j["mlp_bias"] = c.mlp_bias;
   }
-  const nlohmann::json window = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
+  const nlohmann::json window =
+      c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
   if (c.model_type == "mistral") j["sliding_window"] = window;
   if (c.model_type == "qwen2") {
     j["use_sliding_window"] = c.sliding_window > 0;
     j["sliding_window"] = window;
     j["max_window_layers"] = c.max_window_layers;
     nlohmann::json types = nlohmann::json::array();
-    for (int64_t i = 0; i < c.num_layers; ++i) types.push_back(c.attention_window(i) > 0 ? "sliding_attention" : "full_attention");
+    for (int64_t i = 0; i < c.num_layers; ++i)
+      types.push_back(c.attention_window(i) > 0 ? "sliding_attention" : "full_attention");
     j["layer_types"] = types;
   }
   return j;
 }
 
 ModelConfig resolve_model(const std::string& spec) {
-  const bool looks_like_path = spec.find('/') != std::string::npos || (spec.size() > 5 &&
-                               spec.compare(spec.size() - 5, 5, ".json") == 0);
-  std::error_code ec;  // the non-throwing forms: a name too long for the OS is an error of the option
+  const bool looks_like_path = spec.find('/') != std::string::npos ||
+                               (spec.size() > 5 && spec.compare(spec.size() - 5, 5, ".json") == 0);
+  std::error_code
+      ec;  // the non-throwing forms: a name too long for the OS is an error of the option
   if (!looks_like_path && !fs::exists(spec, ec)) return model_preset(spec);
   fs::path p(spec);
   if (fs::is_directory(p, ec)) p /= "config.json";
   std::ifstream in(p);
-  if (!in) throw runtime::UsageError("--model: cannot open " + p.string() + " (" + (ec ? ec.message() : "no such file") + ")");
+  if (!in)
+    throw runtime::UsageError("--model: cannot open " + p.string() + " (" +
+                              (ec ? ec.message() : "no such file") + ")");
   nlohmann::json j;
   try {
     in >> j;  // from the stream: a device or FIFO named by mistake fails at its first bad byte

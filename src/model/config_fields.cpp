@@ -21,7 +21,9 @@ const std::vector<Accepted>& accepted_values() {
   return a;
 }
 
-std::string shown(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string shown(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 }  // namespace
 
@@ -32,29 +34,48 @@ const std::vector<ConfigField>& config_fields() {
       {"intermediate_size", FieldUse::kRead, "the MLP width"},
       {"num_hidden_layers", FieldUse::kRead, "decoder layers"},
       {"num_attention_heads", FieldUse::kRead, "query heads"},
-      {"num_key_value_heads", FieldUse::kRead, "key/value heads (grouped-query attention when fewer)"},
-      {"head_dim", FieldUse::kRead, "the width of each head (default hidden_size / num_attention_heads)"},
-      {"max_position_embeddings", FieldUse::kRead, "the longest sequence, and the rotary table's length"},
+      {"num_key_value_heads", FieldUse::kRead,
+       "key/value heads (grouped-query attention when fewer)"},
+      {"head_dim", FieldUse::kRead,
+       "the width of each head (default hidden_size / num_attention_heads)"},
+      {"max_position_embeddings", FieldUse::kRead,
+       "the longest sequence, and the rotary table's length"},
       {"rms_norm_eps", FieldUse::kRead, "RMSNorm's epsilon"},
       {"rope_theta", FieldUse::kRead, "RoPE's base"},
-      {"rope_parameters", FieldUse::kRead, "transformers 5's RoPE block: rope_theta and rope_scaling's keys"},
-      {"rope_scaling", FieldUse::kRead, "rope_type default, linear (factor), dynamic (factor) or llama3 (factor, low/high_freq_factor, original_max_position_embeddings); others refused"},
-      {"initializer_range", FieldUse::kRead, "the std of the seeded init of a run without --weights", false},
-      {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)", false},
+      {"rope_parameters", FieldUse::kRead,
+       "transformers 5's RoPE block: rope_theta and rope_scaling's keys"},
+      {"rope_scaling", FieldUse::kRead,
+       "rope_type default, linear (factor), dynamic (factor) or llama3 (factor, "
+       "low/high_freq_factor, original_max_position_embeddings); others refused"},
+      {"initializer_range", FieldUse::kRead,
+       "the std of the seeded init of a run without --weights", false},
+      {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)",
+       false},
       {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype", false},
-      {"model_type", FieldUse::kRead, "llama, mistral or qwen2 (others refused): which of the switches below apply"},
-      {"attention_bias", FieldUse::kRead, "llama: biases on q, k, v and o (qwen2 always has q, k and v biases; mistral none)"},
+      {"model_type", FieldUse::kRead,
+       "llama, mistral or qwen2 (others refused): which of the switches below apply"},
+      {"attention_bias", FieldUse::kRead,
+       "llama: biases on q, k, v and o (qwen2 always has q, k and v biases; mistral none)"},
       {"mlp_bias", FieldUse::kRead, "llama: biases on gate, up and down"},
-      {"sliding_window", FieldUse::kRead, "mistral: each query attends to this many positions (itself included); qwen2: with use_sliding_window"},
-      {"use_sliding_window", FieldUse::kRead, "qwen2: the sliding window applies (to the layers layer_types marks)"},
-      {"max_window_layers", FieldUse::kRead, "qwen2: layers from this index on slide, unless layer_types says otherwise"},
+      {"sliding_window", FieldUse::kRead,
+       "mistral: each query attends to this many positions (itself included); qwen2: with "
+       "use_sliding_window"},
+      {"use_sliding_window", FieldUse::kRead,
+       "qwen2: the sliding window applies (to the layers layer_types marks)"},
+      {"max_window_layers", FieldUse::kRead,
+       "qwen2: layers from this index on slide, unless layer_types says otherwise"},
       {"layer_types", FieldUse::kRead, "qwen2: full_attention or sliding_attention per layer"},
-      {"hidden_act", FieldUse::kRead, "the MLP's activation: silu (swish), gelu, gelu_pytorch_tanh or relu"},
+      {"hidden_act", FieldUse::kRead,
+       "the MLP's activation: silu (swish), gelu, gelu_pytorch_tanh or relu"},
       {"attention_dropout", FieldUse::kChecked, "0 only"},
-      {"tie_word_embeddings", FieldUse::kRead, "lm_head is the embedding matrix: one parameter, both gradients summed"},
-      {"quantization_config", FieldUse::kChecked, "refused: quantized weights are not trained here"},
-      {"pretraining_tp", FieldUse::kHarmless, "Meta's tensor-parallel split of the same matmuls: equal math"},
-      {"architectures", FieldUse::kHarmless, "the class name; the weights' names are checked on load"},
+      {"tie_word_embeddings", FieldUse::kRead,
+       "lm_head is the embedding matrix: one parameter, both gradients summed"},
+      {"quantization_config", FieldUse::kChecked,
+       "refused: quantized weights are not trained here"},
+      {"pretraining_tp", FieldUse::kHarmless,
+       "Meta's tensor-parallel split of the same matmuls: equal math"},
+      {"architectures", FieldUse::kHarmless,
+       "the class name; the weights' names are checked on load"},
       {"bos_token_id", FieldUse::kHarmless, "generation's tokens; training takes the tokenizer's"},
       {"eos_token_id", FieldUse::kHarmless, "generation's tokens; training takes the tokenizer's"},
       {"pad_token_id", FieldUse::kHarmless, "padding is masked out of the loss by its labels"},
@@ -86,16 +107,20 @@ std::vector<std::string> check_config_fields(const nlohmann::json& j, const std:
       continue;
     }
     if (key == "quantization_config" && !value.is_null())
-      throw runtime::UsageError("--model " + origin + ": quantization_config is set (quantized weights); give the model in "
-                                "float32, bfloat16 or float16");
+      throw runtime::UsageError(
+          "--model " + origin +
+          ": quantization_config is set (quantized weights); give the model in "
+          "float32, bfloat16 or float16");
     for (const Accepted& a : accepted_values()) {
       if (key != a.name || value.is_null()) continue;
       // 0 and 0.0 are the same dropout: compare numbers as numbers.
-      const bool same = value.is_number() && a.value.is_number() ? value.get<double>() == a.value.get<double>()
-                                                                 : value == a.value;
+      const bool same = value.is_number() && a.value.is_number()
+                            ? value.get<double>() == a.value.get<double>()
+                            : value == a.value;
       if (!same)
-        throw runtime::UsageError("--model " + origin + ": " + key + " is " + shown(value) + ", which shardtrain does not " +
-                                  "implement (" + a.why + "); use a model without it");
+        throw runtime::UsageError("--model " + origin + ": " + key + " is " + shown(value) +
+                                  ", which shardtrain does not " + "implement (" + a.why +
+                                  "); use a model without it");
     }
   }
   return unknown;
@@ -105,7 +130,9 @@ std::vector<std::string> changed_fields(const nlohmann::json& saved, const nlohm
   std::vector<std::string> out;
   // Another family: its fields that the other lacks are named by model_type alone.
   const bool family = saved.value("model_type", "") != now.value("model_type", "");
-  auto value = [](const nlohmann::json& j, const std::string& key) { return j.contains(key) ? j.at(key) : nlohmann::json(); };
+  auto value = [](const nlohmann::json& j, const std::string& key) {
+    return j.contains(key) ? j.at(key) : nlohmann::json();
+  };
   auto consider = [&](const std::string& key) {
     for (const ConfigField& f : config_fields())
       if (key == f.name && (f.use == FieldUse::kHarmless || !f.after_init)) return;

@@ -23,8 +23,10 @@ at::Tensor top_p_filter(const at::Tensor& logits, double top_p) {
   return logits.masked_fill(mask, -std::numeric_limits<float>::infinity());
 }
 
-std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt, const GenerateConfig& cfg) {
-  if (prompt.empty()) throw runtime::UsageError("generate needs a non-empty prompt (at least the BOS token)");
+std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt,
+                              const GenerateConfig& cfg) {
+  if (prompt.empty())
+    throw runtime::UsageError("generate needs a non-empty prompt (at least the BOS token)");
   c10::NoGradGuard no_grad;
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg.seed);
   std::vector<int64_t> ctx(prompt.begin(), prompt.end());
@@ -49,7 +51,8 @@ std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>
 
 bool stopped_at_context_limit(size_t prompt_tokens, size_t new_tokens, const GenerateConfig& cfg) {
   // EOS ends the answer before the context grows, so a full context means the limit stopped it.
-  return cfg.max_context > 0 && static_cast<int64_t>(prompt_tokens + new_tokens) >= cfg.max_context &&
+  return cfg.max_context > 0 &&
+         static_cast<int64_t>(prompt_tokens + new_tokens) >= cfg.max_context &&
          static_cast<int64_t>(new_tokens) < cfg.max_new_tokens;
 }
 

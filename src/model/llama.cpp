@@ -25,8 +25,8 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
   return lora_linear(x, weight, *adapter, bias);
 }
 
-LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora,
-                                bool merge) {
+LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer,
+                                const LoraRun* lora, bool merge) {
   LayerWeights lw;
   lw.window = cfg.attention_window(layer);
   for (Proj p : kProjections) {
@@ -39,7 +39,8 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     a.b = lora->adapter(lora_name(layer, p, 'B'));
     a.scale = lora->cfg->scale();
     a.dropout = lora->train ? lora->cfg->dropout : 0.0;
-    // A mask per module and row, as PEFT draws one per module: the row's seed mixed with the layer and the projection.
+    // A mask per module and row, as PEFT draws one per module: the row's seed mixed with the layer
+    // and the projection.
     if (a.dropout > 0) a.row_seeds = module_seeds(lora->row_seeds, layer, static_cast<int>(p));
     proj.adapter = std::move(a);
   }
@@ -47,7 +48,9 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     if (!merge) break;
     const auto members = merged_members(m);
     // A member with an adapter runs on its own: LoRA's update is per projection.
-    if (std::any_of(members.begin(), members.end(), [&lw](Proj p) { return lw[p].adapter.has_value(); })) continue;
+    if (std::any_of(members.begin(), members.end(),
+                    [&lw](Proj p) { return lw[p].adapter.has_value(); }))
+      continue;
     Projection& proj = lw.merged[static_cast<int>(m)];
     proj.weight = w(merged_weight_name(layer, m));
     if (has_bias(cfg, members.front())) proj.bias = w(merged_bias_name(layer, m));
@@ -57,29 +60,34 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   return lw;
 }
 
-
 namespace {
 
 // q, k, v [B, T, heads * D] each: one matmul over the merged weights where bound, else three.
-std::array<at::Tensor, 3> qkv_projections(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& h) {
+std::array<at::Tensor, 3> qkv_projections(const ModelConfig& cfg, const LayerWeights& w,
+                                          const at::Tensor& h) {
   if (!w[Merged::kQKV].weight.defined()) return {w[Proj::kQ](h), w[Proj::kK](h), w[Proj::kV](h)};
   const int64_t D = cfg.head_dim();
-  const auto parts = w[Merged::kQKV](h).split_with_sizes({cfg.num_heads * D, cfg.num_kv_heads * D, cfg.num_kv_heads * D}, -1);
+  const auto parts = w[Merged::kQKV](h).split_with_sizes(
+      {cfg.num_heads * D, cfg.num_kv_heads * D, cfg.num_kv_heads * D}, -1);
   return {parts[0], parts[1], parts[2]};
 }
 
 // act(gate) * up: one matmul over the merged weights and the fused kernel where they serve.
-at::Tensor gated_mlp(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& m, LayerPath path) {
+at::Tensor gated_mlp(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& m,
+                     LayerPath path) {
   if (w[Merged::kGateUp].weight.defined()) {
     const at::Tensor gu = w[Merged::kGateUp](m);  // [B, T, 2F]
-    if (fused_kernels_available(gu) && fused_swiglu_supports(cfg.hidden_act)) return fused_swiglu_merged(gu);
+    if (fused_kernels_available(gu) && fused_swiglu_supports(cfg.hidden_act))
+      return fused_swiglu_merged(gu);
     const auto halves = gu.chunk(2, -1);
     return activation(cfg.hidden_act, halves[0]) * halves[1];
   }
   const auto gate = w[Proj::kGate](m);
   const auto up = w[Proj::kUp](m);
-  if (path.fused && fused_kernels_available(gate) && fused_swiglu_supports(cfg.hidden_act)) return fused_swiglu(gate, up);
-  return path.selective ? checkpointed_gated(cfg.hidden_act, gate, up) : activation(cfg.hidden_act, gate) * up;
+  if (path.fused && fused_kernels_available(gate) && fused_swiglu_supports(cfg.hidden_act))
+    return fused_swiglu(gate, up);
+  return path.selective ? checkpointed_gated(cfg.hidden_act, gate, up)
+                        : activation(cfg.hidden_act, gate) * up;
 }
 
 at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, double eps, LayerPath path) {
@@ -89,8 +97,8 @@ at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
 
 }  // namespace
 
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout,
-                         LayerPath path) {
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
+                         const TokenLayout& layout, LayerPath path) {
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t D = cfg.head_dim();
@@ -109,10 +117,13 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   }
   const bool kernel = path.fused && fused_kernels_available(q);
   if (kernel && layout.positions.defined()) {
-    std::tie(q, k) = fused_rotary_at(q, k, layout.table_cos.to(x.scalar_type()), layout.table_sin.to(x.scalar_type()),
-                                     layout.positions);
+    std::tie(q, k) = fused_rotary_at(q, k, layout.table_cos.to(x.scalar_type()),
+                                     layout.table_sin.to(x.scalar_type()), layout.positions);
   } else {
-    if (!layout.cos.defined()) throw runtime::Error("decoder_layer: a layout without cos/sin needs the rotary kernel (--fused-layers on CUDA)");
+    if (!layout.cos.defined())
+      throw runtime::Error(
+          "decoder_layer: a layout without cos/sin needs the rotary kernel (--fused-layers on "
+          "CUDA)");
     const auto c = layout.cos.to(x.scalar_type());
     const auto s = layout.sin.to(x.scalar_type());
     if (kernel) {
@@ -129,22 +140,30 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   return out + w[Proj::kDown](gated_mlp(cfg, w, m, path));
 }
 
-at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora, LayerPath path) {
+at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w,
+                        const at::Tensor& x, const TokenLayout& layout,
+                        at::ScalarType compute_dtype, const LoraRun* lora, LayerPath path) {
   switch (unit.kind) {
-    case UnitKind::kEmbedding: return at::embedding(w(names::kEmbed), x).to(compute_dtype);
+    case UnitKind::kEmbedding:
+      return at::embedding(w(names::kEmbed), x).to(compute_dtype);
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused), x, layout, path);
-    case UnitKind::kHead: break;
+      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused), x, layout,
+                           path);
+    case UnitKind::kHead:
+      break;
   }
-  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps, path.fused), w(names::lm_head(cfg)));
+  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps, path.fused),
+                    w(names::lm_head(cfg)));
 }
 
-at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
-                         at::ScalarType compute_dtype, const LoraRun* lora, const at::Tensor& positions) {
-  const TokenLayout layout = token_layout(rope, positions, tokens.size(1), tokens.device(), compute_dtype);
+at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens,
+                         const Rotary& rope, at::ScalarType compute_dtype, const LoraRun* lora,
+                         const at::Tensor& positions) {
+  const TokenLayout layout =
+      token_layout(rope, positions, tokens.size(1), tokens.device(), compute_dtype);
   at::Tensor x = tokens;
-  for (const UnitSpec& u : model_units(cfg)) x = unit_forward(cfg, u, w, x, layout, compute_dtype, lora);
+  for (const UnitSpec& u : model_units(cfg))
+    x = unit_forward(cfg, u, w, x, layout, compute_dtype, lora);
   return x;
 }
 

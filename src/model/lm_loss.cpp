@@ -14,24 +14,27 @@ using torch::autograd::tensor_list;
 // no logits are recomputed, and backward only rescales when the gradient differs.
 struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
   // h [N, H], w [V, H], y [N] (-100: no loss).
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w, const at::Tensor& y,
-                            int64_t chunk, double hint) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
+                            const at::Tensor& y, int64_t chunk, double hint) {
     const int64_t n = h.size(0);
     const bool want_dh = h.requires_grad(), want_dw = w.requires_grad();  // a LoRA head is frozen
     auto total = at::zeros({}, h.options().dtype(at::kFloat));
     at::Tensor dh = want_dh ? at::empty_like(h) : at::Tensor();
     // The weight's gradient sums over every chunk: in fp32, as one unchunked GEMM accumulates.
     at::Tensor dw = want_dw ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
-    // bf16/fp16 GEMMs with fp32 output where the device has them (CUDA's mm.dtype): no half-precision
-    // [m, V] logits nor [V, H] product per chunk. A CPU computes half precision through a cast.
+    // bf16/fp16 GEMMs with fp32 output where the device has them (CUDA's mm.dtype): no
+    // half-precision [m, V] logits nor [V, H] product per chunk. A CPU computes half precision
+    // through a cast.
     const bool fp32_out = h.is_cuda() && h.scalar_type() != at::kFloat;
     for (int64_t r = 0; r < n; r += chunk) {
       const int64_t m = std::min(chunk, n - r);
       const auto hc = h.narrow(0, r, m), yc = y.narrow(0, r, m);
-      auto logits = fp32_out ? at::mm(hc, w.t(), at::kFloat) : at::mm(hc, w.t()).to(at::kFloat);  // [m, V]
-      const auto lse = at::logsumexp(logits, {1});     // [m]
+      auto logits =
+          fp32_out ? at::mm(hc, w.t(), at::kFloat) : at::mm(hc, w.t()).to(at::kFloat);  // [m, V]
+      const auto lse = at::logsumexp(logits, {1});                                      // [m]
       const auto valid = yc.ne(-100), target = yc.clamp_min(0).unsqueeze(1);
-      total += at::where(valid, lse - logits.gather(1, target).squeeze(1), at::zeros_like(lse)).sum();
+      total +=
+          at::where(valid, lse - logits.gather(1, target).squeeze(1), at::zeros_like(lse)).sum();
       if (!want_dh && !want_dw) continue;
       auto& p = logits.sub_(lse.unsqueeze(1)).exp_();  // softmax, in place of the logits
       p.scatter_add_(1, target, at::full({m, 1}, -1.0, p.options()));
@@ -41,9 +44,12 @@ struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
         auto rows = dh.narrow(0, r, m);
         at::mm_out(rows, dl, w);
       }
-      if (want_dw && dl.scalar_type() == at::kFloat) dw.addmm_(dl.t(), hc);  // no [V, H] temporary
-      else if (want_dw && fp32_out) at::addmm_out(dw, dw, dl.t(), hc, at::kFloat);
-      else if (want_dw) dw.add_(at::mm(dl.t(), hc));
+      if (want_dw && dl.scalar_type() == at::kFloat)
+        dw.addmm_(dl.t(), hc);  // no [V, H] temporary
+      else if (want_dw && fp32_out)
+        at::addmm_out(dw, dw, dl.t(), hc, at::kFloat);
+      else if (want_dw)
+        dw.add_(at::mm(dl.t(), hc));
     }
     ctx->saved_data["hint"] = hint;
     ctx->saved_data["dh"] = dh;
@@ -65,7 +71,9 @@ struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
 
 // Labels aligned with the hidden states: position t holds labels[t+1]; the last holds -100.
 at::Tensor next_token_labels(const at::Tensor& labels) {
-  return at::cat({labels.narrow(1, 1, labels.size(1) - 1), at::full({labels.size(0), 1}, -100, labels.options())}, 1);
+  return at::cat({labels.narrow(1, 1, labels.size(1) - 1),
+                  at::full({labels.size(0), 1}, -100, labels.options())},
+                 1);
 }
 
 }  // namespace
@@ -74,15 +82,17 @@ int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t
   if (requested < 0 || tokens <= 0) return 0;
   if (requested > 0) return std::min(requested, tokens);
   const int64_t factor = (vocab + hidden - 1) / hidden, want = (tokens + factor - 1) / factor;
-  int64_t chunk = 256;  // below this the chunks' GEMMs get slow (measured on CPU: docs/performance.md)
+  int64_t chunk =
+      256;  // below this the chunks' GEMMs get slow (measured on CPU: docs/performance.md)
   while (chunk < want) chunk *= 2;
   return std::min(chunk, tokens);
 }
 
-at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                           int64_t chunk_tokens, double grad_hint) {
+at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight,
+                           const at::Tensor& labels, int64_t chunk_tokens, double grad_hint) {
   const int64_t H = hidden.size(-1);
-  return ChunkedLmLoss::apply(hidden.reshape({-1, H}), weight, next_token_labels(labels).reshape({-1}),
+  return ChunkedLmLoss::apply(hidden.reshape({-1, H}), weight,
+                              next_token_labels(labels).reshape({-1}),
                               std::max<int64_t>(1, chunk_tokens), grad_hint);
 }
 

@@ -19,7 +19,9 @@ bool LoraConfig::targets_proj(Proj p) const {
 
 void LoraConfig::validate() const {
   // Checked even with LoRA off, so a typo in a config file is never silently ignored.
-  if (rank < 0) throw runtime::UsageError("--lora-rank must be >= 0 (0: LoRA off), got " + std::to_string(rank));
+  if (rank < 0)
+    throw runtime::UsageError("--lora-rank must be >= 0 (0: LoRA off), got " +
+                              std::to_string(rank));
   if (!(alpha > 0)) {
     std::ostringstream os;
     os << "--lora-alpha must be positive, got " << alpha;
@@ -30,16 +32,21 @@ void LoraConfig::validate() const {
     os << "--lora-dropout must be in [0, 1), got " << dropout;
     throw runtime::UsageError(os.str());
   }
-  if (targets.empty()) throw runtime::UsageError("--lora-targets must name at least one projection");
+  if (targets.empty())
+    throw runtime::UsageError("--lora-targets must name at least one projection");
   for (const auto& t : targets)
-    if (!proj_by_name(t)) throw runtime::UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
+    if (!proj_by_name(t))
+      throw runtime::UsageError("--lora-targets: unknown target '" + t + "'; choose from " +
+                                proj_names_csv());
 }
 
 std::vector<std::string> parse_lora_targets(const std::string& csv) {
   std::vector<std::string> out;
   std::stringstream ss(csv);
   for (std::string t; std::getline(ss, t, ',');) {
-    if (!proj_by_name(t)) throw runtime::UsageError("--lora-targets: unknown target '" + t + "'; choose from " + proj_names_csv());
+    if (!proj_by_name(t))
+      throw runtime::UsageError("--lora-targets: unknown target '" + t + "'; choose from " +
+                                proj_names_csv());
     for (const auto& seen : out)
       if (seen == t) throw runtime::UsageError("--lora-targets: '" + t + "' is named twice");
     out.push_back(t);
@@ -87,8 +94,11 @@ at::Tensor init_lora_param(const ParamSpec& spec, uint64_t seed) {
 namespace {
 at::Generator dropout_generator(const at::Device& device, uint64_t seed) {
   if (device.is_cpu()) return at::make_generator<at::CPUGeneratorImpl>(seed);
-  // A fresh generator of the tensor's device (CUDA: Philox), never its default one, which other code draws from.
-  at::Generator gen = at::globalContext().getAcceleratorHooksInterface(device.type()).getNewGenerator(device.index());
+  // A fresh generator of the tensor's device (CUDA: Philox), never its default one, which other
+  // code draws from.
+  at::Generator gen = at::globalContext()
+                          .getAcceleratorHooksInterface(device.type())
+                          .getNewGenerator(device.index());
   gen.set_current_seed(seed);
   return gen;
 }
@@ -99,11 +109,13 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
   return lora_dropout_rows(x.unsqueeze(0), p, {seed}).squeeze(0);  // one row: the whole tensor
 }
 
-at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds) {
+at::Tensor lora_dropout_rows(const at::Tensor& x, double p,
+                             const std::vector<uint64_t>& row_seeds) {
   if (p <= 0 || x.numel() == 0) return x;
   const int64_t rows = static_cast<int64_t>(row_seeds.size());
   if (rows == 0 || x.size(0) != rows)
-    throw runtime::Error("LoRA dropout: " + std::to_string(rows) + " row seeds for an input of " + std::to_string(x.size(0)) + " rows");
+    throw runtime::Error("LoRA dropout: " + std::to_string(rows) + " row seeds for an input of " +
+                         std::to_string(x.size(0)) + " rows");
   // Drawn where x lives: no host mask and no copy per projection. [B, elements per row]
   auto keep = at::empty({rows, x.numel() / rows}, x.options().dtype(at::kFloat));
   for (int64_t r = 0; r < rows; ++r) {
@@ -122,7 +134,8 @@ uint64_t splitmix64(uint64_t z) {
 }
 }  // namespace
 
-std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch, const std::vector<int64_t>& sample_ids) {
+std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch,
+                                        const std::vector<int64_t>& sample_ids) {
   std::vector<uint64_t> out;
   out.reserve(sample_ids.size());
   const uint64_t base = splitmix64(splitmix64(seed) ^ static_cast<uint64_t>(epoch));
@@ -130,25 +143,31 @@ std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch, const std:
   return out;
 }
 
-std::vector<uint64_t> module_seeds(const std::vector<uint64_t>& row_seeds, int64_t layer, int projection) {
+std::vector<uint64_t> module_seeds(const std::vector<uint64_t>& row_seeds, int64_t layer,
+                                   int projection) {
   std::vector<uint64_t> out;
   out.reserve(row_seeds.size());
-  for (uint64_t s : row_seeds) out.push_back((s * 1000003ull + static_cast<uint64_t>(layer)) * 16 + static_cast<uint64_t>(projection));
+  for (uint64_t s : row_seeds)
+    out.push_back((s * 1000003ull + static_cast<uint64_t>(layer)) * 16 +
+                  static_cast<uint64_t>(projection));
   return out;
 }
 
-at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
-                       double scale, const at::Tensor& xd, const at::Tensor& bias) {
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a,
+                       const at::Tensor& b, double scale, const at::Tensor& xd,
+                       const at::Tensor& bias) {
   return at::linear(x, w, bias) + at::linear(at::linear(xd, a), b) * scale;
 }
 
-at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter, const at::Tensor& bias) {
-  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale, lora_dropout_rows(x, adapter.dropout, adapter.row_seeds),
-                     bias);
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter,
+                       const at::Tensor& bias) {
+  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale,
+                     lora_dropout_rows(x, adapter.dropout, adapter.row_seeds), bias);
 }
 
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale) {
-  return (w.to(at::kFloat) + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * scale).to(w.scalar_type());
+  return (w.to(at::kFloat) + at::matmul(b.to(at::kFloat), a.to(at::kFloat)) * scale)
+      .to(w.scalar_type());
 }
 
 }  // namespace shardtrain::model

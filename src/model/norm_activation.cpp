@@ -14,7 +14,8 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
 }
 
 at::Tensor activation(const std::string& name, const at::Tensor& x) {
-  // transformers' ACT2FN: silu/swish = nn.SiLU, gelu = GELU (erf), gelu_pytorch_tanh = GELU(tanh), relu.
+  // transformers' ACT2FN: silu/swish = nn.SiLU, gelu = GELU (erf), gelu_pytorch_tanh = GELU(tanh),
+  // relu.
   if (name == "gelu") return at::gelu(x);
   if (name == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
   if (name == "relu") return at::relu(x);

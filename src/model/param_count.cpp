@@ -12,10 +12,12 @@ T count_params(const ModelConfig& c) {
   T layer = 2 * static_cast<T>(c.hidden_size);  // the two norms
   for (Proj p : kProjections) {
     const ProjShape s = proj_shape(c, p);
-    layer += static_cast<T>(s.out) * static_cast<T>(s.in) + (has_bias(c, p) ? static_cast<T>(s.out) : T{0});
+    layer += static_cast<T>(s.out) * static_cast<T>(s.in) +
+             (has_bias(c, p) ? static_cast<T>(s.out) : T{0});
   }
   const T embed = static_cast<T>(c.vocab_size) * static_cast<T>(c.hidden_size);
-  return static_cast<T>(c.num_layers) * layer + embed * (c.tie_word_embeddings ? 1 : 2) + static_cast<T>(c.hidden_size);
+  return static_cast<T>(c.num_layers) * layer + embed * (c.tie_word_embeddings ? 1 : 2) +
+         static_cast<T>(c.hidden_size);
 }
 
 }  // namespace

@@ -25,7 +25,6 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
   return u;
 }
 
-
 std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
   const int64_t h = c.hidden_size;
   std::vector<ParamSpec> s;
@@ -34,20 +33,23 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
     for (Proj p : kProjections) {
       const ProjShape shape = proj_shape(c, p);
       s.push_back({proj_weight_name(i, p), {shape.out, shape.in}, false, i + 1});
-      if (has_bias(c, p)) s.push_back({proj_bias_name(i, p), {shape.out}, false, i + 1, /*is_bias=*/true});
+      if (has_bias(c, p))
+        s.push_back({proj_bias_name(i, p), {shape.out}, false, i + 1, /*is_bias=*/true});
     }
     s.push_back({names::layer(i, names::kInputNorm), {h}, true, i + 1});
     s.push_back({names::layer(i, names::kPostNorm), {h}, true, i + 1});
   }
   s.push_back({names::kNorm, {h}, true, c.num_layers + 1});
-  if (!c.tie_word_embeddings) s.push_back({names::kLmHead, {c.vocab_size, h}, false, c.num_layers + 1});
+  if (!c.tie_word_embeddings)
+    s.push_back({names::kLmHead, {c.vocab_size, h}, false, c.num_layers + 1});
   return s;
 }
 
 at::Tensor init_param(const ParamSpec& spec, uint64_t seed, double std) {
   if (spec.is_norm) return at::ones(spec.shape, at::kFloat);
-  if (spec.is_bias) return at::zeros(spec.shape, at::kFloat);  // transformers' _init_weights zeroes Linear biases
-  uint64_t hsh = 1469598103934665603ull;  // FNV-1a of the name, mixed with the seed
+  if (spec.is_bias)
+    return at::zeros(spec.shape, at::kFloat);  // transformers' _init_weights zeroes Linear biases
+  uint64_t hsh = 1469598103934665603ull;       // FNV-1a of the name, mixed with the seed
   for (unsigned char ch : spec.name) hsh = (hsh ^ ch) * 1099511628211ull;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(hsh ^ (seed * 0x9E3779B97F4A7C15ull));
   return at::normal(0.0, std, spec.shape, gen, at::TensorOptions().dtype(at::kFloat));
@@ -70,36 +72,50 @@ void check_weights(const ModelConfig& cfg, const io::SafetensorsModel& weights) 
     return "[" + out + "]";
   };
   // config.json's torch_dtype, when it names a float type, is what every tensor must be stored in.
-  const std::map<std::string, io::StDType> float_dtypes = {{"float32", io::StDType::F32}, {"float", io::StDType::F32},
-                                                       {"bfloat16", io::StDType::BF16}, {"float16", io::StDType::F16},
-                                                       {"half", io::StDType::F16}};
+  const std::map<std::string, io::StDType> float_dtypes = {{"float32", io::StDType::F32},
+                                                           {"float", io::StDType::F32},
+                                                           {"bfloat16", io::StDType::BF16},
+                                                           {"float16", io::StDType::F16},
+                                                           {"half", io::StDType::F16}};
   const auto it = float_dtypes.find(cfg.torch_dtype);
-  const std::optional<io::StDType> declared = it == float_dtypes.end() ? std::nullopt : std::optional(it->second);
+  const std::optional<io::StDType> declared =
+      it == float_dtypes.end() ? std::nullopt : std::optional(it->second);
   const auto names = weights.names();
   const std::string origin = names.empty() ? "the weights" : weights.file_of(names.front()).path();
   const auto specs = llama_param_specs(cfg);
   for (const auto& n : names) {
-    // A bias the config does not declare: the config is not these weights' (transformers would drop it).
+    // A bias the config does not declare: the config is not these weights' (transformers would drop
+    // it).
     const bool bias = n.size() > 5 && n.compare(n.size() - 5, 5, ".bias") == 0;
-    if (bias && std::none_of(specs.begin(), specs.end(), [&n](const ParamSpec& s) { return s.name == n; }))
-      throw runtime::UsageError("--weights: " + weights.file_of(n).path() + " holds '" + n + "', a bias that " + cfg.name +
-                                " does not declare (attention_bias/mlp_bias/model_type); pass the config.json that came with these weights");
+    if (bias &&
+        std::none_of(specs.begin(), specs.end(), [&n](const ParamSpec& s) { return s.name == n; }))
+      throw runtime::UsageError("--weights: " + weights.file_of(n).path() + " holds '" + n +
+                                "', a bias that " + cfg.name +
+                                " does not declare (attention_bias/mlp_bias/model_type); pass the "
+                                "config.json that came with these weights");
   }
   for (const auto& s : specs) {
     if (std::find(names.begin(), names.end(), s.name) == names.end())
-      throw runtime::UsageError("--weights: " + origin + " has no tensor '" + s.name + "', which --model " + cfg.name +
-                       " needs; pass the config.json that came with these weights");
+      throw runtime::UsageError("--weights: " + origin + " has no tensor '" + s.name +
+                                "', which --model " + cfg.name +
+                                " needs; pass the config.json that came with these weights");
     const auto& info = weights.info(s.name);
-    const std::string where = "--weights: tensor '" + s.name + "' in " + weights.file_of(s.name).path();
+    const std::string where =
+        "--weights: tensor '" + s.name + "' in " + weights.file_of(s.name).path();
     if (info.shape != s.shape)
-      throw runtime::UsageError(where + " has shape " + dims(info.shape) + " but the model config (--model " + cfg.name +
-                       ") needs " + dims(s.shape) + "; pass the config.json that came with these weights");
-    if (info.dtype != io::StDType::F32 && info.dtype != io::StDType::BF16 && info.dtype != io::StDType::F16)
+      throw runtime::UsageError(
+          where + " has shape " + dims(info.shape) + " but the model config (--model " + cfg.name +
+          ") needs " + dims(s.shape) + "; pass the config.json that came with these weights");
+    if (info.dtype != io::StDType::F32 && info.dtype != io::StDType::BF16 &&
+        info.dtype != io::StDType::F16)
       throw runtime::UsageError(where + " has dtype " + io::st_dtype_name(info.dtype) +
-                       "; shardtrain reads F32, BF16 or F16 weights: convert them (e.g. with transformers, torch_dtype)");
+                                "; shardtrain reads F32, BF16 or F16 weights: convert them (e.g. "
+                                "with transformers, torch_dtype)");
     if (declared && info.dtype != *declared)
-      throw runtime::UsageError(where + " has dtype " + io::st_dtype_name(info.dtype) + " but " + cfg.name + " says torch_dtype \"" +
-                       cfg.torch_dtype + "\"; pass the config.json that came with these weights, or correct its torch_dtype");
+      throw runtime::UsageError(
+          where + " has dtype " + io::st_dtype_name(info.dtype) + " but " + cfg.name +
+          " says torch_dtype \"" + cfg.torch_dtype +
+          "\"; pass the config.json that came with these weights, or correct its torch_dtype");
   }
 }
 

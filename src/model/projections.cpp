@@ -41,19 +41,30 @@ ProjShape proj_shape(const ModelConfig& c, Proj p) {
   const int64_t kv = c.num_kv_heads * c.head_dim();
   const int64_t f = c.intermediate_size;
   switch (p) {
-    case Proj::kQ: return {q, h};
-    case Proj::kK: return {kv, h};
-    case Proj::kV: return {kv, h};
-    case Proj::kO: return {h, q};
-    case Proj::kGate: return {f, h};
-    case Proj::kUp: return {f, h};
-    case Proj::kDown: return {h, f};
+    case Proj::kQ:
+      return {q, h};
+    case Proj::kK:
+      return {kv, h};
+    case Proj::kV:
+      return {kv, h};
+    case Proj::kO:
+      return {h, q};
+    case Proj::kGate:
+      return {f, h};
+    case Proj::kUp:
+      return {f, h};
+    case Proj::kDown:
+      return {h, f};
   }
   return {};
 }
 
-std::string proj_weight_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".weight"; }
-std::string proj_bias_name(int64_t layer, Proj p) { return names::layer(layer, proj_module(p)) + ".bias"; }
+std::string proj_weight_name(int64_t layer, Proj p) {
+  return names::layer(layer, proj_module(p)) + ".weight";
+}
+std::string proj_bias_name(int64_t layer, Proj p) {
+  return names::layer(layer, proj_module(p)) + ".bias";
+}
 
 std::vector<Proj> merged_members(Merged m) {
   if (m == Merged::kQKV) return {Proj::kQ, Proj::kK, Proj::kV};
@@ -66,7 +77,9 @@ std::string merged_module(int64_t layer, Merged m) {
 }
 }  // namespace
 
-std::string merged_weight_name(int64_t layer, Merged m) { return merged_module(layer, m) + ".weight"; }
+std::string merged_weight_name(int64_t layer, Merged m) {
+  return merged_module(layer, m) + ".weight";
+}
 std::string merged_bias_name(int64_t layer, Merged m) { return merged_module(layer, m) + ".bias"; }
 
 bool has_bias(const ModelConfig& c, Proj p) {

@@ -9,8 +9,8 @@
 
 namespace shardtrain::model {
 
-TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
-                         at::ScalarType dtype, bool gather) {
+TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T,
+                         const at::Device& device, at::ScalarType dtype, bool gather) {
   TokenLayout l;
   // A row whose positions never restart is one document: the plain causal path, no gather.
   const bool packed = positions.defined() && positions.size(0) > 0 && T > 1 &&
@@ -34,16 +34,22 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   at::Tensor starts = pos.eq(0);
   starts.select(1, 0).fill_(true);  // every row opens a document
   if (packed_rows_use_varlen(device.is_cuda(), dtype)) {
-    const at::Tensor first = starts.flatten().nonzero().flatten();  // flat index of each document's first token
+    const at::Tensor first =
+        starts.flatten().nonzero().flatten();  // flat index of each document's first token
     const at::Tensor bounds = at::cat({first, at::full({1}, B * T, at::kLong)});
-    l.max_doc_len = (bounds.narrow(0, 1, bounds.size(0) - 1) - bounds.narrow(0, 0, bounds.size(0) - 1)).max().item<int64_t>();
+    l.max_doc_len =
+        (bounds.narrow(0, 1, bounds.size(0) - 1) - bounds.narrow(0, 0, bounds.size(0) - 1))
+            .max()
+            .item<int64_t>();
     l.cu_seqlens = runtime::to_device(bounds.to(at::kInt), device);
     return l;
   }
-  const at::Tensor doc = runtime::to_device(starts.cumsum(1), device);                   // [B, T]: document number in the row
-  const at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));            // [B, T, T]
-  const at::Tensor causal = at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
-  l.same_doc = same.logical_and(causal).unsqueeze(1);                       // [B, 1, T, T]
+  const at::Tensor doc =
+      runtime::to_device(starts.cumsum(1), device);  // [B, T]: document number in the row
+  const at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));  // [B, T, T]
+  const at::Tensor causal =
+      at::ones({T, T}, at::TensorOptions().dtype(at::kBool).device(device)).tril();
+  l.same_doc = same.logical_and(causal).unsqueeze(1);  // [B, 1, T, T]
   return l;
 }
 
@@ -51,13 +57,18 @@ bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype) {
   return cuda && (dtype == at::kBFloat16 || dtype == at::kHalf);
 }
 
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa,
-                            int64_t window) {
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            bool native_gqa, int64_t window) {
   const int64_t rep = q.size(1) / k.size(1);
-  if (window > 0 && window < q.size(2)) return masked_attention(q, k, v, sliding_band(q.size(2), window, q.device()));
-  constexpr int64_t kMath = 0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
-  const bool gqa = rep > 1 && native_gqa && at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
-  if (rep == 1 || gqa) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt, gqa);
+  if (window > 0 && window < q.size(2))
+    return masked_attention(q, k, v, sliding_band(q.size(2), window, q.device()));
+  constexpr int64_t kMath =
+      0;  // sdp::SDPBackend::math: enable_gqa would repeat K and V inside it anyway
+  const bool gqa = rep > 1 && native_gqa &&
+                   at::_fused_sdp_choice(q, k, v, {}, 0.0, true, std::nullopt, true) != kMath;
+  if (rep == 1 || gqa)
+    return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, std::nullopt,
+                                            gqa);
   const int64_t B = k.size(0), nkv = k.size(1), T = k.size(2), D = k.size(3);
   // repeat_kv: each kv head serves `rep` consecutive query heads
   auto kr = k.unsqueeze(2).expand({B, nkv, rep, T, D}).reshape({B, nkv * rep, T, D});
@@ -71,18 +82,22 @@ at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device) {
   return back.ge(0).logical_and(back.lt(window));
 }
 
-at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            int64_t window) {
+at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, int64_t window) {
   if (!layout.packed()) return causal_attention(q, k, v, /*native_gqa=*/true, window);
   const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), D = q.size(3);
   if (layout.cu_seqlens.defined()) {
     // Flash's variable-length kernel over the flattened batch: [tokens, heads, D], GQA native.
-    const auto flat = [&](const at::Tensor& x) { return x.transpose(1, 2).reshape({B * T, x.size(1), D}); };
-    const std::optional<int64_t> left = window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt;
+    const auto flat = [&](const at::Tensor& x) {
+      return x.transpose(1, 2).reshape({B * T, x.size(1), D});
+    };
+    const std::optional<int64_t> left =
+        window > 0 ? std::optional<int64_t>(window - 1) : std::nullopt;
     const std::optional<int64_t> right = window > 0 ? std::optional<int64_t>(0) : std::nullopt;
-    const auto out = std::get<0>(at::_flash_attention_forward(flat(q), flat(k), flat(v), layout.cu_seqlens, layout.cu_seqlens,
-                                                              layout.max_doc_len, layout.max_doc_len, 0.0, /*is_causal=*/true,
-                                                              /*return_debug_mask=*/false, std::nullopt, left, right));
+    const auto out = std::get<0>(at::_flash_attention_forward(
+        flat(q), flat(k), flat(v), layout.cu_seqlens, layout.cu_seqlens, layout.max_doc_len,
+        layout.max_doc_len, 0.0, /*is_causal=*/true,
+        /*return_debug_mask=*/false, std::nullopt, left, right));
     return out.view({B, T, nh, D}).transpose(1, 2);
   }
   at::Tensor mask = layout.same_doc;
@@ -90,7 +105,8 @@ at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, cons
   return masked_attention(q, k, v, mask);
 }
 
-at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask) {
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask) {
   const int64_t rep = q.size(1) / k.size(1);
   const auto kr = rep == 1 ? k : k.repeat_interleave(rep, 1);  // repeat_kv
   const auto vr = rep == 1 ? v : v.repeat_interleave(rep, 1);

@@ -74,10 +74,12 @@ NetPluginReport probe_nccl_net_plugin() {
       if (sym) r.net_name = *static_cast<const char* const*>(sym);
     }
     Dl_info info{};
-    if (void* any = dlsym(h, "ncclNetPlugin_v6"); any && dladdr(any, &info) && info.dli_fname) r.library = info.dli_fname;
+    if (void* any = dlsym(h, "ncclNetPlugin_v6"); any && dladdr(any, &info) && info.dli_fname)
+      r.library = info.dli_fname;
     break;  // NCCL keeps the first plugin that loads
   }
-  r.aws_ofi_nccl = r.net_name.find("Libfabric") != std::string::npos || r.net_name.find("AWS") != std::string::npos;
+  r.aws_ofi_nccl = r.net_name.find("Libfabric") != std::string::npos ||
+                   r.net_name.find("AWS") != std::string::npos;
   return r;
 }
 

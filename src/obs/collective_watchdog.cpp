@@ -26,13 +26,16 @@ Verdict judge(const std::vector<Heartbeat>& beats, double timeout_s) {
   if (!v.stuck) return v;
   double gid = -1;
   for (const auto& b : beats)
-    if (b.groups[v.group].oldest_in_flight == static_cast<double>(v.seq) && b.groups[v.group].oldest_age_s == v.age_s)
+    if (b.groups[v.group].oldest_in_flight == static_cast<double>(v.seq) &&
+        b.groups[v.group].oldest_age_s == v.age_s)
       gid = b.groups[v.group].group_id;
   for (size_t r = 0; r < beats.size(); ++r) {
     const GroupBeat& g = beats[r].groups[v.group];
     if (g.group_id != gid) continue;  // another shard/replicate group with its own numbering
-    if (g.started < static_cast<double>(v.seq)) v.missing.push_back(static_cast<int>(r));
-    else if (g.oldest_in_flight == static_cast<double>(v.seq)) v.waiting.push_back(static_cast<int>(r));
+    if (g.started < static_cast<double>(v.seq))
+      v.missing.push_back(static_cast<int>(r));
+    else if (g.oldest_in_flight == static_cast<double>(v.seq))
+      v.waiting.push_back(static_cast<int>(r));
   }
   return v;
 }
@@ -49,32 +52,42 @@ std::string rank_list(const std::vector<int>& ranks, const std::vector<std::stri
 }
 }  // namespace
 
-std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beats, const std::vector<std::string>& hosts,
-                            const std::vector<std::string>& group_names, double timeout_s, int exit_code) {
+std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beats,
+                            const std::vector<std::string>& hosts,
+                            const std::vector<std::string>& group_names, double timeout_s,
+                            int exit_code) {
   char head[256];
-  std::snprintf(head, sizeof head, "collective watchdog: %s #%lld on the %s group has not completed after %.1f s "
-                "(--collective-timeout %.0f). ", comm::op_name(static_cast<comm::Op>(v.op)), static_cast<long long>(v.seq),
+  std::snprintf(head, sizeof head,
+                "collective watchdog: %s #%lld on the %s group has not completed after %.1f s "
+                "(--collective-timeout %.0f). ",
+                comm::op_name(static_cast<comm::Op>(v.op)), static_cast<long long>(v.seq),
                 group_names[v.group].c_str(), v.age_s, timeout_s);
   std::string msg = head;
   if (!v.missing.empty()) {
     msg += "Not reached by " + rank_list(v.missing, hosts) + ": ";
     for (size_t i = 0; i < v.missing.size(); ++i) {
       const GroupBeat& g = beats[v.missing[i]].groups[v.group];
-      msg += (i ? "; " : "") + std::string("rank ") + std::to_string(v.missing[i]) + " last issued #" +
-             std::to_string(static_cast<long long>(g.started));
+      msg += (i ? "; " : "") + std::string("rank ") + std::to_string(v.missing[i]) +
+             " last issued #" + std::to_string(static_cast<long long>(g.started));
     }
     msg += ". ";
   } else {
-    msg += "Every member has issued it, so the transport itself is stuck (network, NCCL, a dead link). ";
+    msg +=
+        "Every member has issued it, so the transport itself is stuck (network, NCCL, a dead "
+        "link). ";
   }
   if (!v.waiting.empty()) msg += "Waiting in it: " + rank_list(v.waiting, hosts) + ". ";
   return msg + "Exiting with code " + std::to_string(exit_code) + ".";
 }
 
-CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups, std::vector<std::string> hosts, double timeout_s,
+CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups,
+                                       std::vector<std::string> hosts, double timeout_s,
                                        int dump_last)
-    : groups_{groups.world.get(), groups.shard.get(), groups.replicate.get()}, hosts_(std::move(hosts)), timeout_s_(timeout_s),
-      interval_s_(std::clamp(timeout_s / 5, 0.1, 5.0)), dump_last_(dump_last) {
+    : groups_{groups.world.get(), groups.shard.get(), groups.replicate.get()},
+      hosts_(std::move(hosts)),
+      timeout_s_(timeout_s),
+      interval_s_(std::clamp(timeout_s / 5, 0.1, 5.0)),
+      dump_last_(dump_last) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_));
   for (int g = 0; g < kWatchedGroups; ++g) {
@@ -87,7 +100,8 @@ CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups, std::v
   // A failure of the thread itself (a sticky CUDA error in a completion probe, an MPI error) is
   // one line and exit code 76, never an exception escaping the thread (std::terminate).
   thread_ = std::thread([this, host] {
-    runtime::run_helper_thread("collective watchdog", rank_, host, runtime::kExitCollectiveTimeout, [this] { run(); });
+    runtime::run_helper_thread("collective watchdog", rank_, host, runtime::kExitCollectiveTimeout,
+                               [this] { run(); });
   });
 }
 
@@ -103,8 +117,12 @@ Heartbeat CollectiveWatchdog::beat() const {
   Heartbeat b;
   for (int g = 0; g < kWatchedGroups; ++g) {
     const auto s = groups_[g]->log().state();
-    b.groups[g] = {group_ids_[g],         static_cast<double>(s.started), static_cast<double>(s.finished),
-                   static_cast<double>(s.oldest_in_flight), static_cast<double>(s.oldest_op), s.oldest_age_s};
+    b.groups[g] = {group_ids_[g],
+                   static_cast<double>(s.started),
+                   static_cast<double>(s.finished),
+                   static_cast<double>(s.oldest_in_flight),
+                   static_cast<double>(s.oldest_op),
+                   s.oldest_age_s};
   }
   b.stopping = stop_ ? 1 : 0;
   return b;
@@ -112,14 +130,18 @@ Heartbeat CollectiveWatchdog::beat() const {
 
 void CollectiveWatchdog::run() {
   groups_[0]->bind_thread();  // its probes query this rank's GPU events: select that GPU first
-  std::vector<Heartbeat> beats(world_);  // plain doubles: gathered as bytes, the same layout everywhere
+  std::vector<Heartbeat> beats(
+      world_);  // plain doubles: gathered as bytes, the same layout everywhere
   while (true) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(interval_s_);
-    while (!stop_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(interval_s_);
+    while (!stop_ && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (abandon_) return;
     const Heartbeat mine = beat();
     MPI_Request req;
-    if (MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, beats.data(), sizeof mine, MPI_BYTE, side_.get(), &req) != MPI_SUCCESS)
+    if (MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, beats.data(), sizeof mine, MPI_BYTE,
+                       side_.get(), &req) != MPI_SUCCESS)
       return;
     int done = 0;
     while (!done) {  // poll, so this thread never sits inside MPI for long
@@ -137,11 +159,13 @@ void CollectiveWatchdog::report_and_exit(const Verdict& v, const std::vector<Hea
   std::vector<std::string> names;
   for (const auto* g : groups_) names.push_back(g->name());
   if (rank_ == 0)
-    std::fprintf(stderr, "shardtrain: %s\n",
-                 verdict_message(v, beats, hosts_, names, timeout_s_, runtime::kExitCollectiveTimeout).c_str());
+    std::fprintf(
+        stderr, "shardtrain: %s\n",
+        verdict_message(v, beats, hosts_, names, timeout_s_, runtime::kExitCollectiveTimeout)
+            .c_str());
   const double now = comm::CollectiveLog::now();
-  std::string dump = "shardtrain: collective watchdog: rank " + std::to_string(rank_) + " (" + hosts_[rank_] +
-                     ") last collectives:";
+  std::string dump = "shardtrain: collective watchdog: rank " + std::to_string(rank_) + " (" +
+                     hosts_[rank_] + ") last collectives:";
   for (const auto* g : groups_) {
     auto h = g->log().history();
     if (static_cast<int>(h.size()) > dump_last_) h.erase(h.begin(), h.end() - dump_last_);

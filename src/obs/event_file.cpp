@@ -18,8 +18,8 @@ void put_le(std::string& out, uint64_t v, int bytes) {
 }
 
 [[noreturn]] void fail(const std::string& what, const std::string& path) {
-  throw runtime::UsageError("--tensorboard: cannot " + what + " " + path + " (" + std::strerror(errno) +
-                            "); choose a directory this job can write");
+  throw runtime::UsageError("--tensorboard: cannot " + what + " " + path + " (" +
+                            std::strerror(errno) + "); choose a directory this job can write");
 }
 
 }  // namespace
@@ -41,7 +41,9 @@ EventFile::EventFile(const std::string& dir, const std::string& host, long long 
     errno = ec.value();
     fail("make the directory", dir);
   }
-  const std::string base = (std::filesystem::path(dir) / ("events.out.tfevents." + std::to_string(unix_time) + "." + host)).string();
+  const std::string base = (std::filesystem::path(dir) /
+                            ("events.out.tfevents." + std::to_string(unix_time) + "." + host))
+                               .string();
   for (int n = 0; !f_; ++n) {
     path_ = n == 0 ? base : base + "." + std::to_string(n);
     // O_EXCL: a new file, never another writer's (a resumed run appends a file of its own)

@@ -9,10 +9,12 @@
 namespace shardtrain::obs {
 namespace {
 
-void global_init() {  // curl_global_init is not thread-safe on every platform: once, before any handle
+void global_init() {  // curl_global_init is not thread-safe on every platform: once, before any
+                      // handle
   static std::once_flag once;
   std::call_once(once, [] {
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw HttpError("libcurl failed to initialize");
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+      throw HttpError("libcurl failed to initialize");
   });
 }
 
@@ -23,9 +25,12 @@ size_t append_body(char* data, size_t size, size_t n, void* out) {
 
 }  // namespace
 
-HttpClient::HttpClient(std::string base_url, HttpTimeouts timeouts, std::string bearer_token, std::string user,
-                       std::string password)
-    : base_(std::move(base_url)), timeouts_(timeouts), bearer_(std::move(bearer_token)), user_(std::move(user)),
+HttpClient::HttpClient(std::string base_url, HttpTimeouts timeouts, std::string bearer_token,
+                       std::string user, std::string password)
+    : base_(std::move(base_url)),
+      timeouts_(timeouts),
+      bearer_(std::move(bearer_token)),
+      user_(std::move(user)),
       password_(std::move(password)) {
   global_init();
   curl_ = curl_easy_init();
@@ -37,8 +42,12 @@ HttpClient::~HttpClient() {
 }
 
 HttpClient::HttpClient(HttpClient&& other) noexcept
-    : base_(std::move(other.base_)), timeouts_(other.timeouts_), bearer_(std::move(other.bearer_)),
-      user_(std::move(other.user_)), password_(std::move(other.password_)), curl_(std::exchange(other.curl_, nullptr)) {}
+    : base_(std::move(other.base_)),
+      timeouts_(other.timeouts_),
+      bearer_(std::move(other.bearer_)),
+      user_(std::move(other.user_)),
+      password_(std::move(other.password_)),
+      curl_(std::exchange(other.curl_, nullptr)) {}
 
 HttpClient& HttpClient::operator=(HttpClient&& other) noexcept {
   if (this != &other) {
@@ -55,7 +64,9 @@ HttpClient& HttpClient::operator=(HttpClient&& other) noexcept {
 
 HttpResponse HttpClient::get(const std::string& path) { return perform(path, nullptr); }
 
-HttpResponse HttpClient::post_json(const std::string& path, const std::string& body) { return perform(path, &body); }
+HttpResponse HttpClient::post_json(const std::string& path, const std::string& body) {
+  return perform(path, &body);
+}
 
 HttpResponse HttpClient::perform(const std::string& path, const std::string* post_body) {
   if (!curl_) throw HttpError("the HTTP client was moved from");
@@ -65,7 +76,8 @@ HttpResponse HttpClient::perform(const std::string& path, const std::string* pos
   HttpResponse r;
   char error[CURL_ERROR_SIZE] = {0};
   curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
-  if (!bearer_.empty()) headers = curl_slist_append(headers, ("Authorization: Bearer " + bearer_).c_str());
+  if (!bearer_.empty())
+    headers = curl_slist_append(headers, ("Authorization: Bearer " + bearer_).c_str());
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);  // a helper thread: no SIGALRM for DNS timeouts
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, timeouts_.connect_ms);
@@ -85,7 +97,8 @@ HttpResponse HttpClient::perform(const std::string& path, const std::string* pos
   }
   const CURLcode rc = curl_easy_perform(c);
   curl_slist_free_all(headers);
-  if (rc != CURLE_OK) throw HttpError(std::string(error[0] ? error : curl_easy_strerror(rc)) + " (" + url + ")");
+  if (rc != CURLE_OK)
+    throw HttpError(std::string(error[0] ? error : curl_easy_strerror(rc)) + " (" + url + ")");
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
   return r;
 }

@@ -33,16 +33,19 @@ bool valid_request_line(const std::string& line, std::string* method, std::strin
   *method = line.substr(0, a);
   *target = line.substr(a + 1, b - a - 1);
   const std::string version = line.substr(b + 1);
-  if (!std::all_of(method->begin(), method->end(), [](char c) { return c >= 'A' && c <= 'Z'; })) return false;
+  if (!std::all_of(method->begin(), method->end(), [](char c) { return c >= 'A' && c <= 'Z'; }))
+    return false;
   if (target->empty() || (*target)[0] != '/' ||
       !std::all_of(target->begin(), target->end(), [](char c) { return c > 32 && c < 127; }))
     return false;
-  return version.size() == 8 && version.compare(0, 5, "HTTP/") == 0 && std::isdigit(static_cast<unsigned char>(version[5])) &&
-         version[6] == '.' && std::isdigit(static_cast<unsigned char>(version[7]));
+  return version.size() == 8 && version.compare(0, 5, "HTTP/") == 0 &&
+         std::isdigit(static_cast<unsigned char>(version[5])) && version[6] == '.' &&
+         std::isdigit(static_cast<unsigned char>(version[7]));
 }
 
 std::string reply(const char* status, const std::string& body) {
-  return std::string("HTTP/1.0 ") + status + "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" +
+  return std::string("HTTP/1.0 ") + status +
+         "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" +
          "Content-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
@@ -54,7 +57,8 @@ struct Connection {
   bool replying = false;
 };
 
-// Whether a client still reading its request has sent nothing yet, neither read nor waiting in the socket.
+// Whether a client still reading its request has sent nothing yet, neither read nor waiting in the
+// socket.
 bool silent(const Connection& c) {
   int pending = 0;
   return !c.replying && c.in.empty() && ::ioctl(c.fd, FIONREAD, &pending) == 0 && pending == 0;
@@ -70,7 +74,8 @@ void close_connection(Connection& c) {
 // Sends what the socket takes now; true when the whole reply is out (or the peer is gone).
 bool send_some(Connection& c) {
   while (c.sent < c.out.size()) {
-    const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n =
+        ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
     if (n <= 0) return true;
     c.sent += static_cast<size_t>(n);
@@ -82,39 +87,48 @@ bool send_some(Connection& c) {
 
 HttpVerdict classify_request(const std::string& received, size_t max_request_bytes) {
   const size_t eol = received.find('\n');
-  if (eol == std::string::npos) return received.size() >= max_request_bytes ? HttpVerdict::kTooLarge : HttpVerdict::kIncomplete;
+  if (eol == std::string::npos)
+    return received.size() >= max_request_bytes ? HttpVerdict::kTooLarge : HttpVerdict::kIncomplete;
   std::string line = received.substr(0, eol), method, target;
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  if (!valid_request_line(line, &method, &target)) return HttpVerdict::kBadRequest;  // garbage: no need to wait for more
+  if (!valid_request_line(line, &method, &target))
+    return HttpVerdict::kBadRequest;  // garbage: no need to wait for more
   size_t end = received.find("\r\n\r\n");
   if (end == std::string::npos) end = received.find("\n\n");
   if (end == std::string::npos || end >= max_request_bytes)
     return received.size() >= max_request_bytes ? HttpVerdict::kTooLarge : HttpVerdict::kIncomplete;
-  if (method == "GET" && (target == "/metrics" || target.rfind("/metrics?", 0) == 0)) return HttpVerdict::kMetrics;
+  if (method == "GET" && (target == "/metrics" || target.rfind("/metrics?", 0) == 0))
+    return HttpVerdict::kMetrics;
   return HttpVerdict::kNotFound;
 }
 
-HttpServer::HttpServer(const std::string& bind_address, int port, std::function<std::string()> metrics, HttpLimits limits)
+HttpServer::HttpServer(const std::string& bind_address, int port,
+                       std::function<std::string()> metrics, HttpLimits limits)
     : metrics_(std::move(metrics)), limits_(limits) {
-  const std::string where = "--metrics-port " + std::to_string(port) + " (--metrics-bind " + bind_address + ")";
+  const std::string where =
+      "--metrics-port " + std::to_string(port) + " (--metrics-bind " + bind_address + ")";
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST;  // no name lookup: no network at run time
+  hints.ai_flags =
+      AI_PASSIVE | AI_NUMERICSERV | AI_NUMERICHOST;  // no name lookup: no network at run time
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(bind_address.c_str(), std::to_string(port).c_str(), &hints, &found);
   if (rc != 0)
     throw runtime::UsageError("--metrics-bind " + bind_address + ": " + ::gai_strerror(rc) +
-                     "; give an IP address of this host, e.g. 127.0.0.1 (this host only) or 0.0.0.0 (every interface)");
+                              "; give an IP address of this host, e.g. 127.0.0.1 (this host only) "
+                              "or 0.0.0.0 (every interface)");
   std::string why = "no address";
   for (addrinfo* a = found; a && listen_fd_ < 0; a = a->ai_next) {
-    listen_fd_ = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    listen_fd_ =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (listen_fd_ < 0) {
       why = std::strerror(errno);
       continue;
     }
     int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // restart without TIME_WAIT trouble
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one,
+                 sizeof one);  // restart without TIME_WAIT trouble
     if (::bind(listen_fd_, a->ai_addr, a->ai_addrlen) == 0 && ::listen(listen_fd_, 128) == 0) break;
     why = std::strerror(errno);
     ::close(listen_fd_);
@@ -122,8 +136,9 @@ HttpServer::HttpServer(const std::string& bind_address, int port, std::function<
   }
   ::freeaddrinfo(found);
   if (listen_fd_ < 0)
-    throw runtime::UsageError(where + ": cannot listen (" + why +
-                     "); pick a free port and an address of this host, or leave --metrics-port off");
+    throw runtime::UsageError(
+        where + ": cannot listen (" + why +
+        "); pick a free port and an address of this host, or leave --metrics-port off");
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
@@ -172,7 +187,8 @@ void HttpServer::serve() {
       const short ev = fds[i + 2].revents;
       if (!c.replying && (ev & (POLLIN | POLLHUP | POLLERR))) {
         // Never more than the limit (+1 to see it crossed) is read from one client.
-        const size_t room = limits_.max_request_bytes + 1 - std::min(c.in.size(), limits_.max_request_bytes);
+        const size_t room =
+            limits_.max_request_bytes + 1 - std::min(c.in.size(), limits_.max_request_bytes);
         const ssize_t n = ::recv(c.fd, buf, std::min(sizeof buf, room), MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
           close_connection(c);  // the client gave up
@@ -186,22 +202,28 @@ void HttpServer::serve() {
           try {
             c.out = reply("200 OK", metrics_());
           } catch (const std::exception& e) {
-            c.out = reply("500 Internal Server Error", std::string("shardtrain: ") + e.what() + "\n");
+            c.out =
+                reply("500 Internal Server Error", std::string("shardtrain: ") + e.what() + "\n");
           }
         } else if (v == HttpVerdict::kNotFound) {
           c.out = reply("404 Not Found", "shardtrain: scrape /metrics\n");
         } else if (v == HttpVerdict::kBadRequest) {
-          c.out = reply("400 Bad Request", "shardtrain: not an HTTP request; scrape GET /metrics\n");
+          c.out =
+              reply("400 Bad Request", "shardtrain: not an HTTP request; scrape GET /metrics\n");
         } else {
           c.out = reply("431 Request Header Fields Too Large",
-                        "shardtrain: requests are limited to " + std::to_string(limits_.max_request_bytes) + " bytes\n");
+                        "shardtrain: requests are limited to " +
+                            std::to_string(limits_.max_request_bytes) + " bytes\n");
         }
       }
       if (c.replying && send_some(c)) close_connection(c);
     }
     for (auto& c : conns)
-      if (c.fd >= 0 && now >= c.deadline) close_connection(c);  // too slow to ask, or to read the reply
-    conns.erase(std::remove_if(conns.begin(), conns.end(), [](const Connection& c) { return c.fd < 0; }), conns.end());
+      if (c.fd >= 0 && now >= c.deadline)
+        close_connection(c);  // too slow to ask, or to read the reply
+    conns.erase(
+        std::remove_if(conns.begin(), conns.end(), [](const Connection& c) { return c.fd < 0; }),
+        conns.end());
     if (!(fds[1].revents & POLLIN)) continue;
     for (int accepted = 0; accepted < limits_.max_connections; ++accepted) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -211,7 +233,9 @@ void HttpServer::serve() {
         // sending its request (it had the longest chance): a scrape whose request waits unread
         // is not dropped for a client that never spoke.
         auto victim = std::find_if(conns.begin(), conns.end(), silent);
-        if (victim == conns.end()) victim = std::find_if(conns.begin(), conns.end(), [](const Connection& c) { return !c.replying; });
+        if (victim == conns.end())
+          victim = std::find_if(conns.begin(), conns.end(),
+                                [](const Connection& c) { return !c.replying; });
         if (victim == conns.end()) victim = conns.begin();
         close_connection(*victim);
         conns.erase(victim);

@@ -19,7 +19,8 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
-nlohmann::json metric_value(double v) {  // JSON has no NaN or Infinity: protobuf's JSON spells them as strings
+nlohmann::json metric_value(
+    double v) {  // JSON has no NaN or Infinity: protobuf's JSON spells them as strings
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
   return v;
@@ -43,14 +44,19 @@ std::string path_parts(const std::string& key) {
 }  // namespace
 
 int64_t unix_time_ms() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 const char* run_status_name(RunStatus s) {
   switch (s) {
-    case RunStatus::kFinished: return "FINISHED";
-    case RunStatus::kFailed: return "FAILED";
-    case RunStatus::kKilled: return "KILLED";
+    case RunStatus::kFinished:
+      return "FINISHED";
+    case RunStatus::kFailed:
+      return "FAILED";
+    case RunStatus::kKilled:
+      return "KILLED";
   }
   return "FAILED";
 }
@@ -58,21 +64,24 @@ const char* run_status_name(RunStatus s) {
 std::string mlflow_key(const std::string& key) {
   std::string clean;
   for (char c : key) {
-    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/' || c == ':' || c == ' ';
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' ||
+                    c == '.' || c == '/' || c == ':' || c == ' ';
     clean += ok ? c : '_';
   }
   const std::string out = path_parts(cut(path_parts(clean), kMlflowMaxKeyLength));
   return out.empty() ? "_" : out;
 }
 
-std::vector<nlohmann::json> log_batch_bodies(const std::string& run_id, const std::vector<MlflowMetric>& metrics,
+std::vector<nlohmann::json> log_batch_bodies(const std::string& run_id,
+                                             const std::vector<MlflowMetric>& metrics,
                                              const KeyValues& params, const KeyValues& tags) {
   std::vector<nlohmann::json> bodies;
   nlohmann::json body;
   size_t n_metrics = 0, n_params = 0, n_tags = 0, bytes = 0;
   auto add = [&](const char* field, nlohmann::json item, size_t& count, size_t limit) {
     const size_t item_bytes = item.dump().size() + 1;
-    const bool full = count >= limit || n_metrics + n_params + n_tags >= kMlflowMaxEntitiesPerBatch ||
+    const bool full = count >= limit ||
+                      n_metrics + n_params + n_tags >= kMlflowMaxEntitiesPerBatch ||
                       bytes + item_bytes > kMaxBodyBytes;
     if (body.is_null() || full) {
       if (!body.is_null()) bodies.push_back(std::move(body));
@@ -87,11 +96,17 @@ std::vector<nlohmann::json> log_batch_bodies(const std::string& run_id, const st
     bytes += item_bytes;
   };
   for (const auto& [k, v] : params)
-    add("params", {{"key", mlflow_key(k)}, {"value", cut(v, kMlflowMaxParamValueLength)}}, n_params, kMlflowMaxParamsTagsPerBatch);
+    add("params", {{"key", mlflow_key(k)}, {"value", cut(v, kMlflowMaxParamValueLength)}}, n_params,
+        kMlflowMaxParamsTagsPerBatch);
   for (const auto& [k, v] : tags)
-    add("tags", {{"key", mlflow_key(k)}, {"value", cut(v, kMlflowMaxTagValueLength)}}, n_tags, kMlflowMaxParamsTagsPerBatch);
+    add("tags", {{"key", mlflow_key(k)}, {"value", cut(v, kMlflowMaxTagValueLength)}}, n_tags,
+        kMlflowMaxParamsTagsPerBatch);
   for (const auto& m : metrics)
-    add("metrics", {{"key", mlflow_key(m.key)}, {"value", metric_value(m.value)}, {"timestamp", m.timestamp_ms}, {"step", m.step}},
+    add("metrics",
+        {{"key", mlflow_key(m.key)},
+         {"value", metric_value(m.value)},
+         {"timestamp", m.timestamp_ms},
+         {"step", m.step}},
         n_metrics, kMlflowMaxMetricsPerBatch);
   if (!body.is_null()) bodies.push_back(std::move(body));
   return bodies;
@@ -102,14 +117,17 @@ void check_mlflow_uri(const std::string& uri) {
   const bool http = uri.rfind("http://", 0) == 0 && uri.size() > 7;
   const bool https = uri.rfind("https://", 0) == 0 && uri.size() > 8;
   if (http || https) return;
-  throw runtime::UsageError("--mlflow-uri '" + uri + "' is not an http:// or https:// tracking server; start one with "
-                            "`mlflow server --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000` and pass "
+  throw runtime::UsageError("--mlflow-uri '" + uri +
+                            "' is not an http:// or https:// tracking server; start one with "
+                            "`mlflow server --backend-store-uri sqlite:///mlflow.db --host "
+                            "127.0.0.1 --port 5000` and pass "
                             "--mlflow-uri http://127.0.0.1:5000");
 }
 
 MlflowClient::MlflowClient(const std::string& uri, HttpTimeouts timeouts)
-    : http_(uri.back() == '/' ? uri.substr(0, uri.size() - 1) : uri, timeouts, env("MLFLOW_TRACKING_TOKEN"),
-            env("MLFLOW_TRACKING_USERNAME"), env("MLFLOW_TRACKING_PASSWORD")) {}
+    : http_(uri.back() == '/' ? uri.substr(0, uri.size() - 1) : uri, timeouts,
+            env("MLFLOW_TRACKING_TOKEN"), env("MLFLOW_TRACKING_USERNAME"),
+            env("MLFLOW_TRACKING_PASSWORD")) {}
 
 nlohmann::json MlflowClient::call(const std::string& path, const nlohmann::json* body) {
   const HttpResponse r = body ? http_.post_json(kApi + path, body->dump()) : http_.get(kApi + path);
@@ -121,12 +139,15 @@ nlohmann::json MlflowClient::call(const std::string& path, const nlohmann::json*
     message = j.value("message", "");
   }
   if (message.empty()) message = cut(r.body, 200);
-  throw MlflowError(path + ": HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) + ": " + message, r.status, code);
+  throw MlflowError(path + ": HTTP " + std::to_string(r.status) + (code.empty() ? "" : " " + code) +
+                        ": " + message,
+                    r.status, code);
 }
 
 std::string MlflowClient::experiment_id(const std::string& name) {
   try {
-    return call("/experiments/get-by-name?experiment_name=" + url_encode(name), nullptr)["experiment"]["experiment_id"];
+    return call("/experiments/get-by-name?experiment_name=" + url_encode(name),
+                nullptr)["experiment"]["experiment_id"];
   } catch (const MlflowError& e) {
     if (e.error_code() != "RESOURCE_DOES_NOT_EXIST") throw;
   }
@@ -136,24 +157,30 @@ std::string MlflowClient::experiment_id(const std::string& name) {
   } catch (const MlflowError& e) {  // another job created it in between
     if (e.error_code() != "RESOURCE_ALREADY_EXISTS") throw;
   }
-  return call("/experiments/get-by-name?experiment_name=" + url_encode(name), nullptr)["experiment"]["experiment_id"];
+  return call("/experiments/get-by-name?experiment_name=" + url_encode(name),
+              nullptr)["experiment"]["experiment_id"];
 }
 
-std::string MlflowClient::create_run(const std::string& experiment_id, const std::string& run_name, int64_t start_ms,
-                                     const KeyValues& tags) {
-  nlohmann::json req = {{"experiment_id", experiment_id}, {"start_time", start_ms}, {"tags", nlohmann::json::array()}};
+std::string MlflowClient::create_run(const std::string& experiment_id, const std::string& run_name,
+                                     int64_t start_ms, const KeyValues& tags) {
+  nlohmann::json req = {{"experiment_id", experiment_id},
+                        {"start_time", start_ms},
+                        {"tags", nlohmann::json::array()}};
   if (!run_name.empty()) req["run_name"] = run_name;
-  for (const auto& [k, v] : tags) req["tags"].push_back({{"key", mlflow_key(k)}, {"value", cut(v, kMlflowMaxTagValueLength)}});
+  for (const auto& [k, v] : tags)
+    req["tags"].push_back({{"key", mlflow_key(k)}, {"value", cut(v, kMlflowMaxTagValueLength)}});
   const nlohmann::json r = call("/runs/create", &req);
   const std::string id = r.value("/run/info/run_id"_json_pointer, std::string());
-  if (id.empty()) throw MlflowError("/runs/create: the answer holds no run id: " + cut(r.dump(), 200), 200, "");
+  if (id.empty())
+    throw MlflowError("/runs/create: the answer holds no run id: " + cut(r.dump(), 200), 200, "");
   return id;
 }
 
 void MlflowClient::log_batch(const nlohmann::json& body) { call("/runs/log-batch", &body); }
 
 void MlflowClient::update_run(const std::string& run_id, RunStatus status, int64_t end_ms) {
-  const nlohmann::json req = {{"run_id", run_id}, {"status", run_status_name(status)}, {"end_time", end_ms}};
+  const nlohmann::json req = {
+      {"run_id", run_id}, {"status", run_status_name(status)}, {"end_time", end_ms}};
   call("/runs/update", &req);
 }
 

@@ -17,7 +17,8 @@ tb::Event event_at(double wall_time, int64_t step) {
 }
 
 // The HParams plugin's summaries hold their message in the metadata and an empty float tensor.
-std::string hparams_event(double wall_time, int64_t step, const char* tag, const hp::HParamsPluginData& data) {
+std::string hparams_event(double wall_time, int64_t step, const char* tag,
+                          const hp::HParamsPluginData& data) {
   tb::Event e = event_at(wall_time, step);
   tb::Summary::Value* v = e.mutable_summary()->add_value();
   v->set_tag(tag);
@@ -43,7 +44,8 @@ std::string session_start(double wall_time, int64_t step) {
   return e.SerializeAsString();
 }
 
-std::string scalars(double wall_time, int64_t step, const std::vector<std::pair<std::string, double>>& values) {
+std::string scalars(double wall_time, int64_t step,
+                    const std::vector<std::pair<std::string, double>>& values) {
   tb::Event e = event_at(wall_time, step);
   for (const auto& [tag, value] : values) {
     tb::Summary::Value* v = e.mutable_summary()->add_value();
@@ -53,11 +55,13 @@ std::string scalars(double wall_time, int64_t step, const std::vector<std::pair<
   return e.SerializeAsString();
 }
 
-std::string text(double wall_time, int64_t step, const std::string& tag, const std::string& markdown) {
+std::string text(double wall_time, int64_t step, const std::string& tag,
+                 const std::string& markdown) {
   tb::Event e = event_at(wall_time, step);
   tb::Summary::Value* v = e.mutable_summary()->add_value();
   v->set_tag(tag);
-  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name("text");  // content: TextPluginData version 0, empty
+  v->mutable_metadata()->mutable_plugin_data()->set_plugin_name(
+      "text");  // content: TextPluginData version 0, empty
   tb::TensorProto* t = v->mutable_tensor();
   t->set_dtype(tb::DT_STRING);
   t->mutable_tensor_shape();  // no dimensions: one string
@@ -65,8 +69,10 @@ std::string text(double wall_time, int64_t step, const std::string& tag, const s
   return e.SerializeAsString();
 }
 
-std::vector<std::string> hparams(double wall_time, int64_t step, double start_time, const nlohmann::json& hparams,
-                                 const std::vector<std::string>& metrics, const std::string& group) {
+std::vector<std::string> hparams(double wall_time, int64_t step, double start_time,
+                                 const nlohmann::json& hparams,
+                                 const std::vector<std::string>& metrics,
+                                 const std::string& group) {
   hp::HParamsPluginData experiment;
   hp::Experiment* x = experiment.mutable_experiment();
   x->set_time_created_secs(start_time);

@@ -11,7 +11,8 @@ namespace shardtrain::optim {
 
 void AdamWConfig::validate() const {
   if (weight_decay < 0) throw runtime::UsageError("--weight-decay must be >= 0");
-  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1) throw runtime::UsageError("--beta1 and --beta2 must be in [0, 1)");
+  if (beta1 < 0 || beta1 >= 1 || beta2 < 0 || beta2 >= 1)
+    throw runtime::UsageError("--beta1 and --beta2 must be in [0, 1)");
   if (!(eps > 0)) throw runtime::UsageError("--adam-eps must be positive");
 }
 
@@ -28,7 +29,8 @@ void AdamW::set_step_count(int64_t s) {
   step_t_ = at::Tensor();  // made again from step_ on the parameters' device
 }
 
-void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip, const at::Tensor& grad_scale) {
+void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip,
+                 const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
   // torch.optim.AdamW(fused=True): one multi-tensor kernel per weight-decay group instead of
   // eight elementwise ops per tensor. The kernel reads each tensor's step; ours share one.
@@ -37,20 +39,25 @@ void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tens
     if (!grads[i].defined() || slots_[i].param.numel() == 0) continue;
     const int k = slots_[i].decay ? 1 : 0;
     auto& s = slots_[i];
-    p[k].push_back(s.param), g[k].push_back(grads[i]), m[k].push_back(s.exp_avg), v[k].push_back(s.exp_avg_sq);
+    p[k].push_back(s.param), g[k].push_back(grads[i]), m[k].push_back(s.exp_avg),
+        v[k].push_back(s.exp_avg_sq);
   }
-  if (!step_t_.defined()) {  // every rank counts every step, whether its shards hold anything or not
+  if (!step_t_
+           .defined()) {  // every rank counts every step, whether its shards hold anything or not
     const at::Device device = slots_.empty() ? at::Device(at::kCPU) : slots_.front().param.device();
-    step_t_ = at::full({}, static_cast<double>(step_), at::TensorOptions().dtype(at::kFloat).device(device));
+    step_t_ = at::full({}, static_cast<double>(step_),
+                       at::TensorOptions().dtype(at::kFloat).device(device));
   }
-  // As torch.optim's fused path with a GradScaler: count the step, let the kernel skip on found_inf, uncount it.
-  const at::Tensor found_inf = skip.defined() ? skip.to(step_t_.device(), at::kFloat).reshape({}) : at::Tensor();
+  // As torch.optim's fused path with a GradScaler: count the step, let the kernel skip on
+  // found_inf, uncount it.
+  const at::Tensor found_inf =
+      skip.defined() ? skip.to(step_t_.device(), at::kFloat).reshape({}) : at::Tensor();
   step_t_.add_(1);
   for (int k = 0; k < 2; ++k) {
     if (p[k].empty()) continue;
     steps[k].assign(p[k].size(), step_t_);
-    at::_fused_adamw_(p[k], g[k], m[k], v[k], {}, steps[k], lr, cfg_.beta1, cfg_.beta2, k ? cfg_.weight_decay : 0.0,
-                      cfg_.eps, /*amsgrad=*/false, /*maximize=*/false,
+    at::_fused_adamw_(p[k], g[k], m[k], v[k], {}, steps[k], lr, cfg_.beta1, cfg_.beta2,
+                      k ? cfg_.weight_decay : 0.0, cfg_.eps, /*amsgrad=*/false, /*maximize=*/false,
                       grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt,
                       found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
   }
@@ -68,7 +75,8 @@ at::Tensor grad_sq_norm(const std::vector<at::Tensor>& grads, const at::Device& 
   return norms.to(at::kDouble).pow(2).sum();
 }
 
-void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm, double max_norm) {
+void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm,
+                 double max_norm) {
   if (max_norm <= 0) return;
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> live;
@@ -76,7 +84,8 @@ void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_n
     if (g.defined()) live.push_back(g);
   if (live.empty()) return;
   // min(1, ...) on the device: a coefficient of 1 leaves every gradient bit for bit as it was.
-  const at::Tensor coef = (max_norm / (total_norm + 1e-6)).clamp_max(1.0).to(live.front().device(), at::kFloat);
+  const at::Tensor coef =
+      (max_norm / (total_norm + 1e-6)).clamp_max(1.0).to(live.front().device(), at::kFloat);
   at::_foreach_mul_(live, coef);
 }
 

@@ -17,15 +17,18 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, std::function<void(at::Tensor&)
     : cfg_(cfg), sum_across_(std::move(sum_across)), adamw_(cfg.adamw) {}
 
 at::Tensor Optimizer::grad_norm(const std::vector<at::Tensor>& grads) {
-  const at::Device device = adamw_.slots().empty() ? at::Device(at::kCPU) : adamw_.slots().front().param.device();
+  const at::Device device =
+      adamw_.slots().empty() ? at::Device(at::kCPU) : adamw_.slots().front().param.device();
   at::Tensor sq = grad_sq_norm(grads, device);
   if (sum_across_) sum_across_(sq);
   return sq.sqrt();
 }
 
-void Optimizer::apply(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& norm, const at::Tensor& skip) {
+void Optimizer::apply(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& norm,
+                      const at::Tensor& skip) {
   const bool clip = cfg_.grad_clip > 0;
-  const at::Device device = adamw_.slots().empty() ? at::Device(at::kCPU) : adamw_.slots().front().param.device();
+  const at::Device device =
+      adamw_.slots().empty() ? at::Device(at::kCPU) : adamw_.slots().front().param.device();
   // On a GPU the clip rides in the AdamW kernel's read of each gradient: one pass over them less.
   // The CPU keeps clip_grad_norm_'s multiply, bit for bit torch's.
   if (clip && device.is_cuda()) {

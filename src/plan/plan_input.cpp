@@ -7,22 +7,28 @@ namespace shardtrain::plan {
 
 namespace {
 void positive(const char* opt, int64_t v, const char* hint) {
-  if (v < 1) throw runtime::UsageError(std::string(opt) + " must be positive, got " + std::to_string(v) + "; " + hint);
+  if (v < 1)
+    throw runtime::UsageError(std::string(opt) + " must be positive, got " + std::to_string(v) +
+                              "; " + hint);
 }
 }  // namespace
 
 void PlanInput::validate() const {
   if (gpus_per_node < 1) throw runtime::UsageError("--gpus-per-node must be >= 1");
-  if (fsdp.shard_group_size < 0) throw runtime::UsageError("--shard-group-size must be >= 0 (0: one node)");
+  if (fsdp.shard_group_size < 0)
+    throw runtime::UsageError("--shard-group-size must be >= 0 (0: one node)");
   positive("--seq-len", seq_len, "tokens per row");
   positive("--batch-size", batch_size, "rows per rank per micro-batch");
   positive("--grad-accum", grad_accum, "micro-batches per step");
   if (seq_len > model.max_position_embeddings)
-    throw runtime::UsageError("--seq-len " + std::to_string(seq_len) + " exceeds the model's max_position_embeddings (" +
+    throw runtime::UsageError("--seq-len " + std::to_string(seq_len) +
+                              " exceeds the model's max_position_embeddings (" +
                               std::to_string(model.max_position_embeddings) + ")");
   if (!(default_mfu > 0 && default_mfu <= 1)) throw runtime::UsageError("--mfu must be in (0, 1]");
-  if (fsdp.no_sync_accumulation && grad_accum < 2) throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
-  fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes, --lora-*
+  if (fsdp.no_sync_accumulation && grad_accum < 2)
+    throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
+  fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes,
+                    // --lora-*
 }
 
 }  // namespace shardtrain::plan

@@ -14,14 +14,20 @@ double gib(double b) { return b / (1 << 30); }
 
 std::string describe(const PlanInput& in) {
   std::ostringstream os;
-  os << in.model.name << " (" << in.model.num_params() / 1000000 << "M parameters), " << in.gpu.name << " x "
-     << in.gpus_per_node << " per node, fabric " << in.fabric.name << "; seq " << in.seq_len << (in.packed ? " packed" : "") << ", batch "
-     << in.batch_size << " per rank, grad-accum " << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
-     << c10::toString(in.fsdp.reduce_dtype) << " reduce"
-     << (in.fsdp.activation_checkpointing ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing) : "")
-     << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "") << "; compute "
-     << (in.calibration.source.empty() ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) + "% MFU (default)"
-                                       : "calibrated from " + in.calibration.source);
+  os << in.model.name << " (" << in.model.num_params() / 1000000 << "M parameters), " << in.gpu.name
+     << " x " << in.gpus_per_node << " per node, fabric " << in.fabric.name << "; seq "
+     << in.seq_len << (in.packed ? " packed" : "") << ", batch " << in.batch_size
+     << " per rank, grad-accum " << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype)
+     << " params, " << c10::toString(in.fsdp.reduce_dtype) << " reduce"
+     << (in.fsdp.activation_checkpointing
+             ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing)
+             : "")
+     << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "")
+     << "; compute "
+     << (in.calibration.source.empty()
+             ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) +
+                   "% MFU (default)"
+             : "calibrated from " + in.calibration.source);
   return os.str();
 }
 
@@ -31,81 +37,132 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   std::ostringstream os;
   os << "# plan: " << describe(in) << "\n";
   char line[400];
-  std::snprintf(line, sizeof line, "%-19s %5s %6s %6s  %8s  %10s %8s %8s %8s %8s  %-4s %9s  %9s %8s %10s %7s %6s\n", "strategy",
-                "nodes", "ranks", "shard", "sharded", "state@peak", "gathered", "activ.", "other", "peak", "fits", "headroom",
-                "step(s)", "exposed", "tok/s/GPU", "MFU", "eff.");
+  std::snprintf(line, sizeof line,
+                "%-19s %5s %6s %6s  %8s  %10s %8s %8s %8s %8s  %-4s %9s  %9s %8s %10s %7s %6s\n",
+                "strategy", "nodes", "ranks", "shard", "sharded", "state@peak", "gathered",
+                "activ.", "other", "peak", "fits", "headroom", "step(s)", "exposed", "tok/s/GPU",
+                "MFU", "eff.");
   os << line;
   for (const auto& r : rows) {
     const int64_t other = r.total - r.state_at_peak() - r.gathered - r.activations;
     std::snprintf(line, sizeof line,
-                  "%-19s %5d %6d %6d  %7.2fG  %9.2fG %7.2fG %7.2fG %7.2fG %7.2fG  %-4s %8.2fG  %9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%\n",
-                  fsdp::sharding_name(r.sharding), r.nodes, r.ranks, r.shard_size, gib(r.sharded_state()), gib(r.state_at_peak()),
-                  gib(r.gathered), gib(r.activations), gib(other), gib(r.total), r.fits ? "yes" : "NO", gib(r.headroom), r.step_s,
-                  100 * r.exposed_comm_s / r.step_s, r.tokens_per_s_per_gpu, 100 * r.mfu, 100 * r.efficiency);
+                  "%-19s %5d %6d %6d  %7.2fG  %9.2fG %7.2fG %7.2fG %7.2fG %7.2fG  %-4s %8.2fG  "
+                  "%9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%\n",
+                  fsdp::sharding_name(r.sharding), r.nodes, r.ranks, r.shard_size,
+                  gib(r.sharded_state()), gib(r.state_at_peak()), gib(r.gathered),
+                  gib(r.activations), gib(other), gib(r.total), r.fits ? "yes" : "NO",
+                  gib(r.headroom), r.step_s, 100 * r.exposed_comm_s / r.step_s,
+                  r.tokens_per_s_per_gpu, 100 * r.mfu, 100 * r.efficiency);
     os << line;
   }
   const PlanRow* best = best_row(rows);
   if (best)
-    os << "best that fits: " << fsdp::sharding_name(best->sharding) << " on " << best->nodes << " node(s), "
-       << static_cast<int64_t>(std::lround(best->tokens_per_s_per_gpu)) << " tokens/s per GPU, " << std::lround(gib(best->total))
-       << " GiB of " << std::lround(gib(in.gpu.memory_bytes)) << " GiB\n";
+    os << "best that fits: " << fsdp::sharding_name(best->sharding) << " on " << best->nodes
+       << " node(s), " << static_cast<int64_t>(std::lround(best->tokens_per_s_per_gpu))
+       << " tokens/s per GPU, " << std::lround(gib(best->total)) << " GiB of "
+       << std::lround(gib(in.gpu.memory_bytes)) << " GiB\n";
   else
-    os << "nothing fits: try " << (in.fsdp.activation_checkpointing.mode == fsdp::Recompute::kFull && in.fsdp.activation_checkpointing.every == 1
-                                   ? ""
-                                   : "--activation-checkpointing full, ")
-       << "more nodes, a smaller --batch-size or --seq-len" << (in.fsdp.lora.enabled() ? "" : ", or LoRA (--lora-rank)") << "\n";
-  os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every gradient shard exists, at the "
-        "optimizer step (and no-sync buffers, a LoRA base); the same with or without activation checkpointing\n"
-        "peak = state@peak + gathered + activ. + other: state@peak holds only the gradient shards of the units reduced by the "
-        "peak's moment (more under activation checkpointing, whose peak comes later in the backward); other: reductions in "
-        "flight, the NCCL and allocator allowances; exposed: communication not hidden behind compute, share of the step\n";
+    os << "nothing fits: try "
+       << (in.fsdp.activation_checkpointing.mode == fsdp::Recompute::kFull &&
+                   in.fsdp.activation_checkpointing.every == 1
+               ? ""
+               : "--activation-checkpointing full, ")
+       << "more nodes, a smaller --batch-size or --seq-len"
+       << (in.fsdp.lora.enabled() ? "" : ", or LoRA (--lora-rank)") << "\n";
+  os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every "
+        "gradient shard exists, at the "
+        "optimizer step (and no-sync buffers, a LoRA base); the same with or without activation "
+        "checkpointing\n"
+        "peak = state@peak + gathered + activ. + other: state@peak holds only the gradient shards "
+        "of the units reduced by the "
+        "peak's moment (more under activation checkpointing, whose peak comes later in the "
+        "backward); other: reductions in "
+        "flight, the NCCL and allocator allowances; exposed: communication not hidden behind "
+        "compute, share of the step\n";
   return os.str();
 }
 
 std::string plan_csv(const std::vector<PlanRow>& rows) {
   std::ostringstream os;
-  os << "strategy,nodes,ranks,shard_size,replicas,params_bytes,grads_bytes,optimizer_bytes,no_sync_bytes,base_bytes,"
-        "sharded_state_bytes,grads_at_peak_bytes,gathered_bytes,reductions_bytes,activations_bytes,nccl_bytes,allocator_bytes,"
+  os << "strategy,nodes,ranks,shard_size,replicas,params_bytes,grads_bytes,optimizer_bytes,no_sync_"
+        "bytes,base_bytes,"
+        "sharded_state_bytes,grads_at_peak_bytes,gathered_bytes,reductions_bytes,activations_bytes,"
+        "nccl_bytes,allocator_bytes,"
         "total_bytes,fits,headroom_bytes,"
         "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency\n";
   for (const auto& r : rows)
-    os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size << ',' << r.replicas << ','
-       << r.state.param_bytes << ',' << r.state.grad_bytes << ',' << r.state.optimizer_bytes << ',' << r.state.no_sync_bytes << ',' << r.state.base_bytes << ',' << r.sharded_state() << ','
-       << r.grads_at_peak << ',' << r.gathered << ',' << r.reductions << ',' << r.activations << ',' << r.nccl << ',' << r.allocator << ',' << r.total << ','
-       << (r.fits ? 1 : 0) << ',' << static_cast<int64_t>(r.headroom) << ',' << r.compute_s << ',' << r.comm_s << ','
-       << r.exposed_comm_s << ',' << r.optimizer_s << ',' << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ','
-       << r.efficiency << '\n';
+    os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size
+       << ',' << r.replicas << ',' << r.state.param_bytes << ',' << r.state.grad_bytes << ','
+       << r.state.optimizer_bytes << ',' << r.state.no_sync_bytes << ',' << r.state.base_bytes
+       << ',' << r.sharded_state() << ',' << r.grads_at_peak << ',' << r.gathered << ','
+       << r.reductions << ',' << r.activations << ',' << r.nccl << ',' << r.allocator << ','
+       << r.total << ',' << (r.fits ? 1 : 0) << ',' << static_cast<int64_t>(r.headroom) << ','
+       << r.compute_s << ',' << r.comm_s << ',' << r.exposed_comm_s << ',' << r.optimizer_s << ','
+       << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ',' << r.efficiency << '\n';
   return os.str();
 }
 
 nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) {
   nlohmann::json j;
   j["description"] = describe(in);
-  j["gpu"] = {{"name", in.gpu.name}, {"peak_tflops", in.gpu.peak_tflops}, {"memory_bytes", in.gpu.memory_bytes}};
+  j["gpu"] = {{"name", in.gpu.name},
+              {"peak_tflops", in.gpu.peak_tflops},
+              {"memory_bytes", in.gpu.memory_bytes}};
   j["fabric"] = {{"name", in.fabric.name}, {"source", in.fabric.source}};
-  j["compute_tflops"] = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops : in.gpu.peak_tflops * in.default_mfu;
+  j["compute_tflops"] = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops
+                                                          : in.gpu.peak_tflops * in.default_mfu;
   j["rows"] = nlohmann::json::array();
   for (const auto& r : rows)
-    j["rows"].push_back({{"strategy", fsdp::sharding_name(r.sharding)}, {"nodes", r.nodes}, {"ranks", r.ranks},
-                         {"shard_size", r.shard_size}, {"replicas", r.replicas},
-                         {"memory", {{"params", r.state.param_bytes}, {"grads", r.state.grad_bytes}, {"optimizer", r.state.optimizer_bytes},
-                                     {"no_sync", r.state.no_sync_bytes}, {"base", r.state.base_bytes}, {"sharded_state", r.sharded_state()},
-                                     {"grads_at_peak", r.grads_at_peak}, {"gathered", r.gathered}, {"gathered_units", r.gathered_units},
-                                     {"reductions", r.reductions}, {"activations", r.activations}, {"nccl", r.nccl},
-                                     {"allocator", r.allocator}, {"tensor_peak", r.tensor_peak}, {"engine_peak", r.engine_peak},
-                                     {"total", r.total}}},
-                         {"fits", r.fits}, {"headroom_bytes", r.headroom},
-                         {"time", {{"compute_s", r.compute_s}, {"comm_s", r.comm_s}, {"exposed_comm_s", r.exposed_comm_s},
-                                   {"optimizer_s", r.optimizer_s}, {"step_s", r.step_s}}},
-                         {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu}, {"mfu", r.mfu}, {"efficiency", r.efficiency}});
+    j["rows"].push_back({{"strategy", fsdp::sharding_name(r.sharding)},
+                         {"nodes", r.nodes},
+                         {"ranks", r.ranks},
+                         {"shard_size", r.shard_size},
+                         {"replicas", r.replicas},
+                         {"memory",
+                          {{"params", r.state.param_bytes},
+                           {"grads", r.state.grad_bytes},
+                           {"optimizer", r.state.optimizer_bytes},
+                           {"no_sync", r.state.no_sync_bytes},
+                           {"base", r.state.base_bytes},
+                           {"sharded_state", r.sharded_state()},
+                           {"grads_at_peak", r.grads_at_peak},
+                           {"gathered", r.gathered},
+                           {"gathered_units", r.gathered_units},
+                           {"reductions", r.reductions},
+                           {"activations", r.activations},
+                           {"nccl", r.nccl},
+                           {"allocator", r.allocator},
+                           {"tensor_peak", r.tensor_peak},
+                           {"engine_peak", r.engine_peak},
+                           {"total", r.total}}},
+                         {"fits", r.fits},
+                         {"headroom_bytes", r.headroom},
+                         {"time",
+                          {{"compute_s", r.compute_s},
+                           {"comm_s", r.comm_s},
+                           {"exposed_comm_s", r.exposed_comm_s},
+                           {"optimizer_s", r.optimizer_s},
+                           {"step_s", r.step_s}}},
+                         {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
+                         {"mfu", r.mfu},
+                         {"efficiency", r.efficiency}});
   const PlanRow* best = best_row(rows);
-  j["best"] = best ? nlohmann::json{{"strategy", fsdp::sharding_name(best->sharding)}, {"nodes", best->nodes}} : nlohmann::json();
+  j["best"] = best ? nlohmann::json{{"strategy", fsdp::sharding_name(best->sharding)},
+                                    {"nodes", best->nodes}}
+                   : nlohmann::json();
   return j;
 }
 
 void plan_png(const std::string& path, const PlanInput& in, const std::vector<PlanRow>& rows) {
-  report::Panel eff{"Scaling efficiency, " + in.model.name + " on " + in.gpu.name, "nodes", "efficiency (%)", {}, 0.0, 105.0, true};
-  report::Panel tps{"Tokens/s per GPU (dashed: does not fit)", "nodes", "tokens/s per GPU", {}, 0.0, {}, true};
+  report::Panel eff{"Scaling efficiency, " + in.model.name + " on " + in.gpu.name,
+                    "nodes",
+                    "efficiency (%)",
+                    {},
+                    0.0,
+                    105.0,
+                    true};
+  report::Panel tps{
+      "Tokens/s per GPU (dashed: does not fit)", "nodes", "tokens/s per GPU", {}, 0.0, {}, true};
   size_t colour = 0;
   for (size_t i = 0; i < rows.size();) {
     report::Series e, t, t_no;

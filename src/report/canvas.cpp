@@ -9,7 +9,8 @@
 namespace shardtrain::report {
 namespace {
 #include "font_6x13.inc"
-static_assert(kFontWidth == Canvas::kGlyphWidth && kFontHeight == Canvas::kGlyphHeight, "font cell size");
+static_assert(kFontWidth == Canvas::kGlyphWidth && kFontHeight == Canvas::kGlyphHeight,
+              "font cell size");
 
 // Distance from (px, py) to the segment (x0, y0)-(x1, y1).
 double segment_distance(double px, double py, double x0, double y0, double x1, double y1) {
@@ -23,8 +24,8 @@ double segment_distance(double px, double py, double x0, double y0, double x1, d
 Canvas::Canvas(int width, int height, uint32_t background)
     : width_(width), height_(height), clip_x1_(width), clip_y1_(height) {
   if (width <= 0 || height <= 0 || width > 16384 || height > 16384)
-    throw runtime::Error("canvas size must be 1..16384 pixels each way, got " + std::to_string(width) + "x" +
-                std::to_string(height));
+    throw runtime::Error("canvas size must be 1..16384 pixels each way, got " +
+                         std::to_string(width) + "x" + std::to_string(height));
   rgb_.resize(static_cast<size_t>(width) * height * 3);
   fill(background);
 }
@@ -73,16 +74,18 @@ void Canvas::segment(double x0, double y0, double x1, double y1, uint32_t color,
       blend(x, y, color, radius + 0.5 - segment_distance(x + 0.5, y + 0.5, x0, y0, x1, y1));
 }
 
-void Canvas::line(double x0, double y0, double x1, double y1, uint32_t color, double thickness, double dash) {
+void Canvas::line(double x0, double y0, double x1, double y1, uint32_t color, double thickness,
+                  double dash) {
   polyline({{x0, y0}, {x1, y1}}, color, thickness, dash);
 }
 
-void Canvas::polyline(const std::vector<std::pair<double, double>>& points, uint32_t color, double thickness,
-                      double dash) {
+void Canvas::polyline(const std::vector<std::pair<double, double>>& points, uint32_t color,
+                      double thickness, double dash) {
   const double radius = std::max(thickness, 0.5) / 2;
   for (const auto& [x, y] : points)
     if (!std::isfinite(x) || !std::isfinite(y)) return;  // callers split lines at missing values
-  if (points.size() == 1) segment(points[0].first, points[0].second, points[0].first, points[0].second, color, radius);
+  if (points.size() == 1)
+    segment(points[0].first, points[0].second, points[0].first, points[0].second, color, radius);
   const double on = dash, period = dash * 1.7;
   double phase = 0;  // distance along the dash pattern at the start of the current segment
   for (size_t i = 1; i < points.size(); ++i) {
@@ -98,7 +101,8 @@ void Canvas::polyline(const std::vector<std::pair<double, double>>& points, uint
       const double step = std::min(len - s, in_period < on ? on - in_period : period - in_period);
       if (in_period < on) {
         const double a = s / len, b = (s + step) / len;
-        segment(x0 + a * (x1 - x0), y0 + a * (y1 - y0), x0 + b * (x1 - x0), y0 + b * (y1 - y0), color, radius);
+        segment(x0 + a * (x1 - x0), y0 + a * (y1 - y0), x0 + b * (x1 - x0), y0 + b * (y1 - y0),
+                color, radius);
       }
       s += std::max(step, 1e-6);
     }
@@ -106,7 +110,9 @@ void Canvas::polyline(const std::vector<std::pair<double, double>>& points, uint
   }
 }
 
-void Canvas::disc(double cx, double cy, double radius, uint32_t color) { segment(cx, cy, cx, cy, color, radius); }
+void Canvas::disc(double cx, double cy, double radius, uint32_t color) {
+  segment(cx, cy, cx, cy, color, radius);
+}
 
 void Canvas::rect(int x, int y, int w, int h, uint32_t color, int thickness) {
   thickness = std::max(1, std::min({thickness, w, h}));
@@ -128,13 +134,16 @@ void Canvas::for_each_glyph_pixel(const std::string& s, Put put) {
     if (c < kFontFirst || c > kFontLast) c = '?';  // the font holds printable ASCII only
     for (int row = 0; row < kGlyphHeight; ++row)
       for (int col = 0; col < kGlyphWidth; ++col)
-        if (kFont6x13[c - kFontFirst][row] & (0x80 >> col)) put(static_cast<int>(k) * kGlyphWidth + col, row);
+        if (kFont6x13[c - kFontFirst][row] & (0x80 >> col))
+          put(static_cast<int>(k) * kGlyphWidth + col, row);
   }
 }
 
 void Canvas::text(int x, int y, const std::string& s, uint32_t color, int scale) {
   scale = std::max(scale, 1);
-  for_each_glyph_pixel(s, [&](int col, int row) { fill_rect(x + col * scale, y + row * scale, scale, scale, color); });
+  for_each_glyph_pixel(s, [&](int col, int row) {
+    fill_rect(x + col * scale, y + row * scale, scale, scale, color);
+  });
 }
 
 void Canvas::text_vertical(int x, int y, const std::string& s, uint32_t color, int scale) {

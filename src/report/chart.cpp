@@ -29,7 +29,9 @@ std::string fit_text(const std::string& s, int max_px) {
   return max_chars > 3 ? s.substr(0, max_chars - 3) + "..." : s.substr(0, max_chars);
 }
 
-bool usable(double x, double y, bool log2_x) { return std::isfinite(x) && std::isfinite(y) && (!log2_x || x > 0); }
+bool usable(double x, double y, bool log2_x) {
+  return std::isfinite(x) && std::isfinite(y) && (!log2_x || x > 0);
+}
 
 Axis x_axis(const Panel& p, int plot_w) {
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
@@ -49,7 +51,8 @@ Axis x_axis(const Panel& p, int plot_w) {
     a.ticks = nice_ticks(lo, hi, std::max(2, plot_w / 70));
     a.lo = a.ticks.front();
     a.hi = a.ticks.back();
-    for (double t : a.ticks) a.labels.push_back(format_tick(t, a.ticks.size() > 1 ? a.ticks[1] - a.ticks[0] : 1));
+    for (double t : a.ticks)
+      a.labels.push_back(format_tick(t, a.ticks.size() > 1 ? a.ticks[1] - a.ticks[0] : 1));
     return a;
   }
   int e0 = static_cast<int>(std::floor(lo + 1e-9)), e1 = static_cast<int>(std::ceil(hi - 1e-9));
@@ -58,7 +61,8 @@ Axis x_axis(const Panel& p, int plot_w) {
     ++e1;
   }
   const int most = std::max(2, plot_w / 45);
-  int stride = (e1 - e0 + most - 1) / (most - 1);  // fewest strides that fit, then one that ends on e1
+  int stride =
+      (e1 - e0 + most - 1) / (most - 1);  // fewest strides that fit, then one that ends on e1
   for (int s = stride; s <= 2 * stride; ++s)
     if ((e1 - e0) % s == 0 && (e1 - e0) / s + 1 >= 3) {
       stride = s;
@@ -66,7 +70,8 @@ Axis x_axis(const Panel& p, int plot_w) {
     }
   for (int e = e0; e <= e1; e += stride) {
     char buf[32];
-    std::snprintf(buf, sizeof buf, e >= 0 ? "%.0f" : "%g", std::ldexp(1.0, e));  // 0.125 needs 3 decimals
+    std::snprintf(buf, sizeof buf, e >= 0 ? "%.0f" : "%g",
+                  std::ldexp(1.0, e));  // 0.125 needs 3 decimals
     a.ticks.push_back(e);
     a.labels.push_back(buf);
   }
@@ -91,7 +96,8 @@ Axis y_axis(const Panel& p, int plot_h) {
   }
   const double pad = none ? 0 : 0.05 * (hi - lo > 0 ? hi - lo : std::max(std::abs(hi), 1.0));
   // Headroom and ticks stop at the floor (data below it, which should not exist, still shows).
-  const double floor = p.yfloor ? std::min(*p.yfloor, lo) : -std::numeric_limits<double>::infinity();
+  const double floor =
+      p.yfloor ? std::min(*p.yfloor, lo) : -std::numeric_limits<double>::infinity();
   lo = p.ymin ? *p.ymin : std::max(lo - pad, floor);  // headroom so data does not sit on the frame
   hi = p.ymax ? *p.ymax : hi + pad;
   Axis a;
@@ -123,7 +129,9 @@ struct Frame {
   int x0, y0, w, h;  // the plot area in canvas pixels
   Axis x, y;
   bool log2_x;
-  double px(double v) const { return x0 + ((log2_x ? std::log2(v) : v) - x.lo) / (x.hi - x.lo) * w; }
+  double px(double v) const {
+    return x0 + ((log2_x ? std::log2(v) : v) - x.lo) / (x.hi - x.lo) * w;
+  }
   double py(double v) const { return y0 + h - (v - y.lo) / (y.hi - y.lo) * h; }
   double tick_px(double t) const { return x0 + (t - x.lo) / (x.hi - x.lo) * w; }  // t in axis units
 };
@@ -142,9 +150,11 @@ std::vector<Points> runs(const Series& s, const Frame& f) {
 }
 
 // How much data a legend box at (x, y, w, h) would hide: line samples every 2 pixels, markers x10.
-double legend_cost(const std::vector<std::vector<Points>>& all, const std::vector<Series>& series, int x, int y,
-                   int w, int h) {
-  auto inside = [&](double px, double py) { return px >= x - 3 && px <= x + w + 3 && py >= y - 3 && py <= y + h + 3; };
+double legend_cost(const std::vector<std::vector<Points>>& all, const std::vector<Series>& series,
+                   int x, int y, int w, int h) {
+  auto inside = [&](double px, double py) {
+    return px >= x - 3 && px <= x + w + 3 && py >= y - 3 && py <= y + h + 3;
+  };
   double cost = 0;
   for (size_t k = 0; k < all.size(); ++k)
     for (const auto& pts : all[k])
@@ -160,7 +170,8 @@ double legend_cost(const std::vector<std::vector<Points>>& all, const std::vecto
   return cost;
 }
 
-void draw_legend(Canvas& c, const Panel& p, const Frame& f, const std::vector<std::vector<Points>>& all) {
+void draw_legend(Canvas& c, const Panel& p, const Frame& f,
+                 const std::vector<std::vector<Points>>& all) {
   int text_w = 0, rows = 0;
   for (const auto& s : p.series)
     if (!s.name.empty()) {
@@ -169,8 +180,10 @@ void draw_legend(Canvas& c, const Panel& p, const Frame& f, const std::vector<st
     }
   if (rows == 0) return;
   const int w = 8 + 26 + 6 + text_w + 8, h = 6 + rows * kLegendRow + 2, inset = 8;
-  const int xs[] = {f.x0 + inset, f.x0 + f.w - w - inset}, ys[] = {f.y0 + inset, f.y0 + f.h - h - inset};
-  const std::pair<int, int> order[] = {{0, 0}, {1, 0}, {1, 1}, {0, 1}};  // top-left, top-right, bottom-right, bottom-left
+  const int xs[] = {f.x0 + inset, f.x0 + f.w - w - inset},
+            ys[] = {f.y0 + inset, f.y0 + f.h - h - inset};
+  const std::pair<int, int> order[] = {
+      {0, 0}, {1, 0}, {1, 1}, {0, 1}};  // top-left, top-right, bottom-right, bottom-left
   int bx = xs[0], by = ys[0];
   double best = std::numeric_limits<double>::infinity();
   for (const auto& [i, j] : order) {
@@ -220,10 +233,12 @@ void draw_panel(Canvas& c, const Panel& p, int ox, int oy, int pw, int ph) {
   c.rect(f.x0 - 1, f.y0 - 1, f.w + 2, f.h + 2, kFrame);
 
   const std::string title = fit_text(p.title, pw - 2 * kPad);
-  c.text(std::clamp(f.x0 + f.w / 2 - Canvas::text_width(title) / 2, ox + kPad, ox + pw - kPad - Canvas::text_width(title)),
+  c.text(std::clamp(f.x0 + f.w / 2 - Canvas::text_width(title) / 2, ox + kPad,
+                    ox + pw - kPad - Canvas::text_width(title)),
          oy + kPad, title, kInk);
   const std::string xlabel = fit_text(p.xlabel, pw - 2 * kPad);
-  c.text(f.x0 + f.w / 2 - Canvas::text_width(xlabel) / 2, oy + ph - kPad - Canvas::text_height(), xlabel, kInk);
+  c.text(f.x0 + f.w / 2 - Canvas::text_width(xlabel) / 2, oy + ph - kPad - Canvas::text_height(),
+         xlabel, kInk);
   const std::string ylabel = fit_text(p.ylabel, f.h);
   c.text_vertical(ox + kPad, f.y0 + f.h / 2 - Canvas::text_width(ylabel) / 2, ylabel, kInk);
 
@@ -261,7 +276,8 @@ std::vector<double> nice_ticks(double lo, double hi, int max_ticks) {
       if (k1 - k0 + 1 > max_ticks) continue;
       std::vector<double> ticks;
       for (double k = k0; k <= k1; ++k) {
-        const double t = exp10 < 0 ? k * m / scale : k * m * scale;  // one rounding, so 0.3 prints as 0.3
+        const double t =
+            exp10 < 0 ? k * m / scale : k * m * scale;  // one rounding, so 0.3 prints as 0.3
         ticks.push_back(t == 0 ? 0.0 : t);
       }
       return ticks;
@@ -306,13 +322,14 @@ const std::vector<uint32_t>& default_palette() {
 
 uint32_t palette_color(size_t i) { return default_palette()[i % default_palette().size()]; }
 
-void draw_chart_png(const std::string& path, const std::vector<Panel>& panels, int columns, int panel_w, int panel_h) {
+void draw_chart_png(const std::string& path, const std::vector<Panel>& panels, int columns,
+                    int panel_w, int panel_h) {
   const int n = std::max<int>(1, static_cast<int>(panels.size()));
   const int cols = std::clamp(columns, 1, n), rows = (n + cols - 1) / cols;
   Canvas c(cols * panel_w, rows * panel_h);
   for (size_t i = 0; i < panels.size(); ++i)
-    draw_panel(c, panels[i], static_cast<int>(i % cols) * panel_w, static_cast<int>(i / cols) * panel_h, panel_w,
-               panel_h);
+    draw_panel(c, panels[i], static_cast<int>(i % cols) * panel_w,
+               static_cast<int>(i / cols) * panel_h, panel_w, panel_h);
   c.save_png(path);
 }
 

@@ -12,7 +12,9 @@ namespace shardtrain::report {
 
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw runtime::UsageError(path + ": cannot open the file; pass a readable JSONL from train --metrics-file");
+  if (!in)
+    throw runtime::UsageError(
+        path + ": cannot open the file; pass a readable JSONL from train --metrics-file");
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -26,7 +28,8 @@ fs::path make_out_dir(const std::string& out_dir) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (!fs::is_directory(out_dir))
-    throw runtime::UsageError("--out-dir " + out_dir + ": cannot create the directory" + (ec ? " (" + ec.message() + ")" : ""));
+    throw runtime::UsageError("--out-dir " + out_dir + ": cannot create the directory" +
+                              (ec ? " (" + ec.message() + ")" : ""));
   return fs::path(out_dir);
 }
 

@@ -14,10 +14,14 @@ inline std::string fmt(const char* format, double v) {
   return buf;
 }
 
-inline std::string fmt_or_na(const char* format, double v) { return std::isfinite(v) ? fmt(format, v) : "n/a"; }
+inline std::string fmt_or_na(const char* format, double v) {
+  return std::isfinite(v) ? fmt(format, v) : "n/a";
+}
 
 // Throughput with as many decimals as a value of its size needs to be read at a glance.
-inline std::string fmt_rate(double v) { return fmt_or_na(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v); }
+inline std::string fmt_rate(double v) {
+  return fmt_or_na(v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v);
+}
 
 inline std::string fmt_percent(double fraction) {
   return std::isfinite(fraction) ? fmt("%.1f%%", 100 * fraction) : "n/a";

@@ -30,18 +30,20 @@ void put_chunk(std::vector<uint8_t>& out, const char type[4], const std::vector<
 
 std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t>& rgb) {
   if (width <= 0 || height <= 0 || width > (1 << 24) || height > (1 << 24))
-    throw runtime::Error("PNG size must be positive, got " + std::to_string(width) + "x" + std::to_string(height));
+    throw runtime::Error("PNG size must be positive, got " + std::to_string(width) + "x" +
+                         std::to_string(height));
   const size_t stride = static_cast<size_t>(width) * 3;
   if (rgb.size() != stride * static_cast<size_t>(height))
-    throw runtime::Error("PNG pixel buffer holds " + std::to_string(rgb.size()) + " bytes, expected " +
-                std::to_string(stride * height));
+    throw runtime::Error("PNG pixel buffer holds " + std::to_string(rgb.size()) +
+                         " bytes, expected " + std::to_string(stride * height));
   // Every scanline starts with its filter type; "Sub" (1) makes flat chart areas all zeros.
   std::vector<uint8_t> raw;
   raw.reserve((stride + 1) * height);
   for (int y = 0; y < height; ++y) {
     const uint8_t* row = rgb.data() + stride * y;
     raw.push_back(1);
-    for (size_t i = 0; i < stride; ++i) raw.push_back(static_cast<uint8_t>(row[i] - (i >= 3 ? row[i - 3] : 0)));
+    for (size_t i = 0; i < stride; ++i)
+      raw.push_back(static_cast<uint8_t>(row[i] - (i >= 3 ? row[i - 3] : 0)));
   }
   uLongf packed_size = compressBound(static_cast<uLong>(raw.size()));
   std::vector<uint8_t> packed(packed_size);
@@ -53,7 +55,8 @@ std::vector<uint8_t> encode_png(int width, int height, const std::vector<uint8_t
   std::vector<uint8_t> ihdr;
   put_u32(ihdr, static_cast<uint32_t>(width));
   put_u32(ihdr, static_cast<uint32_t>(height));
-  ihdr.insert(ihdr.end(), {8, 2, 0, 0, 0});  // 8 bits, truecolour RGB, deflate, adaptive filters, no interlace
+  ihdr.insert(ihdr.end(),
+              {8, 2, 0, 0, 0});  // 8 bits, truecolour RGB, deflate, adaptive filters, no interlace
   put_chunk(out, "IHDR", ihdr);
   put_chunk(out, "IDAT", packed);
   put_chunk(out, "IEND", {});

@@ -10,8 +10,8 @@
 
 #include "format.h"
 #include "shardtrain/runtime/error.h"
-#include "shardtrain/runtime/stats.h"
 #include "shardtrain/runtime/phases.h"
+#include "shardtrain/runtime/stats.h"
 
 namespace fs = std::filesystem;
 
@@ -22,7 +22,8 @@ const double kNaN = std::nan("");
 
 double num(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : kNaN;  // null (a NaN written by json) too
+  return it != j.end() && it->is_number() ? it->get<double>()
+                                          : kNaN;  // null (a NaN written by json) too
 }
 
 // Seconds with 4 significant digits and never an exponent: 0.0000551 reads better than 5.51e-05.
@@ -55,7 +56,8 @@ StepRecord to_record(const nlohmann::json& j) {
         const Spread s{num(v, "min"), num(v, "median"), num(v, "max")};
         if (std::isfinite(s.median) && std::isfinite(s.max)) r.across_ranks[name] = s;
       }
-  if (const auto s = j.find("straggler"); s != j.end() && s->is_object() && std::isfinite(num(*s, "rank"))) {
+  if (const auto s = j.find("straggler");
+      s != j.end() && s->is_object() && std::isfinite(num(*s, "rank"))) {
     r.straggler_rank = static_cast<int>(num(*s, "rank"));
     r.straggler_host = s->value("host", std::string());
     r.straggler_step_s = num(*s, "step_time_s");
@@ -70,17 +72,25 @@ StepRecord to_record(const nlohmann::json& j) {
 const std::vector<std::string>& phase_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> out;
-    for (int p = 0; p < runtime::kNumPhases; ++p) out.push_back(runtime::phase_name(static_cast<runtime::Phase>(p)));
+    for (int p = 0; p < runtime::kNumPhases; ++p)
+      out.push_back(runtime::phase_name(static_cast<runtime::Phase>(p)));
     return out;
   }();
   return names;
 }
 
 StepRecord::StepRecord()
-    : loss(kNaN), tokens_per_s(kNaN), mfu(kNaN), step_time_s(kNaN), val_loss(kNaN), straggler_step_s(kNaN),
-      straggler_busy_s(kNaN), median_busy_s(kNaN) {}
+    : loss(kNaN),
+      tokens_per_s(kNaN),
+      mfu(kNaN),
+      step_time_s(kNaN),
+      val_loss(kNaN),
+      straggler_step_s(kNaN),
+      straggler_busy_s(kNaN),
+      median_busy_s(kNaN) {}
 
-RunData parse_metrics(const std::string& text, const std::string& source, std::vector<std::string>& notes) {
+RunData parse_metrics(const std::string& text, const std::string& source,
+                      std::vector<std::string>& notes) {
   RunData run;
   run.source = source;
   std::vector<std::string> lines;
@@ -92,11 +102,12 @@ RunData parse_metrics(const std::string& text, const std::string& source, std::v
     const auto j = nlohmann::json::parse(lines[i], nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
       if (i + 1 == lines.size() && i > 0) {
-        notes.push_back(source + ": ignored its last line, which is not complete JSON (a write cut short)");
+        notes.push_back(source +
+                        ": ignored its last line, which is not complete JSON (a write cut short)");
         break;
       }
       throw runtime::UsageError(source + ": line " + std::to_string(i + 1) +
-                       " is not JSON; pass the JSONL that train --metrics-file wrote");
+                                " is not JSON; pass the JSONL that train --metrics-file wrote");
     }
     const double step = j.is_object() ? num(j, "step") : kNaN;
     if (!(step >= 1)) {
@@ -107,13 +118,17 @@ RunData parse_metrics(const std::string& text, const std::string& source, std::v
     by_step[r.step] = std::move(r);
   }
   if (by_step.empty())
-    throw runtime::UsageError(source + ": no line has a \"step\" of 1 or more; pass the JSONL that train --metrics-file wrote");
+    throw runtime::UsageError(
+        source +
+        ": no line has a \"step\" of 1 or more; pass the JSONL that train --metrics-file wrote");
   for (auto& [step, r] : by_step) run.steps.push_back(std::move(r));
   return run;
 }
 
 std::vector<std::string> run_labels(const std::vector<std::string>& paths) {
-  auto unique = [](const std::vector<std::string>& v) { return std::set<std::string>(v.begin(), v.end()).size() == v.size(); };
+  auto unique = [](const std::vector<std::string>& v) {
+    return std::set<std::string>(v.begin(), v.end()).size() == v.size();
+  };
   std::vector<std::string> parents, stems, both;
   for (const auto& p : paths) {
     const fs::path abs = fs::absolute(p).lexically_normal();
@@ -148,7 +163,8 @@ std::vector<double> moving_average(const std::vector<double>& y, int k) {
 }
 
 RankSpread rank_spread(const StepRecord& s) {
-  if (std::isfinite(s.straggler_busy_s) && std::isfinite(s.median_busy_s)) return {s.straggler_busy_s, s.median_busy_s, true};
+  if (std::isfinite(s.straggler_busy_s) && std::isfinite(s.median_busy_s))
+    return {s.straggler_busy_s, s.median_busy_s, true};
   if (const auto it = s.across_ranks.find("step"); it != s.across_ranks.end())
     return {it->second.max, it->second.median, false};
   if (s.across_ranks.empty()) return {kNaN, kNaN, false};
@@ -224,36 +240,41 @@ std::string report_markdown(const std::vector<RunStats>& runs, const std::string
                             const std::vector<std::string>& notes) {
   std::ostringstream os;
   os << "# " << (title.empty() ? "Training report" : title) << "\n\n"
-     << "| run | steps | final loss | final val loss | median tokens/s | median MFU | median step time (s) |\n"
+     << "| run | steps | final loss | final val loss | median tokens/s | median MFU | median step "
+        "time (s) |\n"
      << "|---|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : runs)
     os << "| " << r.label << " | " << r.steps << " | " << fmt_or_na("%.4f", r.final_loss) << " | "
-       << fmt_or_na("%.4f", r.final_val_loss) << " | " << fmt_rate(r.tokens_per_s) << " | " << fmt_percent(r.mfu)
-       << " | " << fmt_seconds(r.step_time_s) << " |\n";
+       << fmt_or_na("%.4f", r.final_val_loss) << " | " << fmt_rate(r.tokens_per_s) << " | "
+       << fmt_percent(r.mfu) << " | " << fmt_seconds(r.step_time_s) << " |\n";
   os << "\nMedians are over every step in the file (steps >= 1).\n\n"
-     << "![loss](loss.png)\n\n![throughput](throughput.png)\n\n![step-time breakdown](breakdown.png)\n";
+     << "![loss](loss.png)\n\n![throughput](throughput.png)\n\n![step-time "
+        "breakdown](breakdown.png)\n";
   for (const auto& r : runs) {
-    os << "\n## " << r.label << "\n\n`" << r.source << "`: " << r.steps << " steps (" << r.first_step << " to "
-       << r.last_step << ").\n";
+    os << "\n## " << r.label << "\n\n`" << r.source << "`: " << r.steps << " steps ("
+       << r.first_step << " to " << r.last_step << ").\n";
     if (r.phases.empty()) {
       os << "\nNo per-phase timings (\"phases\") in this file.\n";
     } else {
       os << "\n| phase | median (s) | share of step |\n|---|---:|---:|\n";
       for (const auto& p : r.phases)
-        os << "| " << p.phase << " | " << fmt_seconds(p.median_s) << " | " << fmt_percent(p.share) << " |\n";
+        os << "| " << p.phase << " | " << fmt_seconds(p.median_s) << " | " << fmt_percent(p.share)
+           << " |\n";
       os << "| step (step_time_s) | " << fmt_seconds(r.step_time_s) << " | "
          << (std::isfinite(r.step_time_s) ? "100.0%" : "n/a") << " |\n"
-         << "\nShare = the phase's median / the median step time, so shares need not add up to 100%.\n";
+         << "\nShare = the phase's median / the median step time, so shares need not add up to "
+            "100%.\n";
     }
     if (r.spread_steps > 0)
-      os << "\nAcross ranks (" << r.spread_steps << " steps with cross-rank timings): slowest/median "
+      os << "\nAcross ranks (" << r.spread_steps
+         << " steps with cross-rank timings): slowest/median "
          << (r.spread_busy ? "busy time (step minus exposed_comm) " : "step time ")
-         << fmt("%.2fx", r.spread_ratio) << " at the median, " << fmt("%.2fx", r.worst_ratio) << " at worst (step "
-         << r.worst_step << ").";
+         << fmt("%.2fx", r.spread_ratio) << " at the median, " << fmt("%.2fx", r.worst_ratio)
+         << " at worst (step " << r.worst_step << ").";
     if (r.straggler_rank >= 0)
-      os << (r.spread_steps > 0 ? " " : "\n") << "Slowest rank most often: rank " << r.straggler_rank
-         << (r.straggler_host.empty() ? "" : " (" + r.straggler_host + ")") << ", on " << r.straggler_count << " of "
-         << r.straggler_steps << " steps that name one.";
+      os << (r.spread_steps > 0 ? " " : "\n") << "Slowest rank most often: rank "
+         << r.straggler_rank << (r.straggler_host.empty() ? "" : " (" + r.straggler_host + ")")
+         << ", on " << r.straggler_count << " of " << r.straggler_steps << " steps that name one.";
     if (r.spread_steps > 0 || r.straggler_rank >= 0) os << "\n";
   }
   for (const auto& n : notes) os << "\nNote: " << n << "\n";

@@ -23,7 +23,8 @@ RunSummary summarize_run(const RunSteps& run, int skip_steps) {
   const size_t skip = static_cast<size_t>(std::max(skip_steps, 0));
   s.kept_warmup = s.steps <= skip && skip > 0;
   const size_t first = s.kept_warmup ? 0 : skip;  // too few steps: the warmup ones are all there is
-  const std::vector<double> tps(run.tokens_per_s.begin() + std::min(first, s.steps), run.tokens_per_s.end());
+  const std::vector<double> tps(run.tokens_per_s.begin() + std::min(first, s.steps),
+                                run.tokens_per_s.end());
   std::vector<double> mfu;
   for (size_t i = first; i < std::min(run.mfu.size(), s.steps); ++i) mfu.push_back(run.mfu[i]);
   s.used = tps.size();
@@ -34,15 +35,18 @@ RunSummary summarize_run(const RunSteps& run, int skip_steps) {
 
 std::vector<ScalingRow> scaling_rows(const std::vector<RunSummary>& runs) {
   std::vector<RunSummary> sorted = runs;
-  std::sort(sorted.begin(), sorted.end(), [](const RunSummary& a, const RunSummary& b) { return a.nodes < b.nodes; });
+  std::sort(sorted.begin(), sorted.end(),
+            [](const RunSummary& a, const RunSummary& b) { return a.nodes < b.nodes; });
   for (size_t i = 0; i < sorted.size(); ++i) {
     if (sorted[i].nodes <= 0)
       throw runtime::UsageError("--run " + sorted[i].source + ": the node count must be 1 or more");
     if (!(sorted[i].tokens_per_s > 0) || !std::isfinite(sorted[i].tokens_per_s))
-      throw runtime::UsageError("--run " + sorted[i].source + ": its median tokens_per_s is not a positive number");
+      throw runtime::UsageError("--run " + sorted[i].source +
+                                ": its median tokens_per_s is not a positive number");
     if (i > 0 && sorted[i].nodes == sorted[i - 1].nodes)
-      throw runtime::UsageError("--run: " + sorted[i - 1].source + " and " + sorted[i].source + " are both for " +
-                       std::to_string(sorted[i].nodes) + " nodes; pass one run per node count");
+      throw runtime::UsageError("--run: " + sorted[i - 1].source + " and " + sorted[i].source +
+                                " are both for " + std::to_string(sorted[i].nodes) +
+                                " nodes; pass one run per node count");
   }
   std::vector<ScalingRow> rows;
   if (sorted.empty()) return rows;
@@ -68,9 +72,10 @@ std::string scaling_markdown(const std::vector<ScalingRow>& rows, const std::str
      << "| nodes | tokens/s | tokens/s per node | speedup | scaling efficiency | MFU | steps |\n"
      << "|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : rows)
-    os << "| " << r.nodes << " | " << fmt_rate(r.tokens_per_s) << " | " << fmt_rate(r.tokens_per_s_per_node) << " | "
-       << fmt("%.2fx", r.speedup) << " | " << fmt_percent(r.efficiency) << " | " << fmt_percent(r.mfu) << " | "
-       << r.steps_used << " |\n";
+    os << "| " << r.nodes << " | " << fmt_rate(r.tokens_per_s) << " | "
+       << fmt_rate(r.tokens_per_s_per_node) << " | " << fmt("%.2fx", r.speedup) << " | "
+       << fmt_percent(r.efficiency) << " | " << fmt_percent(r.mfu) << " | " << r.steps_used
+       << " |\n";
   if (!rows.empty())
     os << "\nScaling efficiency = (tokens/s / nodes) / (tokens/s / nodes at " << rows.front().nodes
        << (rows.front().nodes == 1 ? " node" : " nodes") << "); 100% is linear scaling. "
@@ -83,16 +88,23 @@ std::string scaling_csv(const std::vector<ScalingRow>& rows) {
   std::ostringstream os;
   os << "nodes,tokens_per_s,tokens_per_s_per_node,speedup,scaling_efficiency,mfu,steps_used\n";
   for (const auto& r : rows)
-    os << r.nodes << "," << fmt("%.6g", r.tokens_per_s) << "," << fmt("%.6g", r.tokens_per_s_per_node) << ","
-       << fmt("%.6g", r.speedup) << "," << fmt("%.6g", r.efficiency) << ","
-       << (std::isfinite(r.mfu) ? fmt("%.6g", r.mfu) : "") << "," << r.steps_used << "\n";
+    os << r.nodes << "," << fmt("%.6g", r.tokens_per_s) << ","
+       << fmt("%.6g", r.tokens_per_s_per_node) << "," << fmt("%.6g", r.speedup) << ","
+       << fmt("%.6g", r.efficiency) << "," << (std::isfinite(r.mfu) ? fmt("%.6g", r.mfu) : "")
+       << "," << r.steps_used << "\n";
   return os.str();
 }
 
 std::vector<Panel> scaling_panels(const std::vector<ScalingRow>& rows, const std::string& title) {
   const std::string prefix = title.empty() ? "" : title + ": ";
   Panel tput{prefix + "throughput", "nodes", "tokens/s", {}, 0.0, std::nullopt, false};
-  Panel eff{prefix + "scaling efficiency", "nodes", "scaling efficiency (%)", {}, 0.0, std::nullopt, false};
+  Panel eff{prefix + "scaling efficiency",
+            "nodes",
+            "scaling efficiency (%)",
+            {},
+            0.0,
+            std::nullopt,
+            false};
   Series measured{"measured", {}, {}, palette_color(0), false, true};
   Series ideal{"ideal (linear)", {}, {}, 0x7f7f7f, true, false};
   Series efficiency{"measured", {}, {}, palette_color(0), false, true};
@@ -111,7 +123,7 @@ std::vector<Panel> scaling_panels(const std::vector<ScalingRow>& rows, const std
   }
   eff.log2_x = all_pow2;  // 1, 2, 4, 8 nodes spread evenly; other counts need a linear axis
   tput.log2_x = eff.log2_x;
-  tput.series = {ideal, measured};      // measured drawn last, on top
+  tput.series = {ideal, measured};  // measured drawn last, on top
   eff.series = {reference, efficiency};
   return {tput, eff};
 }

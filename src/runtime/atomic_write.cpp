@@ -25,8 +25,10 @@ std::string dir_of(const std::string& path) {
 
 std::string human(int64_t bytes) {
   char buf[32];
-  if (bytes < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
-  else std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes < (1 << 20))
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
   return buf;
 }
 
@@ -93,7 +95,8 @@ std::string storage_failure_line(const std::string& path, int err, int64_t free)
   std::string what, advice;
   switch (err) {
     case ENOSPC:
-      what = "no space left on device" + (free >= 0 ? " (it needs more than the " + human(free) + " free in " + dir + ")" : "");
+      what = "no space left on device" +
+             (free >= 0 ? " (it needs more than the " + human(free) + " free in " + dir + ")" : "");
       advice = "free space there or write elsewhere";
       break;
     case EDQUOT:
@@ -111,7 +114,8 @@ std::string storage_failure_line(const std::string& path, int err, int64_t free)
   return "cannot write " + path + ": " + what + ", and no partial output was left; " + advice;
 }
 
-void write_atomically(const std::string& path, const std::function<void(const std::string& tmp)>& write) {
+void write_atomically(const std::string& path,
+                      const std::function<void(const std::string& tmp)>& write) {
   const std::string dir = dir_of(path);  // made by the caller, which knows the option to name
   const std::string tmp = tmp_path(path);
   // Created here first: a read-only or forbidden directory is told by open's own errno.
@@ -134,7 +138,8 @@ void write_atomically(const std::string& path, const std::function<void(const st
       throw;
     } catch (const std::exception& e) {
       if (dynamic_cast<const UsageError*>(&e) == nullptr)
-        if (const int err = storage_errno(e.what(), full)) throw_storage(path, err, free_bytes(dir));
+        if (const int err = storage_errno(e.what(), full))
+          throw_storage(path, err, free_bytes(dir));
       throw;
     }
   }
@@ -159,7 +164,8 @@ void write_file_atomically(const std::string& path, const std::string& bytes) {
   });
 }
 
-void write_dir_atomically(const std::string& dir, const std::function<void(const std::string& into)>& write) {
+void write_dir_atomically(const std::string& dir,
+                          const std::function<void(const std::string& into)>& write) {
   std::error_code ec;
   const bool fresh = !fs::exists(dir, ec) || (fs::is_directory(dir, ec) && fs::is_empty(dir, ec));
   const std::string parent = dir_of(tmp_path(dir));
@@ -178,7 +184,8 @@ void write_dir_atomically(const std::string& dir, const std::function<void(const
     write(tmp);
     sync_best_effort(tmp);
     if (::rename(tmp.c_str(), dir.c_str()) != 0)  // replaces an empty dir
-      throw fs::filesystem_error("cannot rename " + tmp + " to " + dir, std::error_code(errno, std::generic_category()));
+      throw fs::filesystem_error("cannot rename " + tmp + " to " + dir,
+                                 std::error_code(errno, std::generic_category()));
     sync_best_effort(parent);
   } catch (...) {
     try {

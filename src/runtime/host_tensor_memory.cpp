@@ -35,7 +35,9 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &release, device};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dest, const void* src, size_t count) const override { default_copy_data(dest, src, count); }
+  void copy_data(void* dest, const void* src, size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 
  private:
   static constexpr size_t kHeader = 64;  // keeps the data 64-byte aligned, as the base allocator's

@@ -71,7 +71,8 @@ Topology machine_topology(int rank, int world) {
   t.local_size = local.size();
   // Node index = rank of this node's leader among all leaders, shared with the node.
   MPI_Comm leaders_raw = MPI_COMM_NULL;
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders_raw));
+  MPI_CHECK(
+      MPI_Comm_split(MPI_COMM_WORLD, t.local_rank == 0 ? 0 : MPI_UNDEFINED, rank, &leaders_raw));
   MpiComm leaders(leaders_raw);
   int buf[2] = {0, 0};
   if (t.local_rank == 0) {
@@ -114,7 +115,8 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
 }
 
 void MpiEnv::set_ranks_per_node(int ranks_per_node) {
-  topo_ = ranks_per_node > 0 ? topology_from_ranks_per_node(topo_.rank, topo_.world, ranks_per_node) : machine_;
+  topo_ = ranks_per_node > 0 ? topology_from_ranks_per_node(topo_.rank, topo_.world, ranks_per_node)
+                             : machine_;
 }
 
 MpiEnv::~MpiEnv() {
@@ -164,17 +166,20 @@ void MpiEnv::abort_from_thread(int code) {
   std::_Exit(code);
 }
 
-std::string helper_thread_failure(const std::string& thread, int rank, const std::string& host, const std::string& error,
-                                  int exit_code) {
+std::string helper_thread_failure(const std::string& thread, int rank, const std::string& host,
+                                  const std::string& error, int exit_code) {
   std::string what;
   for (char c : error) {
     if (c == '\r') continue;
-    if (c == '\n') what += "; ";
-    else what += c;
+    if (c == '\n')
+      what += "; ";
+    else
+      what += c;
   }
-  while (!what.empty() && (what.back() == ' ' || what.back() == ';' || what.back() == '.')) what.pop_back();
-  return "shardtrain: fatal: " + thread + " on rank " + std::to_string(rank) + " (" + host + "): " + what +
-         ". Exiting with code " + std::to_string(exit_code) + ".";
+  while (!what.empty() && (what.back() == ' ' || what.back() == ';' || what.back() == '.'))
+    what.pop_back();
+  return "shardtrain: fatal: " + thread + " on rank " + std::to_string(rank) + " (" + host +
+         "): " + what + ". Exiting with code " + std::to_string(exit_code) + ".";
 }
 
 void run_helper_thread(const std::string& thread, int rank, const std::string& host, int exit_code,

@@ -7,7 +7,8 @@
 namespace shardtrain::runtime {
 
 const char* phase_name(Phase p) {
-  static const char* names[kNumPhases] = {"data_wait", "forward", "backward", "optimizer", "exposed_comm", "checkpoint"};
+  static const char* names[kNumPhases] = {"data_wait", "forward",      "backward",
+                                          "optimizer", "exposed_comm", "checkpoint"};
   return names[static_cast<int>(p)];
 }
 
@@ -30,7 +31,8 @@ PhaseSummary summarize_phases(const std::vector<PhaseTimes>& per_rank) {
   std::vector<double> busy;
   for (size_t r = 0; r < per_rank.size(); ++r) {
     busy.push_back(per_rank[r].busy());
-    if (busy.back() > busy[out.straggler]) out.straggler = static_cast<int>(r);  // first rank on ties
+    if (busy.back() > busy[out.straggler])
+      out.straggler = static_cast<int>(r);  // first rank on ties
   }
   out.straggler_busy_s = busy[out.straggler];
   out.median_busy_s = median(busy);

@@ -10,8 +10,9 @@ std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
 }
 
-AccuracyResult exact_match(const model::LogitsFn& logits, const data::Tokenizer& tok, const std::vector<data::Record>& records,
-                           int64_t max_new_tokens, int64_t max_context, size_t max_examples) {
+AccuracyResult exact_match(const model::LogitsFn& logits, const data::Tokenizer& tok,
+                           const std::vector<data::Record>& records, int64_t max_new_tokens,
+                           int64_t max_context, size_t max_examples) {
   AccuracyResult r;
   model::GenerateConfig g;
   g.max_new_tokens = max_new_tokens;

@@ -10,23 +10,29 @@
 
 namespace shardtrain::train {
 
-FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c, const RunStart& from) {
-  const int64_t ref = from.schedule_batch;  // progress and the schedule count steps of this many rows
+FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c,
+           const RunStart& from) {
+  const int64_t ref =
+      from.schedule_batch;  // progress and the schedule count steps of this many rows
   optim::LrSchedule sched = optim.schedule;
-  sched.total_steps = cfg.steps > 0 ? cfg.steps : cfg.epochs * (c.loader.epoch_progress_rows(ref) / ref);
+  sched.total_steps =
+      cfg.steps > 0 ? cfg.steps : cfg.epochs * (c.loader.epoch_progress_rows(ref) / ref);
   const int64_t start = from.step;
   const int64_t total = start + c.loader.steps_until(sched.total_steps * ref, ref);
   c.checkpoints.set_schedule(ref, sched.total_steps);
   if (from.schedule_steps > 0 && from.schedule_steps != sched.total_steps)
-    runtime::log::warn_once("the schedule's total changes from " + std::to_string(from.schedule_steps) + " to " +
-                            std::to_string(sched.total_steps) + " steps of global batch " + std::to_string(ref) +
-                            " (--steps or --epochs differ from the checkpoint's run)");
-  runtime::log::info("training " + c.engine.model().name + " (" + std::to_string(c.engine.model().num_params()) +
-            " parameters) for " + std::to_string(total) + " steps, " + std::to_string(c.loader.steps_per_epoch()) +
-            " steps/epoch" +
-            (ref == c.loader.global_batch() ? std::string()
-                                            : "; the schedule counts " + std::to_string(sched.total_steps) +
-                                                  " steps of the first run's global batch " + std::to_string(ref)));
+    runtime::log::warn_once(
+        "the schedule's total changes from " + std::to_string(from.schedule_steps) + " to " +
+        std::to_string(sched.total_steps) + " steps of global batch " + std::to_string(ref) +
+        " (--steps or --epochs differ from the checkpoint's run)");
+  runtime::log::info("training " + c.engine.model().name + " (" +
+                     std::to_string(c.engine.model().num_params()) + " parameters) for " +
+                     std::to_string(total) + " steps, " +
+                     std::to_string(c.loader.steps_per_epoch()) + " steps/epoch" +
+                     (ref == c.loader.global_batch()
+                          ? std::string()
+                          : "; the schedule counts " + std::to_string(sched.total_steps) +
+                                " steps of the first run's global batch " + std::to_string(ref)));
   SampleLog samples(cfg.sample_ids_file, c.engine.groups().world->rank());
   if (c.validator.has_accuracy() && start == 0) {  // the starting point, so the climb is visible
     StepMetrics m0;
@@ -38,7 +44,8 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     const runtime::Stopwatch step_clock;
     c.faults.before_step(s + 1);
     c.profiler.begin(s + 1);
-    const double progress = static_cast<double>(c.loader.progress_rows(ref)) / static_cast<double>(ref);
+    const double progress =
+        static_cast<double>(c.loader.progress_rows(ref)) / static_cast<double>(ref);
     const data::StepData data = c.loader.next();
     PendingStep p;
     StepMetrics& m = p.m;
@@ -53,15 +60,18 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     c.faults.after_backward(m.step, grads);
     m.tokens = g.tokens;
     m.peak_bytes = g.peak_bytes;
-    p.optimizer = std::make_shared<fsdp::PhaseClock>(c.engine.groups(), c.engine.device().is_cuda());
+    p.optimizer =
+        std::make_shared<fsdp::PhaseClock>(c.engine.groups(), c.engine.device().is_cuda());
     {
       RECORD_USER_SCOPE(kOptimizerRange);  // the profile's optimizer share
       p.loss = g.loss_t;
-      p.grad_norm = c.optimizer.grad_norm(grads);  // reduced, like the loss: every rank's guard agrees
+      p.grad_norm =
+          c.optimizer.grad_norm(grads);  // reduced, like the loss: every rank's guard agrees
       c.optimizer.apply(m.lr, grads, p.grad_norm, c.nonfinite.skip_on_device(p.loss, p.grad_norm));
     }
     p.optimizer->close(runtime::Phase::kOptimizer);
-    m.peak_bytes[static_cast<int>(runtime::Phase::kOptimizer)] = c.engine.memory().take_phase_peak();
+    m.peak_bytes[static_cast<int>(runtime::Phase::kOptimizer)] =
+        c.engine.memory().take_phase_peak();
     grads.clear();  // the shards live from backward to here only
     c.engine.release_grads();
     m.step_time_s = step_clock.seconds();
@@ -80,7 +90,8 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     if (!read_now) continue;
     std::vector<PendingStep> steps = readback.take();  // the one host read since the last
     for (PendingStep& done : steps) {
-      const NonfiniteVerdict finite = c.nonfinite.check(done.m.step, done.m.loss, done.m.grad_norm, done.rows);
+      const NonfiniteVerdict finite =
+          c.nonfinite.check(done.m.step, done.m.loss, done.m.grad_norm, done.rows);
       done.m.skipped = !finite.finite;
       done.m.skipped_steps = c.nonfinite.skipped();
       if (finite.stop) {  // the device skipped every step since: no validation, no checkpoint
@@ -94,9 +105,12 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     StepMetrics& now = steps.back().m;
     if (c.validator.due(now.step, last)) c.validator.run(now);
     const runtime::Stopwatch ckpt_clock;  // the save: the checkpoint phase
-    const bool unsaved_stop = stop && !signal.save;  // --on-nonfinite exit-nosave, or no --checkpoint-dir
+    const bool unsaved_stop =
+        stop && !signal.save;  // --on-nonfinite exit-nosave, or no --checkpoint-dir
     const double saved_s =
-        unsaved_stop ? 0 : c.checkpoints.after_step(now.step, signal.save ? signal.reason : "", last || stop, c.loader.state());
+        unsaved_stop ? 0
+                     : c.checkpoints.after_step(now.step, signal.save ? signal.reason : "",
+                                                last || stop, c.loader.state());
     now.phases[runtime::Phase::kCheckpoint] = ckpt_clock.seconds();
     c.metrics.publish(now, log_step, last || stop, total, saved_s);
     if (stop) {

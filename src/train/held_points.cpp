@@ -21,7 +21,8 @@ void HeldPoints::add(int64_t step, int64_t time_ms, const std::vector<MetricScal
     }
     Series& h = it->second;
     const bool changed = !same(h.value, s.value);
-    if (changed && !h.sent) out.push_back({s.tag, h.value, h.time_ms, h.step});  // where the old value ends
+    if (changed && !h.sent)
+      out.push_back({s.tag, h.value, h.time_ms, h.step});  // where the old value ends
     if (changed) out.push_back({s.tag, s.value, time_ms, step});
     h = Series{s.value, step, time_ms, changed};
   }

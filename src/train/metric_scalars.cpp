@@ -7,7 +7,8 @@ void collect(const nlohmann::json& node, const std::string& tag, std::vector<Met
   if (node.is_number()) {  // is_number is false for booleans: a flag is not a figure
     out.push_back({tag, node.get<double>()});
   } else if (node.is_object()) {
-    for (const auto& [key, child] : node.items()) collect(child, tag.empty() ? key : tag + "/" + key, out);
+    for (const auto& [key, child] : node.items())
+      collect(child, tag.empty() ? key : tag + "/" + key, out);
   } else if (node.is_array()) {
     for (size_t i = 0; i < node.size(); ++i) collect(node[i], tag + "/" + std::to_string(i), out);
   }

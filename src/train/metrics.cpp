@@ -11,7 +11,8 @@
 namespace shardtrain::train {
 
 namespace {
-void fill_rates(StepMetrics& m, double tokens, double seconds, double flops_per_token, double peak_tflops, int world_size) {
+void fill_rates(StepMetrics& m, double tokens, double seconds, double flops_per_token,
+                double peak_tflops, int world_size) {
   if (seconds <= 0) return;
   m.tokens_per_s = tokens / seconds;
   m.tflops_per_device = m.tokens_per_s * flops_per_token / world_size / 1e12;
@@ -19,9 +20,10 @@ void fill_rates(StepMetrics& m, double tokens, double seconds, double flops_per_
 }
 }  // namespace
 
-void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token, double peak_tflops,
-                     int world_size) {
-  fill_rates(m, static_cast<double>(input_tokens), m.step_time_s, flops_per_token, peak_tflops, world_size);
+void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token,
+                     double peak_tflops, int world_size) {
+  fill_rates(m, static_cast<double>(input_tokens), m.step_time_s, flops_per_token, peak_tflops,
+             world_size);
 }
 
 void IntervalThroughput::add(int64_t input_tokens, double step_time_s) {
@@ -30,7 +32,8 @@ void IntervalThroughput::add(int64_t input_tokens, double step_time_s) {
   ++steps_;
 }
 
-void IntervalThroughput::take(StepMetrics& m, double flops_per_token, double peak_tflops, int world_size) {
+void IntervalThroughput::take(StepMetrics& m, double flops_per_token, double peak_tflops,
+                              int world_size) {
   if (steps_ > 0 && seconds_ > 0) {
     fill_rates(m, static_cast<double>(tokens_), seconds_, flops_per_token, peak_tflops, world_size);
     m.step_time_s = seconds_ / static_cast<double>(steps_);
@@ -60,10 +63,13 @@ MetricsWriter::MetricsWriter(const std::string& path, int64_t keep_through_step)
   {  // the kept steps replace the file in one rename: a crash here never loses the history
     std::ofstream tmp(path + ".tmp", std::ios::trunc);
     tmp << kept;
-    if (!tmp.flush()) throw runtime::UsageError("--metrics-file: cannot write " + path + ".tmp; check that its directory is writable");
+    if (!tmp.flush())
+      throw runtime::UsageError("--metrics-file: cannot write " + path +
+                                ".tmp; check that its directory is writable");
   }
   std::filesystem::rename(path + ".tmp", path, ec);
-  if (ec) throw runtime::UsageError("--metrics-file: cannot replace " + path + " (" + ec.message() + ")");
+  if (ec)
+    throw runtime::UsageError("--metrics-file: cannot replace " + path + " (" + ec.message() + ")");
   out_.open(path, std::ios::app);
   if (!out_) throw runtime::UsageError("--metrics-file: cannot write " + path);
 }
@@ -84,7 +90,8 @@ nlohmann::json metrics_line(const StepMetrics& m) {
     j["skipped_steps"] = m.skipped_steps;
     if (m.skipped) j["skipped"] = true;
     j["eta_s"] = m.eta_s;
-    for (int p = 0; p < runtime::kNumPhases; ++p) j["phases"][runtime::phase_name(static_cast<runtime::Phase>(p))] = m.phases.s[p];
+    for (int p = 0; p < runtime::kNumPhases; ++p)
+      j["phases"][runtime::phase_name(static_cast<runtime::Phase>(p))] = m.phases.s[p];
   }
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
   if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
@@ -101,20 +108,24 @@ void MetricsWriter::write(const nlohmann::json& line) {
 std::string format_duration(double secs) {
   char buf[32];
   const long long t = static_cast<long long>(secs + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
-  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%llds", t);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, t / 60 % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", t);
   return buf;
 }
 
 std::string progress_line(const StepMetrics& m, int64_t total_steps) {
   char buf[384];
-  std::snprintf(buf, sizeof buf,
-                "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.3f TFLOP/s/device | "
-                "MFU %.2f%% | %.3f s/step | ETA %s | mem %.0f MiB",
-                static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr, m.grad_norm,
-                m.tokens_per_s, m.tflops_per_device, 100.0 * m.mfu, m.step_time_s, format_duration(m.eta_s).c_str(),
-                static_cast<double>(m.peak_mem_bytes) / (1 << 20));
+  std::snprintf(
+      buf, sizeof buf,
+      "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | %.3f TFLOP/s/device | "
+      "MFU %.2f%% | %.3f s/step | ETA %s | mem %.0f MiB",
+      static_cast<long long>(m.step), static_cast<long long>(total_steps), m.loss, m.lr,
+      m.grad_norm, m.tokens_per_s, m.tflops_per_device, 100.0 * m.mfu, m.step_time_s,
+      format_duration(m.eta_s).c_str(), static_cast<double>(m.peak_mem_bytes) / (1 << 20));
   std::string s = buf;
   if (m.val_loss >= 0) {
     std::snprintf(buf, sizeof buf, " | val_loss %.4f", m.val_loss);

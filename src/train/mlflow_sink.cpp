@@ -9,7 +9,9 @@
 namespace shardtrain::train {
 namespace {
 
-std::string text(const nlohmann::json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string text(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 }  // namespace
 
@@ -18,10 +20,12 @@ obs::KeyValues mlflow_params(const RunParams& run) {
   std::set<std::string> options;
   for (const auto& [name, value] : run.options) {
     options.insert(name);
-    if (name.rfind("help", 0) != 0) params.emplace_back(name, value);  // --help* are switches, not settings
+    if (name.rfind("help", 0) != 0)
+      params.emplace_back(name, value);  // --help* are switches, not settings
   }
   for (const auto& [name, value] : run.values.items()) {
-    std::string option = name;  // batch_size is --batch-size's: logged once, under the option's name
+    std::string option =
+        name;  // batch_size is --batch-size's: logged once, under the option's name
     for (char& c : option)
       if (c == '_') c = '-';
     if (!options.count(option)) params.emplace_back(name, text(value));
@@ -46,7 +50,8 @@ MlflowSink::MlflowSink(const obs::ObsConfig& obs, const std::string& host, int r
                {"command", command},
                {"mlflow.source.name", "shardtrain"},
                {"mlflow.source.type", "JOB"},
-               {"mlflow.source.git.commit", std::string(SHARDTRAIN_GIT_COMMIT).substr(0, 40)}};  // MLflow's: the id alone
+               {"mlflow.source.git.commit",
+                std::string(SHARDTRAIN_GIT_COMMIT).substr(0, 40)}};  // MLflow's: the id alone
   tracker_ = std::make_unique<obs::MlflowTracker>(std::move(spec), rank, host);
 }
 

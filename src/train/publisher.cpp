@@ -6,14 +6,14 @@
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/device_memory.h"
 #endif
+#include "shardtrain/model/flops.h"
 #include "shardtrain/obs/rank_summary.h"
-#include "shardtrain/train/metric_scalars.h"
-#include "shardtrain/train/mlflow_sink.h"
-#include "shardtrain/train/tensorboard_sink.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
-#include "shardtrain/model/flops.h"
+#include "shardtrain/train/metric_scalars.h"
+#include "shardtrain/train/mlflow_sink.h"
+#include "shardtrain/train/tensorboard_sink.h"
 
 namespace shardtrain::train {
 namespace {
@@ -23,36 +23,53 @@ nlohmann::json comm_json(const comm::ProcessGroups& g) {
   for (const comm::Communicator* c : g.all())
     for (int k = 0; k < comm::kNumOps; ++k) {
       const auto& s = c->stats().ops[k];
-      if (s.calls) j[c->name()][comm::op_name(static_cast<comm::Op>(k))] = {{"calls", s.calls}, {"bytes", s.bytes}};
+      if (s.calls)
+        j[c->name()][comm::op_name(static_cast<comm::Op>(k))] = {{"calls", s.calls},
+                                                                 {"bytes", s.bytes}};
     }
   return j;
 }
 
 nlohmann::json memory_json(const fsdp::MemoryReport& m) {
-  return {{"param_bytes", m.param_bytes}, {"grad_bytes", m.grad_bytes}, {"optimizer_bytes", m.optimizer_bytes},
-          {"no_sync_bytes", m.no_sync_bytes}, {"persistent_bytes", m.persistent()}, {"unsharded_bytes", m.unsharded_bytes},
-          // LoRA: the frozen base and the adapters (master + AdamW) per rank; 0 and persistent otherwise
-          {"base_bytes", m.base_bytes}, {"adapter_bytes", m.base_bytes > 0 ? m.trainable_bytes() : 0}};
+  return {{"param_bytes", m.param_bytes},
+          {"grad_bytes", m.grad_bytes},
+          {"optimizer_bytes", m.optimizer_bytes},
+          {"no_sync_bytes", m.no_sync_bytes},
+          {"persistent_bytes", m.persistent()},
+          {"unsharded_bytes", m.unsharded_bytes},
+          // LoRA: the frozen base and the adapters (master + AdamW) per rank; 0 and persistent
+          // otherwise
+          {"base_bytes", m.base_bytes},
+          {"adapter_bytes", m.base_bytes > 0 ? m.trainable_bytes() : 0}};
 }
 
 }  // namespace
 
-MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine,
-                                   const runtime::MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len, int64_t start_step,
-                                   const RunParams& run)
-    : cfg_(cfg), engine_(engine), env_(env), hosts_(std::move(hosts)),
-      seq_len_(seq_len), flops_per_token_(model::flops_per_token(engine.model(), seq_len)), start_step_(start_step),
+MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs,
+                                   fsdp::FsdpEngine& engine, const runtime::MpiEnv& env,
+                                   std::vector<std::string> hosts, int64_t seq_len,
+                                   int64_t start_step, const RunParams& run)
+    : cfg_(cfg),
+      engine_(engine),
+      env_(env),
+      hosts_(std::move(hosts)),
+      seq_len_(seq_len),
+      flops_per_token_(model::flops_per_token(engine.model(), seq_len)),
+      start_step_(start_step),
       writer_(env.rank() == 0 ? cfg.metrics_file : "", start_step) {
   if (obs.metrics_port > 0)
-    exporter_ = std::make_unique<obs::NodeExporter>(obs.metrics_bind, obs.metrics_port, obs.metrics_job, env.topology(), hosts_);
+    exporter_ = std::make_unique<obs::NodeExporter>(obs.metrics_bind, obs.metrics_port,
+                                                    obs.metrics_job, env.topology(), hosts_);
   if (env.rank() == 0 && !obs.tensorboard_dir.empty()) {
-    auto tensorboard = std::make_unique<TensorBoardSink>(obs.tensorboard_dir, obs.run_name, env.host(), start_step, run);
+    auto tensorboard = std::make_unique<TensorBoardSink>(obs.tensorboard_dir, obs.run_name,
+                                                         env.host(), start_step, run);
     runtime::log::info("TensorBoard: " + tensorboard->path());
     trackers_.push_back(std::move(tensorboard));
   }
   if (env.rank() == 0 && !obs.mlflow_uri.empty())
-    trackers_.push_back(
-        std::make_unique<MlflowSink>(obs, env.host(), env.rank(), env.size(), fsdp::sharding_name(engine.config().sharding), run));
+    trackers_.push_back(std::make_unique<MlflowSink>(obs, env.host(), env.rank(), env.size(),
+                                                     fsdp::sharding_name(engine.config().sharding),
+                                                     run));
 }
 
 void MetricsPublisher::begin_step() {
@@ -65,15 +82,20 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   interval_.add(global_rows * seq_len_, m.step_time_s);
   m.peak_mem_bytes = peak_host_memory_bytes();
   // Before validation and the checkpoint: the step's own collectives only.
-  m.extra = {{"comm", comm_json(engine_.groups())}, {"memory", memory_json(engine_.memory().report())}};
+  m.extra = {{"comm", comm_json(engine_.groups())},
+             {"memory", memory_json(engine_.memory().report())}};
   m.extra["memory"]["peak_gathered_units"] = engine_.schedule().peak_gathered_units();
   auto& by_phase = m.extra["memory"]["peak_bytes_by_phase"];
-  for (runtime::Phase p : {runtime::Phase::kForward, runtime::Phase::kBackward, runtime::Phase::kOptimizer})
+  for (runtime::Phase p :
+       {runtime::Phase::kForward, runtime::Phase::kBackward, runtime::Phase::kOptimizer})
     by_phase[runtime::phase_name(p)] = m.peak_bytes[static_cast<int>(p)];
-  m.extra["memory"]["peak_bytes_by_phase_counts"] = engine_.memory().counts_device() ? "cuda_allocator" : "engine_tensors";
+  m.extra["memory"]["peak_bytes_by_phase_counts"] =
+      engine_.memory().counts_device() ? "cuda_allocator" : "engine_tensors";
   // Every CPU tensor, activations included: what the planner's memory model predicts on CPU.
-  if (runtime::host_tensor_memory_tracked()) m.extra["memory"]["host_tensor_peak_bytes"] = runtime::host_tensor_peak_bytes();
-  const fsdp::MemoryPeaks step_peak = engine_.memory().end_step_peaks();  // every phase's, not only the last one's
+  if (runtime::host_tensor_memory_tracked())
+    m.extra["memory"]["host_tensor_peak_bytes"] = runtime::host_tensor_peak_bytes();
+  const fsdp::MemoryPeaks step_peak =
+      engine_.memory().end_step_peaks();  // every phase's, not only the last one's
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (engine_.device().is_cuda()) {
     const fsdp::MemoryPeaks run_peak = engine_.memory().run_peaks();
@@ -89,17 +111,20 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
 #endif
 }
 
-void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total, double checkpoint_s) {
+void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total,
+                               double checkpoint_s) {
   if (checkpoint_s > 0) last_checkpoint_s_ = checkpoint_s;
   timed_s_ += m.step_time_s + m.phases[runtime::Phase::kCheckpoint];
-  m.eta_s = timed_s_ / static_cast<double>(m.step - start_step_) * static_cast<double>(total - m.step);
+  m.eta_s =
+      timed_s_ / static_cast<double>(m.step - start_step_) * static_cast<double>(total - m.step);
   // Every rank reaches the same log_step verdict, so the summary is a collective all join; the
   // metrics line gets it on every progress step, the log only at --breakdown-every.
   std::string breakdown;
   comm::Communicator& world = *engine_.groups().world;
   if (log_step) {
-    world.host_collective(comm::Op::kAllGather, 0,
-                          [&] { breakdown = obs::summarize_across_ranks(m.phases, m.extra, world.mpi(), hosts_); });
+    world.host_collective(comm::Op::kAllGather, 0, [&] {
+      breakdown = obs::summarize_across_ranks(m.phases, m.extra, world.mpi(), hosts_);
+    });
     ++log_steps_;
   }
   const nlohmann::json line = metrics_line(m);  // every sink logs what the JSONL line holds
@@ -108,7 +133,8 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
     const std::vector<MetricScalar> scalars = metric_scalars(line);
     for (auto& t : trackers_) {
       t->write(m.step, scalars);
-      if (log_step || run_ends) t->flush();  // the progress line's cadence; a signal's stop is a run end
+      if (log_step || run_ends)
+        t->flush();  // the progress line's cadence; a signal's stop is a run end
     }
   }
   if (log_step || m.val_loss >= 0 || m.val_accuracy >= 0) {
@@ -116,7 +142,8 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
     interval_.take(line, flops_per_token_, cfg_.peak_tflops, env_.size());
     runtime::log::info(progress_line(line, total));
   }
-  const bool breakdown_due = run_ends || (cfg_.breakdown_every > 0 && log_steps_ % cfg_.breakdown_every == 0);
+  const bool breakdown_due =
+      run_ends || (cfg_.breakdown_every > 0 && log_steps_ % cfg_.breakdown_every == 0);
   if (!breakdown.empty() && breakdown_due) runtime::log::info(breakdown);
   if (!exporter_) return;
   auto& r = series_;
@@ -128,8 +155,9 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   // The job's rates are rank 0's, the metrics file's: each rank times its own step, so each
   // would otherwise serve its own figure for the one job.
   std::array<double, 3> rates{m.tokens_per_s, m.tflops_per_device, m.mfu};
-  world.host_collective(comm::Op::kBroadcast, sizeof rates,
-                        [&] { MPI_CHECK(MPI_Bcast(rates.data(), static_cast<int>(rates.size()), MPI_DOUBLE, 0, world.mpi())); });
+  world.host_collective(comm::Op::kBroadcast, sizeof rates, [&] {
+    MPI_CHECK(MPI_Bcast(rates.data(), static_cast<int>(rates.size()), MPI_DOUBLE, 0, world.mpi()));
+  });
   r.tokens_per_s = rates[0];
   r.tflops_per_device = rates[1];
   r.mfu = rates[2];
@@ -150,7 +178,7 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
 
 void MetricsPublisher::write_initial(const StepMetrics& m) {
   runtime::log::info("before training: val_loss " + std::to_string(m.val_loss) + " | exact_match " +
-            std::to_string(100.0 * m.val_accuracy) + "%");
+                     std::to_string(100.0 * m.val_accuracy) + "%");
   const nlohmann::json line = metrics_line(m);
   writer_.write(line);
   // The trackers get the validation figures alone: the line's training fields are 0 before step 1,

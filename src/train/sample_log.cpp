@@ -9,7 +9,9 @@ namespace shardtrain::train {
 SampleLog::SampleLog(const std::string& path, int rank) {
   if (path.empty() || rank != 0) return;
   out_.open(path, std::ios::app);
-  if (!out_) throw runtime::UsageError("--log-sample-ids " + path + " cannot be opened for writing; pass a writable path");
+  if (!out_)
+    throw runtime::UsageError("--log-sample-ids " + path +
+                              " cannot be opened for writing; pass a writable path");
 }
 
 void SampleLog::write(int64_t step, int64_t epoch, const std::vector<int64_t>& rows) {

@@ -9,7 +9,8 @@ namespace shardtrain::train {
 
 SignalVerdict signal_verdict(int bits, OnSignal policy, bool checkpoints) {
   SignalVerdict v;
-  const bool term = bits & (runtime::kSignalTerminate | runtime::kSignalInterrupt | runtime::kSignalRelayedTerm);
+  const bool term =
+      bits & (runtime::kSignalTerminate | runtime::kSignalInterrupt | runtime::kSignalRelayedTerm);
   const bool usr1 = checkpoints && (bits & runtime::kSignalCheckpoint);
   if (!term && !usr1) return v;
   v.save = usr1 || (term && checkpoints && policy != OnSignal::kExitNoSave);
@@ -17,9 +18,12 @@ SignalVerdict signal_verdict(int bits, OnSignal policy, bool checkpoints) {
   v.reason = bits & runtime::kSignalTerminate     ? "SIGTERM"
              : bits & runtime::kSignalRelayedTerm ? "SIGUSR2 (a relayed SIGTERM)"
              : bits & runtime::kSignalInterrupt   ? "SIGINT"
-                                         : "SIGUSR1";
+                                                  : "SIGUSR1";
   const bool interrupt_only = !(bits & (runtime::kSignalTerminate | runtime::kSignalRelayedTerm));
-  if (v.stop) v.exit_code = v.save ? runtime::kExitCheckpointed : interrupt_only ? runtime::kExitInterrupted : runtime::kExitTerminated;
+  if (v.stop)
+    v.exit_code = v.save           ? runtime::kExitCheckpointed
+                  : interrupt_only ? runtime::kExitInterrupted
+                                   : runtime::kExitTerminated;
   return v;
 }
 

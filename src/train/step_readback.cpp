@@ -21,7 +21,8 @@ std::vector<PendingStep> StepReadback::take() {
     m.grad_norm = v[2 * i + 1];
     const runtime::PhaseTimes fb = out[i].forward_backward->finish();
     const runtime::PhaseTimes opt = out[i].optimizer->finish();
-    for (runtime::Phase p : {runtime::Phase::kForward, runtime::Phase::kBackward, runtime::Phase::kExposedComm})
+    for (runtime::Phase p :
+         {runtime::Phase::kForward, runtime::Phase::kBackward, runtime::Phase::kExposedComm})
       m.phases[p] += fb[p];
     m.phases[runtime::Phase::kOptimizer] += opt[runtime::Phase::kOptimizer];
     m.phases[runtime::Phase::kExposedComm] += opt[runtime::Phase::kExposedComm];

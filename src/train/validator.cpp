@@ -9,8 +9,9 @@
 
 namespace shardtrain::train {
 
-EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
-                         const BatchLogitsFn& logits, const std::function<double(double)>& sum_all) {
+EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches,
+                         int rank, int world, const BatchLogitsFn& logits,
+                         const std::function<double(double)>& sum_all) {
   c10::NoGradGuard no_grad;
   data::LoaderConfig lc;
   lc.micro_batch = batch_size;
@@ -28,7 +29,8 @@ EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_
     const model::Batch& batch = d.micro.front();
     auto lg = logits(batch);
     if (batch.tokens.size(0) == 0) continue;
-    const at::Tensor s = model::causal_lm_loss(lg, batch.labels.to(lg.device()), /*count=*/false).sum.to(at::kDouble);
+    const at::Tensor s = model::causal_lm_loss(lg, batch.labels.to(lg.device()), /*count=*/false)
+                             .sum.to(at::kDouble);
     sum_t = sum_t.defined() ? sum_t + s : s;
     count += static_cast<double>(model::count_loss_tokens(batch.labels));  // the host's labels
   }
@@ -44,23 +46,34 @@ EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_
   return r;
 }
 
-std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& o, const model::ModelConfig& model) {
+std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& o,
+                                                 const model::ModelConfig& model) {
   if (o.file.empty()) return nullptr;
   data::DataFormat fmt = o.format;
-  auto task = std::make_unique<AccuracyTask>(AccuracyTask{data::Tokenizer(o.tokenizer), {}, o.max_new_tokens});
+  auto task = std::make_unique<AccuracyTask>(
+      AccuracyTask{data::Tokenizer(o.tokenizer), {}, o.max_new_tokens});
   task->tokenizer.require_fits(model.vocab_size);
   task->records = data::read_records(o.file, fmt, o.samples);
-  if (task->records.empty()) throw runtime::UsageError("--accuracy-file " + o.file + " has no usable records");
-  for (const data::Record& r : task->records)  // checked here, before training, not at the first validation
+  if (task->records.empty())
+    throw runtime::UsageError("--accuracy-file " + o.file + " has no usable records");
+  for (const data::Record& r :
+       task->records)  // checked here, before training, not at the first validation
     if (r.prompt.empty())
-      throw runtime::UsageError("--accuracy-file " + o.file +
-                       ": exact-match accuracy needs prompt/answer records (alpaca or samsum), not plain text");
+      throw runtime::UsageError(
+          "--accuracy-file " + o.file +
+          ": exact-match accuracy needs prompt/answer records (alpaca or samsum), not plain text");
   return task;
 }
 
-Validator::Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
-                     int64_t max_batches, int64_t every)
-    : engine_(engine), val_(val), accuracy_(accuracy), batch_size_(batch_size), max_batches_(max_batches), every_(every) {}
+Validator::Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val,
+                     const AccuracyTask* accuracy, int64_t batch_size, int64_t max_batches,
+                     int64_t every)
+    : engine_(engine),
+      val_(val),
+      accuracy_(accuracy),
+      batch_size_(batch_size),
+      max_batches_(max_batches),
+      every_(every) {}
 
 model::LogitsFn Validator::logits_fn() {
   return [this](const at::Tensor& t) { return engine_.logits(t); };
@@ -68,7 +81,9 @@ model::LogitsFn Validator::logits_fn() {
 
 EvalResult Validator::loss() {
   const auto& world = *engine_.groups().world;
-  const BatchLogitsFn logits = [this](const model::Batch& b) { return engine_.logits(b.tokens, b.positions, /*on_host=*/false); };
+  const BatchLogitsFn logits = [this](const model::Batch& b) {
+    return engine_.logits(b.tokens, b.positions, /*on_host=*/false);
+  };
   return evaluate_loss(*val_, batch_size_, max_batches_, world.rank(), world.size(), logits,
                        [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
 }

@@ -6,5 +6,7 @@
 // rc: RUN_ALL_TESTS()'s; a run with a case that ran and passed keeps it.
 inline int skip_aware_status(int rc) {
   const ::testing::UnitTest& u = *::testing::UnitTest::GetInstance();
-  return rc == 0 && u.successful_test_count() == 0 && u.skipped_test_count() > 0 ? SHARDTRAIN_SKIP_STATUS : rc;
+  return rc == 0 && u.successful_test_count() == 0 && u.skipped_test_count() > 0
+             ? SHARDTRAIN_SKIP_STATUS
+             : rc;
 }

@@ -1,7 +1,7 @@
 // The main of the engine's MPI test programs: MPI through MpiEnv, --ranks-per-node=K to simulate
 // nodes of K ranks, one intra-op thread per rank (ranks share the cores), and an exit status that
-// is the worst of every rank's, so a failure on any rank fails the ctest, and SHARDTRAIN_SKIP_STATUS
-// when every rank skipped every case (gtest_skip.h).
+// is the worst of every rank's, so a failure on any rank fails the ctest, and
+// SHARDTRAIN_SKIP_STATUS when every rank skipped every case (gtest_skip.h).
 #pragma once
 
 #include <ATen/Parallel.h>
@@ -18,7 +18,8 @@
 inline int mpi_gtest_main(int argc, char** argv, shardtrain::runtime::MpiEnv*& global_env) {
   int ranks_per_node = 0;
   for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0) ranks_per_node = std::atoi(argv[i] + 17);
+    if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0)
+      ranks_per_node = std::atoi(argv[i] + 17);
   shardtrain::runtime::MpiEnv env(&argc, &argv);
   env.set_ranks_per_node(ranks_per_node);
   global_env = &env;

@@ -53,7 +53,9 @@ inline std::string tmp(const std::string& name) {
   return test_work() + "/" + name;
 }
 
-inline std::string source(const std::string& rel) { return from_env("SHARDTRAIN_TEST_SOURCES", SHARDTRAIN_SOURCE_DIR) + "/" + rel; }
+inline std::string source(const std::string& rel) {
+  return from_env("SHARDTRAIN_TEST_SOURCES", SHARDTRAIN_SOURCE_DIR) + "/" + rel;
+}
 
 inline std::string slurp(const std::string& path) {  // a whole text file; "" when missing
   std::ifstream in(path);
@@ -65,8 +67,8 @@ inline std::string slurp(const std::string& path) {  // a whole text file; "" wh
 #ifdef SHARDTRAIN_PYTHON
 // Pillow (tests/python/check_png.py) decodes the PNG and checks its size and that it is not blank.
 inline Result check_png(const std::string& path, int w, int h) {
-  return shell("'" SHARDTRAIN_PYTHON "' '" + source("tests/python/check_png.py") + "' '" + path + "' " +
-               std::to_string(w) + " " + std::to_string(h));
+  return shell("'" SHARDTRAIN_PYTHON "' '" + source("tests/python/check_png.py") + "' '" + path +
+               "' " + std::to_string(w) + " " + std::to_string(h));
 }
 #endif
 

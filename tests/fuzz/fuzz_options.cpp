@@ -13,10 +13,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   using Parse = std::function<void(const std::vector<std::string>&, std::string*)>;
   static const Parse kParsers[] = {
-      [](const auto& a, auto* h) { cli::parse_train(a, h); },     [](const auto& a, auto* h) { cli::parse_eval(a, h); },
-      [](const auto& a, auto* h) { cli::parse_prepare(a, h); },   [](const auto& a, auto* h) { cli::parse_generate(a, h); },
-      [](const auto& a, auto* h) { cli::parse_convert(a, h); },   [](const auto& a, auto* h) { cli::parse_inspect(a, h); },
-      [](const auto& a, auto* h) { cli::parse_preflight(a, h); }, [](const auto& a, auto* h) { cli::parse_scaling(a, h); },
+      [](const auto& a, auto* h) { cli::parse_train(a, h); },
+      [](const auto& a, auto* h) { cli::parse_eval(a, h); },
+      [](const auto& a, auto* h) { cli::parse_prepare(a, h); },
+      [](const auto& a, auto* h) { cli::parse_generate(a, h); },
+      [](const auto& a, auto* h) { cli::parse_convert(a, h); },
+      [](const auto& a, auto* h) { cli::parse_inspect(a, h); },
+      [](const auto& a, auto* h) { cli::parse_preflight(a, h); },
+      [](const auto& a, auto* h) { cli::parse_scaling(a, h); },
       [](const auto& a, auto* h) { cli::parse_report(a, h); },
   };
   const Parse& parse = kParsers[data[0] % (sizeof kParsers / sizeof kParsers[0])];
@@ -25,8 +29,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args;
   std::string arg;
   for (char c : rest.substr(0, nul)) {
-    if (c == '\n') args.push_back(arg), arg.clear();
-    else arg += c;
+    if (c == '\n')
+      args.push_back(arg), arg.clear();
+    else
+      arg += c;
   }
   if (!arg.empty()) args.push_back(arg);
   static const std::string config = fuzz::scratch_path(".conf");

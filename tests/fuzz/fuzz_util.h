@@ -21,7 +21,8 @@ void expect_clean(F&& f) {
   }
 }
 
-// A per-process scratch file (in /dev/shm when it exists) that holds the input for readers that take a path.
+// A per-process scratch file (in /dev/shm when it exists) that holds the input for readers that
+// take a path.
 inline std::string scratch_path(const char* ext) {
   const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   return std::string(dir) + "/shardtrain-fuzz-" + std::to_string(getpid()) + ext;

@@ -21,7 +21,8 @@ class AsyncSaver {
 
   // Waits for the previous save, takes every registered state (host copies of the tensors), starts
   // the write; returns the seconds the caller was blocked.
-  double start(const std::string& final_path, const StateRegistry& state, const StripeOptions& stripe, int keep);
+  double start(const std::string& final_path, const StateRegistry& state,
+               const StripeOptions& stripe, int keep);
   void wait();  // rethrows a failure of the background write
 
  private:

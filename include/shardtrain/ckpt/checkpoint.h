@@ -16,13 +16,15 @@
 namespace shardtrain::ckpt {
 
 // Collective over `comm` (every rank of the world): a lone file, without `latest`.
-void write(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe = {});
+void write(const std::string& path, MPI_Comm comm, const Snapshot& snap,
+           const StripeOptions& stripe = {});
 // Collective over `comm`: checks the free space, writes final_path + ".tmp", makes every rank
 // agree on its success (save_failure.h), then rank 0 publishes it (checkpoint_dir.h).
-void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe,
-                       int keep);
+void write_and_publish(const std::string& final_path, MPI_Comm comm, const Snapshot& snap,
+                       const StripeOptions& stripe, int keep);
 // Collective over the registry's world: a synchronous write_and_publish of the live state.
-void save(const std::string& final_path, const StateRegistry& reg, const StripeOptions& stripe = {}, int keep = 0);
+void save(const std::string& final_path, const StateRegistry& reg, const StripeOptions& stripe = {},
+          int keep = 0);
 // Collective over the registry's world: restores every state (h5_format.h's read_file).
 void load(const std::string& path, StateRegistry& reg);
 

@@ -28,7 +28,8 @@ inline constexpr const char* kModelConfig = "model_config";
 inline constexpr const char* kAdamStep = "adam_step";
 inline constexpr const char* kStep = "step";
 inline constexpr const char* kLoaderEpoch = "loader_epoch";
-inline constexpr const char* kLoaderStep = "loader_step";  // files before loader_row: the step in the epoch
+inline constexpr const char* kLoaderStep =
+    "loader_step";  // files before loader_row: the step in the epoch
 inline constexpr const char* kLoaderRow = "loader_row";
 inline constexpr const char* kGlobalBatch = "global_batch";
 inline constexpr const char* kScheduleBatch = "schedule_batch";
@@ -48,7 +49,8 @@ inline constexpr const char* kBaseCrc32 = "base_crc32";
 // format_version, then every value; throws Error for a value named format_version.
 void write_values(hid_t file, const Values& values);
 // Every root attribute. Throws UsageError for a file that is not a shardtrain checkpoint or is of
-// a newer format; an attribute that is not a single value reads as an error for whoever asks for it.
+// a newer format; an attribute that is not a single value reads as an error for whoever asks for
+// it.
 Values read_values(hid_t file, const std::string& path);
 
 // What commands need to know of a checkpoint before they build anything: the training's

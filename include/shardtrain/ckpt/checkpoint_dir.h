@@ -24,7 +24,8 @@ std::vector<std::string> resume_candidates(const std::string& spec, const std::s
 std::string resolve_checkpoint(const std::string& spec, const std::string& opt);
 // Whether dir holds checkpoints or a `latest`.
 bool holds_checkpoints(const std::string& dir);
-// Rank 0: removes every checkpoint and `latest` in dir (--overwrite-checkpoints); returns how many files.
+// Rank 0: removes every checkpoint and `latest` in dir (--overwrite-checkpoints); returns how many
+// files.
 int remove_checkpoints(const std::string& dir);
 
 }  // namespace shardtrain::ckpt

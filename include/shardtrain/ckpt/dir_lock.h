@@ -23,8 +23,9 @@ struct LockHolder {
   int64_t heartbeat = 0;  // unix seconds
 };
 
-std::string format_lock_record(const LockHolder& h);                // one line, key=value
-bool parse_lock_record(const std::string& text, LockHolder* out);  // false: empty (released) or not a record
+std::string format_lock_record(const LockHolder& h);  // one line, key=value
+bool parse_lock_record(const std::string& text,
+                       LockHolder* out);  // false: empty (released) or not a record
 // "host H, Slurm job J, pid P, since 2026-11-26 22:30:00 UTC"
 std::string describe_holder(const LockHolder& h);
 
@@ -32,8 +33,8 @@ enum class LockVerdict { kFree, kTakeOver, kHeld };
 // Pure. flock decides where the file system has it (flock_ok: this process got it; a record left
 // behind is then a dead job's). Without flock the record decides: a holder on this host is alive
 // while its pid is, one on another host while its heartbeat is younger than kLockStaleSeconds.
-LockVerdict judge_lock(bool flock_supported, bool flock_ok, const LockHolder* record, const std::string& my_host,
-                       int64_t now, bool record_pid_alive);
+LockVerdict judge_lock(bool flock_supported, bool flock_ok, const LockHolder* record,
+                       const std::string& my_host, int64_t now, bool record_pid_alive);
 
 // Held by rank 0 for the object's life; the other ranks hold nothing. Move-only.
 class DirLock {

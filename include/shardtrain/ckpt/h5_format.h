@@ -24,7 +24,8 @@ struct StripeOptions {
 // Collective over comm (every rank of the world, in any communicator that spans it); only
 // snap.writer ranks touch the file. No closing barrier: a rank that fails here must not leave
 // the others waiting in one.
-void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap, const StripeOptions& stripe);
+void write_file(const std::string& path, MPI_Comm comm, const Snapshot& snap,
+                const StripeOptions& stripe);
 
 // The bytes snap's tensors take in the file (metadata aside).
 int64_t tensor_bytes(const Snapshot& snap);

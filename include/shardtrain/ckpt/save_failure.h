@@ -20,8 +20,9 @@ class SaveFailed : public runtime::AgreedUsageError {
 
 // Pure: the line for a failed save of final_path. free_bytes < need_bytes reads as a full disk;
 // previous: the newest complete checkpoint's file name ("" when there is none).
-std::string save_failure_message(const std::string& final_path, const std::string& first_error, int64_t free_bytes,
-                                 int64_t need_bytes, const std::string& previous);
+std::string save_failure_message(const std::string& final_path, const std::string& first_error,
+                                 int64_t free_bytes, int64_t need_bytes,
+                                 const std::string& previous);
 
 // Collective over comm, before a save writes anything: throws SaveFailed on every rank when the
 // file system of final_path has less than need_bytes plus a margin free (rank 0 looks). A full
@@ -32,7 +33,7 @@ void check_space(MPI_Comm comm, const std::string& final_path, int64_t need_byte
 // succeeded). Returns when every rank succeeded; otherwise rank 0 removes tmp_path and every rank
 // throws SaveFailed. A failed rank whose peers never arrive (stuck in MPI-IO) gives up after
 // `patience_s` and throws Error with its own message, which aborts the job.
-void agree_on_save(MPI_Comm comm, const std::string& error, const std::string& tmp_path, const std::string& final_path,
-                   int64_t need_bytes, double patience_s = 60);
+void agree_on_save(MPI_Comm comm, const std::string& error, const std::string& tmp_path,
+                   const std::string& final_path, int64_t need_bytes, double patience_s = 60);
 
 }  // namespace shardtrain::ckpt

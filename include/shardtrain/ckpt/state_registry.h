@@ -16,9 +16,10 @@ namespace shardtrain::ckpt {
 
 struct Ranks {
   MPI_Comm world = MPI_COMM_WORLD;  // every rank: a load's failure is agreed over it
-  MPI_Comm shard = MPI_COMM_WORLD;  // holds every byte of the tensors once: a load's CRCs are assembled over it
-  bool writer = true;               // belongs to the replica that writes
-  int shard_rank = 0;               // its place in the shard group: the writers' order
+  MPI_Comm shard =
+      MPI_COMM_WORLD;  // holds every byte of the tensors once: a load's CRCs are assembled over it
+  bool writer = true;  // belongs to the replica that writes
+  int shard_rank = 0;  // its place in the shard group: the writers' order
 };
 
 // What a save writes, taken at one moment: views of the live tensors, or host copies that a

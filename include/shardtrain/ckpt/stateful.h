@@ -27,7 +27,8 @@ struct TensorSlice {
   std::string name;  // a TensorSpec's name
   int64_t offset = 0;
   int64_t numel = 0;
-  at::Tensor data;  // [numel] fp32: a view of the live state (a load writes into it), or a host copy
+  at::Tensor
+      data;  // [numel] fp32: a view of the live state (a load writes into it), or a host copy
 };
 
 // An HDF5 group of datasets, each with a "crc32" attribute.

@@ -13,8 +13,8 @@ class EngineSetup {
  public:
   // Collective over the world. weights: a safetensors path, or "" for the seeded init. lora_dir:
   // a PEFT adapter to start from (cfg.lora holds its settings), or "" (a LoRA run's fresh init).
-  EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg, runtime::MpiEnv& env, const std::string& weights, uint64_t seed,
-              const std::string& lora_dir = "");
+  EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg, runtime::MpiEnv& env,
+              const std::string& weights, uint64_t seed, const std::string& lora_dir = "");
   EngineSetup(const EngineSetup&) = delete;  // the engine refers to the groups in place
   EngineSetup& operator=(const EngineSetup&) = delete;
 

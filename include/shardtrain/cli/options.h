@@ -21,7 +21,7 @@ namespace shardtrain::cli {
 struct CommonOptions {
   int threads = 0;  // LibTorch intra-op threads; 0: all cores of this rank's share
   bool help = false;
-  bool help_all = false;  // --help-all: also the hidden groups (fault injection)
+  bool help_all = false;       // --help-all: also the hidden groups (fault injection)
   bool help_defaults = false;  // --help-defaults: the options' defaults as a markdown table
   bool wants_help() const { return help || help_all || help_defaults; }
 };
@@ -36,19 +36,22 @@ struct ModelArgs {
 // the user typed reaches the component without being copied by hand.
 struct TrainOptions {
   CommonOptions common;
-  ModelArgs model_args;    // as typed: resolve_checkpoint_model's overrides of a checkpoint's model
+  ModelArgs model_args;  // as typed: resolve_checkpoint_model's overrides of a checkpoint's model
   model::ModelConfig model;
   std::string weights;     // safetensors file, directory or index (optional)
   std::string model_from;  // where the model configuration came from, for the log
   bool resumes = false;    // --resume finds a checkpoint to continue from
-  std::string resume_checkpoint;  // without --model and --weights: the checkpoint the model comes from
+  std::string
+      resume_checkpoint;   // without --model and --weights: the checkpoint the model comes from
   std::string data;        // token file from 'shardtrain prepare'
   std::string val_data;    // optional validation token file
   std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
-  bool merge_lora = false; // LoRA: --save-model writes merged full weights instead of the adapter
+  bool merge_lora = false;  // LoRA: --save-model writes merged full weights instead of the adapter
   std::vector<std::string> args;  // as given, stored in checkpoints
-  std::vector<std::pair<std::string, std::string>> option_values;  // every option's value, typed or default (MLflow's params)
-  std::map<std::string, std::string> optimizer_values;  // the optimizer's and schedule's options: a resume says which changed
+  std::vector<std::pair<std::string, std::string>>
+      option_values;  // every option's value, typed or default (MLflow's params)
+  std::map<std::string, std::string>
+      optimizer_values;  // the optimizer's and schedule's options: a resume says which changed
   train::TrainConfig train;
   fsdp::FsdpConfig fsdp;
   optim::OptimizerConfig optim;
@@ -63,9 +66,10 @@ struct EvalOptions {
   CommonOptions common;
   model::ModelConfig model;
   std::string weights;
-  std::string lora;  // a PEFT adapter directory to apply (fsdp.lora holds its settings)
-  std::string data;  // token file: loss and perplexity
-  std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other implementations
+  std::string lora;         // a PEFT adapter directory to apply (fsdp.lora holds its settings)
+  std::string data;         // token file: loss and perplexity
+  std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other
+                            // implementations
   train::AccuracyConfig accuracy;
   fsdp::FsdpConfig fsdp;
   int64_t batch_size = 8, max_batches = 0;
@@ -92,19 +96,22 @@ struct GenerateOptions {
 struct ConvertOptions {
   CommonOptions common;
   std::string input, output;  // a checkpoint .h5 <-> a Hugging Face model directory
-  bool from_checkpoint = false;  // --input is a checkpoint (resolved to its file), not a model directory
+  bool from_checkpoint =
+      false;  // --input is a checkpoint (resolved to its file), not a model directory
   at::ScalarType dtype = at::kFloat;  // of the exported safetensors
   std::string weights;      // a LoRA checkpoint's base; empty: the path the checkpoint records
   bool merge_lora = false;  // a LoRA checkpoint: merged full weights instead of the PEFT adapter
-  std::string tokenizer;    // the export's tokenizer when the checkpoint's --weights directory has none
+  std::string
+      tokenizer;  // the export's tokenizer when the checkpoint's --weights directory has none
 };
 
 // `shardtrain tokenize`: {"text": ...} JSONL to one JSON array of ids per line.
 struct TokenizeOptions {
   CommonOptions common;
   std::string tokenizer;
-  std::string input;         // empty: stdin
-  bool add_special = false;  // the tokens the tokenizer adds itself (BOS for Llama-3), as add_special_tokens=True
+  std::string input;  // empty: stdin
+  bool add_special =
+      false;  // the tokens the tokenizer adds itself (BOS for Llama-3), as add_special_tokens=True
 };
 
 struct InspectOptions {

@@ -1,6 +1,7 @@
 // Checks train and eval make before the first step, so that a bad file or an unwritable
 // directory ends the run with one line naming it (exit 2), not hours later or as a library's
-// stack. Each is collective and every rank throws alike (AgreedUsageError), so none is left waiting.
+// stack. Each is collective and every rank throws alike (AgreedUsageError), so none is left
+// waiting.
 #pragma once
 #include <memory>
 #include <string>
@@ -32,7 +33,8 @@ auto parse_on_every_rank(Parse parse) -> decltype(parse()) {
   } catch (const runtime::UsageError& e) {
     failure = e.what();
   }
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty()) throw runtime::AgreedUsageError(agreed);
+  if (const std::string agreed = agreed_failure(failure); !agreed.empty())
+    throw runtime::AgreedUsageError(agreed);
   return parsed;
 }
 
@@ -41,8 +43,10 @@ auto parse_on_every_rank(Parse parse) -> decltype(parse()) {
 // scanned once with the rows split over the ranks (the file's max_token_id attribute is not
 // trusted); names the row. The same pass counts the loss tokens: none is refused, under 1% of
 // the tokens warns (rank 0). The line saying what was checked is logged, or left in *checked.
-std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::string& path, const model::ModelConfig& model,
-                                           const runtime::MpiEnv& env, std::string* checked = nullptr);
+std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::string& path,
+                                                 const model::ModelConfig& model,
+                                                 const runtime::MpiEnv& env,
+                                                 std::string* checked = nullptr);
 
 // Why a file could not be created in dir (or in its nearest existing ancestor, as
 // create_directories would), or "" when it can. Creates nothing that outlives the call.
@@ -58,7 +62,8 @@ void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);
 // with the model's tokenizer (src's --weights files, else its --tokenizer, as
 // check_export_tokenizer takes them), and the tokenizer that encodes prompts (prompt_tokenizer;
 // "" when none) is the --weights directory's.
-void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data, const std::string& prompt_tokenizer,
-                      const model::ModelConfig& model, const runtime::MpiEnv& env);
+void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data,
+                      const std::string& prompt_tokenizer, const model::ModelConfig& model,
+                      const runtime::MpiEnv& env);
 
 }  // namespace shardtrain::cli

@@ -9,7 +9,7 @@
 namespace shardtrain::cli {
 
 // o as resolved for the device (param dtype); the figures the loader and engine settle.
-train::RunParams run_params(const TrainOptions& o, int world_size, int64_t global_batch, int64_t seq_len,
-                            int64_t num_params, const std::string& device);
+train::RunParams run_params(const TrainOptions& o, int world_size, int64_t global_batch,
+                            int64_t seq_len, int64_t num_params, const std::string& device);
 
 }  // namespace shardtrain::cli

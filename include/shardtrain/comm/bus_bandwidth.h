@@ -9,7 +9,8 @@
 
 namespace shardtrain::comm {
 
-double bus_factor(Op op, int ranks);  // all-reduce 2(n-1)/n; all-gather, reduce-scatter (n-1)/n; else 1
+double bus_factor(Op op,
+                  int ranks);  // all-reduce 2(n-1)/n; all-gather, reduce-scatter (n-1)/n; else 1
 
 // min, min*factor, ... up to max inclusive (1 MiB .. 1 GiB by 2 as nccl-tests -b 1M -e 1G -f 2).
 std::vector<int64_t> sweep_sizes(int64_t min_bytes, int64_t max_bytes, int factor);

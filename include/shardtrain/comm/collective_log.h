@@ -15,13 +15,13 @@ constexpr int kNumOps = 5;
 const char* op_name(Op op);
 
 struct CollectiveRecord {
-  int64_t seq = 0;          // 1-based, per communicator, in issue order (the same on every member)
-  int op = 0;               // comm::Op
+  int64_t seq = 0;  // 1-based, per communicator, in issue order (the same on every member)
+  int op = 0;       // comm::Op
   int64_t bytes = 0;
-  double started_s = 0;     // monotonic seconds (CollectiveLog::now)
-  double finished_s = -1;   // < 0: still in flight
+  double started_s = 0;        // monotonic seconds (CollectiveLog::now)
+  double finished_s = -1;      // < 0: still in flight
   double wait_started_s = -1;  // >= 0: the host is blocked in wait() on it since then
-  bool probed = false;      // completion comes from a probe (NCCL), not from the wait
+  bool probed = false;         // completion comes from a probe (NCCL), not from the wait
 };
 
 class CollectiveLog {
@@ -33,7 +33,7 @@ class CollectiveLog {
   // (NCCL: its CUDA event); without it, finished() must be called.
   int64_t started(Op op, int64_t bytes, std::function<bool()> done = nullptr);
   void finished(int64_t seq);
-  void waiting(int64_t seq);  // the host starts blocking on it
+  void waiting(int64_t seq);      // the host starts blocking on it
   void add_wait(double seconds);  // host time blocked on this communicator's collectives
 
   struct State {
@@ -44,7 +44,7 @@ class CollectiveLog {
     // ones, since the host began to wait for the others (a prefetch is not stuck while unused).
     double oldest_age_s = 0;
   };
-  State state();                        // polls the done() probes first
+  State state();                            // polls the done() probes first
   std::vector<CollectiveRecord> history();  // the last `keep` collectives, oldest first
   double wait_seconds() const;
 

@@ -80,8 +80,12 @@ class Communicator {
   // seconds once the device has passed it; the host's waits are in log() instead.
   virtual std::vector<std::function<double()>> take_device_waits() { return {}; }
 
-  void all_gather(const at::Tensor& in, const at::Tensor& out) { all_gather_async(in, out)->wait(); }
-  void reduce_scatter(const at::Tensor& in, const at::Tensor& out) { reduce_scatter_async(in, out)->wait(); }
+  void all_gather(const at::Tensor& in, const at::Tensor& out) {
+    all_gather_async(in, out)->wait();
+  }
+  void reduce_scatter(const at::Tensor& in, const at::Tensor& out) {
+    reduce_scatter_async(in, out)->wait();
+  }
   void all_reduce(const at::Tensor& t) { all_reduce_async(t)->wait(); }
   void broadcast(const at::Tensor& t, int root) { broadcast_async(t, root)->wait(); }
   double all_reduce_sum(double v);  // a scalar convenience, counted like any all-reduce

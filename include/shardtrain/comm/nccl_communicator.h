@@ -41,8 +41,10 @@ class NcclCommunicator : public Communicator {
   ncclComm_t nccl() const { return gather_.comm.get(); }
   ncclComm_t nccl_reduce() const { return reduce_.comm.get(); }
   // Collective over this communicator's ranks: a new one over those passing the same color.
-  cuda::NcclComm split(int color, int key) const { return cuda::NcclComm::split(gather_.comm, color, key); }
-  class Shelf;  // buffers of collectives dropped unwaited, kept until they complete
+  cuda::NcclComm split(int color, int key) const {
+    return cuda::NcclComm::split(gather_.comm, color, key);
+  }
+  class Shelf;   // buffers of collectives dropped unwaited, kept until they complete
   class Stalls;  // the compute stream's waits on collectives, as (arrival, done) event pairs
 
  private:
@@ -58,13 +60,14 @@ class NcclCommunicator : public Communicator {
   at::Device device_;  // the current device when the communicator was made
   Lane gather_, reduce_;
   std::array<std::string, kNumOps> nvtx_;  // "all_gather shard", ... built once
-  std::shared_ptr<Shelf> shelf_;  // shared with its works, which may outlive it
-  std::shared_ptr<Stalls> stalls_;  // likewise
+  std::shared_ptr<Shelf> shelf_;           // shared with its works, which may outlive it
+  std::shared_ptr<Stalls> stalls_;         // likewise
 };
 
 // The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,
 // then rank 0 of each broadcasts its ncclUniqueId over that group's MPI communicator. A watchdog
 // thread polls every communicator's async error and aborts the job naming rank and host.
-ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo, const std::string& host);
+ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo,
+                               const std::string& host);
 
 }  // namespace shardtrain::comm

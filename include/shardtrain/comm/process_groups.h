@@ -20,13 +20,17 @@ struct GroupLayout {
 struct ProcessGroups {
   GroupLayout layout;
   std::unique_ptr<Communicator> world, shard, replicate;
-  std::array<Communicator*, 3> all() const { return {world.get(), shard.get(), replicate.get()}; }  // in that order
+  std::array<Communicator*, 3> all() const {
+    return {world.get(), shard.get(), replicate.get()};
+  }                                // in that order
   std::shared_ptr<void> watchdog;  // declared last: stops before the communicators are destroyed
 };
 
 // The groups split from MPI_COMM_WORLD by the layout, each wrapped by `backend` (MPI or NCCL).
-using Backend = std::function<std::unique_ptr<Communicator>(runtime::MpiComm group, const char* name)>;
-ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo, const Backend& backend);
+using Backend =
+    std::function<std::unique_ptr<Communicator>(runtime::MpiComm group, const char* name)>;
+ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo,
+                          const Backend& backend);
 ProcessGroups make_mpi_groups(const GroupLayout& layout, const runtime::Topology& topo);
 
 }  // namespace shardtrain::comm

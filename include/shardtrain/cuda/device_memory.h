@@ -12,7 +12,8 @@ struct DeviceMemory {
 };
 
 DeviceMemory device_memory(int device);
-int64_t device_free_bytes();  // the current device's free memory (cudaMemGetInfo): what NCCL's buffers take from it
+int64_t device_free_bytes();  // the current device's free memory (cudaMemGetInfo): what NCCL's
+                              // buffers take from it
 // Starts the allocator's peaks afresh from what is allocated now (per-phase peaks).
 void reset_peak_memory(int device);
 

@@ -23,11 +23,14 @@ struct TextSegment {
 
 class AddedVocabulary {
  public:
-  // Ids are assigned as tokenizers assigns them: the model's id for a token it knows, else the next free one.
-  AddedVocabulary(const nlohmann::json& tokens, const BpeModel& model, const TextNormalizer& normalizer, const JsonSpot& spot);
+  // Ids are assigned as tokenizers assigns them: the model's id for a token it knows, else the next
+  // free one.
+  AddedVocabulary(const nlohmann::json& tokens, const BpeModel& model,
+                  const TextNormalizer& normalizer, const JsonSpot& spot);
 
   // The text cut at added tokens, normalized between them; split_special: special tokens stay text.
-  std::vector<TextSegment> split(std::string_view text, const TextNormalizer& normalizer, bool split_special) const;
+  std::vector<TextSegment> split(std::string_view text, const TextNormalizer& normalizer,
+                                 bool split_special) const;
 
   int32_t token_to_id(const std::string& content) const;  // -1 when no added token has it
   const std::string* id_to_token(int32_t id) const;       // the form the decoder sees
@@ -47,7 +50,8 @@ class AddedVocabulary {
     void insert(const std::string& s, int32_t index);
     bool empty() const { return next.size() == 1; }
   };
-  void cut(std::string_view text, const Trie& trie, bool split_special, std::vector<TextSegment>* out) const;
+  void cut(std::string_view text, const Trie& trie, bool split_special,
+           std::vector<TextSegment>* out) const;
 
   std::vector<Token> tokens_;
   std::unordered_map<std::string, int32_t> by_content_;

@@ -23,7 +23,7 @@ class BpeModel {
 
   int32_t token_to_id(const std::string& token) const;  // -1 when absent
   const std::string* id_to_token(int32_t id) const;     // nullptr when absent
-  size_t size() const { return vocab_.size(); }          // entries, as tokenizers' get_vocab_size
+  size_t size() const { return vocab_.size(); }         // entries, as tokenizers' get_vocab_size
   int32_t max_id() const { return max_id_; }
   int32_t unk_id() const { return unk_; }
 
@@ -31,7 +31,9 @@ class BpeModel {
   struct Merge {
     int32_t rank, id;
   };
-  static uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
   void read_merges(const nlohmann::json& merges, const JsonSpot& spot);
   std::vector<int32_t> merge_word(const std::string& piece) const;
 

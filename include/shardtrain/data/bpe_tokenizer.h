@@ -28,7 +28,9 @@ class BpeTokenizer {
   int32_t token_to_id(const std::string& token) const;  // added tokens first; -1 when absent
   std::string id_to_token(int32_t id) const;            // "" when absent
   int32_t vocab_size() const;                           // the largest id + 1, added tokens included
-  const std::vector<int32_t>& special_suffix() const { return suffix_; }  // what with_special appends
+  const std::vector<int32_t>& special_suffix() const {
+    return suffix_;
+  }  // what with_special appends
   int32_t unk_id() const { return model_.unk_id(); }
   // transformers' split_special_tokens: special-token text in the input is tokenized as text.
   void set_split_special_tokens(bool v) { split_special_ = v; }

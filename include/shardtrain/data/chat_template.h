@@ -17,8 +17,11 @@ namespace shardtrain::data {
 // (default system "You are a helpful assistant.").
 enum class ChatTemplate { kAuto, kLlama2, kLlama3, kMistral, kChatml };
 inline constexpr runtime::EnumName<ChatTemplate> kChatTemplateNames[] = {
-    {ChatTemplate::kLlama2, "llama2"}, {ChatTemplate::kLlama3, "llama3"}, {ChatTemplate::kMistral, "mistral"},
-    {ChatTemplate::kChatml, "chatml"}, {ChatTemplate::kAuto, "auto"}};
+    {ChatTemplate::kLlama2, "llama2"},
+    {ChatTemplate::kLlama3, "llama3"},
+    {ChatTemplate::kMistral, "mistral"},
+    {ChatTemplate::kChatml, "chatml"},
+    {ChatTemplate::kAuto, "auto"}};
 ChatTemplate parse_chat_template(const std::string& s);  // throws UsageError naming --chat-template
 const char* chat_template_name(ChatTemplate t);
 
@@ -31,15 +34,16 @@ ChatTemplate recognise_chat_template(const std::string& jinja, std::string* why)
 
 struct ChatPiece {
   std::string text;
-  bool special = false;    // one token of the template's own (BOS, EOS, <|eot_id|>, <|im_start|>, ...)
+  bool special =
+      false;  // one token of the template's own (BOS, EOS, <|eot_id|>, <|im_start|>, ...)
   bool assistant = false;  // an assistant turn's content and end-of-turn token: the loss covers it
-  bool turn_end = false;   // the end of an assistant message's rendering: a dialogue may be cut here
+  bool turn_end = false;  // the end of an assistant message's rendering: a dialogue may be cut here
 };
 
 // messages must be in the order parse_chat checks. bos/eos: the tokenizer's BOS and EOS token
 // text (bos_token and eos_token in the templates); bos "" when it has none.
-std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages, const std::string& bos,
-                                   const std::string& eos);
+std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
+                                   const std::string& bos, const std::string& eos);
 
 // Python's str.strip(): Jinja's trim filter and .strip() drop Unicode whitespace at both ends.
 std::string python_strip(std::string_view s);

@@ -1,5 +1,6 @@
-// A rendered conversation to ids and a loss mask, as transformers' apply_chat_template(tokenize=True)
-// gives the ids, with the assistant turns (content and end-of-turn token) in the loss.
+// A rendered conversation to ids and a loss mask, as transformers'
+// apply_chat_template(tokenize=True) gives the ids, with the assistant turns (content and
+// end-of-turn token) in the loss.
 #pragma once
 #include <cstdint>
 #include <map>

@@ -20,7 +20,8 @@ struct DataIdentity {
 std::string token_file_identity(const TokenFile& file);
 DataIdentity data_identity(const TokenFile& file, uint64_t seed);
 
-// "" when equal, else what changed, e.g. "--seed 7 (this run: 8)" and "a token file of 100 rows ...".
+// "" when equal, else what changed, e.g. "--seed 7 (this run: 8)" and "a token file of 100 rows
+// ...".
 std::string describe_change(const DataIdentity& was, const DataIdentity& now);
 
 }  // namespace shardtrain::data

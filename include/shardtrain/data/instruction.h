@@ -17,8 +17,11 @@ namespace shardtrain::data {
 
 enum class DataFormat { kAuto, kAlpaca, kSamsum, kText, kChat };
 inline constexpr runtime::EnumName<DataFormat> kDataFormatNames[] = {
-    {DataFormat::kAlpaca, "alpaca"}, {DataFormat::kSamsum, "samsum"}, {DataFormat::kText, "text"},
-    {DataFormat::kChat, "chat"}, {DataFormat::kAuto, "auto"}};
+    {DataFormat::kAlpaca, "alpaca"},
+    {DataFormat::kSamsum, "samsum"},
+    {DataFormat::kText, "text"},
+    {DataFormat::kChat, "chat"},
+    {DataFormat::kAuto, "auto"}};
 DataFormat parse_format(const std::string& s);  // throws UsageError naming --format
 const char* format_name(DataFormat f);
 
@@ -50,7 +53,8 @@ ParsedLine parse_line(const std::string& line, DataFormat& format);
 // whose first non-space byte is '[' is one JSON array instead (alpaca_data.json): each element
 // goes through parse_line, with the line it starts on. fn returns false to stop. The caller
 // opens the file, so its error names the right option.
-void for_each_record(std::istream& in, DataFormat& format, const std::function<bool(int64_t, ParsedLine&)>& fn);
+void for_each_record(std::istream& in, DataFormat& format,
+                     const std::function<bool(int64_t, ParsedLine&)>& fn);
 
 // The records of a JSONL file that parse, in file order, bad lines skipped; at most `limit`
 // (<= 0: all). Used for exact-match evaluation, where the answer must stay text.

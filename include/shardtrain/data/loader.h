@@ -21,10 +21,11 @@ struct LoaderConfig {
 };
 
 struct StepData {
-  LoaderState position;        // which step this is
-  std::vector<model::Batch> micro;    // [grad_accum] this rank's micro-batches (some may have 0 rows), with their sample ids
-  std::vector<int64_t> rows;   // this rank's row indices, micro-batches concatenated
-  int64_t global_rows = 0;     // rows in the global batch (all ranks) at this step
+  LoaderState position;             // which step this is
+  std::vector<model::Batch> micro;  // [grad_accum] this rank's micro-batches (some may have 0
+                                    // rows), with their sample ids
+  std::vector<int64_t> rows;        // this rank's row indices, micro-batches concatenated
+  int64_t global_rows = 0;          // rows in the global batch (all ranks) at this step
   std::vector<int64_t> batch_rows;  // the global batch's row indices, for messages that name them
 };
 

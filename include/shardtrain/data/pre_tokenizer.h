@@ -34,7 +34,8 @@ class PreTokenizer {
  private:
   struct Step {
     bool byte_level = false;
-    std::shared_ptr<const UnicodeRegex> regex;  // Split's pattern, or GPT-2's for ByteLevel use_regex
+    std::shared_ptr<const UnicodeRegex>
+        regex;  // Split's pattern, or GPT-2's for ByteLevel use_regex
     SplitBehavior behavior = SplitBehavior::kIsolated;
     bool invert = false, add_prefix_space = false;
   };

@@ -15,7 +15,8 @@ namespace shardtrain::data {
 
 struct ReadStats {
   int64_t read = 0, skipped = 0, truncated = 0;
-  int64_t cut_at_turn = 0, turns_dropped = 0;  // chat: dialogues cut after their last assistant turn that fits
+  int64_t cut_at_turn = 0,
+          turns_dropped = 0;  // chat: dialogues cut after their last assistant turn that fits
   std::map<std::string, int64_t> skipped_by_reason;
   std::vector<std::string> examples;  // "file:line: reason (detail)" for the first few skips
 };
@@ -24,8 +25,9 @@ struct ReadResult {
   std::vector<Sample> samples;  // kept, truncated to seq_len, in file order
   ReadStats stats;
   DataFormat format = DataFormat::kAuto;
-  ChatTemplate chat_template = ChatTemplate::kAuto;  // the one chat records used (resolved at the first)
-  std::string sha256;  // of the source file's bytes
+  ChatTemplate chat_template =
+      ChatTemplate::kAuto;  // the one chat records used (resolved at the first)
+  std::string sha256;       // of the source file's bytes
 };
 
 // How chat records become samples: the template (kAuto: the tokenizer directory's, resolved at the
@@ -37,8 +39,9 @@ struct ChatSettings {
 
 // Blank lines are ignored; bad lines are skipped and counted, or with strict, the first one
 // throws UsageError naming the line. A chat record that is wrong (ParsedLine::fatal) always throws.
-ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok, int64_t seq_len,
-                      bool strict, size_t max_examples = 5, const ChatSettings& chat = {});
+ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenizer& tok,
+                      int64_t seq_len, bool strict, size_t max_examples = 5,
+                      const ChatSettings& chat = {});
 
 // packing: whole samples (each at most seq_len, as read_jsonl truncates them) placed one after
 // another, a new row whenever the next does not fit; positions restart at 0 with each sample, and
@@ -72,7 +75,8 @@ struct PrepareReport {
   int64_t train_samples = 0, val_samples = 0;
 };
 
-// The validation file to write: --val-output, else <output without .h5>.val.h5; "" without validation.
+// The validation file to write: --val-output, else <output without .h5>.val.h5; "" without
+// validation.
 std::string val_output_path(const PrepareOptions& o);
 
 // Writes the file(s) atomically, making missing directories: on any failure nothing is left at

@@ -25,26 +25,27 @@ struct LoaderState {
 };
 
 // The global batch that starts `row` rows into an epoch's order (short at the epoch's end).
-std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t global_batch_size, int64_t row);
+std::vector<int64_t> global_batch(const std::vector<int64_t>& order, int64_t global_batch_size,
+                                  int64_t row);
 
 // The position after one step of global_batch_size rows: the next epoch once fewer rows are
 // left than one more step takes (none; drop_last: fewer than a whole batch).
 LoaderState next_position(LoaderState p, int64_t n, int64_t global_batch_size, bool drop_last);
 
 // Training progress in rows, counted in steps of a reference global batch (the first run's):
-// each epoch is steps_per_epoch(n, ref_batch) of them, so at the reference batch progress / ref_batch
-// is the step count, and at any other batch it moves with the data consumed. The learning-rate
-// schedule and --steps count it, so a resume at another global batch keeps both.
+// each epoch is steps_per_epoch(n, ref_batch) of them, so at the reference batch progress /
+// ref_batch is the step count, and at any other batch it moves with the data consumed. The
+// learning-rate schedule and --steps count it, so a resume at another global batch keeps both.
 int64_t epoch_progress_rows(int64_t n, int64_t ref_batch, bool drop_last);
 int64_t progress_rows(LoaderState p, int64_t n, int64_t ref_batch, bool drop_last);
 
 // Steps of global_batch_size rows from `from` until progress_rows reaches total_rows.
-int64_t steps_until(LoaderState from, int64_t total_rows, int64_t n, int64_t global_batch_size, int64_t ref_batch,
-                    bool drop_last);
+int64_t steps_until(LoaderState from, int64_t total_rows, int64_t n, int64_t global_batch_size,
+                    int64_t ref_batch, bool drop_last);
 
 // This rank's share of a global batch, cut into grad_accum micro-batches (some may be empty
 // when a short final batch has fewer samples than ranks × micro-steps).
-std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>& batch, int rank, int world,
-                                                     int64_t grad_accum);
+std::vector<std::vector<int64_t>> rank_micro_batches(const std::vector<int64_t>& batch, int rank,
+                                                     int world, int64_t grad_accum);
 
 }  // namespace shardtrain::data

@@ -10,15 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/model/batch.h"
 #include "shardtrain/io/h5.h"
+#include "shardtrain/model/batch.h"
 
 namespace shardtrain::data {
 
 // 2: packed files hold /position_ids [N, seq_len] int32, each token's position in its sample.
 constexpr int64_t kTokenFileVersion = 2;
 
-// A token file's rows in memory, as prepare makes them (make_rows) and write_token_file writes them.
+// A token file's rows in memory, as prepare makes them (make_rows) and write_token_file writes
+// them.
 struct Rows {
   int64_t rows = 0, seq_len = 0, tokens = 0, loss_tokens = 0;
   std::vector<int32_t> tokens_data;    // [rows, seq_len]
@@ -41,7 +42,8 @@ void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta m
 
 class TokenFile {
  public:
-  explicit TokenFile(const std::string& path);  // throws UsageError naming the file and what is wrong
+  explicit TokenFile(
+      const std::string& path);  // throws UsageError naming the file and what is wrong
   const TokenFileMeta& meta() const { return meta_; }
   int64_t rows() const { return meta_.rows; }
   int64_t seq_len() const { return meta_.seq_len; }
@@ -59,13 +61,16 @@ class TokenFile {
     int64_t loss_tokens = 0;
   };
   Scan scan(int64_t limit, int64_t begin, int64_t end) const;
-  TokenAt first_token_outside(int64_t limit, int64_t begin, int64_t end) const { return scan(limit, begin, end).outside; }
+  TokenAt first_token_outside(int64_t limit, int64_t begin, int64_t end) const {
+    return scan(limit, begin, end).outside;
+  }
 
  private:
   std::string path_;
   TokenFileMeta meta_;
   io::h5::Handle file_, tokens_, mask_, positions_;  // positions_: packed files only
-  bool wide_tokens_ = false;  // stored wider than int32: the scan reads int64, so no id is clamped unseen
+  bool wide_tokens_ =
+      false;  // stored wider than int32: the scan reads int64, so no id is clamped unseen
 };
 
 }  // namespace shardtrain::data

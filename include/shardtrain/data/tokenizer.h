@@ -21,25 +21,30 @@ struct TokenizerConfig;
 // directory its tokenizer.json (preferred, as AutoTokenizer's fast tokenizer) else tokenizer.model.
 // Throws UsageError naming the path and what to pass instead.
 std::string resolve_tokenizer_file(const std::string& path);
-bool is_tokenizer_json(const std::string& file);  // a resolved file: tokenizer.json rather than .model
+bool is_tokenizer_json(
+    const std::string& file);  // a resolved file: tokenizer.json rather than .model
 
 class Tokenizer {
  public:
-  explicit Tokenizer(const std::string& path);  // any path resolve_tokenizer_file takes; throws UsageError
+  explicit Tokenizer(
+      const std::string& path);  // any path resolve_tokenizer_file takes; throws UsageError
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
   // add_bos: the special tokens the tokenizer adds itself, as transformers' add_special_tokens=True
   // (Llama-2's and Llama-3's BOS; nothing for Qwen2). add_eos: EOS appended after them, once.
-  std::vector<int32_t> encode(const std::string& text, bool add_bos = true, bool add_eos = false) const;
-  // Special tokens (BOS/EOS/pad, a tokenizer.json's special added tokens) are dropped, as skip_special_tokens does.
+  std::vector<int32_t> encode(const std::string& text, bool add_bos = true,
+                              bool add_eos = false) const;
+  // Special tokens (BOS/EOS/pad, a tokenizer.json's special added tokens) are dropped, as
+  // skip_special_tokens does.
   std::string decode(const std::vector<int32_t>& ids) const;
 
   int32_t bos_id() const { return bos_; }  // -1: the tokenizer has none (Qwen2)
   int32_t eos_id() const { return eos_; }
   int32_t pad_id() const { return pad_ >= 0 ? pad_ : eos_; }  // pad_token, else EOS
-  // Where generation stops: generation_config.json's eos_token_id list (Llama-3-Instruct's two), else EOS.
+  // Where generation stops: generation_config.json's eos_token_id list (Llama-3-Instruct's two),
+  // else EOS.
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   int32_t unk_id() const;
   std::string piece(int32_t id) const;  // "<s>", "Ġthe", "<|end_of_text|>"
@@ -55,14 +60,17 @@ class Tokenizer {
  private:
   void load_sentencepiece(const TokenizerConfig& cfg);
   void load_json(const TokenizerConfig& cfg);
-  // The id of a token the config files name; throws UsageError naming file and key when the tokenizer lacks it.
-  int32_t special_id(const SpecialTokenName& name, const char* key, const TokenizerConfig& cfg) const;
+  // The id of a token the config files name; throws UsageError naming file and key when the
+  // tokenizer lacks it.
+  int32_t special_id(const SpecialTokenName& name, const char* key,
+                     const TokenizerConfig& cfg) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::unique_ptr<BpeTokenizer> bpe_;
   std::string path_, sha256_;
   int32_t bos_ = -1, eos_ = -1, pad_ = -1, vocab_ = 0, sp_pieces_ = 0;
-  bool add_bos_token_ = true, add_eos_token_ = false;  // SentencePiece: tokenizer_config.json's flags
+  bool add_bos_token_ = true,
+       add_eos_token_ = false;   // SentencePiece: tokenizer_config.json's flags
   bool suffix_has_eos_ = false;  // a tokenizer.json's post_processor already ends with EOS
   std::vector<int32_t> stop_ids_;
 };

@@ -1,6 +1,7 @@
-// The special tokens a model directory names, read as transformers reads them: tokenizer_config.json,
-// special_tokens_map.json (only when the config has no added_tokens_decoder, whose entries it
-// then overrides), and generation_config.json's ids for a BOS or EOS named nowhere else.
+// The special tokens a model directory names, read as transformers reads them:
+// tokenizer_config.json, special_tokens_map.json (only when the config has no added_tokens_decoder,
+// whose entries it then overrides), and generation_config.json's ids for a BOS or EOS named nowhere
+// else.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -20,11 +21,13 @@ struct SpecialTokenName {
 
 struct TokenizerConfig {
   SpecialTokenName bos, eos, pad, unk;
-  std::optional<bool> add_bos_token, add_eos_token;  // tokenizer_config.json's; SentencePiece honours them
-  bool split_special_tokens = false;                 // special-token text in the input stays text
-  std::map<int32_t, std::string> added_tokens;       // added_tokens_decoder: id -> content
-  int32_t generation_bos = -1, generation_eos = -1;  // generation_config.json's (the first of a list); -1: none
-  std::vector<int32_t> generation_eos_ids;           // generation_config.json's eos_token_id, every one
+  std::optional<bool> add_bos_token,
+      add_eos_token;                  // tokenizer_config.json's; SentencePiece honours them
+  bool split_special_tokens = false;  // special-token text in the input stays text
+  std::map<int32_t, std::string> added_tokens;  // added_tokens_decoder: id -> content
+  int32_t generation_bos = -1,
+          generation_eos = -1;  // generation_config.json's (the first of a list); -1: none
+  std::vector<int32_t> generation_eos_ids;  // generation_config.json's eos_token_id, every one
 };
 
 // Reads the files present in dir (none present: all absent). A file that is not JSON, or a token

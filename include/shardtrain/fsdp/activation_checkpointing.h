@@ -16,9 +16,12 @@ enum class Recompute { kNone, kSelective, kFull };
 
 struct ActivationCheckpointing {
   Recompute mode = Recompute::kNone;
-  int64_t every = 1;  // only layers whose index is a multiple of it: 2 checkpoints every other layer
+  int64_t every =
+      1;  // only layers whose index is a multiple of it: 2 checkpoints every other layer
   bool full(int64_t layer) const { return mode == Recompute::kFull && layer % every == 0; }
-  bool selective(int64_t layer) const { return mode == Recompute::kSelective && layer % every == 0; }
+  bool selective(int64_t layer) const {
+    return mode == Recompute::kSelective && layer % every == 0;
+  }
   // Whether any layer recomputes anything.
   explicit operator bool() const { return mode != Recompute::kNone; }
 };
@@ -27,12 +30,15 @@ struct ActivationCheckpointing {
 // switch took, mean full/none) and --ac-every N >= 1; throws UsageError naming the option.
 ActivationCheckpointing parse_activation_checkpointing(const std::string& mode, int64_t every);
 const char* recompute_name(Recompute r);  // none, selective, full
-std::string describe(const ActivationCheckpointing& ac);  // "off", "selective", "full on layers 0, 2, 4, ..."
+std::string describe(
+    const ActivationCheckpointing& ac);  // "off", "selective", "full on layers 0, 2, 4, ..."
 
 // Per token, what autograd keeps of decoder layer `layer` once its forward is done.
-int64_t layer_kept(const ActivationCheckpointing& ac, const model::ActivationBytes& act, int64_t layer);
+int64_t layer_kept(const ActivationCheckpointing& ac, const model::ActivationBytes& act,
+                   int64_t layer);
 // Per token, what it holds beside that while the layer's backward runs: the gradients, and the
 // tensors its recomputation makes.
-int64_t layer_working(const ActivationCheckpointing& ac, const model::ActivationBytes& act, int64_t layer);
+int64_t layer_working(const ActivationCheckpointing& ac, const model::ActivationBytes& act,
+                      int64_t layer);
 
 }  // namespace shardtrain::fsdp

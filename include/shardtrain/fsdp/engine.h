@@ -34,12 +34,15 @@ namespace shardtrain::fsdp {
 
 // What a step's forward and backward produced; the gradients stay in the shards (pieces()).
 struct GradResult {
-  at::Tensor loss_t;   // 0-d fp64 on the device: the mean over the global batch's loss tokens, reduced
-  double loss = 0;     // loss_t read on the host, when forward_backward was asked to (read_loss)
-  int64_t tokens = 0;  // loss tokens in the global batch
-  runtime::PhaseTimes phases;   // forward, backward and the exposed communication inside them
-  std::shared_ptr<PhaseClock> clock;  // !read_loss: the phases, read later (clock->finish()), not here
-  std::array<int64_t, runtime::kNumPhases> peak_bytes{};  // forward and backward: see take_phase_peak()
+  at::Tensor
+      loss_t;       // 0-d fp64 on the device: the mean over the global batch's loss tokens, reduced
+  double loss = 0;  // loss_t read on the host, when forward_backward was asked to (read_loss)
+  int64_t tokens = 0;          // loss tokens in the global batch
+  runtime::PhaseTimes phases;  // forward, backward and the exposed communication inside them
+  std::shared_ptr<PhaseClock>
+      clock;  // !read_loss: the phases, read later (clock->finish()), not here
+  std::array<int64_t, runtime::kNumPhases>
+      peak_bytes{};  // forward and backward: see take_phase_peak()
 };
 
 // The engine is a front: the units and their schedule (UnitSchedule), what trains
@@ -58,13 +61,17 @@ class FsdpEngine {
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
   // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
   // read_loss = false keeps the loss on the device (GradResult::loss_t): no host synchronisation.
-  GradResult forward_backward(const std::vector<model::Batch>& micro_batches, bool read_loss = true);
+  GradResult forward_backward(const std::vector<model::Batch>& micro_batches,
+                              bool read_loss = true);
   // Forward only, on this rank's tokens [B, T] (positions: Batch::positions); on the host, or
   // where the engine computes (on_host = false: validation's loss, without copying logits).
-  at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {}, bool on_host = true);
+  at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {},
+                    bool on_host = true);
   std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
   void release_grads();                   // frees the gradient shards (after the optimizer step)
-  const std::vector<ShardPiece>& pieces() const { return pieces_; }  // this rank's trainable ones, in model order
+  const std::vector<ShardPiece>& pieces() const {
+    return pieces_;
+  }  // this rank's trainable ones, in model order
 
   // Every base parameter, unsharded, fp32 (an all-gather per unit over the shard group).
   std::map<std::string, at::Tensor> full_parameters();
@@ -83,7 +90,8 @@ class FsdpEngine {
   const at::Device& device() const { return device_; }
 
  private:
-  std::vector<uint64_t> dropout_row_seeds(const model::Batch& mb);  // Pass::row_seeds for a training micro-batch
+  std::vector<uint64_t> dropout_row_seeds(
+      const model::Batch& mb);  // Pass::row_seeds for a training micro-batch
   std::map<std::string, at::Tensor> gather_full(const std::vector<FlatUnit>& units);
 
   model::ModelConfig model_;
@@ -95,8 +103,10 @@ class FsdpEngine {
   std::unique_ptr<UnitSchedule> schedule_;
   std::vector<ShardPiece> pieces_;  // this rank's pieces of every unit's shard
   std::vector<runtime::CrcRow> base_crc_rows_;
-  uint64_t seed_ = 0;            // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
-  uint64_t unnamed_passes_ = 0;  // batches without sample ids (tests, tools): each pass draws its own masks
+  uint64_t seed_ =
+      0;  // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
+  uint64_t unnamed_passes_ =
+      0;  // batches without sample ids (tests, tools): each pass draws its own masks
 };
 
 // The optimizer component for an engine: AdamW over this rank's master shards, the gradient

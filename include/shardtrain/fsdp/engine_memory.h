@@ -21,16 +21,23 @@ class EngineMemory {
   EngineMemory& operator=(const EngineMemory&) = delete;
 
   const MemoryReport& report() const { return report_; }
-  void note();                 // CPU: the phase's peak follows what is held now
-  int64_t take_phase_peak();   // the most held since the last call; a new phase starts
-  void start_step() { peaks_.discard(); }  // phases start from what is held now (not validation's or a save's)
-  MemoryPeaks end_step_peaks() { return peaks_.end_step(); }  // the step's: the largest of its phases'
-  MemoryPeaks run_peaks() const { return peaks_.run(); }       // the run's: the largest of its steps'
-  bool counts_device() const { return device_.is_cuda(); }    // the allocator's peaks, not the engine's count
+  void note();                // CPU: the phase's peak follows what is held now
+  int64_t take_phase_peak();  // the most held since the last call; a new phase starts
+  void start_step() {
+    peaks_.discard();
+  }  // phases start from what is held now (not validation's or a save's)
+  MemoryPeaks end_step_peaks() {
+    return peaks_.end_step();
+  }                                                       // the step's: the largest of its phases'
+  MemoryPeaks run_peaks() const { return peaks_.run(); }  // the run's: the largest of its steps'
+  bool counts_device() const {
+    return device_.is_cuda();
+  }  // the allocator's peaks, not the engine's count
   int64_t held_bytes() const { return report_.persistent() + transient_(); }
 
  private:
-  MemoryPeaks read_and_reset_peak();  // the allocator's (GPU) or the engine's (CPU) peak since the last read
+  MemoryPeaks
+  read_and_reset_peak();  // the allocator's (GPU) or the engine's (CPU) peak since the last read
 
   MemoryReport report_;
   at::Device device_;

@@ -11,11 +11,11 @@
 namespace shardtrain::fsdp {
 
 struct FlatEntry {
-  size_t spec;                 // index into the model's ParamSpec list
+  size_t spec;  // index into the model's ParamSpec list
   std::string name;
   std::vector<int64_t> shape;
   int64_t offset = 0, numel = 0;  // in the flat buffer
-  bool decay = true;  // ParamSpec::decays()
+  bool decay = true;              // ParamSpec::decays()
 };
 
 struct FlatLayout {

@@ -22,9 +22,11 @@ class FlatUnit {
   const model::UnitSpec& spec() const { return spec_; }
   model::UnitKind kind() const { return spec_.kind; }
   const FlatLayout& layout() const { return layout_; }
-  at::Tensor& master() { return master_; }  // fp32 [shard_numel] (frozen: compute dtype), persistent
+  at::Tensor& master() {
+    return master_;
+  }  // fp32 [shard_numel] (frozen: compute dtype), persistent
   const at::Tensor& master() const { return master_; }
-  at::Tensor& grad() { return grad_; }      // fp32 [shard_numel] during a step; undefined otherwise
+  at::Tensor& grad() { return grad_; }  // fp32 [shard_numel] during a step; undefined otherwise
   const at::Tensor& grad() const { return grad_; }
 
   // A fresh leaf [padded] in `dtype`, filled by an async all-gather of the master shards.
@@ -64,7 +66,8 @@ class FlatUnit {
     int64_t numel = 0;
     std::vector<int64_t> shape;
   };
-  struct Slot {  // a name's view: its piece, or rows [row, row + rows) of it (rows < 0: the whole piece)
+  struct Slot {  // a name's view: its piece, or rows [row, row + rows) of it (rows < 0: the whole
+                 // piece)
     size_t piece = 0;
     int64_t row = 0, rows = -1;
   };

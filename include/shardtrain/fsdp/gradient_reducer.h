@@ -25,11 +25,13 @@ int64_t scatter_bytes(int64_t padded, int64_t shard_numel, int shard_size, int r
 // How many of the oldest reductions in flight (bytes each, oldest first) must complete before
 // one of `incoming` bytes is issued, so that at most `budget` bytes are in flight with it. A
 // reduction larger than the budget still runs, alone.
-size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming, int64_t budget);
+size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t incoming,
+                              int64_t budget);
 
 class GradientReducer {
  public:
-  using GradShard = std::function<at::Tensor&(int64_t unit)>;  // the unit's fp32 gradient shard (may be undefined)
+  using GradShard = std::function<at::Tensor&(int64_t unit)>;  // the unit's fp32 gradient shard
+                                                               // (may be undefined)
   GradientReducer(comm::ProcessGroups& groups, at::ScalarType reduce_dtype, GradShard grad_of,
                   std::function<void()> on_change);
   // The most send and receive bytes in flight at once (scatter_bytes): the engine passes its
@@ -38,25 +40,27 @@ class GradientReducer {
   // Issues the reduction of `full_grad` ([padded]) into a [shard_numel] shard; owned: the
   // gradient is ours, so at world 1 it may become the shard without a copy.
   void reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel, bool owned);
-  void finish();                   // every reduction issued so far is added to its gradient shard
+  void finish();                    // every reduction issued so far is added to its gradient shard
   int64_t bytes_in_flight() const;  // the send and receive buffers of the pending reductions
 
  private:
   struct Pending {
     int64_t unit = 0;
-    at::Tensor send, shard;      // [padded] (undefined once scattered) and [shard_numel], reduce dtype
-    bool owned = true;           // shard may become the gradient without a copy
-    bool reused_send = false;    // send is the reducer's buffer (a converted copy), reusable once scattered
-    comm::WorkPtr scatter;       // the reduce-scatter, until it completed
-    comm::WorkPtr replicate;     // hybrid: the all-reduce across replicas, once issued
+    at::Tensor send, shard;  // [padded] (undefined once scattered) and [shard_numel], reduce dtype
+    bool owned = true;       // shard may become the gradient without a copy
+    bool reused_send =
+        false;  // send is the reducer's buffer (a converted copy), reusable once scattered
+    comm::WorkPtr scatter;    // the reduce-scatter, until it completed
+    comm::WorkPtr replicate;  // hybrid: the all-reduce across replicas, once issued
   };
   bool hybrid() const;
   int64_t held(const Pending& r) const;
-  void scattered(Pending& r);    // its reduce-scatter completed: free the send buffer, start the all-reduce
-  void progress();               // without blocking, in issue order: start the all-reduces that can start
+  void scattered(
+      Pending& r);  // its reduce-scatter completed: free the send buffer, start the all-reduce
+  void progress();  // without blocking, in issue order: start the all-reduces that can start
   void complete_scatter(Pending& r);  // blocks until its reduce-scatter completed
-  void complete_oldest();        // the oldest reduction, all-reduce included, added to its gradient shard
-  void add(Pending& r);          // into the unit's fp32 gradient shard (after its all-reduce)
+  void complete_oldest();  // the oldest reduction, all-reduce included, added to its gradient shard
+  void add(Pending& r);    // into the unit's fp32 gradient shard (after its all-reduce)
 
   comm::ProcessGroups& groups_;
   at::ScalarType reduce_dtype_;
@@ -64,7 +68,8 @@ class GradientReducer {
   std::function<void()> on_change_;  // memory accounting: buffers came or went
   int64_t budget_ = 0;               // 0: one reduction at a time
   std::deque<Pending> pending_;      // issued and not yet added, oldest first
-  std::vector<at::Tensor> spare_;    // send buffers of completed reduce-scatters, for the next reduction
+  std::vector<at::Tensor>
+      spare_;  // send buffers of completed reduce-scatters, for the next reduction
 };
 
 }  // namespace shardtrain::fsdp

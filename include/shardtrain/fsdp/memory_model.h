@@ -28,7 +28,9 @@ struct MemoryReport {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_bytes = 0, no_sync_bytes = 0;
   int64_t base_bytes = 0;  // a frozen base's shard in the compute dtype; 0 where the base trains
   int64_t unsharded_bytes = 0, padding_elements = 0;
-  int64_t trainable_bytes() const { return param_bytes + optimizer_bytes + no_sync_bytes; }  // persistent
+  int64_t trainable_bytes() const {
+    return param_bytes + optimizer_bytes + no_sync_bytes;
+  }  // persistent
   int64_t persistent() const { return trainable_bytes() + base_bytes; }
 };
 MemoryReport persistent_bytes(const TrainingSizes& sizes, bool no_sync, int param_elt);
@@ -39,8 +41,9 @@ MemoryReport persistent_bytes(const TrainingSizes& sizes, bool no_sync, int para
 struct StepShape {
   int64_t micro_batch_rows = 1, seq_len = 1, grad_accum = 1;
   int param_elt = 4, reduce_elt = 4;
-  int shard_size = 1;  // the ranks a unit is sharded over
-  bool tied_embedding = false;  // the head multiplies by the embedding: gathered for it, its gradient kept until the embedding's backward
+  int shard_size = 1;           // the ranks a unit is sharded over
+  bool tied_embedding = false;  // the head multiplies by the embedding: gathered for it, its
+                                // gradient kept until the embedding's backward
 };
 struct StepPeak {
   int64_t engine_bytes = 0;  // the engine's own accounting (held_bytes): no activations
@@ -49,7 +52,7 @@ struct StepPeak {
   int64_t persistent = 0, gathered = 0, reductions = 0, grad_shards = 0, activations = 0;
   int gathered_units = 0;
 };
-StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg,
-                   const StepShape& shape, const model::ActivationBytes& act, int64_t persistent);
+StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const StepShape& shape,
+                   const model::ActivationBytes& act, int64_t persistent);
 
 }  // namespace shardtrain::fsdp

@@ -21,9 +21,9 @@ class PeakTracker {
   using Source = std::function<MemoryPeaks()>;  // the peak since the previous call, which it resets
   explicit PeakTracker(Source take) : take_(std::move(take)) {}
 
-  MemoryPeaks close_phase();       // the phase's peak, folded into the step's and the run's
-  void discard();                  // restarts the source without counting what it saw (between steps)
-  MemoryPeaks end_step();          // the step's peak (its phases' largest); the next step starts at 0
+  MemoryPeaks close_phase();  // the phase's peak, folded into the step's and the run's
+  void discard();             // restarts the source without counting what it saw (between steps)
+  MemoryPeaks end_step();     // the step's peak (its phases' largest); the next step starts at 0
   MemoryPeaks run() const { return run_; }  // the largest over every closed phase
 
  private:

@@ -28,7 +28,7 @@ class PhaseClock {
 
  private:
   std::array<comm::Communicator*, 3> comms_;  // the groups' distinct communicators
-  double wait_seconds() const;  // host time blocked on the groups' collectives so far
+  double wait_seconds() const;                // host time blocked on the groups' collectives so far
   runtime::PhaseTimes times_;
   double mark_, wait_mark_;
   struct Events;                    // CUDA only: one event per boundary, and the phase it closes

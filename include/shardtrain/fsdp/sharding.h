@@ -16,8 +16,11 @@ namespace shardtrain::fsdp {
 
 enum class Sharding { kFullShard, kShardGradOp, kNoShard, kHybridShard, kHybridShardZero2 };
 inline constexpr runtime::EnumName<Sharding> kShardingNames[] = {
-    {Sharding::kFullShard, "full_shard"}, {Sharding::kShardGradOp, "shard_grad_op"}, {Sharding::kNoShard, "no_shard"},
-    {Sharding::kHybridShard, "hybrid_shard"}, {Sharding::kHybridShardZero2, "hybrid_shard_zero2"}};
+    {Sharding::kFullShard, "full_shard"},
+    {Sharding::kShardGradOp, "shard_grad_op"},
+    {Sharding::kNoShard, "no_shard"},
+    {Sharding::kHybridShard, "hybrid_shard"},
+    {Sharding::kHybridShardZero2, "hybrid_shard_zero2"}};
 Sharding parse_sharding(const std::string& s);  // throws UsageError naming --sharding
 const char* sharding_name(Sharding s);
 // PyTorch FSDP's reshard_after_forward: free the gathered parameters after each unit's forward.
@@ -26,14 +29,15 @@ bool is_hybrid(Sharding s);
 
 struct FsdpConfig {
   Sharding sharding = Sharding::kFullShard;
-  int shard_group_size = 0;  // hybrid: ranks per shard group; 0: one node
-  int ranks_per_node = 0;    // topology override (simulated nodes); 0: ask MPI
-  std::string device = "auto";               // auto: local_rank's GPU if any, else cpu; cuda; cpu
+  int shard_group_size = 0;     // hybrid: ranks per shard group; 0: one node
+  int ranks_per_node = 0;       // topology override (simulated nodes); 0: ask MPI
+  std::string device = "auto";  // auto: local_rank's GPU if any, else cpu; cuda; cpu
   // Compute and all-gather dtype (master stays fp32). Undefined (--param-dtype auto, the CLI's
   // default): bf16 on CUDA, fp32 on CPU, resolved by the engine for its device.
   at::ScalarType param_dtype = at::kFloat;
   at::ScalarType reduce_dtype = at::kFloat;  // gradient reduction dtype
-  ActivationCheckpointing activation_checkpointing;  // which decoder layers recompute what in backward
+  ActivationCheckpointing
+      activation_checkpointing;  // which decoder layers recompute what in backward
   // Keep unsharded fp32 gradients across micro-steps and reduce once per step; costs 4 bytes x
   // all parameters per rank (the unsharded gradient), like PyTorch FSDP's no_sync.
   bool no_sync_accumulation = false;
@@ -41,10 +45,11 @@ struct FsdpConfig {
   // Units gathered at once, the one computing included, like PyTorch FSDP's limit_all_gathers:
   // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
   int max_inflight_gathers = 2;
-  bool tf32 = true;  // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
-  model::LoraConfig lora;   // rank > 0: the base is frozen and only the adapters train
+  bool tf32 = true;        // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
+  model::LoraConfig lora;  // rank > 0: the base is frozen and only the adapters train
   // Training's head and loss fused (model/lm_loss.h): tokens whose logits live at once; 0: auto
-  // (a chunk of logits about the size of the hidden states); -1: unfused (all logits, then the loss).
+  // (a chunk of logits about the size of the hidden states); -1: unfused (all logits, then the
+  // loss).
   int64_t loss_chunk = 0;
   // Decoder layers through the fused path (model::LayerPath::fused): fused RMSNorm, merged q k v
   // and gate up matmuls, and on CUDA shardtrain's rotary and SwiGLU kernels.
@@ -62,8 +67,9 @@ comm::GroupLayout group_layout(Sharding s, const runtime::Topology& topo, int sh
 
 // The strategy's groups as MPI communicators (CPU), or NCCL ones bootstrapped over the same MPI
 // groups (CUDA builds, nccl = true).
-comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo, bool nccl = false,
-                                        const std::string& host = "");
-comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size);
+comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo,
+                                        bool nccl = false, const std::string& host = "");
+comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo,
+                                    int shard_group_size);
 
 }  // namespace shardtrain::fsdp

@@ -2,7 +2,8 @@
 // fills it from the seeded init (identical at any world size) or from the safetensors files,
 // reading only its own bytes. What trains is the TrainableLayout's: where the base is frozen it
 // is kept in the compute dtype (with a CRC-32 of each piece, so a resumed run can check it has
-// the same base) and each unit gets a second, small flat unit of what trains, sharded like the base.
+// the same base) and each unit gets a second, small flat unit of what trains, sharded like the
+// base.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -23,25 +24,27 @@ namespace shardtrain::fsdp {
 // A piece of one parameter held by this rank: what the optimizer steps and checkpoints save.
 struct ShardPiece {
   std::string name;
-  std::vector<int64_t> shape;           // the parameter's logical shape
-  int64_t param_offset = 0;             // flat range of the parameter: [param_offset, + numel)
+  std::vector<int64_t> shape;  // the parameter's logical shape
+  int64_t param_offset = 0;    // flat range of the parameter: [param_offset, + numel)
   int64_t numel = 0;
-  bool decay = true;                    // false for norm weights
-  at::Tensor master;                    // [numel] fp32 view of the persistent master shard
-  int64_t unit = 0;                     // where its gradient sits: that unit's gradient shard,
-  int64_t shard_offset = 0;             // at this offset
+  bool decay = true;         // false for norm weights
+  at::Tensor master;         // [numel] fp32 view of the persistent master shard
+  int64_t unit = 0;          // where its gradient sits: that unit's gradient shard,
+  int64_t shard_offset = 0;  // at this offset
 };
 
 struct BuiltUnits {
-  std::vector<FlatUnit> units;              // [num_layers + 2], model_units() order; the base
-  std::vector<FlatUnit> adapters;           // [num_layers + 2] where the base is frozen; empty otherwise
-  std::vector<ShardPiece> pieces;           // this rank's pieces of every trainable unit's shard
-  std::vector<runtime::CrcRow> base_crc_rows;  // frozen base: [specs] this rank's piece of each base parameter
+  std::vector<FlatUnit> units;     // [num_layers + 2], model_units() order; the base
+  std::vector<FlatUnit> adapters;  // [num_layers + 2] where the base is frozen; empty otherwise
+  std::vector<ShardPiece> pieces;  // this rank's pieces of every trainable unit's shard
+  std::vector<runtime::CrcRow>
+      base_crc_rows;  // frozen base: [specs] this rank's piece of each base parameter
 };
 
 // weights: the base's file (nullptr: seeded); trained: the file of what trains beside a frozen
 // base, under layout.trainable_key() names (nullptr: seeded).
-BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size, int shard_rank, uint64_t seed,
-                       const io::SafetensorsModel* weights, const io::SafetensorsModel* trained, at::Device device);
+BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size,
+                       int shard_rank, uint64_t seed, const io::SafetensorsModel* weights,
+                       const io::SafetensorsModel* trained, at::Device device);
 
 }  // namespace shardtrain::fsdp

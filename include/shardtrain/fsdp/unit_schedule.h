@@ -21,27 +21,32 @@
 
 namespace shardtrain::fsdp {
 
-// One forward/backward over a micro-batch: the detached input leaf and the output of every unit, [units].
+// One forward/backward over a micro-batch: the detached input leaf and the output of every unit,
+// [units].
 struct Pass {
   std::vector<at::Tensor> inputs, outputs;
   bool empty = false;               // this rank has no rows: it still joins every collective
   bool train = false;               // LoRA dropout applies
   std::vector<uint64_t> row_seeds;  // [B] LoRA dropout's, the same in forward and in the recompute
-  bool fused_head = false;          // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
-  at::Tensor head_weight;           // fused_head: lm_head's view from the same split as the norm's (one gradient buffer)
-  model::TokenLayout layout;        // positions and documents, for forward and the recompute
+  bool fused_head =
+      false;  // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
+  at::Tensor head_weight;     // fused_head: lm_head's view from the same split as the norm's (one
+                              // gradient buffer)
+  model::TokenLayout layout;  // positions and documents, for forward and the recompute
 };
 
 class UnitSchedule {
  public:
   // units: the base; adapters: what trains beside a frozen base ([units], empty where the base
   // trains). on_memory: called whenever gathered units or reductions come or go.
-  UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg, comm::ProcessGroups& groups, at::Device device,
-               std::vector<FlatUnit> units, std::vector<FlatUnit> adapters, std::function<void()> on_memory);
+  UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg, comm::ProcessGroups& groups,
+               at::Device device, std::vector<FlatUnit> units, std::vector<FlatUnit> adapters,
+               std::function<void()> on_memory);
   UnitSchedule(const UnitSchedule&) = delete;  // the reducer reads the units through `this`
   UnitSchedule& operator=(const UnitSchedule&) = delete;
 
-  at::Tensor forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions, bool build_graph);
+  at::Tensor forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions,
+                     bool build_graph);
   // Backward in reverse unit order; reduce_now: each unit's gradient is reduced at once, else
   // added to its unsharded no-sync buffer for reduce_accumulated().
   void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
@@ -50,7 +55,9 @@ class UnitSchedule {
   void release_grads();       // frees the gradient shards (after the optimizer step)
   void release_all();         // frees every gathered unit (after a forward without backward)
 
-  FlatUnit& trainable(int64_t u) { return *parts_[u].trainable; }  // the base, or what trains beside it
+  FlatUnit& trainable(int64_t u) {
+    return *parts_[u].trainable;
+  }  // the base, or what trains beside it
   const FlatUnit& trainable(int64_t u) const { return *parts_[u].trainable; }
   const std::vector<FlatUnit>& units() const { return units_; }
   const std::vector<FlatUnit>& adapters() const { return adapters_; }
@@ -73,9 +80,10 @@ class UnitSchedule {
     if (parts_[u].adapter) f(*parts_[u].adapter);
   }
   at::Tensor run_unit(int64_t u, const at::Tensor& x, const Pass& p);
-  bool reads_embedding(int64_t u) const;  // tie_word_embeddings: the head multiplies by the embedding's matrix
+  bool reads_embedding(
+      int64_t u) const;  // tie_word_embeddings: the head multiplies by the embedding's matrix
   void gather_tied_embedding();
-  at::Tensor lm_head_view() const;  // lm_head.weight's view, or the tied embedding's; gathered
+  at::Tensor lm_head_view() const;   // lm_head.weight's view, or the tied embedding's; gathered
   bool recomputes(int64_t u) const;  // activation checkpointing: a decoder layer keeps no graph
   void ensure(int64_t unit);
   void prefetch(int64_t unit);
@@ -88,14 +96,15 @@ class UnitSchedule {
   comm::ProcessGroups& groups_;
   at::Device device_;
   model::Rotary rope_;
-  std::vector<FlatUnit> units_;     // [num_layers + 2], model_units() order
-  std::vector<FlatUnit> adapters_;  // [num_layers + 2] beside a frozen base; empty otherwise
-  std::vector<UnitParts> parts_;    // [units], pointing into units_ and adapters_
+  std::vector<FlatUnit> units_;      // [num_layers + 2], model_units() order
+  std::vector<FlatUnit> adapters_;   // [num_layers + 2] beside a frozen base; empty otherwise
+  std::vector<UnitParts> parts_;     // [units], pointing into units_ and adapters_
   std::vector<at::Tensor> no_sync_;  // [units] fp32 [padded], with no_sync_accumulation
-  std::vector<std::pair<std::string, std::string>> nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
+  std::vector<std::pair<std::string, std::string>>
+      nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::function<void()> on_memory_;
-  GradientReducer reducer_;         // reductions issued and not yet added to the gradient shards
-  bool backward_ = false;           // in backward(): units that run no backward are not gathered
+  GradientReducer reducer_;  // reductions issued and not yet added to the gradient shards
+  bool backward_ = false;    // in backward(): units that run no backward are not gathered
   int peak_gathered_ = 0;
 };
 

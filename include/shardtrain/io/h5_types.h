@@ -22,7 +22,7 @@ std::vector<hsize_t> dataset_shape(hid_t dset);
 struct Expected {
   Element element = Element::kInteger;
   std::vector<int64_t> dims;  // the shape; -1: any extent in that dimension
-  std::string dims_text;      // how the line names the shape ("[rows, seq_len]"); "": dims themselves
+  std::string dims_text;  // how the line names the shape ("[rows, seq_len]"); "": dims themselves
 };
 
 // "int32", "uint8", "float64", "enum of int8 (bool)", "string", "compound", ...
@@ -31,10 +31,11 @@ std::string type_name(hid_t type);
 std::string shape_text(const std::vector<hsize_t>& dims);
 // Why the dataset is not what want says ("" when it is): "dataset /tokens of FILE is float32
 // [8, 16], expected an integer type of shape [rows, seq_len]".
-std::string dataset_mismatch(hid_t dset, const std::string& file, const std::string& name, const Expected& want);
+std::string dataset_mismatch(hid_t dset, const std::string& file, const std::string& name,
+                             const Expected& want);
 // Throws UsageError with dataset_mismatch's line and "; " + fix when the dataset is not what
 // want says; returns its shape.
-std::vector<hsize_t> check_dataset(hid_t dset, const std::string& file, const std::string& name, const Expected& want,
-                                   const std::string& fix);
+std::vector<hsize_t> check_dataset(hid_t dset, const std::string& file, const std::string& name,
+                                   const Expected& want, const std::string& fix);
 
 }  // namespace shardtrain::io::h5

@@ -36,7 +36,8 @@ const char* st_dtype_name(StDType d);
 StHeader parse_safetensors_header(const uint8_t* file, size_t file_size, const std::string& origin);
 // model.safetensors.index.json's weight_map: tensor name -> shard file name (a plain name in the
 // index's directory). Throws Error("<origin>: ...") on any defect.
-std::map<std::string, std::string> parse_safetensors_index(const std::string& text, const std::string& origin);
+std::map<std::string, std::string> parse_safetensors_index(const std::string& text,
+                                                           const std::string& origin);
 
 // One .safetensors file, memory-mapped.
 class SafetensorsFile {
@@ -89,7 +90,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 // Splits into files of at most max_shard_bytes and writes model.safetensors.index.json.
 // Returns the file names written (just "model.safetensors" when everything fits in one).
-std::vector<std::string> write_safetensors_sharded(const std::string& dir, const NamedTensors& tensors,
+std::vector<std::string> write_safetensors_sharded(const std::string& dir,
+                                                   const NamedTensors& tensors,
                                                    uint64_t max_shard_bytes);
 
 }  // namespace shardtrain::io

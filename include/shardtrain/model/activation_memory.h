@@ -9,21 +9,23 @@
 
 namespace shardtrain::model {
 
-struct ActivationBytes {  // per token
+struct ActivationBytes {    // per token
   int64_t layer = 0;        // one decoder layer's saved tensors, its input included
   int64_t layer_input = 0;  // what activation checkpointing keeps of a layer: its input
   // Selective checkpointing (model/checkpointed.h): a layer's tensors less what its norms and the
   // MLP's activation saved; and the most its recomputed regions make at once in backward.
   int64_t layer_selective = 0, selective_recompute = 0;
   int64_t layer_backward = 0;  // transient gradients while one layer's backward runs
-  int64_t head = 0;         // the final norm's saved tensors and the head's input
-  int64_t logits_loss = 0;  // the loss's fp32 log-softmax and the two logit gradients of its backward
+  int64_t head = 0;            // the final norm's saved tensors and the head's input
+  int64_t logits_loss =
+      0;  // the loss's fp32 log-softmax and the two logit gradients of its backward
   // The fused head+loss (--loss-chunk): per token of one chunk, its fp32 logits and logsumexp's
   // temporary; per token of the batch, the hidden state's gradient; once, the weight gradient's
   // fp32 accumulator.
   int64_t fused_chunk = 0, fused_token = 0, fused_fixed = 0;
   int64_t vocab = 0, hidden = 0;  // the head's shape: the loss chunk follows from it
-  int64_t step_held = 0;  // held from the forward's start to the step's end: a packed batch's layout
+  int64_t step_held =
+      0;  // held from the forward's start to the step's end: a packed batch's layout
 };
 
 // Packed rows (prepare --mode packing) and the path they take through attention (token_layout.h).
@@ -34,7 +36,8 @@ struct PackedRows {
 
 // elt: bytes of the compute dtype (4 fp32, 2 bf16). lora: nullptr or disabled for full fine-tuning.
 // packed: nullptr for one document per row.
-ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, const LoraConfig* lora = nullptr,
+ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt,
+                                           const LoraConfig* lora = nullptr,
                                            const PackedRows* packed = nullptr);
 
 }  // namespace shardtrain::model

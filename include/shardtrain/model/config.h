@@ -26,27 +26,34 @@ struct ModelConfig {
   int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  RopeScaling rope_scaling;  // config.json's rope_scaling (or rope_parameters' rope_type and its keys)
+  RopeScaling
+      rope_scaling;  // config.json's rope_scaling (or rope_parameters' rope_type and its keys)
   std::string hidden_act = "silu";  // the MLP's activation: one of hidden_acts()
   double initializer_range = 0.02;  // the std of the seeded init (transformers' _init_weights)
   int64_t explicit_head_dim = 0;    // config.json's head_dim; 0: hidden_size / num_heads
-  bool attention_bias = false;      // llama: q, k, v and o have biases (qwen2: q, k, v always; has_bias())
-  bool mlp_bias = false;            // llama: gate, up and down have biases
+  bool attention_bias =
+      false;              // llama: q, k, v and o have biases (qwen2: q, k, v always; has_bias())
+  bool mlp_bias = false;  // llama: gate, up and down have biases
   bool tie_word_embeddings = false;  // lm_head is the embedding matrix: one parameter
   // Attention reaches back sliding_window positions (the query's own included) in the layers
   // that slide; 0: every layer attends to the whole prefix. Mistral: every layer; Qwen2 (with
   // use_sliding_window): the layers layer_types marks "sliding_attention".
   int64_t sliding_window = 0;
-  std::vector<bool> sliding_layers;  // qwen2: [num_layers]; empty: all layers slide when sliding_window > 0
-  int64_t max_window_layers = 0;     // qwen2's config field, kept for exports
-  // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; "" when not given.
+  std::vector<bool>
+      sliding_layers;  // qwen2: [num_layers]; empty: all layers slide when sliding_window > 0
+  int64_t max_window_layers = 0;  // qwen2's config field, kept for exports
+  // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; ""
+  // when not given.
   std::string torch_dtype;
-  // config.json's bos/eos/pad_token_id as given, a JSON object kept for exports ("": Llama-2's 1 and 2).
+  // config.json's bos/eos/pad_token_id as given, a JSON object kept for exports ("": Llama-2's 1
+  // and 2).
   std::string special_token_ids;
   // config.json fields shardtrain does not know: ignored, and named in a warning (config_fields.h).
   std::vector<std::string> unknown_fields;
 
-  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads; }
+  int64_t head_dim() const {
+    return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_heads;
+  }
   // How far back layer `layer` attends (0: the whole prefix).
   int64_t attention_window(int64_t layer) const;
   // Throws UsageError naming the option (and config.json key) to change.

@@ -17,8 +17,9 @@ enum class FieldUse {
 struct ConfigField {
   const char* name;
   FieldUse use;
-  const char* what;  // one line for docs and messages
-  bool after_init = true;  // false: it shapes only a fresh run (the seeded init, the stored dtype), not a resumed one
+  const char* what;        // one line for docs and messages
+  bool after_init = true;  // false: it shapes only a fresh run (the seeded init, the stored dtype),
+                           // not a resumed one
 };
 
 // Every config.json field shardtrain knows, in one table.

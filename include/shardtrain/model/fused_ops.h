@@ -18,14 +18,15 @@ bool fused_kernels_available(const at::Tensor& x);
 // of the projections), cos/sin in q's dtype: [T, D] or TokenLayout's gathered [B, 1, T, D].
 // Returns (apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)) in the inputs' layout. The
 // tables take no gradient.
-std::pair<at::Tensor, at::Tensor> fused_rotary(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                                               const at::Tensor& sin);
+std::pair<at::Tensor, at::Tensor> fused_rotary(const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& cos, const at::Tensor& sin);
 
 // As fused_rotary, with token (b, t) taking row positions[b][t] of cos/sin [max_pos, D] (Rotary's
 // tables): packed rows without a gathered copy. positions: [B, T] integer on q's device; on CUDA
 // its range is the caller's to ensure (checking it would synchronize).
-std::pair<at::Tensor, at::Tensor> fused_rotary_at(const at::Tensor& q, const at::Tensor& k, const at::Tensor& cos,
-                                                  const at::Tensor& sin, const at::Tensor& positions);
+std::pair<at::Tensor, at::Tensor> fused_rotary_at(const at::Tensor& q, const at::Tensor& k,
+                                                  const at::Tensor& cos, const at::Tensor& sin,
+                                                  const at::Tensor& positions);
 
 // Whether fused_swiglu computes activation(act, gate) * up: silu and its alias swish.
 bool fused_swiglu_supports(const std::string& act);

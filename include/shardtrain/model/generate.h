@@ -26,7 +26,8 @@ at::Tensor top_p_filter(const at::Tensor& logits, double top_p);
 
 // The generated ids after the prompt, stopping at EOS (not included), max_new_tokens, or when
 // prompt and answer fill max_context.
-std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt, const GenerateConfig& cfg);
+std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt,
+                              const GenerateConfig& cfg);
 
 // Whether generate() stopped because the context reached max_context (not at EOS, nor after
 // max_new_tokens).

@@ -28,8 +28,9 @@ using WeightLookup = std::function<at::Tensor(const std::string& name)>;
 struct LoraRun {
   const LoraConfig* cfg = nullptr;
   WeightLookup adapter;
-  std::vector<uint64_t> row_seeds;  // [B] dropout: each row's seed, mixed with the layer and target (module_seeds)
-  bool train = false;         // dropout only in training
+  std::vector<uint64_t>
+      row_seeds;  // [B] dropout: each row's seed, mixed with the layer and target (module_seeds)
+  bool train = false;  // dropout only in training
 };
 
 // A projection with the parts it has: its weight and, when LoRA targets it, an adapter. Which
@@ -42,18 +43,19 @@ struct Projection {
 };
 
 struct LayerWeights {
-  std::array<Projection, kNumProjections> proj;  // by Proj: [H, H], [KV, H], [KV, H], [H, H], [F, H], [F, H], [H, F]
+  std::array<Projection, kNumProjections>
+      proj;  // by Proj: [H, H], [KV, H], [KV, H], [H, H], [F, H], [F, H], [H, F]
   // By Merged, bound only when merging: q k v [H + 2 KV, H] and gate up [2F, H] as one
   // projection each (undefined weight: computed one by one, e.g. where LoRA targets a member).
   std::array<Projection, 2> merged;
-  at::Tensor input_norm, post_norm;              // [H]
-  int64_t window = 0;                            // attention reaches this far back (0: the whole prefix)
+  at::Tensor input_norm, post_norm;  // [H]
+  int64_t window = 0;                // attention reaches this far back (0: the whole prefix)
   const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }
   const Projection& operator[](Merged m) const { return merged[static_cast<int>(m)]; }
   // By Hugging Face name; lora (nullptr: none) gives each projection it targets its adapter.
   // merge: the lookup also answers merged_weight_name/merged_bias_name (an FSDP unit's views).
-  static LayerWeights bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer, const LoraRun* lora = nullptr,
-                           bool merge = false);
+  static LayerWeights bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer,
+                           const LoraRun* lora = nullptr, bool merge = false);
 };
 
 // How a decoder layer runs. selective: the norms and the MLP's activation keep only their inputs
@@ -69,19 +71,21 @@ struct LayerPath {
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 // x: [B, T, H] -> [B, T, H]; the layout gives the rotary tables and the documents (token_layout.h).
-at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x, const TokenLayout& layout,
-                         LayerPath path = {});
+at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
+                         const TokenLayout& layout, LayerPath path = {});
 
 // One unit's forward. Embedding: tokens [B, T] int64 -> hidden [B, T, H] in compute_dtype;
 // decoder layer: hidden -> hidden; head: hidden -> logits [B, T, V]. path.fused: the lookup
 // answers merged names too (LayerWeights::bind's merge).
-at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w, const at::Tensor& x,
-                        const TokenLayout& layout, at::ScalarType compute_dtype, const LoraRun* lora = nullptr,
+at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w,
+                        const at::Tensor& x, const TokenLayout& layout,
+                        at::ScalarType compute_dtype, const LoraRun* lora = nullptr,
                         LayerPath path = {});
 // Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype; positions
 // [B, T] as Batch::positions (undefined: one document per row).
-at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens, const Rotary& rope,
-                         at::ScalarType compute_dtype, const LoraRun* lora = nullptr, const at::Tensor& positions = {});
+at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens,
+                         const Rotary& rope, at::ScalarType compute_dtype,
+                         const LoraRun* lora = nullptr, const at::Tensor& positions = {});
 
 // Sum of token cross-entropies (fp32) over positions whose next-token label is not -100, and
 // their count: labels[:, 1:] against logits[:, :-1], Hugging Face's shift.

@@ -8,13 +8,13 @@ namespace shardtrain::model {
 // hidden [B, T, H] (the final norm's output) and weight [V, H] (lm_head) in the compute dtype;
 // labels [B, T] int64 with -100 where no loss is taken. Returns the fp32 sum of
 // -log softmax(hidden[b, t] . weight^T)[labels[b, t+1]] over positions whose next label is not
-// -100: causal_lm_loss(at::linear(hidden, weight), labels).sum, differentiable in hidden and weight.
-// chunk_tokens: tokens whose logits are live at once (>= 1). The gradients are computed in the
-// forward, for the incoming gradient grad_hint (the caller's 1 / token count), and held until
+// -100: causal_lm_loss(at::linear(hidden, weight), labels).sum, differentiable in hidden and
+// weight. chunk_tokens: tokens whose logits are live at once (>= 1). The gradients are computed in
+// the forward, for the incoming gradient grad_hint (the caller's 1 / token count), and held until
 // backward, which rescales them on the device if its gradient differs: the loss must be the
 // graph's end, and its backward must follow (the FSDP head's backward comes right after).
-at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                           int64_t chunk_tokens, double grad_hint = 1.0);
+at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight,
+                           const at::Tensor& labels, int64_t chunk_tokens, double grad_hint = 1.0);
 
 // The chunk chunked_lm_loss runs with for `tokens` tokens; 0 for the unfused path. requested (the
 // --loss-chunk option): > 0 that many tokens; 0 auto: a power of two near tokens / ceil(vocab /

@@ -15,16 +15,18 @@
 namespace shardtrain::model {
 
 struct LoraConfig {
-  int64_t rank = 0;      // --lora-rank; 0: LoRA off (full fine-tuning)
-  double alpha = 32;     // --lora-alpha; llama-recipes' default
-  double dropout = 0.05; // --lora-dropout; llama-recipes' default
-  std::vector<std::string> targets{"q_proj", "v_proj"};  // --lora-targets (proj_name()s); llama-recipes' default
+  int64_t rank = 0;       // --lora-rank; 0: LoRA off (full fine-tuning)
+  double alpha = 32;      // --lora-alpha; llama-recipes' default
+  double dropout = 0.05;  // --lora-dropout; llama-recipes' default
+  std::vector<std::string> targets{
+      "q_proj", "v_proj"};  // --lora-targets (proj_name()s); llama-recipes' default
   bool enabled() const { return rank > 0; }
   double scale() const { return alpha / static_cast<double>(rank); }  // PEFT's scaling
   bool targets_proj(Proj p) const;
   void validate() const;  // throws UsageError naming the option
 };
-// "q_proj,v_proj" -> targets; throws UsageError naming --lora-targets for an unknown or repeated one.
+// "q_proj,v_proj" -> targets; throws UsageError naming --lora-targets for an unknown or repeated
+// one.
 std::vector<std::string> parse_lora_targets(const std::string& csv);
 std::string join_lora_targets(const std::vector<std::string>& targets);
 
@@ -49,22 +51,27 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed);
 at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds);
 // Each row's dropout seed from (seed, epoch, sample id): the sample's place in the data, never
 // the rank, the micro-batch or a pass count, so every layout and a resume draw the same masks.
-std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch, const std::vector<int64_t>& sample_ids);
+std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch,
+                                        const std::vector<int64_t>& sample_ids);
 // One seed per row for a module: the rows' seeds mixed with the layer and the projection.
-std::vector<uint64_t> module_seeds(const std::vector<uint64_t>& row_seeds, int64_t layer, int projection);
+std::vector<uint64_t> module_seeds(const std::vector<uint64_t>& row_seeds, int64_t layer,
+                                   int projection);
 // One projection's adapter, bound for one forward: the part a targeted projection has.
 struct LoraAdapter {
-  at::Tensor a;             // [r, in]
-  at::Tensor b;             // [out, r]
-  double scale = 1;         // alpha / r
-  double dropout = 0;       // 0 outside training
-  std::vector<uint64_t> row_seeds;  // [B] one mask per module and row (module_seeds); as PEFT, one per module
+  at::Tensor a;        // [r, in]
+  at::Tensor b;        // [out, r]
+  double scale = 1;    // alpha / r
+  double dropout = 0;  // 0 outside training
+  std::vector<uint64_t>
+      row_seeds;  // [B] one mask per module and row (module_seeds); as PEFT, one per module
 };
 // x W^T + bias + (xd A^T) B^T * scale, where xd is x after dropout (PEFT's lora.Linear.forward:
 // the base layer, bias included, then the adapter). bias: [out], or undefined for none.
-at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a, const at::Tensor& b,
-                       double scale, const at::Tensor& xd, const at::Tensor& bias = {});
-at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter, const at::Tensor& bias = {});
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& a,
+                       const at::Tensor& b, double scale, const at::Tensor& xd,
+                       const at::Tensor& bias = {});
+at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter,
+                       const at::Tensor& bias = {});
 // W + scale * B A: the merged weight (PEFT's merge_and_unload), in W's dtype.
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale);
 

@@ -42,7 +42,8 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& cfg);
 
 // Deterministic per-parameter init: the same tensor whatever world size or strategy asks for it,
 // because each parameter draws from its own generator seeded by (seed, name).
-at::Tensor init_param(const ParamSpec& spec, uint64_t seed, double std);  // std: ModelConfig::initializer_range
+at::Tensor init_param(const ParamSpec& spec, uint64_t seed,
+                      double std);  // std: ModelConfig::initializer_range
 
 // Throws UsageError naming the tensor and its file when the weights lack one of the model's
 // tensors, or hold one whose shape differs from the model config's, or whose dtype is not

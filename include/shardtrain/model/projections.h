@@ -15,8 +15,8 @@ namespace shardtrain::model {
 enum class Proj { kQ, kK, kV, kO, kGate, kUp, kDown };
 inline constexpr int kNumProjections = 7;
 // Hugging Face's order inside a layer: attention (q k v o), then the MLP (gate up down).
-inline constexpr std::array<Proj, kNumProjections> kProjections = {Proj::kQ,    Proj::kK,  Proj::kV,   Proj::kO,
-                                                                   Proj::kGate, Proj::kUp, Proj::kDown};
+inline constexpr std::array<Proj, kNumProjections> kProjections = {
+    Proj::kQ, Proj::kK, Proj::kV, Proj::kO, Proj::kGate, Proj::kUp, Proj::kDown};
 
 // "q_proj": the name --lora-targets and PEFT's target_modules use.
 const char* proj_name(Proj p);

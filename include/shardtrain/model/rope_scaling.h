@@ -13,23 +13,23 @@
 namespace shardtrain::model {
 
 struct RopeScaling {
-  std::string type = "default";  // default, linear, dynamic or llama3
-  double factor = 1.0;           // linear, dynamic and llama3
-  double low_freq_factor = 1.0;  // llama3
-  double high_freq_factor = 4.0;  // llama3
+  std::string type = "default";                  // default, linear, dynamic or llama3
+  double factor = 1.0;                           // linear, dynamic and llama3
+  double low_freq_factor = 1.0;                  // llama3
+  double high_freq_factor = 4.0;                 // llama3
   int64_t original_max_position_embeddings = 0;  // llama3: the pre-training context
   bool scaled() const { return type != "default"; }
 };
 
 // The block's rope_theta (if any) goes to *theta. Throws UsageError naming `origin`, the key and
 // its value for a kind or a key shardtrain does not implement.
-RopeScaling parse_rope_scaling(const nlohmann::json& block, const std::string& key, const std::string& origin,
-                               double* theta);
+RopeScaling parse_rope_scaling(const nlohmann::json& block, const std::string& key,
+                               const std::string& origin, double* theta);
 // transformers 4's "rope_scaling" block for exports; null for default.
 nlohmann::json rope_scaling_json(const RopeScaling& r);
 // inv_freq [head_dim / 2] in fp32 for base theta, for a forward over seq_len positions (only
 // dynamic depends on it, and only past max_position_embeddings, which runs never reach).
-at::Tensor rope_inv_freq(const RopeScaling& r, double theta, int64_t head_dim, int64_t max_position_embeddings,
-                         int64_t seq_len);
+at::Tensor rope_inv_freq(const RopeScaling& r, double theta, int64_t head_dim,
+                         int64_t max_position_embeddings, int64_t seq_len);
 
 }  // namespace shardtrain::model

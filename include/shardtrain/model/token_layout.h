@@ -13,8 +13,10 @@ struct Rotary;
 
 struct TokenLayout {
   at::Tensor cos, sin;    // [T, D]: every row at 0..T-1; or [B, 1, T, D] at each token's position
-  at::Tensor same_doc;    // [B, 1, T, T] bool: key j in query i's document and j <= i; undefined: plain causal
-  at::Tensor cu_seqlens;  // [docs + 1] int32: document starts over the flattened batch (CUDA's varlen kernel)
+  at::Tensor same_doc;    // [B, 1, T, T] bool: key j in query i's document and j <= i; undefined:
+                          // plain causal
+  at::Tensor cu_seqlens;  // [docs + 1] int32: document starts over the flattened batch (CUDA's
+                          // varlen kernel)
   int64_t max_doc_len = 0;
   // Packed rows for the rotary kernel (no gathered cos/sin): each token's position [B, T] int64 on
   // the device, and Rotary's whole tables [max_pos, D].
@@ -27,10 +29,11 @@ struct TokenLayout {
 // rows go to the variable-length flash kernel (cu_seqlens) instead of a [T, T] mask.
 // gather = false (the fused layers' rotary kernel on CUDA): packed rows carry positions and the
 // whole tables instead of each token's gathered cos and sin.
-TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T, const at::Device& device,
-                         at::ScalarType dtype, bool gather = true);
+TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T,
+                         const at::Device& device, at::ScalarType dtype, bool gather = true);
 
-// Whether packed rows take CUDA's variable-length flash kernel (else the [T, T] mask): bf16/fp16 on CUDA.
+// Whether packed rows take CUDA's variable-length flash kernel (else the [T, T] mask): bf16/fp16 on
+// CUDA.
 bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype);
 
 // [T, T] bool: key j at most window - 1 positions before query i (transformers' sliding window).
@@ -40,14 +43,16 @@ at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device);
 // attention). native_gqa: SDPA's enable_gqa where the fused kernel SDPA would pick handles it
 // (no [B, nh, T, D] copies of K and V); otherwise, and when false, K and V are repeated.
 // window > 0 and < T: query i sees keys i - window + 1 .. i (transformers' sliding window).
-at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool native_gqa = true,
-                            int64_t window = 0);
-// SDPA of q [B, nh, T, D] over k, v [B, nkv, T, D] (repeated per query head) where mask [.., T, T] is true.
-at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask);
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            bool native_gqa = true, int64_t window = 0);
+// SDPA of q [B, nh, T, D] over k, v [B, nkv, T, D] (repeated per query head) where mask [.., T, T]
+// is true.
+at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            const at::Tensor& mask);
 
 // Attention of q [B, nh, T, D] over k, v [B, nkv, T, D] as the layout allows (causal, within
 // documents when packed), keys at most `window` back (0: all). Returns [B, nh, T, D].
-at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            int64_t window);
+at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, int64_t window);
 
 }  // namespace shardtrain::model

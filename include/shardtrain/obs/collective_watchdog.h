@@ -34,10 +34,10 @@ static_assert(std::is_trivially_copyable_v<Heartbeat>, "heartbeats travel as raw
 
 struct Verdict {
   bool stuck = false;
-  int group = 0;           // index into the watched groups
-  int64_t seq = 0;         // the stuck collective
+  int group = 0;    // index into the watched groups
+  int64_t seq = 0;  // the stuck collective
   int op = 0;
-  double age_s = 0;        // the longest any rank has waited on it
+  double age_s = 0;          // the longest any rank has waited on it
   std::vector<int> waiting;  // ranks blocked in it
   std::vector<int> missing;  // group members that have not issued it yet
 };
@@ -45,13 +45,16 @@ struct Verdict {
 // Pure: the oldest collective any rank has been stuck on for more than timeout_s, and who is
 // waiting in it and who has not reached it.
 Verdict judge(const std::vector<Heartbeat>& beats, double timeout_s);
-std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beats, const std::vector<std::string>& hosts,
-                            const std::vector<std::string>& group_names, double timeout_s, int exit_code);
+std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beats,
+                            const std::vector<std::string>& hosts,
+                            const std::vector<std::string>& group_names, double timeout_s,
+                            int exit_code);
 
 class CollectiveWatchdog {
  public:
   // Collective over MPI_COMM_WORLD; watches this rank's world, shard and replicate groups.
-  CollectiveWatchdog(const comm::ProcessGroups& groups, std::vector<std::string> hosts, double timeout_s, int dump_last);
+  CollectiveWatchdog(const comm::ProcessGroups& groups, std::vector<std::string> hosts,
+                     double timeout_s, int dump_last);
   ~CollectiveWatchdog();  // keeps exchanging until every rank has stopped, then joins
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;
   CollectiveWatchdog& operator=(const CollectiveWatchdog&) = delete;

@@ -22,7 +22,7 @@ class EventFile {
   EventFile& operator=(const EventFile&) = delete;
   // false when the write failed (errno says why): a full disk mid-run is the caller's to report.
   bool append(std::string_view data);  // one record
-  bool flush();                        // into the OS: readers and a later crash see every record so far
+  bool flush();  // into the OS: readers and a later crash see every record so far
   const std::string& path() const { return path_; }
 
  private:

@@ -8,8 +8,9 @@
 namespace shardtrain::obs {
 
 struct HttpTimeouts {
-  long connect_ms = 2000;  // a server that is down answers at once; an unreachable host waits this long
-  long total_ms = 5000;    // the whole request, so a stalled server costs at most this much
+  long connect_ms =
+      2000;  // a server that is down answers at once; an unreachable host waits this long
+  long total_ms = 5000;  // the whole request, so a stalled server costs at most this much
 };
 
 struct HttpResponse {
@@ -27,8 +28,8 @@ class HttpClient {
  public:
   // base_url: scheme://host[:port][/prefix], without a trailing slash. An Authorization header is
   // sent when bearer_token, or basic auth when user, is non-empty.
-  HttpClient(std::string base_url, HttpTimeouts timeouts, std::string bearer_token = "", std::string user = "",
-             std::string password = "");
+  HttpClient(std::string base_url, HttpTimeouts timeouts, std::string bearer_token = "",
+             std::string user = "", std::string password = "");
   ~HttpClient();
   HttpClient(HttpClient&& other) noexcept;
   HttpClient& operator=(HttpClient&& other) noexcept;

@@ -27,7 +27,8 @@ class HttpServer {
  public:
   // Listens on bind_address:port (port 0: an ephemeral one); throws UsageError naming
   // --metrics-bind or --metrics-port when it cannot.
-  HttpServer(const std::string& bind_address, int port, std::function<std::string()> metrics, HttpLimits limits = {});
+  HttpServer(const std::string& bind_address, int port, std::function<std::string()> metrics,
+             HttpLimits limits = {});
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

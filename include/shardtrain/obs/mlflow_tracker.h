@@ -25,9 +25,9 @@ struct MlflowRunSpec {
 };
 
 struct MlflowTrackerLimits {
-  size_t queue_batches = 64;    // pending metric batches; the oldest is dropped beyond this
-  double report_every_s = 60;   // failure lines: at most one per this many seconds
-  double drain_s = 5;           // at the end: how long pending batches may still take
+  size_t queue_batches = 64;   // pending metric batches; the oldest is dropped beyond this
+  double report_every_s = 60;  // failure lines: at most one per this many seconds
+  double drain_s = 5;          // at the end: how long pending batches may still take
   HttpTimeouts timeouts;
 };
 
@@ -48,11 +48,11 @@ class MlflowTracker {
 
  private:
   using Clock = std::chrono::steady_clock;
-  void run();                                 // the thread's body
-  bool ensure_run();                          // experiment, run and params; false: failed (counted)
+  void run();         // the thread's body
+  bool ensure_run();  // experiment, run and params; false: failed (counted)
   void send(const std::vector<MlflowMetric>& batch);
-  void failed(const std::string& error);      // counts a failed request
-  void report(bool final);                    // the failure line, when due
+  void failed(const std::string& error);  // counts a failed request
+  void report(bool final);                // the failure line, when due
 
   MlflowRunSpec spec_;
   int rank_;

@@ -16,11 +16,12 @@ namespace shardtrain::obs {
 struct RankSeries {
   int rank = 0;
   std::string host;
-  double step = 0, loss = 0, lr = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0, step_seconds = 0;
+  double step = 0, loss = 0, lr = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0,
+         step_seconds = 0;
   runtime::PhaseTimes phases;
   double host_peak_rss = 0, gpu_peak_allocated = -1, gpu_peak_reserved = -1;  // < 0: not a GPU rank
   double checkpoint_seconds = 0;  // the last checkpoint's duration
-  double skipped_steps = 0;       // optimizer steps skipped for a non-finite loss (--on-nonfinite skip)
+  double skipped_steps = 0;  // optimizer steps skipped for a non-finite loss (--on-nonfinite skip)
   static constexpr int kProcessGroups = 3;  // world, shard, replicate
   std::array<std::array<double, comm::kNumOps>, kProcessGroups> calls{}, bytes{};
 

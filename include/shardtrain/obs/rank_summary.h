@@ -19,10 +19,11 @@ std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm);
 
 // Collective over comm: gathers every rank's phases to rank 0, which adds "phases_across_ranks"
 // and "straggler" to `extra` (the metrics line) and returns the log line; other ranks return "".
-std::string summarize_across_ranks(const runtime::PhaseTimes& mine, nlohmann::json& extra, MPI_Comm comm,
-                                   const std::vector<std::string>& hosts);
+std::string summarize_across_ranks(const runtime::PhaseTimes& mine, nlohmann::json& extra,
+                                   MPI_Comm comm, const std::vector<std::string>& hosts);
 
 // The log line for a summary (pure): "step time by phase over 4 ranks (min/median/max s): ..."
-std::string breakdown_line(const runtime::PhaseSummary& s, int ranks, const std::vector<std::string>& hosts);
+std::string breakdown_line(const runtime::PhaseSummary& s, int ranks,
+                           const std::vector<std::string>& hosts);
 
 }  // namespace shardtrain::obs

@@ -3,6 +3,10 @@
 
 namespace shardtrain::obs {
 
-enum class RunStatus { kFinished, kFailed, kKilled };  // completed; an error or non-finite stop; a signal's stop
+enum class RunStatus {
+  kFinished,
+  kFailed,
+  kKilled
+};  // completed; an error or non-finite stop; a signal's stop
 
 }  // namespace shardtrain::obs

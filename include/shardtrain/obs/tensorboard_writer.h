@@ -22,7 +22,8 @@ class TensorBoardWriter {
   bool text(int64_t step, const std::string& tag, const std::string& markdown);
   // hparams: flat, name -> number, string or bool (others are left out); metrics: the scalar tags
   // the HParams dashboard compares runs by; group: the session group, the run's name.
-  bool hparams(int64_t step, const nlohmann::json& hparams, const std::vector<std::string>& metrics, const std::string& group);
+  bool hparams(int64_t step, const nlohmann::json& hparams, const std::vector<std::string>& metrics,
+               const std::string& group);
   bool session_end(int64_t step, bool success);
   bool flush() { return file_.flush(); }
   const std::string& path() const { return file_.path(); }

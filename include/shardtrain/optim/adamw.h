@@ -13,7 +13,7 @@ struct AdamWConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   double weight_decay = 0.1;  // decoupled; not on norm weights
-  void validate() const;      // throws UsageError naming --beta1/--beta2, --adam-eps or --weight-decay
+  void validate() const;  // throws UsageError naming --beta1/--beta2, --adam-eps or --weight-decay
 };
 
 struct AdamWSlot {
@@ -41,15 +41,18 @@ class AdamW {
  private:
   AdamWConfig cfg_;
   std::vector<AdamWSlot> slots_;
-  int64_t step_ = 0;    // until the first step makes step_t_
-  at::Tensor step_t_;  // scalar fp32 on the parameters' device: the fused kernel's step, counted there
+  int64_t step_ = 0;  // until the first step makes step_t_
+  at::Tensor
+      step_t_;  // scalar fp32 on the parameters' device: the fused kernel's step, counted there
 };
 
 // Squared L2 norm of all grads: fp32 per-tensor norms, summed in fp64 so shards can be summed
-// across ranks. A 0-d fp64 tensor on the grads' device (on `device` when there are none): no host read.
+// across ranks. A 0-d fp64 tensor on the grads' device (on `device` when there are none): no host
+// read.
 at::Tensor grad_sq_norm(const std::vector<at::Tensor>& grads, const at::Device& device);
 // torch.nn.utils.clip_grad_norm_'s rule, on the device: scale by min(1, max_norm / (norm + 1e-6)).
-void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm, double max_norm);
+void scale_grads(const std::vector<at::Tensor>& grads, const at::Tensor& total_norm,
+                 double max_norm);
 // The same rule as a divisor for AdamW::step's grad_scale: max(1, (norm + 1e-6) / max_norm), fp32
 // on `device`. Dividing by it may differ from scale_grads' multiply by one fp32 ulp.
 at::Tensor clip_divisor(const at::Tensor& total_norm, double max_norm, const at::Device& device);

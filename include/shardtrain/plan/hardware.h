@@ -18,9 +18,9 @@ inline constexpr const char* kFabricFormat = "shardtrain-fabric";
 inline constexpr int kFabricFormatVersion = 1;
 
 // GPUs: the one table in hw/accelerators.h, which MFU reads too.
-using hw::GpuSpec;
 using hw::gpu_names;
 using hw::gpu_spec;
+using hw::GpuSpec;
 
 // busbw (GB/s) by collective size in bytes, as nccl-tests prints it; interpolated in log size.
 struct BandwidthTable {
@@ -33,7 +33,8 @@ struct Fabric {
   // "intra": a collective among the ranks of one node; "inter": one spanning nodes, every rank
   // of each node taking part (nccl-tests across nodes).
   std::map<comm::Op, BandwidthTable> intra, inter;
-  // Published fabrics: the instances they belong to and the --gpu names those carry; empty for a file.
+  // Published fabrics: the instances they belong to and the --gpu names those carry; empty for a
+  // file.
   std::string instances;
   std::vector<std::string> gpus;
   double latency_s = 0;  // per collective call

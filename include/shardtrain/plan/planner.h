@@ -12,12 +12,14 @@ namespace shardtrain::plan {
 
 // What a run measured, to replace the defaults (--calibrate metrics.jsonl).
 struct Calibration {
-  std::string source;           // empty: the documented defaults
-  double compute_tflops = 0;    // achieved per device in forward + backward, exposed communication excluded
-  double optimizer_s_per_element = 0;  // seconds per trainable shard element
+  std::string source;  // empty: the documented defaults
+  double compute_tflops =
+      0;  // achieved per device in forward + backward, exposed communication excluded
+  double optimizer_s_per_element = 0;              // seconds per trainable shard element
   double forward_tflops = 0, backward_tflops = 0;  // the same rate, forward and backward apart
 };
-Calibration read_calibration(const std::string& metrics_file);  // throws UsageError naming --calibrate
+Calibration read_calibration(
+    const std::string& metrics_file);  // throws UsageError naming --calibrate
 
 struct PlanInput {
   model::ModelConfig model;
@@ -28,8 +30,9 @@ struct PlanInput {
   int gpus_per_node = 8;
   std::vector<int> nodes;  // node counts, one row each per strategy
   std::vector<fsdp::Sharding> strategies;
-  int64_t seq_len = 4096, batch_size = 1, grad_accum = 1;  // batch_size: rows per rank per micro-batch
-  bool packed = false;  // rows hold several documents (prepare --mode packing)
+  int64_t seq_len = 4096, batch_size = 1,
+          grad_accum = 1;     // batch_size: rows per rank per micro-batch
+  bool packed = false;        // rows hold several documents (prepare --mode packing)
   double default_mfu = 0.37;  // compute efficiency without --calibrate (fms-fsdp, 7B, H100, eager)
   bool allowances = true;     // NCCL and allocator allowances (off for the CPU validation)
   void validate() const;      // throws UsageError naming the option to change (plan's)
@@ -43,16 +46,17 @@ struct PlanRow {
   // At the step's peak. Gradient shards exist from their unit's first reduction to the optimizer
   // step, so only the units reduced by the peak's moment hold one: fewer when the peak falls early.
   int64_t grads_at_peak = 0, gathered = 0, reductions = 0, activations = 0;
-  int64_t nccl = 0, allocator = 0;                        // allowances
-  int64_t tensor_peak = 0;  // every tensor at the peak (what a caching allocator reports)
-  int64_t engine_peak = 0;  // the engine's own accounting (no activations)
-  int64_t total = 0;        // tensor_peak + allowances
+  int64_t nccl = 0, allocator = 0;  // allowances
+  int64_t tensor_peak = 0;          // every tensor at the peak (what a caching allocator reports)
+  int64_t engine_peak = 0;          // the engine's own accounting (no activations)
+  int64_t total = 0;                // tensor_peak + allowances
   int gathered_units = 0;
   bool fits = false;
   double headroom = 0;  // bytes left (negative: short by)
   // Step time, seconds per optimizer step.
   double compute_s = 0, comm_s = 0, exposed_comm_s = 0, optimizer_s = 0, step_s = 0;
-  double tokens_per_s_per_gpu = 0, mfu = 0, efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
+  double tokens_per_s_per_gpu = 0, mfu = 0,
+         efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
 
   // Parameters, gradients and optimizer state once every gradient shard exists (at the optimizer
   // step): the same with or without activation checkpointing.

@@ -25,9 +25,10 @@ class Canvas {
   void fill(uint32_t color);
   // Pixel (i, j) covers [i, i+1) x [j, j+1), so (i + 0.5, j + 0.5) is its centre. dash > 0 draws
   // dash-pixel strokes with gaps of 0.7 x dash, the pattern continuing along a polyline.
-  void line(double x0, double y0, double x1, double y1, uint32_t color, double thickness = 1, double dash = 0);
-  void polyline(const std::vector<std::pair<double, double>>& points, uint32_t color, double thickness = 1,
-                double dash = 0);
+  void line(double x0, double y0, double x1, double y1, uint32_t color, double thickness = 1,
+            double dash = 0);
+  void polyline(const std::vector<std::pair<double, double>>& points, uint32_t color,
+                double thickness = 1, double dash = 0);
   void disc(double cx, double cy, double radius, uint32_t color);
   // Outline of the w x h rectangle at (x, y), the border drawn inside it.
   void rect(int x, int y, int w, int h, uint32_t color, int thickness = 1);

@@ -11,7 +11,8 @@ namespace shardtrain::report {
 
 struct Series {
   std::string name;  // legend entry; an empty name keeps the series out of the legend
-  std::vector<double> x, y;  // pairs past the shorter vector are ignored; a NaN point breaks the line
+  std::vector<double> x,
+      y;  // pairs past the shorter vector are ignored; a NaN point breaks the line
   uint32_t color = 0x1f77b4;  // 0xRRGGBB
   bool dashed = false;
   bool markers = false;
@@ -22,7 +23,8 @@ struct Panel {
   std::vector<Series> series;
   std::optional<double> ymin, ymax;  // fixed y-axis ends; unset ends follow the data
   bool log2_x = false;  // x on a log2 scale with ticks at powers of two (x <= 0 is skipped)
-  std::optional<double> yfloor = std::nullopt;  // the least value the data can take (a loss: 0): the axis stops there
+  std::optional<double> yfloor =
+      std::nullopt;  // the least value the data can take (a loss: 0): the axis stops there
 };
 
 // The y axis' ends for a panel drawn plot_h pixels high: the data's range with 5% headroom,
@@ -42,7 +44,7 @@ uint32_t palette_color(size_t i);
 
 // Lays the panels out left to right, top to bottom, `columns` per row, each panel_w x panel_h
 // pixels, and writes the PNG. Throws runtime::Error when the file cannot be written.
-void draw_chart_png(const std::string& path, const std::vector<Panel>& panels, int columns, int panel_w = 640,
-                    int panel_h = 400);
+void draw_chart_png(const std::string& path, const std::vector<Panel>& panels, int columns,
+                    int panel_w = 640, int panel_h = 400);
 
 }  // namespace shardtrain::report

@@ -8,7 +8,8 @@ namespace shardtrain::report {
 // A metrics file's whole text; runtime::UsageError naming the path when it cannot be opened.
 std::string read_text(const std::string& path);
 
-// Replaces the file whole (through PATH.tmp); runtime::StorageError naming the path on a full or read-only disk.
+// Replaces the file whole (through PATH.tmp); runtime::StorageError naming the path on a full or
+// read-only disk.
 void write_text(const std::filesystem::path& path, const std::string& text);
 
 // Creates --out-dir (and its parents) if missing and returns it; runtime::UsageError naming

@@ -40,7 +40,8 @@ struct RunData {
 // Parses a metrics file's text. A line that is not JSON throws UsageError naming the source and
 // the line, except a last line cut short by a killed job, which is dropped with a note. Throws
 // UsageError when no line has a step >= 1.
-RunData parse_metrics(const std::string& text, const std::string& source, std::vector<std::string>& notes);
+RunData parse_metrics(const std::string& text, const std::string& source,
+                      std::vector<std::string>& notes);
 
 // Legend names: each file's parent directory, or the file stems when two parents share a name,
 // or parent/stem when stems clash too; any name still repeated gets " #2", " #3", ...
@@ -69,11 +70,12 @@ struct RunStats {
   std::string label, source;
   size_t steps = 0;
   int64_t first_step = 0, last_step = 0;
-  double final_loss = 0, final_val_loss = 0;  // of the last step that has one; NaN if none
+  double final_loss = 0, final_val_loss = 0;          // of the last step that has one; NaN if none
   double tokens_per_s = 0, mfu = 0, step_time_s = 0;  // medians over all steps; NaN if none
-  std::vector<PhaseStat> phases;  // phases present in the file: phase_names() order, then others by name
-  size_t spread_steps = 0;        // steps with cross-rank data
-  bool spread_busy = false;       // the ratios are of busy time (else of step time)
+  std::vector<PhaseStat>
+      phases;                // phases present in the file: phase_names() order, then others by name
+  size_t spread_steps = 0;   // steps with cross-rank data
+  bool spread_busy = false;  // the ratios are of busy time (else of step time)
   double spread_ratio = 0, worst_ratio = 0;  // median and max of slowest/median; NaN if none
   int64_t worst_step = 0;
   int straggler_rank = -1;  // the rank named slowest most often (lowest rank on a tie)

@@ -21,8 +21,8 @@ struct RunSteps {
 struct RunSummary {
   int nodes = 0;
   std::string source;
-  size_t steps = 0, used = 0;  // measured steps in the file; steps the medians are over
-  bool kept_warmup = false;    // steps <= skip_steps, so every step was used
+  size_t steps = 0, used = 0;        // measured steps in the file; steps the medians are over
+  bool kept_warmup = false;          // steps <= skip_steps, so every step was used
   double tokens_per_s = 0, mfu = 0;  // mfu is NaN when no used step has one
 };
 

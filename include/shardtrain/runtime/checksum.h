@@ -8,7 +8,8 @@
 
 namespace shardtrain::runtime {
 
-uint32_t crc32_bytes(const void* data, size_t nbytes, uint32_t crc = 0);  // crc: continue from a previous value
+uint32_t crc32_bytes(const void* data, size_t nbytes,
+                     uint32_t crc = 0);  // crc: continue from a previous value
 
 // One slice of a flat tensor and the CRC-32 of its bytes: elements [offset, offset + numel).
 // Three int64s, so a vector of rows travels through MPI as MPI_INT64_T (3 per row).

@@ -12,7 +12,9 @@ inline double monotonic_seconds() {
 class Stopwatch {
  public:
   Stopwatch() : start_(monotonic_seconds()) {}
-  double seconds() const { return monotonic_seconds() - start_; }  // since construction or restart()
+  double seconds() const {
+    return monotonic_seconds() - start_;
+  }  // since construction or restart()
   void restart() { start_ = monotonic_seconds(); }
 
  private:

@@ -34,7 +34,8 @@ const char* enum_name(const EnumName<E> (&table)[N], E v) {
 template <typename E, size_t N>
 std::string enum_choices(const EnumName<E> (&table)[N]) {
   std::string out;
-  for (size_t i = 0; i < N; ++i) out += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + table[i].name;
+  for (size_t i = 0; i < N; ++i)
+    out += std::string(i == 0 ? "" : i + 1 == N ? " or " : ", ") + table[i].name;
   return out;
 }
 

@@ -6,7 +6,7 @@
 
 namespace shardtrain::runtime {
 
-void sync_file(const std::string& path);         // throws Error: unsynced data is not known to be on disk
+void sync_file(const std::string& path);  // throws Error: unsynced data is not known to be on disk
 bool sync_best_effort(const std::string& path);  // false when it could not be opened or synced
 
 }  // namespace shardtrain::runtime

@@ -75,13 +75,14 @@ class MpiEnv {
 
 // The one line a helper thread prints when its own work fails: "shardtrain: fatal: <thread> on
 // rank R (host): <error>. Exiting with code C." (line breaks in error become "; ").
-std::string helper_thread_failure(const std::string& thread, int rank, const std::string& host, const std::string& error,
-                                  int exit_code);
+std::string helper_thread_failure(const std::string& thread, int rank, const std::string& host,
+                                  const std::string& error, int exit_code);
 // Runs a helper thread's body. An exception escaping it would std::terminate the process (no
 // message, no exit code): it is printed as helper_thread_failure on stderr instead, then
 // end(exit_code) runs, MpiEnv::abort_from_thread unless a test passes another.
-void run_helper_thread(const std::string& thread, int rank, const std::string& host, int exit_code,
-                       const std::function<void()>& body,
-                       const std::function<void(int)>& end = [](int code) { MpiEnv::abort_from_thread(code); });
+void run_helper_thread(
+    const std::string& thread, int rank, const std::string& host, int exit_code,
+    const std::function<void()>& body,
+    const std::function<void(int)>& end = [](int code) { MpiEnv::abort_from_thread(code); });
 
 }  // namespace shardtrain::runtime

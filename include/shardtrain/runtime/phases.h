@@ -9,7 +9,8 @@ namespace shardtrain::runtime {
 
 enum class Phase { kDataWait = 0, kForward, kBackward, kOptimizer, kExposedComm, kCheckpoint };
 constexpr int kNumPhases = 6;
-const char* phase_name(Phase p);  // data_wait, forward, backward, optimizer, exposed_comm, checkpoint
+const char* phase_name(
+    Phase p);  // data_wait, forward, backward, optimizer, exposed_comm, checkpoint
 
 struct PhaseTimes {
   std::array<double, kNumPhases> s{};  // seconds

@@ -20,10 +20,12 @@ constexpr int kExitInterrupted = 130;
 constexpr int kSignalCheckpoint = 1;  // SIGUSR1
 constexpr int kSignalTerminate = 2;   // SIGTERM
 constexpr int kSignalInterrupt = 4;   // SIGINT
-constexpr int kSignalRelayedTerm = 8; // SIGUSR2: a SIGTERM relayed through mpirun (launch/mpirun.sh),
-                                      // which forwards USR2 but SIGKILLs 1 s after forwarding a TERM
+constexpr int kSignalRelayedTerm =
+    8;  // SIGUSR2: a SIGTERM relayed through mpirun (launch/mpirun.sh),
+        // which forwards USR2 but SIGKILLs 1 s after forwarding a TERM
 
-// SIGTERM, SIGINT and SIGUSR2 always; SIGUSR1 only when checkpoints are on (else it keeps its default).
+// SIGTERM, SIGINT and SIGUSR2 always; SIGUSR1 only when checkpoints are on (else it keeps its
+// default).
 void install_stop_signals(bool checkpoint_signal);
 int take_pending_signals();  // the bits seen on this rank since the last take, cleared atomically
 

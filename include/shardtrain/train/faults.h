@@ -13,16 +13,16 @@ struct FaultConfig {
   int sleep_rank = -1;    // this rank sleeps before step sleep_step (0: every step)
   int sleep_step = 0;
   double sleep_seconds = 0;
-  int nan_rank = -1;      // this rank plants a non-finite gradient after backward at nan_step
-  int nan_step = 0;       // 0: every step
+  int nan_rank = -1;        // this rank plants a non-finite gradient after backward at nan_step
+  int nan_step = 0;         // 0: every step
   bool nan_is_inf = false;  // +Inf instead of NaN
 };
 
 class FaultInjector {
  public:
   FaultInjector(const FaultConfig& cfg, int rank) : cfg_(cfg), rank_(rank) {}
-  void after_setup() const;             // throws on --fail-on-rank's rank
-  void before_step(long step) const;    // sleeps on --debug-sleep's rank
+  void after_setup() const;           // throws on --fail-on-rank's rank
+  void before_step(long step) const;  // sleeps on --debug-sleep's rank
   void after_backward(long step, const std::vector<at::Tensor>& grads) const;  // --debug-nan
 
  private:

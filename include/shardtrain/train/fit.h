@@ -1,7 +1,8 @@
 // The training loop, built from named components in the manner of torchtitan's train(): the
 // engine (forward and backward, sharded gradients), the optimizer (clip + AdamW on the shards),
 // the data loader, the validator, the checkpoint manager, the signal handler, the non-finite
-// guard and the metrics publisher. Each has a small interface of its own; the loop only calls them in order.
+// guard and the metrics publisher. Each has a small interface of its own; the loop only calls them
+// in order.
 //   a new optimizer:          optim/ (the Optimizer the engine's shards are handed to)
 //   a new checkpoint trigger: ckpt::Manager::due(), or a new reason to pass `requested`
 //   a new metric or sink:     MetricsPublisher::measure() / publish()
@@ -43,11 +44,14 @@ enum class FitEnd { kCompleted, kStoppedBySignal, kStoppedNonFinite };
 // reference; a resumed run at the checkpoint's step and reference (ckpt::TrainState).
 struct RunStart {
   int64_t step = 0;
-  int64_t schedule_batch = 0;  // the global batch whose steps --steps, --warmup-steps and the schedule count
-  int64_t schedule_steps = 0;  // the checkpoint's schedule total in those steps (0: fresh or not recorded)
+  int64_t schedule_batch =
+      0;  // the global batch whose steps --steps, --warmup-steps and the schedule count
+  int64_t schedule_steps =
+      0;  // the checkpoint's schedule total in those steps (0: fresh or not recorded)
 };
 
 // Trains from start.step until the progress (data/sampler.h) reaches --steps or --epochs.
-FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c, const RunStart& start);
+FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainComponents& c,
+           const RunStart& start);
 
 }  // namespace shardtrain::train

@@ -17,7 +17,8 @@ namespace shardtrain::train {
 class HeldPoints {
  public:
   // Appends to out the points of one line (taken at time_ms) that must be sent.
-  void add(int64_t step, int64_t time_ms, const std::vector<MetricScalar>& scalars, std::vector<obs::MlflowMetric>& out);
+  void add(int64_t step, int64_t time_ms, const std::vector<MetricScalar>& scalars,
+           std::vector<obs::MlflowMetric>& out);
   // Appends each series' latest point that was held back.
   void flush(std::vector<obs::MlflowMetric>& out);
 

@@ -8,7 +8,8 @@
 namespace shardtrain::train {
 
 struct MetricScalar {
-  std::string tag;  // the key path, nested keys joined by '/': "phases/forward", "comm/world/all_reduce/bytes"
+  std::string tag;  // the key path, nested keys joined by '/': "phases/forward",
+                    // "comm/world/all_reduce/bytes"
   double value = 0;
 };
 

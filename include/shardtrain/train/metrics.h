@@ -15,20 +15,22 @@ struct StepMetrics {
   double loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;
-  runtime::PhaseTimes phases;         // this rank's step-time breakdown
-  std::array<int64_t, runtime::kNumPhases> peak_bytes{};  // the most memory held in each phase (0: not measured)
+  runtime::PhaseTimes phases;  // this rank's step-time breakdown
+  std::array<int64_t, runtime::kNumPhases>
+      peak_bytes{};          // the most memory held in each phase (0: not measured)
   double eta_s = 0;          // remaining steps x this run's mean step (+ checkpoint) time
   double val_loss = -1;      // < 0: no validation this step
   double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
-  bool skipped = false;       // a non-finite loss or gradient norm: no optimizer step (--on-nonfinite skip)
+  bool skipped =
+      false;  // a non-finite loss or gradient norm: no optimizer step (--on-nonfinite skip)
   int64_t skipped_steps = 0;  // steps skipped so far in this run
-  nlohmann::json extra;      // engine figures (collectives, sharded memory), merged into the line
+  nlohmann::json extra;       // engine figures (collectives, sharded memory), merged into the line
 };
 
 // Throughput figures from the step time. tokens_per_s counts every input token (B·T), as the
 // FLOPs formula does; peak_tflops <= 0 leaves mfu at 0.
-void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token, double peak_tflops,
-                     int world_size);
+void fill_throughput(StepMetrics& m, int64_t input_tokens, double flops_per_token,
+                     double peak_tflops, int world_size);
 
 // Sums the steps since the last progress line, so that the line's throughput covers the whole
 // interval rather than its last (possibly short) step.

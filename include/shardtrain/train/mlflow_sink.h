@@ -23,11 +23,12 @@ obs::KeyValues mlflow_params(const RunParams& run);
 class MlflowSink : public TrackerSink {
  public:
   // The run is created in the background, named obs.run_name, in obs.mlflow_experiment.
-  MlflowSink(const obs::ObsConfig& obs, const std::string& host, int rank, int world_size, const std::string& strategy,
-             const RunParams& run);
+  MlflowSink(const obs::ObsConfig& obs, const std::string& host, int rank, int world_size,
+             const std::string& strategy, const RunParams& run);
   void write(int64_t step, const std::vector<MetricScalar>& scalars) override;
-  void flush() override;                   // queues the buffered scalars as one batch
-  void end(obs::RunStatus status) override;  // flush, then the tracker's bounded drain and the status
+  void flush() override;  // queues the buffered scalars as one batch
+  void end(
+      obs::RunStatus status) override;  // flush, then the tracker's bounded drain and the status
 
  private:
   HeldPoints held_;

@@ -21,9 +21,11 @@ struct NonfiniteVerdict {
 
 class NonfiniteGuard {
  public:
-  NonfiniteGuard(NonfiniteConfig cfg, std::string data_path) : cfg_(cfg), data_path_(std::move(data_path)) {}
+  NonfiniteGuard(NonfiniteConfig cfg, std::string data_path)
+      : cfg_(cfg), data_path_(std::move(data_path)) {}
   // rows: the global batch's row indices in the token file.
-  NonfiniteVerdict check(int64_t step, double loss, double grad_norm, const std::vector<int64_t>& rows);
+  NonfiniteVerdict check(int64_t step, double loss, double grad_norm,
+                         const std::vector<int64_t>& rows);
   // The same rules on the device, before the host has read loss and norm: a float scalar, 1 where
   // the optimizer must skip this step (non-finite, or the run has stopped: every later step too,
   // so the weights stay as they were until the host reads the verdict with check()).

@@ -8,7 +8,15 @@
 
 namespace shardtrain::train {
 
-enum class KernelKind { kGemm, kAttention, kElementwise, kOptimizer, kCommunication, kMemory, kCount };
+enum class KernelKind {
+  kGemm,
+  kAttention,
+  kElementwise,
+  kOptimizer,
+  kCommunication,
+  kMemory,
+  kCount
+};
 const char* kernel_kind_name(KernelKind k);
 // By name alone: cuBLAS/CUTLASS/nvjet and aten::mm-like ops are GEMM, flash/fmha/sdpa attention,
 // nccl/c10d communication, memcpy/memset/copy_ memory, adam optimizer, the rest elementwise.
@@ -29,22 +37,26 @@ struct KernelTotal {
 };
 
 struct ProfileSummary {
-  bool device = false;          // the work is GPU kernels; else the host's ops (a CPU run)
-  int64_t span_ns = 0;          // first work item's start to the last one's end
-  int64_t busy_ns = 0;          // the union of the work items: span - busy is launch gaps
+  bool device = false;  // the work is GPU kernels; else the host's ops (a CPU run)
+  int64_t span_ns = 0;  // first work item's start to the last one's end
+  int64_t busy_ns = 0;  // the union of the work items: span - busy is launch gaps
   int64_t items = 0;
-  int64_t kind_ns[static_cast<int>(KernelKind::kCount)] = {};  // summed own times (streams may overlap)
+  int64_t kind_ns[static_cast<int>(KernelKind::kCount)] =
+      {};                        // summed own times (streams may overlap)
   std::vector<KernelTotal> top;  // by total time, longest first
-  double share(KernelKind k) const { return span_ns ? double(kind_ns[static_cast<int>(k)]) / span_ns : 0; }
+  double share(KernelKind k) const {
+    return span_ns ? double(kind_ns[static_cast<int>(k)]) / span_ns : 0;
+  }
   double gap_share() const { return span_ns ? double(span_ns - busy_ns) / span_ns : 0; }
 };
 
 // Work items: the device events if there are any, else the host ops, each counted for its own
 // time (less the ops nested in it on its thread). An item is the optimizer's when it runs in
 // (device) or was launched in (host) one of optimizer_ranges, given as [start, end) pairs.
-ProfileSummary summarize_profile(const std::vector<ProfileEvent>& events,
-                                 const std::vector<std::pair<int64_t, int64_t>>& optimizer_ranges,
-                                 const std::vector<std::pair<int64_t, int64_t>>& device_optimizer_ranges, size_t top_n);
+ProfileSummary summarize_profile(
+    const std::vector<ProfileEvent>& events,
+    const std::vector<std::pair<int64_t, int64_t>>& optimizer_ranges,
+    const std::vector<std::pair<int64_t, int64_t>>& device_optimizer_ranges, size_t top_n);
 
 // Markdown: a header line, the shares table and the top kernels table.
 std::string format_profile(const ProfileSummary& s, int64_t step, const std::string& what);

@@ -10,10 +10,10 @@
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/obs/config.h"
 #include "shardtrain/obs/node_exporter.h"
+#include "shardtrain/obs/run_status.h"
 #include "shardtrain/runtime/mpi_env.h"
 #include "shardtrain/train/config.h"
 #include "shardtrain/train/metrics.h"
-#include "shardtrain/obs/run_status.h"
 #include "shardtrain/train/run_params.h"
 #include "shardtrain/train/tracker_sink.h"
 
@@ -23,15 +23,17 @@ class MetricsPublisher {
  public:
   // Collective over the world (the exporter's node communicator). start_step: a resumed run
   // keeps its metrics file's lines up to there. run: the settings the trackers record.
-  MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine, const runtime::MpiEnv& env,
-                   std::vector<std::string> hosts, int64_t seq_len, int64_t start_step, const RunParams& run);
+  MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine,
+                   const runtime::MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len,
+                   int64_t start_step, const RunParams& run);
   void begin_step();  // zeroes the collectives' per-step counts
   // After the step's compute: throughput from m.step_time_s, memory and this step's collectives.
   void measure(StepMetrics& m, int64_t global_rows);
   // Collective on log steps (the cross-rank breakdown): the line, the logs, Prometheus. The
   // breakdown is printed every --breakdown-every progress lines and when the run ends.
   // checkpoint_s: the save's duration, or 0 when this step saved nothing.
-  void publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total_steps, double checkpoint_s);
+  void publish(StepMetrics& m, bool log_step, bool run_ends, int64_t total_steps,
+               double checkpoint_s);
   void write_initial(const StepMetrics& m);  // the step-0 validation line, before training
   // The run's end as the trackers record it (MLflow: FINISHED, FAILED or KILLED). Without this
   // call, the destructor records FAILED: an exception is unwinding the run.

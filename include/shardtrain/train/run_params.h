@@ -8,9 +8,11 @@
 namespace shardtrain::train {
 
 struct RunParams {
-  nlohmann::json values = nlohmann::json::object();  // flat: setting -> number, string or bool (the hyper-parameters)
-  std::vector<std::string> args;                      // the command line as given
-  std::vector<std::pair<std::string, std::string>> options;  // every option's value, typed or default (MLflow's params)
+  nlohmann::json values =
+      nlohmann::json::object();   // flat: setting -> number, string or bool (the hyper-parameters)
+  std::vector<std::string> args;  // the command line as given
+  std::vector<std::pair<std::string, std::string>>
+      options;  // every option's value, typed or default (MLflow's params)
 };
 
 }  // namespace shardtrain::train

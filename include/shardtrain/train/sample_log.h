@@ -11,7 +11,8 @@ namespace shardtrain::train {
 
 class SampleLog {
  public:
-  SampleLog(const std::string& path, int rank);  // "" or rank != 0: logs nothing; throws UsageError when unwritable
+  SampleLog(const std::string& path,
+            int rank);  // "" or rank != 0: logs nothing; throws UsageError when unwritable
   void write(int64_t step, int64_t epoch, const std::vector<int64_t>& rows);
 
  private:

@@ -25,7 +25,7 @@ class SignalHandler {
  public:
   // checkpoints: a --checkpoint-dir is set (without one SIGUSR1 keeps its default action).
   SignalHandler(comm::Communicator& world, bool checkpoints, OnSignal policy);
-  SignalVerdict poll();  // collective; takes the pending signals
+  SignalVerdict poll();                                // collective; takes the pending signals
   const SignalVerdict& last() const { return last_; }  // poll()'s latest answer
 
  private:

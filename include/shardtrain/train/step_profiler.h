@@ -15,7 +15,7 @@ class StepProfiler {
   StepProfiler(const StepProfiler&) = delete;
   StepProfiler& operator=(const StepProfiler&) = delete;
   void begin(int64_t step);  // before step `step` (1-based): starts when it is the profiled one
-  void end(int64_t step);    // after it: stops, writes DIR/trace-rankR.json and DIR/profile-rankR.md
+  void end(int64_t step);  // after it: stops, writes DIR/trace-rankR.json and DIR/profile-rankR.md
 
  private:
   int64_t step_;

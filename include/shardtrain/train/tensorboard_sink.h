@@ -16,8 +16,8 @@ class TensorBoardSink : public TrackerSink {
  public:
   // A new event file in dir/run_name/. start_step: 0, or the step a resumed run continues from;
   // TensorBoard drops what the run's earlier files logged after it (the steps redone).
-  TensorBoardSink(const std::string& dir, const std::string& run_name, const std::string& host, int64_t start_step,
-                  const RunParams& run);
+  TensorBoardSink(const std::string& dir, const std::string& run_name, const std::string& host,
+                  int64_t start_step, const RunParams& run);
   void write(int64_t step, const std::vector<MetricScalar>& scalars) override;
   void flush() override;
   // The HParams session's end at the last step written; a signal's stop (kKilled) leaves it open:

@@ -12,10 +12,11 @@ namespace shardtrain::train {
 class TrackerSink {
  public:
   virtual ~TrackerSink() = default;
-  // One metrics line's scalars (metric_scalars(), computed once for every tracker) at its step, buffered.
+  // One metrics line's scalars (metric_scalars(), computed once for every tracker) at its step,
+  // buffered.
   virtual void write(int64_t step, const std::vector<MetricScalar>& scalars) = 0;
-  virtual void flush() = 0;                            // at each progress line and the run's end
-  virtual void end(obs::RunStatus status) = 0;         // the run's end, flushed
+  virtual void flush() = 0;                     // at each progress line and the run's end
+  virtual void end(obs::RunStatus status) = 0;  // the run's end, flushed
 };
 
 }  // namespace shardtrain::train

@@ -27,10 +27,12 @@ struct EvalResult {
 // Forward-only loss over a token file, in file order. Each rank takes its part of every batch
 // and runs every batch, even an empty part (a sharded forward is collective); `sum_all` totals
 // across ranks (none: one rank).
-// A batch's logits [B, T, V]: its tokens at their positions (packed documents attend within themselves).
+// A batch's logits [B, T, V]: its tokens at their positions (packed documents attend within
+// themselves).
 using BatchLogitsFn = std::function<at::Tensor(const model::Batch& batch)>;
-EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank, int world,
-                         const BatchLogitsFn& logits, const std::function<double(double)>& sum_all = {});
+EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches,
+                         int rank, int world, const BatchLogitsFn& logits,
+                         const std::function<double(double)>& sum_all = {});
 
 // --accuracy-file and its companions (train's validation, and eval).
 struct AccuracyConfig {
@@ -48,20 +50,21 @@ struct AccuracyTask {
     return exact_match(logits, tokenizer, records, max_new_tokens, model.max_position_embeddings);
   }
 };
-std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& cfg, const model::ModelConfig& model);  // null: no file
+std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& cfg,
+                                                 const model::ModelConfig& model);  // null: no file
 
 class Validator {
  public:
   // val and accuracy may be null. every: validate every N steps (0: at the end only).
-  Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val, const AccuracyTask* accuracy, int64_t batch_size,
-            int64_t max_batches, int64_t every = 0);
+  Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val, const AccuracyTask* accuracy,
+            int64_t batch_size, int64_t max_batches, int64_t every = 0);
   bool has_loss() const { return val_ != nullptr; }
   bool has_accuracy() const { return accuracy_ != nullptr; }
   bool due(int64_t step, bool last) const { return last || (every_ > 0 && step % every_ == 0); }
-  EvalResult loss();          // collective
-  AccuracyResult accuracy();  // collective: every rank decodes every record
-  void run(StepMetrics& m);   // collective: whatever is configured, into m
-  model::LogitsFn logits_fn();       // the engine's forward, for generation
+  EvalResult loss();            // collective
+  AccuracyResult accuracy();    // collective: every rank decodes every record
+  void run(StepMetrics& m);     // collective: whatever is configured, into m
+  model::LogitsFn logits_fn();  // the engine's forward, for generation
 
  private:
   fsdp::FsdpEngine& engine_;

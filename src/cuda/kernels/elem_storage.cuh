@@ -35,9 +35,12 @@ struct StoreF16 {
 template <class F>
 cudaError_t dispatch_elem(ElemType type, F&& f) {
   switch (type) {
-    case ElemType::kFloat32: return f(StoreF32{});
-    case ElemType::kBFloat16: return f(StoreBF16{});
-    case ElemType::kFloat16: return f(StoreF16{});
+    case ElemType::kFloat32:
+      return f(StoreF32{});
+    case ElemType::kBFloat16:
+      return f(StoreBF16{});
+    case ElemType::kFloat16:
+      return f(StoreF16{});
   }
   return cudaErrorInvalidValue;
 }

@@ -1,5 +1,6 @@
 // Rotary embedding of q and k in one launch: a block per token, its threads over every head's
-// (d, d + D/2) pairs, the token's cos/sin row read once per pair from L1. Element maths: rope_math.h.
+// (d, d + D/2) pairs, the token's cos/sin row read once per pair from L1. Element maths:
+// rope_math.h.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,7 +20,8 @@ __global__ void rope_kernel(RopeArgs a) {
   const int64_t b = token / a.seq;
   const int64_t t = token % a.seq;
   const int64_t half = a.head_dim / 2;
-  const int64_t row = a.positions ? a.positions[token] * a.head_dim : b * a.table_stride_b + t * a.table_stride_t;
+  const int64_t row =
+      a.positions ? a.positions[token] * a.head_dim : b * a.table_stride_b + t * a.table_stride_t;
   const T* cos = static_cast<const T*>(a.cos) + row;
   const T* sin = static_cast<const T*>(a.sin) + row;
   const int64_t pairs = (a.q.heads + a.k.heads) * half;
@@ -29,7 +31,8 @@ __global__ void rope_kernel(RopeArgs a) {
     const bool is_q = head < a.q.heads;
     const RopeOperand& op = is_q ? a.q : a.k;
     const int64_t h = is_q ? head : head - a.q.heads;
-    const T* x = static_cast<const T*>(op.x) + b * op.x_stride[0] + h * op.x_stride[1] + t * op.x_stride[2];
+    const T* x =
+        static_cast<const T*>(op.x) + b * op.x_stride[0] + h * op.x_stride[1] + t * op.x_stride[2];
     T* y = static_cast<T*>(op.y) + b * op.y_stride[0] + h * op.y_stride[1] + t * op.y_stride[2];
     const float x1 = S::load(x[d]);
     const float x2 = S::load(x[d + half]);

@@ -25,8 +25,8 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65536;  // a grid-stride loop covers the rest
 
 template <class S, int V>
-__global__ void swiglu_forward_kernel(const typename S::T* gate, const typename S::T* up, typename S::T* out,
-                                      int64_t n) {
+__global__ void swiglu_forward_kernel(const typename S::T* gate, const typename S::T* up,
+                                      typename S::T* out, int64_t n) {
   using T = typename S::T;
   using R = typename S::R;
   using P = Pack<T, V>;
@@ -38,15 +38,18 @@ __global__ void swiglu_forward_kernel(const typename S::T* gate, const typename 
     const P u = reinterpret_cast<const P*>(up)[i];
     P o;
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = S::store(swiglu_forward<R>(S::load(g.v[j]), S::load(u.v[j])));
+    for (int j = 0; j < V; ++j)
+      o.v[j] = S::store(swiglu_forward<R>(S::load(g.v[j]), S::load(u.v[j])));
     reinterpret_cast<P*>(out)[i] = o;
   }
-  for (int64_t i = packs * V + first; i < n; i += stride) out[i] = S::store(swiglu_forward<R>(S::load(gate[i]), S::load(up[i])));
+  for (int64_t i = packs * V + first; i < n; i += stride)
+    out[i] = S::store(swiglu_forward<R>(S::load(gate[i]), S::load(up[i])));
 }
 
 template <class S, int V>
-__global__ void swiglu_backward_kernel(const typename S::T* dy, const typename S::T* gate, const typename S::T* up,
-                                       typename S::T* dgate, typename S::T* dup, int64_t n) {
+__global__ void swiglu_backward_kernel(const typename S::T* dy, const typename S::T* gate,
+                                       const typename S::T* up, typename S::T* dgate,
+                                       typename S::T* dup, int64_t n) {
   using T = typename S::T;
   using R = typename S::R;
   using P = Pack<T, V>;
@@ -90,8 +93,8 @@ __device__ inline MergedIndex merged_index(int64_t p, int64_t packs_per_row, int
 
 // f % V == 0: a pack never straddles the gate/up boundary or a row.
 template <class S, int V>
-__global__ void swiglu_merged_forward_kernel(const typename S::T* gate_up, typename S::T* out, int64_t rows,
-                                             int64_t f) {
+__global__ void swiglu_merged_forward_kernel(const typename S::T* gate_up, typename S::T* out,
+                                             int64_t rows, int64_t f) {
   using T = typename S::T;
   using R = typename S::R;
   using P = Pack<T, V>;
@@ -106,7 +109,8 @@ __global__ void swiglu_merged_forward_kernel(const typename S::T* gate_up, typen
     const P u = *reinterpret_cast<const P*>(row + f + ix.col);
     P o;
 #pragma unroll
-    for (int j = 0; j < V; ++j) o.v[j] = S::store(swiglu_forward<R>(S::load(g.v[j]), S::load(u.v[j])));
+    for (int j = 0; j < V; ++j)
+      o.v[j] = S::store(swiglu_forward<R>(S::load(g.v[j]), S::load(u.v[j])));
     *reinterpret_cast<P*>(out + ix.row * f + ix.col) = o;
   }
 }
@@ -145,13 +149,14 @@ __global__ void swiglu_merged_backward_kernel(const typename S::T* dy, const typ
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 unsigned blocks_for(int64_t items) {
-  return static_cast<unsigned>(std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
 }
 
 }  // namespace
 
-cudaError_t launch_swiglu_forward(ElemType type, const void* gate, const void* up, void* out, int64_t n,
-                                  cudaStream_t stream) {
+cudaError_t launch_swiglu_forward(ElemType type, const void* gate, const void* up, void* out,
+                                  int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   const bool vec = aligned16(gate) && aligned16(up) && aligned16(out);
   return dispatch_elem(type, [&](auto s) {
@@ -170,10 +175,11 @@ cudaError_t launch_swiglu_forward(ElemType type, const void* gate, const void* u
   });
 }
 
-cudaError_t launch_swiglu_backward(ElemType type, const void* dy, const void* gate, const void* up, void* dgate,
-                                   void* dup, int64_t n, cudaStream_t stream) {
+cudaError_t launch_swiglu_backward(ElemType type, const void* dy, const void* gate, const void* up,
+                                   void* dgate, void* dup, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  const bool vec = aligned16(dy) && aligned16(gate) && aligned16(up) && aligned16(dgate) && aligned16(dup);
+  const bool vec =
+      aligned16(dy) && aligned16(gate) && aligned16(up) && aligned16(dgate) && aligned16(dup);
   return dispatch_elem(type, [&](auto s) {
     using S = decltype(s);
     using T = typename S::T;
@@ -184,7 +190,8 @@ cudaError_t launch_swiglu_backward(ElemType type, const void* dy, const void* ga
     auto* dg = static_cast<T*>(dgate);
     auto* du = static_cast<T*>(dup);
     if (vec) {
-      swiglu_backward_kernel<S, V><<<blocks_for(n / V + 1), kThreads, 0, stream>>>(d, g, u, dg, du, n);
+      swiglu_backward_kernel<S, V>
+          <<<blocks_for(n / V + 1), kThreads, 0, stream>>>(d, g, u, dg, du, n);
     } else {
       swiglu_backward_kernel<S, 1><<<blocks_for(n), kThreads, 0, stream>>>(d, g, u, dg, du, n);
     }
@@ -192,8 +199,8 @@ cudaError_t launch_swiglu_backward(ElemType type, const void* dy, const void* ga
   });
 }
 
-cudaError_t launch_swiglu_merged_forward(ElemType type, const void* gate_up, void* out, int64_t rows, int64_t f,
-                                         cudaStream_t stream) {
+cudaError_t launch_swiglu_merged_forward(ElemType type, const void* gate_up, void* out,
+                                         int64_t rows, int64_t f, cudaStream_t stream) {
   if (rows == 0 || f == 0) return cudaSuccess;
   const bool aligned = aligned16(gate_up) && aligned16(out);
   return dispatch_elem(type, [&](auto s) {
@@ -203,16 +210,19 @@ cudaError_t launch_swiglu_merged_forward(ElemType type, const void* gate_up, voi
     const auto* gu = static_cast<const T*>(gate_up);
     auto* o = static_cast<T*>(out);
     if (aligned && f % V == 0) {
-      swiglu_merged_forward_kernel<S, V><<<blocks_for(rows * (f / V)), kThreads, 0, stream>>>(gu, o, rows, f);
+      swiglu_merged_forward_kernel<S, V>
+          <<<blocks_for(rows * (f / V)), kThreads, 0, stream>>>(gu, o, rows, f);
     } else {
-      swiglu_merged_forward_kernel<S, 1><<<blocks_for(rows * f), kThreads, 0, stream>>>(gu, o, rows, f);
+      swiglu_merged_forward_kernel<S, 1>
+          <<<blocks_for(rows * f), kThreads, 0, stream>>>(gu, o, rows, f);
     }
     return cudaGetLastError();
   });
 }
 
-cudaError_t launch_swiglu_merged_backward(ElemType type, const void* dy, const void* gate_up, void* d_gate_up,
-                                          int64_t rows, int64_t f, cudaStream_t stream) {
+cudaError_t launch_swiglu_merged_backward(ElemType type, const void* dy, const void* gate_up,
+                                          void* d_gate_up, int64_t rows, int64_t f,
+                                          cudaStream_t stream) {
   if (rows == 0 || f == 0) return cudaSuccess;
   const bool aligned = aligned16(dy) && aligned16(gate_up) && aligned16(d_gate_up);
   return dispatch_elem(type, [&](auto s) {
@@ -223,9 +233,11 @@ cudaError_t launch_swiglu_merged_backward(ElemType type, const void* dy, const v
     const auto* gu = static_cast<const T*>(gate_up);
     auto* dgu = static_cast<T*>(d_gate_up);
     if (aligned && f % V == 0) {
-      swiglu_merged_backward_kernel<S, V><<<blocks_for(rows * (f / V)), kThreads, 0, stream>>>(d, gu, dgu, rows, f);
+      swiglu_merged_backward_kernel<S, V>
+          <<<blocks_for(rows * (f / V)), kThreads, 0, stream>>>(d, gu, dgu, rows, f);
     } else {
-      swiglu_merged_backward_kernel<S, 1><<<blocks_for(rows * f), kThreads, 0, stream>>>(d, gu, dgu, rows, f);
+      swiglu_merged_backward_kernel<S, 1>
+          <<<blocks_for(rows * f), kThreads, 0, stream>>>(d, gu, dgu, rows, f);
     }
     return cudaGetLastError();
   });

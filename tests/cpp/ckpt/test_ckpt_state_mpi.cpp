@@ -81,7 +81,8 @@ ckpt::Ranks ranks() {
 }
 
 std::string path_for(const std::string& name) {
-  return std::string(SHARDTRAIN_TEST_TMP) + "/ckpt_state_" + name + "_w" + std::to_string(g_world) + ".h5";
+  return std::string(SHARDTRAIN_TEST_TMP) + "/ckpt_state_" + name + "_w" + std::to_string(g_world) +
+         ".h5";
 }
 
 // What load throws, agreed by every rank; "" when it succeeds.
@@ -117,7 +118,8 @@ TEST(CkptState, ANewPieceRoundTripsWithoutChangesToTheFormat) {
     io::h5::Handle f = io::h5::open_file(path);
     io::h5::Handle d = io::h5::open_dataset(f, "/dummy/w");
     EXPECT_EQ(io::h5::dataset_shape(d), (std::vector<hsize_t>{5, 7}));
-    EXPECT_EQ(io::h5::read_attr_int(d, "crc32"), static_cast<int64_t>(ckpt::crc_of(at::arange(35, at::kFloat) + 100.0f)));
+    EXPECT_EQ(io::h5::read_attr_int(d, "crc32"),
+              static_cast<int64_t>(ckpt::crc_of(at::arange(35, at::kFloat) + 100.0f)));
     EXPECT_EQ(io::h5::read_attr_int(f, "format_version"), ckpt::kFormatVersion);
   }
 }
@@ -152,7 +154,9 @@ TEST(CkptState, AFileWithoutAPiecesStateIsAnErrorNamingIt) {
   with_tensors.emplace<DummyValues>();
   with_tensors.emplace<Dummy>(0.0f);
   const std::string e1 = load_error(path, with_tensors);
-  EXPECT_NE(e1.find(path + " holds no tensors of state \"dummy\" (no group /dummy)"), std::string::npos) << e1;
+  EXPECT_NE(e1.find(path + " holds no tensors of state \"dummy\" (no group /dummy)"),
+            std::string::npos)
+      << e1;
 
   ckpt::StateRegistry with_values(ranks());
   auto& v = with_values.emplace<DummyValues>();
@@ -165,7 +169,8 @@ TEST(CkptState, AFileWithoutAPiecesStateIsAnErrorNamingIt) {
   };
   renamed.emplace<Other>();
   const std::string e2 = load_error(path, renamed);
-  EXPECT_NE(e2.find(path + ": attribute other_n of state \"other\" is missing"), std::string::npos) << e2;
+  EXPECT_NE(e2.find(path + ": attribute other_n of state \"other\" is missing"), std::string::npos)
+      << e2;
 }
 
 int main(int argc, char** argv) {

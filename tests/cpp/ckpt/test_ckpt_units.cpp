@@ -7,17 +7,17 @@
 #include <ATen/ATen.h>
 
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
-#include "shardtrain/io/h5.h"
-#include "shardtrain/ckpt/save_failure.h"
 #include "shardtrain/ckpt/manager.h"
+#include "shardtrain/ckpt/save_failure.h"
+#include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/checksum.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/file_sync.h"
@@ -58,7 +58,8 @@ void fake_save(const std::string& dir, int64_t step, int keep) {
 
 TEST(CkptFiles, StepPathsSortByStep) {
   EXPECT_EQ(ckpt::step_path("/fsx/ck", 500), "/fsx/ck/step-00000500.h5");
-  EXPECT_LT(ckpt::step_path("d", 99), ckpt::step_path("d", 100));  // zero-padded: names sort as numbers
+  EXPECT_LT(ckpt::step_path("d", 99),
+            ckpt::step_path("d", 100));  // zero-padded: names sort as numbers
 }
 
 TEST(CkptFiles, PublishPointsLatestAtTheNewestAndKeepsK) {
@@ -78,10 +79,12 @@ TEST(CkptFiles, ResumeTriesLatestThenOlderAndIgnoresUnfinishedSaves) {
   std::ofstream(ckpt::step_path(dir, 20) + ".tmp") << "a save that never finished";
   std::ofstream(fs::path(dir) / "notes.h5") << "not a checkpoint name";
   const auto c = ckpt::resume_candidates("auto", dir);
-  ASSERT_EQ(c.size(), 2u) << "latest (step 10, the last published) and the older one; never step 15, which latest does not name";
+  ASSERT_EQ(c.size(), 2u) << "latest (step 10, the last published) and the older one; never step "
+                             "15, which latest does not name";
   EXPECT_EQ(c[0], ckpt::step_path(dir, 10));
   EXPECT_EQ(c[1], ckpt::step_path(dir, 5));
-  EXPECT_EQ(ckpt::resume_candidates("/some/step-7.h5", dir), std::vector<std::string>{"/some/step-7.h5"});
+  EXPECT_EQ(ckpt::resume_candidates("/some/step-7.h5", dir),
+            std::vector<std::string>{"/some/step-7.h5"});
   EXPECT_TRUE(ckpt::resume_candidates("auto", fresh_dir("ckpt_units_empty")).empty());
 }
 
@@ -96,7 +99,8 @@ TEST(CkptFiles, ResumeAutoTakesLatestThenOnlyOlderOnes) {
   EXPECT_EQ(c[0], ckpt::step_path(dir, 10));
   EXPECT_EQ(c[1], ckpt::step_path(dir, 5));
   EXPECT_EQ(ckpt::latest_checkpoint(dir), ckpt::step_path(dir, 10));
-  fs::remove(fs::path(dir) / "latest");  // no `latest` (an older layout): every checkpoint, newest first
+  fs::remove(fs::path(dir) /
+             "latest");  // no `latest` (an older layout): every checkpoint, newest first
   EXPECT_EQ(ckpt::resume_candidates("auto", dir).front(), ckpt::step_path(dir, 40));
   EXPECT_EQ(ckpt::latest_checkpoint(dir), "");
 }
@@ -119,12 +123,19 @@ TEST(CkptFiles, ResolveTakesAFileADirectoryOrItsLatest) {
     return std::string();
   };
   const std::string empty = fresh_dir("ckpt_units_resolve_empty");
-  EXPECT_EQ(refusal(empty, "--input"), "--input: " + empty + " has no `latest` file (no checkpoint was completed there); "
-                                       "pass a checkpoint file such as " + ckpt::step_path(empty, 100));
-  EXPECT_EQ(refusal(empty + "/latest", "--resume").rfind("--resume: " + empty + " has no `latest`", 0), 0u);
-  EXPECT_EQ(refusal("/nonexistent/step-1.h5", "--resume"), "--resume: /nonexistent/step-1.h5 does not exist");
+  EXPECT_EQ(refusal(empty, "--input"),
+            "--input: " + empty +
+                " has no `latest` file (no checkpoint was completed there); "
+                "pass a checkpoint file such as " +
+                ckpt::step_path(empty, 100));
+  EXPECT_EQ(
+      refusal(empty + "/latest", "--resume").rfind("--resume: " + empty + " has no `latest`", 0),
+      0u);
+  EXPECT_EQ(refusal("/nonexistent/step-1.h5", "--resume"),
+            "--resume: /nonexistent/step-1.h5 does not exist");
   std::ofstream(fs::path(empty) / "latest") << "step-00000009.h5\n";
-  EXPECT_NE(refusal(empty, "inspect").find("names step-00000009.h5, which does not exist"), std::string::npos);
+  EXPECT_NE(refusal(empty, "inspect").find("names step-00000009.h5, which does not exist"),
+            std::string::npos);
   fs::remove(fs::path(dir) / "latest");  // an older layout without `latest`: the newest checkpoint
   EXPECT_EQ(ckpt::resolve_checkpoint(dir, "--resume"), want);
 }
@@ -147,7 +158,8 @@ TEST(CkptFiles, CrcIsZlibsOverTheCanonicalBytes) {
   const auto contiguous = t.contiguous();
   const uLong want = crc32(0L, reinterpret_cast<const Bytef*>(contiguous.data_ptr()), 4000);
   EXPECT_EQ(ckpt::crc_of(t), want);
-  EXPECT_EQ(ckpt::crc_of(t.t().contiguous().t()), want) << "a strided view of the same values has the same CRC";
+  EXPECT_EQ(ckpt::crc_of(t.t().contiguous().t()), want)
+      << "a strided view of the same values has the same CRC";
   auto changed = t.clone();
   changed[3][7] = 0.5f;
   EXPECT_NE(ckpt::crc_of(changed), want);
@@ -180,9 +192,11 @@ TEST(CkptConfig, ANewRunRefusesAnotherRunsCheckpointDirectory) {
   c.dir = fresh_dir("ckpt_units_foreign");
   EXPECT_EQ(message(c), "") << "an empty directory is fine";
   fake_save(c.dir, 40, 0);
-  EXPECT_EQ(message(c), "--checkpoint-dir " + c.dir + " already holds checkpoints of another run (latest: "
-                        "step-00000040.h5); continue it with --resume auto, pass a new --checkpoint-dir, or replace "
-                        "them with --overwrite-checkpoints");
+  EXPECT_EQ(message(c), "--checkpoint-dir " + c.dir +
+                            " already holds checkpoints of another run (latest: "
+                            "step-00000040.h5); continue it with --resume auto, pass a new "
+                            "--checkpoint-dir, or replace "
+                            "them with --overwrite-checkpoints");
   c.resume = "auto";
   EXPECT_EQ(message(c), "");
   c.resume = ckpt::step_path(c.dir, 40);
@@ -197,14 +211,21 @@ TEST(CkptConfig, ANewRunRefusesAnotherRunsCheckpointDirectory) {
 }
 
 TEST(CkptFiles, AFailedSaveIsOneLineThatNamesAFullDiskAndWhatIsKept) {
-  const auto full = ckpt::save_failure_message("/ck/step-00000004.h5", "HDF5 error: H5Dwrite: can't write data", 1 << 20,
-                                               3 << 20, "step-00000002.h5");
-  EXPECT_EQ(full, "checkpoint /ck/step-00000004.h5: the disk is full (1.0 MiB free in /ck, the checkpoint needs 3.0 MiB); "
-                  "step-00000002.h5 is intact and --resume auto will continue from it. Free space there or pass another "
-                  "--checkpoint-dir");
-  const auto other = ckpt::save_failure_message("/ck/step-00000004.h5", "HDF5 error: boom", 10 << 20, 3 << 20, "");
-  EXPECT_EQ(other, "checkpoint /ck/step-00000004.h5 could not be written (HDF5 error: boom); there is no earlier "
-                   "checkpoint. Check that --checkpoint-dir /ck is writable");
+  const auto full =
+      ckpt::save_failure_message("/ck/step-00000004.h5", "HDF5 error: H5Dwrite: can't write data",
+                                 1 << 20, 3 << 20, "step-00000002.h5");
+  EXPECT_EQ(full,
+            "checkpoint /ck/step-00000004.h5: the disk is full (1.0 MiB free in /ck, the "
+            "checkpoint needs 3.0 MiB); "
+            "step-00000002.h5 is intact and --resume auto will continue from it. Free space there "
+            "or pass another "
+            "--checkpoint-dir");
+  const auto other =
+      ckpt::save_failure_message("/ck/step-00000004.h5", "HDF5 error: boom", 10 << 20, 3 << 20, "");
+  EXPECT_EQ(other,
+            "checkpoint /ck/step-00000004.h5 could not be written (HDF5 error: boom); there is no "
+            "earlier "
+            "checkpoint. Check that --checkpoint-dir /ck is writable");
   EXPECT_EQ(other.find('\n'), std::string::npos);
 }
 
@@ -255,19 +276,29 @@ TEST(CkptAttrs, RoundTripAndDamagedAttributesAreErrorsNamingTheFile) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     }
   };
-  damaged([](hid_t f) { H5Adelete(f, "run_config"), io::h5::write_attr(f, "run_config", std::string("{oops")); },
-          "attribute run_config is not valid JSON");
-  // An array attribute: H5Aread would have written 4 values into one int64 (a stack overflow before).
-  damaged([](hid_t f) {
-            H5Adelete(f, "step");
-            const hsize_t n = 4;
-            io::h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-            io::h5::Handle attr(H5Acreate2(f, "step", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-          },
-          "attribute step is not a single value");
-  damaged([](hid_t f) { H5Adelete(f, "format_version"), io::h5::write_attr(f, "format_version", int64_t{99}); },
-          "newer than this build's");
-  damaged([](hid_t f) { H5Adelete(f, "step"), io::h5::write_attr(f, "step", int64_t{-3}); }, "negative step");
+  damaged(
+      [](hid_t f) {
+        H5Adelete(f, "run_config"), io::h5::write_attr(f, "run_config", std::string("{oops"));
+      },
+      "attribute run_config is not valid JSON");
+  // An array attribute: H5Aread would have written 4 values into one int64 (a stack overflow
+  // before).
+  damaged(
+      [](hid_t f) {
+        H5Adelete(f, "step");
+        const hsize_t n = 4;
+        io::h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+        io::h5::Handle attr(H5Acreate2(f, "step", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT),
+                            H5Aclose);
+      },
+      "attribute step is not a single value");
+  damaged(
+      [](hid_t f) {
+        H5Adelete(f, "format_version"), io::h5::write_attr(f, "format_version", int64_t{99});
+      },
+      "newer than this build's");
+  damaged([](hid_t f) { H5Adelete(f, "step"), io::h5::write_attr(f, "step", int64_t{-3}); },
+          "negative step");
 }
 
 // A state's values: typed getters whose errors name the file, the attribute and the state.
@@ -288,13 +319,21 @@ TEST(CkptValues, GettersNameTheFileTheAttributeAndThePiece) {
     return std::string();
   };
   EXPECT_EQ(error([&] { saved.get_int("missing"); }),
-            "/ck/step-1.h5: attribute missing of state \"dummy\" is missing; the checkpoint is damaged or was saved without it");
+            "/ck/step-1.h5: attribute missing of state \"dummy\" is missing; the checkpoint is "
+            "damaged or was saved without it");
   EXPECT_EQ(error([&] { saved.get_int("ratio"); }),
-            "/ck/step-1.h5: attribute ratio of state \"dummy\" is not an integer; the checkpoint is damaged");
-  EXPECT_NE(error([&] { saved.get_json("note"); }).find("/ck/step-1.h5: attribute note is not valid JSON"), std::string::npos);
+            "/ck/step-1.h5: attribute ratio of state \"dummy\" is not an integer; the checkpoint "
+            "is damaged");
+  EXPECT_NE(error([&] {
+              saved.get_json("note");
+            }).find("/ck/step-1.h5: attribute note is not valid JSON"),
+            std::string::npos);
   ckpt::Values other;
   other.set_int("count", 4);
-  EXPECT_NE(error([&] { v.merge(other, "twin"); }).find("checkpoint state \"twin\" saves attribute count"), std::string::npos);
+  EXPECT_NE(error([&] {
+              v.merge(other, "twin");
+            }).find("checkpoint state \"twin\" saves attribute count"),
+            std::string::npos);
 }
 
 namespace {
@@ -322,7 +361,8 @@ TEST(CkptRegistry, NamesAndAttributesBelongToOnePiece) {
 
 // The root attributes of a checkpoint written before the state registry existed read as before.
 TEST(CkptAttrs, AVersion1CheckpointReads) {
-  const std::string path = std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/ckpt_v1/step-00000002.h5";
+  const std::string path =
+      std::string(SHARDTRAIN_SOURCE_DIR) + "/tests/data/ckpt_v1/step-00000002.h5";
   const auto a = ckpt::read_attrs(path);
   EXPECT_EQ(a.format_version, 1);
   EXPECT_EQ(a.step, 2);

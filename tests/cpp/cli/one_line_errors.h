@@ -15,8 +15,10 @@ inline size_t count(const std::string& s, const std::string& what) {
   return n;
 }
 
-// before_step1: the run must have stopped before training (false for a failure at the end, e.g. an export).
-inline void expect_one_line_exit2(const Result& r, const std::string& needle, bool before_step1 = true) {
+// before_step1: the run must have stopped before training (false for a failure at the end, e.g. an
+// export).
+inline void expect_one_line_exit2(const Result& r, const std::string& needle,
+                                  bool before_step1 = true) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_EQ(count(r.out, "shardtrain: error: "), 1u) << r.out;
   EXPECT_NE(r.out.find(needle), std::string::npos) << r.out;

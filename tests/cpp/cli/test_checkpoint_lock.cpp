@@ -39,7 +39,8 @@ class Background {
  public:
   explicit Background(const std::string& cmd) {
     const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-    if (posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0) pid_ = -1;
+    if (posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), environ) != 0)
+      pid_ = -1;
   }
   ~Background() {
     if (pid_ > 0) {
@@ -83,9 +84,11 @@ TEST(CheckpointLock, RecordRoundTripsAndNamesTheHolder) {
   EXPECT_EQ(back.job, "4242");
   EXPECT_EQ(back.pid, 31337);
   EXPECT_EQ(back.heartbeat, 1764196230);
-  EXPECT_EQ(ckpt::describe_holder(h), "host node-7, Slurm job 4242, pid 31337, since 2025-11-26 22:30:00 UTC");
+  EXPECT_EQ(ckpt::describe_holder(h),
+            "host node-7, Slurm job 4242, pid 31337, since 2025-11-26 22:30:00 UTC");
   h.job = "none";
-  EXPECT_EQ(ckpt::describe_holder(h), "host node-7, no Slurm job, pid 31337, since 2025-11-26 22:30:00 UTC");
+  EXPECT_EQ(ckpt::describe_holder(h),
+            "host node-7, no Slurm job, pid 31337, since 2025-11-26 22:30:00 UTC");
   EXPECT_FALSE(ckpt::parse_lock_record("", &back));  // released
   EXPECT_FALSE(ckpt::parse_lock_record("host=x pid=abc", &back));
 }
@@ -97,7 +100,8 @@ TEST(CheckpointLock, VerdictWithAndWithoutFlock) {
   // flock decides where the file system has it.
   EXPECT_EQ(ckpt::judge_lock(true, false, nullptr, "here", fresh, false), V::kHeld);
   EXPECT_EQ(ckpt::judge_lock(true, true, nullptr, "here", fresh, false), V::kFree);
-  EXPECT_EQ(ckpt::judge_lock(true, true, &other, "here", fresh, false), V::kTakeOver);  // left over: no flock behind it
+  EXPECT_EQ(ckpt::judge_lock(true, true, &other, "here", fresh, false),
+            V::kTakeOver);  // left over: no flock behind it
   // Without flock: this host's holder lives while its pid does; another host's while it beats.
   EXPECT_EQ(ckpt::judge_lock(false, false, nullptr, "here", fresh, false), V::kFree);
   EXPECT_EQ(ckpt::judge_lock(false, false, &mine, "here", fresh, true), V::kHeld);
@@ -112,18 +116,22 @@ TEST(CheckpointLock, ASecondJobOnTheSameDirectoryExits2NamingTheHolder) {
   const std::string dir = tmp("ckpt_lock_busy"), lock = dir + "/" + ckpt::kLockFileName;
   fs::remove_all(dir);
   const std::string log_a = tmp("ckpt_lock_busy_a.log");
-  // exec: the child is mpirun itself. It passes one SIGTERM on after odls_base_sigkill_timeout (3 s: the tiny model saves in 0.3 s).
-  Background a("OMPI_MCA_odls_base_sigkill_timeout=3 exec " + mpirun(2) + SHARDTRAIN_BIN + " " + kTrain +
-               "--steps 100000 --log-every 100000 --checkpoint-dir " + dir + " --resume auto > " + log_a + " 2>&1");
+  // exec: the child is mpirun itself. It passes one SIGTERM on after odls_base_sigkill_timeout (3
+  // s: the tiny model saves in 0.3 s).
+  Background a("OMPI_MCA_odls_base_sigkill_timeout=3 exec " + mpirun(2) + SHARDTRAIN_BIN + " " +
+               kTrain + "--steps 100000 --log-every 100000 --checkpoint-dir " + dir +
+               " --resume auto > " + log_a + " 2>&1");
   ckpt::LockHolder holder;
   ASSERT_TRUE(wait_for_record(lock, &holder, 120)) << slurp(log_a);
   EXPECT_EQ(holder.host, hostname());
   const Result b = run(kTrain + "--steps 5 --checkpoint-dir " + dir + " --resume auto", mpirun(2));
   EXPECT_EQ(b.code, 2) << b.out;
   EXPECT_EQ(count(b.out, "shardtrain: error: "), 1u) << b.out;
-  const std::string line = "shardtrain: error: --checkpoint-dir " + dir + " is in use by another job (" +
-                           ckpt::describe_holder(holder) + "); wait for that job to end or cancel it, or pass another "
-                           "--checkpoint-dir (the lock is " + lock + ")";
+  const std::string line = "shardtrain: error: --checkpoint-dir " + dir +
+                           " is in use by another job (" + ckpt::describe_holder(holder) +
+                           "); wait for that job to end or cancel it, or pass another "
+                           "--checkpoint-dir (the lock is " +
+                           lock + ")";
   EXPECT_NE(b.out.find(line), std::string::npos) << b.out;
   EXPECT_EQ(b.out.find("step 1/"), std::string::npos) << b.out;
   EXPECT_EQ(b.out.find("fatal"), std::string::npos) << b.out;
@@ -132,14 +140,18 @@ TEST(CheckpointLock, ASecondJobOnTheSameDirectoryExits2NamingTheHolder) {
   ASSERT_TRUE(ckpt::parse_lock_record(slurp(lock), &still));
   EXPECT_EQ(still.pid, holder.pid);
   ASSERT_EQ(kill(a.pid(), 0), 0) << slurp(log_a);
-  // A ends: SIGTERM to mpirun reaches every rank, which checkpoint and exit 75; the record is cleared.
+  // A ends: SIGTERM to mpirun reaches every rank, which checkpoint and exit 75; the record is
+  // cleared.
   kill(a.pid(), SIGTERM);
   const int a_code = a.wait();  // mpirun's own code after a SIGTERM is 1; its ranks' is 75
   EXPECT_NE(a_code, 128 + SIGKILL) << slurp(log_a);
-  EXPECT_NE(slurp(log_a).find("stopped by SIGTERM after a checkpoint; exiting with code 75"), std::string::npos) << slurp(log_a);
+  EXPECT_NE(slurp(log_a).find("stopped by SIGTERM after a checkpoint; exiting with code 75"),
+            std::string::npos)
+      << slurp(log_a);
   EXPECT_FALSE(ckpt::parse_lock_record(slurp(lock), &still)) << "released: " << slurp(lock);
   // A new job takes the directory: no warning, since A let go of it.
-  const Result c = run(kTrain + "--steps 1 --checkpoint-dir " + dir + " --overwrite-checkpoints", mpirun(2));
+  const Result c =
+      run(kTrain + "--steps 1 --checkpoint-dir " + dir + " --overwrite-checkpoints", mpirun(2));
   EXPECT_EQ(c.code, 0) << c.out;
   EXPECT_EQ(c.out.find("taking over"), std::string::npos) << c.out;
 }
@@ -160,10 +172,12 @@ TEST(CheckpointLock, ALockLeftByADeadJobIsTakenOverWithOneWarning) {
   std::ofstream(lock) << ckpt::format_lock_record(dead) << "\n";
   const Result r = run(kTrain + "--steps 1 --checkpoint-dir " + dir, mpirun(2));
   EXPECT_EQ(r.code, 0) << r.out;
-  const std::string warning = "--checkpoint-dir " + dir + ": taking over the lock of a job that is gone (" +
+  const std::string warning = "--checkpoint-dir " + dir +
+                              ": taking over the lock of a job that is gone (" +
                               ckpt::describe_holder(dead) + ")";
   EXPECT_EQ(count(r.out, warning), 1u) << r.out;
   ckpt::LockHolder after;
-  EXPECT_FALSE(ckpt::parse_lock_record(slurp(lock), &after)) << "released at the end: " << slurp(lock);
+  EXPECT_FALSE(ckpt::parse_lock_record(slurp(lock), &after))
+      << "released at the end: " << slurp(lock);
   EXPECT_TRUE(fs::exists(dir + "/latest")) << r.out;
 }

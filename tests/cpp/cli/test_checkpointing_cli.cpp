@@ -32,7 +32,8 @@ fsdp::ActivationCheckpointing plan_ac(std::vector<std::string> args) {
 void expect_usage_error(const std::string& args, const std::string& text) {
   const Result r = run(args);
   EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-  EXPECT_NE(r.out.find(text), std::string::npos) << "message should say '" << text << "':\n" << r.out;
+  EXPECT_NE(r.out.find(text), std::string::npos) << "message should say '" << text << "':\n"
+                                                 << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
 }
 
@@ -76,11 +77,15 @@ TEST(CheckpointingCli, EverySpellingParses) {
 
 TEST(CheckpointingCli, BadValuesExit2NamingTheOption) {
   for (const std::string cmd : {"train --model tiny", "plan --model tiny"}) {
-    expect_usage_error(cmd + " --activation-checkpointing partial", "--activation-checkpointing must be none, selective or full");
+    expect_usage_error(cmd + " --activation-checkpointing partial",
+                       "--activation-checkpointing must be none, selective or full");
     expect_usage_error(cmd + " --activation-checkpointing=sometimes", "got 'sometimes'");
-    expect_usage_error(cmd + " --activation-checkpointing --ac-every 0", "--ac-every must be 1 or more");
-    expect_usage_error(cmd + " --activation-checkpointing full --ac-every=-2", "--ac-every must be 1 or more");
-    expect_usage_error(cmd + " --ac-every 2", "--ac-every 2 needs --activation-checkpointing selective or full");
+    expect_usage_error(cmd + " --activation-checkpointing --ac-every 0",
+                       "--ac-every must be 1 or more");
+    expect_usage_error(cmd + " --activation-checkpointing full --ac-every=-2",
+                       "--ac-every must be 1 or more");
+    expect_usage_error(cmd + " --ac-every 2",
+                       "--ac-every 2 needs --activation-checkpointing selective or full");
     expect_usage_error(cmd + " --activation-checkpointing full --ac-every two", "--ac-every");
   }
 }
@@ -89,7 +94,9 @@ TEST(CheckpointingCli, HelpShowsTheBareFlagAndTheDefault) {
   for (const char* cmd : {"train --help", "plan --help"}) {
     const Result r = run(cmd);
     EXPECT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("--activation-checkpointing [=arg(=full)] (=none)"), std::string::npos) << cmd << "\n" << r.out;
+    EXPECT_NE(r.out.find("--activation-checkpointing [=arg(=full)] (=none)"), std::string::npos)
+        << cmd << "\n"
+        << r.out;
     EXPECT_NE(r.out.find("--ac-every arg (=1)"), std::string::npos) << cmd;
   }
   const std::string table = run("train --help-defaults").out;
@@ -99,13 +106,15 @@ TEST(CheckpointingCli, HelpShowsTheBareFlagAndTheDefault) {
 
 // The binary trains the same losses with each setting, and its banner says which it runs.
 TEST(CheckpointingCli, TrainingGivesTheSameLossesWithEachSetting) {
-  const std::string common = "train --model tiny --data " + kDemo + "/train.h5 --steps 3 --batch-size 4 --threads 1 "
+  const std::string common = "train --model tiny --data " + kDemo +
+                             "/train.h5 --steps 3 --batch-size 4 --threads 1 "
                              "--val-batches 0 --warmup-steps 0 --lr 1e-3 --seed 3 --metrics-file ";
   const std::vector<std::pair<std::string, std::string>> settings = {
       {"", "activation checkpointing off"},
       {" --activation-checkpointing selective", "activation checkpointing selective"},
       {" --activation-checkpointing", "activation checkpointing full"},
-      {" --activation-checkpointing=selective --ac-every 2", "activation checkpointing selective on layers 0, 2, 4, ..."}};
+      {" --activation-checkpointing=selective --ac-every 2",
+       "activation checkpointing selective on layers 0, 2, 4, ..."}};
   std::vector<double> none;
   for (size_t i = 0; i < settings.size(); ++i) {
     const std::string metrics = tmp("ac_cli_" + std::to_string(i) + ".jsonl");
@@ -116,8 +125,10 @@ TEST(CheckpointingCli, TrainingGivesTheSameLossesWithEachSetting) {
     ASSERT_EQ(l.size(), 3u) << metrics;
     if (i == 0) none = l;
     // The first loss comes before any update: the same forward values. Later ones follow Adam,
-    // which scales gradients that are summation-order noise up to lr (as FsdpMpi's tolerances explain).
+    // which scales gradients that are summation-order noise up to lr (as FsdpMpi's tolerances
+    // explain).
     EXPECT_EQ(l[0], none[0]) << settings[i].first;
-    for (size_t s = 1; s < l.size(); ++s) EXPECT_NEAR(l[s], none[s], 1e-5 * none[s]) << settings[i].first << " step " << s + 1;
+    for (size_t s = 1; s < l.size(); ++s)
+      EXPECT_NEAR(l[s], none[s], 1e-5 * none[s]) << settings[i].first << " step " << s + 1;
   }
 }

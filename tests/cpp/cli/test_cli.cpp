@@ -29,11 +29,11 @@ const std::string kDemo = std::string(SHARDTRAIN_TEST_TMP) + "/demo";
 const std::string kData = " --data " + kDemo + "/train.h5 --val-data " + kDemo + "/train.val.h5 ";
 const std::string kTok = source("data/demo/tokenizer.model");
 
-
 void expect_usage_error(const std::string& args, const std::string& option) {
   auto r = run(args);
   EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-  EXPECT_NE(r.out.find(option), std::string::npos) << "message should name " << option << ":\n" << r.out;
+  EXPECT_NE(r.out.find(option), std::string::npos) << "message should name " << option << ":\n"
+                                                   << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
 }
 }  // namespace
@@ -41,25 +41,35 @@ void expect_usage_error(const std::string& args, const std::string& option) {
 TEST(Cli, UnknownPreset) { expect_usage_error("train --model llama2-8b", "--model"); }
 TEST(Cli, BadObservabilityOptions) {
   expect_usage_error("train --model tiny --metrics-port 70000", "--metrics-port");
-  expect_usage_error("train --model tiny --metrics-port 9464 --metrics-bind localhost", "--metrics-bind 'localhost'");
-  expect_usage_error("train --model tiny --metrics-port 9464 --metrics-bind 10.0.0.300", "--metrics-bind '10.0.0.300'");
+  expect_usage_error("train --model tiny --metrics-port 9464 --metrics-bind localhost",
+                     "--metrics-bind 'localhost'");
+  expect_usage_error("train --model tiny --metrics-port 9464 --metrics-bind 10.0.0.300",
+                     "--metrics-bind '10.0.0.300'");
   expect_usage_error("train --model tiny --collective-timeout -5", "--collective-timeout");
   expect_usage_error("train --model tiny --collective-dump 0", "--collective-dump");
   expect_usage_error("train --model tiny --debug-sleep 1:two:3", "--debug-sleep");
 }
 TEST(Cli, NegativeLr) { expect_usage_error("train --model tiny --lr -1", "--lr"); }
-TEST(Cli, HeadsThatDoNotDivideWidth) { expect_usage_error("train --model tiny --n-heads 5", "--n-heads"); }
-TEST(Cli, HeadsNotMultipleOfKvHeads) { expect_usage_error("train --model tiny --n-kv-heads 3", "--n-kv-heads"); }
+TEST(Cli, HeadsThatDoNotDivideWidth) {
+  expect_usage_error("train --model tiny --n-heads 5", "--n-heads");
+}
+TEST(Cli, HeadsNotMultipleOfKvHeads) {
+  expect_usage_error("train --model tiny --n-kv-heads 3", "--n-kv-heads");
+}
 TEST(Cli, MissingFiles) {
   expect_usage_error("train --model tiny --data /nonexistent/train.h5", "--data");
   expect_usage_error("train --model tiny", "--data");
   expect_usage_error("train --model tiny --data " + kTok, "not an HDF5 file");
   // A random model's loss or text is never what a user wants: eval and generate need --weights.
   expect_usage_error("eval --model tiny --data " + kDemo + "/train.h5", "eval needs --weights");
-  expect_usage_error("generate --model tiny --tokenizer " + kTok + " --prompt hi", "generate needs --weights");
+  expect_usage_error("generate --model tiny --tokenizer " + kTok + " --prompt hi",
+                     "generate needs --weights");
   expect_usage_error("eval --model tiny --weights " + kDemo, "--accuracy-file");
-  expect_usage_error("eval --model tiny --weights " + kDemo + " --accuracy-file " + source("data/demo/val.jsonl"), "--tokenizer");
-  expect_usage_error("generate --model tiny --weights " + kDemo + " --tokenizer " + kTok, "--prompt");
+  expect_usage_error(
+      "eval --model tiny --weights " + kDemo + " --accuracy-file " + source("data/demo/val.jsonl"),
+      "--tokenizer");
+  expect_usage_error("generate --model tiny --weights " + kDemo + " --tokenizer " + kTok,
+                     "--prompt");
   expect_usage_error("train --model tiny --weights /nonexistent/model.safetensors", "--weights");
   expect_usage_error("eval --model /nonexistent/config.json", "--model");
   expect_usage_error("train --config /nonexistent/run.cfg", "--config");
@@ -81,8 +91,9 @@ TEST(Cli, UnknownOptionAndBadNumber) {
 }
 TEST(Cli, BadHuggingFaceConfig) {
   const auto p = tmp("bad_config.json");
-  std::ofstream(p) << R"({"model_type":"llama","vocab_size":512,"hidden_size":64,"intermediate_size":128,)"
-                   << R"("num_hidden_layers":2,"num_attention_heads":6,"num_key_value_heads":2})";
+  std::ofstream(p)
+      << R"({"model_type":"llama","vocab_size":512,"hidden_size":64,"intermediate_size":128,)"
+      << R"("num_hidden_layers":2,"num_attention_heads":6,"num_key_value_heads":2})";
   expect_usage_error("train --model " + p, "num_attention_heads");
 }
 TEST(Cli, ConfigFileValuesAreValidatedToo) {
@@ -90,7 +101,8 @@ TEST(Cli, ConfigFileValuesAreValidatedToo) {
   std::ofstream(p) << "model = tiny\nlr = -0.5\n";
   expect_usage_error("train --config " + p, "--lr");
 }
-// Boost.Program_options' own error message loops forever on these (found by tests/fuzz/fuzz_options).
+// Boost.Program_options' own error message loops forever on these (found by
+// tests/fuzz/fuzz_options).
 TEST(Cli, PercentPlaceholdersInOptionsExit2) {
   expect_usage_error("train --model tiny --steps %value%", "'--steps'");
   expect_usage_error("prepare --%canonical_option%mode x", "%...%");
@@ -107,7 +119,8 @@ TEST(Cli, HelpForEachCommand) {
   EXPECT_NE(run("train --help").out.find("--grad-accum"), std::string::npos);
   EXPECT_NE(run("prepare --help").out.find("--val-fraction"), std::string::npos);
   EXPECT_EQ(run("frobnicate").code, 2);
-  const std::string top = run("--help").out;  // what the trainer takes: every model family, chat data
+  const std::string top =
+      run("--help").out;  // what the trainer takes: every model family, chat data
   for (const char* s : {"Llama-family", "Llama-2 and 3.x", "Mistral", "Qwen2", "--format chat"})
     EXPECT_NE(top.find(s), std::string::npos) << s << "\n" << top;
 }
@@ -120,19 +133,28 @@ TEST(Cli, BannerSaysOnlyAtTheEndForZero) {
   const std::string ckpt = tmp("banner_ckpt");
   auto banner = [&](const std::string& every) {
     fs::remove_all(ckpt);
-    auto r = run("train --model tiny --steps 2 --threads 1 --val-batches 1 --checkpoint-dir " + ckpt + kData + every);
+    auto r = run("train --model tiny --steps 2 --threads 1 --val-batches 1 --checkpoint-dir " +
+                 ckpt + kData + every);
     EXPECT_EQ(r.code, 0) << r.out;
-    const auto begin = r.out.find("shardtrain train: job"), end = r.out.find("collective timeout", begin);
-    return begin == std::string::npos || end == std::string::npos ? r.out : r.out.substr(begin, end - begin);
+    const auto begin = r.out.find("shardtrain train: job"),
+               end = r.out.find("collective timeout", begin);
+    return begin == std::string::npos || end == std::string::npos
+               ? r.out
+               : r.out.substr(begin, end - begin);
   };
   const std::string zero = banner("--save-every 0 --val-every 0 --breakdown-every 0");
-  EXPECT_NE(zero.find("checkpoints " + ckpt + " (only at the end, resume off)"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("checkpoints " + ckpt + " (only at the end, resume off)"), std::string::npos)
+      << zero;
   EXPECT_NE(zero.find("breakdown only at the end"), std::string::npos) << zero;
   EXPECT_NE(zero.find("validation only at the end"), std::string::npos) << zero;
   EXPECT_EQ(zero.find("every 0"), std::string::npos) << zero;
   const std::string set = banner("--save-every 5 --val-every 1 --breakdown-every 2 --log-every 3");
-  EXPECT_NE(set.find("checkpoints " + ckpt + " (every 5 steps, resume off)"), std::string::npos) << set;
-  EXPECT_NE(set.find("progress every 3 steps, breakdown every 2 progress lines | validation every step"), std::string::npos) << set;
+  EXPECT_NE(set.find("checkpoints " + ckpt + " (every 5 steps, resume off)"), std::string::npos)
+      << set;
+  EXPECT_NE(
+      set.find("progress every 3 steps, breakdown every 2 progress lines | validation every step"),
+      std::string::npos)
+      << set;
 }
 
 // Groups hold what their titles say; fault injection is only in --help-all; eval and generate
@@ -149,7 +171,8 @@ TEST(Cli, HelpGroupsAndTheHiddenFaultInjection) {
   }
   const auto run_control = help.find("Signals and non-finite losses");
   ASSERT_NE(run_control, std::string::npos) << help;
-  for (const char* opt : {"--on-signal", "--on-nonfinite", "--max-nonfinite-steps"}) EXPECT_GT(help.find(opt), run_control) << opt;
+  for (const char* opt : {"--on-signal", "--on-nonfinite", "--max-nonfinite-steps"})
+    EXPECT_GT(help.find(opt), run_control) << opt;
   EXPECT_EQ(help.find("--fail-on-rank"), std::string::npos);
   EXPECT_EQ(help.find("--debug-sleep"), std::string::npos);
   EXPECT_EQ(help.find("--debug-nan"), std::string::npos);
@@ -169,27 +192,32 @@ TEST(Cli, HelpGroupsAndTheHiddenFaultInjection) {
 TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
   const auto metrics = tmp("metrics.jsonl"), out = tmp("trained");
   fs::remove_all(out);
-  auto r = run("train --model tiny --steps 200 --lr 3e-3 --threads 2 --log-every 50 --val-batches 0 --metrics-file " + metrics +
-               kData + " --save-model " + out);
+  auto r =
+      run("train --model tiny --steps 200 --lr 3e-3 --threads 2 --log-every 50 --val-batches 0 "
+          "--metrics-file " +
+          metrics + kData + " --save-model " + out);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step 200/200"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("val_loss"), std::string::npos) << r.out;
   const auto rows = read_jsonl(metrics);
   ASSERT_EQ(rows.size(), 200u);
-  for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tflops_per_device", "mfu",
-                        "step_time_s", "peak_mem_bytes"})
+  for (const char* k : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "tflops_per_device",
+                        "mfu", "step_time_s", "peak_mem_bytes"})
     ASSERT_TRUE(rows.back().contains(k)) << k;
   const double first = rows.front()["loss"], last = rows.back()["loss"];
   EXPECT_LT(last, 0.5 * first) << "initial " << first << ", final " << last;
   EXPECT_GT(rows.back()["tokens_per_s"].get<double>(), 0);
   EXPECT_GT(rows.back()["peak_mem_bytes"].get<int64_t>(), 0);
 
-  auto e = run("eval --model " + out + "/config.json --weights " + out + " --threads 2 --data " + kDemo + "/train.val.h5");
+  auto e = run("eval --model " + out + "/config.json --weights " + out + " --threads 2 --data " +
+               kDemo + "/train.val.h5");
   ASSERT_EQ(e.code, 0) << e.out;
   const auto j = first_json_line(e.out);
   EXPECT_NE(e.out.find("loaded"), std::string::npos);
-  EXPECT_NEAR(j["loss"].get<double>(), rows.back()["val_loss"].get<double>(), 1e-4) << "eval sees the trained weights";
-  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()), 1e-6 * j["perplexity"].get<double>());
+  EXPECT_NEAR(j["loss"].get<double>(), rows.back()["val_loss"].get<double>(), 1e-4)
+      << "eval sees the trained weights";
+  EXPECT_NEAR(j["perplexity"].get<double>(), std::exp(j["loss"].get<double>()),
+              1e-6 * j["perplexity"].get<double>());
 }
 
 // Exact-match accuracy, measured by generation, climbs from ~0 during training, and eval and
@@ -197,10 +225,13 @@ TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
 TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
   const auto metrics = tmp("acc_metrics.jsonl"), out = tmp("acc_model");
   fs::remove_all(out);
-  const std::string acc = " --accuracy-file " + source("data/demo/val.jsonl") + " --tokenizer " + kTok +
-                          " --accuracy-samples 50 --max-new-tokens 12 ";
-  auto r = run("train --model tiny --steps 800 --batch-size 32 --lr 4e-3 --warmup-steps 40 --threads 2 --val-every 800 "
-               "--log-every 400 --metrics-file " + metrics + kData + acc + " --save-model " + out);
+  const std::string acc = " --accuracy-file " + source("data/demo/val.jsonl") + " --tokenizer " +
+                          kTok + " --accuracy-samples 50 --max-new-tokens 12 ";
+  auto r =
+      run("train --model tiny --steps 800 --batch-size 32 --lr 4e-3 --warmup-steps 40 --threads 2 "
+          "--val-every 800 "
+          "--log-every 400 --metrics-file " +
+          metrics + kData + acc + " --save-model " + out);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto rows = read_jsonl(metrics);
   ASSERT_EQ(rows.front()["step"], 0);
@@ -213,12 +244,14 @@ TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
   EXPECT_NEAR(j["exact_match"].get<double>(), after, 1e-9);
   EXPECT_EQ(j["total"], 50);
 
-  const std::string gen = "generate --model " + out + " --weights " + out + " --tokenizer " + kTok +
-                          " --template alpaca --prompt 'Reverse the digits.' --input '1 2 3 4' --max-new-tokens 12";
+  const std::string gen =
+      "generate --model " + out + " --weights " + out + " --tokenizer " + kTok +
+      " --template alpaca --prompt 'Reverse the digits.' --input '1 2 3 4' --max-new-tokens 12";
   auto g = run(gen);
   ASSERT_EQ(g.code, 0) << g.out;
   EXPECT_NE(g.out.find_first_of("0123456789"), std::string::npos) << g.out;
-  auto s1 = run(gen + " --temperature 1.0 --top-p 0.9 --seed 5"), s2 = run(gen + " --temperature 1.0 --top-p 0.9 --seed 5");
+  auto s1 = run(gen + " --temperature 1.0 --top-p 0.9 --seed 5"),
+       s2 = run(gen + " --temperature 1.0 --top-p 0.9 --seed 5");
   ASSERT_EQ(s1.code, 0) << s1.out;
   auto last_line = [](const std::string& o) { return o.substr(o.rfind('\n', o.size() - 2) + 1); };
   EXPECT_EQ(last_line(s1.out), last_line(s2.out)) << "sampling is reproducible from --seed";
@@ -230,23 +263,30 @@ TEST(Cli, ProfileStepWritesTraceAndSummary) {
   expect_usage_error("train --model tiny --steps 3 --profile-step 4" + kData, "--profile-step");
   const auto dir = tmp("profile");
   fs::remove_all(dir);
-  auto r = run("train --model tiny --steps 3 --threads 2 --val-batches 0 --profile-step 2 --profile-dir " + dir + kData);
+  auto r = run(
+      "train --model tiny --steps 3 --threads 2 --val-batches 0 --profile-step 2 --profile-dir " +
+      dir + kData);
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(r.out.find("gpuGetDeviceCount"), std::string::npos) << "Kineto's GPU probe stays quiet on CPU:\n" << r.out;
+  EXPECT_EQ(r.out.find("gpuGetDeviceCount"), std::string::npos)
+      << "Kineto's GPU probe stays quiet on CPU:\n"
+      << r.out;
   std::ifstream in(dir + "/trace-rank0.json");
   ASSERT_TRUE(in) << r.out;
   const auto trace = nlohmann::json::parse(in);
   std::map<std::string, int> names;
   for (const auto& e : trace["traceEvents"])
-    if (e.contains("name") && e.contains("cat")) names[e["cat"].get<std::string>() + "/" + e["name"].get<std::string>()]++;
+    if (e.contains("name") && e.contains("cat"))
+      names[e["cat"].get<std::string>() + "/" + e["name"].get<std::string>()]++;
   EXPECT_EQ(names["user_annotation/shardtrain::optimizer"], 1);
-  EXPECT_GT(names["cpu_op/aten::mm"], 10) << "4 linears per layer forward, two matmuls each backward";
+  EXPECT_GT(names["cpu_op/aten::mm"], 10)
+      << "4 linears per layer forward, two matmuls each backward";
   const std::string md = slurp(dir + "/profile-rank0.md");
   EXPECT_NE(md.find("Profile of step 2 (CPU, rank 0)"), std::string::npos) << md;
   EXPECT_NE(md.find("`aten::mm` | GEMM"), std::string::npos) << md;
   double total = 0;
-  for (const char* row : {"| GEMM | ", "| attention | ", "| elementwise and other | ", "| optimizer | ",
-                          "| communication | ", "| memory copies | ", "| gaps (host overhead between ops) | "}) {
+  for (const char* row :
+       {"| GEMM | ", "| attention | ", "| elementwise and other | ", "| optimizer | ",
+        "| communication | ", "| memory copies | ", "| gaps (host overhead between ops) | "}) {
     const auto at = md.find(row);
     ASSERT_NE(at, std::string::npos) << row << "\n" << md;
     const double pct = std::stod(md.substr(at + std::string(row).size()));
@@ -262,23 +302,29 @@ TEST(Cli, ProfileStepWritesTraceAndSummary) {
 // --help shows defaults as one types them; the default lr is a fine-tuning rate.
 TEST(Cli, HelpShowsDefaultsWithoutFloatNoise) {
   const std::string help = run("train --help-all").out;
-  for (const char* d : {"--lr arg (=1e-4)", "--min-lr-ratio arg (=0.1)", "--beta2 arg (=0.95)", "--adam-eps arg (=1e-8)",
-                        "--lora-dropout arg (=0.05)", "--grad-clip arg (=1)"})
+  for (const char* d :
+       {"--lr arg (=1e-4)", "--min-lr-ratio arg (=0.1)", "--beta2 arg (=0.95)",
+        "--adam-eps arg (=1e-8)", "--lora-dropout arg (=0.05)", "--grad-clip arg (=1)"})
     EXPECT_NE(help.find(d), std::string::npos) << d << "\n" << help;
   const std::regex noise("0{5,}|9{5,}");
-  for (const char* c : {"train --help-all", "eval --help", "generate --help", "prepare --help", "convert --help",
-                        "inspect --help", "preflight --help", "scaling --help", "plan --help-all", "report --help"}) {
+  for (const char* c : {"train --help-all", "eval --help", "generate --help", "prepare --help",
+                        "convert --help", "inspect --help", "preflight --help", "scaling --help",
+                        "plan --help-all", "report --help"}) {
     const Result r = run(c);
     EXPECT_EQ(r.code, 0) << c;
     std::smatch m;
-    EXPECT_FALSE(std::regex_search(r.out, m, noise)) << c << " prints '" << m.str() << "':\n" << r.out;
+    EXPECT_FALSE(std::regex_search(r.out, m, noise)) << c << " prints '" << m.str() << "':\n"
+                                                     << r.out;
   }
   expect_usage_error("train --model tiny --lr 0", "try 1e-4 (the default) for fine-tuning");
 }
 TEST(Cli, DefaultLrIsAFineTuningRate) {
   const auto metrics = tmp("default_lr.jsonl");
-  auto r = run("train --model tiny --steps 1 --threads 2 --val-batches 0 --warmup-steps 0 --lr-schedule constant"
-               " --metrics-file " + metrics + kData);
+  auto r =
+      run("train --model tiny --steps 1 --threads 2 --val-batches 0 --warmup-steps 0 --lr-schedule "
+          "constant"
+          " --metrics-file " +
+          metrics + kData);
   ASSERT_EQ(r.code, 0) << r.out;
   const auto rows = read_jsonl(metrics);
   ASSERT_EQ(rows.size(), 1u);
@@ -289,32 +335,43 @@ TEST(Cli, DefaultLrIsAFineTuningRate) {
 // Face Trainer flag, shardtrain's equivalent; none of them is an alias.
 TEST(Cli, UnknownOptionsNameTheNearestOrTheEquivalent) {
   expect_usage_error("train --model tiny --lrr 3", "unknown option --lrr; did you mean --lr?");
-  expect_usage_error("train --model tiny --stpes 3", "unknown option --stpes; did you mean --steps?");
+  expect_usage_error("train --model tiny --stpes 3",
+                     "unknown option --stpes; did you mean --steps?");
   expect_usage_error("train --model tiny --grad_accum 2", "did you mean --grad-accum?");
-  expect_usage_error("train --model tiny --frobnicate 3", "unknown option --frobnicate; see --help");
-  expect_usage_error("train --model tiny --learning-rate 3e-4", "unknown option --learning-rate; shardtrain's equivalent is --lr");
-  expect_usage_error("train --model tiny --learning_rate 3e-4", "unknown option --learning_rate; shardtrain's equivalent is --lr");
+  expect_usage_error("train --model tiny --frobnicate 3",
+                     "unknown option --frobnicate; see --help");
+  expect_usage_error("train --model tiny --learning-rate 3e-4",
+                     "unknown option --learning-rate; shardtrain's equivalent is --lr");
+  expect_usage_error("train --model tiny --learning_rate 3e-4",
+                     "unknown option --learning_rate; shardtrain's equivalent is --lr");
   expect_usage_error("train --model tiny --max_steps 10", "equivalent is --steps");
-  expect_usage_error("train --model tiny --max-steps=10", "unknown option --max-steps; shardtrain's equivalent is --steps");
-  expect_usage_error("train --model tiny --gradient-accumulation-steps 4", "equivalent is --grad-accum");
+  expect_usage_error("train --model tiny --max-steps=10",
+                     "unknown option --max-steps; shardtrain's equivalent is --steps");
+  expect_usage_error("train --model tiny --gradient-accumulation-steps 4",
+                     "equivalent is --grad-accum");
   expect_usage_error("train --model tiny --bf16", "equivalent is --param-dtype bf16");
   expect_usage_error("train --model tiny --fp16", "bf16 (--param-dtype bf16) is what it supports");
-  expect_usage_error("train --model tiny --per-device-train-batch-size 4", "equivalent is --batch-size");
+  expect_usage_error("train --model tiny --per-device-train-batch-size 4",
+                     "equivalent is --batch-size");
   expect_usage_error("train --model tiny --num-train-epochs 3", "equivalent is --epochs");
   expect_usage_error("train --model tiny --logging-steps 5", "equivalent is --log-every");
   expect_usage_error("train --model tiny --save-steps 5", "equivalent is --save-every");
   expect_usage_error("train --model tiny --max-grad-norm 1", "equivalent is --grad-clip");
-  expect_usage_error("train --model tiny --lr-scheduler-type cosine", "equivalent is --lr-schedule");
+  expect_usage_error("train --model tiny --lr-scheduler-type cosine",
+                     "equivalent is --lr-schedule");
   expect_usage_error("train --model tiny --warmup-ratio 0.1", "equivalent is --warmup-steps");
   expect_usage_error("train --model tiny --model-name-or-path x", "equivalent is --weights");
-  expect_usage_error("train --model tiny --output-dir x", "--save-model DIR (the final model) or --checkpoint-dir");
+  expect_usage_error("train --model tiny --output-dir x",
+                     "--save-model DIR (the final model) or --checkpoint-dir");
   expect_usage_error("train --model tiny --resume-from-checkpoint x", "equivalent is --resume");
   expect_usage_error("generate --bf16", "equivalent is --param-dtype bf16");
-  expect_usage_error("eval --learning-rate 1", "unknown option --learning-rate; see --help");  // eval has no --lr
+  expect_usage_error("eval --learning-rate 1",
+                     "unknown option --learning-rate; see --help");  // eval has no --lr
 }
 
 TEST(Cli, OptimizerValuesAreCheckedWithTheAcceptedOnesNamed) {
-  expect_usage_error("train --model tiny --lr-schedule linear", "--lr-schedule must be one of cosine, steplr, constant, got 'linear'");
+  expect_usage_error("train --model tiny --lr-schedule linear",
+                     "--lr-schedule must be one of cosine, steplr, constant, got 'linear'");
   expect_usage_error("train --model tiny --min-lr-ratio 2", "--min-lr-ratio must be in [0, 1]");
   expect_usage_error("train --model tiny --adam-eps 0", "--adam-eps must be positive");
   expect_usage_error("train --model tiny --grad-clip -1", "--grad-clip must be >= 0");
@@ -322,32 +379,43 @@ TEST(Cli, OptimizerValuesAreCheckedWithTheAcceptedOnesNamed) {
 
 // Abbreviations are refused: Boost's guessing made --lora-r 8 turn LoRA on.
 TEST(Cli, AbbreviationsAreRefused) {
-  expect_usage_error("train --model tiny --lora-r 8", "unknown option --lora-r; did you mean --lora-rank?");
-  expect_usage_error("train --model tiny --save-ev 10", "unknown option --save-ev; did you mean --save-every?");
+  expect_usage_error("train --model tiny --lora-r 8",
+                     "unknown option --lora-r; did you mean --lora-rank?");
+  expect_usage_error("train --model tiny --save-ev 10",
+                     "unknown option --save-ev; did you mean --save-every?");
   expect_usage_error("prepare --seq 64", "unknown option --seq; did you mean --seq-len?");
   const auto cfg = tmp("abbreviated.cfg");
   std::ofstream(cfg) << "model = tiny\nlora-r = 8\n";
-  expect_usage_error("train --config " + cfg, "--config " + cfg + ": unknown option lora-r; did you mean lora-rank?");
+  expect_usage_error("train --config " + cfg,
+                     "--config " + cfg + ": unknown option lora-r; did you mean lora-rank?");
 }
 
-// generate: the answer alone on stdout, logs on stderr; a prompt over the model's positions is refused.
+// generate: the answer alone on stdout, logs on stderr; a prompt over the model's positions is
+// refused.
 TEST(Cli, GenerateWritesTheAnswerAloneToStdout) {
   const auto model = tmp("gen_model"), out = tmp("gen_answer.txt"), err = tmp("gen_log.txt");
   fs::remove_all(model);
-  auto t = run("train --model tiny --steps 2 --threads 2 --val-batches 0 --save-model " + model + kData);
+  auto t =
+      run("train --model tiny --steps 2 --threads 2 --val-batches 0 --save-model " + model + kData);
   ASSERT_EQ(t.code, 0) << t.out;
-  const std::string gen = std::string(SHARDTRAIN_BIN) + " generate --threads 2 --weights " + model + " --tokenizer " + kTok;
-  auto g = shell(gen + " --prompt 'Reverse the digits.' --prompt 'Add' --max-new-tokens 4 > " + out + " 2> " + err);
+  const std::string gen = std::string(SHARDTRAIN_BIN) + " generate --threads 2 --weights " + model +
+                          " --tokenizer " + kTok;
+  auto g = shell(gen + " --prompt 'Reverse the digits.' --prompt 'Add' --max-new-tokens 4 > " +
+                 out + " 2> " + err);
   ASSERT_EQ(g.code, 0) << slurp(err);
   const std::string answer = slurp(out), log = slurp(err);
-  EXPECT_EQ(std::count(answer.begin(), answer.end(), '\n'), 2) << "one line per prompt:\n" << answer;
+  EXPECT_EQ(std::count(answer.begin(), answer.end(), '\n'), 2) << "one line per prompt:\n"
+                                                               << answer;
   EXPECT_EQ(answer.find("INFO"), std::string::npos) << answer;
   EXPECT_NE(log.find("loaded"), std::string::npos) << "the log goes to stderr:\n" << log;
-  const int64_t limit = nlohmann::json::parse(slurp(model + "/config.json"))["max_position_embeddings"];
+  const int64_t limit =
+      nlohmann::json::parse(slurp(model + "/config.json"))["max_position_embeddings"];
   std::string prompt;
   for (int64_t i = 0; i <= limit; ++i) prompt += "7 ";
-  expect_usage_error("generate --threads 2 --weights " + model + " --tokenizer " + kTok + " --prompt '" + prompt + "'",
-                     "the model takes at most " + std::to_string(limit) + " (max_position_embeddings)");
+  expect_usage_error(
+      "generate --threads 2 --weights " + model + " --tokenizer " + kTok + " --prompt '" + prompt +
+          "'",
+      "the model takes at most " + std::to_string(limit) + " (max_position_embeddings)");
 }
 
 // Decoding stops when prompt and answer fill the model's positions, and says why.
@@ -397,13 +465,17 @@ TEST(Cli, ProgressThroughputCoversTheInterval) {
 // The cross-rank breakdown comes with every --breakdown-every'th progress line and at the end.
 TEST(Cli, BreakdownEveryNthProgressLineAndAtTheEnd) {
   auto breakdowns = [](const std::string& every) {
-    auto r = run("train --model tiny --steps 12 --threads 2 --val-batches 0 --log-every 2 --data " + kDemo + "/train.h5" + every);
+    auto r = run("train --model tiny --steps 12 --threads 2 --val-batches 0 --log-every 2 --data " +
+                 kDemo + "/train.h5" + every);
     EXPECT_EQ(r.code, 0) << r.out;
     int n = 0;
-    for (size_t at = r.out.find("step time by phase"); at != std::string::npos; at = r.out.find("step time by phase", at + 1)) ++n;
+    for (size_t at = r.out.find("step time by phase"); at != std::string::npos;
+         at = r.out.find("step time by phase", at + 1))
+      ++n;
     return n;
   };
-  EXPECT_EQ(breakdowns(" --breakdown-every 3"), 3) << "progress lines 3 and 6 (steps 4 and 10), and step 12";
+  EXPECT_EQ(breakdowns(" --breakdown-every 3"), 3)
+      << "progress lines 3 and 6 (steps 4 and 10), and step 12";
   EXPECT_EQ(breakdowns(" --breakdown-every 0"), 1) << "the end only";
   EXPECT_EQ(breakdowns(""), 1) << "the default, every 10th progress line: only the end of 7 lines";
   expect_usage_error("train --model tiny --breakdown-every -1", "--breakdown-every");
@@ -423,7 +495,8 @@ TEST(ReportAxis, LossAxisNeverGoesBelowZero) {
   EXPECT_EQ(report::y_axis_range(loss).first, 0.0);
   report::Panel free = loss;
   free.yfloor.reset();
-  EXPECT_LT(report::y_axis_range(free).first, 0.0) << "without the floor, the headroom went negative";
+  EXPECT_LT(report::y_axis_range(free).first, 0.0)
+      << "without the floor, the headroom went negative";
   for (auto& r : run.steps) r.loss = 2.0 + 0.004 * static_cast<double>(r.step);
   const auto [lo, hi] = report::y_axis_range(report::loss_chart({run}, 0, "").panels[0]);
   EXPECT_GT(lo, 1.5) << "a flat loss keeps an axis of its own range";

@@ -27,7 +27,8 @@ std::vector<int> gpus_of_machine(int ranks, int gpus) {
 TEST(DeviceChoice, EveryRankOfAMachineGetsItsOwnGpu) {
   EXPECT_EQ(gpus_of_machine(1, 1), std::vector<int>({0}));
   EXPECT_EQ(gpus_of_machine(4, 4), std::vector<int>({0, 1, 2, 3}));
-  EXPECT_EQ(gpus_of_machine(2, 8), std::vector<int>({0, 1})) << "spare GPUs stay idle; the first ones are used";
+  EXPECT_EQ(gpus_of_machine(2, 8), std::vector<int>({0, 1}))
+      << "spare GPUs stay idle; the first ones are used";
   EXPECT_EQ(gpus_of_machine(8, 8), std::vector<int>({0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
@@ -42,13 +43,16 @@ TEST(DeviceChoice, SimulatedNodesOnOneMachineStillGetDistinctGpus) {
       // The real machine holds every rank: its local rank is the world rank here.
       gpus.insert(cli::gpu_for_rank(rank, world, world, "one-machine"));
     }
-    EXPECT_EQ(static_cast<int>(simulated_local.size()), per_node) << "the simulated layout repeats local ranks";
-    EXPECT_EQ(static_cast<int>(gpus.size()), world) << world << " ranks as nodes of " << per_node << " share a GPU";
+    EXPECT_EQ(static_cast<int>(simulated_local.size()), per_node)
+        << "the simulated layout repeats local ranks";
+    EXPECT_EQ(static_cast<int>(gpus.size()), world)
+        << world << " ranks as nodes of " << per_node << " share a GPU";
     EXPECT_EQ(*gpus.rbegin(), world - 1);
   }
 }
 
-// Two machines of 2 ranks each: each machine numbers its own ranks from 0, so both use GPUs 0 and 1.
+// Two machines of 2 ranks each: each machine numbers its own ranks from 0, so both use GPUs 0
+// and 1.
 TEST(DeviceChoice, EachMachineNumbersItsOwnRanks) {
   const std::vector<std::string> host_of_rank = {"a", "b", "a", "b"};  // round-robin placement
   std::vector<int> got;

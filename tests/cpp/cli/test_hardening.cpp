@@ -33,7 +33,6 @@ const std::string kBin = SHARDTRAIN_BIN;
 const std::string kTrain = "train --model tiny --threads 1 --batch-size 4 ";
 std::string mpirun(int np) { return std::string(SHARDTRAIN_MPIEXEC) + std::to_string(np) + " "; }
 
-
 // A small token file: rows x 16 tokens below 500, all in the loss.
 data::Rows small_rows(int64_t rows) {
   data::Rows r;
@@ -41,7 +40,8 @@ data::Rows small_rows(int64_t rows) {
   r.seq_len = 16;
   r.tokens = rows * 16;
   r.loss_tokens = rows * 16;
-  for (int64_t i = 0; i < rows * 16; ++i) r.tokens_data.push_back(static_cast<int32_t>(3 + (i * 37) % 497));
+  for (int64_t i = 0; i < rows * 16; ++i)
+    r.tokens_data.push_back(static_cast<int32_t>(3 + (i * 37) % 497));
   r.mask_data.assign(rows * 16, 1);
   return r;
 }
@@ -51,15 +51,18 @@ data::Rows small_rows(int64_t rows) {
 
 TEST(Signals, VerdictPerPolicy) {
   const bool ckpt = true, none = false;
-  auto v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kContinue, ckpt);  // the old SIGUSR1 behaviour
+  auto v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kContinue,
+                                 ckpt);  // the old SIGUSR1 behaviour
   EXPECT_TRUE(v.save && !v.stop);
   EXPECT_EQ(v.reason, "SIGUSR1");
   v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kExit, ckpt);
   EXPECT_TRUE(v.save && v.stop);
   EXPECT_EQ(v.exit_code, runtime::kExitCheckpointed);
-  v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kExit, none);  // nothing to save: not caught at all
+  v = train::signal_verdict(runtime::kSignalCheckpoint, train::OnSignal::kExit,
+                            none);  // nothing to save: not caught at all
   EXPECT_FALSE(v.save || v.stop);
-  for (train::OnSignal p : {train::OnSignal::kContinue, train::OnSignal::kExit}) {  // SIGTERM saves by default when it can
+  for (train::OnSignal p : {train::OnSignal::kContinue,
+                            train::OnSignal::kExit}) {  // SIGTERM saves by default when it can
     v = train::signal_verdict(runtime::kSignalTerminate, p, ckpt);
     EXPECT_TRUE(v.save && v.stop);
     EXPECT_EQ(v.exit_code, runtime::kExitCheckpointed);
@@ -74,7 +77,8 @@ TEST(Signals, VerdictPerPolicy) {
   v = train::signal_verdict(runtime::kSignalInterrupt, train::OnSignal::kExitNoSave, ckpt);
   EXPECT_EQ(v.exit_code, 130);
   EXPECT_EQ(v.reason, "SIGINT");
-  v = train::signal_verdict(runtime::kSignalInterrupt | runtime::kSignalCheckpoint, train::OnSignal::kExitNoSave, ckpt);  // USR1 still saves
+  v = train::signal_verdict(runtime::kSignalInterrupt | runtime::kSignalCheckpoint,
+                            train::OnSignal::kExitNoSave, ckpt);  // USR1 still saves
   EXPECT_TRUE(v.save && v.stop);
   EXPECT_EQ(v.exit_code, runtime::kExitCheckpointed);
   EXPECT_EQ(train::signal_verdict(0, train::OnSignal::kExit, ckpt).reason, "");
@@ -87,7 +91,8 @@ TEST(Signals, HandlersRecordEverySignalOnce) {
   runtime::take_pending_signals();
   raise(SIGTERM);
   raise(SIGUSR1);
-  EXPECT_EQ(runtime::take_pending_signals(), runtime::kSignalTerminate | runtime::kSignalCheckpoint);
+  EXPECT_EQ(runtime::take_pending_signals(),
+            runtime::kSignalTerminate | runtime::kSignalCheckpoint);
   EXPECT_EQ(runtime::take_pending_signals(), 0) << "taking clears";
   raise(SIGINT);
   EXPECT_EQ(runtime::take_pending_signals(), runtime::kSignalInterrupt);
@@ -137,7 +142,9 @@ TEST(DataErrors, TruncatedTokenFileIsOneLineExit2) {
   fs::resize_file(t, fs::file_size(t) / 2);  // a copy cut off half-way
   const auto metrics = tmp("truncated.jsonl"), ckpt = tmp("truncated_ckpt");
   fs::remove(metrics), fs::remove_all(ckpt);
-  auto r = run(kTrain + "--steps 2 --data " + t + " --metrics-file " + metrics + " --checkpoint-dir " + ckpt, mpirun(2));
+  auto r = run(
+      kTrain + "--steps 2 --data " + t + " --metrics-file " + metrics + " --checkpoint-dir " + ckpt,
+      mpirun(2));
   expect_one_line_exit2(r, t + " is truncated or damaged");
   EXPECT_FALSE(fs::exists(metrics)) << "nothing partial left behind";
   EXPECT_FALSE(fs::exists(ckpt)) << "nothing partial left behind";
@@ -149,7 +156,8 @@ TEST(DataErrors, Hdf5ThatIsNotATokenFile) {
     io::h5::Handle f = io::h5::create_file(t);
     io::h5::write_attr(f, "hello", int64_t{1});
   }
-  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)), "is not a shardtrain token file");
+  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)),
+                        "is not a shardtrain token file");
 }
 
 // A token id past the vocabulary, in a row of rank 1's half, with the attribute that would have
@@ -166,12 +174,14 @@ TEST(DataErrors, TokenIdOutsideVocabNamesTheRow) {
     io::h5::Handle f(H5Fopen(t.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
     ASSERT_GE(H5Adelete(f, "max_token_id"), 0);
   }
-  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)),
-                        "row 33 holds token id 700 at position 5, outside the model's vocabulary [0, 512)");
+  expect_one_line_exit2(
+      run(kTrain + "--steps 2 --data " + t, mpirun(2)),
+      "row 33 holds token id 700 at position 5, outside the model's vocabulary [0, 512)");
   // And a negative id, which no attribute records.
   rows.tokens_data[33 * 16 + 5] = 3, rows.tokens_data[2 * 16] = -4;
   data::write_token_file(t, rows, meta);
-  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)), "row 2 holds token id -4 at position 0");
+  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + t, mpirun(2)),
+                        "row 2 holds token id -4 at position 0");
 }
 
 // A checkpoint cut short (a copy, a full disk) or an HDF5 file that is not one: exit 2, one line.
@@ -179,40 +189,47 @@ TEST(DataErrors, TokenIdOutsideVocabNamesTheRow) {
 TEST(DataErrors, TruncatedOrForeignCheckpoint) {
   const auto dir = tmp("trunc_ckpt");
   fs::remove_all(dir);
-  auto a = run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir, mpirun(2));
+  auto a =
+      run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir, mpirun(2));
   ASSERT_EQ(a.code, 0) << a.out;
   const auto ckpt = dir + "/step-00000001.h5";
   fs::resize_file(ckpt, fs::file_size(ckpt) * 2 / 3);
-  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + kDemo + "/train.h5 --resume " + ckpt, mpirun(2)),
-                        ckpt + " is truncated or damaged (HDF5: ");
+  expect_one_line_exit2(
+      run(kTrain + "--steps 2 --data " + kDemo + "/train.h5 --resume " + ckpt, mpirun(2)),
+      ckpt + " is truncated or damaged (HDF5: ");
   const auto foreign = tmp("foreign.h5");
-  {
-    io::h5::Handle f = io::h5::create_file(foreign);
-  }
-  expect_one_line_exit2(run(kTrain + "--steps 2 --data " + kDemo + "/train.h5 --resume " + foreign, mpirun(2)),
-                        foreign + " is not a shardtrain checkpoint");
+  { io::h5::Handle f = io::h5::create_file(foreign); }
+  expect_one_line_exit2(
+      run(kTrain + "--steps 2 --data " + kDemo + "/train.h5 --resume " + foreign, mpirun(2)),
+      foreign + " is not a shardtrain checkpoint");
 }
 
 TEST(DataErrors, TokenizerLargerThanTheModel) {
   // The demo data was tokenized with a 512-piece tokenizer; a 256-word model cannot embed it.
-  expect_one_line_exit2(run(kTrain + "--vocab-size 256 --steps 2 --data " + kDemo + "/train.h5", mpirun(2)),
-                        "was tokenized with a 512-piece tokenizer but the model's vocab_size is 256");
-  auto g = run("generate --model tiny --vocab-size 256 --threads 1 --weights " + kDemo + " --tokenizer " + source("data/demo/tokenizer.model") +
-               " --prompt hi");
+  expect_one_line_exit2(
+      run(kTrain + "--vocab-size 256 --steps 2 --data " + kDemo + "/train.h5", mpirun(2)),
+      "was tokenized with a 512-piece tokenizer but the model's vocab_size is 256");
+  auto g = run("generate --model tiny --vocab-size 256 --threads 1 --weights " + kDemo +
+               " --tokenizer " + source("data/demo/tokenizer.model") + " --prompt hi");
   EXPECT_EQ(g.code, 2) << g.out;
-  EXPECT_NE(g.out.find("has 512 pieces but the model's vocab_size is 256"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("has 512 pieces but the model's vocab_size is 256"), std::string::npos)
+      << g.out;
 }
 
 TEST(DataErrors, CheckpointOfAnotherShapeNamesBoth) {
   const auto dir = tmp("shape_ckpt");
   fs::remove_all(dir);
-  auto a = run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir, mpirun(2));
+  auto a =
+      run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir, mpirun(2));
   ASSERT_EQ(a.code, 0) << a.out;
   for (const std::string& resume : {std::string("auto"), dir + "/step-00000001.h5"}) {
-    auto r = run(kTrain + "--intermediate-size 128 --steps 2 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir +
-                     " --resume " + resume, mpirun(2));
-    expect_one_line_exit2(r, "holds a model of shape vocab 512, hidden 64, intermediate 176, 2 layers, 4 heads, 2 kv heads "
-                             "but --model tiny has vocab 512, hidden 64, intermediate 128");
+    auto r = run(kTrain + "--intermediate-size 128 --steps 2 --data " + kDemo +
+                     "/train.h5 --checkpoint-dir " + dir + " --resume " + resume,
+                 mpirun(2));
+    expect_one_line_exit2(r,
+                          "holds a model of shape vocab 512, hidden 64, intermediate 176, 2 "
+                          "layers, 4 heads, 2 kv heads "
+                          "but --model tiny has vocab 512, hidden 64, intermediate 128");
   }
 }
 
@@ -221,25 +238,32 @@ TEST(DataErrors, WeightsOfAnotherShapeOrDtype) {
   fs::remove_all(dir);
   auto a = run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --save-model " + dir, mpirun(1));
   ASSERT_EQ(a.code, 0) << a.out;
-  auto r = run(kTrain + "--intermediate-size 128 --steps 1 --data " + kDemo + "/train.h5 --weights " + dir, mpirun(2));
-  expect_one_line_exit2(r, "has shape [176, 64] but the model config (--model tiny) needs [128, 64]");
+  auto r = run(
+      kTrain + "--intermediate-size 128 --steps 1 --data " + kDemo + "/train.h5 --weights " + dir,
+      mpirun(2));
+  expect_one_line_exit2(r,
+                        "has shape [176, 64] but the model config (--model tiny) needs [128, 64]");
   // F32 tensors under a config.json that says bfloat16: not the config that came with them.
   nlohmann::json cfg;
   std::ifstream(dir + "/config.json") >> cfg;
   ASSERT_EQ(cfg["torch_dtype"], "float32");
   cfg["torch_dtype"] = "bfloat16";
   std::ofstream(dir + "/config.json") << cfg.dump();
-  r = run("train --model " + dir + " --threads 1 --batch-size 4 --steps 1 --data " + kDemo + "/train.h5 --weights " + dir,
+  r = run("train --model " + dir + " --threads 1 --batch-size 4 --steps 1 --data " + kDemo +
+              "/train.h5 --weights " + dir,
           mpirun(2));
-  expect_one_line_exit2(r, "tensor 'model.embed_tokens.weight' in " + dir + "/model.safetensors has dtype F32 but " + dir +
+  expect_one_line_exit2(r, "tensor 'model.embed_tokens.weight' in " + dir +
+                               "/model.safetensors has dtype F32 but " + dir +
                                "/config.json says torch_dtype \"bfloat16\"");
   // The same tensors with one stored as int32: not weights shardtrain can read.
   io::SafetensorsModel m(dir);
   io::NamedTensors t;
-  for (const auto& n : m.names()) t.emplace_back(n, n == "model.norm.weight" ? m.read(n).to(at::kInt) : m.read(n));
+  for (const auto& n : m.names())
+    t.emplace_back(n, n == "model.norm.weight" ? m.read(n).to(at::kInt) : m.read(n));
   io::write_safetensors(dir + "/model.safetensors", t, {{"format", "pt"}});
   r = run(kTrain + "--steps 1 --data " + kDemo + "/train.h5 --weights " + dir, mpirun(2));
-  expect_one_line_exit2(r, "tensor 'model.norm.weight' in " + dir + "/model.safetensors has dtype I32");
+  expect_one_line_exit2(
+      r, "tensor 'model.norm.weight' in " + dir + "/model.safetensors has dtype I32");
 }
 
 TEST(DataErrors, UnwritableOutputsFoundBeforeStep1) {
@@ -248,13 +272,19 @@ TEST(DataErrors, UnwritableOutputsFoundBeforeStep1) {
   const std::string data = "--steps 2 --data " + kDemo + "/train.h5 ";
   expect_one_line_exit2(run(kTrain + data + "--checkpoint-dir " + file + "/ckpt", mpirun(2)),
                         "--checkpoint-dir " + file + "/ckpt: " + file + " is not a directory");
-  expect_one_line_exit2(run(kTrain + data + "--save-model " + file + "/model", mpirun(2)), "--save-model");
-  expect_one_line_exit2(run(kTrain + data + "--metrics-file " + file + "/m.jsonl", mpirun(2)), "--metrics-file");
-  expect_one_line_exit2(run(kTrain + data + "--metrics-file " + tmp(""), mpirun(2)), "is a directory; name a file");
-  auto p = run("prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " + source("data/demo/val.jsonl") +
-               " --output " + file + "/out.h5");
+  expect_one_line_exit2(run(kTrain + data + "--save-model " + file + "/model", mpirun(2)),
+                        "--save-model");
+  expect_one_line_exit2(run(kTrain + data + "--metrics-file " + file + "/m.jsonl", mpirun(2)),
+                        "--metrics-file");
+  expect_one_line_exit2(run(kTrain + data + "--metrics-file " + tmp(""), mpirun(2)),
+                        "is a directory; name a file");
+  auto p = run("prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " +
+               source("data/demo/val.jsonl") + " --output " + file + "/out.h5");
   EXPECT_EQ(p.code, 2) << p.out;
-  EXPECT_NE(p.out.find("--output: cannot write " + file + "/out.h5: " + file + " is not a directory"), std::string::npos) << p.out;
+  EXPECT_NE(
+      p.out.find("--output: cannot write " + file + "/out.h5: " + file + " is not a directory"),
+      std::string::npos)
+      << p.out;
 }
 
 // prepare makes its outputs' missing directories, as train does; a bad output path is one line
@@ -262,19 +292,23 @@ TEST(DataErrors, UnwritableOutputsFoundBeforeStep1) {
 TEST(DataErrors, PrepareMakesOutputDirectoriesAndNamesTheOptionOnFailure) {
   const auto dir = tmp("prepare_dirs");
   fs::remove_all(dir);
-  const std::string prepare = "prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " +
-                              source("data/demo/val.jsonl") + " --seq-len 64 --val-fraction 0.2";
+  const std::string prepare = "prepare --tokenizer " + source("data/demo/tokenizer.model") +
+                              " --input " + source("data/demo/val.jsonl") +
+                              " --seq-len 64 --val-fraction 0.2";
   auto r = run(prepare + " --output " + dir + "/a/b/train.h5 --val-output " + dir + "/v/w/val.h5");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(fs::is_regular_file(dir + "/a/b/train.h5")) << r.out;
   EXPECT_TRUE(fs::is_regular_file(dir + "/v/w/val.h5")) << r.out;
   ASSERT_EQ(run(prepare + " --output " + dir + "/c/train.h5").code, 0);
-  EXPECT_TRUE(fs::is_regular_file(dir + "/c/train.val.h5")) << "the default validation file beside it";
+  EXPECT_TRUE(fs::is_regular_file(dir + "/c/train.val.h5"))
+      << "the default validation file beside it";
   fs::create_directories(dir + "/taken.h5");
-  expect_one_line_exit2(run(prepare + " --output " + dir + "/taken.h5"),
-                        "--output: cannot write " + dir + "/taken.h5: it is a directory; name a file");
-  expect_one_line_exit2(run(prepare + " --output " + dir + "/d/train.h5 --val-output " + dir + "/taken.h5"),
-                        "--val-output: cannot write " + dir + "/taken.h5: it is a directory");
+  expect_one_line_exit2(
+      run(prepare + " --output " + dir + "/taken.h5"),
+      "--output: cannot write " + dir + "/taken.h5: it is a directory; name a file");
+  expect_one_line_exit2(
+      run(prepare + " --output " + dir + "/d/train.h5 --val-output " + dir + "/taken.h5"),
+      "--val-output: cannot write " + dir + "/taken.h5: it is a directory");
   EXPECT_FALSE(fs::exists(dir + "/d")) << "nothing made before the check";
 }
 
@@ -283,18 +317,22 @@ TEST(DataErrors, PrepareMakesOutputDirectoriesAndNamesTheOptionOnFailure) {
 // The global batch of a 1-based step in epoch 0, from the sampler's pure functions.
 std::vector<int64_t> batch_rows(int64_t step, int64_t batch) {
   data::TokenFile f(kDemo + "/train.h5");
-  return data::global_batch(data::epoch_permutation(f.rows(), 1234, 0), batch, (step - 1) * batch);  // from its first row
+  return data::global_batch(data::epoch_permutation(f.rows(), 1234, 0), batch,
+                            (step - 1) * batch);  // from its first row
 }
 
 TEST(Nonfinite, StopNamesStepAndRowsOnEveryRankAlike) {
   const auto m = tmp("nan_stop.jsonl");
-  auto r = run(kTrain + "--steps 6 --data " + kDemo + "/train.h5 --debug-nan 1:3 --metrics-file " + m, mpirun(2));
+  auto r =
+      run(kTrain + "--steps 6 --data " + kDemo + "/train.h5 --debug-nan 1:3 --metrics-file " + m,
+          mpirun(2));
   EXPECT_EQ(r.code, 65) << r.out;
   EXPECT_EQ(count(r.out, "shardtrain: error: "), 1u) << r.out;
   EXPECT_NE(r.out.find("step 3: non-finite loss"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gradient norm nan"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rows " + train::format_rows(batch_rows(3, 8)) + " of"), std::string::npos)
-      << "the rows of the global batch (2 ranks x 4)\n" << r.out;
+      << "the rows of the global batch (2 ranks x 4)\n"
+      << r.out;
   const auto lines = read_jsonl(m);
   ASSERT_EQ(lines.size(), 3u) << "steps 1-3, then the stop";
   auto inf = run(kTrain + "--steps 6 --data " + kDemo + "/train.h5 --debug-nan 0:2:inf", mpirun(2));
@@ -305,10 +343,12 @@ TEST(Nonfinite, StopNamesStepAndRowsOnEveryRankAlike) {
 
 TEST(Nonfinite, SkipLeavesTheModelUntouchedAndCounts) {
   const auto skip = tmp("nan_skip.jsonl"), clean = tmp("nan_clean.jsonl");
-  auto r = run(kTrain + "--steps 6 --data " + kDemo + "/train.h5 --debug-nan 1:3 --on-nonfinite skip --metrics-file " + skip,
+  auto r = run(kTrain + "--steps 6 --data " + kDemo +
+                   "/train.h5 --debug-nan 1:3 --on-nonfinite skip --metrics-file " + skip,
                mpirun(2));
   ASSERT_EQ(r.code, 0) << r.out;
-  auto c = run(kTrain + "--steps 6 --data " + kDemo + "/train.h5 --metrics-file " + clean, mpirun(2));
+  auto c =
+      run(kTrain + "--steps 6 --data " + kDemo + "/train.h5 --metrics-file " + clean, mpirun(2));
   ASSERT_EQ(c.code, 0) << c.out;
   const auto s = read_jsonl(skip), k = read_jsonl(clean);
   ASSERT_EQ(s.size(), 6u);
@@ -320,11 +360,13 @@ TEST(Nonfinite, SkipLeavesTheModelUntouchedAndCounts) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(s[i]["loss"], k[i]["loss"]) << "step " << i + 1;
   EXPECT_NE(s[3]["loss"], k[3]["loss"]);
   EXPECT_TRUE(std::isfinite(s[5]["loss"].get<double>()));
-  auto n = run(kTrain + "--steps 20 --data " + kDemo + "/train.h5 --debug-nan 0:0 --on-nonfinite skip --max-nonfinite-steps 3",
+  auto n = run(kTrain + "--steps 20 --data " + kDemo +
+                   "/train.h5 --debug-nan 0:0 --on-nonfinite skip --max-nonfinite-steps 3",
                mpirun(2));
   EXPECT_EQ(n.code, 65) << n.out;
   EXPECT_NE(n.out.find("step 3: non-finite"), std::string::npos) << n.out;
-  EXPECT_NE(n.out.find("3 non-finite steps in a row (--max-nonfinite-steps 3)"), std::string::npos) << n.out;
+  EXPECT_NE(n.out.find("3 non-finite steps in a row (--max-nonfinite-steps 3)"), std::string::npos)
+      << n.out;
 }
 
 // ---- item 4: SIGTERM and SIGINT ----
@@ -332,52 +374,64 @@ TEST(Nonfinite, SkipLeavesTheModelUntouchedAndCounts) {
 namespace {
 // Starts a 2-rank run in the background, waits for step 3 in its metrics, sends `sig` to
 // `target` ("rank1": one rank's process, "mpirun": the launcher), and returns the exit code.
-Result signalled_run(const std::string& args, const std::string& metrics, const std::string& sig, const std::string& target) {
+Result signalled_run(const std::string& args, const std::string& metrics, const std::string& sig,
+                     const std::string& target) {
   fs::remove(metrics);
   const std::string tag = fs::path(metrics).stem().string();
   // mpirun is timeout's child: a TERM to timeout reaches mpirun twice (itself and its process
   // group), and a second signal makes Open MPI's mpirun exit at once without waiting for the ranks.
-  const std::string pid = target == "mpirun" ? "$(pgrep -P $pid)" : "$(pgrep -f '^" + kBin + " train.*" + tag + "' | tail -1)";
+  const std::string pid = target == "mpirun"
+                              ? "$(pgrep -P $pid)"
+                              : "$(pgrep -f '^" + kBin + " train.*" + tag + "' | tail -1)";
   // mpirun passes a SIGTERM on odls_base_sigkill_timeout seconds after it gets one (1 s by
   // default), and SIGKILLs its ranks as long again later: 5 s lets the tiny model save.
   const std::string grace = target == "mpirun" ? "OMPI_MCA_odls_base_sigkill_timeout=5 " : "";
-  return shell(grace + "timeout -s KILL 120 " + mpirun(2) + kBin + " " + kTrain + args + " --metrics-file " + metrics +
-               " & pid=$!; for t in $(seq 600); do [ \"$(wc -l < " + metrics + " 2>/dev/null || echo 0)\" -ge 3 ] && break; "
-               "sleep 0.05; done; kill -" + sig + " " + pid + "; wait $pid; echo rc=$?");
+  return shell(grace + "timeout -s KILL 120 " + mpirun(2) + kBin + " " + kTrain + args +
+               " --metrics-file " + metrics + " & pid=$!; for t in $(seq 600); do [ \"$(wc -l < " +
+               metrics +
+               " 2>/dev/null || echo 0)\" -ge 3 ] && break; "
+               "sleep 0.05; done; kill -" +
+               sig + " " + pid + "; wait $pid; echo rc=$?");
 }
 }  // namespace
 
 TEST(Signals, SigtermToOneRankCheckpointsEveryRankAndExits75) {
   const auto dir = tmp("term_ckpt"), m = tmp("term_one.jsonl");
   fs::remove_all(dir);
-  auto r = signalled_run("--steps 100000 --log-every 100000 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir, m,
-                         "TERM", "rank1");
+  auto r = signalled_run(
+      "--steps 100000 --log-every 100000 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir, m,
+      "TERM", "rank1");
   EXPECT_NE(r.out.find("rc=75"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("(SIGTERM)"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("stopped by SIGTERM after a checkpoint; exiting with code 75"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stopped by SIGTERM after a checkpoint; exiting with code 75"),
+            std::string::npos)
+      << r.out;
   EXPECT_EQ(r.out.find("rc=76"), std::string::npos) << "not the collective watchdog\n" << r.out;
   const auto lines = read_jsonl(m);
   ASSERT_FALSE(lines.empty());
   const int64_t last = lines.back()["step"];
   std::string name;
   std::ifstream(dir + "/latest") >> name;
-  EXPECT_EQ(name, "step-" + std::string(8 - std::to_string(last).size(), '0') + std::to_string(last) + ".h5")
+  EXPECT_EQ(name, "step-" + std::string(8 - std::to_string(last).size(), '0') +
+                      std::to_string(last) + ".h5")
       << "the checkpoint is the last step that ran";
-  auto resumed = run(kTrain + "--steps " + std::to_string(last + 1) + " --data " + kDemo + "/train.h5 --checkpoint-dir " +
-                         dir + " --resume auto", mpirun(2));
+  auto resumed = run(kTrain + "--steps " + std::to_string(last + 1) + " --data " + kDemo +
+                         "/train.h5 --checkpoint-dir " + dir + " --resume auto",
+                     mpirun(2));
   EXPECT_EQ(resumed.code, 0) << resumed.out;
   EXPECT_NE(resumed.out.find("at step " + std::to_string(last)), std::string::npos) << resumed.out;
 }
 
 TEST(Signals, SigtermWithoutCheckpointsOrWithExitNosaveExits143) {
-  auto r = signalled_run("--steps 100000 --log-every 100000 --data " + kDemo + "/train.h5", tmp("term_none.jsonl"), "TERM",
-                         "rank1");
+  auto r = signalled_run("--steps 100000 --log-every 100000 --data " + kDemo + "/train.h5",
+                         tmp("term_none.jsonl"), "TERM", "rank1");
   EXPECT_NE(r.out.find("rc=143"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("stopped by SIGTERM without a checkpoint"), std::string::npos) << r.out;
   const auto dir = tmp("term_nosave");
   fs::remove_all(dir);
-  r = signalled_run("--steps 100000 --log-every 100000 --data " + kDemo + "/train.h5 --on-signal exit-nosave --checkpoint-dir " +
-                        dir, tmp("term_nosave.jsonl"), "INT", "rank1");
+  r = signalled_run("--steps 100000 --log-every 100000 --data " + kDemo +
+                        "/train.h5 --on-signal exit-nosave --checkpoint-dir " + dir,
+                    tmp("term_nosave.jsonl"), "INT", "rank1");
   EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir + "/latest")) << "exit-nosave writes no checkpoint";
 }
@@ -387,8 +441,9 @@ TEST(Signals, SigtermWithoutCheckpointsOrWithExitNosaveExits143) {
 TEST(Signals, SigtermToMpirunWithGraceCheckpoints) {
   const auto dir = tmp("term_mpirun");
   fs::remove_all(dir);
-  auto r = signalled_run("--steps 100000 --log-every 100000 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir,
-                         tmp("term_mpirun.jsonl"), "TERM", "mpirun");
+  auto r = signalled_run(
+      "--steps 100000 --log-every 100000 --data " + kDemo + "/train.h5 --checkpoint-dir " + dir,
+      tmp("term_mpirun.jsonl"), "TERM", "mpirun");
   EXPECT_EQ(r.out.find("rc=137"), std::string::npos) << "not killed by the timeout\n" << r.out;
   EXPECT_NE(r.out.find("stopped by SIGTERM after a checkpoint"), std::string::npos) << r.out;
   EXPECT_TRUE(fs::exists(dir + "/latest")) << r.out;

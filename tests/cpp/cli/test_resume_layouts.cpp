@@ -30,8 +30,8 @@ std::string small_file(int rows) {
   std::string line;
   for (int i = 0; i < rows && std::getline(in, line); ++i) o << line << "\n";
   o.close();
-  const auto r = run("prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " + jsonl + " --output " + out +
-                     " --seq-len 64 --mode padding");
+  const auto r = run("prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " +
+                     jsonl + " --output " + out + " --seq-len 64 --mode padding");
   EXPECT_EQ(r.code, 0) << r.out;
   return out;
 }
@@ -41,11 +41,12 @@ std::string train_on(const std::string& data) {
 }
 
 // Every (epoch, row) trained, in order, from a --log-sample-ids file's lines [first, last).
-std::vector<std::pair<int64_t, int64_t>> samples(const std::vector<nlohmann::json>& lines, size_t first = 0,
-                                                 size_t last = SIZE_MAX) {
+std::vector<std::pair<int64_t, int64_t>> samples(const std::vector<nlohmann::json>& lines,
+                                                 size_t first = 0, size_t last = SIZE_MAX) {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (size_t i = first; i < lines.size() && i < last; ++i)
-    for (const auto& r : lines[i]["rows"]) out.emplace_back(lines[i]["epoch"].get<int64_t>(), r.get<int64_t>());
+    for (const auto& r : lines[i]["rows"])
+      out.emplace_back(lines[i]["epoch"].get<int64_t>(), r.get<int64_t>());
   return out;
 }
 
@@ -62,9 +63,10 @@ Whole whole_run(const std::string& name, int np, const std::string& flags, int e
   const auto metrics = tmp(name + ".jsonl"), ids = tmp(name + "_ids.jsonl");
   std::filesystem::remove(metrics);
   std::filesystem::remove(ids);
-  const auto r = run(flags + "--checkpoint-dir " + w.dir + " --save-every " + std::to_string(every) + " --metrics-file " +
-                         metrics + " --log-sample-ids " + ids,
-                     mpirun(np));
+  const auto r =
+      run(flags + "--checkpoint-dir " + w.dir + " --save-every " + std::to_string(every) +
+              " --metrics-file " + metrics + " --log-sample-ids " + ids,
+          mpirun(np));
   EXPECT_EQ(r.code, 0) << r.out;
   w.metrics = read_jsonl(metrics);
   w.ids = read_jsonl(ids);
@@ -72,8 +74,8 @@ Whole whole_run(const std::string& name, int np, const std::string& flags, int e
 }
 
 // The run resumed from the checkpoint of step `at` with other flags; its metrics and sample ids.
-std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> resumed_run(const std::string& name, const Whole& w, int at,
-                                                                             int np, const std::string& flags) {
+std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> resumed_run(
+    const std::string& name, const Whole& w, int at, int np, const std::string& flags) {
   const auto metrics = tmp(name + ".jsonl"), ids = tmp(name + "_ids.jsonl");
   std::filesystem::remove(metrics);
   std::filesystem::remove(ids);
@@ -81,8 +83,8 @@ std::pair<std::vector<nlohmann::json>, std::vector<nlohmann::json>> resumed_run(
   std::filesystem::remove_all(dir);
   char ckpt[32];
   std::snprintf(ckpt, sizeof ckpt, "/step-%08d.h5", at);
-  const auto r = run(flags + "--checkpoint-dir " + dir + " --resume " + w.dir + ckpt + " --metrics-file " + metrics +
-                         " --log-sample-ids " + ids,
+  const auto r = run(flags + "--checkpoint-dir " + dir + " --resume " + w.dir + ckpt +
+                         " --metrics-file " + metrics + " --log-sample-ids " + ids,
                      mpirun(np));
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("resumed from"), std::string::npos) << r.out;
@@ -97,11 +99,13 @@ void expect_same_training(const Whole& w, int at, const std::vector<nlohmann::js
   auto joined = samples(w.ids, 0, static_cast<size_t>(at));
   const auto rest = samples(ids);
   joined.insert(joined.end(), rest.begin(), rest.end());
-  EXPECT_EQ(joined, samples(w.ids)) << what << ": the samples trained differ from the uninterrupted run's";
+  EXPECT_EQ(joined, samples(w.ids))
+      << what << ": the samples trained differ from the uninterrupted run's";
   ASSERT_FALSE(metrics.empty()) << what;
   ASSERT_EQ(metrics.size(), ids.size()) << what;
   EXPECT_EQ(metrics.front()["step"].get<int64_t>(), at + 1) << what;
-  const int64_t ref = static_cast<int64_t>(w.ids.front()["rows"].size());  // the whole run's global batch
+  const int64_t ref =
+      static_cast<int64_t>(w.ids.front()["rows"].size());  // the whole run's global batch
   int64_t epoch_steps = 0;
   for (const auto& l : w.ids) epoch_steps += l["epoch"] == 0;
   std::vector<nlohmann::json> lines(w.ids.begin(), w.ids.begin() + at);
@@ -132,10 +136,12 @@ TEST(ResumeLayouts, FourToTwoRanksTwoToFourAndAnotherGradAccumTrainTheSameSample
   const Whole four = whole_run("resume_four", 4, t, 3);
   ASSERT_EQ(four.metrics.size(), 10u);
   ASSERT_EQ(samples(four.ids).size(), 100u) << "two epochs of 50 rows";
-  const auto [m42, ids42] = resumed_run("resume_4to2", four, 3, 2, t);  // global batch 12 -> 6, mid-epoch 0
+  const auto [m42, ids42] =
+      resumed_run("resume_4to2", four, 3, 2, t);  // global batch 12 -> 6, mid-epoch 0
   EXPECT_EQ(m42.size(), 12u) << "epoch 0's last 14 rows and epoch 1 in 6-row batches: 3 + 9 steps";
   expect_same_training(four, 3, m42, ids42, "4 -> 2 ranks");
-  const auto [m44, ids44] = resumed_run("resume_accum", four, 6, 4, t + "--grad-accum 2 ");  // 12 -> 24, in epoch 1
+  const auto [m44, ids44] =
+      resumed_run("resume_accum", four, 6, 4, t + "--grad-accum 2 ");  // 12 -> 24, in epoch 1
   expect_same_training(four, 6, m44, ids44, "--grad-accum 1 -> 2");
 
   const Whole two = whole_run("resume_two", 2, t, 4);
@@ -148,7 +154,8 @@ TEST(ResumeLayouts, FourToTwoRanksTwoToFourAndAnotherGradAccumTrainTheSameSample
 
 // The global batch held (4 ranks x 3 rows -> 2 ranks x 6 rows): the losses too, with LoRA dropout.
 TEST(ResumeLayouts, HoldingTheGlobalBatchGivesTheUninterruptedLossesWithLoraDropout) {
-  const std::string t = train_on(small_file(50)) + "--epochs 2 --lora-rank 4 --lora-dropout 0.3 --lr 1e-2 ";
+  const std::string t =
+      train_on(small_file(50)) + "--epochs 2 --lora-rank 4 --lora-dropout 0.3 --lr 1e-2 ";
   const Whole four = whole_run("resume_lora_four", 4, t + "--batch-size 3 ", 3);
   ASSERT_EQ(four.metrics.size(), 10u);
   const auto [m, ids] = resumed_run("resume_lora_2", four, 3, 2, t + "--batch-size 6 ");
@@ -172,8 +179,11 @@ TEST(ResumeLayouts, HoldingTheGlobalBatchGivesTheUninterruptedLossesWithLoraDrop
   // Dropout is on: without it the losses differ.
   const auto none = tmp("resume_lora_nodrop.jsonl");
   std::filesystem::remove(none);
-  const auto n = run(train_on(small_file(50)) + "--epochs 2 --lora-rank 4 --lora-dropout 0 --lr 1e-2 --batch-size 12 "
-                     "--metrics-file " + none, mpirun(1));
+  const auto n = run(train_on(small_file(50)) +
+                         "--epochs 2 --lora-rank 4 --lora-dropout 0 --lr 1e-2 --batch-size 12 "
+                         "--metrics-file " +
+                         none,
+                     mpirun(1));
   ASSERT_EQ(n.code, 0) << n.out;
   EXPECT_NE(read_jsonl(none).back()["loss"].get<double>(), single.back()["loss"].get<double>());
 }
@@ -187,7 +197,8 @@ TEST(ResumeLayouts, AnotherSeedOrTokenFileIsRefusedUnlessAllowed) {
   const std::string ckpt = w.dir + "/step-00000003.h5";
   const auto seed = run(t + "--seed 99 --resume " + ckpt, mpirun(2));
   EXPECT_EQ(seed.code, 2) << seed.out;
-  EXPECT_NE(seed.out.find("shardtrain: error: --resume: " + ckpt + " was trained with --seed 1234 (this run: 99)"),
+  EXPECT_NE(seed.out.find("shardtrain: error: --resume: " + ckpt +
+                          " was trained with --seed 1234 (this run: 99)"),
             std::string::npos)
       << seed.out;
   const std::string other = train_on(small_file(40)) + "--steps 6 --batch-size 3 ";
@@ -198,6 +209,8 @@ TEST(ResumeLayouts, AnotherSeedOrTokenFileIsRefusedUnlessAllowed) {
   EXPECT_NE(file.out.find("--allow-data-change"), std::string::npos) << file.out;
   const auto allowed = run(other + "--allow-data-change --resume " + ckpt, mpirun(2));
   EXPECT_EQ(allowed.code, 0) << allowed.out;
-  EXPECT_NE(allowed.out.find("--allow-data-change: " + ckpt + " was trained with another token file"), std::string::npos)
+  EXPECT_NE(
+      allowed.out.find("--allow-data-change: " + ckpt + " was trained with another token file"),
+      std::string::npos)
       << allowed.out;
 }

@@ -38,7 +38,8 @@ class Tmpfs {
   bool read_only() { return shell("mount -o remount,ro " + dir_).code == 0; }
   std::vector<std::string> entries() const {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir_))
+      names.push_back(e.path().filename().string());
     return names;
   }
 
@@ -48,40 +49,46 @@ class Tmpfs {
 };
 
 #define MOUNT_OR_SKIP(t) \
-  if (!(t).mounted()) GTEST_SKIP() << "mount -t tmpfs is not permitted here (needs root): " << (t).why()
-
+  if (!(t).mounted())    \
+  GTEST_SKIP() << "mount -t tmpfs is not permitted here (needs root): " << (t).why()
 
 std::string prepare_args(const std::string& output) {
-  return "prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " + source("data/demo/train.jsonl") +
-         " --output " + output + " --seq-len 64 --mode padding";
+  return "prepare --tokenizer " + source("data/demo/tokenizer.model") + " --input " +
+         source("data/demo/train.jsonl") + " --output " + output + " --seq-len 64 --mode padding";
 }
 
 std::string write_metrics(const std::string& name) {  // a short run's metrics, as train writes them
   const std::string path = tmp(name);
   std::ofstream out(path);
   for (int s = 1; s <= 20; ++s)
-    out << "{\"step\": " << s << ", \"loss\": " << 3.0 - 0.1 * s << ", \"tokens_per_s\": " << 1000 + s
-        << ", \"step_time_s\": 0.5}\n";
+    out << "{\"step\": " << s << ", \"loss\": " << 3.0 - 0.1 * s
+        << ", \"tokens_per_s\": " << 1000 + s << ", \"step_time_s\": 0.5}\n";
   return path;
 }
 }  // namespace
 
 TEST(WriteErrors, EachStorageFailureHasItsOwnLine) {
   EXPECT_EQ(runtime::storage_failure_line("/o/t.h5", ENOSPC, 12 << 10),
-            "cannot write /o/t.h5: no space left on device (it needs more than the 12.0 KiB free in /o), and no partial "
+            "cannot write /o/t.h5: no space left on device (it needs more than the 12.0 KiB free "
+            "in /o), and no partial "
             "output was left; free "
             "space there or write elsewhere");
   EXPECT_EQ(runtime::storage_failure_line("/o/t.h5", EDQUOT, -1),
-            "cannot write /o/t.h5: disk quota exceeded, and no partial output was left; free space within your quota "
+            "cannot write /o/t.h5: disk quota exceeded, and no partial output was left; free space "
+            "within your quota "
             "(quota -s; lfs quota on Lustre) or write elsewhere");
   EXPECT_EQ(runtime::storage_failure_line("/o/t.h5", EROFS, -1),
-            "cannot write /o/t.h5: read-only file system, and no partial output was left; write to a writable file "
+            "cannot write /o/t.h5: read-only file system, and no partial output was left; write to "
+            "a writable file "
             "system, or remount /o read-write");
   EXPECT_EQ(runtime::storage_failure_line("/o/t.h5", EACCES, -1),
-            "cannot write /o/t.h5: permission denied, and no partial output was left; write to a directory this user "
+            "cannot write /o/t.h5: permission denied, and no partial output was left; write to a "
+            "directory this user "
             "can write, or fix the permissions of /o");
   // From the text of HDF5's file driver, of strerror, or from a directory that has no room left.
-  EXPECT_EQ(runtime::storage_errno("H5FD_sec2_write(): file write failed: errno = 122, error message = 'x'", 1 << 30), EDQUOT);
+  EXPECT_EQ(runtime::storage_errno(
+                "H5FD_sec2_write(): file write failed: errno = 122, error message = 'x'", 1 << 30),
+            EDQUOT);
   EXPECT_EQ(runtime::storage_errno("cannot write a.tmp: No space left on device", 1 << 30), ENOSPC);
   EXPECT_EQ(runtime::storage_errno("H5Dwrite(): can't write data", 4096), ENOSPC);
   EXPECT_EQ(runtime::storage_errno("H5Dwrite(): can't write data", 1 << 30), 0);
@@ -94,7 +101,8 @@ TEST(WriteErrors, PrepareOnAFullDiskIsOneLineAndLeavesNothing) {
   MOUNT_OR_SKIP(t);
   const std::string out = t.dir() + "/train.h5";
   const Result r = run(prepare_args(out));
-  expect_one_line_exit2(r, "shardtrain: error: cannot write " + out + ": no space left on device (");
+  expect_one_line_exit2(r,
+                        "shardtrain: error: cannot write " + out + ": no space left on device (");
   EXPECT_NE(r.out.find("free space there or write elsewhere"), std::string::npos) << r.out;
   EXPECT_TRUE(t.entries().empty()) << "no " << out << ", no .tmp: " << t.entries().front();
 }
@@ -114,8 +122,10 @@ TEST(WriteErrors, ExportOnAFullDiskLeavesNoDirectory) {
   Tmpfs t("full_export", "256k");  // the tiny model's weights are 620 KiB
   MOUNT_OR_SKIP(t);
   const std::string out = t.dir() + "/model";
-  const Result r = run("train --model tiny --threads 1 --batch-size 4 --steps 1 --data " + kDemo + "/train.h5 --save-model " + out);
-  expect_one_line_exit2(r, "shardtrain: error: cannot write " + out + ": no space left on device (", /*before_step1=*/false);
+  const Result r = run("train --model tiny --threads 1 --batch-size 4 --steps 1 --data " + kDemo +
+                       "/train.h5 --save-model " + out);
+  expect_one_line_exit2(r, "shardtrain: error: cannot write " + out + ": no space left on device (",
+                        /*before_step1=*/false);
   EXPECT_TRUE(t.entries().empty()) << "no " << out << ", no model.tmp: " << t.entries().front();
 }
 
@@ -123,7 +133,8 @@ TEST(WriteErrors, ReportOnAFullDiskIsOneLineAndLeavesNoPartialChart) {
   Tmpfs t("full_report", "8k");
   MOUNT_OR_SKIP(t);
   const Result r = run("report " + write_metrics("full_report.jsonl") + " --out-dir " + t.dir());
-  expect_one_line_exit2(r, "shardtrain: error: cannot write " + t.dir() + "/loss.png: no space left on device (");
+  expect_one_line_exit2(
+      r, "shardtrain: error: cannot write " + t.dir() + "/loss.png: no space left on device (");
   EXPECT_TRUE(t.entries().empty()) << t.entries().front();
 }
 
@@ -132,9 +143,13 @@ TEST(WriteErrors, AReadOnlyFileSystemIsItsOwnLine) {
   MOUNT_OR_SKIP(t);
   ASSERT_TRUE(t.read_only());
   const Result r = run("report " + write_metrics("ro_report.jsonl") + " --out-dir " + t.dir());
-  expect_one_line_exit2(r, "shardtrain: error: cannot write " + t.dir() + "/loss.png: read-only file system, and no "
-                           "partial output was left; write to a writable file system, or remount " + t.dir() + " read-write");
-  const Result e = run("train --model tiny --threads 1 --batch-size 4 --steps 1 --data " + kDemo + "/train.h5 --save-model " +
-                       t.dir() + "/model");
-  expect_one_line_exit2(e, "--save-model " + t.dir() + "/model: cannot create files in " + t.dir() + ": Read-only file system");
+  expect_one_line_exit2(
+      r, "shardtrain: error: cannot write " + t.dir() +
+             "/loss.png: read-only file system, and no "
+             "partial output was left; write to a writable file system, or remount " +
+             t.dir() + " read-write");
+  const Result e = run("train --model tiny --threads 1 --batch-size 4 --steps 1 --data " + kDemo +
+                       "/train.h5 --save-model " + t.dir() + "/model");
+  expect_one_line_exit2(e, "--save-model " + t.dir() + "/model: cannot create files in " + t.dir() +
+                               ": Read-only file system");
 }

@@ -18,11 +18,13 @@ int W() { return g_world->size(); }
 
 TEST(CommMpi, AllGatherPlacesEachRankContiguously) {
   for (auto dtype : {at::kFloat, at::kBFloat16, at::kLong}) {
-    auto in = at::arange(5, at::kDouble).add(100.0 * R() + 0.0078125).to(dtype);  // bf16-exact values
+    auto in =
+        at::arange(5, at::kDouble).add(100.0 * R() + 0.0078125).to(dtype);  // bf16-exact values
     auto out = at::empty({5 * W()}, dtype);
     g_world->all_gather(in, out);
     for (int r = 0; r < W(); ++r)
-      EXPECT_TRUE(out.narrow(0, 5 * r, 5).equal(at::arange(5, at::kDouble).add(100.0 * r + 0.0078125).to(dtype)))
+      EXPECT_TRUE(out.narrow(0, 5 * r, 5)
+                      .equal(at::arange(5, at::kDouble).add(100.0 * r + 0.0078125).to(dtype)))
           << c10::toString(dtype) << " rank " << r;
   }
 }
@@ -50,7 +52,8 @@ TEST(CommMpi, Bf16SumsAccumulateInFp32AndRoundOnce) {
 TEST(CommMpi, AsyncHandlesCompleteInAnyOrder) {
   auto a = at::full({1000}, static_cast<double>(R()), at::kFloat);
   auto b = at::full({4}, 1.0, at::kDouble);
-  auto g_in = at::full({2}, static_cast<float>(R()), at::kFloat), g_out = at::empty({2 * W()}, at::kFloat);
+  auto g_in = at::full({2}, static_cast<float>(R()), at::kFloat),
+       g_out = at::empty({2 * W()}, at::kFloat);
   auto wa = g_world->all_reduce_async(a);
   auto wb = g_world->all_reduce_async(b);
   auto wg = g_world->all_gather_async(g_in, g_out);

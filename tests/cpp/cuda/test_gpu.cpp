@@ -22,8 +22,11 @@ std::string demo() { return test_work() + "/demo"; }
 
 std::vector<nlohmann::json> train(const std::string& device, const std::string& extra) {
   const auto metrics = tmp("gpu_" + device + ".jsonl");
-  auto r = run("train --model tiny --threads 2 --data " + demo() + "/train.h5 --steps 12 --batch-size 8 --param-dtype bf16 "
-               "--lr 3e-3 --device " + device + " --metrics-file " + metrics + " " + extra, mpiexec() + "1 ");
+  auto r = run("train --model tiny --threads 2 --data " + demo() +
+                   "/train.h5 --steps 12 --batch-size 8 --param-dtype bf16 "
+                   "--lr 3e-3 --device " +
+                   device + " --metrics-file " + metrics + " " + extra,
+               mpiexec() + "1 ");
   EXPECT_EQ(r.code, 0) << r.out;
   return read_jsonl(metrics);
 }
@@ -39,14 +42,17 @@ TEST(Gpu, NcclWorldOneMatchesCpuWithinBf16Tolerance) {
     // bf16 compute on both sides; kernels differ (cuBLAS/flash vs CPU), so allow bf16-level drift.
     EXPECT_NEAR(a, b, 2e-2 * std::abs(b)) << "step " << i + 1;
   }
-  EXPECT_LT(gpu.back()["loss"].get<double>(), gpu.front()["loss"].get<double>()) << "the GPU run learns";
+  EXPECT_LT(gpu.back()["loss"].get<double>(), gpu.front()["loss"].get<double>())
+      << "the GPU run learns";
   const auto& mem = gpu.back()["memory"];
   EXPECT_GT(mem["gpu_peak_allocated_bytes"].get<int64_t>(), 0);
-  EXPECT_GE(mem["gpu_peak_reserved_bytes"].get<int64_t>(), mem["gpu_peak_allocated_bytes"].get<int64_t>());
+  EXPECT_GE(mem["gpu_peak_reserved_bytes"].get<int64_t>(),
+            mem["gpu_peak_allocated_bytes"].get<int64_t>());
 }
 
 TEST(Gpu, CudaWithoutAGpuIsAUsageError) {
-  if (no_gpu_reason().empty()) GTEST_SKIP() << "a GPU is visible: this test covers CPU-only machines";
+  if (no_gpu_reason().empty())
+    GTEST_SKIP() << "a GPU is visible: this test covers CPU-only machines";
   auto r = run("train --model tiny --data " + demo() + "/train.h5 --steps 1 --device cuda");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--device cuda: no CUDA device is visible"), std::string::npos) << r.out;
@@ -67,7 +73,8 @@ TEST(Gpu, NotReadyQueryLeavesNoStickyError) {
   shardtrain::cuda::Event done;
   int not_ready = 0;
   for (int attempt = 0; attempt < 5 && not_ready == 0; ++attempt) {
-    for (int k = 0; k < 8; ++k) ASSERT_EQ(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream.get()), cudaSuccess);
+    for (int k = 0; k < 8; ++k)
+      ASSERT_EQ(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream.get()), cudaSuccess);
     done.record(stream.get());
     while (!done.query()) {
       ++not_ready;
@@ -77,7 +84,8 @@ TEST(Gpu, NotReadyQueryLeavesNoStickyError) {
   EXPECT_GT(not_ready, 0) << "every query found the copies finished: the case was not exercised";
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   // LibTorch's own launch check after the queries.
-  EXPECT_NO_THROW((at::ones({1024}, at::TensorOptions().device(at::kCUDA)) * 2).sum().item<float>());
+  EXPECT_NO_THROW(
+      (at::ones({1024}, at::TensorOptions().device(at::kCUDA)) * 2).sum().item<float>());
   cudaFree(a), cudaFree(b);
 #endif
 }
@@ -89,20 +97,23 @@ TEST(Gpu, PackedEqualsPaddedThroughTheVarlenKernel) {
   const std::string val = source("data/demo/val.jsonl");
   const std::string tok = source("data/demo/tokenizer.model");
   for (const char* mode : {"packing", "padding"}) {
-    auto r = run(std::string("prepare --tokenizer ") + tok + " --input " + val + " --seq-len 256 --mode " + mode + " --output " +
+    auto r = run(std::string("prepare --tokenizer ") + tok + " --input " + val +
+                 " --seq-len 256 --mode " + mode + " --output " +
                  tmp(std::string("gpu_") + mode + ".h5"));
     ASSERT_EQ(r.code, 0) << r.out;
   }
   const std::string model = tmp("gpu_packing_model");
-  auto made = run("train --model tiny --threads 2 --data " + tmp("gpu_padding.h5") + " --steps 1 --batch-size 4 --device cpu "
-                  "--save-model " + model);
+  auto made = run("train --model tiny --threads 2 --data " + tmp("gpu_padding.h5") +
+                  " --steps 1 --batch-size 4 --device cpu "
+                  "--save-model " +
+                  model);
   ASSERT_EQ(made.code, 0) << made.out;
   for (const char* dtype : {"bf16", "fp32"}) {
     double loss[2];
     int i = 0;
     for (const char* mode : {"packing", "padding"}) {
-      auto r = run("eval --weights " + model + " --device cuda --param-dtype " + dtype + " --data " +
-                   tmp(std::string("gpu_") + mode + ".h5") + " --batch-size 4");
+      auto r = run("eval --weights " + model + " --device cuda --param-dtype " + dtype +
+                   " --data " + tmp(std::string("gpu_") + mode + ".h5") + " --batch-size 4");
       ASSERT_EQ(r.code, 0) << r.out;
       loss[i++] = first_json_line(r.out).at("loss").get<double>();
     }
@@ -118,10 +129,13 @@ TEST(Gpu, MoreRanksThanGpusOnAMachineIsAUsageError) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   const int gpus = shardtrain::cuda::device_count();
   const int ranks = gpus + 1;
-  auto r = run("train --model tiny --threads 1 --data " + demo() + "/train.h5 --steps 1 --device auto --ranks-per-node 1",
+  auto r = run("train --model tiny --threads 1 --data " + demo() +
+                   "/train.h5 --steps 1 --device auto --ranks-per-node 1",
                mpiexec() + std::to_string(ranks) + " ");
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_NE(r.out.find("runs " + std::to_string(ranks) + " ranks but sees " + std::to_string(gpus) + " GPU"), std::string::npos)
+  EXPECT_NE(r.out.find("runs " + std::to_string(ranks) + " ranks but sees " + std::to_string(gpus) +
+                       " GPU"),
+            std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("--device cpu"), std::string::npos) << r.out;
 #endif

@@ -24,7 +24,8 @@ namespace {
 using namespace shardtrain;
 
 double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() / b.to(at::kDouble).norm().item<double>();
+  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() /
+         b.to(at::kDouble).norm().item<double>();
 }
 
 struct LayerRun {
@@ -37,7 +38,8 @@ struct LayerRun {
 LayerRun run_layer(const model::ModelConfig& m, at::ScalarType dtype, bool fused, bool packed) {
   const auto store = model::ParamStore::initialize(m, 5);
   std::map<std::string, at::Tensor> w;
-  for (const auto& [name, t] : store.named()) w[name] = t.to(at::kCUDA, dtype).detach().requires_grad_(true);
+  for (const auto& [name, t] : store.named())
+    w[name] = t.to(at::kCUDA, dtype).detach().requires_grad_(true);
   std::map<std::string, at::Tensor> merged;
   for (const model::Merged g : model::kMerged) {
     std::vector<at::Tensor> ws, bs;
@@ -48,17 +50,23 @@ LayerRun run_layer(const model::ModelConfig& m, at::ScalarType dtype, bool fused
     merged[model::merged_weight_name(0, g)] = at::cat(ws);
     if (!bs.empty()) merged[model::merged_bias_name(0, g)] = at::cat(bs);
   }
-  const auto lookup = [&](const std::string& n) { return merged.count(n) ? merged.at(n) : w.at(n); };
+  const auto lookup = [&](const std::string& n) {
+    return merged.count(n) ? merged.at(n) : w.at(n);
+  };
   const int64_t B = 2, T = 64;
   model::Rotary rope(m, T);
   rope.to(at::Device(at::kCUDA, 0));
   at::Tensor positions;
-  if (packed) positions = at::cat({at::arange(40, at::kLong), at::arange(24, at::kLong)}).expand({B, T}).contiguous();
+  if (packed)
+    positions =
+        at::cat({at::arange(40, at::kLong), at::arange(24, at::kLong)}).expand({B, T}).contiguous();
   // Fused: packed rows as the engine hands them to the rotary kernel, positions and whole tables.
-  const auto layout = model::token_layout(rope, positions, T, at::Device(at::kCUDA, 0), dtype, /*gather=*/!fused);
+  const auto layout =
+      model::token_layout(rope, positions, T, at::Device(at::kCUDA, 0), dtype, /*gather=*/!fused);
   if (fused && packed) EXPECT_TRUE(layout.positions.defined() && !layout.cos.defined());
   auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
-  const at::Tensor x = at::randn({B, T, m.hidden_size}, gen).to(at::kCUDA, dtype).requires_grad_(true);
+  const at::Tensor x =
+      at::randn({B, T, m.hidden_size}, gen).to(at::kCUDA, dtype).requires_grad_(true);
   const auto lw = model::LayerWeights::bind(m, lookup, 0, nullptr, /*merge=*/fused);
   LayerRun r;
   r.out = model::decoder_layer(m, lw, x, layout, model::LayerPath{false, fused});
@@ -79,14 +87,17 @@ TEST(GpuFusedLayer, DecoderLayerMatchesCompositeInFp32AndBf16) {
   for (const auto& m : {model::model_preset("tiny"), qwen})
     for (const auto dtype : {at::kFloat, at::kBFloat16})
       for (const bool packed : {false, true}) {
-        const std::string where = m.model_type + " " + c10::toString(dtype) + (packed ? " packed" : "");
+        const std::string where =
+            m.model_type + " " + c10::toString(dtype) + (packed ? " packed" : "");
         const auto a = run_layer(m, dtype, true, packed), b = run_layer(m, dtype, false, packed);
-        // fp32: TF32 is off in tests, so only summation order differs; bf16: one rounding apart per op.
+        // fp32: TF32 is off in tests, so only summation order differs; bf16: one rounding apart per
+        // op.
         const double bound = dtype == at::kFloat ? 1e-5 : 2e-2;
         EXPECT_LT(rel(a.out, b.out), bound) << where;
         EXPECT_LT(rel(a.dx, b.dx), bound) << where;
         ASSERT_EQ(a.grads.size(), b.grads.size()) << where;
-        for (const auto& [name, g] : b.grads) EXPECT_LT(rel(a.grads.at(name), g), bound) << where << " " << name;
+        for (const auto& [name, g] : b.grads)
+          EXPECT_LT(rel(a.grads.at(name), g), bound) << where << " " << name;
       }
 #endif
 }
@@ -94,8 +105,10 @@ TEST(GpuFusedLayer, DecoderLayerMatchesCompositeInFp32AndBf16) {
 namespace {
 std::vector<nlohmann::json> train_steps(const std::string& dtype, bool fused) {
   const auto metrics = tmp("gpu_fused_" + dtype + (fused ? "_on" : "_off") + ".jsonl");
-  auto r = run("train --model tiny --threads 2 --data " + test_work() + "/demo/train.h5 --steps 3 --batch-size 8 --param-dtype " +
-                   dtype + " --lr 3e-3 --no-tf32 --device cuda --metrics-file " + metrics + (fused ? " --fused-layers" : ""),
+  auto r = run("train --model tiny --threads 2 --data " + test_work() +
+                   "/demo/train.h5 --steps 3 --batch-size 8 --param-dtype " + dtype +
+                   " --lr 3e-3 --no-tf32 --device cuda --metrics-file " + metrics +
+                   (fused ? " --fused-layers" : ""),
                mpiexec() + "1 ");
   EXPECT_EQ(r.code, 0) << r.out;
   return read_jsonl(metrics);
@@ -110,9 +123,11 @@ TEST(GpuFusedLayer, ThreeTrainingStepsMatchComposite) {
     ASSERT_EQ(off.size(), 3u) << dtype;
     for (size_t i = 0; i < on.size(); ++i) {
       const double a = on[i]["loss"], b = off[i]["loss"];
-      EXPECT_NEAR(a, b, (dtype == "fp32" ? 1e-4 : 1e-2) * std::abs(b)) << dtype << " step " << i + 1;
+      EXPECT_NEAR(a, b, (dtype == "fp32" ? 1e-4 : 1e-2) * std::abs(b))
+          << dtype << " step " << i + 1;
       const double ga = on[i]["grad_norm"], gb = off[i]["grad_norm"];
-      EXPECT_NEAR(ga, gb, (dtype == "fp32" ? 1e-3 : 3e-2) * std::abs(gb)) << dtype << " step " << i + 1;
+      EXPECT_NEAR(ga, gb, (dtype == "fp32" ? 1e-3 : 3e-2) * std::abs(gb))
+          << dtype << " step " << i + 1;
     }
   }
 }

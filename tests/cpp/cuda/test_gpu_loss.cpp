@@ -24,11 +24,13 @@ TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) {
   const at::Tensor fused = model::chunked_lm_loss(h, w, labels, 24, 1.0);
   fused.backward();
   // Unfused, fp32, over the same bf16 values.
-  const at::Tensor h32 = h16.to(at::kFloat).requires_grad_(true), w32 = w16.to(at::kFloat).requires_grad_(true);
+  const at::Tensor h32 = h16.to(at::kFloat).requires_grad_(true),
+                   w32 = w16.to(at::kFloat).requires_grad_(true);
   const at::Tensor ref = model::causal_lm_loss(at::matmul(h32, w32.t()), labels, false).sum;
   ref.backward();
   const double l = fused.item<double>(), r = ref.item<double>();
-  EXPECT_NEAR(l, r, 1e-3 * std::abs(r));  // the same bf16 inputs, fp32 products and sums on both sides
+  EXPECT_NEAR(l, r,
+              1e-3 * std::abs(r));  // the same bf16 inputs, fp32 products and sums on both sides
   const auto rel = [](const at::Tensor& a, const at::Tensor& b) {
     return (a.to(at::kFloat) - b).norm().item<double>() / b.norm().item<double>();
   };

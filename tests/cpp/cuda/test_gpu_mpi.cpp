@@ -38,7 +38,8 @@ TEST(GpuNccl, UnwaitedCollectiveKeepsItsBuffersUntilItCompletes) {
   SKIP_WITHOUT_GPU();
 #ifdef SHARDTRAIN_TORCH_CUDA
   cuda::set_device(0);
-  comm::NcclCommunicator nccl(runtime::MpiComm::dup(MPI_COMM_SELF), "self", cuda::NcclComm::bootstrap(MPI_COMM_SELF));
+  comm::NcclCommunicator nccl(runtime::MpiComm::dup(MPI_COMM_SELF), "self",
+                              cuda::NcclComm::bootstrap(MPI_COMM_SELF));
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
   const int64_t n = int64_t{1} << 20;  // 4 MiB, a multiple of the allocator's rounding
   const int64_t bytes = n * 4;
@@ -51,7 +52,8 @@ TEST(GpuNccl, UnwaitedCollectiveKeepsItsBuffersUntilItCompletes) {
     at::Tensor t = at::ones({n}, opts);
     comm::WorkPtr dropped = nccl.all_reduce_async(t);
   }  // handle and tensor both gone, the collective not even started
-  EXPECT_EQ(allocated_bytes() - base, bytes) << "the buffer of a collective still in flight was freed";
+  EXPECT_EQ(allocated_bytes() - base, bytes)
+      << "the buffer of a collective still in flight was freed";
 
   cuda::device_synchronize();
   {
@@ -75,7 +77,8 @@ TEST(GpuLora, DropoutMaskIsDrawnOnTheDeviceAndReproducible) {
 #ifdef SHARDTRAIN_TORCH_CUDA
   cuda::set_device(0);
   const double p = 0.3;
-  const auto x = at::ones({200, 500}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0));
+  const auto x =
+      at::ones({200, 500}, at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0));
   const auto y = model::lora_dropout(x, p, 17);
   EXPECT_TRUE(y.is_cuda());
   EXPECT_EQ(y.scalar_type(), at::kBFloat16);

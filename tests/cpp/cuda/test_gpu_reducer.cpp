@@ -54,23 +54,29 @@ class LoopGroup : public comm::Communicator {
 
   comm::WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) override {
     const double n = n_;
-    return issue(comm::Op::kReduceScatter, {in, out}, [in, out, n] { out.copy_(in.narrow(0, 0, out.numel()) * n); }, true);
+    return issue(
+        comm::Op::kReduceScatter, {in, out},
+        [in, out, n] { out.copy_(in.narrow(0, 0, out.numel()) * n); }, true);
   }
   comm::WorkPtr all_reduce_async(const at::Tensor& t) override {
     const double n = n_;
-    return issue(comm::Op::kAllReduce, {t}, [t, n] { t.mul_(n); }, true);
+    return issue(
+        comm::Op::kAllReduce, {t}, [t, n] { t.mul_(n); }, true);
   }
   comm::WorkPtr all_reduce_after_async(const at::Tensor& t, comm::Work& prior) override {
     {
-      const c10::cuda::CUDAStreamGuard on_lane(stream_);  // as NCCL's lane: this stream waits for prior
+      const c10::cuda::CUDAStreamGuard on_lane(
+          stream_);  // as NCCL's lane: this stream waits for prior
       prior.chain();
     }
     const double n = n_;
-    return issue(comm::Op::kAllReduce, {t}, [t, n] { t.mul_(n); }, false);
+    return issue(
+        comm::Op::kAllReduce, {t}, [t, n] { t.mul_(n); }, false);
   }
 
  private:
-  comm::WorkPtr issue(comm::Op op, std::vector<at::Tensor> buffers, const std::function<void()>& run, bool after_caller) {
+  comm::WorkPtr issue(comm::Op op, std::vector<at::Tensor> buffers,
+                      const std::function<void()>& run, bool after_caller) {
     if (after_caller) {  // the producer first, as NCCL's lanes wait for the caller's stream
       at::cuda::CUDAEvent produced;
       produced.record(c10::cuda::getCurrentCUDAStream());
@@ -84,7 +90,8 @@ class LoopGroup : public comm::Communicator {
     auto done = std::make_shared<at::cuda::CUDAEvent>();
     done->record(stream_);
     const int64_t bytes = static_cast<int64_t>(buffers.front().nbytes());
-    for (auto& b : buffers) keep_.push_back(std::move(b));  // never freed to the allocator while in flight
+    for (auto& b : buffers)
+      keep_.push_back(std::move(b));  // never freed to the allocator while in flight
     return tracked(op, bytes, std::make_unique<LoopWork>(done), [done] { return done->query(); });
   }
   int n_;
@@ -104,14 +111,17 @@ comm::ProcessGroups loop_groups(int shard, int replicate, int64_t spin) {
 }
 
 // Each unit's reduced gradient, bf16 gradients reduced in fp32 (converted send buffers, reused).
-std::vector<at::Tensor> reduce_units(int shard, int replicate, int64_t budget, int64_t units, int64_t padded) {
+std::vector<at::Tensor> reduce_units(int shard, int replicate, int64_t budget, int64_t units,
+                                     int64_t padded) {
   auto groups = loop_groups(shard, replicate, int64_t{1} << 24);  // ~10 ms per collective
   std::vector<at::Tensor> grads(units);
-  fsdp::GradientReducer reducer(groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
+  fsdp::GradientReducer reducer(
+      groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
   reducer.set_budget(budget);
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
   for (int64_t u = 0; u < units; ++u) {
-    const auto g = (at::arange(padded, opts) * 0.25 + static_cast<double>(100 * (u + 1))).to(at::kBFloat16);
+    const auto g =
+        (at::arange(padded, opts) * 0.25 + static_cast<double>(100 * (u + 1))).to(at::kBFloat16);
     reducer.reduce(u, g, padded / shard, /*owned=*/true);
   }
   reducer.finish();
@@ -131,7 +141,8 @@ TEST(GpuReducer, HybridGradientsEqualNoShardsWithLateCollectives) {
     const auto hybrid = reduce_units(/*shard=*/2, /*replicate=*/2, budget, units, padded);
     const auto no_shard = reduce_units(/*shard=*/1, /*replicate=*/4, budget, units, padded);
     for (int64_t u = 0; u < units; ++u) {
-      const auto want = no_shard[u].narrow(0, 0, padded / 2);  // rank 0's shard of the replicated gradient
+      const auto want =
+          no_shard[u].narrow(0, 0, padded / 2);  // rank 0's shard of the replicated gradient
       EXPECT_TRUE(hybrid[u].equal(want)) << "budget " << budget << " unit " << u << ": off by "
                                          << (hybrid[u] - want).abs().max().item<float>();
     }

@@ -18,29 +18,34 @@ using namespace shardtrain;
 TEST(Utf8, AcceptsValidRejectsInvalid) {
   EXPECT_TRUE(data::valid_utf8(""));
   EXPECT_TRUE(data::valid_utf8("naïve café 日本語 👍🏽"));
-  EXPECT_FALSE(data::valid_utf8("caf\xe9"));          // Latin-1
-  EXPECT_FALSE(data::valid_utf8("\xc3"));             // truncated
-  EXPECT_FALSE(data::valid_utf8("\xc0\xaf"));         // overlong '/'
-  EXPECT_FALSE(data::valid_utf8("\xed\xa0\x80"));     // UTF-16 surrogate
+  EXPECT_FALSE(data::valid_utf8("caf\xe9"));           // Latin-1
+  EXPECT_FALSE(data::valid_utf8("\xc3"));              // truncated
+  EXPECT_FALSE(data::valid_utf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(data::valid_utf8("\xed\xa0\x80"));      // UTF-16 surrogate
   EXPECT_FALSE(data::valid_utf8("\xf4\x90\x80\x80"));  // past U+10FFFF
   EXPECT_FALSE(data::valid_utf8("\xff"));
 }
 
 TEST(Records, FormatsAndSkipReasons) {
-  auto parse = [](const std::string& line, data::DataFormat f = data::DataFormat::kAuto) { return data::parse_line(line, f); };
+  auto parse = [](const std::string& line, data::DataFormat f = data::DataFormat::kAuto) {
+    return data::parse_line(line, f);
+  };
   data::DataFormat f = data::DataFormat::kAuto;
   auto a = data::parse_line(R"({"instruction":"Add.","input":"1 + 2","output":"3"})", f);
   ASSERT_TRUE(a.ok);
   EXPECT_EQ(f, data::DataFormat::kAlpaca);
   EXPECT_EQ(a.record.prompt, data::alpaca_prompt("Add.", "1 + 2"));
   EXPECT_NE(a.record.prompt.find("### Input:\n1 + 2\n\n### Response:"), std::string::npos);
-  EXPECT_EQ(data::parse_line(R"({"instruction":"Hi","output":"x"})", f).record.prompt.find("### Input"), std::string::npos);
+  EXPECT_EQ(
+      data::parse_line(R"({"instruction":"Hi","output":"x"})", f).record.prompt.find("### Input"),
+      std::string::npos);
   EXPECT_EQ(parse(R"({"dialogue":"A: hi","summary":"greeting"})").record.prompt,
             "Summarize this dialog:\nA: hi\n---\nSummary:\n");
   EXPECT_EQ(parse(R"({"text":"plain"})").record.answer, "plain");
   EXPECT_EQ(parse(R"({"text":"abc")").reason, "malformed JSON");
   EXPECT_EQ(parse(R"([1,2])").reason, "malformed JSON");
-  EXPECT_EQ(parse(R"({"text":"a","n":8e888888})").reason, "malformed JSON");  // nlohmann's out_of_range escaped before (fuzz_prepare_records)
+  EXPECT_EQ(parse(R"({"text":"a","n":8e888888})").reason,
+            "malformed JSON");  // nlohmann's out_of_range escaped before (fuzz_prepare_records)
   EXPECT_EQ(parse("{\"text\":\"caf\xe9\"}").reason, "invalid UTF-8");
   EXPECT_EQ(parse(R"({"instruction":"x"})", data::DataFormat::kAlpaca).reason, "missing field");
   EXPECT_EQ(parse(R"({"text":"  "})", data::DataFormat::kText).reason, "empty text");
@@ -51,11 +56,14 @@ TEST(Records, FormatsAndSkipReasons) {
 }
 
 namespace {
-data::Sample sample(std::vector<int32_t> ids, std::vector<uint8_t> mask) { return {std::move(ids), std::move(mask)}; }
+data::Sample sample(std::vector<int32_t> ids, std::vector<uint8_t> mask) {
+  return {std::move(ids), std::move(mask)};
+}
 }  // namespace
 
 TEST(Rows, PaddingPutsOneSamplePerRow) {
-  auto r = data::make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7}, {0, 1})}, 4, /*packing=*/false, 2);
+  auto r = data::make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7}, {0, 1})}, 4,
+                           /*packing=*/false, 2);
   EXPECT_EQ(r.rows, 2);
   EXPECT_EQ(r.tokens_data, (std::vector<int32_t>{1, 5, 6, 2, 1, 7, 2, 2}));
   EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 0, 0, 1, 0, 0}));
@@ -64,15 +72,20 @@ TEST(Rows, PaddingPutsOneSamplePerRow) {
 }
 
 TEST(Rows, PackingKeepsSamplesWholeAndRestartsTheirPositions) {
-  auto r = data::make_rows({sample({1, 5, 6}, {0, 1, 1}), sample({1, 7, 8}, {1, 1, 1}), sample({1, 9}, {0, 1})}, 3, true, 2);
+  auto r = data::make_rows(
+      {sample({1, 5, 6}, {0, 1, 1}), sample({1, 7, 8}, {1, 1, 1}), sample({1, 9}, {0, 1})}, 3, true,
+      2);
   EXPECT_EQ(r.rows, 3);
   EXPECT_EQ(r.tokens_data, (std::vector<int32_t>{1, 5, 6, 1, 7, 8, 1, 9, 2}));
-  // A sample's first token is no target, though its own mask says 1: nothing of the sample precedes it.
+  // A sample's first token is no target, though its own mask says 1: nothing of the sample precedes
+  // it.
   EXPECT_EQ(r.mask_data, (std::vector<uint8_t>{0, 1, 1, 0, 1, 1, 0, 1, 0}));
   EXPECT_EQ(r.loss_tokens, 5);
-  EXPECT_EQ(r.position_data, (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2}));  // the padded tail continues
+  EXPECT_EQ(r.position_data,
+            (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 0, 1, 2}));  // the padded tail continues
   // A sample that does not fit in what is left of a row starts the next one: none crosses rows.
-  auto next = data::make_rows({sample({1, 5}, {0, 1}), sample({1, 7, 8}, {0, 1, 1}), sample({1}, {1})}, 4, true, 0);
+  auto next = data::make_rows(
+      {sample({1, 5}, {0, 1}), sample({1, 7, 8}, {0, 1, 1}), sample({1}, {1})}, 4, true, 0);
   EXPECT_EQ(next.tokens_data, (std::vector<int32_t>{1, 5, 0, 0, 1, 7, 8, 1}));
   EXPECT_EQ(next.mask_data, (std::vector<uint8_t>{0, 1, 0, 0, 0, 1, 1, 0}));
   EXPECT_EQ(next.position_data, (std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 0}));
@@ -126,7 +139,8 @@ TEST(Sampler, RanksPartitionEveryGlobalBatchAtAnyWorldSize) {
       for (int64_t accum : {1, 2}) {
         std::vector<int64_t> joined;
         for (int r = 0; r < world; ++r)
-          for (const auto& mb : data::rank_micro_batches(batch, r, world, accum)) joined.insert(joined.end(), mb.begin(), mb.end());
+          for (const auto& mb : data::rank_micro_batches(batch, r, world, accum))
+            joined.insert(joined.end(), mb.begin(), mb.end());
         EXPECT_EQ(joined, batch) << "world " << world << " accum " << accum << " step " << step;
       }
   }
@@ -137,8 +151,10 @@ TEST(Sampler, RanksPartitionEveryGlobalBatchAtAnyWorldSize) {
 // and an epoch ends where its rows run out (drop_last: where a whole batch no longer fits).
 TEST(Sampler, PositionsAreRowsSoAnyGlobalBatchReadsTheSameStream) {
   EXPECT_EQ(data::next_position({0, 36}, 50, 12, false), (data::LoaderState{0, 48}));
-  EXPECT_EQ(data::next_position({0, 48}, 50, 12, false), (data::LoaderState{1, 0})) << "the short batch of 2 ends the epoch";
-  EXPECT_EQ(data::next_position({0, 36}, 50, 12, true), (data::LoaderState{1, 0})) << "drop_last: 2 rows left are dropped";
+  EXPECT_EQ(data::next_position({0, 48}, 50, 12, false), (data::LoaderState{1, 0}))
+      << "the short batch of 2 ends the epoch";
+  EXPECT_EQ(data::next_position({0, 36}, 50, 12, true), (data::LoaderState{1, 0}))
+      << "drop_last: 2 rows left are dropped";
   EXPECT_EQ(data::next_position({3, 0}, 50, 6, false), (data::LoaderState{3, 6}));
   const auto order = data::epoch_permutation(50, 3, 0);
   std::vector<int64_t> by12, by6;
@@ -146,7 +162,8 @@ TEST(Sampler, PositionsAreRowsSoAnyGlobalBatchReadsTheSameStream) {
     const auto b = data::global_batch(order, 12, p.row);
     by12.insert(by12.end(), b.begin(), b.end());
   }
-  for (data::LoaderState p{0, 24}; p.epoch == 0; p = data::next_position(p, 50, 6, false)) {  // resumed after 2 steps of 12
+  for (data::LoaderState p{0, 24}; p.epoch == 0;
+       p = data::next_position(p, 50, 6, false)) {  // resumed after 2 steps of 12
     const auto b = data::global_batch(order, 6, p.row);
     by6.insert(by6.end(), b.begin(), b.end());
   }
@@ -171,7 +188,8 @@ TEST(Sampler, ProgressCountsStepsOfTheReferenceBatchAtAnyBatch) {
   EXPECT_EQ(data::steps_until({0, 0}, 120, 50, 24, 12, false), 6);
   // Resumed after 3 steps of 12 (row 36) with 6-row batches: epoch 0's 14 rows in 3 steps, then 9.
   EXPECT_EQ(data::steps_until({0, 36}, 120, 50, 6, 12, false), 12);
-  // --steps 20 at reference 12 over 50-row epochs, resumed at step 10 (epoch 2, row 0) with batch 6.
+  // --steps 20 at reference 12 over 50-row epochs, resumed at step 10 (epoch 2, row 0) with
+  // batch 6.
   EXPECT_EQ(data::steps_until({2, 0}, 240, 50, 6, 12, false), 18);
   // drop_last: a smaller batch reads past the reference's tail; progress stops at the epoch's rows.
   EXPECT_EQ(data::epoch_progress_rows(50, 12, true), 48);

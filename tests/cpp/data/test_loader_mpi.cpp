@@ -23,7 +23,8 @@ void write_fixture() {
   rows.rows = kRows;
   rows.seq_len = kSeq;
   for (int64_t r = 0; r < kRows; ++r)
-    for (int64_t c = 0; c < kSeq; ++c) rows.tokens_data.push_back(static_cast<int32_t>(3 + r)), rows.mask_data.push_back(c > 0);
+    for (int64_t c = 0; c < kSeq; ++c)
+      rows.tokens_data.push_back(static_cast<int32_t>(3 + r)), rows.mask_data.push_back(c > 0);
   data::write_token_file(g_path, rows, data::TokenFileMeta{});
 }
 
@@ -41,7 +42,8 @@ data::LoaderConfig config(int rank, int world, bool prefetch = true) {
 std::vector<int64_t> rows_from_content(const data::StepData& d) {
   std::vector<int64_t> rows;
   for (const auto& mb : d.micro)
-    for (int64_t i = 0; i < mb.tokens.size(0); ++i) rows.push_back(mb.tokens[i][0].item<int64_t>() - 3);
+    for (int64_t i = 0; i < mb.tokens.size(0); ++i)
+      rows.push_back(mb.tokens[i][0].item<int64_t>() - 3);
   return rows;
 }
 
@@ -51,7 +53,8 @@ std::vector<int64_t> allgather(const std::vector<int64_t>& mine) {
   MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
   for (int i = 1; i < g_world; ++i) displs[i] = displs[i - 1] + counts[i - 1];
   std::vector<int64_t> all(displs.back() + counts.back());
-  MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, MPI_COMM_WORLD);
+  MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T,
+                 MPI_COMM_WORLD);
   return all;
 }
 }  // namespace
@@ -99,13 +102,15 @@ TEST(LoaderMpi, ARestoredPositionContinuesTheExactSequence) {
   const data::LoaderState saved = a.state();
   EXPECT_EQ(saved, (data::LoaderState{0, 5 * kGlobal})) << "positions are rows of the epoch";
   std::vector<std::vector<int64_t>> expected;
-  for (int i = 0; i < 7; ++i) expected.push_back(rows_from_content(a.next()));  // crosses into epoch 1
+  for (int i = 0; i < 7; ++i)
+    expected.push_back(rows_from_content(a.next()));  // crosses into epoch 1
   data::DataLoader b(f, config(g_rank, g_world));
   b.next();  // a prefetched step that restore must discard
   b.restore(saved);
   for (int i = 0; i < 7; ++i) EXPECT_EQ(rows_from_content(b.next()), expected[i]) << "step " << i;
   EXPECT_THROW(b.restore(data::LoaderState{0, -1}), runtime::UsageError);
-  b.restore(data::LoaderState{0, kRows});  // past the end (a resume on a shorter file): the next epoch
+  b.restore(
+      data::LoaderState{0, kRows});  // past the end (a resume on a shorter file): the next epoch
   EXPECT_EQ(b.state(), (data::LoaderState{1, 0}));
 }
 

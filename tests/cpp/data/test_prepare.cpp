@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 namespace {
 const std::string kTok = source("data/demo/tokenizer.model");
 
-std::string prepare_cmd(const std::string& input, const std::string& output, const std::string& extra = "") {
+std::string prepare_cmd(const std::string& input, const std::string& output,
+                        const std::string& extra = "") {
   return "prepare --tokenizer " + kTok + " --input " + input + " --output " + output + " " + extra;
 }
 
@@ -41,10 +42,13 @@ TEST(Prepare, GoldenFilesMatchThePythonReference) {
   for (const auto& [name, want] : ref["files"].items()) {
     for (const char* fmt : {"auto", "explicit"}) {
       const auto out = tmp("golden_" + name + ".h5");
-      const std::string format = std::string(fmt) == "auto" ? "auto" : want["format"].get<std::string>();
-      auto r = run(prepare_cmd(want["path"], out, "--seq-len 64 --mode padding --format " + format));
+      const std::string format =
+          std::string(fmt) == "auto" ? "auto" : want["format"].get<std::string>();
+      auto r =
+          run(prepare_cmd(want["path"], out, "--seq-len 64 --mode padding --format " + format));
       ASSERT_EQ(r.code, 0) << r.out;
-      EXPECT_NE(r.out.find("read " + std::to_string(want["read"].get<int>())), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("read " + std::to_string(want["read"].get<int>())), std::string::npos)
+          << r.out;
       data::TokenFile f(out);
       const auto& m = f.meta();
       EXPECT_EQ(m.samples_read, want["read"].get<int64_t>()) << name;
@@ -62,33 +66,41 @@ TEST(Prepare, GoldenFilesMatchThePythonReference) {
       std::vector<int64_t> all(f.rows());
       for (int64_t i = 0; i < f.rows(); ++i) all[i] = i;
       io::h5::Handle file = io::h5::open_file(out);
-      io::h5::Handle tokens = io::h5::open_dataset(file, "tokens"), mask = io::h5::open_dataset(file, "loss_mask");
+      io::h5::Handle tokens = io::h5::open_dataset(file, "tokens"),
+                     mask = io::h5::open_dataset(file, "loss_mask");
       const auto t = io::h5::read_rows<int32_t>(tokens, all, 64);
       const auto k = io::h5::read_rows<uint8_t>(mask, all, 64);
       for (int64_t row = 0; row < f.rows(); ++row)
         for (int64_t col = 0; col < 64; ++col) {  // token by token
-          ASSERT_EQ(t[row * 64 + col], want["rows"][row][col].get<int32_t>()) << name << " row " << row << " col " << col;
-          ASSERT_EQ(k[row * 64 + col], want["masks"][row][col].get<int>()) << name << " row " << row << " col " << col;
+          ASSERT_EQ(t[row * 64 + col], want["rows"][row][col].get<int32_t>())
+              << name << " row " << row << " col " << col;
+          ASSERT_EQ(k[row * 64 + col], want["masks"][row][col].get<int>())
+              << name << " row " << row << " col " << col;
         }
     }
   }
 }
 
 TEST(Prepare, SkippedLinesAreShownWithTheirLineNumbers) {
-  auto r = run(prepare_cmd(source("tests/data/prepare/alpaca.jsonl"), tmp("shown.h5"), "--seq-len 64"));
+  auto r =
+      run(prepare_cmd(source("tests/data/prepare/alpaca.jsonl"), tmp("shown.h5"), "--seq-len 64"));
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("alpaca.jsonl:8: missing field"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("alpaca.jsonl:9: not a string"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("alpaca.jsonl:10: empty text"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("skipped 3 (empty text 1, missing field 1, not a string 1)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipped 3 (empty text 1, missing field 1, not a string 1)"),
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("truncated to 64: 1"), std::string::npos) << r.out;
 }
 
 TEST(Prepare, StrictFailsAtTheFirstBadLineAndWritesNothing) {
   const auto dir = fresh_dir("strict");
-  for (const auto& where : {"alpaca.jsonl:8: missing field", "samsum.jsonl:4: empty text", "text.jsonl:4: malformed JSON"}) {
+  for (const auto& where : {"alpaca.jsonl:8: missing field", "samsum.jsonl:4: empty text",
+                            "text.jsonl:4: malformed JSON"}) {
     const std::string file = std::string(where).substr(0, std::string(where).find(':'));
-    auto r = run(prepare_cmd(source("tests/data/prepare/" + file), dir + "/out.h5", "--strict --seq-len 64"));
+    auto r = run(prepare_cmd(source("tests/data/prepare/" + file), dir + "/out.h5",
+                             "--strict --seq-len 64"));
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.out.find(where), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("--strict"), std::string::npos) << r.out;
@@ -118,7 +130,9 @@ TEST(Prepare, UndetectableFormatAndBadOptionsExit2) {
   EXPECT_NE(r.out.find("--format"), std::string::npos) << r.out;
   EXPECT_EQ(run(prepare_cmd(input, tmp("u.h5"), "--mode zip")).code, 2);
   EXPECT_EQ(run(prepare_cmd(input, tmp("u.h5"), "--seq-len 1")).code, 2);
-  EXPECT_EQ(run("prepare --tokenizer " + input + " --input " + input + " --output " + tmp("u.h5")).code, 2);
+  EXPECT_EQ(
+      run("prepare --tokenizer " + input + " --input " + input + " --output " + tmp("u.h5")).code,
+      2);
 }
 
 TEST(Prepare, AFailedWriteLeavesNoPartialFile) {
@@ -133,7 +147,8 @@ TEST(Prepare, AFailedWriteLeavesNoPartialFile) {
 
 TEST(Prepare, PackingWithAFractionSplit) {
   const auto dir = fresh_dir("packed");
-  auto r = run(prepare_cmd(source("data/demo/val.jsonl"), dir + "/train.h5", "--seq-len 128 --val-fraction 0.25 --seed 3"));
+  auto r = run(prepare_cmd(source("data/demo/val.jsonl"), dir + "/train.h5",
+                           "--seq-len 128 --val-fraction 0.25 --seed 3"));
   ASSERT_EQ(r.code, 0) << r.out;
   data::TokenFile train(dir + "/train.h5"), val(dir + "/train.val.h5");
   EXPECT_EQ(train.meta().samples + val.meta().samples, 200);
@@ -161,8 +176,10 @@ TEST(Prepare, AnswersCutAwayAreDroppedAndAFileWithoutLossIsRefused) {
   for (int i = 0; i < 40; ++i) long_instruction += "reverse the digits and read them back slowly ";
   {
     std::ofstream out(input);
-    out << R"({"instruction": ")" << long_instruction << R"(", "input": "", "output": "4321"})" << "\n";
-    out << R"({"instruction": "Sort", "input": "", "output": "1234"})" << "\n";
+    out << R"({"instruction": ")" << long_instruction << R"(", "input": "", "output": "4321"})"
+        << "\n";
+    out << R"({"instruction": "Sort", "input": "", "output": "1234"})"
+        << "\n";
   }
   auto r = run(prepare_cmd(input, dir + "/out.h5", "--seq-len 128"));
   ASSERT_EQ(r.code, 0) << r.out;
@@ -172,7 +189,8 @@ TEST(Prepare, AnswersCutAwayAreDroppedAndAFileWithoutLossIsRefused) {
   // Only the cut one: nothing usable is left, and the reason is named.
   {
     std::ofstream out(input);
-    out << R"({"instruction": ")" << long_instruction << R"(", "input": "", "output": "4321"})" << "\n";
+    out << R"({"instruction": ")" << long_instruction << R"(", "input": "", "output": "4321"})"
+        << "\n";
   }
   r = run(prepare_cmd(input, dir + "/none.h5", "--seq-len 128"));
   EXPECT_EQ(r.code, 2) << r.out;

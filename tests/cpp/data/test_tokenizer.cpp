@@ -25,7 +25,8 @@ nlohmann::json cases() {
 TEST(Tokenizer, IdsAndDecodeMatchPythonSentencepiece) {
   const auto j = cases();
   std::map<std::string, data::Tokenizer> toks;
-  for (const auto& [name, path] : j["models"].items()) toks.emplace(name, data::Tokenizer(path.get<std::string>()));
+  for (const auto& [name, path] : j["models"].items())
+    toks.emplace(name, data::Tokenizer(path.get<std::string>()));
   ASSERT_EQ(toks.size(), 2u);  // a freshly trained model and the shipped demo model
   int checked = 0, long_lines = 0, empty = 0;
   for (const auto& c : j["cases"]) {
@@ -57,25 +58,31 @@ TEST(Tokenizer, BosByDefaultEosOnRequestLikeLlamaTokenizer) {
 
 TEST(Tokenizer, Sha256OfTheModelFileEqualsHashlib) {
   const auto j = cases();
-  const auto& want = j.at("sha256");  // hashlib.sha256(file bytes), written by tokenizer_reference.py
+  const auto& want =
+      j.at("sha256");  // hashlib.sha256(file bytes), written by tokenizer_reference.py
   ASSERT_EQ(want.size(), 2u);
   for (const auto& [name, path] : j["models"].items()) {
     const data::Tokenizer tok(path.get<std::string>());
     EXPECT_EQ(tok.sha256(), want.at(name).get<std::string>()) << name;
-    EXPECT_EQ(runtime::sha256_file(path.get<std::string>()), want.at(name).get<std::string>()) << name;
+    EXPECT_EQ(runtime::sha256_file(path.get<std::string>()), want.at(name).get<std::string>())
+        << name;
   }
 }
 
 // FIPS 180-2, appendix B (the NIST example messages and their digests).
 TEST(Sha256, Fips180Vectors) {
-  EXPECT_EQ(runtime::sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(runtime::sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // 448 bits
+  EXPECT_EQ(runtime::sha256_hex("", 0),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(runtime::sha256_hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const std::string two_blocks =
+      "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";  // 448 bits
   ASSERT_EQ(two_blocks.size(), 56u);
   EXPECT_EQ(runtime::sha256_hex(two_blocks.data(), two_blocks.size()),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   const std::string million_a(1000000, 'a');
-  const std::string million_a_digest = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
+  const std::string million_a_digest =
+      "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0";
   EXPECT_EQ(runtime::sha256_hex(million_a.data(), million_a.size()), million_a_digest);
   // The same message fed in uneven pieces that straddle the 64-byte blocks.
   runtime::Sha256 h;

@@ -30,10 +30,15 @@ struct Setting {
   Recompute mode;
   int64_t every;
 };
-const std::vector<Setting> kSettings = {{Recompute::kNone, 1}, {Recompute::kSelective, 1}, {Recompute::kFull, 1},
-                                        {Recompute::kFull, 2}, {Recompute::kSelective, 2}};
+const std::vector<Setting> kSettings = {{Recompute::kNone, 1},
+                                        {Recompute::kSelective, 1},
+                                        {Recompute::kFull, 1},
+                                        {Recompute::kFull, 2},
+                                        {Recompute::kSelective, 2}};
 
-std::string label(const Setting& s) { return std::string(fsdp::recompute_name(s.mode)) + " every " + std::to_string(s.every); }
+std::string label(const Setting& s) {
+  return std::string(fsdp::recompute_name(s.mode)) + " every " + std::to_string(s.every);
+}
 
 // Four layers, so that every other layer is two checkpointed and two not; 514 tokens, so that at
 // 3 ranks no unit's flat size divides (every unit, and under LoRA every layer's adapters, padded).
@@ -56,7 +61,8 @@ model::Batch global_batch(bool packed) {
   b.tokens = at::randint(3, 512, {kRows, kSeq}, gen, at::kLong);
   b.labels = b.tokens.clone();
   b.labels.narrow(1, 0, 4).fill_(-100);
-  if (packed) b.positions = at::cat({at::arange(10), at::arange(kSeq - 10)}).to(at::kLong).repeat({kRows, 1});
+  if (packed)
+    b.positions = at::cat({at::arange(10), at::arange(kSeq - 10)}).to(at::kLong).repeat({kRows, 1});
   return b;
 }
 
@@ -78,20 +84,25 @@ struct Outcome {
   at::Tensor grads;  // this rank's gradient shards, concatenated
 };
 
-Outcome run(const model::ModelConfig& m, fsdp::FsdpConfig cfg, const Setting& s, const model::Batch& b) {
+Outcome run(const model::ModelConfig& m, fsdp::FsdpConfig cfg, const Setting& s,
+            const model::Batch& b) {
   cfg.activation_checkpointing.mode = s.mode;
   cfg.activation_checkpointing.every = s.every;
   auto groups = fsdp::make_mpi_groups(cfg.sharding, g_env->topology(), 0);
   fsdp::FsdpEngine eng(m, cfg, groups, /*seed=*/11);
   if (groups.shard->size() % 3 == 0) {  // the padding stays under test if the models change
-    for (auto& u : eng.schedule().units()) EXPECT_NE(u.layout().numel % groups.shard->size(), 0) << u.layout().numel << " elements divide";
+    for (auto& u : eng.schedule().units())
+      EXPECT_NE(u.layout().numel % groups.shard->size(), 0)
+          << u.layout().numel << " elements divide";
     for (auto& a : eng.schedule().adapters())
-      if (a.layout().numel > 0) EXPECT_NE(a.layout().numel % groups.shard->size(), 0) << "adapters of " << a.layout().numel;
+      if (a.layout().numel > 0)
+        EXPECT_NE(a.layout().numel % groups.shard->size(), 0) << "adapters of " << a.layout().numel;
   }
   Outcome o;
   o.loss = eng.forward_backward(mine(b)).loss;
   std::vector<at::Tensor> g;
-  for (const auto& shard : eng.grad_shards()) g.push_back(shard.defined() ? shard.flatten() : at::zeros({0}));
+  for (const auto& shard : eng.grad_shards())
+    g.push_back(shard.defined() ? shard.flatten() : at::zeros({0}));
   o.grads = at::cat(g);
   return o;
 }
@@ -106,7 +117,8 @@ std::pair<double, double> gaps(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // Every setting against none: the same loss and gradients.
-void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& cfg, bool packed, const std::string& what) {
+void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& cfg, bool packed,
+                           const std::string& what) {
   const model::Batch b = global_batch(packed);
   const Outcome none = run(m, cfg, kSettings[0], b);
   ASSERT_GT(none.grads.abs().max().item<double>(), 0) << what << ": no gradient to compare";
@@ -114,13 +126,14 @@ void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& 
     const Outcome o = run(m, cfg, kSettings[i], b);
     const double loss_gap = std::abs(o.loss - none.loss) / std::abs(none.loss);
     const auto [norm_gap, element_gap] = gaps(o.grads, none.grads);
-    const std::string where = what + ", " + label(kSettings[i]) + ", world " + std::to_string(g_env->size());
+    const std::string where =
+        what + ", " + label(kSettings[i]) + ", world " + std::to_string(g_env->size());
     EXPECT_LE(loss_gap, 1e-6) << where;
     EXPECT_LE(norm_gap, 1e-6) << where;
     EXPECT_LE(element_gap, 1e-6) << where;
     if (g_env->rank() == 0)
-      std::printf("  %-48s loss rel %.1e, gradient rel %.1e (worst element %.1e of the largest)\n", where.c_str(), loss_gap,
-                  norm_gap, element_gap);
+      std::printf("  %-48s loss rel %.1e, gradient rel %.1e (worst element %.1e of the largest)\n",
+                  where.c_str(), loss_gap, norm_gap, element_gap);
   }
 }
 
@@ -135,8 +148,9 @@ fsdp::FsdpConfig base_config() {
 TEST(CheckpointingMpi, EverySettingGivesTheSameLossAndGradients) {
   for (const bool qwen2 : {false, true})
     for (const bool packed : {false, true})
-      expect_settings_agree(four_layers(qwen2), base_config(), packed,
-                            std::string(qwen2 ? "qwen2" : "llama") + (packed ? " packed" : " padded"));
+      expect_settings_agree(
+          four_layers(qwen2), base_config(), packed,
+          std::string(qwen2 ? "qwen2" : "llama") + (packed ? " packed" : " padded"));
 }
 
 // LoRA on every projection, with dropout: the adapters' gradients, and the masks drawn again alike.

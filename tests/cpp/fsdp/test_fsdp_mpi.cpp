@@ -13,13 +13,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include "mpi_gtest_main.h"
 #include "oracle/trainer.h"
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/mpi_env.h"
-#include "mpi_gtest_main.h"
 
 using namespace shardtrain;
 using comm::Op;
@@ -48,7 +48,8 @@ model::Batch global_batch(int64_t step) {
   return {t, labels};
 }
 
-std::vector<model::Batch> take(const model::Batch& b, const std::vector<std::vector<int64_t>>& parts) {
+std::vector<model::Batch> take(const model::Batch& b,
+                               const std::vector<std::vector<int64_t>>& parts) {
   std::vector<model::Batch> out;
   for (const auto& p : parts) {
     auto idx = at::tensor(p, at::kLong);
@@ -93,10 +94,11 @@ model::ModelConfig tiny_biased_tied() {
 }
 
 std::string describe(const Case& c) {
-  return std::string(fsdp::sharding_name(c.sharding)) + " sgs=" + std::to_string(c.shard_group_size) +
-         " ac=" + std::to_string(c.ac) + " accum=" + std::to_string(c.accum) +
-         " dtype=" + c10::toString(c.dtype) + " sync=" + std::to_string(c.sync) +
-         " world=" + std::to_string(g_env->size()) + (c.model.model_type == "llama" ? "" : " " + c.model.model_type) +
+  return std::string(fsdp::sharding_name(c.sharding)) +
+         " sgs=" + std::to_string(c.shard_group_size) + " ac=" + std::to_string(c.ac) +
+         " accum=" + std::to_string(c.accum) + " dtype=" + c10::toString(c.dtype) +
+         " sync=" + std::to_string(c.sync) + " world=" + std::to_string(g_env->size()) +
+         (c.model.model_type == "llama" ? "" : " " + c.model.model_type) +
          (c.model.tie_word_embeddings ? " tied" : "") + (c.fused ? " fused" : "");
 }
 
@@ -143,8 +145,10 @@ struct Gaps {
 // The seeded init with non-zero biases (theirs is zero, which would test little), written by
 // rank 0 to a file that the engine reads shard by shard and the single-rank trainer whole.
 std::string start_weights(const model::ModelConfig& m) {
-  const std::string path = std::string(SHARDTRAIN_TEST_TMP) + "/fsdp_start_" + m.model_type + (m.attention_bias ? "_bias" : "") +
-                           (m.tie_word_embeddings ? "_tied" : "") + "_w" + std::to_string(g_env->size()) + ".safetensors";
+  const std::string path = std::string(SHARDTRAIN_TEST_TMP) + "/fsdp_start_" + m.model_type +
+                           (m.attention_bias ? "_bias" : "") +
+                           (m.tie_word_embeddings ? "_tied" : "") + "_w" +
+                           std::to_string(g_env->size()) + ".safetensors";
   if (g_env->rank() == 0) {
     model::ParamStore init = model::ParamStore::initialize(m, kSeed);
     for (size_t i = 0; i < init.specs().size(); ++i) {
@@ -162,10 +166,12 @@ std::string start_weights(const model::ModelConfig& m) {
 
 // Where the shard group is a multiple of 3, every unit of these models ends in padding: the
 // comparison covers it and cannot silently stop covering it if the models change.
-void expect_padded(fsdp::FsdpEngine& eng, const comm::ProcessGroups& groups, const std::string& what) {
+void expect_padded(fsdp::FsdpEngine& eng, const comm::ProcessGroups& groups,
+                   const std::string& what) {
   if (groups.shard->size() % 3 != 0) return;
   for (auto& u : eng.schedule().units())
-    EXPECT_NE(u.layout().numel % groups.shard->size(), 0) << what << ": a unit of " << u.layout().numel << " elements divides evenly";
+    EXPECT_NE(u.layout().numel % groups.shard->size(), 0)
+        << what << ": a unit of " << u.layout().numel << " elements divides evenly";
   EXPECT_GT(eng.memory().report().padding_elements, 0) << what;
 }
 
@@ -186,7 +192,8 @@ Gaps compare(const Case& c) {
   for (int64_t s = 0; s < kSteps; ++s) {
     const model::Batch b = global_batch(s);
     const double lr = 3e-3;
-    const auto mine = run.step(take(b, data::rank_micro_batches(all_rows(), rank, world, c.accum)), lr);
+    const auto mine =
+        run.step(take(b, data::rank_micro_batches(all_rows(), rank, world, c.accum)), lr);
     const auto want = ref.step(take(b, data::rank_micro_batches(all_rows(), 0, 1, c.accum)), lr);
     EXPECT_EQ(mine.tokens, want.tokens);
     worst_loss = std::max(worst_loss, std::abs(mine.loss - want.loss) / std::abs(want.loss));
@@ -241,7 +248,9 @@ void expect_every_strategy_equivalent(const model::ModelConfig& m) {
 
 // Two tests, not one, so that ctest can run each model at a layout as its own short entry.
 TEST(FsdpMpi, TiedQwen2UnderEveryStrategy) { expect_every_strategy_equivalent(tiny_qwen2()); }
-TEST(FsdpMpi, TiedBiasedLlamaUnderEveryStrategy) { expect_every_strategy_equivalent(tiny_biased_tied()); }
+TEST(FsdpMpi, TiedBiasedLlamaUnderEveryStrategy) {
+  expect_every_strategy_equivalent(tiny_biased_tied());
+}
 
 // Packing without cross-document attention: the same samples packed (several per row, positions
 // restarting, attention within each sample) and padded (one per row) give the same token-weighted
@@ -250,21 +259,26 @@ TEST(FsdpMpi, PackedRowsTrainWhatPaddedRowsTrain) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
   std::vector<data::Sample> samples;
   for (int i = 0; i < 24; ++i) {
-    const int64_t n = 2 + at::randint(0, 9, {1}, gen, at::kLong).item<int64_t>();  // 2..10 tokens, rows of 24
+    const int64_t n =
+        2 + at::randint(0, 9, {1}, gen, at::kLong).item<int64_t>();  // 2..10 tokens, rows of 24
     const auto ids = at::randint(3, 512, {n}, gen, at::kInt);
     data::Sample s;
     s.ids.assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + n);
     s.mask.assign(n, 1);
-    if (i % 2) std::fill(s.mask.begin(), s.mask.begin() + n / 3, 0);  // a prompt outside the loss; else every token in it
+    if (i % 2)
+      std::fill(s.mask.begin(), s.mask.begin() + n / 3,
+                0);  // a prompt outside the loss; else every token in it
     samples.push_back(s);
   }
-  const std::string dir = std::string(SHARDTRAIN_TEST_TMP) + "/packing_w" + std::to_string(g_env->size());
+  const std::string dir =
+      std::string(SHARDTRAIN_TEST_TMP) + "/packing_w" + std::to_string(g_env->size());
   if (g_env->rank() == 0) {
     std::filesystem::create_directories(dir);
     for (const bool packing : {true, false}) {
       data::TokenFileMeta meta;
       meta.packing = packing ? "packing" : "padding";
-      data::write_token_file(dir + (packing ? "/packed.h5" : "/padded.h5"), data::make_rows(samples, kSeq, packing, 0), meta);
+      data::write_token_file(dir + (packing ? "/packed.h5" : "/padded.h5"),
+                             data::make_rows(samples, kSeq, packing, 0), meta);
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -292,19 +306,21 @@ TEST(FsdpMpi, PackedRowsTrainWhatPaddedRowsTrain) {
       }
       loss.push_back(eng.forward_backward(mine).loss);
       std::vector<at::Tensor> g;
-      for (const auto& s : eng.grad_shards()) g.push_back(s.defined() ? s.flatten() : at::zeros({0}));
+      for (const auto& s : eng.grad_shards())
+        g.push_back(s.defined() ? s.flatten() : at::zeros({0}));
       grads.push_back(at::cat(g));
       eng.release_grads();
     }
-    double diff = (grads[0] - grads[1]).pow(2).sum().item<double>(), norm = grads[1].pow(2).sum().item<double>();
+    double diff = (grads[0] - grads[1]).pow(2).sum().item<double>(),
+           norm = grads[1].pow(2).sum().item<double>();
     MPI_Allreduce(MPI_IN_PLACE, &diff, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &norm, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     const double rel = std::sqrt(diff / norm);
     EXPECT_NEAR(loss[0], loss[1], 1e-6 * loss[1]) << m.model_type;
     EXPECT_LE(rel, 1e-6) << m.model_type << ": packed gradients differ from padded ones";
     if (g_env->rank() == 0)
-      std::printf("  %s, world %d: loss %.9f packed vs %.9f padded, gradient rel %.1e\n", m.model_type.c_str(), g_env->size(),
-                  loss[0], loss[1], rel);
+      std::printf("  %s, world %d: loss %.9f packed vs %.9f padded, gradient rel %.1e\n",
+                  m.model_type.c_str(), g_env->size(), loss[0], loss[1], rel);
   }
 }
 
@@ -343,7 +359,8 @@ Gaps bf16_vs_fp32() {
   oracle::TrainConfig t16, t32;
   t16.param_dtype = at::kBFloat16;
   t16.adamw = t32.adamw = optim_config().adamw;
-  oracle::Trainer a(tiny(), t16, model::ParamStore::initialize(tiny(), kSeed)), b(tiny(), t32, model::ParamStore::initialize(tiny(), kSeed));
+  oracle::Trainer a(tiny(), t16, model::ParamStore::initialize(tiny(), kSeed)),
+      b(tiny(), t32, model::ParamStore::initialize(tiny(), kSeed));
   Gaps g;
   for (int64_t s = 0; s < kSteps; ++s) {
     const model::Batch batch = global_batch(s);
@@ -371,8 +388,9 @@ TEST(FsdpMpi, Bf16TracksSingleRankBf16) {
     EXPECT_LE(g.loss, floor.loss) << describe(c);
     EXPECT_LE(g.param_rel, floor.param_rel) << describe(c);
     if (g_env->rank() == 0)
-      std::printf("  %-64s loss rel %.1e (bf16 vs fp32 %.1e), param rel-norm %.1e (bf16 vs fp32 %.1e)\n",
-                  describe(c).c_str(), g.loss, floor.loss, g.param_rel, floor.param_rel);
+      std::printf(
+          "  %-64s loss rel %.1e (bf16 vs fp32 %.1e), param rel-norm %.1e (bf16 vs fp32 %.1e)\n",
+          describe(c).c_str(), g.loss, floor.loss, g.param_rel, floor.param_rel);
   }
 }
 
@@ -383,11 +401,16 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
     auto groups = fsdp::make_mpi_groups(s, g_env->topology(), 0);
     fsdp::FsdpEngine eng(tiny(), fsdp_config(c), groups, kSeed);
     Stepper run(eng);
-    run.step(take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
+    run.step(take(global_batch(0),
+                  data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)),
+             1e-3);
     for (auto* g : groups.all()) g->reset_stats();
-    run.step(take(global_batch(1), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)), 1e-3);
+    run.step(take(global_batch(1),
+                  data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)),
+             1e-3);
     int64_t padded = 0, shard = 0;
-    for (auto& u : eng.schedule().units()) padded += u.layout().padded, shard += u.layout().shard_numel;
+    for (auto& u : eng.schedule().units())
+      padded += u.layout().padded, shard += u.layout().shard_numel;
     const int64_t units = static_cast<int64_t>(eng.schedule().units().size());
     const int64_t head = eng.schedule().units().back().layout().padded;
     const bool sharded = groups.shard->size() > 1, replicated = groups.replicate->size() > 1;
@@ -401,7 +424,8 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
     EXPECT_EQ(sh[Op::kAllGather].calls, sharded ? gather_calls : 0) << describe(c);
     EXPECT_EQ(sh[Op::kReduceScatter].bytes, sharded ? accum * padded * 4 : 0) << describe(c);
     EXPECT_EQ(sh[Op::kReduceScatter].calls, sharded ? accum * units : 0) << describe(c);
-    EXPECT_EQ(sh[Op::kAllReduce].bytes, sharded ? 8 : 0) << "the grad-norm scalar only: " << describe(c);
+    EXPECT_EQ(sh[Op::kAllReduce].bytes, sharded ? 8 : 0)
+        << "the grad-norm scalar only: " << describe(c);
     const auto& rep = groups.replicate->stats();
     EXPECT_EQ(rep[Op::kAllReduce].bytes, replicated ? accum * shard * 4 : 0) << describe(c);
     EXPECT_EQ(rep[Op::kAllGather].bytes + rep[Op::kReduceScatter].bytes, 0) << describe(c);
@@ -411,7 +435,8 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
   }
 }
 
-// limit_all_gathers: at most N units are gathered at once, and prefetch depth never changes the math.
+// limit_all_gathers: at most N units are gathered at once, and prefetch depth never changes the
+// math.
 TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
   std::vector<double> reference;
   for (int limit : {1, 2, 3}) {
@@ -422,8 +447,13 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
     Stepper run(eng);
     std::vector<double> losses;
     for (int64_t step = 0; step < 3; ++step)
-      losses.push_back(run.step(take(global_batch(step), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)), 1e-3).loss);
-    EXPECT_EQ(eng.schedule().peak_gathered_units(), limit) << "tiny has " << eng.schedule().units().size() << " units";
+      losses.push_back(
+          run.step(take(global_batch(step),
+                        data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)),
+                   1e-3)
+              .loss);
+    EXPECT_EQ(eng.schedule().peak_gathered_units(), limit)
+        << "tiny has " << eng.schedule().units().size() << " units";
     if (reference.empty()) reference = losses;
     EXPECT_EQ(losses, reference) << "limit " << limit;
   }
@@ -435,8 +465,10 @@ TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
   optim::Optimizer opt = fsdp::make_optimizer(eng, optim_config());
-  for (auto& u : eng.schedule().units()) EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
-  const auto g = eng.forward_backward(take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
+  for (auto& u : eng.schedule().units())
+    EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
+  const auto g = eng.forward_backward(
+      take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
   int64_t grads = 0, two_largest = 0;
   std::vector<int64_t> sizes;
   for (auto& u : eng.schedule().units()) {
@@ -447,16 +479,21 @@ TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
   std::sort(sizes.rbegin(), sizes.rend());
   two_largest = sizes[0] + sizes[1];
   const int64_t persistent = eng.memory().report().persistent();
-  const auto fwd = g.peak_bytes[static_cast<int>(runtime::Phase::kForward)], bwd = g.peak_bytes[static_cast<int>(runtime::Phase::kBackward)];
+  const auto fwd = g.peak_bytes[static_cast<int>(runtime::Phase::kForward)],
+             bwd = g.peak_bytes[static_cast<int>(runtime::Phase::kBackward)];
   EXPECT_GE(fwd, persistent + sizes.back()) << "a unit is gathered in forward";
-  EXPECT_LE(fwd, persistent + two_largest) << "forward holds no gradient and at most two gathered units";
+  EXPECT_LE(fwd, persistent + two_largest)
+      << "forward holds no gradient and at most two gathered units";
   EXPECT_GE(bwd, persistent + grads) << "every gradient shard exists by the end of backward";
   opt.step(1e-3, eng.grad_shards());
-  EXPECT_EQ(eng.memory().take_phase_peak(), persistent + grads) << "the optimizer phase holds the gradients";
+  EXPECT_EQ(eng.memory().take_phase_peak(), persistent + grads)
+      << "the optimizer phase holds the gradients";
   eng.release_grads();
-  for (auto& u : eng.schedule().units()) EXPECT_FALSE(u.grad().defined()) << "freed after the optimizer step";
+  for (auto& u : eng.schedule().units())
+    EXPECT_FALSE(u.grad().defined()) << "freed after the optimizer step";
   eng.memory().take_phase_peak();  // the phase that began with the gradients still held
-  EXPECT_EQ(eng.memory().take_phase_peak(), persistent) << "nothing but the shards and the optimizer state is left";
+  EXPECT_EQ(eng.memory().take_phase_peak(), persistent)
+      << "nothing but the shards and the optimizer state is left";
 }
 
 TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {
@@ -466,11 +503,13 @@ TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {
   const int w = g_env->size();
   EXPECT_LE(m.persistent(), m.unsharded_bytes / w + 16 * m.padding_elements);
   EXPECT_EQ(m.unsharded_bytes, 16 * model::ParamStore::initialize(tiny(), kSeed).numel());
-  for (auto& u : eng.schedule().units()) EXPECT_FALSE(u.active()) << "full parameters exist only while a unit computes";
+  for (auto& u : eng.schedule().units())
+    EXPECT_FALSE(u.active()) << "full parameters exist only while a unit computes";
 }
 
 TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
-  const std::string dir = std::string(SHARDTRAIN_TEST_TMP) + "/fsdp_load_w" + std::to_string(g_env->size());
+  const std::string dir =
+      std::string(SHARDTRAIN_TEST_TMP) + "/fsdp_load_w" + std::to_string(g_env->size());
   auto ref = model::ParamStore::initialize(tiny(), 77);
   if (g_env->rank() == 0) {
     std::filesystem::create_directories(dir);
@@ -483,7 +522,8 @@ TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
   const double total = 4.0 * ref.numel(), w = g_env->size();
   EXPECT_LE(st.bytes_read(), total / w + 4.0 * eng.memory().report().padding_elements);
   EXPECT_GE(st.bytes_read(), total / w - 4.0 * eng.memory().report().padding_elements);
-  for (const auto& [name, t] : eng.full_parameters()) EXPECT_TRUE(t.equal(ref.get(name).detach())) << name;
+  for (const auto& [name, t] : eng.full_parameters())
+    EXPECT_TRUE(t.equal(ref.get(name).detach())) << name;
 }
 
 // The gradient reducer on its own, with gradients whose reduced values are known: every strategy
@@ -499,12 +539,14 @@ TEST(FsdpMpi, GradientReducerSumsWithinItsBudgetAllReducesIncluded) {
     const int shard_size = groups.shard->size();
     const int64_t padded = shard_numel * shard_size;
     std::vector<at::Tensor> grads(units);
-    fsdp::GradientReducer reducer(groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
+    fsdp::GradientReducer reducer(
+        groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
     const int64_t budget = fsdp::scatter_bytes(padded, shard_numel, shard_size, 4);
     reducer.set_budget(budget);
     const auto ramp = at::arange(padded, at::kFloat) * 0.5;
     for (int64_t u = 0; u < units; ++u) {
-      reducer.reduce(u, ramp + static_cast<float>((g_env->rank() + 1) * (u + 1)), shard_numel, /*owned=*/true);
+      reducer.reduce(u, ramp + static_cast<float>((g_env->rank() + 1) * (u + 1)), shard_numel,
+                     /*owned=*/true);
       // All-reduces across replicas hold their shards: they count against the budget too.
       EXPECT_LE(reducer.bytes_in_flight(), budget) << fsdp::sharding_name(s) << " unit " << u;
     }
@@ -513,7 +555,8 @@ TEST(FsdpMpi, GradientReducerSumsWithinItsBudgetAllReducesIncluded) {
     for (int64_t u = 0; u < units; ++u) {
       const auto want = mine * world + static_cast<float>(world * (world + 1) / 2 * (u + 1));
       ASSERT_TRUE(grads[u].defined());
-      EXPECT_TRUE(grads[u].allclose(want, 0, 0)) << fsdp::sharding_name(s) << " unit " << u << ": " << (grads[u] - want).abs().max().item<float>();
+      EXPECT_TRUE(grads[u].allclose(want, 0, 0)) << fsdp::sharding_name(s) << " unit " << u << ": "
+                                                 << (grads[u] - want).abs().max().item<float>();
     }
     EXPECT_EQ(reducer.bytes_in_flight(), 0);
   }

@@ -11,10 +11,10 @@
 #include <map>
 #include <set>
 
-#include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/fsdp/peak_tracker.h"
+#include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
@@ -23,7 +23,9 @@ using namespace shardtrain;
 using namespace shardtrain::fsdp;
 
 namespace {
-runtime::Topology topo(int rank, int world, int per_node) { return runtime::topology_from_ranks_per_node(rank, world, per_node); }
+runtime::Topology topo(int rank, int world, int per_node) {
+  return runtime::topology_from_ranks_per_node(rank, world, per_node);
+}
 }  // namespace
 
 TEST(Groups, FullShardAndNoShardAreOppositeEnds) {
@@ -57,7 +59,8 @@ TEST(Groups, HybridShardsInsideNodesAndReplicatesAcross) {
 
 TEST(Groups, SizesThatDoNotDivideAreUsageErrors) {
   EXPECT_THROW(group_layout(Sharding::kHybridShard, topo(0, 6, 6), 4), runtime::UsageError);
-  EXPECT_THROW(group_layout(Sharding::kFullShard, topo(0, 4, 4), 2), runtime::UsageError);  // not hybrid
+  EXPECT_THROW(group_layout(Sharding::kFullShard, topo(0, 4, 4), 2),
+               runtime::UsageError);  // not hybrid
   EXPECT_THROW(runtime::topology_from_ranks_per_node(0, 6, 4), runtime::UsageError);
   EXPECT_THROW(parse_sharding("zero3"), runtime::UsageError);
   EXPECT_TRUE(reshard_after_forward(parse_sharding("hybrid_shard")));
@@ -75,7 +78,8 @@ TEST(FlatLayout, PaddedToTheShardGroupAndTiledBySegments) {
       for (int r = 0; r < S; ++r)
         for (const auto& s : fsdp::shard_segments(l, r)) {
           EXPECT_EQ(l.entries[s.entry].offset + s.param_offset, r * l.shard_numel + s.shard_offset);
-          for (int64_t i = 0; i < s.numel; ++i) covered[l.entries[s.entry].offset + s.param_offset + i]++;
+          for (int64_t i = 0; i < s.numel; ++i)
+            covered[l.entries[s.entry].offset + s.param_offset + i]++;
         }
       for (int64_t c : covered) ASSERT_EQ(c, 1) << "every element in exactly one shard";
     }
@@ -93,10 +97,11 @@ TEST(FlatLayout, BiasesComeAfterTheUnitsWeights) {
   const auto layer = fsdp::flat_layout(model::llama_param_specs(m), 1, 1);
   std::vector<std::string> names;
   for (const auto& e : layer.entries) names.push_back(e.name.substr(e.name.find("layers.0.") + 9));
-  const std::vector<std::string> want = {"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                         "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-                                         "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight",
-                                         "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias"};
+  const std::vector<std::string> want = {
+      "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+      "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+      "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight",
+      "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias"};
   EXPECT_EQ(names, want);
   int64_t offset = 0;
   for (const auto& e : layer.entries) {
@@ -122,16 +127,14 @@ TEST(FlatLayout, TinyUnitSizesWorkedOutByHand) {
   const model::ModelConfig m = model::model_preset("tiny");
   const auto specs = model::llama_param_specs(m);
   const std::vector<int64_t> numel = {32768, 46208, 46208, 32832};
-  const std::map<int, std::vector<int64_t>> padded = {
-      {1, {32768, 46208, 46208, 32832}},
-      {2, {32768, 46208, 46208, 32832}},
-      {3, {32769, 46209, 46209, 32832}},
-      {7, {32774, 46214, 46214, 32837}}};
-  const std::map<int, std::vector<int64_t>> shard = {
-      {1, {32768, 46208, 46208, 32832}},
-      {2, {16384, 23104, 23104, 16416}},
-      {3, {10923, 15403, 15403, 10944}},
-      {7, {4682, 6602, 6602, 4691}}};
+  const std::map<int, std::vector<int64_t>> padded = {{1, {32768, 46208, 46208, 32832}},
+                                                      {2, {32768, 46208, 46208, 32832}},
+                                                      {3, {32769, 46209, 46209, 32832}},
+                                                      {7, {32774, 46214, 46214, 32837}}};
+  const std::map<int, std::vector<int64_t>> shard = {{1, {32768, 46208, 46208, 32832}},
+                                                     {2, {16384, 23104, 23104, 16416}},
+                                                     {3, {10923, 15403, 15403, 10944}},
+                                                     {7, {4682, 6602, 6602, 4691}}};
   for (const auto& [S, want_padded] : padded) {
     const auto units = unit_sizes(m, specs, S);
     ASSERT_EQ(units.size(), 4u);
@@ -158,7 +161,8 @@ TEST(MemoryModel, TinyMemoryReportWorkedOutByHand) {
   EXPECT_EQ(two.padding_elements, 0);
   EXPECT_EQ(two.no_sync_bytes, 632064);
   EXPECT_EQ(two.unsharded_bytes, 2528256);
-  EXPECT_EQ(persistent_bytes(TrainingSizes{unit_sizes(m, specs, 2), {}}, false, 4).no_sync_bytes, 0);
+  EXPECT_EQ(persistent_bytes(TrainingSizes{unit_sizes(m, specs, 2), {}}, false, 4).no_sync_bytes,
+            0);
   // S = 3: 52673 shard elements: 4 x 52673 = 210692, 8 x 52673 = 421384; 3 padding elements;
   // no-sync 4 x (32769 + 46209 + 46209 + 32832) = 4 x 158019 = 632076.
   const MemoryReport three = persistent_bytes(TrainingSizes{unit_sizes(m, specs, 3), {}}, true, 4);
@@ -176,11 +180,12 @@ TEST(MemoryModel, TinyMemoryReportWorkedOutByHand) {
 }
 
 TEST(MemoryModel, Llama2SevenBMatchesItsPublishedParameterCount) {
-  // Llama-2-7b: 6,738,415,616 parameters (transformers' num_parameters() of meta-llama/Llama-2-7b-hf).
-  // By hand: a layer 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 = 202383360 (8 x 25297920), the
-  // embedding and lm_head 32000 x 4096 = 131072000 (8 x 16384000), the final norm 4096: the head
-  // unit 131076096 = 8 x 16384512. Every unit divides by 8, so the 8-way shards have no padding and
-  // the sharded state is exactly 16 bytes x 6738415616 / 8 = 13476831232.
+  // Llama-2-7b: 6,738,415,616 parameters (transformers' num_parameters() of
+  // meta-llama/Llama-2-7b-hf). By hand: a layer 4 x 4096^2 + 3 x 4096 x 11008 + 2 x 4096 =
+  // 202383360 (8 x 25297920), the embedding and lm_head 32000 x 4096 = 131072000 (8 x 16384000),
+  // the final norm 4096: the head unit 131076096 = 8 x 16384512. Every unit divides by 8, so the
+  // 8-way shards have no padding and the sharded state is exactly 16 bytes x 6738415616 / 8 =
+  // 13476831232.
   const model::ModelConfig m = model::model_preset("llama2-7b");
   const auto units = unit_sizes(m, model::llama_param_specs(m), 8);
   ASSERT_EQ(units.size(), 34u);
@@ -209,14 +214,16 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
   };
   EXPECT_EQ(peak_units(Sharding::kFullShard, 2), 2);  // the unit computing and the one prefetched
   EXPECT_EQ(peak_units(Sharding::kFullShard, 3), 3);
-  EXPECT_EQ(peak_units(Sharding::kShardGradOp, 2), static_cast<int>(units.size()));  // kept from forward to backward
+  EXPECT_EQ(peak_units(Sharding::kShardGradOp, 2),
+            static_cast<int>(units.size()));  // kept from forward to backward
   FsdpConfig c;
   c.activation_checkpointing.mode = Recompute::kFull;
   const auto with_ac = step_peak(TrainingSizes{units, {}}, c, shape, act, 0);
   c.activation_checkpointing.mode = Recompute::kNone;
   const auto without = step_peak(TrainingSizes{units, {}}, c, shape, act, 0);
   EXPECT_LT(with_ac.activations, without.activations);
-  EXPECT_EQ(with_ac.engine_bytes, without.engine_bytes);  // the engine's own bytes do not include activations
+  EXPECT_EQ(with_ac.engine_bytes,
+            without.engine_bytes);  // the engine's own bytes do not include activations
 }
 
 // Per layer, what each checkpointing setting keeps and holds in backward (--ac-every 2: layers
@@ -245,7 +252,8 @@ TEST(MemoryModel, CheckpointingSettingsKeepWhatTheirLayersKeep) {
     c.activation_checkpointing = parse_activation_checkpointing(mode, every);
     return step_peak(TrainingSizes{units, {}}, c, shape, act, 0).activations;
   };
-  const int64_t none = activations("none", 1), selective = activations("selective", 1), full = activations("full", 1);
+  const int64_t none = activations("none", 1), selective = activations("selective", 1),
+                full = activations("full", 1);
   EXPECT_GT(none, selective);
   EXPECT_GT(selective, full);
   EXPECT_GT(none, activations("selective", 2));
@@ -255,7 +263,8 @@ TEST(MemoryModel, CheckpointingSettingsKeepWhatTheirLayersKeep) {
 }
 
 namespace {
-// Bytes of CPU tensors held now, by the counting allocator (installed before anything below is made).
+// Bytes of CPU tensors held now, by the counting allocator (installed before anything below is
+// made).
 int64_t held() { return runtime::host_tensor_bytes(); }
 }  // namespace
 
@@ -268,19 +277,23 @@ TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
   const int64_t T = 128;
   at::manual_seed(0);
   const model::ParamStore params = model::ParamStore::initialize(m, 1);
-  const model::WeightLookup lookup = [&params](const std::string& name) { return params.get(name); };
+  const model::WeightLookup lookup = [&params](const std::string& name) {
+    return params.get(name);
+  };
   const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
   model::Rotary rope(m, T);
   const at::Tensor x = at::randn({1, T, m.hidden_size}).set_requires_grad(true);
   // The layer's input x is made before the count starts; its output, which the next layer
   // keeps as its input, is counted instead: the same size.
   const int64_t before_layer = held();
-  at::Tensor y = model::decoder_layer(m, w, x, model::token_layout(rope, {}, T, at::kCPU, at::kFloat));
+  at::Tensor y =
+      model::decoder_layer(m, w, x, model::token_layout(rope, {}, T, at::kCPU, at::kFloat));
   const int64_t layer_measured = held() - before_layer;
-  std::cout << "decoder layer: " << layer_measured << " bytes held after forward, " << layer_measured / T
-            << " per token; model " << a.layer << "\n";
+  std::cout << "decoder layer: " << layer_measured << " bytes held after forward, "
+            << layer_measured / T << " per token; model " << a.layer << "\n";
   EXPECT_GT(layer_measured, 0);
-  EXPECT_NEAR(static_cast<double>(layer_measured) / T, static_cast<double>(a.layer), 0.02 * a.layer);
+  EXPECT_NEAR(static_cast<double>(layer_measured) / T, static_cast<double>(a.layer),
+              0.02 * a.layer);
   y = at::Tensor();
   EXPECT_EQ(held(), before_layer) << "dropping the output frees what the forward kept";
 
@@ -294,47 +307,57 @@ TEST(MemoryModel, ActivationBytesPerTokenMatchTheCountingAllocator) {
   runtime::reset_host_tensor_peak();
   loss.sum.backward();
   const int64_t loss_peak = runtime::host_tensor_peak_bytes() - before_loss;
-  std::cout << "loss: forward keeps " << loss_fwd / T << " bytes per token, backward peak " << loss_peak / T
-            << "; model " << a.logits_loss << "\n";
+  std::cout << "loss: forward keeps " << loss_fwd / T << " bytes per token, backward peak "
+            << loss_peak / T << "; model " << a.logits_loss << "\n";
   EXPECT_NEAR(static_cast<double>(loss_fwd) / T, 4.0 * m.vocab_size, 0.02 * 4 * m.vocab_size);
-  EXPECT_NEAR(static_cast<double>(loss_peak) / T, static_cast<double>(a.logits_loss), 0.1 * a.logits_loss);
-  EXPECT_GT(model::activation_bytes_per_token(m, 2).layer, a.layer / 2);  // bf16 keeps fp32 norm copies
+  EXPECT_NEAR(static_cast<double>(loss_peak) / T, static_cast<double>(a.logits_loss),
+              0.1 * a.logits_loss);
+  EXPECT_GT(model::activation_bytes_per_token(m, 2).layer,
+            a.layer / 2);  // bf16 keeps fp32 norm copies
 }
 
 // Packed rows on a CPU: the document mask and gathered cos/sin that the step holds, and what a
 // layer keeps on the masked path (the mask in the compute dtype, K and V repeated per query head).
 TEST(MemoryModel, PackedRowsBytesMatchTheCountingAllocator) {
   runtime::track_host_tensor_memory();
-  const model::ModelConfig m = model::model_preset("tiny");  // 4 query heads over 2 kv heads: K and V repeat
+  const model::ModelConfig m =
+      model::model_preset("tiny");  // 4 query heads over 2 kv heads: K and V repeat
   const int64_t B = 2, T = 128;
   const model::PackedRows packed{T, /*varlen=*/false};
   const model::ActivationBytes a = model::activation_bytes_per_token(m, 4, nullptr, &packed);
   const model::ActivationBytes padded = model::activation_bytes_per_token(m, 4);
   at::manual_seed(0);
   const model::ParamStore params = model::ParamStore::initialize(m, 1);
-  const model::WeightLookup lookup = [&params](const std::string& name) { return params.get(name); };
+  const model::WeightLookup lookup = [&params](const std::string& name) {
+    return params.get(name);
+  };
   const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
   model::Rotary rope(m, T);
   // Two documents per row: positions restart at 50 and at 90.
-  const at::Tensor positions = at::cat({at::arange(50), at::arange(40), at::arange(38)}).to(at::kLong).repeat({B, 1});
+  const at::Tensor positions =
+      at::cat({at::arange(50), at::arange(40), at::arange(38)}).to(at::kLong).repeat({B, 1});
   const at::Tensor x = at::randn({B, T, m.hidden_size}).set_requires_grad(true);
   const int64_t before_layout = held();
   const model::TokenLayout layout = model::token_layout(rope, positions, T, at::kCPU, at::kFloat);
   ASSERT_TRUE(layout.same_doc.defined());
   const int64_t layout_measured = held() - before_layout;
-  const int64_t positions_held = 2 * 8 * B * T;  // this batch's and the prefetched one's: made by the loader
-  std::cout << "packed layout: " << layout_measured << " bytes; model " << a.step_held * B * T - positions_held << "\n";
+  const int64_t positions_held =
+      2 * 8 * B * T;  // this batch's and the prefetched one's: made by the loader
+  std::cout << "packed layout: " << layout_measured << " bytes; model "
+            << a.step_held * B * T - positions_held << "\n";
   EXPECT_EQ(layout_measured, a.step_held * B * T - positions_held);
   const int64_t before_layer = held();
   at::Tensor y = model::decoder_layer(m, w, x, layout);
   const int64_t layer_measured = held() - before_layer;
-  std::cout << "packed decoder layer: " << layer_measured / (B * T) << " bytes per token; model " << a.layer
-            << " (one document per row: " << padded.layer << ")\n";
+  std::cout << "packed decoder layer: " << layer_measured / (B * T) << " bytes per token; model "
+            << a.layer << " (one document per row: " << padded.layer << ")\n";
   EXPECT_GT(a.layer, padded.layer);
-  EXPECT_NEAR(static_cast<double>(layer_measured) / (B * T), static_cast<double>(a.layer), 0.02 * a.layer);
+  EXPECT_NEAR(static_cast<double>(layer_measured) / (B * T), static_cast<double>(a.layer),
+              0.02 * a.layer);
   // CUDA's varlen kernel keeps what one document per row keeps.
   const model::PackedRows varlen{T, /*varlen=*/true};
-  EXPECT_EQ(model::activation_bytes_per_token(m, 2, nullptr, &varlen).layer, model::activation_bytes_per_token(m, 2).layer);
+  EXPECT_EQ(model::activation_bytes_per_token(m, 2, nullptr, &varlen).layer,
+            model::activation_bytes_per_token(m, 2).layer);
 }
 
 namespace {
@@ -357,13 +380,14 @@ TEST(PeakTracker, StepPeakIsItsLargestPhaseNotItsLast) {
   fsdp::PeakTracker t([&a] { return a.take(); });
   a.alloc(1000);  // sharded state, held throughout
   t.discard();
-  a.alloc(500);   // forward: activations
+  a.alloc(500);  // forward: activations
   EXPECT_EQ(t.close_phase().allocated, 1500);
-  a.alloc(300);   // backward: gradients while activations are freed
+  a.alloc(300);  // backward: gradients while activations are freed
   a.free(500);
   EXPECT_EQ(t.close_phase().allocated, 1800);
-  a.free(300);    // optimizer: only the state
-  EXPECT_EQ(t.close_phase().allocated, 1300);  // the gradients, held at the reset; less than the step's peak
+  a.free(300);  // optimizer: only the state
+  EXPECT_EQ(t.close_phase().allocated,
+            1300);  // the gradients, held at the reset; less than the step's peak
   const fsdp::MemoryPeaks step = t.end_step();
   EXPECT_EQ(step.allocated, 1800);
   EXPECT_EQ(step.reserved, 1900);

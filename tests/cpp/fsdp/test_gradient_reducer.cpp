@@ -45,8 +45,11 @@ struct DeferredDevice {
 
 class DeferredWork : public comm::Work {
  public:
-  DeferredWork(DeferredDevice& dev, std::shared_ptr<DeferredDevice::Op> op) : dev_(dev), op_(std::move(op)) {}
-  void wait() override { dev_.complete(op_); }  // the caller's stream follows it: on the host, it has run
+  DeferredWork(DeferredDevice& dev, std::shared_ptr<DeferredDevice::Op> op)
+      : dev_(dev), op_(std::move(op)) {}
+  void wait() override {
+    dev_.complete(op_);
+  }  // the caller's stream follows it: on the host, it has run
   bool test() override { return op_->done; }
   void chain() override { dev_.chaining->push_back(op_); }  // another lane follows it: nothing runs
 
@@ -55,7 +58,8 @@ class DeferredWork : public comm::Work {
   std::shared_ptr<DeferredDevice::Op> op_;
 };
 
-// Rank 0 of `n` ranks that all hold the same data: a reduce-scatter gives n x its chunk, an all-reduce n x.
+// Rank 0 of `n` ranks that all hold the same data: a reduce-scatter gives n x its chunk, an
+// all-reduce n x.
 class DeferredGroup : public comm::Communicator {
  public:
   DeferredGroup(DeferredDevice& dev, int n) : Communicator("deferred"), dev_(dev), n_(n) {}
@@ -68,7 +72,8 @@ class DeferredGroup : public comm::Communicator {
 
   comm::WorkPtr reduce_scatter_async(const at::Tensor& in, const at::Tensor& out) override {
     const double n = n_;
-    return issue(comm::Op::kReduceScatter, in.nbytes(), [in, out, n] { out.copy_(in.narrow(0, 0, out.numel()) * n); }, {});
+    return issue(comm::Op::kReduceScatter, in.nbytes(),
+                 [in, out, n] { out.copy_(in.narrow(0, 0, out.numel()) * n); }, {});
   }
   comm::WorkPtr all_reduce_async(const at::Tensor& t) override {
     const double n = n_;
@@ -80,7 +85,8 @@ class DeferredGroup : public comm::Communicator {
     prior.chain();  // as NCCL's lane: its stream waits for prior
     dev_.chaining = nullptr;
     const double n = n_;
-    return issue(comm::Op::kAllReduce, t.nbytes(), [t, n] { t.mul_(n); }, std::move(after));
+    return issue(
+        comm::Op::kAllReduce, t.nbytes(), [t, n] { t.mul_(n); }, std::move(after));
   }
 
  private:
@@ -91,7 +97,8 @@ class DeferredGroup : public comm::Communicator {
     o->after = std::move(after);
     dev_.queued.push_back(o);
     auto probe = [o] { return o->done; };
-    return tracked(op, bytes, std::make_unique<DeferredWork>(dev_, o), probe);  // the real TrackedWork around it
+    return tracked(op, bytes, std::make_unique<DeferredWork>(dev_, o),
+                   probe);  // the real TrackedWork around it
   }
   DeferredDevice& dev_;
   int n_;
@@ -107,9 +114,11 @@ comm::ProcessGroups deferred_groups(DeferredDevice& dev, int shard, int replicat
   return g;
 }
 
-// Unit u's gradient: bf16, distinct per unit, all units the same size (so a send buffer fits the next).
+// Unit u's gradient: bf16, distinct per unit, all units the same size (so a send buffer fits the
+// next).
 at::Tensor unit_grad(int64_t u, int64_t padded) {
-  return (at::arange(padded, at::kFloat) * 0.25 + static_cast<double>(100 * (u + 1))).to(at::kBFloat16);
+  return (at::arange(padded, at::kFloat) * 0.25 + static_cast<double>(100 * (u + 1)))
+      .to(at::kBFloat16);
 }
 
 }  // namespace
@@ -124,10 +133,14 @@ TEST(GradientReducer, HybridSendBufferIsNotReusedBeforeItsReduceScatterRan) {
     auto groups = deferred_groups(dev, shard, 2);
     const int64_t padded = shard_numel * shard;
     std::vector<at::Tensor> grads(units);
-    fsdp::GradientReducer reducer(groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
-    reducer.set_budget(int64_t{1} << 30);  // many in flight: the race needs a reuse while one is queued
-    for (int64_t u = 0; u < units; ++u) reducer.reduce(u, unit_grad(u, padded), shard_numel, /*owned=*/true);
-    EXPECT_EQ(dev.pending(), shard > 1 ? 2 * units : units) << "shard " << shard << ": nothing should have run yet";
+    fsdp::GradientReducer reducer(
+        groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
+    reducer.set_budget(
+        int64_t{1} << 30);  // many in flight: the race needs a reuse while one is queued
+    for (int64_t u = 0; u < units; ++u)
+      reducer.reduce(u, unit_grad(u, padded), shard_numel, /*owned=*/true);
+    EXPECT_EQ(dev.pending(), shard > 1 ? 2 * units : units)
+        << "shard " << shard << ": nothing should have run yet";
     dev.complete_all();
     reducer.finish();
     for (int64_t u = 0; u < units; ++u) {
@@ -149,14 +162,16 @@ TEST(GradientReducer, HybridAllReducesCountAgainstTheBudget) {
     auto groups = deferred_groups(dev, shard, 2);
     const int64_t padded = shard_numel * shard;
     std::vector<at::Tensor> grads(units);
-    fsdp::GradientReducer reducer(groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
+    fsdp::GradientReducer reducer(
+        groups, at::kFloat, [&grads](int64_t u) -> at::Tensor& { return grads[u]; }, [] {});
     const int64_t budget = fsdp::scatter_bytes(padded, shard_numel, shard, 4);
     reducer.set_budget(budget);
     for (int64_t u = 0; u < units; ++u) {
       reducer.reduce(u, unit_grad(u, padded), shard_numel, /*owned=*/true);
       EXPECT_LE(reducer.bytes_in_flight(), budget) << "shard " << shard << " unit " << u;
       if (u > 0) {
-        EXPECT_TRUE(grads[u - 1].defined()) << "shard " << shard << ": unit " << u - 1 << " not completed for unit " << u;
+        EXPECT_TRUE(grads[u - 1].defined())
+            << "shard " << shard << ": unit " << u - 1 << " not completed for unit " << u;
       }
     }
     reducer.finish();

@@ -9,10 +9,10 @@
 
 #include <cstring>
 
+#include "mpi_gtest_main.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/mpi_env.h"
-#include "mpi_gtest_main.h"
 
 using namespace shardtrain;
 using fsdp::Sharding;
@@ -39,9 +39,13 @@ model::LoraConfig peft_lora() {  // as lora_reference.py's LoraConfig
 }
 
 // Hybrid (2 x 2) when the test runs on simulated nodes, else full_shard.
-Sharding strategy() { return g_env->topology().local_size < g_env->size() ? Sharding::kHybridShard : Sharding::kFullShard; }
+Sharding strategy() {
+  return g_env->topology().local_size < g_env->size() ? Sharding::kHybridShard
+                                                      : Sharding::kFullShard;
+}
 
-fsdp::FsdpConfig config(fsdp::Recompute ac = fsdp::Recompute::kNone, at::ScalarType dtype = at::kFloat) {
+fsdp::FsdpConfig config(fsdp::Recompute ac = fsdp::Recompute::kNone,
+                        at::ScalarType dtype = at::kFloat) {
   fsdp::FsdpConfig f;
   f.sharding = strategy();
   f.activation_checkpointing.mode = ac;
@@ -72,7 +76,9 @@ void expect_padded_adapters(fsdp::FsdpEngine& eng, const comm::ProcessGroups& gr
   const int size = groups.shard->size();
   if (size % 3 != 0) return;
   for (auto& a : eng.schedule().adapters())
-    if (a.layout().numel > 0) EXPECT_NE(a.layout().numel % size, 0) << "adapters of " << a.layout().numel << " elements divide evenly";
+    if (a.layout().numel > 0)
+      EXPECT_NE(a.layout().numel % size, 0)
+          << "adapters of " << a.layout().numel << " elements divide evenly";
   EXPECT_GT(eng.memory().report().padding_elements, 0) << where();
 }
 
@@ -82,7 +88,8 @@ double worst_grad_gap(fsdp::FsdpEngine& eng, const Fixture& f) {
   double worst = 0;
   for (size_t i = 0; i < eng.pieces().size(); ++i) {
     const auto& p = eng.pieces()[i];
-    const auto want = f.ref.read("grad." + model::peft_key(p.name)).flatten().narrow(0, p.param_offset, p.numel);
+    const auto want =
+        f.ref.read("grad." + model::peft_key(p.name)).flatten().narrow(0, p.param_offset, p.numel);
     EXPECT_TRUE(grads[i].defined()) << p.name;
     worst = std::max(worst, (grads[i] - want).abs().max().item<double>());
   }
@@ -106,7 +113,8 @@ TEST(LoraMpi, LogitsEqualPeft) {
 TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
-  for (fsdp::Recompute ac : {fsdp::Recompute::kNone, fsdp::Recompute::kSelective, fsdp::Recompute::kFull})
+  for (fsdp::Recompute ac :
+       {fsdp::Recompute::kNone, fsdp::Recompute::kSelective, fsdp::Recompute::kFull})
     for (int64_t accum : {1, 2, -2}) {  // -2: two micro-steps reduced once (no_sync_accumulation)
       auto c = config(ac);
       c.no_sync_accumulation = accum < 0;
@@ -115,13 +123,16 @@ TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
       expect_padded_adapters(eng, groups);
       const auto r = eng.forward_backward(my_rows(f.batch, accum));
       EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
-      EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << fsdp::recompute_name(ac) << " accum=" << accum;
+      EXPECT_LE(worst_grad_gap(eng, f), 1e-5)
+          << where() << " ac=" << fsdp::recompute_name(ac) << " accum=" << accum;
       // The trainable pieces are the adapters only, 28 tensors sharded over the shard group.
-      for (const auto& p : eng.pieces()) EXPECT_NE(p.name.find(".lora_"), std::string::npos) << p.name;
+      for (const auto& p : eng.pieces())
+        EXPECT_NE(p.name.find(".lora_"), std::string::npos) << p.name;
       for (auto& u : eng.schedule().units()) {
         EXPECT_TRUE(u.frozen());
         EXPECT_FALSE(u.grad().defined()) << "the frozen base has no gradient shard";
-        EXPECT_EQ(u.master().scalar_type(), at::kFloat) << "fp32 compute: the base is kept in fp32 here";
+        EXPECT_EQ(u.master().scalar_type(), at::kFloat)
+            << "fp32 compute: the base is kept in fp32 here";
       }
     }
 }
@@ -162,26 +173,36 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
   for (const auto& [name, t] : eng.full_adapters()) {
     const auto want = f.ref.read("final." + model::peft_key(name));
     worst = std::max(worst, (t - want).abs().max().item<double>());
-    EXPECT_GT((t - f.adapters.read(model::peft_key(name))).abs().max().item<double>(), 1e-4) << name << " moved";
+    EXPECT_GT((t - f.adapters.read(model::peft_key(name))).abs().max().item<double>(), 1e-4)
+        << name << " moved";
   }
   EXPECT_LE(worst, 1e-4) << where();
-  if (g_env->rank() == 0) std::printf("  %s: adapters after 3 AdamW steps within %.1e of PEFT\n", where().c_str(), worst);
+  if (g_env->rank() == 0)
+    std::printf("  %s: adapters after 3 AdamW steps within %.1e of PEFT\n", where().c_str(), worst);
   EXPECT_EQ(eng.full_adapters().size(), 28u);
   // The base is frozen: byte-identical to the file it was read from.
-  for (const auto& [name, t] : eng.full_parameters()) EXPECT_TRUE(t.equal(f.base.read(name))) << name;
+  for (const auto& [name, t] : eng.full_parameters())
+    EXPECT_TRUE(t.equal(f.base.read(name))) << name;
 }
 
-// bf16 compute keeps the base in bf16 (no fp32 copy) and still learns what fp32 learns, to bf16's precision.
+// bf16 compute keeps the base in bf16 (no fp32 copy) and still learns what fp32 learns, to bf16's
+// precision.
 TEST(LoraMpi, Bf16KeepsTheBaseInBf16) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
-  fsdp::FsdpEngine eng(f.cfg, config(fsdp::Recompute::kFull, at::kBFloat16), groups, 1, &f.base, at::kCPU, &f.adapters);
+  fsdp::FsdpEngine eng(f.cfg, config(fsdp::Recompute::kFull, at::kBFloat16), groups, 1, &f.base,
+                       at::kCPU, &f.adapters);
   for (auto& u : eng.schedule().units()) EXPECT_EQ(u.master().scalar_type(), at::kBFloat16);
   const auto m = eng.memory().report();
   int64_t base_elems = 0;
   for (auto& u : eng.schedule().units()) base_elems += u.layout().shard_numel;
   EXPECT_EQ(m.base_bytes, 2 * base_elems);
-  EXPECT_EQ(m.param_bytes, 4 * [&] { int64_t n = 0; for (auto& a : eng.schedule().adapters()) n += a.layout().shard_numel; return n; }());
+  EXPECT_EQ(
+      m.param_bytes, 4 * [&] {
+        int64_t n = 0;
+        for (auto& a : eng.schedule().adapters()) n += a.layout().shard_numel;
+        return n;
+      }());
   const auto r = eng.forward_backward(my_rows(f.batch, 2));
   EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 2e-2) << where();
 }
@@ -194,8 +215,8 @@ TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
   using fsdp::Recompute;
   std::vector<std::vector<at::Tensor>> grads;
-  for (auto [ac, p] : {std::pair{Recompute::kNone, 0.3}, std::pair{Recompute::kFull, 0.3}, std::pair{Recompute::kSelective, 0.3},
-                       std::pair{Recompute::kNone, 0.0}}) {
+  for (auto [ac, p] : {std::pair{Recompute::kNone, 0.3}, std::pair{Recompute::kFull, 0.3},
+                       std::pair{Recompute::kSelective, 0.3}, std::pair{Recompute::kNone, 0.0}}) {
     auto c = config(ac);
     c.lora.dropout = p;
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);

@@ -124,38 +124,48 @@ TEST(Safetensors, HeaderLengthBeyondFile) {
 }
 
 TEST(Safetensors, OffsetsOutOfRange) {
-  expect_error(craft("off.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,1000]}})", 16),
-               "out of range");
-  expect_error(craft("off2.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", 16),
-               "out of range");
+  expect_error(
+      craft("off.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,1000]}})", 16),
+      "out of range");
+  expect_error(
+      craft("off2.safetensors", R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[16,0]}})", 16),
+      "out of range");
 }
 
 TEST(Safetensors, UnknownDtype) {
-  expect_error(craft("dt.safetensors", R"({"w":{"dtype":"Q7","shape":[4],"data_offsets":[0,16]}})", 16),
-               "unknown dtype 'Q7'");
+  expect_error(
+      craft("dt.safetensors", R"({"w":{"dtype":"Q7","shape":[4],"data_offsets":[0,16]}})", 16),
+      "unknown dtype 'Q7'");
 }
 
 TEST(Safetensors, ShapeSizeMismatch) {
-  expect_error(craft("shape.safetensors", R"({"w":{"dtype":"F32","shape":[3,3],"data_offsets":[0,16]}})", 16),
+  expect_error(craft("shape.safetensors",
+                     R"({"w":{"dtype":"F32","shape":[3,3],"data_offsets":[0,16]}})", 16),
                "need 36 bytes but data_offsets span 16");
-  expect_error(craft("huge.safetensors",
-                     R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", 16),
-               "absurdly large");
+  expect_error(
+      craft("huge.safetensors",
+            R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", 16),
+      "absurdly large");
 }
 
 TEST(Safetensors, OtherDefects) {
   expect_error(craft("json.safetensors", R"({"w":{"dtype":)", 0), "not valid JSON");
-  expect_error(craft("overlap.safetensors",
-                     R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
-                     16),
-               "overlap");
-  expect_error(craft("neg.safetensors", R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", 16),
-               "negative");
+  expect_error(
+      craft(
+          "overlap.safetensors",
+          R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+          16),
+      "overlap");
+  expect_error(
+      craft("neg.safetensors", R"({"w":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", 16),
+      "negative");
 }
 
 TEST(Safetensors, IndexWeightMapIsCheckedWithoutTouchingFiles) {
-  const auto m = io::parse_safetensors_index(R"({"metadata":{},"weight_map":{"b":"s2.safetensors","a":"s1.safetensors"}})", "i.json");
-  EXPECT_EQ(m, (std::map<std::string, std::string>{{"a", "s1.safetensors"}, {"b", "s2.safetensors"}}));
+  const auto m = io::parse_safetensors_index(
+      R"({"metadata":{},"weight_map":{"b":"s2.safetensors","a":"s1.safetensors"}})", "i.json");
+  EXPECT_EQ(m,
+            (std::map<std::string, std::string>{{"a", "s1.safetensors"}, {"b", "s2.safetensors"}}));
   auto bad = [](const std::string& text, const std::string& want) {
     try {
       io::parse_safetensors_index(text, "i.json");
@@ -167,7 +177,8 @@ TEST(Safetensors, IndexWeightMapIsCheckedWithoutTouchingFiles) {
   };
   bad("[1]", "index has no \"weight_map\"");
   bad(R"({"weight_map":{"a":7}})", "weight_map['a'] is not a file name");
-  bad(R"({"weight_map":{"a":"../../etc/x.safetensors"}})", "is not a file name in the index's directory");
+  bad(R"({"weight_map":{"a":"../../etc/x.safetensors"}})",
+      "is not a file name in the index's directory");
   bad(R"({"weight_map":{"a":""}})", "is not a file name in the index's directory");
   bad(R"({"weight_map":)", "invalid index JSON");
 }

@@ -37,8 +37,9 @@ struct RopeOut {
 };
 
 // fused: fused_rotary (positions undefined) or fused_rotary_at; else the composite apply_rotary.
-inline RopeOut run_rope(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& cos, const at::Tensor& sin,
-                        const at::Tensor& dyq, const at::Tensor& dyk, bool fused, const at::Tensor& positions = {}) {
+inline RopeOut run_rope(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& cos,
+                        const at::Tensor& sin, const at::Tensor& dyq, const at::Tensor& dyk,
+                        bool fused, const at::Tensor& positions = {}) {
   at::Tensor q = q0.detach().clone().requires_grad_();  // clone keeps the transposed strides
   at::Tensor k = k0.detach().clone().requires_grad_();
   at::Tensor qr;
@@ -57,7 +58,8 @@ inline RopeOut run_rope(const at::Tensor& q0, const at::Tensor& k0, const at::Te
 
 // Mismatched elements of the four results (values of q, k; gradients of q, k).
 inline int64_t rope_mismatches(const RopeOut& a, const RopeOut& b) {
-  return mismatches(a.q, b.q) + mismatches(a.k, b.k) + mismatches(a.dq, b.dq) + mismatches(a.dk, b.dk);
+  return mismatches(a.q, b.q) + mismatches(a.k, b.k) + mismatches(a.dq, b.dq) +
+         mismatches(a.dk, b.dk);
 }
 
 }  // namespace fused_compare

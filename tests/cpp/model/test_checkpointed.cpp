@@ -22,9 +22,12 @@ struct LayerRun {
 };
 
 // Layer 0 of `params` on x in `dtype`, and the gradients of a fixed weighting of its output.
-LayerRun run_layer(const model::ModelConfig& m, const model::ParamStore& params, const at::Tensor& x0,
-                   const model::TokenLayout& layout, at::ScalarType dtype, bool selective) {
-  const model::WeightLookup lookup = [&params, dtype](const std::string& name) { return params.get(name).to(dtype); };
+LayerRun run_layer(const model::ModelConfig& m, const model::ParamStore& params,
+                   const at::Tensor& x0, const model::TokenLayout& layout, at::ScalarType dtype,
+                   bool selective) {
+  const model::WeightLookup lookup = [&params, dtype](const std::string& name) {
+    return params.get(name).to(dtype);
+  };
   const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
   const at::Tensor x = x0.to(dtype).detach().requires_grad_(true);
   const at::Tensor y = model::decoder_layer(m, w, x, layout, model::LayerPath{selective, false});
@@ -38,7 +41,8 @@ LayerRun run_layer(const model::ModelConfig& m, const model::ParamStore& params,
 
 // ||a - b|| / ||b||.
 double relative(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).norm().item<double>() / b.to(at::kFloat).norm().item<double>();
+  return (a.to(at::kFloat) - b.to(at::kFloat)).norm().item<double>() /
+         b.to(at::kFloat).norm().item<double>();
 }
 
 int64_t held() { return runtime::host_tensor_bytes(); }
@@ -59,24 +63,30 @@ TEST(SelectiveCheckpointing, LayerEqualsThePlainLayer) {
     }
     at::manual_seed(7);
     model::ParamStore params = model::ParamStore::initialize(m, 2);
-    for (size_t i = 0; i < params.specs().size(); ++i)  // non-zero biases and norms, which the init leaves at 0 and 1
-      if (params.specs()[i].is_bias || params.specs()[i].is_norm) params.tensors()[i].detach().uniform_(0.5, 1.5);
+    for (size_t i = 0; i < params.specs().size();
+         ++i)  // non-zero biases and norms, which the init leaves at 0 and 1
+      if (params.specs()[i].is_bias || params.specs()[i].is_norm)
+        params.tensors()[i].detach().uniform_(0.5, 1.5);
     const at::Tensor x = at::randn({B, T, m.hidden_size});
     const model::Rotary rope(m, T);
-    const at::Tensor positions = at::cat({at::arange(9), at::arange(T - 9)}).to(at::kLong).repeat({B, 1});
+    const at::Tensor positions =
+        at::cat({at::arange(9), at::arange(T - 9)}).to(at::kLong).repeat({B, 1});
     for (const bool packed : {false, true})
       for (const auto dtype : {at::kFloat, at::kBFloat16}) {
-        const model::TokenLayout layout = model::token_layout(rope, packed ? positions : at::Tensor(), T, at::kCPU, dtype);
+        const model::TokenLayout layout =
+            model::token_layout(rope, packed ? positions : at::Tensor(), T, at::kCPU, dtype);
         const LayerRun plain = run_layer(m, params, x, layout, dtype, false);
         const LayerRun selective = run_layer(m, params, x, layout, dtype, true);
-        const std::string where = variant + (packed ? " packed " : " padded ") + c10::toString(dtype);
+        const std::string where =
+            variant + (packed ? " packed " : " padded ") + c10::toString(dtype);
         EXPECT_TRUE(at::equal(selective.out, plain.out)) << where;
         ASSERT_EQ(selective.grads.size(), plain.grads.size());
         ASSERT_GT(plain.grads.size(), 8u) << "the input and the layer's parameters";
         std::vector<at::Tensor> all_selective, all_plain;
         double worst = 0;
         for (size_t i = 0; i < plain.grads.size(); ++i) {
-          ASSERT_TRUE(selective.grads[i].defined() && plain.grads[i].defined()) << where << " gradient " << i;
+          ASSERT_TRUE(selective.grads[i].defined() && plain.grads[i].defined())
+              << where << " gradient " << i;
           worst = std::max(worst, relative(selective.grads[i], plain.grads[i]));
           all_selective.push_back(selective.grads[i].flatten().to(at::kFloat));
           all_plain.push_back(plain.grads[i].flatten().to(at::kFloat));
@@ -85,31 +95,39 @@ TEST(SelectiveCheckpointing, LayerEqualsThePlainLayer) {
         // bf16 rounds each gradient to 8 bits, which hides the order; fp32 shows it.
         EXPECT_LE(overall, dtype == at::kFloat ? 1e-6 : 1e-2) << where;
         EXPECT_LE(worst, dtype == at::kFloat ? 1e-5 : 1e-2) << where;
-        std::cout << where << ": output identical; gradients " << overall << " apart (relative norm), the worst tensor " << worst << "\n";
+        std::cout << where << ": output identical; gradients " << overall
+                  << " apart (relative norm), the worst tensor " << worst << "\n";
       }
   }
 }
 
-// What a selective layer keeps after its forward, measured, against ActivationBytes::layer_selective,
-// beside the plain layer's against ActivationBytes::layer; and what its backward holds beyond the
-// plain layer's backward (the recomputed regions' tensors) against selective_recompute.
+// What a selective layer keeps after its forward, measured, against
+// ActivationBytes::layer_selective, beside the plain layer's against ActivationBytes::layer; and
+// what its backward holds beyond the plain layer's backward (the recomputed regions' tensors)
+// against selective_recompute.
 TEST(MemoryModel, SelectiveLayerBytesMatchTheCountingAllocator) {
   runtime::track_host_tensor_memory();
   const model::ModelConfig m = model::model_preset("tiny");
   const int64_t B = 2, T = 128;
   at::manual_seed(0);
   const model::ParamStore params = model::ParamStore::initialize(m, 1);
-  const at::Tensor positions = at::cat({at::arange(50), at::arange(78)}).to(at::kLong).repeat({B, 1});
+  const at::Tensor positions =
+      at::cat({at::arange(50), at::arange(78)}).to(at::kLong).repeat({B, 1});
   for (const auto dtype : {at::kFloat, at::kBFloat16})
     for (const bool packed : {false, true}) {
       model::Rotary rope(m, T);
-      rope.to(at::kCPU, dtype);  // as the engine casts it once: no copy of cos and sin in each layer
-      const model::WeightLookup lookup = [&params, dtype](const std::string& name) { return params.get(name).to(dtype); };
+      rope.to(at::kCPU,
+              dtype);  // as the engine casts it once: no copy of cos and sin in each layer
+      const model::WeightLookup lookup = [&params, dtype](const std::string& name) {
+        return params.get(name).to(dtype);
+      };
       const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
       const model::PackedRows rows{T, /*varlen=*/false};
       const int elt = dtype == at::kFloat ? 4 : 2;
-      const model::ActivationBytes a = model::activation_bytes_per_token(m, elt, nullptr, packed ? &rows : nullptr);
-      const model::TokenLayout layout = model::token_layout(rope, packed ? positions : at::Tensor(), T, at::kCPU, dtype);
+      const model::ActivationBytes a =
+          model::activation_bytes_per_token(m, elt, nullptr, packed ? &rows : nullptr);
+      const model::TokenLayout layout =
+          model::token_layout(rope, packed ? positions : at::Tensor(), T, at::kCPU, dtype);
       const at::Tensor x = at::randn({B, T, m.hidden_size}).to(dtype).set_requires_grad(true);
       const at::Tensor grad_out = at::randn({B, T, m.hidden_size}).to(dtype);
       int64_t kept[2] = {0, 0}, working[2] = {0, 0};
@@ -128,14 +146,22 @@ TEST(MemoryModel, SelectiveLayerBytesMatchTheCountingAllocator) {
       const int64_t tokens = B * T;
       const std::string where = std::string(packed ? "packed " : "padded ") + c10::toString(dtype);
       const double recompute = static_cast<double>(working[1] - working[0]) / tokens;
-      std::cout << where << " layer: plain keeps " << kept[0] / tokens << " bytes per token (model " << a.layer << "), selective "
-                << kept[1] / tokens << " (model " << a.layer_selective << "); its backward holds " << recompute
-                << " more than the plain layer's (model " << a.selective_recompute << ")\n";
+      std::cout << where << " layer: plain keeps " << kept[0] / tokens << " bytes per token (model "
+                << a.layer << "), selective " << kept[1] / tokens << " (model " << a.layer_selective
+                << "); its backward holds " << recompute << " more than the plain layer's (model "
+                << a.selective_recompute << ")\n";
       // The plain layer's bf16 figure also counts the residual, which only fp32's norm keeps (as
       // its fp32 input): under bf16 the model is e·h per token high there, and is not judged here.
-      if (dtype == at::kFloat) EXPECT_NEAR(static_cast<double>(kept[0]) / tokens, static_cast<double>(a.layer), 0.02 * a.layer) << where;
-      EXPECT_NEAR(static_cast<double>(kept[1]) / tokens, static_cast<double>(a.layer_selective), 0.02 * a.layer_selective) << where;
-      EXPECT_NEAR(recompute, static_cast<double>(a.selective_recompute), 0.1 * a.selective_recompute) << where;
+      if (dtype == at::kFloat)
+        EXPECT_NEAR(static_cast<double>(kept[0]) / tokens, static_cast<double>(a.layer),
+                    0.02 * a.layer)
+            << where;
+      EXPECT_NEAR(static_cast<double>(kept[1]) / tokens, static_cast<double>(a.layer_selective),
+                  0.02 * a.layer_selective)
+          << where;
+      EXPECT_NEAR(recompute, static_cast<double>(a.selective_recompute),
+                  0.1 * a.selective_recompute)
+          << where;
       EXPECT_LT(kept[1], kept[0]) << where;
     }
 }

@@ -6,13 +6,13 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/hw/accelerators.h"
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/config_fields.h"
+#include "shardtrain/model/flops.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
-#include "shardtrain/hw/accelerators.h"
-#include "shardtrain/model/flops.h"
 
 using namespace shardtrain;
 
@@ -25,8 +25,8 @@ TEST(Config, PublishedLlama2ParameterCounts) {
 }
 
 TEST(Config, PublishedParameterCountsOfLlama3MistralQwen2) {
-  // Counts of meta-llama/Llama-3.1-{8B,70B,405B}, Llama-3.2-{1B,3B} (tied), mistralai/Mistral-7B-v0.3
-  // and Qwen/Qwen2.5-7B (q/k/v biases), as their model cards give them.
+  // Counts of meta-llama/Llama-3.1-{8B,70B,405B}, Llama-3.2-{1B,3B} (tied),
+  // mistralai/Mistral-7B-v0.3 and Qwen/Qwen2.5-7B (q/k/v biases), as their model cards give them.
   EXPECT_EQ(model::model_preset("llama3.1-8b").num_params(), 8030261248);
   EXPECT_EQ(model::model_preset("llama3.1-70b").num_params(), 70553706496);
   EXPECT_EQ(model::model_preset("llama3.1-405b").num_params(), 405853388800);
@@ -39,7 +39,8 @@ TEST(Config, PublishedParameterCountsOfLlama3MistralQwen2) {
   EXPECT_EQ(tied.num_matmul_params(), tied.num_params());
 }
 
-// Biases follow their weights, a tied lm_head is not a second parameter, and the specs sum to the count.
+// Biases follow their weights, a tied lm_head is not a second parameter, and the specs sum to the
+// count.
 TEST(Config, ParamSpecsOfBiasesAndTiedEmbeddings) {
   for (const char* name : {"qwen2.5-7b", "llama3.2-1b"}) {
     model::ModelConfig cfg = model::model_preset(name);
@@ -60,7 +61,8 @@ TEST(Config, ParamSpecsOfBiasesAndTiedEmbeddings) {
     EXPECT_EQ(specs[2].shape, (std::vector<int64_t>{cfg.num_heads * cfg.head_dim()}));
     const bool has_head = specs.back().name == "lm_head.weight";
     EXPECT_EQ(has_head, !cfg.tie_word_embeddings) << name;
-    EXPECT_STREQ(model::names::lm_head(cfg), cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    EXPECT_STREQ(model::names::lm_head(cfg),
+                 cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   }
 }
 
@@ -69,7 +71,8 @@ TEST(Config, ParamSpecsUseHuggingFaceNamesAndSumToCount) {
   auto specs = model::llama_param_specs(cfg);
   EXPECT_EQ(specs.front().name, "model.embed_tokens.weight");
   EXPECT_EQ(specs[1].name, "model.layers.0.self_attn.q_proj.weight");
-  EXPECT_EQ(specs[2].shape, (std::vector<int64_t>{cfg.num_kv_heads * cfg.head_dim(), cfg.hidden_size}));
+  EXPECT_EQ(specs[2].shape,
+            (std::vector<int64_t>{cfg.num_kv_heads * cfg.head_dim(), cfg.hidden_size}));
   EXPECT_EQ(specs.back().name, "lm_head.weight");
   EXPECT_EQ(specs.back().unit, cfg.num_layers + 1);
   int64_t n = 0;
@@ -108,20 +111,24 @@ TEST(Config, ReadsHuggingFaceJsonBothRopeLayouts) {
   j["rope_parameters"]["rope_type"] = "dynamic";
   EXPECT_THROW(model::model_from_hf_json(j, "x"), runtime::UsageError);
   // Llama-3.1's block in either layout; the same config in transformers 4's rope_scaling.
-  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+  j["rope_parameters"] = {{"rope_theta", 500000.0},  {"rope_type", "llama3"},
+                          {"factor", 8.0},           {"low_freq_factor", 1.0},
                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   const auto l3 = model::model_from_hf_json(j, "x");
   EXPECT_EQ(l3.rope_scaling.type, "llama3");
   EXPECT_EQ(l3.rope_scaling.original_max_position_embeddings, 8192);
-  EXPECT_EQ(model::model_from_hf_json(model::model_to_hf_json(l3), "x").rope_scaling.factor, 8.0);  // exports keep it
+  EXPECT_EQ(model::model_from_hf_json(model::model_to_hf_json(l3), "x").rope_scaling.factor,
+            8.0);  // exports keep it
   j["rope_parameters"]["yarn_beta"] = 1;
-  EXPECT_THROW(model::model_from_hf_json(j, "x"), runtime::UsageError);  // a key llama3 does not have
+  EXPECT_THROW(model::model_from_hf_json(j, "x"),
+               runtime::UsageError);  // a key llama3 does not have
   j = model::model_to_hf_json(model::model_preset("small"));
   j.erase("hidden_size");
   EXPECT_THROW(model::model_from_hf_json(j, "x"), runtime::UsageError);
 }
 
-// transformers writes "torch_dtype", and from 4.56 "dtype"; either names what the weights are stored in.
+// transformers writes "torch_dtype", and from 4.56 "dtype"; either names what the weights are
+// stored in.
 TEST(Config, ReadsTorchDtypeUnderEitherKey) {
   nlohmann::json j = model::model_to_hf_json(model::model_preset("small"));
   EXPECT_EQ(model::model_from_hf_json(j, "x").torch_dtype, "float32");
@@ -135,7 +142,8 @@ TEST(Config, ReadsTorchDtypeUnderEitherKey) {
 
 TEST(Config, DeterministicInitPerParameter) {
   auto specs = model::llama_param_specs(model::model_preset("tiny"));
-  auto a = model::init_param(specs[1], 7, 0.02), b = model::init_param(specs[1], 7, 0.02), c = model::init_param(specs[1], 8, 0.02);
+  auto a = model::init_param(specs[1], 7, 0.02), b = model::init_param(specs[1], 7, 0.02),
+       c = model::init_param(specs[1], 8, 0.02);
   EXPECT_TRUE(a.equal(b));
   EXPECT_FALSE(a.equal(c));
   EXPECT_FALSE(model::init_param(specs[2], 7, 0.02).narrow(0, 0, 1).equal(a.narrow(0, 0, 1)));
@@ -155,11 +163,13 @@ TEST(Flops, TorchtitanFormula) {
   EXPECT_EQ(hw::resolve_peak_tflops(2.5, "NVIDIA A100-SXM4-80GB"), 2.5);
 }
 
-
 TEST(Config, MalformedConfigJsonIsAUsageErrorNamingTheFile) {
-  const std::string ok = R"({"vocab_size":512,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4)";
+  const std::string ok =
+      R"({"vocab_size":512,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4)";
   EXPECT_EQ(model::model_from_hf_text(ok + "}", "c.json").vocab_size, 512);
-  EXPECT_EQ(model::model_from_hf_text(ok + R"(,"max_position_embeddings":2048.0})", "c.json").max_position_embeddings, 2048);
+  EXPECT_EQ(model::model_from_hf_text(ok + R"(,"max_position_embeddings":2048.0})", "c.json")
+                .max_position_embeddings,
+            2048);
   auto bad = [](const std::string& text, const std::string& want) {
     try {
       model::model_from_hf_text(text, "c.json").validate();
@@ -168,10 +178,12 @@ TEST(Config, MalformedConfigJsonIsAUsageErrorNamingTheFile) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   };
-  bad("[1, 2]", "c.json: config.json is a JSON array, not an object");  // nlohmann's type_error before
+  bad("[1, 2]",
+      "c.json: config.json is a JSON array, not an object");  // nlohmann's type_error before
   bad(ok + R"(,"tie_word_embeddings":"no"})", "\"tie_word_embeddings\" must be true or false");
   bad(ok + R"(,"rope_parameters":{"rope_type":3}})", "rope_type must be a string");
-  bad(ok + R"(,"max_position_embeddings":1e300})", "must be an integer");  // UB as an int64 cast before
+  bad(ok + R"(,"max_position_embeddings":1e300})",
+      "must be an integer");  // UB as an int64 cast before
   bad(ok + R"(,"max_position_embeddings":"4096"})", "has the wrong type");
   bad(R"({"vocab_size":512,"hidden_size":1099511627776,"intermediate_size":176,"num_hidden_layers":4096,"num_attention_heads":4})",
       "over the 2^50 this build supports");  // num_params() overflowed int64 before
@@ -181,37 +193,43 @@ TEST(Config, MalformedConfigJsonIsAUsageErrorNamingTheFile) {
 // Every config.json field that changes the math is honoured or refused naming the field and its
 // value; harmless fields pass quietly; a field nobody listed is returned for a warning.
 TEST(Config, FieldsShardtrainDoesNotImplementAreRefusedByNameAndValue) {
-  const std::string ok = R"({"vocab_size":512,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4)";
+  const std::string ok =
+      R"({"vocab_size":512,"hidden_size":64,"intermediate_size":176,"num_hidden_layers":2,"num_attention_heads":4)";
   auto refused = [&](const std::string& field, const std::string& value, const std::string& want) {
     try {
       model::model_from_hf_text(ok + ",\"" + field + "\":" + value + "}", "c.json").validate();
       ADD_FAILURE() << "accepted " << field << " = " << value;
     } catch (const runtime::UsageError& e) {
-      const std::string line = want.empty() ? "c.json: " + field + ".rope_type is yarn" : "c.json: " + field + " is " + want;
+      const std::string line = want.empty() ? "c.json: " + field + ".rope_type is yarn"
+                                            : "c.json: " + field + " is " + want;
       EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
     }
   };
   refused("hidden_act", R"("gelu_new")", "gelu_new");
   refused("hidden_act", R"("tanh")", "tanh");
   refused("attention_dropout", "0.1", "0.1");
-  refused("rope_scaling", R"({"rope_type":"yarn","factor":2.0})", "");  // ... rope_scaling.rope_type is yarn
+  refused("rope_scaling", R"({"rope_type":"yarn","factor":2.0})",
+          "");  // ... rope_scaling.rope_type is yarn
   refused("model_type", R"("gemma")", "gemma");
   try {
-    model::model_from_hf_text(ok + R"(,"quantization_config":{"quant_method":"bitsandbytes"}})", "c.json");
+    model::model_from_hf_text(ok + R"(,"quantization_config":{"quant_method":"bitsandbytes"}})",
+                              "c.json");
     ADD_FAILURE() << "accepted a quantized model";
   } catch (const runtime::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("quantization_config"), std::string::npos) << e.what();
   }
   // transformers' defaults, written out, are accepted; 0 and 0.0 are the same dropout.
-  const auto c = model::model_from_hf_text(ok + R"(,"attention_bias":false,"mlp_bias":false,"hidden_act":"silu",)"
-                                                R"("attention_dropout":0.0,"rope_scaling":null,"model_type":"llama",)"
-                                                R"("pretraining_tp":1,"use_cache":true,"initializer_range":0.01,"my_field":3})",
-                                           "c.json");
+  const auto c = model::model_from_hf_text(
+      ok + R"(,"attention_bias":false,"mlp_bias":false,"hidden_act":"silu",)"
+           R"("attention_dropout":0.0,"rope_scaling":null,"model_type":"llama",)"
+           R"("pretraining_tp":1,"use_cache":true,"initializer_range":0.01,"my_field":3})",
+      "c.json");
   EXPECT_EQ(c.unknown_fields, std::vector<std::string>{"my_field"});
   EXPECT_EQ(c.initializer_range, 0.01);
 }
 
-// A run without --weights draws its init with config.json's initializer_range, as transformers' _init_weights.
+// A run without --weights draws its init with config.json's initializer_range, as transformers'
+// _init_weights.
 TEST(Config, InitializerRangeSetsTheSeededInitsStd) {
   model::ModelConfig c = model::model_preset("tiny");
   c.initializer_range = 0.01;
@@ -235,11 +253,13 @@ TEST(Config, ModelsDocListsEveryFieldWithItsUse) {
     const auto c = line.find(" |", b + 4);
     doc[line.substr(3, b - 3)] = line.substr(b + 4, c - b - 4);
   }
-  const std::map<model::FieldUse, std::string> use = {
-      {model::FieldUse::kRead, "read"}, {model::FieldUse::kHarmless, "harmless"}, {model::FieldUse::kChecked, "checked"}};
+  const std::map<model::FieldUse, std::string> use = {{model::FieldUse::kRead, "read"},
+                                                      {model::FieldUse::kHarmless, "harmless"},
+                                                      {model::FieldUse::kChecked, "checked"}};
   for (const auto& f : model::config_fields()) {
     EXPECT_EQ(doc.count(f.name), 1u) << f.name << " is missing from docs/models.md";
     EXPECT_EQ(doc[f.name], use.at(f.use)) << f.name;
   }
-  EXPECT_EQ(doc.size(), model::config_fields().size()) << "docs/models.md lists a field the code does not";
+  EXPECT_EQ(doc.size(), model::config_fields().size())
+      << "docs/models.md lists a field the code does not";
 }

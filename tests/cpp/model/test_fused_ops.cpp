@@ -15,19 +15,19 @@
 #include <tuple>
 #include <vector>
 
+#include "fused_ops_compare.h"
 #include "shardtrain/cuda/kernels/rope_math.h"
 #include "shardtrain/cuda/kernels/swiglu_math.h"
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/fused_ops.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/token_layout.h"
-#include "fused_ops_compare.h"
 
 using namespace shardtrain;
 namespace kn = shardtrain::cuda::kernels;
 using fused_compare::mismatches;
-using fused_compare::RopeOut;
 using fused_compare::rope_mismatches;
+using fused_compare::RopeOut;
 using fused_compare::run_rope;
 
 namespace {
@@ -44,26 +44,28 @@ float from_bits(uint32_t u) {
   return f;
 }
 
-// Floats over the whole range: a stride through every bit pattern, plus ties and edges of both types.
+// Floats over the whole range: a stride through every bit pattern, plus ties and edges of both
+// types.
 std::vector<float> probe_floats() {
   std::vector<float> v;
-  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099) v.push_back(from_bits(static_cast<uint32_t>(u)));
+  for (uint64_t u = 0; u < (uint64_t{1} << 32); u += 4099)
+    v.push_back(from_bits(static_cast<uint32_t>(u)));
   for (uint32_t hi : {0x3f80u, 0x3f81u, 0x4780u, 0x7f7fu, 0x0001u, 0x8001u}) {
-    for (uint32_t lo : {0x7fffu, 0x8000u, 0x8001u}) v.push_back(from_bits(hi << 16 | lo));  // bf16 ties and neighbours
+    for (uint32_t lo : {0x7fffu, 0x8000u, 0x8001u})
+      v.push_back(from_bits(hi << 16 | lo));  // bf16 ties and neighbours
   }
-  for (float f : {65504.0f, 65519.99f, 65520.0f, 65536.0f, 0x1p-24f, 0x1p-25f, 0x3p-25f, 0x1.ffcp-15f, 0x1.002p0f, 0x1.003p0f})
+  for (float f : {65504.0f, 65519.99f, 65520.0f, 65536.0f, 0x1p-24f, 0x1p-25f, 0x3p-25f,
+                  0x1.ffcp-15f, 0x1.002p0f, 0x1.003p0f})
     for (float s : {1.0f, -1.0f}) v.push_back(s * f);
   v.push_back(std::numeric_limits<float>::infinity());
   v.push_back(std::numeric_limits<float>::quiet_NaN());
   return v;
 }
 
-
 // q, k as decoder_layer has them: [B, T, heads * D] projections viewed [B, heads, T, D].
 at::Tensor heads_view(int64_t B, int64_t T, int64_t heads, int64_t D, at::ScalarType dtype) {
   return at::randn({B, T, heads * D}).to(dtype).view({B, T, heads, D}).transpose(1, 2);
 }
-
 
 model::ModelConfig small_config(int64_t head_dim) {
   model::ModelConfig cfg;
@@ -128,7 +130,8 @@ TEST(FusedOps, RotaryMatchesCompositeBitForBit) {
     model::Rotary rope(cfg, 64);
     rope.to(at::kCPU, dtype);
     const at::Tensor cos = rope.cos.narrow(0, 0, T), sin = rope.sin.narrow(0, 0, T);
-    const at::Tensor q = heads_view(B, T, cfg.num_heads, D, dtype), k = heads_view(B, T, cfg.num_kv_heads, D, dtype);
+    const at::Tensor q = heads_view(B, T, cfg.num_heads, D, dtype),
+                     k = heads_view(B, T, cfg.num_kv_heads, D, dtype);
     const at::Tensor dyq = at::randn(q.sizes()).to(dtype), dyk = at::randn(k.sizes()).to(dtype);
     const RopeOut fused = run_rope(q, k, cos, sin, dyq, dyk, true);
     const RopeOut ref = run_rope(q, k, cos, sin, dyq, dyk, false);
@@ -145,7 +148,9 @@ TEST(FusedOps, RotaryGradientIsTheExactTransposeForAnyTable) {
     const at::Tensor cos = at::randn({T, D}).to(dtype), sin = at::randn({T, D}).to(dtype);
     const at::Tensor q = heads_view(B, T, 3, D, dtype), k = heads_view(B, T, 1, D, dtype);
     const at::Tensor dyq = at::randn(q.sizes()).to(dtype), dyk = at::randn(k.sizes()).to(dtype);
-    EXPECT_EQ(rope_mismatches(run_rope(q, k, cos, sin, dyq, dyk, true), run_rope(q, k, cos, sin, dyq, dyk, false)), 0)
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, cos, sin, dyq, dyk, true),
+                              run_rope(q, k, cos, sin, dyq, dyk, false)),
+              0)
         << dtype;
   }
 }
@@ -177,27 +182,38 @@ TEST(FusedOps, PackedRowsMatchGatheredTables) {
   const auto cfg = small_config(16);
   const int64_t B = 2, T = 12, D = cfg.head_dim();
   // Row 0: documents of 5 and 7 tokens; row 1: 3, 3 and 6.
-  const at::Tensor positions = at::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 4, 5},
-                                          at::kLong).view({B, T});
+  const at::Tensor positions =
+      at::tensor({0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6, 0, 1, 2, 0, 1, 2, 0, 1, 2, 3, 4, 5},
+                 at::kLong)
+          .view({B, T});
   for (const auto dtype : kDtypes) {
     at::manual_seed(5);
     model::Rotary rope(cfg, 32);
     rope.to(at::kCPU, dtype);
     const model::TokenLayout layout = model::token_layout(rope, positions, T, at::kCPU, dtype);
     ASSERT_EQ(layout.cos.dim(), 4) << "packed rows take the gathered tables";
-    const at::Tensor q = heads_view(B, T, cfg.num_heads, D, dtype), k = heads_view(B, T, cfg.num_kv_heads, D, dtype);
+    const at::Tensor q = heads_view(B, T, cfg.num_heads, D, dtype),
+                     k = heads_view(B, T, cfg.num_kv_heads, D, dtype);
     const at::Tensor dyq = at::randn(q.sizes()).to(dtype), dyk = at::randn(k.sizes()).to(dtype);
     const RopeOut ref = run_rope(q, k, layout.cos, layout.sin, dyq, dyk, false);
-    EXPECT_EQ(rope_mismatches(run_rope(q, k, layout.cos, layout.sin, dyq, dyk, true), ref), 0) << dtype;
-    EXPECT_EQ(rope_mismatches(run_rope(q, k, rope.cos, rope.sin, dyq, dyk, true, positions), ref), 0) << dtype;
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, layout.cos, layout.sin, dyq, dyk, true), ref), 0)
+        << dtype;
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, rope.cos, rope.sin, dyq, dyk, true, positions), ref),
+              0)
+        << dtype;
     // The layout the fused layers take on CUDA: positions and whole tables, no gathered copy.
-    const model::TokenLayout kernel = model::token_layout(rope, positions, T, at::kCPU, dtype, /*gather=*/false);
+    const model::TokenLayout kernel =
+        model::token_layout(rope, positions, T, at::kCPU, dtype, /*gather=*/false);
     ASSERT_FALSE(kernel.cos.defined());
     EXPECT_TRUE(kernel.positions.equal(positions));
-    EXPECT_EQ(rope_mismatches(run_rope(q, k, kernel.table_cos, kernel.table_sin, dyq, dyk, true, kernel.positions), ref), 0)
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, kernel.table_cos, kernel.table_sin, dyq, dyk, true,
+                                       kernel.positions),
+                              ref),
+              0)
         << dtype;
     // The unpacked [T, D] tables give another result: the positions matter.
-    const RopeOut plain = run_rope(q, k, rope.cos.narrow(0, 0, T), rope.sin.narrow(0, 0, T), dyq, dyk, true);
+    const RopeOut plain =
+        run_rope(q, k, rope.cos.narrow(0, 0, T), rope.sin.narrow(0, 0, T), dyq, dyk, true);
     EXPECT_FALSE(at::equal(plain.q, ref.q)) << dtype;
   }
 }
@@ -226,10 +242,13 @@ TEST(FusedOps, Llama3ScaledTablesMatchComposite) {
     const at::Tensor index = positions.flatten();
     const at::Tensor cos = rope.cos.index_select(0, index).view({B, T, D}).unsqueeze(1);
     const at::Tensor sin = rope.sin.index_select(0, index).view({B, T, D}).unsqueeze(1);
-    const at::Tensor q = heads_view(B, T, cfg.num_heads, D, dtype), k = heads_view(B, T, cfg.num_kv_heads, D, dtype);
+    const at::Tensor q = heads_view(B, T, cfg.num_heads, D, dtype),
+                     k = heads_view(B, T, cfg.num_kv_heads, D, dtype);
     const at::Tensor dyq = at::randn(q.sizes()).to(dtype), dyk = at::randn(k.sizes()).to(dtype);
     const RopeOut ref = run_rope(q, k, cos, sin, dyq, dyk, false);
-    EXPECT_EQ(rope_mismatches(run_rope(q, k, rope.cos, rope.sin, dyq, dyk, true, positions), ref), 0) << dtype;
+    EXPECT_EQ(rope_mismatches(run_rope(q, k, rope.cos, rope.sin, dyq, dyk, true, positions), ref),
+              0)
+        << dtype;
     EXPECT_EQ(rope_mismatches(run_rope(q, k, cos, sin, dyq, dyk, true), ref), 0) << dtype;
   }
 }
@@ -248,16 +267,17 @@ SwigluOut run_swiglu(const at::Tensor& g0, const at::Tensor& u0, const at::Tenso
 }
 }  // namespace
 
-// SwiGLU against silu(gate) * up and autograd over 2^20 elements. fp32: within 1e-6 relative (ATen's
-// vectorized exp, Sleef's, and libm's expf differ by an fp32 ulp on ~4% of them). bf16 and fp16:
-// at most one ulp, and only where that difference crosses a rounding boundary of the storage type.
-// Measured here: bf16 0 / 0 / 0 (out / dgate / dup), fp16 0 / 14 / 0; the bounds leave headroom
-// for another libm, since exactness rests on two exp implementations agreeing.
+// SwiGLU against silu(gate) * up and autograd over 2^20 elements. fp32: within 1e-6 relative
+// (ATen's vectorized exp, Sleef's, and libm's expf differ by an fp32 ulp on ~4% of them). bf16 and
+// fp16: at most one ulp, and only where that difference crosses a rounding boundary of the storage
+// type. Measured here: bf16 0 / 0 / 0 (out / dgate / dup), fp16 0 / 14 / 0; the bounds leave
+// headroom for another libm, since exactness rests on two exp implementations agreeing.
 TEST(FusedOps, SwigluMatchesComposite) {
   const int64_t n = 1 << 20;
   for (const auto dtype : kDtypes) {
     at::manual_seed(7);
-    const at::Tensor g = (at::randn({n / 1024, 1024}) * 4).to(dtype), u = at::randn({n / 1024, 1024}).to(dtype);
+    const at::Tensor g = (at::randn({n / 1024, 1024}) * 4).to(dtype),
+                     u = at::randn({n / 1024, 1024}).to(dtype);
     const at::Tensor dy = at::randn({n / 1024, 1024}).to(dtype);
     const SwigluOut fused = run_swiglu(g, u, dy, true);
     const SwigluOut ref = run_swiglu(g, u, dy, false);
@@ -269,8 +289,8 @@ TEST(FusedOps, SwigluMatchesComposite) {
     const int64_t out_bad = mismatches(fused.out, ref.out);
     const int64_t dgate_bad = mismatches(fused.dgate, ref.dgate);
     const int64_t dup_bad = mismatches(fused.dup, ref.dup);
-    std::cout << "swiglu " << dtype << " mismatches of " << n << ": out " << out_bad << ", dgate " << dgate_bad << ", dup "
-              << dup_bad << "\n";
+    std::cout << "swiglu " << dtype << " mismatches of " << n << ": out " << out_bad << ", dgate "
+              << dgate_bad << ", dup " << dup_bad << "\n";
     const int64_t bound = dtype == at::kBFloat16 ? 4 : dtype == at::kHalf ? 64 : n;
     EXPECT_LE(out_bad, bound) << dtype;
     EXPECT_LE(dgate_bad, bound) << dtype;
@@ -288,8 +308,9 @@ struct MergedOut {
 MergedOut run_swiglu_merged(const at::Tensor& gu0, const at::Tensor& dy, bool fused) {
   at::Tensor gu = gu0.clone().requires_grad_();
   const int64_t F = gu.size(-1) / 2;
-  const at::Tensor out =
-      fused ? model::fused_swiglu_merged(gu) : model::activation("silu", gu.narrow(-1, 0, F)) * gu.narrow(-1, F, F);
+  const at::Tensor out = fused
+                             ? model::fused_swiglu_merged(gu)
+                             : model::activation("silu", gu.narrow(-1, 0, F)) * gu.narrow(-1, F, F);
   if (dy.defined()) {
     out.backward(dy);
   } else {
@@ -318,7 +339,8 @@ TEST(FusedOps, SwigluMergedMatchesCompositeAndUnmerged) {
     at::manual_seed(7);
     const at::Tensor g = (at::randn({rows, F}) * 4).to(dtype), u = at::randn({rows, F}).to(dtype);
     const at::Tensor dy = at::randn({rows, F}).to(dtype);
-    const at::Tensor gu = at::cat({g, u}, -1).view({2, rows / 2, 2 * F});  // [B, T, 2F], the GEMM's output
+    const at::Tensor gu =
+        at::cat({g, u}, -1).view({2, rows / 2, 2 * F});  // [B, T, 2F], the GEMM's output
     const at::Tensor dy3 = dy.view({2, rows / 2, F});
     const MergedOut fused = run_swiglu_merged(gu, dy3, true);
     const MergedOut ref = run_swiglu_merged(gu, dy3, false);
@@ -333,8 +355,8 @@ TEST(FusedOps, SwigluMergedMatchesCompositeAndUnmerged) {
     const int64_t out_bad = mismatches(fused.out, ref.out);
     const int64_t dgate_bad = mismatches(fdg, rdg);
     const int64_t dup_bad = mismatches(fdu, rdu);
-    std::cout << "swiglu_merged " << dtype << " mismatches of " << n << ": out " << out_bad << ", dgate " << dgate_bad
-              << ", dup " << dup_bad << "\n";
+    std::cout << "swiglu_merged " << dtype << " mismatches of " << n << ": out " << out_bad
+              << ", dgate " << dgate_bad << ", dup " << dup_bad << "\n";
     const int64_t bound = dtype == at::kBFloat16 ? 4 : dtype == at::kHalf ? 64 : n;
     EXPECT_LE(out_bad, bound) << dtype;
     EXPECT_LE(dgate_bad, bound) << dtype;
@@ -342,7 +364,9 @@ TEST(FusedOps, SwigluMergedMatchesCompositeAndUnmerged) {
     // The unmerged Function on the halves: the same element maths, so the same bits.
     const SwigluOut split = run_swiglu(g, u, dy, true);
     EXPECT_TRUE(bit_equal(fused.out.view({rows, F}), split.out)) << dtype;
-    EXPECT_TRUE(bit_equal(fused.dgate_up.view({rows, 2 * F}), at::cat({split.dgate, split.dup}, -1))) << dtype;
+    EXPECT_TRUE(
+        bit_equal(fused.dgate_up.view({rows, 2 * F}), at::cat({split.dgate, split.dup}, -1)))
+        << dtype;
   }
 }
 
@@ -350,8 +374,9 @@ TEST(FusedOps, SwigluMergedMatchesCompositeAndUnmerged) {
 // the composite's values and gradient, and fused_swiglu's bits.
 TEST(FusedOps, SwigluMergedOddWidthsAndShapes) {
   for (const auto dtype : kDtypes) {
-    for (const std::vector<int64_t>& shape : {std::vector<int64_t>{3, 5, 2 * 37}, std::vector<int64_t>{2 * 7},
-                                              std::vector<int64_t>{4, 2 * 1}}) {
+    for (const std::vector<int64_t>& shape :
+         {std::vector<int64_t>{3, 5, 2 * 37}, std::vector<int64_t>{2 * 7},
+          std::vector<int64_t>{4, 2 * 1}}) {
       at::manual_seed(8);
       const at::Tensor gu = (at::randn(shape) * 3).to(dtype);
       const int64_t F = shape.back() / 2;
@@ -361,7 +386,8 @@ TEST(FusedOps, SwigluMergedOddWidthsAndShapes) {
       for (const at::Tensor& d : {dy, at::Tensor()}) {
         const MergedOut fused = run_swiglu_merged(gu, d, true);
         const MergedOut ref = run_swiglu_merged(gu, d, false);
-        // SwigluMergedMatchesCompositeAndUnmerged's bounds: fp32 within 1e-6, bf16 and fp16 at most one ulp.
+        // SwigluMergedMatchesCompositeAndUnmerged's bounds: fp32 within 1e-6, bf16 and fp16 at most
+        // one ulp.
         if (dtype == at::kFloat) {
           EXPECT_TRUE(at::allclose(fused.out, ref.out, 1e-6, 1e-7)) << " F " << F;
           EXPECT_TRUE(at::allclose(fused.dgate_up, ref.dgate_up, 1e-6, 1e-7)) << " F " << F;
@@ -370,10 +396,12 @@ TEST(FusedOps, SwigluMergedOddWidthsAndShapes) {
           EXPECT_LE(mismatches(fused.out, ref.out), bound) << dtype << " F " << F;
           EXPECT_LE(mismatches(fused.dgate_up, ref.dgate_up), bound) << dtype << " F " << F;
         }
-        const SwigluOut split = run_swiglu(gu.narrow(-1, 0, F).contiguous(), gu.narrow(-1, F, F).contiguous(),
-                                           d.defined() ? d : at::ones(out_shape, dtype), true);
+        const SwigluOut split =
+            run_swiglu(gu.narrow(-1, 0, F).contiguous(), gu.narrow(-1, F, F).contiguous(),
+                       d.defined() ? d : at::ones(out_shape, dtype), true);
         EXPECT_TRUE(bit_equal(fused.out, split.out)) << dtype << " F " << F;
-        EXPECT_TRUE(bit_equal(fused.dgate_up, at::cat({split.dgate, split.dup}, -1))) << dtype << " F " << F;
+        EXPECT_TRUE(bit_equal(fused.dgate_up, at::cat({split.dgate, split.dup}, -1)))
+            << dtype << " F " << F;
       }
     }
   }
@@ -388,18 +416,25 @@ TEST(FusedOps, SupportAndAvailability) {
 }
 
 TEST(FusedOps, BadInputsAreRefused) {
-  const at::Tensor q = at::randn({1, 2, 3, 4}), k = at::randn({1, 1, 3, 4}), cos = at::randn({3, 4});
-  EXPECT_THROW(model::fused_rotary(q, k.to(at::kBFloat16), cos, cos), c10::Error);   // dtypes differ
-  EXPECT_THROW(model::fused_rotary(q, k, cos.narrow(0, 0, 2), cos.narrow(0, 0, 2)), c10::Error);  // T differs
-  EXPECT_THROW(model::fused_rotary(at::randn({1, 2, 3, 5}), at::randn({1, 1, 3, 5}), at::randn({3, 5}), at::randn({3, 5})),
+  const at::Tensor q = at::randn({1, 2, 3, 4}), k = at::randn({1, 1, 3, 4}),
+                   cos = at::randn({3, 4});
+  EXPECT_THROW(model::fused_rotary(q, k.to(at::kBFloat16), cos, cos), c10::Error);  // dtypes differ
+  EXPECT_THROW(model::fused_rotary(q, k, cos.narrow(0, 0, 2), cos.narrow(0, 0, 2)),
+               c10::Error);  // T differs
+  EXPECT_THROW(model::fused_rotary(at::randn({1, 2, 3, 5}), at::randn({1, 1, 3, 5}),
+                                   at::randn({3, 5}), at::randn({3, 5})),
                c10::Error);  // odd head_dim
-  EXPECT_THROW(model::fused_rotary_at(q, k, cos, cos, at::full({1, 3}, 3, at::kLong)), c10::Error);  // past the table
+  EXPECT_THROW(model::fused_rotary_at(q, k, cos, cos, at::full({1, 3}, 3, at::kLong)),
+               c10::Error);  // past the table
   EXPECT_THROW(model::fused_swiglu(at::randn({4}), at::randn({5})), c10::Error);
-  EXPECT_THROW(model::fused_swiglu(at::randn({4}).to(at::kDouble), at::randn({4}).to(at::kDouble)), c10::Error);
-  EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 7})), c10::Error);                   // odd last dimension
-  EXPECT_THROW(model::fused_swiglu_merged(at::randn({8, 4}).t()), c10::Error);               // not contiguous
-  EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 16}).narrow(-1, 0, 8)), c10::Error);  // rows strided
+  EXPECT_THROW(model::fused_swiglu(at::randn({4}).to(at::kDouble), at::randn({4}).to(at::kDouble)),
+               c10::Error);
+  EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 7})), c10::Error);  // odd last dimension
+  EXPECT_THROW(model::fused_swiglu_merged(at::randn({8, 4}).t()), c10::Error);  // not contiguous
+  EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 16}).narrow(-1, 0, 8)),
+               c10::Error);  // rows strided
   EXPECT_THROW(model::fused_swiglu_merged(at::randn({4, 8}).to(at::kDouble)), c10::Error);
-  EXPECT_THROW(model::fused_swiglu_merged(at::ones(at::IntArrayRef{})), c10::Error);         // no last dimension
+  EXPECT_THROW(model::fused_swiglu_merged(at::ones(at::IntArrayRef{})),
+               c10::Error);  // no last dimension
   EXPECT_NO_THROW(model::fused_swiglu_merged(at::randn({4, 8})));
 }

@@ -4,10 +4,10 @@
 #include <c10/core/GradMode.h>
 #include <gtest/gtest.h>
 
+#include "oracle/trainer.h"
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/generate.h"
 #include "shardtrain/model/llama.h"
-#include "oracle/trainer.h"
 
 using namespace shardtrain;
 
@@ -97,15 +97,27 @@ TEST(HfParity, FusedAdamWEqualsTorchFused) {
   }
   for (int step = 0; step < 5; ++step) {
     std::vector<at::Tensor> grads;
-    for (int i = 0; i < 3; ++i) grads.push_back(f.ref.read("fused.grad." + std::to_string(step) + "." + std::to_string(i)));
+    for (int i = 0; i < 3; ++i)
+      grads.push_back(f.ref.read("fused.grad." + std::to_string(step) + "." + std::to_string(i)));
     opt.step(2e-2, grads);
   }
   for (int i = 0; i < 3; ++i) {
     const auto n = std::to_string(i);
     EXPECT_LE((params[i] - f.ref.read("fused.final." + n)).abs().max().item<double>(), 1e-6) << i;
-    EXPECT_LE((opt.adamw().slots()[i].exp_avg - f.ref.read("fused.exp_avg." + n)).abs().max().item<double>(), 1e-7) << i;
-    EXPECT_LE((opt.adamw().slots()[i].exp_avg_sq - f.ref.read("fused.exp_avg_sq." + n)).abs().max().item<double>(), 1e-7) << i;
-    EXPECT_GT((params[i] - f.ref.read("fused.init." + n)).abs().max().item<double>(), 1e-3) << "the steps moved it";
+    EXPECT_LE((opt.adamw().slots()[i].exp_avg - f.ref.read("fused.exp_avg." + n))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-7)
+        << i;
+    EXPECT_LE((opt.adamw().slots()[i].exp_avg_sq - f.ref.read("fused.exp_avg_sq." + n))
+                  .abs()
+                  .max()
+                  .item<double>(),
+              1e-7)
+        << i;
+    EXPECT_GT((params[i] - f.ref.read("fused.init." + n)).abs().max().item<double>(), 1e-3)
+        << "the steps moved it";
   }
 }
 
@@ -113,14 +125,16 @@ TEST(HfParity, GreedyGenerationMatchesGenerate) {
   Fixture f;
   auto tr = f.trainer();
   const auto prompt_t = f.ref.read("generate.prompt").to(at::kInt).flatten();
-  std::vector<int32_t> prompt(prompt_t.data_ptr<int32_t>(), prompt_t.data_ptr<int32_t>() + prompt_t.numel());
+  std::vector<int32_t> prompt(prompt_t.data_ptr<int32_t>(),
+                              prompt_t.data_ptr<int32_t>() + prompt_t.numel());
   model::GenerateConfig g;
   g.max_new_tokens = 12;
   g.stop_ids = {2};
   g.max_context = f.cfg.max_position_embeddings;
   const auto got = model::generate(tr.logits_fn(), prompt, g);
   const auto want_t = f.ref.read("generate.greedy").to(at::kInt).flatten();
-  std::vector<int32_t> want(want_t.data_ptr<int32_t>(), want_t.data_ptr<int32_t>() + want_t.numel());
+  std::vector<int32_t> want(want_t.data_ptr<int32_t>(),
+                            want_t.data_ptr<int32_t>() + want_t.numel());
   EXPECT_EQ(got, want);
 }
 
@@ -130,8 +144,8 @@ TEST(HfParity, TopPKeepsWhatTopPLogitsWarperKeeps) {
   for (const char* p : {"0.3", "0.8", "0.95"}) {
     const auto kept = model::top_p_filter(logits, std::stod(p)).isfinite();
     const auto want = f.ref.read(std::string("topp.keep_") + p).to(at::kBool);
-    EXPECT_TRUE(kept.equal(want)) << "top_p " << p << ": kept " << kept.sum().item<int64_t>() << ", HF kept "
-                                  << want.sum().item<int64_t>();
+    EXPECT_TRUE(kept.equal(want)) << "top_p " << p << ": kept " << kept.sum().item<int64_t>()
+                                  << ", HF kept " << want.sum().item<int64_t>();
   }
   EXPECT_TRUE(model::top_p_filter(logits, 1.0).equal(logits));
 }

@@ -24,9 +24,11 @@ TEST(LoraDropout, CpuMasksForASeedArePinnedToPyTorchsDraws) {
   const double p = 0.3;
   const auto x = at::ones({64});
   const auto y17 = model::lora_dropout(x, p, 17);
-  EXPECT_EQ(dropped(y17), std::vector<int64_t>({4, 7, 9, 10, 11, 14, 16, 17, 20, 21, 25, 40, 45, 51}));
+  EXPECT_EQ(dropped(y17),
+            std::vector<int64_t>({4, 7, 9, 10, 11, 14, 16, 17, 20, 21, 25, 40, 45, 51}));
   const auto ybig = model::lora_dropout(x, p, 0x9E3779B97F4A7C15ull);
-  EXPECT_EQ(dropped(ybig), std::vector<int64_t>({2, 4, 8, 11, 21, 26, 27, 36, 38, 42, 43, 49, 54, 61}));
+  EXPECT_EQ(dropped(ybig),
+            std::vector<int64_t>({2, 4, 8, 11, 21, 26, 27, 36, 38, 42, 43, 49, 54, 61}));
   // The kept values are scaled by 1/(1-p) in fp32, as before.
   EXPECT_EQ(y17.max().item<float>(), static_cast<float>(1.0f / static_cast<float>(1.0 - p)));
 }

@@ -30,7 +30,8 @@ TEST(LoraUnits, BadOptionsNameTheOption) {
   expect_usage(c, "--lora-targets");
   EXPECT_THROW(model::parse_lora_targets("q_proj,lm_head"), runtime::UsageError);
   EXPECT_THROW(model::parse_lora_targets("q_proj,q_proj"), runtime::UsageError);
-  EXPECT_EQ(model::parse_lora_targets("v_proj,down_proj"), (std::vector<std::string>{"v_proj", "down_proj"}));
+  EXPECT_EQ(model::parse_lora_targets("v_proj,down_proj"),
+            (std::vector<std::string>{"v_proj", "down_proj"}));
   model::LoraConfig off;  // rank 0 is off, and its other settings are still checked
   EXPECT_NO_THROW(off.validate());
   off.dropout = 5;
@@ -51,7 +52,8 @@ TEST(LoraUnits, SpecsHavePeftShapesAndNames) {
   EXPECT_EQ(s[3].shape, (std::vector<int64_t>{m.hidden_size, 8}));
   EXPECT_EQ(s[0].unit, 1);
   EXPECT_EQ(s.back().unit, m.num_layers);
-  EXPECT_EQ(model::peft_key(s[0].name), "base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight");
+  EXPECT_EQ(model::peft_key(s[0].name),
+            "base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight");
 }
 
 TEST(LoraUnits, InitIsPeftsKaimingUniformAndZeroB) {
@@ -60,7 +62,8 @@ TEST(LoraUnits, InitIsPeftsKaimingUniformAndZeroB) {
   const auto ta = model::init_lora_param(a, 3);
   EXPECT_LE(ta.abs().max().item<double>(), 1.0 / 20);  // bound 1/sqrt(in)
   EXPECT_GT(ta.abs().max().item<double>(), 0.9 / 20);
-  EXPECT_NEAR(ta.std().item<double>(), (1.0 / 20) / std::sqrt(3.0), 1e-3);  // U(-b, b) has std b/sqrt(3)
+  EXPECT_NEAR(ta.std().item<double>(), (1.0 / 20) / std::sqrt(3.0),
+              1e-3);  // U(-b, b) has std b/sqrt(3)
   EXPECT_TRUE(ta.equal(model::init_lora_param(a, 3)));
   EXPECT_FALSE(ta.equal(model::init_lora_param(a, 4)));
   EXPECT_EQ(model::init_lora_param(b, 3).abs().max().item<double>(), 0.0);
@@ -80,7 +83,8 @@ TEST(LoraUnits, DropoutStatistics) {
 }
 
 TEST(LoraUnits, MergedWeightEqualsTheAdapterForward) {
-  auto x = at::randn({3, 5, 12}), w = at::randn({7, 12}), a = at::randn({4, 12}), b = at::randn({7, 4});
+  auto x = at::randn({3, 5, 12}), w = at::randn({7, 12}), a = at::randn({4, 12}),
+       b = at::randn({7, 4});
   const auto unmerged = model::lora_linear(x, w, a, b, 2.5, x);
   const auto merged = at::linear(x, model::merge_lora(w, a, b, 2.5));
   EXPECT_LE((unmerged - merged).abs().max().item<double>(), 1e-4);

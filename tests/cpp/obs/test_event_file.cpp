@@ -14,11 +14,12 @@
 using namespace shardtrain;
 
 TEST(EventFile, FramesLengthCrcDataCrc) {
-  const std::string want("\x05\0\0\0\0\0\0\0"  // uint64 length, little-endian
-                         "\xEA\xB2\x04\x3E"    // masked CRC-32C of those 8 bytes: 0x3e04b2ea
-                         "hello"
-                         "\xBB\x1F\x1C\x19",   // masked CRC-32C of "hello": 0x191c1fbb
-                         21);
+  const std::string want(
+      "\x05\0\0\0\0\0\0\0"  // uint64 length, little-endian
+      "\xEA\xB2\x04\x3E"    // masked CRC-32C of those 8 bytes: 0x3e04b2ea
+      "hello"
+      "\xBB\x1F\x1C\x19",  // masked CRC-32C of "hello": 0x191c1fbb
+      21);
   EXPECT_EQ(obs::frame_record("hello"), want);
   EXPECT_EQ(obs::frame_record("").size(), 16u);
 }
@@ -29,7 +30,8 @@ TEST(EventFile, ANewFilePerWriterNeverAnAppend) {
   std::string first, second;
   {
     obs::EventFile a(dir.string(), "hostA", 1700000000);
-    obs::EventFile b(dir.string(), "hostA", 1700000000);  // the same second: a suffix, not the same file
+    obs::EventFile b(dir.string(), "hostA",
+                     1700000000);  // the same second: a suffix, not the same file
     first = a.path();
     second = b.path();
     EXPECT_TRUE(a.append("abc"));

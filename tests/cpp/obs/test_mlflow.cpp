@@ -21,7 +21,8 @@ using namespace shardtrain;
 namespace {
 
 // MLflow's REST documentation, "Request Limits" of runs/log-batch.
-constexpr size_t kDocMetrics = 1000, kDocParams = 100, kDocTags = 100, kDocTotal = 1000, kDocBytes = 1000 * 1000;
+constexpr size_t kDocMetrics = 1000, kDocParams = 100, kDocTags = 100, kDocTotal = 1000,
+                 kDocBytes = 1000 * 1000;
 
 // A TCP port on loopback that listens but never accepts: connections complete, answers never come.
 struct SilentServer {
@@ -56,7 +57,8 @@ std::vector<obs::MlflowMetric> batch(int step) {
 std::vector<std::string> failure_lines(const std::string& err, int64_t* dropped) {
   std::vector<std::string> lines;
   *dropped = 0;
-  const std::regex re(R"(MLflow at \S+: (\d+) requests? failed and (\d+) metric batch(es were| was) dropped)");
+  const std::regex re(
+      R"(MLflow at \S+: (\d+) requests? failed and (\d+) metric batch(es were| was) dropped)");
   std::istringstream in(err);
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
@@ -77,12 +79,14 @@ TEST(MlflowClient, LogBatchBodiesKeepEveryItemInOrderWithinMlflowsLimits) {
   std::vector<obs::MlflowMetric> metrics;
   for (int i = 0; i < 2500; ++i) metrics.push_back({"loss", static_cast<double>(i), 1, i});
   obs::KeyValues params, tags;
-  for (int i = 0; i < 250; ++i) params.emplace_back("p" + std::to_string(i), std::string(5000, 'x'));  // 1.25 MB of params
+  for (int i = 0; i < 250; ++i)
+    params.emplace_back("p" + std::to_string(i), std::string(5000, 'x'));  // 1.25 MB of params
   for (int i = 0; i < 120; ++i) tags.emplace_back("t" + std::to_string(i), "v");
   const auto bodies = obs::log_batch_bodies("run1", metrics, params, tags);
   size_t n_metrics = 0, n_params = 0, n_tags = 0;
   for (const auto& b : bodies) {
-    const size_t m = b.value("metrics", nlohmann::json::array()).size(), p = b.value("params", nlohmann::json::array()).size(),
+    const size_t m = b.value("metrics", nlohmann::json::array()).size(),
+                 p = b.value("params", nlohmann::json::array()).size(),
                  t = b.value("tags", nlohmann::json::array()).size();
     EXPECT_EQ(b["run_id"], "run1");
     EXPECT_LE(m, kDocMetrics);
@@ -90,8 +94,10 @@ TEST(MlflowClient, LogBatchBodiesKeepEveryItemInOrderWithinMlflowsLimits) {
     EXPECT_LE(t, kDocTags);
     EXPECT_LE(m + p + t, kDocTotal);
     EXPECT_LT(b.dump().size(), kDocBytes);
-    for (size_t i = 0; i < m; ++i) EXPECT_EQ(b["metrics"][i]["step"], static_cast<int64_t>(n_metrics + i));
-    for (size_t i = 0; i < p; ++i) EXPECT_EQ(b["params"][i]["key"], "p" + std::to_string(n_params + i));
+    for (size_t i = 0; i < m; ++i)
+      EXPECT_EQ(b["metrics"][i]["step"], static_cast<int64_t>(n_metrics + i));
+    for (size_t i = 0; i < p; ++i)
+      EXPECT_EQ(b["params"][i]["key"], "p" + std::to_string(n_params + i));
     for (size_t i = 0; i < t; ++i) EXPECT_EQ(b["tags"][i]["key"], "t" + std::to_string(n_tags + i));
     n_metrics += m;
     n_params += p;
@@ -105,11 +111,12 @@ TEST(MlflowClient, LogBatchBodiesKeepEveryItemInOrderWithinMlflowsLimits) {
 
 TEST(MlflowClient, ValuesAreCutToMlflowsLengthsAndNonFiniteMetricsAreProtobufJsonStrings) {
   const auto bodies = obs::log_batch_bodies(
-      "r", {{"a", std::nan(""), 1, 1}, {"b", -INFINITY, 1, 1}, {"c", 2.5, 1, 1}}, {{"long", std::string(7000, 'y')}},
-      {{"tag", std::string(9000, 'z')}});
+      "r", {{"a", std::nan(""), 1, 1}, {"b", -INFINITY, 1, 1}, {"c", 2.5, 1, 1}},
+      {{"long", std::string(7000, 'y')}}, {{"tag", std::string(9000, 'z')}});
   ASSERT_EQ(bodies.size(), 1u);
-  EXPECT_EQ(bodies[0]["params"][0]["value"].get<std::string>().size(), 6000u);  // MLflow's param value limit
-  EXPECT_EQ(bodies[0]["tags"][0]["value"].get<std::string>().size(), 8000u);    // and tag value limit
+  EXPECT_EQ(bodies[0]["params"][0]["value"].get<std::string>().size(),
+            6000u);  // MLflow's param value limit
+  EXPECT_EQ(bodies[0]["tags"][0]["value"].get<std::string>().size(), 8000u);  // and tag value limit
   EXPECT_EQ(bodies[0]["metrics"][0]["value"], "NaN");
   EXPECT_EQ(bodies[0]["metrics"][1]["value"], "-Infinity");
   EXPECT_EQ(bodies[0]["metrics"][2]["value"], 2.5);
@@ -131,7 +138,8 @@ TEST(MlflowClient, OnlyHttpUrisAreTrackingServers) {
   EXPECT_NO_THROW(obs::check_mlflow_uri("http://127.0.0.1:5000"));
   EXPECT_NO_THROW(obs::check_mlflow_uri("https://mlflow.example.com/prefix"));
   EXPECT_NO_THROW(obs::check_mlflow_uri(""));  // off
-  for (const char* bad : {"file:///tmp/mlruns", "/tmp/mlruns", "mlruns", "databricks", "http://", "sqlite:///m.db"}) {
+  for (const char* bad :
+       {"file:///tmp/mlruns", "/tmp/mlruns", "mlruns", "databricks", "http://", "sqlite:///m.db"}) {
     try {
       obs::check_mlflow_uri(bad);
       ADD_FAILURE() << bad << " was accepted";
@@ -155,13 +163,16 @@ TEST(MlflowTracker, AServerThatNeverAnswersNeitherBlocksLoggingNorHoldsTheEndPas
   // over 90 x 0.5 s; an end() that waited for the silent server would never return.
   double logging_s = 0;
   {
-    obs::MlflowTracker tracker({"http://127.0.0.1:" + std::to_string(silent.port), "e", "r", {{"p", "1"}}, {}}, 0, "host", limits);
+    obs::MlflowTracker tracker(
+        {"http://127.0.0.1:" + std::to_string(silent.port), "e", "r", {{"p", "1"}}, {}}, 0, "host",
+        limits);
     const auto t = std::chrono::steady_clock::now();
     for (int step = 1; step <= 100; ++step) tracker.log(batch(step));
     logging_s = seconds_since(t);
     const auto end = std::chrono::steady_clock::now();
     tracker.end(obs::RunStatus::kFinished);
-    // The drain, one request in flight past it, and the run's creation tried once more; 10 s for the scheduler.
+    // The drain, one request in flight past it, and the run's creation tried once more; 10 s for
+    // the scheduler.
     EXPECT_LT(seconds_since(end), limits.drain_s + 3 * 0.7 + 10.0);
   }
   const std::string err = testing::internal::GetCapturedStderr();
@@ -169,21 +180,26 @@ TEST(MlflowTracker, AServerThatNeverAnswersNeitherBlocksLoggingNorHoldsTheEndPas
   int64_t dropped = 0;
   const auto lines = failure_lines(err, &dropped);
   EXPECT_GE(lines.size(), 1u) << err;
-  EXPECT_LE(lines.size(), 2u) << "one line at the first failure, one at the end, within a minute: " << err;
-  EXPECT_EQ(dropped, 100) << "every batch is counted once: queue full, no run to log to, or left at the end\n" << err;
+  EXPECT_LE(lines.size(), 2u) << "one line at the first failure, one at the end, within a minute: "
+                              << err;
+  EXPECT_EQ(dropped, 100)
+      << "every batch is counted once: queue full, no run to log to, or left at the end\n"
+      << err;
   EXPECT_NE(err.find("timed out"), std::string::npos) << err;
 }
 
 TEST(MlflowTracker, AServerThatIsDownCostsNoTime) {
   const int port = closed_port();
-  // Waiting for any of these would cost 30 s; a refused connection costs none, so 10 s is slack for a loaded machine.
+  // Waiting for any of these would cost 30 s; a refused connection costs none, so 10 s is slack for
+  // a loaded machine.
   obs::MlflowTrackerLimits limits;
   limits.drain_s = 30;
   limits.timeouts = {30000, 60000};
   testing::internal::CaptureStderr();
   const auto t = std::chrono::steady_clock::now();
   {
-    obs::MlflowTracker tracker({"http://127.0.0.1:" + std::to_string(port), "e", "", {}, {}}, 0, "host", limits);
+    obs::MlflowTracker tracker({"http://127.0.0.1:" + std::to_string(port), "e", "", {}, {}}, 0,
+                               "host", limits);
     for (int step = 1; step <= 10; ++step) tracker.log(batch(step));
     tracker.end(obs::RunStatus::kKilled);
   }

@@ -23,7 +23,8 @@ TEST(RunName, GivenThenCheckpointDirectoryThenStartTime) {
   EXPECT_EQ(resolved("", "runs/job1"), "job1");
   EXPECT_EQ(resolved("", "runs/job1/"), "job1");
   EXPECT_EQ(resolved("", "/scratch/runs/../job2"), "job2");
-  EXPECT_TRUE(std::regex_match(resolved("", ""), std::regex(R"(20\d{6}-\d{6})"))) << resolved("", "");
+  EXPECT_TRUE(std::regex_match(resolved("", ""), std::regex(R"(20\d{6}-\d{6})")))
+      << resolved("", "");
 }
 
 TEST(RunName, APathIsRefusedNamingTheOption) {

@@ -26,7 +26,9 @@
 using namespace shardtrain;
 
 namespace {
-const char* kInjected = "CUDA error: an illegal memory access was encountered [cudaEventQuery(e_)] (injected by the test)";
+const char* kInjected =
+    "CUDA error: an illegal memory access was encountered [cudaEventQuery(e_)] (injected by the "
+    "test)";
 
 class NothingToWaitFor : public comm::Work {
  public:
@@ -51,13 +53,15 @@ int child(int argc, char** argv) {
   layout.shard_rank = env.rank();
   layout.replicate_color = env.rank();
   BrokenProbeCommunicator* world = nullptr;
-  comm::ProcessGroups groups = comm::make_groups(layout, env.topology(), [&](runtime::MpiComm c, const char* name) {
-    auto made = std::make_unique<BrokenProbeCommunicator>(std::move(c), name);
-    if (std::strcmp(name, "world") == 0) world = made.get();
-    return std::unique_ptr<comm::Communicator>(std::move(made));
-  });
+  comm::ProcessGroups groups =
+      comm::make_groups(layout, env.topology(), [&](runtime::MpiComm c, const char* name) {
+        auto made = std::make_unique<BrokenProbeCommunicator>(std::move(c), name);
+        if (std::strcmp(name, "world") == 0) world = made.get();
+        return std::unique_ptr<comm::Communicator>(std::move(made));
+      });
   const auto hosts = obs::allgather_strings(env.host(), MPI_COMM_WORLD);
-  obs::CollectiveWatchdog watchdog(groups, hosts, /*timeout_s=*/1.0, /*dump_last=*/4);  // a beat every 0.2 s
+  obs::CollectiveWatchdog watchdog(groups, hosts, /*timeout_s=*/1.0,
+                                   /*dump_last=*/4);  // a beat every 0.2 s
   const comm::WorkPtr broken = world->issue_broken();
   std::this_thread::sleep_for(std::chrono::seconds(30));
   std::fprintf(stderr, "child: the watchdog did not end the job\n");
@@ -69,9 +73,12 @@ TEST(WatchdogFailure, AFailingProbeEndsTheJobWithOneLineAndCode76) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   char host[256] = {0};
   ASSERT_EQ(gethostname(host, sizeof host - 1), 0);
-  const std::regex line("shardtrain: fatal: collective watchdog on rank ([0-9]+) \\(([^)]*)\\): (.*)\\. Exiting with code 76\\.");
+  const std::regex line(
+      "shardtrain: fatal: collective watchdog on rank ([0-9]+) \\(([^)]*)\\): (.*)\\. Exiting with "
+      "code 76\\.");
   for (int ranks : {1, 2}) {
-    const auto r = testing_support::shell(std::string(SHARDTRAIN_MPIEXEC) + std::to_string(ranks) + " " + self + " --child");
+    const auto r = testing_support::shell(std::string(SHARDTRAIN_MPIEXEC) + std::to_string(ranks) +
+                                          " " + self + " --child");
     EXPECT_EQ(r.code, 76) << ranks << " ranks:\n" << r.out;
     int reported = 0;
     std::istringstream lines(r.out);

@@ -16,9 +16,13 @@ optim::OptimizerConfig optimizer_config(const TrainConfig& c) {
 }  // namespace
 
 Trainer::Trainer(model::ModelConfig model, TrainConfig cfg, model::ParamStore params)
-    : model_(std::move(model)), cfg_(std::move(cfg)), params_(std::move(params)),
-      rope_(model_, model_.max_position_embeddings), opt_(optimizer_config(cfg_)) {
-  for (size_t i = 0; i < params_.specs().size(); ++i) opt_.add(params_.tensors()[i], params_.specs()[i].decays());
+    : model_(std::move(model)),
+      cfg_(std::move(cfg)),
+      params_(std::move(params)),
+      rope_(model_, model_.max_position_embeddings),
+      opt_(optimizer_config(cfg_)) {
+  for (size_t i = 0; i < params_.specs().size(); ++i)
+    opt_.add(params_.tensors()[i], params_.specs()[i].decays());
 }
 
 at::Tensor Trainer::logits(const at::Tensor& tokens, const at::Tensor& positions) {
@@ -45,8 +49,9 @@ StepResult Trainer::step(const std::vector<model::Batch>& micro_batches, double 
 }
 
 train::EvalResult Trainer::evaluate(const data::TokenFile& data, int64_t max_batches) {
-  return train::evaluate_loss(data, cfg_.batch_size, max_batches, 0, 1,
-                              [this](const model::Batch& b) { return logits(b.tokens, b.positions); });
+  return train::evaluate_loss(
+      data, cfg_.batch_size, max_batches, 0, 1,
+      [this](const model::Batch& b) { return logits(b.tokens, b.positions); });
 }
 
 }  // namespace shardtrain::oracle

@@ -19,7 +19,7 @@
 namespace shardtrain::oracle {
 
 struct TrainConfig {
-  int64_t batch_size = 8;  // for evaluate()
+  int64_t batch_size = 8;                   // for evaluate()
   at::ScalarType param_dtype = at::kFloat;  // compute dtype; master weights stay fp32
   optim::AdamWConfig adamw;
   double grad_clip = 1.0;  // <= 0 disables clipping

@@ -27,7 +27,8 @@ namespace {
 const double kNaN = std::nan("");
 
 json phases(double data, double fwd, double bwd, double opt, double comm, double ckpt) {
-  return {{"data_wait", data}, {"forward", fwd}, {"backward", bwd}, {"optimizer", opt}, {"exposed_comm", comm}, {"checkpoint", ckpt}};
+  return {{"data_wait", data}, {"forward", fwd},       {"backward", bwd},
+          {"optimizer", opt},  {"exposed_comm", comm}, {"checkpoint", ckpt}};
 }
 
 // Run A: 5 steps with phases, cross-rank data on steps 2-4 (busy-time ratios 1.25, 1.1, 1.5), a
@@ -37,14 +38,22 @@ std::string run_a_text() {
   const double mfu[] = {0.1, 0.4, 0.42, 0.44, 0.38}, busy[] = {0, 1.25, 1.1, 1.5, 0};
   std::string text = json{{"step", 0}, {"val_loss", 3.0}, {"val_exact_match", 0.0}}.dump() + "\n";
   for (int s = 1; s <= 5; ++s) {
-    json j = {{"step", s}, {"loss", loss[s - 1]}, {"lr", 1e-4}, {"tokens_per_s", tps[s - 1]}, {"mfu", mfu[s - 1]},
-              {"tflops_per_device", 1.0}, {"step_time_s", s == 1 ? 2.0 : 1.0},
+    json j = {{"step", s},
+              {"loss", loss[s - 1]},
+              {"lr", 1e-4},
+              {"tokens_per_s", tps[s - 1]},
+              {"mfu", mfu[s - 1]},
+              {"tflops_per_device", 1.0},
+              {"step_time_s", s == 1 ? 2.0 : 1.0},
               {"phases", phases(0.05, s == 1 ? 1.25 : 0.25, 0.5, 0.1, 0.1, 0)}};
     if (s == 5) j["val_loss"] = 1.45;
     if (busy[s - 1] > 0) {
       j["phases_across_ranks"]["forward"] = {{"min", 0.2}, {"median", 0.25}, {"max", 0.4}};
-      j["straggler"] = {{"rank", s == 4 ? 1 : 3}, {"host", s == 4 ? "node-a" : "node-b"}, {"busy_s", busy[s - 1]},
-                        {"median_busy_s", 1.0}, {"step_time_s", 1.0}};
+      j["straggler"] = {{"rank", s == 4 ? 1 : 3},
+                        {"host", s == 4 ? "node-a" : "node-b"},
+                        {"busy_s", busy[s - 1]},
+                        {"median_busy_s", 1.0},
+                        {"step_time_s", 1.0}};
     }
     text += j.dump() + "\n";
   }
@@ -56,7 +65,10 @@ std::string run_b_text() {
   const double loss[] = {2.5, 2.0, 1.0, 0.75}, tps[] = {500, 600, 700, 800};
   std::string text;
   for (int s = 1; s <= 4; ++s)
-    text += json{{"step", s}, {"loss", loss[s - 1]}, {"tokens_per_s", tps[s - 1]}, {"step_time_s", 0.5}}.dump() + "\n";
+    text +=
+        json{{"step", s}, {"loss", loss[s - 1]}, {"tokens_per_s", tps[s - 1]}, {"step_time_s", 0.5}}
+            .dump() +
+        "\n";
   return text;
 }
 
@@ -90,8 +102,10 @@ TEST(RunReport, ParsesStepsPhasesAndCrossRankData) {
   EXPECT_EQ(r.steps[4].val_loss, 1.45);
   EXPECT_EQ(r.steps[0].straggler_rank, -1);
   // null (a NaN as nlohmann writes it), a repeated step (a resumed run: the last line wins), order.
-  const RunData d = parse_metrics("{\"step\": 3, \"loss\": 9}\n{\"step\": 1, \"loss\": null}\n[1]\n{\"step\": 3, \"loss\": 2}\n",
-                                  "d.jsonl", notes);
+  const RunData d = parse_metrics(
+      "{\"step\": 3, \"loss\": 9}\n{\"step\": 1, \"loss\": null}\n[1]\n{\"step\": 3, \"loss\": "
+      "2}\n",
+      "d.jsonl", notes);
   ASSERT_EQ(d.steps.size(), 2u);
   EXPECT_EQ(d.steps[0].step, 1);
   EXPECT_TRUE(std::isnan(d.steps[0].loss));
@@ -102,13 +116,17 @@ TEST(RunReport, ParsesStepsPhasesAndCrossRankData) {
 TEST(RunReport, BadLinesAndFilesWithoutStepsAreUsageErrors) {
   std::vector<std::string> notes;
   try {
-    parse_metrics("{\"step\": 1, \"loss\": 2}\nnot json\n{\"step\": 2, \"loss\": 2}\n", "bad.jsonl", notes);
+    parse_metrics("{\"step\": 1, \"loss\": 2}\nnot json\n{\"step\": 2, \"loss\": 2}\n", "bad.jsonl",
+                  notes);
     FAIL() << "expected a UsageError";
   } catch (const runtime::UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("bad.jsonl: line 2 is not JSON"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bad.jsonl: line 2 is not JSON"), std::string::npos)
+        << e.what();
   }
-  EXPECT_THROW(parse_metrics("not json\n", "one.jsonl", notes), runtime::UsageError);  // a single line is no truncation
-  EXPECT_THROW(parse_metrics("{\"step\": 0, \"val_loss\": 2}\n", "zero.jsonl", notes), runtime::UsageError);
+  EXPECT_THROW(parse_metrics("not json\n", "one.jsonl", notes),
+               runtime::UsageError);  // a single line is no truncation
+  EXPECT_THROW(parse_metrics("{\"step\": 0, \"val_loss\": 2}\n", "zero.jsonl", notes),
+               runtime::UsageError);
   EXPECT_THROW(parse_metrics("", "empty.jsonl", notes), runtime::UsageError);
 }
 
@@ -126,11 +144,14 @@ TEST(RunReport, MovingAverageIsATrailingMeanThatSkipsNaN) {
 }
 
 TEST(RunReport, LabelsUseTheParentDirectoryThenTheStem) {
-  EXPECT_EQ(run_labels({"/x/7b-2n/metrics.jsonl", "/x/7b-4n/metrics.jsonl"}), (std::vector<std::string>{"7b-2n", "7b-4n"}));
-  EXPECT_EQ(run_labels({"/x/sweep/m1.jsonl", "/x/sweep/m2.jsonl"}), (std::vector<std::string>{"m1", "m2"}));
+  EXPECT_EQ(run_labels({"/x/7b-2n/metrics.jsonl", "/x/7b-4n/metrics.jsonl"}),
+            (std::vector<std::string>{"7b-2n", "7b-4n"}));
+  EXPECT_EQ(run_labels({"/x/sweep/m1.jsonl", "/x/sweep/m2.jsonl"}),
+            (std::vector<std::string>{"m1", "m2"}));
   EXPECT_EQ(run_labels({"/x/a/m.jsonl", "/y/a/m.jsonl", "/x/b/m.jsonl"}),
             (std::vector<std::string>{"a/m", "a/m #2", "b/m"}));
-  EXPECT_EQ(run_labels({"metrics.jsonl"}), (std::vector<std::string>{fs::current_path().filename().string()}));
+  EXPECT_EQ(run_labels({"metrics.jsonl"}),
+            (std::vector<std::string>{fs::current_path().filename().string()}));
 }
 
 TEST(RunReport, RankSpreadPrefersBusyTimeThenAStepEntry) {
@@ -210,7 +231,8 @@ TEST(RunReport, ChartsHaveTheExpectedPanelsAndCutSpikesOff) {
   EXPECT_EQ(loss.panels[0].series[2].name, "runA train");
   const std::vector<double> want = {2.0, 1.9, 1.8, 4.9 / 3, 1.5};  // trailing means of 3
   ASSERT_EQ(loss.panels[0].series[2].y.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(loss.panels[0].series[2].y[i], want[i], 1e-12) << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_NEAR(loss.panels[0].series[2].y[i], want[i], 1e-12) << i;
   EXPECT_EQ(loss.panels[0].series[4].name, "runA val");
   EXPECT_TRUE(loss.panels[0].series[4].markers);
   EXPECT_EQ(loss_chart(runs, 0, "").panels[0].series.size(), 3u);
@@ -226,10 +248,13 @@ TEST(RunReport, ChartsHaveTheExpectedPanelsAndCutSpikesOff) {
   ASSERT_TRUE(ph.ymax.has_value());
   EXPECT_DOUBLE_EQ(*ph.ymax, 2.5);  // 1.25 x step total's 90th percentile (2 s, step 1's warmup)
   EXPECT_NE(br.panels[1].xlabel.find("rank 3 on node-b"), std::string::npos) << br.panels[1].xlabel;
-  EXPECT_NE(br.panels[2].title.find("no per-phase timings"), std::string::npos) << br.panels[2].title;
-  EXPECT_NE(br.panels[3].title.find("no phases_across_ranks"), std::string::npos) << br.panels[3].title;
+  EXPECT_NE(br.panels[2].title.find("no per-phase timings"), std::string::npos)
+      << br.panels[2].title;
+  EXPECT_NE(br.panels[3].title.find("no phases_across_ranks"), std::string::npos)
+      << br.panels[3].title;
   EXPECT_EQ(breakdown_chart({runs[1]}, {stats[1]}, "").panels.size(), 1u);
-  EXPECT_THROW(breakdown_chart(runs, {stats[0]}, ""), runtime::Error);  // stats must match runs one to one
+  EXPECT_THROW(breakdown_chart(runs, {stats[0]}, ""),
+               runtime::Error);  // stats must match runs one to one
 }
 
 namespace {
@@ -250,7 +275,8 @@ std::string write_run(const std::string& dir, const std::string& text) {
 void expect_report_usage_error(const std::string& args, const std::string& words) {
   const auto r = run("report " + args);
   EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-  EXPECT_NE(r.out.find(words), std::string::npos) << "message should say " << words << ":\n" << r.out;
+  EXPECT_NE(r.out.find(words), std::string::npos) << "message should say " << words << ":\n"
+                                                  << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
 }
 
@@ -260,16 +286,19 @@ TEST(ReportCli, WritesThreeChartsPillowReadsAndAnExactSummary) {
   const std::string dir = report_dir("report_cli");
   const auto a = write_run(dir + "/runA", run_a_text());
   const auto b = write_run(dir + "/runB", run_b_text());
-  const auto r = run("report " + a + " " + b + " --out-dir " + dir + "/out --title 'Tiny test' --smooth 3");
+  const auto r =
+      run("report " + a + " " + b + " --out-dir " + dir + "/out --title 'Tiny test' --smooth 3");
   ASSERT_EQ(r.code, 0) << r.out;
   const std::string md = slurp(dir + "/out/summary.md");
-  EXPECT_NE(r.out.find("| runA | 5 | 1.4000 | 1.4500 | 1000 | 40.0% | 1 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| runA | 5 | 1.4000 | 1.4500 | 1000 | 40.0% | 1 |"), std::string::npos)
+      << r.out;
   EXPECT_NE(md.find("# Tiny test"), std::string::npos) << md;
   EXPECT_NE(md.find("| runA | 5 | 1.4000 | 1.4500 | 1000 | 40.0% | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| runB | 4 | 0.7500 | n/a | 650 | n/a | 0.5 |"), std::string::npos) << md;
-  for (const char* row : {"| data_wait | 0.05 | 5.0% |", "| forward | 0.25 | 25.0% |", "| backward | 0.5 | 50.0% |",
-                          "| optimizer | 0.1 | 10.0% |", "| exposed_comm | 0.1 | 10.0% |", "| checkpoint | 0 | 0.0% |",
-                          "| step (step_time_s) | 1 | 100.0% |"})
+  for (const char* row :
+       {"| data_wait | 0.05 | 5.0% |", "| forward | 0.25 | 25.0% |", "| backward | 0.5 | 50.0% |",
+        "| optimizer | 0.1 | 10.0% |", "| exposed_comm | 0.1 | 10.0% |",
+        "| checkpoint | 0 | 0.0% |", "| step (step_time_s) | 1 | 100.0% |"})
     EXPECT_NE(md.find(row), std::string::npos) << row << "\n" << md;
   EXPECT_NE(md.find("1.25x at the median, 1.50x at worst (step 4)"), std::string::npos) << md;
   EXPECT_NE(md.find("runA/metrics.jsonl: ignored its last line"), std::string::npos) << md;

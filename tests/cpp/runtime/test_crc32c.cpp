@@ -36,7 +36,8 @@ TEST(Crc32c, MaskMatchesTensorBoards) {
   const std::string zeros(32, '\0');
   EXPECT_EQ(mask_crc32c(crc32c("123456789", 9)), 0xC78AB0E5u);
   EXPECT_EQ(mask_crc32c(crc32c(zeros.data(), zeros.size())), 0x0FD7FFFAu);
-  const unsigned char five[8] = {5, 0, 0, 0, 0, 0, 0, 0};  // a record length, as the framing masks it
+  const unsigned char five[8] = {5, 0, 0, 0,
+                                 0, 0, 0, 0};  // a record length, as the framing masks it
   EXPECT_EQ(mask_crc32c(crc32c(five, 8)), 0x3E04B2EAu);
 }
 
@@ -46,12 +47,17 @@ TEST(CrcRows, CombineEqualsWholeBufferCrc) {
   std::vector<float> values(1000);
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.25f * static_cast<float>(i) - 7.0f;
   const uint32_t whole = static_cast<uint32_t>(
-      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(values.data()), static_cast<uInt>(values.size() * sizeof(float))));
+      crc32(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(values.data()),
+            static_cast<uInt>(values.size() * sizeof(float))));
   const auto row = [&](int64_t offset, int64_t numel) {
     return shardtrain::runtime::CrcRow{offset, numel,
-                                       static_cast<int64_t>(shardtrain::runtime::crc32_bytes(&values[offset], numel * sizeof(float)))};
+                                       static_cast<int64_t>(shardtrain::runtime::crc32_bytes(
+                                           &values[offset], numel * sizeof(float)))};
   };
-  const std::vector<shardtrain::runtime::CrcRow> rows = {row(600, 400), shardtrain::runtime::CrcRow{}, row(0, 250), row(250, 350)};
+  const std::vector<shardtrain::runtime::CrcRow> rows = {
+      row(600, 400), shardtrain::runtime::CrcRow{}, row(0, 250), row(250, 350)};
   EXPECT_EQ(shardtrain::runtime::combine_crc_rows(rows, sizeof(float)), whole);
-  EXPECT_NE(shardtrain::runtime::combine_crc_rows({row(0, 250), row(250, 350)}, sizeof(float)), whole) << "a missing slice";
+  EXPECT_NE(shardtrain::runtime::combine_crc_rows({row(0, 250), row(250, 350)}, sizeof(float)),
+            whole)
+      << "a missing slice";
 }

@@ -15,7 +15,8 @@ namespace shardtrain {
 namespace {
 
 enum class Fruit { kApple, kPear, kFig };
-constexpr runtime::EnumName<Fruit> kFruitNames[] = {{Fruit::kApple, "apple"}, {Fruit::kPear, "pear"}, {Fruit::kFig, "fig"}};
+constexpr runtime::EnumName<Fruit> kFruitNames[] = {
+    {Fruit::kApple, "apple"}, {Fruit::kPear, "pear"}, {Fruit::kFig, "fig"}};
 
 TEST(EnumNames, ParseNameAndChoices) {
   EXPECT_EQ(runtime::parse_enum(kFruitNames, "pear"), Fruit::kPear);
@@ -30,7 +31,8 @@ TEST(EnumNames, ParseNameAndChoices) {
 // Every row of a real table round-trips through its module's parse and name functions, names
 // are distinct, and an unknown name is a UsageError naming the option and every accepted name.
 template <typename E, size_t N, typename Parse, typename Name>
-void expect_table(const runtime::EnumName<E> (&table)[N], Parse parse, Name name, const std::string& option) {
+void expect_table(const runtime::EnumName<E> (&table)[N], Parse parse, Name name,
+                  const std::string& option) {
   std::set<std::string> seen;
   for (const auto& row : table) {
     EXPECT_TRUE(seen.insert(row.name).second) << row.name << " twice";
@@ -49,7 +51,8 @@ void expect_table(const runtime::EnumName<E> (&table)[N], Parse parse, Name name
 
 TEST(EnumNames, ModuleTablesRoundTrip) {
   expect_table(data::kDataFormatNames, data::parse_format, data::format_name, "--format");
-  expect_table(data::kChatTemplateNames, data::parse_chat_template, data::chat_template_name, "--chat-template");
+  expect_table(data::kChatTemplateNames, data::parse_chat_template, data::chat_template_name,
+               "--chat-template");
   expect_table(fsdp::kShardingNames, fsdp::parse_sharding, fsdp::sharding_name, "--sharding");
 }
 

@@ -28,18 +28,22 @@ std::vector<std::string> gather_hosts() {
   char mine[MPI_MAX_PROCESSOR_NAME] = {0};
   std::strncpy(mine, g_env->host().c_str(), sizeof mine - 1);
   std::vector<char> all(static_cast<size_t>(g_env->size()) * MPI_MAX_PROCESSOR_NAME);
-  MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  MPI_Allgather(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME,
+                MPI_CHAR, MPI_COMM_WORLD);
   std::vector<std::string> hosts;
-  for (int r = 0; r < g_env->size(); ++r) hosts.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  for (int r = 0; r < g_env->size(); ++r)
+    hosts.emplace_back(all.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
   return hosts;
 }
 
 std::vector<Seen> gather_seen() {
-  const int mine[3] = {g_env->machine().local_rank, g_env->machine().local_size, g_env->topology().local_rank};
+  const int mine[3] = {g_env->machine().local_rank, g_env->machine().local_size,
+                       g_env->topology().local_rank};
   std::vector<int> all(3 * static_cast<size_t>(g_env->size()));
   MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, MPI_COMM_WORLD);
   std::vector<Seen> seen;
-  for (int r = 0; r < g_env->size(); ++r) seen.push_back({all[3 * r], all[3 * r + 1], all[3 * r + 2]});
+  for (int r = 0; r < g_env->size(); ++r)
+    seen.push_back({all[3 * r], all[3 * r + 1], all[3 * r + 2]});
   return seen;
 }
 }  // namespace
@@ -58,9 +62,10 @@ TEST(MpiEnvMpi, MachineLayoutIsTheRealOneWhateverRanksPerNodeSays) {
     EXPECT_EQ(seen[r].machine_local, local) << "rank " << r << " on " << hosts[r];
     EXPECT_EQ(seen[r].machine_size, size) << "rank " << r << " on " << hosts[r];
   }
-  const runtime::Topology expected = g_ranks_per_node > 0
-      ? runtime::topology_from_ranks_per_node(g_env->rank(), g_env->size(), g_ranks_per_node)
-      : g_env->machine();
+  const runtime::Topology expected =
+      g_ranks_per_node > 0
+          ? runtime::topology_from_ranks_per_node(g_env->rank(), g_env->size(), g_ranks_per_node)
+          : g_env->machine();
   EXPECT_EQ(g_env->topology().local_rank, expected.local_rank);
   EXPECT_EQ(g_env->topology().local_size, expected.local_size);
   EXPECT_EQ(g_env->topology().node, expected.node);
@@ -76,20 +81,24 @@ TEST(MpiEnvMpi, RanksSharingAMachinePickDistinctGpus) {
   std::map<std::string, std::set<int>> gpus_of_host;
   std::map<std::string, int> ranks_of_host;
   for (int r = 0; r < g_env->size(); ++r) {
-    gpus_of_host[hosts[r]].insert(cli::gpu_for_rank(seen[r].machine_local, seen[r].machine_size, seen[r].machine_size, hosts[r]));
+    gpus_of_host[hosts[r]].insert(cli::gpu_for_rank(seen[r].machine_local, seen[r].machine_size,
+                                                    seen[r].machine_size, hosts[r]));
     ++ranks_of_host[hosts[r]];
   }
   for (const auto& [host, gpus] : gpus_of_host)
-    EXPECT_EQ(static_cast<int>(gpus.size()), ranks_of_host[host]) << "ranks on " << host << " share a GPU";
+    EXPECT_EQ(static_cast<int>(gpus.size()), ranks_of_host[host])
+        << "ranks on " << host << " share a GPU";
   if (g_ranks_per_node == 1 && g_env->size() == 2 && hosts[0] == hosts[1]) {
     EXPECT_EQ(seen[0].sim_local, 0);
     EXPECT_EQ(seen[1].sim_local, 0) << "each simulated node of one rank has local rank 0";
-    EXPECT_NE(seen[0].machine_local, seen[1].machine_local) << "the real local ranks must still differ";
+    EXPECT_NE(seen[0].machine_local, seen[1].machine_local)
+        << "the real local ranks must still differ";
   }
 }
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0) g_ranks_per_node = std::atoi(argv[i] + 17);
+    if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0)
+      g_ranks_per_node = std::atoi(argv[i] + 17);
   return mpi_gtest_main(argc, argv, g_env);
 }

@@ -20,8 +20,10 @@ const double kNaN = std::nan("");
 }  // namespace
 
 TEST(Sha256, KnownDigests) {  // FIPS 180-4 examples, as hashlib prints them
-  EXPECT_EQ(runtime::sha256_hex("", 0), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(runtime::sha256_hex("abc", 3), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(runtime::sha256_hex("", 0),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(runtime::sha256_hex("abc", 3),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   const std::string two_blocks = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
   EXPECT_EQ(runtime::sha256_hex(two_blocks.data(), two_blocks.size()),
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
@@ -41,7 +43,8 @@ TEST(Stats, MedianAndQuantileOfFiniteValues) {
   EXPECT_EQ(runtime::median({4, 1, 3, 2}), 2.5);
   EXPECT_EQ(runtime::median({kNaN, 7, INFINITY}), 7);
   EXPECT_TRUE(std::isnan(runtime::median({})));
-  EXPECT_EQ(runtime::quantile({4, 1, 3, 2}, 0.5), 2);  // nearest rank: a value of the sample, not the mean of two
+  EXPECT_EQ(runtime::quantile({4, 1, 3, 2}, 0.5),
+            2);  // nearest rank: a value of the sample, not the mean of two
   EXPECT_EQ(runtime::quantile({4, kNaN, 1, 3, 2}, 0), 1);
 }
 

@@ -24,8 +24,14 @@ TEST(MetricScalars, NestedLeavesJoinedBySlashStepAndNonNumbersLeftOut) {
     "memory":{"peak_bytes_by_phase":{"forward":6693632},"peak_bytes_by_phase_counts":"engine_tensors"},
     "straggler":{"host":"vm","rank":1},"sizes":[3,"x",4.5],"gone":null})");
   const std::vector<std::pair<std::string, double>> want = {
-      {"comm/world/all_reduce/bytes", 16}, {"comm/world/all_reduce/calls", 2}, {"loss", 6.25}, {"lr", 8e-05},
-      {"memory/peak_bytes_by_phase/forward", 6693632}, {"sizes/0", 3}, {"sizes/2", 4.5}, {"straggler/rank", 1}};
+      {"comm/world/all_reduce/bytes", 16},
+      {"comm/world/all_reduce/calls", 2},
+      {"loss", 6.25},
+      {"lr", 8e-05},
+      {"memory/peak_bytes_by_phase/forward", 6693632},
+      {"sizes/0", 3},
+      {"sizes/2", 4.5},
+      {"straggler/rank", 1}};
   EXPECT_EQ(pairs(train::metric_scalars(line)), want);
 }
 
@@ -47,7 +53,8 @@ TEST(MetricScalars, EveryFigureOfAStepLineIncludingValidationAndPhases) {
   EXPECT_EQ(got.at("phases/forward"), 0.125);
   EXPECT_EQ(got.at("phases/checkpoint"), 0.0);
   EXPECT_EQ(got.at("peak_mem_bytes"), 1099511627776.0);
-  // The line's 11 top-level figures less step, skipped_steps, eta_s, 6 phases, 2 validation figures.
+  // The line's 11 top-level figures less step, skipped_steps, eta_s, 6 phases, 2 validation
+  // figures.
   EXPECT_EQ(scalars.size(), 10u + 2u + 6u + 2u);
 }
 

@@ -6,18 +6,27 @@
 using namespace shardtrain;
 
 TEST(ProfileSummary, KindsFromRealKernelNames) {
-  EXPECT_EQ(train::kind_by_name("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT"), train::KernelKind::kGemm);
-  EXPECT_EQ(train::kind_by_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64"), train::KernelKind::kGemm);
+  EXPECT_EQ(train::kind_by_name("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNT"),
+            train::KernelKind::kGemm);
+  EXPECT_EQ(train::kind_by_name("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64"),
+            train::KernelKind::kGemm);
   EXPECT_EQ(train::kind_by_name("aten::mm"), train::KernelKind::kGemm);
   EXPECT_EQ(train::kind_by_name("aten::mmx"), train::KernelKind::kElementwise);
-  EXPECT_EQ(train::kind_by_name("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>"), train::KernelKind::kAttention);
-  EXPECT_EQ(train::kind_by_name("aten::_scaled_dot_product_flash_attention_for_cpu"), train::KernelKind::kAttention);
-  EXPECT_EQ(train::kind_by_name("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+  EXPECT_EQ(train::kind_by_name(
+                "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>>"),
+            train::KernelKind::kAttention);
+  EXPECT_EQ(train::kind_by_name("aten::_scaled_dot_product_flash_attention_for_cpu"),
+            train::KernelKind::kAttention);
+  EXPECT_EQ(train::kind_by_name(
+                "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
             train::KernelKind::kCommunication);
   EXPECT_EQ(train::kind_by_name("Memcpy HtoD (Pinned -> Device)"), train::KernelKind::kMemory);
-  EXPECT_EQ(train::kind_by_name("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"),
-            train::KernelKind::kElementwise);
-  EXPECT_EQ(train::kind_by_name("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>"),
+  EXPECT_EQ(
+      train::kind_by_name(
+          "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"),
+      train::KernelKind::kElementwise);
+  EXPECT_EQ(train::kind_by_name("void at::native::(anonymous "
+                                "namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>"),
             train::KernelKind::kOptimizer);
 }
 
@@ -25,11 +34,13 @@ TEST(ProfileSummary, DeviceKernelsSharesGapsAndOptimizerByLaunch) {
   // One compute stream: GEMM 0-100, attention 100-150, idle 150-200, elementwise 200-230, idle,
   // then a kernel launched inside the optimizer range 300-320; NCCL on its own stream 50-250.
   std::vector<train::ProfileEvent> ev = {
-      {"nvjet_tst_128x256", 0, 100, 5, 0, true},  {"flash_fwd_kernel", 100, 150, 6, 0, true},
+      {"nvjet_tst_128x256", 0, 100, 5, 0, true},
+      {"flash_fwd_kernel", 100, 150, 6, 0, true},
       {"vectorized_elementwise_kernel", 200, 230, 7, 0, true},
       {"ncclDevKernel_AllGather_RING_LL", 50, 250, 8, 0, true},
-      {"vectorized_elementwise_kernel", 300, 320, 1000, 0, true},  // launched at 1000: the optimizer's
-      {"aten::mm", 0, 5000, -1, 1, false},                         // host ops are not the work on a GPU
+      {"vectorized_elementwise_kernel", 300, 320, 1000, 0,
+       true},                               // launched at 1000: the optimizer's
+      {"aten::mm", 0, 5000, -1, 1, false},  // host ops are not the work on a GPU
   };
   const auto s = train::summarize_profile(ev, {{900, 1100}}, {}, 10);
   ASSERT_TRUE(s.device);
@@ -55,7 +66,7 @@ TEST(ProfileSummary, HostOpsCountTheirOwnTime) {
   // linear 0-100 { mm 10-90 { resolve_conj 20-21 } }, then add 120-140; another thread's op
   // 0-50 overlaps; the optimizer range holds add.
   std::vector<train::ProfileEvent> ev = {
-      {"aten::linear", 0, 100, -1, 1, false}, {"aten::mm", 10, 90, -1, 1, false},
+      {"aten::linear", 0, 100, -1, 1, false},       {"aten::mm", 10, 90, -1, 1, false},
       {"aten::resolve_conj", 20, 21, -1, 1, false}, {"aten::add", 120, 140, -1, 1, false},
       {"aten::mul", 0, 50, -1, 2, false},
   };
@@ -63,7 +74,8 @@ TEST(ProfileSummary, HostOpsCountTheirOwnTime) {
   ASSERT_FALSE(s.device);
   EXPECT_EQ(s.span_ns, 140);
   EXPECT_EQ(s.busy_ns, 120);
-  EXPECT_EQ(s.kind_ns[static_cast<int>(train::KernelKind::kGemm)], 20 + 79);  // linear's own 20 and mm's own 79
+  EXPECT_EQ(s.kind_ns[static_cast<int>(train::KernelKind::kGemm)],
+            20 + 79);  // linear's own 20 and mm's own 79
   EXPECT_EQ(s.kind_ns[static_cast<int>(train::KernelKind::kElementwise)], 1 + 50);
   EXPECT_EQ(s.kind_ns[static_cast<int>(train::KernelKind::kOptimizer)], 20);
   EXPECT_EQ(s.top[0].name, "aten::mm");

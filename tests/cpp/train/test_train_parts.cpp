@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "oracle/trainer.h"
 #include "shardtrain/optim/lr_schedule.h"
 #include "shardtrain/runtime/error.h"
-#include "oracle/trainer.h"
 
 using namespace shardtrain;
 
@@ -64,7 +64,8 @@ model::Batch synthetic_batch(int64_t rows, uint64_t seed) {
 std::vector<model::Batch> split(const model::Batch& b, int64_t parts) {
   std::vector<model::Batch> out;
   const int64_t n = b.tokens.size(0) / parts;
-  for (int64_t i = 0; i < parts; ++i) out.push_back({b.tokens.narrow(0, i * n, n), b.labels.narrow(0, i * n, n)});
+  for (int64_t i = 0; i < parts; ++i)
+    out.push_back({b.tokens.narrow(0, i * n, n), b.labels.narrow(0, i * n, n)});
   return out;
 }
 }  // namespace
@@ -82,7 +83,8 @@ TEST(Trainer, GradientAccumulationEqualsOneBigBatch) {
   }
   // Adam divides by sqrt(v): summation-order noise in near-zero gradients grows to ~1e-6.
   for (size_t i = 0; i < big.params().tensors().size(); ++i)
-    EXPECT_LE((big.params().tensors()[i] - acc.params().tensors()[i]).abs().max().item<double>(), 1e-5);
+    EXPECT_LE((big.params().tensors()[i] - acc.params().tensors()[i]).abs().max().item<double>(),
+              1e-5);
 }
 
 TEST(Trainer, Bf16ComputeTracksFp32) {
@@ -98,12 +100,14 @@ TEST(Trainer, Bf16ComputeTracksFp32) {
 TEST(Trainer, ClippingBoundsTheUpdateNorm) {
   std::vector<at::Tensor> g = {at::full({4}, 3.0), at::full({2}, 4.0)};
   const at::Tensor n = optim::grad_sq_norm(g, at::kCPU).sqrt();
-  EXPECT_NEAR(n.item<double>(), std::sqrt(4 * 9.0 + 2 * 16.0), 1e-6 * n.item<double>());  // fp32 per-tensor norms (foreach kernel)
+  EXPECT_NEAR(n.item<double>(), std::sqrt(4 * 9.0 + 2 * 16.0),
+              1e-6 * n.item<double>());  // fp32 per-tensor norms (foreach kernel)
   optim::scale_grads(g, n, 1.0);
   EXPECT_NEAR(std::sqrt(optim::grad_sq_norm(g, at::kCPU).item<double>()), 1.0, 1e-5);
   const std::vector<at::Tensor> small = {at::full({3}, 0.25)};
   optim::scale_grads(small, optim::grad_sq_norm(small, at::kCPU).sqrt(), 1.0);
-  EXPECT_TRUE(small[0].equal(at::full({3}, 0.25))) << "a norm below the limit leaves the gradients as they are";
+  EXPECT_TRUE(small[0].equal(at::full({3}, 0.25)))
+      << "a norm below the limit leaves the gradients as they are";
 }
 
 // Clipping folded into the fused AdamW (the GPU path: grad_scale, a divisor) against
@@ -132,13 +136,17 @@ TEST(Trainer, ClippingFoldedIntoAdamWMatchesClipThenStep) {
     const auto [p_fold, m_fold] = run(true);
     ASSERT_FALSE(p_comp.equal(start));
     if (max_norm > 1e5) {
-      EXPECT_TRUE(p_fold.equal(p_comp)) << "no clipping: the divisor 1 must leave the step bit for bit";
+      EXPECT_TRUE(p_fold.equal(p_comp))
+          << "no clipping: the divisor 1 must leave the step bit for bit";
       EXPECT_TRUE(m_fold.equal(m_comp));
     } else {
       // atol: where the update cancels the parameter (both about lr), an ulp of lr remains.
-      EXPECT_TRUE(p_fold.allclose(p_comp, 2.5e-7, 4e-9)) << (p_fold - p_comp).abs().max().item<float>();
-      EXPECT_TRUE(m_fold.allclose(m_comp, 2.5e-7, 1e-12)) << (m_fold - m_comp).abs().max().item<float>();
-      EXPECT_FALSE(m_fold.allclose(m_comp * 1.001, 1e-6, 0)) << "the clip did not reach the moments";
+      EXPECT_TRUE(p_fold.allclose(p_comp, 2.5e-7, 4e-9))
+          << (p_fold - p_comp).abs().max().item<float>();
+      EXPECT_TRUE(m_fold.allclose(m_comp, 2.5e-7, 1e-12))
+          << (m_fold - m_comp).abs().max().item<float>();
+      EXPECT_FALSE(m_fold.allclose(m_comp * 1.001, 1e-6, 0))
+          << "the clip did not reach the moments";
     }
   }
 }

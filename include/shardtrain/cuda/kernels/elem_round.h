@@ -42,7 +42,9 @@ ST_HD inline uint16_t float_to_bf16_bits(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + lsb) >> 16);
 }
 
-ST_HD inline float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+ST_HD inline float bf16_bits_to_float(uint16_t b) {
+  return bits_float(static_cast<uint32_t>(b) << 16);
+}
 
 // fp32 rounded to the nearest bf16 value (ties to even), returned as fp32.
 ST_HD inline float round_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }

@@ -37,20 +37,21 @@ struct RopeArgs {
 cudaError_t launch_rope(const RopeArgs& args, cudaStream_t stream);
 
 // out = silu(gate) * up over n contiguous elements.
-cudaError_t launch_swiglu_forward(ElemType type, const void* gate, const void* up, void* out, int64_t n,
-                                  cudaStream_t stream);
+cudaError_t launch_swiglu_forward(ElemType type, const void* gate, const void* up, void* out,
+                                  int64_t n, cudaStream_t stream);
 // dgate, dup from dy, gate and up (n contiguous elements each).
-cudaError_t launch_swiglu_backward(ElemType type, const void* dy, const void* gate, const void* up, void* dgate,
-                                   void* dup, int64_t n, cudaStream_t stream);
+cudaError_t launch_swiglu_backward(ElemType type, const void* dy, const void* gate, const void* up,
+                                   void* dgate, void* dup, int64_t n, cudaStream_t stream);
 
 // SwiGLU over a merged gate/up projection: gate_up is `rows` contiguous rows of 2 * f elements,
 // gate the first f of each and up the last f; out (rows x f, contiguous) = silu(gate) * up. The
 // element maths of launch_swiglu_forward, so the two agree bit for bit.
-cudaError_t launch_swiglu_merged_forward(ElemType type, const void* gate_up, void* out, int64_t rows, int64_t f,
-                                         cudaStream_t stream);
+cudaError_t launch_swiglu_merged_forward(ElemType type, const void* gate_up, void* out,
+                                         int64_t rows, int64_t f, cudaStream_t stream);
 // d_gate_up (rows x 2f, contiguous): dgate in the first f of each row, dup in the last f, from dy
 // (rows x f) and gate_up. May not alias gate_up or dy.
-cudaError_t launch_swiglu_merged_backward(ElemType type, const void* dy, const void* gate_up, void* d_gate_up,
-                                          int64_t rows, int64_t f, cudaStream_t stream);
+cudaError_t launch_swiglu_merged_backward(ElemType type, const void* dy, const void* gate_up,
+                                          void* d_gate_up, int64_t rows, int64_t f,
+                                          cudaStream_t stream);
 
 }  // namespace shardtrain::cuda::kernels
