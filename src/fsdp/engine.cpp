@@ -45,9 +45,9 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
       layout_(make_trainable_layout(model_, cfg_.lora)),
       seed_(seed) {
   const int shard_size = groups_.shard->size();
-  const MemoryReport report =
-      persistent_bytes(layout_->sizes(shard_size), cfg_.no_sync_accumulation,
-                       static_cast<int>(c10::elementSize(cfg_.param_dtype)));
+  const TrainingSizes sizes = layout_->sizes(shard_size);
+  const MemoryReport report = persistent_bytes(
+      sizes, cfg_.no_sync_accumulation, static_cast<int>(c10::elementSize(cfg_.param_dtype)));
   memory_ = std::make_unique<EngineMemory>(
       report, device_, [this] { return schedule_ ? schedule_->transient_bytes() : 0; });
   BuiltUnits built = build_units(*layout_, cfg_, shard_size, groups_.shard->rank(), seed, weights,
@@ -55,7 +55,7 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
   pieces_ = std::move(built.pieces);
   base_crc_rows_ = std::move(built.base_crc_rows);
   schedule_ =
-      std::make_unique<UnitSchedule>(model_, cfg_, groups_, device_, std::move(built.units),
+      std::make_unique<UnitSchedule>(model_, cfg_, groups_, device_, sizes, std::move(built.units),
                                      std::move(built.adapters), [this] { memory_->note(); });
 }
 

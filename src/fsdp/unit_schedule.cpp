@@ -13,8 +13,8 @@ namespace shardtrain::fsdp {
 
 UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg,
                            comm::ProcessGroups& groups, at::Device device,
-                           std::vector<FlatUnit> units, std::vector<FlatUnit> adapters,
-                           std::function<void()> on_memory)
+                           const TrainingSizes& sizes, std::vector<FlatUnit> units,
+                           std::vector<FlatUnit> adapters, std::function<void()> on_memory)
     : model_(model),
       cfg_(cfg),
       groups_(groups),
@@ -27,26 +27,22 @@ UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cf
           groups_, cfg_.reduce_dtype,
           [this](int64_t u) -> at::Tensor& { return trainable(u).grad(); }, on_memory_) {
   rope_.to(device_, cfg_.param_dtype);
-  bool trains_before = false;  // some unit before this one trains
+  const std::vector<bool> runs = runs_backward(sizes);
   parts_.assign(units_.size(), UnitParts{});
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitParts& p = parts_[u];
     p.base = &units_[u];
     if (!adapters_.empty() && !adapters_[u].empty()) p.adapter = &adapters_[u];
     p.trainable = adapters_.empty() ? &units_[u] : &adapters_[u];
-    p.input_grad = trains_before;
-    p.runs_backward = trains_before || !p.trainable->empty();
-    trains_before = p.runs_backward;
+    p.input_grad = u > 0 && runs[u - 1];  // a unit before it trains: its input needs a gradient
+    p.runs_backward = runs[u];
     nvtx_names_.emplace_back("fwd unit " + std::to_string(u), "bwd unit " + std::to_string(u));
     if (cfg_.no_sync_accumulation)
       no_sync_.push_back(at::zeros({p.trainable->layout().padded},
                                    at::TensorOptions().dtype(at::kFloat).device(device_)));
   }
-  std::vector<UnitSize> trainable_sizes;
-  for (size_t u = 0; u < units_.size(); ++u)
-    trainable_sizes.push_back(unit_size(parts_[u].trainable->layout(), units_[u].kind()));
   const int reduce_elt = static_cast<int>(c10::elementSize(cfg_.reduce_dtype));
-  reducer_.set_budget(reduce_budget(trainable_sizes, groups_.shard->size(), reduce_elt));
+  reducer_.set_budget(reduce_budget(sizes.trainable_units(), groups_.shard->size(), reduce_elt));
 }
 
 void UnitSchedule::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned) {

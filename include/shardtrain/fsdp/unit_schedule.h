@@ -17,6 +17,7 @@
 #include "shardtrain/fsdp/flat_unit.h"
 #include "shardtrain/fsdp/gradient_reducer.h"
 #include "shardtrain/fsdp/sharding.h"
+#include "shardtrain/fsdp/trainable_layout.h"
 #include "shardtrain/model/llama.h"
 
 namespace shardtrain::fsdp {
@@ -39,9 +40,10 @@ class UnitSchedule {
  public:
   // units: the base; adapters: what trains beside a frozen base ([units], empty where the base
   // trains). on_memory: called whenever gathered units or reductions come or go.
+  // sizes: the units' (TrainableLayout::sizes), which decide the backward skips and the budget.
   UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg, comm::ProcessGroups& groups,
-               at::Device device, std::vector<FlatUnit> units, std::vector<FlatUnit> adapters,
-               std::function<void()> on_memory);
+               at::Device device, const TrainingSizes& sizes, std::vector<FlatUnit> units,
+               std::vector<FlatUnit> adapters, std::function<void()> on_memory);
   UnitSchedule(const UnitSchedule&) = delete;  // the reducer reads the units through `this`
   UnitSchedule& operator=(const UnitSchedule&) = delete;
 
