@@ -17,6 +17,8 @@ Options (environment variable in brackets):
   --overwrite-checkpoints  start anew in a CKPT_DIR that holds another run's checkpoints, removing
                        them; restarts then continue this run [OVERWRITE_CHECKPOINTS=1]
   --strategy S         full_shard, shard_grad_op, no_shard, hybrid_shard [STRATEGY]
+  --cpu-offload        master weights, AdamW state and gradients in host memory, AdamW on the
+                       CPU: a full fine-tune larger than the GPUs [CPU_OFFLOAD=1]
   --data F             token file from 'shardtrain prepare' [DATA] (required)
   --out-dir D          metrics, logs and the exit code [OUT_DIR] (default runs/<job id>)
   --ckpt-dir D         HDF5 checkpoints, on shared storage [CKPT_DIR] (default OUT_DIR/checkpoints)
@@ -47,6 +49,7 @@ shardtrain_parse() {
       --merge-lora) LORA_ARGS="${LORA_ARGS:-} $1"; shift ;;
       --overwrite-checkpoints) OVERWRITE_CHECKPOINTS=1; shift ;;
       --strategy) STRATEGY=$2; shift 2 ;;
+      --cpu-offload) CPU_OFFLOAD=1; shift ;;
       --data) DATA=$2; shift 2 ;;
       --out-dir) OUT_DIR=$2; shift 2 ;;
       --ckpt-dir) CKPT_DIR=$2; shift 2 ;;
@@ -74,7 +77,7 @@ shardtrain_parse() {
   fi
   MODEL=${MODEL:-} WEIGHTS=${WEIGHTS:-} SAVE_MODEL=${SAVE_MODEL:-} RESUME=${RESUME:-auto} LORA_ARGS=${LORA_ARGS:-}
   OVERWRITE_CHECKPOINTS=${OVERWRITE_CHECKPOINTS:-0}
-  STRATEGY=${STRATEGY:-full_shard} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
+  STRATEGY=${STRATEGY:-full_shard} CPU_OFFLOAD=${CPU_OFFLOAD:-0} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
   MAX_RESTARTS=${MAX_RESTARTS:-3} RESTART_ON_FAILURE=${RESTART_ON_FAILURE:-0} RANKS_PER_NODE=${RANKS_PER_NODE:-0}
   SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
 }
@@ -144,6 +147,7 @@ shardtrain_commands() {
   read -r -a lora <<<"$LORA_ARGS"
   TRAIN_ARGS+=("${lora[@]}")
   [ "$PEAK_TFLOPS" != 0 ] && TRAIN_ARGS+=(--peak-tflops "$PEAK_TFLOPS")
+  [ "$CPU_OFFLOAD" = 1 ] && TRAIN_ARGS+=(--cpu-offload)
   TRAIN_ARGS+=("${TRAIN_EXTRA[@]}")
 }
 

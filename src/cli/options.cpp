@@ -330,7 +330,11 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
                     "gradient reduction dtype: fp32 or bf16")(
         "no-sync-accumulation", po::bool_switch(&f.no_sync_accumulation),
         "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters "
-        "more per rank)")("loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
+        "more per rank)")(
+        "cpu-offload", po::bool_switch(&f.cpu_offload),
+        "keep the fp32 master weights, AdamW's moments and the gradient shards in host memory and "
+        "step AdamW on the CPU, unit by unit (a full fine-tune that does not fit the GPU; "
+        "docs/fsdp.md)")("loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
                           "the head's matmul and the cross-entropy fused, over chunks of this many "
                           "tokens, so fp32 logits never exist "
                           "for the whole batch: auto (a chunk of logits about the hidden states' "

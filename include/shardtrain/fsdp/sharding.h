@@ -54,6 +54,9 @@ struct FsdpConfig {
   // Decoder layers through the fused path (model::LayerPath::fused): fused RMSNorm, merged q k v
   // and gate up matmuls, and on CUDA shardtrain's rotary and SwiGLU kernels.
   bool fused_layers = false;
+  // --cpu-offload: the fp32 master shards, AdamW's moments and the gradient shards live in host
+  // memory (pinned beside a GPU) and AdamW steps on the CPU, unit by unit (docs/fsdp.md).
+  bool cpu_offload = false;
   void validate() const;  // throws UsageError naming the option to change
 };
 
