@@ -32,6 +32,7 @@ class ModelShards : public Stateful {
   explicit ModelShards(fsdp::FsdpEngine& engine) : engine_(engine) {}
   std::string name() const override { return "model"; }
   std::vector<TensorGroup> tensors() override {
+    engine_.settle();  // --cpu-offload: the host's steps in flight write these
     TensorGroup g{kTensorGroups[0], dataset_specs(engine_), {}};
     for (const auto& p : engine_.pieces())
       g.slices.push_back({p.name, p.param_offset, p.numel, p.master});
@@ -85,6 +86,7 @@ class OptimizerState : public Stateful {
       : engine_(engine), optimizer_(optimizer) {}
   std::string name() const override { return "optimizer"; }
   std::vector<TensorGroup> tensors() override {
+    engine_.settle();
     const auto& pieces = engine_.pieces();
     auto& slots = optimizer_.adamw().slots();
     if (slots.size() != pieces.size())
@@ -99,6 +101,7 @@ class OptimizerState : public Stateful {
     return {avg, avg_sq};
   }
   void save_values(Values& out) const override {
+    engine_.settle();
     out.set_int(attr::kAdamStep, optimizer_.adamw().step_count());
   }
   void load_values(const Values& saved) override {

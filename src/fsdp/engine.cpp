@@ -33,6 +33,16 @@ int64_t sum_on_host(comm::Communicator& world, int64_t v) {
   return v;
 }
 
+// A host tensor summed over the group with MPI, in place (an offloaded gradient norm).
+void sum_on_host(comm::Communicator& group, at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  group.host_collective(comm::Op::kAllReduce, c.nbytes(), [&] {
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, c.data_ptr<double>(), static_cast<int>(c.numel()),
+                            MPI_DOUBLE, MPI_SUM, group.mpi()));
+  });
+  if (!c.is_same(t)) t.copy_(c);
+}
+
 }  // namespace
 
 FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups,
@@ -80,7 +90,8 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
   at::Tensor loss_sum =
       at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
-  for (const model::Batch& mb : micro_batches) {
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    const model::Batch& mb = micro_batches[i];
     Pass p;
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size,
                                                    model_.hidden_size, cfg_.loss_chunk);
@@ -100,7 +111,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     logits = at::Tensor();  // autograd keeps only what backward needs
     p.outputs.back() = at::Tensor();
     close_phase(runtime::Phase::kForward);
-    schedule_->backward(p, loss, !cfg_.no_sync_accumulation);
+    schedule_->backward(p, loss, !cfg_.no_sync_accumulation, i + 1 == micro_batches.size());
     close_phase(runtime::Phase::kBackward);
   }
   if (cfg_.no_sync_accumulation) schedule_->reduce_accumulated();
@@ -127,9 +138,11 @@ std::vector<uint64_t> FsdpEngine::dropout_row_seeds(const model::Batch& mb) {
 }
 
 std::vector<at::Tensor> FsdpEngine::grad_shards() {
+  if (HostOffload* offload = schedule_->offload()) offload->wait_grads();
   std::vector<at::Tensor> g;
   for (const auto& p : pieces_) {
-    const at::Tensor& shard = schedule_->trainable(p.unit).grad();
+    FlatUnit& unit = schedule_->trainable(p.unit);
+    const at::Tensor& shard = unit.offloaded() ? unit.host_grad() : unit.grad();
     g.push_back(shard.defined() ? shard.narrow(0, p.shard_offset, p.numel) : at::Tensor());
   }
   return g;
@@ -150,15 +163,21 @@ std::map<std::string, at::Tensor> FsdpEngine::full_adapters() {
   return gather_full(schedule_->adapters());
 }
 
+void FsdpEngine::settle() {
+  if (HostOffload* offload = schedule_->offload()) offload->settle();
+}
+
 std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<FlatUnit>& units) {
+  settle();
   std::map<std::string, at::Tensor> out;
   for (auto& u : units) {
     if (u.empty()) continue;
-    auto full = at::empty({u.layout().padded}, u.master().options());
+    const at::Tensor master = u.master().to(device_);  // an offloaded master: from the host
+    auto full = at::empty({u.layout().padded}, master.options());
     if (groups_.shard->size() == 1)
-      full.copy_(u.master());
+      full.copy_(master);
     else
-      groups_.shard->all_gather(u.master().contiguous(), full);
+      groups_.shard->all_gather(master.contiguous(), full);
     full = full.to(at::kCPU,
                    at::kFloat);  // exports and conversions are written from host memory, in fp32
     for (const auto& e : u.layout().entries)
@@ -169,12 +188,32 @@ std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<Flat
 
 optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg) {
   comm::Communicator& shard = *engine.groups().shard;
-  optim::Optimizer opt(cfg, [&shard](at::Tensor& sq) {
-    if (shard.size() > 1)
+  HostOffload* offload = engine.host_offload();
+  optim::Optimizer opt(cfg, [&shard, offload](at::Tensor& sq) {
+    if (shard.size() == 1) return;
+    if (offload)  // the norm is summed where the gradients are: on the host, over MPI
+      sum_on_host(shard, sq);
+    else
       shard.all_reduce(sq);  // on the device: NCCL orders it on the stream, no host read
   });
   for (const ShardPiece& p : engine.pieces())
     opt.add(p.master, p.decay);  // padding is zero: pieces cover the norm
+  if (offload) {  // one group of slots per unit, stepped on the host thread in model order
+    optim::GroupRunner runner;
+    std::vector<int64_t> group_unit;
+    const auto& pieces = engine.pieces();
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      if (i + 1 == pieces.size() || pieces[i + 1].unit != pieces[i].unit) {
+        runner.group_ends.push_back(i + 1);
+        group_unit.push_back(pieces[i].unit);
+      }
+    }
+    runner.run = [offload, group_unit](size_t g, std::function<void()> job) {
+      offload->run(group_unit.empty() ? 0 : group_unit[g], std::move(job));
+    };
+    runner.wait = [offload] { offload->settle(); };
+    opt.set_runner(std::move(runner));
+  }
   return opt;
 }
 

@@ -13,19 +13,50 @@
 namespace shardtrain::fsdp {
 
 FlatUnit::FlatUnit(model::UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen)
-    : spec_(spec), layout_(std::move(layout)), master_(std::move(master)), frozen_(frozen) {
+    : spec_(spec),
+      layout_(std::move(layout)),
+      master_(std::move(master)),
+      device_(master_.device()),
+      frozen_(frozen) {
   if (master_.numel() != layout_.shard_numel)
     throw runtime::Error("FSDP unit: master shard has the wrong size");
   set_merged(false);
 }
 
+void FlatUnit::offload_to_host(at::Device device, at::ScalarType dtype) {
+  if (!master_.device().is_cpu()) throw runtime::Error("FSDP unit: offload a master on the host");
+  device_ = device;
+  // Pinned beside a GPU: the copies either way are DMA, and non_blocking really does not block.
+  const auto host = at::TensorOptions().pinned_memory(device.is_cuda());
+  if (device.is_cuda()) master_ = master_.pin_memory();
+  mirror_ = at::empty({layout_.shard_numel}, host.dtype(dtype));
+  host_grad_ = at::zeros({layout_.shard_numel}, host.dtype(at::kFloat));
+  refresh_mirror();
+}
+
+void FlatUnit::refresh_mirror(bool force) {
+  if (!offloaded() || (!force && master_._version() == mirror_version_)) return;
+  mirror_.copy_(master_);
+  mirror_version_ = static_cast<int64_t>(master_._version());
+}
+
 void FlatUnit::start(comm::Communicator& shard) {
+  at::Tensor shard_src = master_;
+  if (offloaded()) {  // the host mirror, already in the compute dtype, to the device
+    refresh_mirror();
+    if (shard.size() > 1) {
+      shard_src = at::empty({layout_.shard_numel}, flat_.options().requires_grad(false));
+      shard_src.copy_(mirror_, /*non_blocking=*/true);
+    } else {
+      shard_src = mirror_;
+    }
+  }
   if (shard.size() ==
       1) {  // nothing to gather: cast into an alias with its own version counter, in one kernel
     at::from_blob(flat_.data_ptr(), {layout_.padded}, flat_.options().requires_grad(false))
-        .copy_(master_);
+        .copy_(shard_src, /*non_blocking=*/offloaded());
   } else {
-    send_ = master_.to(flat_.scalar_type());
+    send_ = shard_src.to(flat_.scalar_type());
     pending_ = shard.all_gather_async(send_, flat_);
   }
   gathered_ = true;
@@ -33,7 +64,8 @@ void FlatUnit::start(comm::Communicator& shard) {
 
 void FlatUnit::begin_gather(comm::Communicator& shard, at::ScalarType dtype) {
   release();  // a fresh leaf: views bound again
-  flat_ = at::empty({layout_.padded}, master_.options().dtype(dtype)).requires_grad_(!frozen_);
+  flat_ = at::empty({layout_.padded}, at::TensorOptions().dtype(dtype).device(device_))
+              .requires_grad_(!frozen_);
   start(shard);
 }
 

@@ -38,7 +38,7 @@ int64_t GradientReducer::held(const Pending& r) const {
 }
 
 void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel,
-                             bool owned) {
+                             bool owned, bool last) {
   progress();
   const int shard_size = groups_.shard->size();
   const int elt = static_cast<int>(c10::elementSize(reduce_dtype_));
@@ -52,6 +52,7 @@ void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t 
   progress();
   Pending r;
   r.unit = unit;
+  r.last = last;
   if (full_grad.scalar_type() == reduce_dtype_ && full_grad.is_contiguous()) {
     r.send = full_grad;
   } else {
@@ -124,6 +125,7 @@ void GradientReducer::add(Pending& r) {
     grad.add_(a);
   r.shard = at::Tensor();
   on_change_();
+  if (r.last && on_final_) on_final_(r.unit);
 }
 
 void GradientReducer::finish() {

@@ -32,6 +32,8 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
   BuiltUnits b;
   const bool frozen = layout.base_frozen();
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
+  // What trains is built in host memory when offloaded; a frozen base stays on the device.
+  const auto trained_fp32 = cfg.cpu_offload ? fp32.device(at::kCPU) : fp32;
   const auto& specs = layout.base_specs();
   const auto& trainable_specs = layout.trainable_specs();
   const auto unit_specs = model::model_units(layout.model());
@@ -58,16 +60,18 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
   for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
     FlatLayout base_layout = flat_layout(specs, u, shard_size);
     at::Tensor master =
-        fill_shard(base_layout, shard_rank, fp32.dtype(layout.base_dtype(cfg.param_dtype)),
+        fill_shard(base_layout, shard_rank,
+                   (frozen ? fp32 : trained_fp32).dtype(layout.base_dtype(cfg.param_dtype)),
                    base_piece, frozen ? checksum : SeePiece());
     b.units.emplace_back(unit_specs[u], std::move(base_layout), master, frozen);
     b.units.back().set_merged(cfg.fused_layers);
     if (frozen) {  // what trains: a second, small flat unit, sharded like the base
       FlatLayout trained_layout = flat_layout(trainable_specs, u, shard_size);
-      at::Tensor shard = fill_shard(trained_layout, shard_rank, fp32, trained_piece);
+      at::Tensor shard = fill_shard(trained_layout, shard_rank, trained_fp32, trained_piece);
       b.adapters.emplace_back(unit_specs[u], std::move(trained_layout), shard);
     }
     FlatUnit& unit = frozen ? b.adapters.back() : b.units.back();
+    if (cfg.cpu_offload) unit.offload_to_host(device, cfg.param_dtype);  // before the pieces' views
     for (const Segment& s : shard_segments(unit.layout(), shard_rank)) {
       const auto& e = unit.layout().entries[s.entry];
       ShardPiece p;

@@ -41,18 +41,24 @@ UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cf
       no_sync_.push_back(at::zeros({p.trainable->layout().padded},
                                    at::TensorOptions().dtype(at::kFloat).device(device_)));
   }
+  if (cfg_.cpu_offload) {
+    std::vector<FlatUnit*> trained;
+    for (auto& p : parts_) trained.push_back(p.trainable->empty() ? nullptr : p.trainable);
+    offload_ = std::make_unique<HostOffload>(device_, std::move(trained));
+    reducer_.set_on_final([this](int64_t u) { offload_->grad_to_host(u); });
+  }
   const int reduce_elt = static_cast<int>(c10::elementSize(cfg_.reduce_dtype));
   reducer_.set_budget(reduce_budget(sizes.trainable_units(), groups_.shard->size(), reduce_elt));
 }
 
-void UnitSchedule::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned) {
-  reducer_.reduce(u, full_grad, trainable(u).layout().shard_numel, owned);
+void UnitSchedule::reduce_unit(int64_t u, const at::Tensor& full_grad, bool owned, bool last) {
+  reducer_.reduce(u, full_grad, trainable(u).layout().shard_numel, owned, last);
 }
 
 void UnitSchedule::reduce_accumulated() {
   for (size_t u = 0; u < units_.size(); ++u)
     if (!trainable(static_cast<int64_t>(u)).empty())
-      reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false);
+      reduce_unit(static_cast<int64_t>(u), no_sync_[u], /*owned=*/false, /*last=*/true);
   reducer_.finish();  // the buffers are read by the reductions until they complete
   for (auto& b : no_sync_) b.zero_();
 }
@@ -84,12 +90,13 @@ int64_t UnitSchedule::transient_bytes() const {
       if (u.gathered()) b += gathered_bytes(u.layout().padded, elt);
       if (u.grad().defined()) b += u.grad().nbytes();
     }
-  return b + reducer_.bytes_in_flight();
+  return b + reducer_.bytes_in_flight() + (offload_ ? offload_->device_bytes() : 0);
 }
 
 void UnitSchedule::prefetch(int64_t u) {
   if (u < 0 || u >= static_cast<int64_t>(units_.size())) return;
   if (backward_ && !parts_[u].runs_backward) return;  // a frozen embedding's backward is skipped
+  if (offload_) offload_->wait_stepped(u);  // the host's step of its master, and its mirror
   for_each_part(u, [this](FlatUnit& unit) {
     if (!unit.active())
       unit.begin_gather(*groups_.shard, cfg_.param_dtype);
@@ -120,6 +127,7 @@ bool UnitSchedule::recomputes(int64_t u) const {
 void UnitSchedule::gather_tied_embedding() {
   FlatUnit& e =
       units_.front();  // not prefetch(): a frozen embedding is needed here in backward too
+  if (offload_) offload_->wait_stepped(0);
   if (!e.active())
     e.begin_gather(*groups_.shard, cfg_.param_dtype);
   else if (!e.gathered())
@@ -212,7 +220,7 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
   return x;
 }
 
-void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
+void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now, bool last) {
   at::Tensor grad_out;
   backward_ = true;
   for (int64_t u = static_cast<int64_t>(units_.size()) - 1; u >= 0; --u) {
@@ -242,7 +250,7 @@ void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now) {
         g = at::zeros({t.layout().padded},
                       at::TensorOptions().dtype(cfg_.param_dtype).device(device_));
       if (reduce_now)
-        reduce_unit(u, g, /*owned=*/true);
+        reduce_unit(u, g, /*owned=*/true, last);
       else
         no_sync_[u].add_(g.to(at::kFloat));
     }

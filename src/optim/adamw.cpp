@@ -31,17 +31,13 @@ void AdamW::set_step_count(int64_t s) {
 
 void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip,
                  const at::Tensor& grad_scale) {
+  const at::Tensor found_inf = begin_step(skip);
+  step_slots(lr, grads, 0, slots_.size(), found_inf, grad_scale);
+  end_step(found_inf);
+}
+
+at::Tensor AdamW::begin_step(const at::Tensor& skip) {
   c10::NoGradGuard no_grad;
-  // torch.optim.AdamW(fused=True): one multi-tensor kernel per weight-decay group instead of
-  // eight elementwise ops per tensor. The kernel reads each tensor's step; ours share one.
-  std::vector<at::Tensor> p[2], g[2], m[2], v[2], steps[2];
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    if (!grads[i].defined() || slots_[i].param.numel() == 0) continue;
-    const int k = slots_[i].decay ? 1 : 0;
-    auto& s = slots_[i];
-    p[k].push_back(s.param), g[k].push_back(grads[i]), m[k].push_back(s.exp_avg),
-        v[k].push_back(s.exp_avg_sq);
-  }
   if (!step_t_
            .defined()) {  // every rank counts every step, whether its shards hold anything or not
     const at::Device device = slots_.empty() ? at::Device(at::kCPU) : slots_.front().param.device();
@@ -49,10 +45,29 @@ void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tens
                        at::TensorOptions().dtype(at::kFloat).device(device));
   }
   // As torch.optim's fused path with a GradScaler: count the step, let the kernel skip on
-  // found_inf, uncount it.
+  // found_inf, uncount it (end_step).
   const at::Tensor found_inf =
       skip.defined() ? skip.to(step_t_.device(), at::kFloat).reshape({}) : at::Tensor();
   step_t_.add_(1);
+  return found_inf;
+}
+
+void AdamW::step_slots(double lr, const std::vector<at::Tensor>& grads, size_t first, size_t last,
+                       const at::Tensor& found_inf, const at::Tensor& grad_scale) {
+  c10::NoGradGuard no_grad;
+  // torch.optim.AdamW(fused=True): one multi-tensor kernel per weight-decay group instead of
+  // eight elementwise ops per tensor. The kernel reads each tensor's step; ours share one.
+  std::vector<at::Tensor> p[2], g[2], m[2], v[2], steps[2];
+  for (size_t i = first; i < last; ++i) {
+    const at::Tensor& grad = grads[i - first];
+    if (!grad.defined() || slots_[i].param.numel() == 0) continue;
+    const int k = slots_[i].decay ? 1 : 0;
+    auto& s = slots_[i];
+    p[k].push_back(s.param);
+    g[k].push_back(grad);
+    m[k].push_back(s.exp_avg);
+    v[k].push_back(s.exp_avg_sq);
+  }
   for (int k = 0; k < 2; ++k) {
     if (p[k].empty()) continue;
     steps[k].assign(p[k].size(), step_t_);
@@ -61,6 +76,10 @@ void AdamW::step(double lr, const std::vector<at::Tensor>& grads, const at::Tens
                       grad_scale.defined() ? std::optional<at::Tensor>(grad_scale) : std::nullopt,
                       found_inf.defined() ? std::optional<at::Tensor>(found_inf) : std::nullopt);
   }
+}
+
+void AdamW::end_step(const at::Tensor& found_inf) {
+  c10::NoGradGuard no_grad;
   if (found_inf.defined()) step_t_.sub_(found_inf);
 }
 

@@ -35,8 +35,35 @@ void Optimizer::apply(double lr, const std::vector<at::Tensor>& grads, const at:
     adamw_.step(lr, grads, skip, clip_divisor(norm, cfg_.grad_clip, device));
     return;
   }
+  if (runner_.run) {
+    apply_in_groups(lr, grads, norm, skip);
+    return;
+  }
   if (clip) scale_grads(grads, norm, cfg_.grad_clip);
   adamw_.step(lr, grads, skip);
+}
+
+void Optimizer::apply_in_groups(double lr, const std::vector<at::Tensor>& grads,
+                                const at::Tensor& norm, const at::Tensor& skip) {
+  const at::Tensor found_inf = adamw_.begin_step(skip);
+  const double clip = cfg_.grad_clip;
+  size_t first = 0;
+  for (size_t g = 0; g < runner_.group_ends.size(); ++g) {
+    const size_t last = runner_.group_ends[g];
+    // The group's own gradients, clipped by the global norm as clip_grad_norm_ does, then AdamW.
+    std::vector<at::Tensor> mine(grads.begin() + first, grads.begin() + last);
+    runner_.run(g, [this, lr, mine = std::move(mine), first, last, norm, found_inf, clip] {
+      if (clip > 0) scale_grads(mine, norm, clip);
+      adamw_.step_slots(lr, mine, first, last, found_inf);
+    });
+    first = last;
+  }
+  const size_t last_group = runner_.group_ends.empty() ? 0 : runner_.group_ends.size() - 1;
+  runner_.run(last_group, [this, found_inf] { adamw_.end_step(found_inf); });
+}
+
+void Optimizer::settle() {
+  if (runner_.wait) runner_.wait();
 }
 
 double Optimizer::step(double lr, const std::vector<at::Tensor>& grads) {

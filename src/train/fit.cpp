@@ -96,6 +96,7 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
       done.m.skipped_steps = c.nonfinite.skipped();
       if (finite.stop) {  // the device skipped every step since: no validation, no checkpoint
         c.metrics.publish(done.m, true, true, total, 0);
+        c.optimizer.settle();  // --cpu-offload: the host steps in flight
         c.checkpoints.finish();
         return FitEnd::kStoppedNonFinite;
       }
@@ -114,10 +115,12 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     now.phases[runtime::Phase::kCheckpoint] = ckpt_clock.seconds();
     c.metrics.publish(now, log_step, last || stop, total, saved_s);
     if (stop) {
+      c.optimizer.settle();    // --cpu-offload: the host steps in flight
       c.checkpoints.finish();  // a background save still in flight
       return FitEnd::kStoppedBySignal;
     }
   }
+  c.optimizer.settle();  // --cpu-offload: the host steps in flight
   c.checkpoints.finish();
   return FitEnd::kCompleted;
 }

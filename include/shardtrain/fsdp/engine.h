@@ -82,6 +82,10 @@ class FsdpEngine {
   // parameter as read at construction, one row per llama_param_specs entry (none held: -1);
   // combined over the shard group into one checksum of the base (ckpt::base_crc32).
   const std::vector<runtime::CrcRow>& base_crc_rows() const { return base_crc_rows_; }
+  // --cpu-offload: the host side (gradients to the host, the optimizer's host thread); nullptr
+  // otherwise. settle(): every host step given is done (before reading masters or moments).
+  HostOffload* host_offload() { return schedule_->offload(); }
+  void settle();
   EngineMemory& memory() { return *memory_; }
   const UnitSchedule& schedule() const { return *schedule_; }
   const comm::ProcessGroups& groups() const { return groups_; }

@@ -29,6 +29,17 @@ class FlatUnit {
   at::Tensor& grad() { return grad_; }  // fp32 [shard_numel] during a step; undefined otherwise
   const at::Tensor& grad() const { return grad_; }
 
+  // --cpu-offload: the master shard (already on the host) is pinned beside a CUDA `device`, with a
+  // host gradient shard and a host mirror of the master in `dtype`, which the gather copies to
+  // `device` (the mirror is refreshed whenever the master changed). Before any view of master().
+  void offload_to_host(at::Device device, at::ScalarType dtype);
+  bool offloaded() const { return mirror_.defined(); }
+  // The host's fp32 gradient shard [shard_numel] (offloaded: what the optimizer steps with).
+  at::Tensor& host_grad() { return host_grad_; }
+  // Makes the mirror equal to the master if the master changed since (its version counter, which
+  // copy_ bumps), or always (force): the fused AdamW kernel writes without bumping it.
+  void refresh_mirror(bool force = false);
+
   // A fresh leaf [padded] in `dtype`, filled by an async all-gather of the master shards.
   void begin_gather(comm::Communicator& shard, at::ScalarType dtype);
   // Refills the same leaf's freed storage (before backward), so autograd's saved views see it.
@@ -57,6 +68,9 @@ class FlatUnit {
   model::UnitSpec spec_;
   FlatLayout layout_;
   at::Tensor master_, grad_;
+  at::Tensor mirror_, host_grad_;  // offloaded: on the host; the master too
+  at::Device device_ = at::kCPU;   // where the gathered leaf lives
+  int64_t mirror_version_ = -1;    // the master's version the mirror holds
   at::Tensor flat_;  // [padded] leaf, requires grad; storage present only while gathered
   at::Tensor send_;  // the master shard in the compute dtype, kept alive for the gather
   comm::WorkPtr pending_;

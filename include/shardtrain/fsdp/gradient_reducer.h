@@ -39,7 +39,12 @@ class GradientReducer {
   void set_budget(int64_t bytes) { budget_ = bytes; }
   // Issues the reduction of `full_grad` ([padded]) into a [shard_numel] shard; owned: the
   // gradient is ours, so at world 1 it may become the shard without a copy.
-  void reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel, bool owned);
+  // last: the step's final reduction of this unit; once added, on_final(unit) is called.
+  void reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel, bool owned,
+              bool last = false);
+  // Called with a unit whose last reduction of the step is in its gradient shard (--cpu-offload:
+  // the shard goes to the host then).
+  void set_on_final(std::function<void(int64_t unit)> f) { on_final_ = std::move(f); }
   void finish();                    // every reduction issued so far is added to its gradient shard
   int64_t bytes_in_flight() const;  // the send and receive buffers of the pending reductions
 
@@ -48,6 +53,7 @@ class GradientReducer {
     int64_t unit = 0;
     at::Tensor send, shard;  // [padded] (undefined once scattered) and [shard_numel], reduce dtype
     bool owned = true;       // shard may become the gradient without a copy
+    bool last = false;       // the step's final reduction of the unit
     bool reused_send =
         false;  // send is the reducer's buffer (a converted copy), reusable once scattered
     comm::WorkPtr scatter;    // the reduce-scatter, until it completed
@@ -66,8 +72,9 @@ class GradientReducer {
   at::ScalarType reduce_dtype_;
   GradShard grad_of_;
   std::function<void()> on_change_;  // memory accounting: buffers came or went
-  int64_t budget_ = 0;               // 0: one reduction at a time
-  std::deque<Pending> pending_;      // issued and not yet added, oldest first
+  std::function<void(int64_t)> on_final_;
+  int64_t budget_ = 0;           // 0: one reduction at a time
+  std::deque<Pending> pending_;  // issued and not yet added, oldest first
   std::vector<at::Tensor>
       spare_;  // send buffers of completed reduce-scatters, for the next reduction
 };

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "shardtrain/comm/process_groups.h"
 #include "shardtrain/fsdp/flat_unit.h"
 #include "shardtrain/fsdp/gradient_reducer.h"
+#include "shardtrain/fsdp/host_offload.h"
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/trainable_layout.h"
 #include "shardtrain/model/llama.h"
@@ -51,7 +53,8 @@ class UnitSchedule {
                      bool build_graph);
   // Backward in reverse unit order; reduce_now: each unit's gradient is reduced at once, else
   // added to its unsharded no-sync buffer for reduce_accumulated().
-  void backward(Pass& p, const at::Tensor& loss, bool reduce_now);
+  // last: the step's last micro-batch (with reduce_now: its reductions are the step's last).
+  void backward(Pass& p, const at::Tensor& loss, bool reduce_now, bool last = true);
   void reduce_accumulated();  // the no-sync buffers, reduced and zeroed
   void finish_reductions();   // every reduction issued is added to its gradient shard
   void release_grads();       // frees the gradient shards (after the optimizer step)
@@ -64,6 +67,7 @@ class UnitSchedule {
   const std::vector<FlatUnit>& units() const { return units_; }
   const std::vector<FlatUnit>& adapters() const { return adapters_; }
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
+  HostOffload* offload() { return offload_.get(); }           // --cpu-offload; nullptr otherwise
   // Bytes that come and go within a step: gathered units, gradient shards, reductions in flight.
   int64_t transient_bytes() const;
 
@@ -91,7 +95,8 @@ class UnitSchedule {
   void prefetch(int64_t unit);
   void prefetch_from(int64_t unit, int direction);  // up to the in-flight limit, ahead of `unit`
   void note_gathered();
-  void reduce_unit(int64_t unit, const at::Tensor& full_grad, bool owned);  // issues, does not wait
+  void reduce_unit(int64_t unit, const at::Tensor& full_grad, bool owned,
+                   bool last);  // issues, does not wait
 
   const model::ModelConfig& model_;
   const FsdpConfig& cfg_;
@@ -106,7 +111,8 @@ class UnitSchedule {
       nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::function<void()> on_memory_;
   GradientReducer reducer_;  // reductions issued and not yet added to the gradient shards
-  bool backward_ = false;    // in backward(): units that run no backward are not gathered
+  std::unique_ptr<HostOffload> offload_;  // --cpu-offload: gradients to the host, host steps
+  bool backward_ = false;  // in backward(): units that run no backward are not gathered
   int peak_gathered_ = 0;
 };
 

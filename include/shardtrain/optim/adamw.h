@@ -33,6 +33,14 @@ class AdamW {
   // it (clipping folded in: clip_divisor), instead of a separate pass over the gradients.
   void step(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& skip = {},
             const at::Tensor& grad_scale = {});
+  // step() in three parts, for a caller that steps groups of slots apart (on another thread):
+  // begin_step counts the step and returns the found_inf the kernels read (undefined: no skip);
+  // step_slots steps slots [first, last) with grads[i - first]; end_step uncounts a skipped step,
+  // after every group.
+  at::Tensor begin_step(const at::Tensor& skip);
+  void step_slots(double lr, const std::vector<at::Tensor>& grads, size_t first, size_t last,
+                  const at::Tensor& found_inf, const at::Tensor& grad_scale = {});
+  void end_step(const at::Tensor& found_inf);
   int64_t step_count() const;  // the steps taken: a host read of the device's count
   void set_step_count(int64_t s);
   std::vector<AdamWSlot>& slots() { return slots_; }

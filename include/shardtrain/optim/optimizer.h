@@ -21,6 +21,16 @@ struct OptimizerConfig {
       const;  // every field, whichever front end filled it: UsageError naming the option
 };
 
+// Where apply() steps AdamW when it is not all at once on the caller's thread: the slots fall into
+// groups (slot ranges ending at group_ends, in order), and run(g, job) runs group g's job, possibly
+// on another thread, in the order given; wait() returns when every job given has run. CPU offload
+// steps one FSDP unit per group on the host while the device computes (fsdp/host_offload.h).
+struct GroupRunner {
+  std::vector<size_t> group_ends;
+  std::function<void(size_t group, std::function<void()> job)> run;
+  std::function<void()> wait;
+};
+
 class Optimizer {
  public:
   // sum_across: adds a squared norm (a 0-d fp64 device tensor) over the ranks, in place, on the
@@ -37,13 +47,20 @@ class Optimizer {
   // count alone.
   void apply(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& norm,
              const at::Tensor& skip = {});
+  // Later apply()s hand each group's clip and AdamW to the runner; settle() before reading the
+  // parameters, moments or step count.
+  void set_runner(GroupRunner runner) { runner_ = std::move(runner); }
+  void settle();  // every step handed to the runner has run (a no-op without one)
   AdamW& adamw() { return adamw_; }
   const OptimizerConfig& config() const { return cfg_; }
 
  private:
   OptimizerConfig cfg_;
   std::function<void(at::Tensor&)> sum_across_;
+  void apply_in_groups(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& norm,
+                       const at::Tensor& skip);
   AdamW adamw_;
+  GroupRunner runner_;  // no run: apply() steps every slot at once
 };
 
 }  // namespace shardtrain::optim

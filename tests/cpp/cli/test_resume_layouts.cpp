@@ -3,6 +3,7 @@
 // ids each step trained (--log-sample-ids) against an uninterrupted run, by the learning rate at
 // the end, and by the losses where the global batch is held; LoRA dropout's masks follow the
 // samples, so N ranks equal 1 rank with dropout too. A changed seed or token file is refused.
+// --cpu-offload's checkpoints resume without it and back.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -186,6 +187,35 @@ TEST(ResumeLayouts, HoldingTheGlobalBatchGivesTheUninterruptedLossesWithLoraDrop
                      mpirun(1));
   ASSERT_EQ(n.code, 0) << n.out;
   EXPECT_NE(read_jsonl(none).back()["loss"].get<double>(), single.back()["loss"].get<double>());
+}
+
+// --cpu-offload changes where the state lives, not the training: a run with it equals one without
+// (the CPU path is exact), and its checkpoints resume without it at another layout and back.
+TEST(ResumeLayouts, CpuOffloadResumesWithAndWithoutItAtAnotherLayout) {
+  const std::string t = train_on(small_file(50)) + "--epochs 2 --lr 1e-2 ";
+  const Whole plain = whole_run("resume_plain_four", 4, t + "--batch-size 3 ", 3);
+  const Whole off = whole_run("resume_offload_four", 4, t + "--batch-size 3 --cpu-offload ", 3);
+  ASSERT_EQ(off.metrics.size(), 10u);
+  ASSERT_EQ(plain.metrics.size(), off.metrics.size());
+  for (size_t i = 0; i < off.metrics.size(); ++i) {
+    const double a = plain.metrics[i]["loss"], b = off.metrics[i]["loss"];
+    EXPECT_NEAR(b, a, 1e-6 * a) << "step " << i + 1 << " with and without --cpu-offload";
+  }
+  const auto [m3, ids3] = resumed_run("resume_offload_to_2", off, 3, 2, t + "--batch-size 6 ");
+  expect_same_training(off, 3, m3, ids3, "--cpu-offload 4 ranks -> 2 ranks without");
+  const auto [m6, ids6] =
+      resumed_run("resume_plain_to_3_offload", plain, 6, 3, t + "--batch-size 4 --cpu-offload ");
+  expect_same_training(plain, 6, m6, ids6, "4 ranks without -> 3 ranks with --cpu-offload");
+  ASSERT_EQ(m3.size(), 7u);
+  for (size_t i = 0; i < m3.size(); ++i) {
+    const double a = off.metrics[i + 3]["loss"], b = m3[i]["loss"];
+    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 4 << " resumed without offload";
+  }
+  ASSERT_EQ(m6.size(), 4u);
+  for (size_t i = 0; i < m6.size(); ++i) {
+    const double a = plain.metrics[i + 6]["loss"], b = m6[i]["loss"];
+    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 7 << " resumed with offload";
+  }
 }
 
 // Another seed or another token file under a checkpoint is refused, naming both; allowed, it

@@ -12,8 +12,12 @@
 #include <ATen/cuda/Sleep.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 
+#include <chrono>
+#include <cmath>
+
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/cuda/cuda_handles.h"
+#include "shardtrain/fsdp/engine.h"
 #include "shardtrain/model/lora.h"
 #endif
 
@@ -88,6 +92,49 @@ TEST(GpuLora, DropoutMaskIsDrawnOnTheDeviceAndReproducible) {
   // Another generator's draws between two calls change nothing: the mask has its own generator.
   (void)at::rand({1000}, x.options().dtype(at::kFloat));
   EXPECT_TRUE(y.equal(model::lora_dropout(x, p, 17)));
+#endif
+}
+
+// --cpu-offload queues a whole step without the host waiting for the device: the gathers' copies
+// from the pinned mirrors, the gradients' copies back on their own stream. With the compute
+// stream held by a spin kernel, forward_backward returns long before the device has run any of
+// it (an event recorded after it is still pending); grad_shards() is where the host waits.
+TEST(GpuOffload, NoHostSyncInsideAStep) {
+  SKIP_WITHOUT_GPU();
+#ifdef SHARDTRAIN_TORCH_CUDA
+  cuda::set_device(0);
+  fsdp::FsdpConfig f;
+  f.cpu_offload = true;
+  f.param_dtype = at::kBFloat16;
+  auto groups = fsdp::make_process_groups(f, g_env->topology(), /*nccl=*/true);
+  model::ModelConfig m = model::model_preset("tiny");
+  fsdp::FsdpEngine eng(m, f, groups, 3, nullptr, at::Device(at::kCUDA, 0));
+  optim::Optimizer opt = fsdp::make_optimizer(eng, optim::OptimizerConfig{});
+  const auto tokens = at::randint(3, m.vocab_size, {2, 64}, at::kLong);
+  const std::vector<model::Batch> micro{{tokens, tokens.clone()}};
+  for (int warm = 0; warm < 2; ++warm) {  // the allocators and the host thread warmed up
+    eng.forward_backward(micro);
+    opt.step(1e-3, eng.grad_shards());
+    eng.release_grads();
+  }
+  cuda::device_synchronize();
+  using clock = std::chrono::steady_clock;
+  at::cuda::sleep(int64_t{2} << 30);  // about a second on the compute stream
+  const auto t0 = clock::now();
+  const fsdp::GradResult g = eng.forward_backward(micro, /*read_loss=*/false);
+  const double queued_s = std::chrono::duration<double>(clock::now() - t0).count();
+  cuda::Event after;
+  after.record(cuda::current_stream());
+  EXPECT_FALSE(after.query()) << "the step ran on the device before the host got back";
+  const auto grads = eng.grad_shards();  // the host waits here for the gradients' copies
+  const double landed_s = std::chrono::duration<double>(clock::now() - t0).count();
+  EXPECT_LT(queued_s, 0.25) << "forward_backward waited for the device";
+  EXPECT_GT(landed_s, 0.5) << "the gradients were read before the device computed them";
+  for (const auto& t : grads) EXPECT_TRUE(t.device().is_cpu() && t.is_pinned());
+  EXPECT_TRUE(std::isfinite(g.loss_t.item<double>()));
+  opt.step(1e-3, grads);
+  eng.release_grads();
+  eng.settle();
 #endif
 }
 

@@ -1,0 +1,151 @@
+#include "shardtrain/fsdp/host_offload.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "shardtrain/runtime/error.h"
+#ifdef SHARDTRAIN_HAVE_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace shardtrain::fsdp {
+
+#ifdef SHARDTRAIN_HAVE_CUDA
+struct HostOffload::Copies {
+  c10::cuda::CUDAStream stream;
+  std::vector<at::cuda::CUDAEvent> done;  // [units] recorded after each unit's copy
+  Copies(at::Device device, size_t units)
+      : stream(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device.index())),
+        done(units) {}
+};
+#else
+struct HostOffload::Copies {};
+#endif
+
+HostOffload::HostOffload(at::Device device, std::vector<FlatUnit*> units)
+    : device_(device),
+      units_(std::move(units)),
+      in_flight_(units_.size()),
+      outstanding_(units_.size(), 0) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (device_.is_cuda()) copies_ = std::make_unique<Copies>(device_, units_.size());
+#endif
+  worker_ = std::thread([this] { work(); });
+}
+
+HostOffload::~HostOffload() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void HostOffload::grad_to_host(int64_t u) {
+  FlatUnit& unit = *units_[u];
+  at::Tensor& grad = unit.grad();
+  if (!grad.defined()) return;
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (copies_) {
+    release_copied(/*wait=*/false);  // device memory back from the copies already done
+    at::cuda::CUDAEvent reduced;
+    reduced.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    reduced.block(copies_->stream);
+    {
+      const c10::cuda::CUDAStreamGuard on_copies(copies_->stream);
+      unit.host_grad().copy_(grad, /*non_blocking=*/true);
+    }
+    copies_->done[u].record(copies_->stream);
+    in_flight_[u] = std::move(grad);  // kept alive until its copy is done
+    grad = at::Tensor();
+    return;
+  }
+#endif
+  unit.host_grad().copy_(grad);  // the CPU "device": a copy all the same, into its own buffer
+  grad = at::Tensor();
+}
+
+void HostOffload::release_copied(bool wait) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  for (size_t u = 0; u < in_flight_.size(); ++u) {
+    if (!in_flight_[u].defined()) continue;
+    if (wait)
+      copies_->done[u].synchronize();
+    else if (!copies_->done[u].query())
+      continue;
+    in_flight_[u] = at::Tensor();
+  }
+#endif
+  (void)wait;
+}
+
+void HostOffload::wait_grads() { release_copied(/*wait=*/true); }
+
+int64_t HostOffload::device_bytes() const {
+  int64_t b = 0;
+  for (const auto& t : in_flight_)
+    if (t.defined()) b += static_cast<int64_t>(t.nbytes());
+  return b;
+}
+
+void HostOffload::run(int64_t u, std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++outstanding_[u];
+    jobs_.push_back({u, std::move(job)});
+  }
+  cv_.notify_all();
+}
+
+void HostOffload::work() {
+  at::init_num_threads();  // this thread's intra-op threads: the rank's (at::set_num_threads)
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    std::exception_ptr error;
+    try {
+      job.fn();
+      if (units_[job.unit]) units_[job.unit]->refresh_mirror(/*force=*/true);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error && !error_) error_ = error;
+      --outstanding_[job.unit];
+    }
+    cv_.notify_all();
+  }
+}
+
+void HostOffload::rethrow() {
+  if (error_) std::rethrow_exception(error_);
+}
+
+void HostOffload::wait_stepped(int64_t u) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this, u] { return outstanding_[u] == 0 || error_; });
+  rethrow();
+}
+
+void HostOffload::settle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] {
+    if (error_) return true;
+    for (int n : outstanding_)
+      if (n > 0) return false;
+    return true;
+  });
+  rethrow();
+}
+
+}  // namespace shardtrain::fsdp
