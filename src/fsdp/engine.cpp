@@ -212,6 +212,9 @@ optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig
       offload->run(group_unit.empty() ? 0 : group_unit[g], std::move(job));
     };
     runner.wait = [offload] { offload->settle(); };
+    runner.arm = [offload, group_unit](size_t g, std::function<void()> job) {
+      offload->arm(group_unit.empty() ? 0 : group_unit[g], std::move(job));
+    };
     opt.set_runner(std::move(runner));
   }
   return opt;

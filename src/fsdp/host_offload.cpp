@@ -28,6 +28,7 @@ HostOffload::HostOffload(at::Device device, std::vector<FlatUnit*> units)
     : device_(device),
       units_(std::move(units)),
       in_flight_(units_.size()),
+      armed_(units_.size()),
       outstanding_(units_.size(), 0) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device_.is_cuda()) copies_ = std::make_unique<Copies>(device_, units_.size());
@@ -61,11 +62,28 @@ void HostOffload::grad_to_host(int64_t u) {
     copies_->done[u].record(copies_->stream);
     in_flight_[u] = std::move(grad);  // kept alive until its copy is done
     grad = at::Tensor();
+    run_armed(u);
     return;
   }
 #endif
   unit.host_grad().copy_(grad);  // the CPU "device": a copy all the same, into its own buffer
   grad = at::Tensor();
+  run_armed(u);
+}
+
+void HostOffload::arm(int64_t u, std::function<void()> job) { armed_[u].push_back(std::move(job)); }
+
+void HostOffload::run_armed(int64_t u) {
+  for (auto& job : armed_[u]) {
+    run(u, [this, u, job = std::move(job)] {
+#ifdef SHARDTRAIN_HAVE_CUDA
+      if (copies_) copies_->done[u].synchronize();  // this thread waits; the streams go on
+#endif
+      (void)u;
+      job();
+    });
+  }
+  armed_[u].clear();
 }
 
 void HostOffload::release_copied(bool wait) {
@@ -82,7 +100,17 @@ void HostOffload::release_copied(bool wait) {
   (void)wait;
 }
 
-void HostOffload::wait_grads() { release_copied(/*wait=*/true); }
+void HostOffload::wait_grads() {
+  release_copied(/*wait=*/true);
+  for (size_t u = 0; u < armed_.size(); ++u)
+    run_armed(static_cast<int64_t>(u));  // a unit whose gradient never came: its step all the same
+}
+
+size_t HostOffload::armed_jobs() const {
+  size_t n = 0;
+  for (const auto& jobs : armed_) n += jobs.size();
+  return n;
+}
 
 int64_t HostOffload::device_bytes() const {
   int64_t b = 0;

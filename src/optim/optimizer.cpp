@@ -35,6 +35,12 @@ void Optimizer::apply(double lr, const std::vector<at::Tensor>& grads, const at:
     adamw_.step(lr, grads, skip, clip_divisor(norm, cfg_.grad_clip, device));
     return;
   }
+  if (armed_) {  // every group was handed over by arm(): only the step's close is left
+    armed_ = false;
+    const size_t last_group = runner_.group_ends.empty() ? 0 : runner_.group_ends.size() - 1;
+    runner_.run(last_group, [this] { adamw_.end_step({}); });
+    return;
+  }
   if (runner_.run) {
     apply_in_groups(lr, grads, norm, skip);
     return;
@@ -60,6 +66,21 @@ void Optimizer::apply_in_groups(double lr, const std::vector<at::Tensor>& grads,
   }
   const size_t last_group = runner_.group_ends.empty() ? 0 : runner_.group_ends.size() - 1;
   runner_.run(last_group, [this, found_inf] { adamw_.end_step(found_inf); });
+}
+
+void Optimizer::arm(double lr, const std::vector<at::Tensor>& grads) {
+  if (!can_arm()) throw runtime::Error("optimizer: arm() needs a runner that arms and no clipping");
+  adamw_.begin_step({});
+  armed_ = true;
+  size_t first = 0;
+  for (size_t g = 0; g < runner_.group_ends.size(); ++g) {
+    const size_t last = runner_.group_ends[g];
+    std::vector<at::Tensor> mine(grads.begin() + first, grads.begin() + last);
+    runner_.arm(g, [this, lr, mine = std::move(mine), first, last] {
+      adamw_.step_slots(lr, mine, first, last, {});
+    });
+    first = last;
+  }
 }
 
 void Optimizer::settle() {

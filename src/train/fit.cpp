@@ -55,6 +55,11 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     m.lr = sched.at(progress, m.epoch);
     samples.write(m.step, m.epoch, data.batch_rows);
     c.metrics.begin_step();
+    // --cpu-offload without clipping: each unit's AdamW runs on the host as soon as its gradient
+    // is there, during the backward pass. Not where a step may be skipped: a stopped run's steps
+    // are never saved, a skipped one must leave the weights alone.
+    if (c.optimizer.can_arm() && !c.nonfinite.skips())
+      c.optimizer.arm(m.lr, c.engine.grad_shards());
     const fsdp::GradResult g = c.engine.forward_backward(data.micro, /*read_loss=*/false);
     std::vector<at::Tensor> grads = c.engine.grad_shards();
     c.faults.after_backward(m.step, grads);

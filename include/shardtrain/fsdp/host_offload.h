@@ -36,9 +36,13 @@ class HostOffload {
   void wait_grads();  // every copy issued is in host memory (the host waits, the device does not)
   // Runs job on the host thread after the jobs given before it, then refreshes u's mirror.
   void run(int64_t u, std::function<void()> job);
+  // Runs job on the host thread once u's gradient is in host memory (grad_to_host, or at the
+  // latest wait_grads), then refreshes u's mirror: a step that needs no other unit's gradients.
+  void arm(int64_t u, std::function<void()> job);
   void wait_stepped(int64_t u);  // u's jobs are done; rethrows a job's error
   void settle();                 // every job is done; rethrows a job's error
   int64_t device_bytes() const;  // device gradient shards whose copy is still in flight
+  size_t armed_jobs() const;     // armed jobs still waiting for their unit's gradient
 
  private:
   struct Job {
@@ -48,12 +52,14 @@ class HostOffload {
   struct Copies;  // the copy stream and its events (CUDA)
   void work();
   void release_copied(bool wait);
+  void run_armed(int64_t u);  // u's armed jobs, after its copy
   void rethrow();
 
   at::Device device_;
   std::vector<FlatUnit*> units_;
   std::unique_ptr<Copies> copies_;
   std::vector<at::Tensor> in_flight_;  // [units] device gradient shards being copied
+  std::vector<std::vector<std::function<void()>>> armed_;  // [units] waiting for the gradient
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;

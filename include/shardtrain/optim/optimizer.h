@@ -29,6 +29,9 @@ struct GroupRunner {
   std::vector<size_t> group_ends;
   std::function<void(size_t group, std::function<void()> job)> run;
   std::function<void()> wait;
+  // Optional: runs group g's job as soon as that group's gradients are final (during the backward
+  // pass), for updates that need no global norm (arm()).
+  std::function<void(size_t group, std::function<void()> job)> arm;
 };
 
 class Optimizer {
@@ -51,6 +54,12 @@ class Optimizer {
   // parameters, moments or step count.
   void set_runner(GroupRunner runner) { runner_ = std::move(runner); }
   void settle();  // every step handed to the runner has run (a no-op without one)
+  // Without clipping, a group's AdamW update needs only its own gradients: arm() hands the step's
+  // groups to the runner before the backward pass, so each steps as soon as its gradients are in,
+  // and the next apply() only closes the step (its norm and skip are not used: the caller arms
+  // only where no step is ever skipped). grads: the gradients apply() will be given.
+  bool can_arm() const { return static_cast<bool>(runner_.arm) && cfg_.grad_clip == 0; }
+  void arm(double lr, const std::vector<at::Tensor>& grads);
   AdamW& adamw() { return adamw_; }
   const OptimizerConfig& config() const { return cfg_; }
 
@@ -61,6 +70,7 @@ class Optimizer {
                        const at::Tensor& skip);
   AdamW adamw_;
   GroupRunner runner_;  // no run: apply() steps every slot at once
+  bool armed_ = false;  // arm()ed: the groups step as their gradients come
 };
 
 }  // namespace shardtrain::optim

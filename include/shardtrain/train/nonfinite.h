@@ -31,6 +31,7 @@ class NonfiniteGuard {
   // so the weights stay as they were until the host reads the verdict with check()).
   at::Tensor skip_on_device(const at::Tensor& loss, const at::Tensor& grad_norm);
   int64_t skipped() const { return skipped_; }  // steps skipped in this run
+  bool skips() const { return cfg_.skip; }      // --on-nonfinite skip
   const std::string& last_message() const { return last_message_; }
 
  private:

@@ -586,10 +586,14 @@ Gaps offload_gaps(const Case& c, const model::LoraConfig& lora, double grad_clip
   for (int s = 0; s < steps; ++s) {
     const auto micro = take(global_batch(s), data::rank_micro_batches(all_rows(), g_env->rank(),
                                                                       g_env->size(), c.accum));
-    const auto ra = a.forward_backward(micro), rb = b.forward_backward(micro);
-    g.loss = std::max(g.loss, std::abs(ra.loss - rb.loss) / std::abs(rb.loss));
     const double lr = 3e-3;
-    oa.step(lr, a.grad_shards());  // handed to the host thread: the next forward waits per unit
+    // Without clipping the loop arms the steps: each unit's AdamW runs during the backward pass.
+    EXPECT_EQ(oa.can_arm(), grad_clip == 0);
+    if (oa.can_arm()) oa.arm(lr, a.grad_shards());
+    const auto ra = a.forward_backward(micro), rb = b.forward_backward(micro);
+    EXPECT_EQ(a.host_offload()->armed_jobs(), 0u) << "every unit's step started in the backward";
+    g.loss = std::max(g.loss, std::abs(ra.loss - rb.loss) / std::abs(rb.loss));
+    oa.step(lr, a.grad_shards());  // on the host thread: the next forward waits per unit
     ob.step(lr, b.grad_shards());
     a.release_grads();
     b.release_grads();
@@ -622,6 +626,7 @@ TEST(FsdpMpi, CpuOffloadTrainsWhatTheDeviceTrains) {
   variants.push_back(
       {{Sharding::kHybridShard, 0, false, 2, at::kFloat, /*sync=*/false}, none, 0.5});
   variants.push_back({{Sharding::kFullShard, 0, false, 2}, none, /*clip=*/0.0});
+  variants.push_back({{Sharding::kHybridShard, 0, /*ac=*/true, 1}, none, /*clip=*/0.0});
   variants.push_back({{Sharding::kFullShard, 0, false, 1}, lora, 1.0});
   for (const Variant& v : variants) {
     const Gaps g = offload_gaps(v.c, v.lora, v.clip, 10);
