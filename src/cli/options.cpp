@@ -335,10 +335,10 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
         "keep the fp32 master weights, AdamW's moments and the gradient shards in host memory and "
         "step AdamW on the CPU, unit by unit (a full fine-tune that does not fit the GPU; "
         "docs/fsdp.md)")("loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
-                          "the head's matmul and the cross-entropy fused, over chunks of this many "
-                          "tokens, so fp32 logits never exist "
-                          "for the whole batch: auto (a chunk of logits about the hidden states' "
-                          "size), N, or off (unfused)");
+                         "the head's matmul and the cross-entropy fused, over chunks of this many "
+                         "tokens, so fp32 logits never exist "
+                         "for the whole batch: auto (a chunk of logits about the hidden states' "
+                         "size), N, or off (unfused)");
   if (training) add_checkpointing_options(d, raw.activation_checkpointing, raw.ac_every);
   return d;
 }
