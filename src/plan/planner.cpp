@@ -27,7 +27,7 @@ constexpr double kAdamBytesPerElement =
 // --cpu-offload: LibTorch's fused CPU AdamW plus the refresh of the compute-dtype mirror, seconds
 // per element on one core, measured by scripts/cpu_adamw_rate.py (docs/planner.md); a rank's
 // step divides it by the rank's cores (an assumption), bounded by the host's DRAM bandwidth.
-constexpr double kCpuAdamSecondsPerElementCore = 2.19e-9;
+constexpr double kCpuAdamSecondsPerElementCore = 2.89e-9;
 
 int elt_of(at::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
 

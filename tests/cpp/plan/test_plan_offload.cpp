@@ -79,8 +79,7 @@ TEST(PlanOffload, LoraOffloadsOnlyTheAdapters) {
 TEST(PlanOffload, DeviceHoldsTwoGradientShardsAndTheStagedShards) {
   model::ModelConfig m = model::model_preset("tiny");
   m.num_layers = 6;
-  const fsdp::TrainingSizes sizes =
-      fsdp::make_trainable_layout(m, model::LoraConfig{})->sizes(4);
+  const fsdp::TrainingSizes sizes = fsdp::make_trainable_layout(m, model::LoraConfig{})->sizes(4);
   const model::ActivationBytes act = model::activation_bytes_per_token(m, 2);
   fsdp::FsdpConfig cfg;
   cfg.activation_checkpointing.mode = fsdp::Recompute::kFull;  // the peak late in the backward
@@ -115,9 +114,9 @@ TEST(PlanOffload, DeviceHoldsTwoGradientShardsAndTheStagedShards) {
 TEST(PlanOffload, Llama8BFitsOneH100OnlyWithOffload) {
   const int64_t n = llama_params(128256, 4096, 14336, 32, 32, 8);
   ASSERT_EQ(n, 8030261248);
-  const std::vector<std::string> args = {"--model",    "llama3.1-8b", "--gpus-per-node",
-                                         "1",          "--nodes",     "1",
-                                         "--seq-len",  "2048",        "--activation-checkpointing"};
+  const std::vector<std::string> args = {"--model",   "llama3.1-8b", "--gpus-per-node",
+                                         "1",         "--nodes",     "1",
+                                         "--seq-len", "2048",        "--activation-checkpointing"};
   const std::vector<PlanRow> kept = plan_rows(planned(args));
   std::vector<std::string> with = args;
   with.push_back("--cpu-offload");
@@ -152,8 +151,8 @@ TEST(PlanOffload, Llama8BFitsOneH100OnlyWithOffload) {
 // replaces the instance's figure.
 TEST(PlanOffload, HostMemoryRefusesARow) {
   const int64_t n = llama_params(128256, 16384, 53248, 126, 128, 8);
-  const std::vector<std::string> args = {"--model", "llama3.1-405b", "--nodes", "1,4",
-                                         "--activation-checkpointing", "--cpu-offload"};
+  const std::vector<std::string> args = {
+      "--model", "llama3.1-405b", "--nodes", "1,4", "--activation-checkpointing", "--cpu-offload"};
   const std::vector<PlanRow> rows = plan_rows(planned(args));
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_NEAR(static_cast<double>(rows[0].host_bytes_per_node), 18.0 * n, 18.0 * 8 * 1e6);
@@ -163,10 +162,18 @@ TEST(PlanOffload, HostMemoryRefusesARow) {
   EXPECT_TRUE(rows[1].host_fits);
   EXPECT_LT(std::abs(rows[0].host_bytes_per_node / 4 - rows[1].host_bytes_per_node), 18 * 32 * 1e6);
 
-  std::vector<std::string> small = {"--model",     "llama3.1-8b", "--gpus-per-node",
-                                    "1",           "--nodes",     "1",
-                                    "--seq-len",   "2048",        "--activation-checkpointing",
-                                    "--cpu-offload", "--host-memory-gib", "100"};
+  std::vector<std::string> small = {"--model",
+                                    "llama3.1-8b",
+                                    "--gpus-per-node",
+                                    "1",
+                                    "--nodes",
+                                    "1",
+                                    "--seq-len",
+                                    "2048",
+                                    "--activation-checkpointing",
+                                    "--cpu-offload",
+                                    "--host-memory-gib",
+                                    "100"};
   const PlanRow r = plan_rows(planned(small))[0];
   EXPECT_EQ(r.host_memory_bytes, 100 * kGiB);
   EXPECT_FALSE(r.host_fits);
@@ -174,10 +181,9 @@ TEST(PlanOffload, HostMemoryRefusesARow) {
   EXPECT_GE(r.headroom, 0);  // the device alone would fit
   EXPECT_THROW(cli::parse_plan({"--model", "llama3.1-8b", "--host-memory-gib", "100"}, nullptr),
                runtime::UsageError);
-  EXPECT_THROW(
-      cli::parse_plan({"--model", "llama3.1-8b", "--cpu-offload", "--host-memory-gib", "-1"},
-                      nullptr),
-      runtime::UsageError);
+  EXPECT_THROW(cli::parse_plan(
+                   {"--model", "llama3.1-8b", "--cpu-offload", "--host-memory-gib", "-1"}, nullptr),
+               runtime::UsageError);
 }
 
 }  // namespace
