@@ -45,7 +45,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
               loss_chunk = "auto";
   std::string ac_mode = "none";
   int64_t ac_every = 1;
-  double gpu_memory_gb = 0;
+  double gpu_memory_gb = 0, host_memory_gib = 0;
   bool no_allowances = false;
   po::options_description d("Plan");
   d.add_options()("gpu", po::value(&gpu)->default_value(gpu),
@@ -67,6 +67,10 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   add_checkpointing_options(d, ac_mode, ac_every);
   d.add_options()("no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation),
                   "with --grad-accum: reduce once per step")(
+      "cpu-offload", po::bool_switch(&in.fsdp.cpu_offload),
+      "train's --cpu-offload: master weights, AdamW state and gradients in host memory, AdamW on "
+      "the CPU")("host-memory-gib", real(&host_memory_gib, host_memory_gib),
+                 "with --cpu-offload: host memory per node in GiB (0: the GPU's instance's)")(
       "param-dtype", po::value(&param_dtype)->default_value(param_dtype),
       "compute and all-gather dtype: bf16 or fp32")(
       "reduce-dtype", po::value(&reduce_dtype)->default_value(reduce_dtype),
@@ -110,6 +114,12 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   in.gpu = plan::gpu_spec(gpu);
   if (gpu_memory_gb < 0) throw runtime::UsageError("--gpu-memory-gb must be >= 0");
   if (gpu_memory_gb > 0) in.gpu.memory_bytes = gpu_memory_gb * 1e9;
+  if (host_memory_gib < 0)
+    throw runtime::UsageError("--host-memory-gib must be >= 0 (0: the GPU's instance's)");
+  if (host_memory_gib > 0 && !in.fsdp.cpu_offload)
+    throw runtime::UsageError(
+        "--host-memory-gib needs --cpu-offload: without it the plan keeps no state in host memory");
+  in.host_memory_bytes = host_memory_gib * 1073741824.0;
   in.allowances = !no_allowances;
   in.fsdp.loss_chunk = parse_loss_chunk(loss_chunk);
   in.fsdp.activation_checkpointing = fsdp::parse_activation_checkpointing(ac_mode, ac_every);

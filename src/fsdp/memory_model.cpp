@@ -17,14 +17,19 @@ int64_t reduce_budget(const std::vector<UnitSize>& trainable, int shard_size, in
   return most;
 }
 
-MemoryReport persistent_bytes(const TrainingSizes& sizes, bool no_sync, int param_elt) {
+MemoryReport persistent_bytes(const TrainingSizes& sizes, bool no_sync, int param_elt,
+                              bool cpu_offload) {
   MemoryReport p;
   int64_t full = 0, base = 0;
   for (size_t i = 0; i < sizes.base.size(); ++i) {
     const UnitSize& u = sizes.trainable(i);
-    p.param_bytes += 4 * u.shard_numel;
-    p.grad_bytes += 4 * u.shard_numel;
-    p.optimizer_bytes += 8 * u.shard_numel;
+    if (cpu_offload) {
+      p.host_bytes += offloaded_bytes_per_element(param_elt) * u.shard_numel;
+    } else {
+      p.param_bytes += 4 * u.shard_numel;
+      p.grad_bytes += 4 * u.shard_numel;
+      p.optimizer_bytes += 8 * u.shard_numel;
+    }
     p.padding_elements += u.padded - u.numel;
     full += u.numel;
     if (no_sync) p.no_sync_bytes += 4 * u.padded;
@@ -55,16 +60,22 @@ struct Walk {
   std::vector<bool> runs_backward;  // the engine skips the others' backward (a frozen embedding)
   const UnitSize& trainable(int64_t u) const { return sizes.trainable(u); }
   int64_t budget = 0;  // reduce_budget(): the reduce-scatter bytes allowed in flight
+  bool offload = false;
+  std::vector<bool> staging;    // offload: gathers in flight, their shards copied from the host
+  std::deque<int64_t> to_host;  // offload: gradient shards on the device, oldest first
   int64_t scatter(int64_t u) const {
     return scatter_bytes(trainable(u).padded, trainable(u).shard_numel, s.shard_size, s.reduce_elt);
   }
   void gather(int64_t u, bool backward) {
     if (u < 0 || u >= static_cast<int64_t>(base.size())) return;
     if (backward && !runs_backward[u]) return;
+    // Offload: a unit gathered anew copies its shard from the host first (over one rank the
+    // copy is the unit itself).
+    if (offload && !gathered[u] && s.shard_size > 1) staging[u] = true;
     gathered[u] = true;
   }
   void note(int64_t activations) {
-    int64_t g = 0, r = 0, gs = 0;
+    int64_t g = 0, r = 0, gs = 0, st = 0;
     int n = 0;
     for (size_t u = 0; u < base.size(); ++u) {
       if (gathered[u]) {
@@ -72,9 +83,10 @@ struct Walk {
         ++n;
       }
       if (grad[u]) gs += 4 * trainable(static_cast<int64_t>(u)).shard_numel;
+      if (staging[u]) st += trainable(static_cast<int64_t>(u)).shard_numel * s.param_elt;
     }
     for (const int64_t u : pending) r += scatter(u);
-    const int64_t engine = persistent + g + r + gs;
+    const int64_t engine = persistent + g + r + gs + st;
     activations +=
         tied_grad +
         held;  // autograd's and the layout's, like the activations: not in the engine's own count
@@ -87,11 +99,25 @@ struct Walk {
       peak.reductions = r;
       peak.grad_shards = gs;
       peak.activations = activations;
+      peak.staging = st;
     }
   }
+  // The unit about to compute waited for its gather: its staging copy is gone.
+  void computing(int64_t u) {
+    if (u >= 0 && u < static_cast<int64_t>(staging.size())) staging[u] = false;
+  }
+  // The gathers issued beside a unit's compute complete during it: their staging goes.
+  void gathers_done() { std::fill(staging.begin(), staging.end(), false); }
   void advance_oldest(int64_t activations) {
-    grad[pending.front()] =
-        true;  // a hybrid reduction's all-reduce finishes first: no extra buffer
+    const int64_t u = pending.front();
+    grad[u] = true;  // a hybrid reduction's all-reduce finishes first: no extra buffer
+    if (offload) {   // copied to the host behind the next reduction: two on the device at most
+      to_host.push_back(u);
+      if (to_host.size() > 2) {
+        grad[to_host.front()] = false;
+        to_host.pop_front();
+      }
+    }
     note(activations);
     pending.pop_front();
   }
@@ -117,6 +143,8 @@ StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const Step
       model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
   Walk w{sizes, base, s,  persistent, std::vector<bool>(U), std::vector<bool>(U),
          {},    {},   {}, {},         runs_backward(sizes)};
+  w.offload = cfg.cpu_offload;
+  w.staging.assign(U, false);
   const bool reshard = reshard_after_forward(cfg.sharding);
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
   const auto is_layer = [&](int64_t u) { return base[u].kind == model::UnitKind::kDecoderLayer; };
@@ -138,7 +166,10 @@ StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const Step
       for (int k = 1; k <= ahead; ++k) w.gather(u + k, false);
       const bool head = base[u].kind == model::UnitKind::kHead;
       if (head && s.tied_embedding) w.gather(0, false);
+      w.computing(u);
+      if (head && s.tied_embedding) w.computing(0);
       w.note(stored * tokens);
+      w.gathers_done();
       stored += kept(u);
       if (reshard && !head) w.gathered[u] = false;
     }
@@ -147,6 +178,7 @@ StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const Step
       const bool tied_head = s.tied_embedding && base[u].kind == model::UnitKind::kHead;
       if (tied_head) w.gathered[0] = true;
       for (int k = 1; k <= ahead; ++k) w.gather(u - k, true);
+      w.computing(u);
       const bool frozen = !sizes.trains(u);  // nothing here trains: nothing to reduce
       int64_t working = 0;  // per token, on top of what is stored, while u's backward runs
       if (base[u].kind == model::UnitKind::kHead)
@@ -171,6 +203,7 @@ StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const Step
         w.note(stored * tokens +
                (head ? std::max(working * tokens, leaf_grad) : working * tokens + leaf_grad));
       }
+      w.gathers_done();
       stored -= kept(u);
       if (!frozen && !cfg.no_sync_accumulation) w.reduce(u, stored * tokens);
       w.gathered[u] = false;

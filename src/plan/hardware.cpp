@@ -157,6 +157,18 @@ std::map<comm::Op, BandwidthTable> read_scope(const nlohmann::json& j, const std
 
 }  // namespace
 
+HostSpec host_spec(const GpuSpec& gpu) {
+  constexpr double kGiB = 1073741824.0;
+  // Cores per GPU: vCPUs / 2 (two threads per core) / 8 GPUs. PCIe: H100 and H200 are Gen5 x16,
+  // A100 Gen4 x16, at effective pinned-copy figures. DRAM: two EPYC 7R13 (8 channels of
+  // DDR4-3200 each) or two Xeon P-8275CL (6 of DDR4-2933). All assumptions: docs/planner.md.
+  if (gpu.name == "h100-80gb") return {"p5.48xlarge", 2048 * kGiB, 12, 52, 409.6};
+  if (gpu.name == "h200-141gb") return {"p5e.48xlarge", 2048 * kGiB, 12, 52, 409.6};
+  if (gpu.name == "a100-80gb") return {"p4de.24xlarge", 1152 * kGiB, 6, 25, 281.6};
+  if (gpu.name == "a100-40gb") return {"p4d.24xlarge", 1152 * kGiB, 6, 25, 281.6};
+  return {};
+}
+
 double BandwidthTable::busbw(double bytes) const {
   if (points.empty()) return 0;
   if (bytes <= points.front().first)

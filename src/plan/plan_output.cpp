@@ -1,5 +1,6 @@
 #include "shardtrain/plan/plan_output.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -23,7 +24,7 @@ std::string describe(const PlanInput& in) {
              ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing)
              : "")
      << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "")
-     << "; compute "
+     << (in.fsdp.cpu_offload ? ", CPU offload" : "") << "; compute "
      << (in.calibration.source.empty()
              ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) +
                    "% MFU (default)"
@@ -37,24 +38,52 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   std::ostringstream os;
   os << "# plan: " << describe(in) << "\n";
   char line[400];
+  const bool offload = in.fsdp.cpu_offload;
   std::snprintf(line, sizeof line,
-                "%-19s %5s %6s %6s  %8s  %10s %8s %8s %8s %8s  %-4s %9s  %9s %8s %10s %7s %6s\n",
+                "%-19s %5s %6s %6s  %8s  %10s %8s %8s %8s %8s  %-4s %9s  %9s %8s %10s %7s %6s",
                 "strategy", "nodes", "ranks", "shard", "sharded", "state@peak", "gathered",
                 "activ.", "other", "peak", "fits", "headroom", "step(s)", "exposed", "tok/s/GPU",
                 "MFU", "eff.");
   os << line;
+  if (offload) {  // the offload's own columns, after the others
+    std::snprintf(line, sizeof line, "  %10s %8s %8s %8s %8s", "host/node", "copy(s)", "copy-exp",
+                  "adam(s)", "adam-exp");
+    os << line;
+  }
+  os << "\n";
   for (const auto& r : rows) {
     const int64_t other = r.total - r.state_at_peak() - r.gathered - r.activations;
     std::snprintf(line, sizeof line,
                   "%-19s %5d %6d %6d  %7.2fG  %9.2fG %7.2fG %7.2fG %7.2fG %7.2fG  %-4s %8.2fG  "
-                  "%9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%\n",
+                  "%9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%",
                   fsdp::sharding_name(r.sharding), r.nodes, r.ranks, r.shard_size,
                   gib(r.sharded_state()), gib(r.state_at_peak()), gib(r.gathered),
                   gib(r.activations), gib(other), gib(r.total), r.fits ? "yes" : "NO",
                   gib(r.headroom), r.step_s, 100 * r.exposed_comm_s / r.step_s,
                   r.tokens_per_s_per_gpu, 100 * r.mfu, 100 * r.efficiency);
     os << line;
+    if (offload) {
+      std::snprintf(line, sizeof line, "  %9.1fG %8.3f %7.0f%% %8.3f %7.0f%%",
+                    gib(r.host_bytes_per_node), r.h2d_s + r.d2h_s,
+                    100 * r.exposed_copy_s / r.step_s, r.cpu_optimizer_s,
+                    100 * r.optimizer_s / r.step_s);
+      os << line;
+    }
+    os << "\n";
   }
+  // A row the host's memory refuses says so: the device's columns alone would read as a fit.
+  for (const auto& r : rows)
+    if (!r.host_fits) {
+      std::snprintf(line, sizeof line,
+                    "%s on %d node(s) does not fit the host: %.1f GiB of offloaded state per node "
+                    "(%d rank(s) x %.1f GiB) exceeds %.1f GiB",
+                    fsdp::sharding_name(r.sharding), r.nodes, gib(r.host_bytes_per_node),
+                    in.gpus_per_node, gib(r.state.host_bytes), gib(r.host_memory_bytes));
+      os << line
+         << (in.host_memory_bytes > 0 ? " (--host-memory-gib)"
+                                      : " (" + host_spec(in.gpu).instance + "; --host-memory-gib)")
+         << "\n";
+    }
   const PlanRow* best = best_row(rows);
   if (best)
     os << "best that fits: " << fsdp::sharding_name(best->sharding) << " on " << best->nodes
@@ -68,7 +97,13 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
                ? ""
                : "--activation-checkpointing full, ")
        << "more nodes, a smaller --batch-size or --seq-len"
-       << (in.fsdp.lora.enabled() ? "" : ", or LoRA (--lora-rank)") << "\n";
+       << (in.fsdp.lora.enabled() ? ""
+           : offload              ? ", or LoRA (--lora-rank)"
+                                  : ", --cpu-offload, or LoRA (--lora-rank)")
+       << (std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return !r.host_fits; })
+               ? "; hosts with more memory (--host-memory-gib)"
+               : "")
+       << "\n";
   os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every "
         "gradient shard exists, at the "
         "optimizer step (and no-sync buffers, a LoRA base); the same with or without activation "
@@ -79,6 +114,28 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
         "backward); other: reductions in "
         "flight, the NCCL and allocator allowances; exposed: communication not hidden behind "
         "compute, share of the step\n";
+  if (offload) {
+    const HostSpec host = host_spec(in.gpu);
+    const double memory = in.host_memory_bytes > 0 ? in.host_memory_bytes : host.memory_bytes;
+    os << "--cpu-offload: sharded is what stays on the device (a LoRA base, no-sync buffers), "
+          "other includes the shards copied from the host for gathers in flight; host/node: "
+          "the ranks' fp32 master, AdamW moments, fp32 gradients and compute-dtype mirror ("
+       << fsdp::offloaded_bytes_per_element(static_cast<int>(c10::elementSize(in.fsdp.param_dtype)))
+       << " bytes per trainable shard element) against "
+       << (memory > 0
+               ? std::to_string(std::lround(gib(memory))) + " GiB per node (" +
+                     (in.host_memory_bytes > 0 ? std::string("--host-memory-gib") : host.instance) +
+                     ")"
+               : std::string("nothing: host memory unknown, not checked "
+                             "(--host-memory-gib)"))
+       << "; copy(s): host-to-device and device-to-host copies per step at "
+       << (host.pcie_gbps > 0 ? std::to_string(std::lround(host.pcie_gbps)) + " GB/s"
+                              : std::string("no cost (the device is the host)"))
+       << ", copy-exp: their share of the step not hidden behind compute; adam(s): AdamW on "
+       << std::max(1, host.cores_per_gpu)
+       << " CPU core(s) per rank, adam-exp: its share of the step the next forward does not "
+          "hide\n";
+  }
   return os.str();
 }
 
@@ -89,7 +146,9 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
         "sharded_state_bytes,grads_at_peak_bytes,gathered_bytes,reductions_bytes,activations_bytes,"
         "nccl_bytes,allocator_bytes,"
         "total_bytes,fits,headroom_bytes,"
-        "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency\n";
+        "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency,"
+        "staging_bytes,host_bytes,host_bytes_per_node,host_memory_bytes,host_fits,"
+        "h2d_s,d2h_s,exposed_copy_s,cpu_optimizer_s\n";
   for (const auto& r : rows)
     os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size
        << ',' << r.replicas << ',' << r.state.param_bytes << ',' << r.state.grad_bytes << ','
@@ -98,7 +157,10 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
        << r.reductions << ',' << r.activations << ',' << r.nccl << ',' << r.allocator << ','
        << r.total << ',' << (r.fits ? 1 : 0) << ',' << static_cast<int64_t>(r.headroom) << ','
        << r.compute_s << ',' << r.comm_s << ',' << r.exposed_comm_s << ',' << r.optimizer_s << ','
-       << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ',' << r.efficiency << '\n';
+       << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ',' << r.efficiency << ','
+       << r.staging << ',' << r.state.host_bytes << ',' << r.host_bytes_per_node << ','
+       << static_cast<int64_t>(r.host_memory_bytes) << ',' << (r.host_fits ? 1 : 0) << ','
+       << r.h2d_s << ',' << r.d2h_s << ',' << r.exposed_copy_s << ',' << r.cpu_optimizer_s << '\n';
   return os.str();
 }
 
@@ -109,6 +171,14 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
               {"peak_tflops", in.gpu.peak_tflops},
               {"memory_bytes", in.gpu.memory_bytes}};
   j["fabric"] = {{"name", in.fabric.name}, {"source", in.fabric.source}};
+  if (in.fsdp.cpu_offload) {
+    const HostSpec host = host_spec(in.gpu);
+    j["cpu_offload"] = {
+        {"instance", host.instance},
+        {"host_memory_bytes", in.host_memory_bytes > 0 ? in.host_memory_bytes : host.memory_bytes},
+        {"cores_per_rank", std::max(1, host.cores_per_gpu)},
+        {"pcie_gbps", host.pcie_gbps}};
+  }
   j["compute_tflops"] = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops
                                                           : in.gpu.peak_tflops * in.default_mfu;
   j["rows"] = nlohmann::json::array();
@@ -132,16 +202,26 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                            {"activations", r.activations},
                            {"nccl", r.nccl},
                            {"allocator", r.allocator},
+                           {"staging", r.staging},
                            {"tensor_peak", r.tensor_peak},
                            {"engine_peak", r.engine_peak},
                            {"total", r.total}}},
                          {"fits", r.fits},
                          {"headroom_bytes", r.headroom},
+                         {"host",
+                          {{"bytes_per_rank", r.state.host_bytes},
+                           {"bytes_per_node", r.host_bytes_per_node},
+                           {"memory_bytes", r.host_memory_bytes},
+                           {"fits", r.host_fits}}},
                          {"time",
                           {{"compute_s", r.compute_s},
                            {"comm_s", r.comm_s},
                            {"exposed_comm_s", r.exposed_comm_s},
                            {"optimizer_s", r.optimizer_s},
+                           {"h2d_s", r.h2d_s},
+                           {"d2h_s", r.d2h_s},
+                           {"exposed_copy_s", r.exposed_copy_s},
+                           {"cpu_optimizer_s", r.cpu_optimizer_s},
                            {"step_s", r.step_s}}},
                          {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
                          {"mfu", r.mfu},

@@ -24,6 +24,10 @@ constexpr int64_t kNcclPerCommunicator = kGiB / 2;
 constexpr double kAllocatorFraction = 0.10;
 constexpr double kAdamBytesPerElement =
     28;  // AdamW reads and writes master, exp_avg, exp_avg_sq; reads the gradient
+// --cpu-offload: LibTorch's fused CPU AdamW plus the refresh of the compute-dtype mirror, seconds
+// per element on one core, measured by scripts/cpu_adamw_rate.py (docs/planner.md); a rank's
+// step divides it by the rank's cores (an assumption), bounded by the host's DRAM bandwidth.
+constexpr double kCpuAdamSecondsPerElementCore = 2.89e-9;
 
 int elt_of(at::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
 
@@ -38,6 +42,9 @@ double unit_forward_flops(const model::ModelConfig& m, const UnitSize& u, int64_
 
 struct UnitComm {  // seconds, per micro-batch unless said
   double gather = 0, regather = 0, reduce = 0, replicate = 0;
+  // --cpu-offload: the shard from the host before each gather (regather: in backward too) and
+  // the gradient shard to the host after each reduction.
+  double h2d = 0, h2d_again = 0, d2h = 0;
 };
 
 }  // namespace
@@ -104,6 +111,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   const double bwd_tflops =
       calibrated ? in.calibration.backward_tflops : in.gpu.peak_tflops * in.default_mfu;
   const int64_t tokens_mb = in.batch_size * in.seq_len;  // per rank per micro-batch
+  const HostSpec host = host_spec(in.gpu);
   for (Sharding s : in.strategies) {
     for (int nodes : in.nodes) {
       PlanRow r;
@@ -118,7 +126,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const std::vector<UnitSize>& base = sizes.base;
       fsdp::FsdpConfig cfg = in.fsdp;
       cfg.sharding = s;
-      r.state = fsdp::persistent_bytes(sizes, cfg.no_sync_accumulation, pe);
+      r.state = fsdp::persistent_bytes(sizes, cfg.no_sync_accumulation, pe, cfg.cpu_offload);
       const fsdp::StepShape shape{in.batch_size, in.seq_len,           in.grad_accum, pe, re,
                                   r.shard_size,  m.tie_word_embeddings};
       const fsdp::StepPeak peak = fsdp::step_peak(sizes, cfg, shape, act, r.state.persistent());
@@ -129,6 +137,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.gathered_units = peak.gathered_units;
       r.tensor_peak = peak.total_bytes;
       r.engine_peak = peak.engine_bytes;
+      r.staging = peak.staging;
       if (in.allowances) {
         r.nccl = kNcclPerCommunicator * ((r.shard_size > 1) + (r.replicas > 1));
         r.allocator =
@@ -138,6 +147,13 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.total = r.tensor_peak + r.nccl + r.allocator;
       r.headroom = in.gpu.memory_bytes - static_cast<double>(r.total);
       r.fits = in.gpu.memory_bytes <= 0 || r.headroom >= 0;
+      if (cfg.cpu_offload) {
+        r.host_bytes_per_node = r.state.host_bytes * in.gpus_per_node;
+        r.host_memory_bytes = in.host_memory_bytes > 0 ? in.host_memory_bytes : host.memory_bytes;
+        r.host_fits = r.host_memory_bytes <= 0 ||
+                      static_cast<double>(r.host_bytes_per_node) <= r.host_memory_bytes;
+        r.fits = r.fits && r.host_fits;
+      }
 
       // Step time: the engine's schedule per micro-batch, one collective stream that overlaps
       // the unit computing now with the next unit's gather and the previous unit's reduction.
@@ -163,9 +179,13 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         const double gbytes = static_cast<double>(sizes.gathered_numel(u) * pe);
         const UnitSize& t = sizes.trainable(u);
         c[u].gather = in.fabric.seconds(Op::kAllGather, gbytes, r.shard_size, shard_spans);
-        c[u].regather = regather && base[u].kind != model::UnitKind::kHead && runs_backward[u]
-                            ? c[u].gather
-                            : 0;
+        const bool again = regather && base[u].kind != model::UnitKind::kHead && runs_backward[u];
+        c[u].regather = again ? c[u].gather : 0;
+        if (cfg.cpu_offload && sizes.trains(u) && host.pcie_gbps > 0) {
+          c[u].h2d = static_cast<double>(t.shard_numel * pe) / (host.pcie_gbps * 1e9);
+          c[u].h2d_again = again ? c[u].h2d : 0;
+          c[u].d2h = static_cast<double>(t.shard_numel * 4) / (host.pcie_gbps * 1e9);
+        }
         if (sizes.trains(u)) {
           c[u].reduce = in.fabric.seconds(Op::kReduceScatter, static_cast<double>(t.padded * re),
                                           r.shard_size, shard_spans);
@@ -174,46 +194,82 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
                                 replicate_spans && (hybrid || r.ranks > in.gpus_per_node));
         }
       }
-      double compute = 0, total = 0, comm_total = 0;  // total: the overlapped schedule
       const int passes = static_cast<int>(in.grad_accum);
       const bool reduce_now = !cfg.no_sync_accumulation;
-      for (int mb = 0; mb < passes; ++mb) {
-        total += c[0].gather;  // the first gather is exposed
-        for (int u = 0; u < U; ++u) total += std::max(fwd[u], u + 1 < U ? c[u + 1].gather : 0.0);
-        total += c[U - 1].regather;
-        for (int u = U - 1; u >= 0; --u) {
-          const double next =
-              (u > 0 ? c[u - 1].regather : 0.0) +
-              (reduce_now && u + 1 < U ? c[u + 1].reduce + c[u + 1].replicate : 0.0);
-          total += std::max(bwd[u], next);
+      // The overlapped schedule, with the copies or without (what they add is theirs). A unit's
+      // copy from the host precedes its gather on the collective stream; the copies also share
+      // the PCIe link, both directions added, while the unit before computes.
+      double forward = 0;  // the first micro-batch's forward as scheduled, copies and all
+      const auto schedule = [&](bool copies) {
+        const auto h2d = [&](int u) { return copies ? c[u].h2d : 0.0; };
+        const auto h2d_again = [&](int u) { return copies ? c[u].h2d_again : 0.0; };
+        const auto d2h = [&](int u) { return copies ? c[u].d2h : 0.0; };
+        double total = 0;
+        for (int mb = 0; mb < passes; ++mb) {
+          total += h2d(0) + c[0].gather;  // the first gather is exposed
+          for (int u = 0; u < U; ++u)
+            total += std::max(fwd[u], u + 1 < U ? h2d(u + 1) + c[u + 1].gather : 0.0);
+          if (mb == 0 && copies) forward = total;
+          total += h2d_again(U - 1) + c[U - 1].regather;
+          for (int u = U - 1; u >= 0; --u) {
+            const double before = u > 0 ? h2d_again(u - 1) : 0.0;
+            const bool after = reduce_now && u + 1 < U;
+            const double collectives = before + (u > 0 ? c[u - 1].regather : 0.0) +
+                                       (after ? c[u + 1].reduce + c[u + 1].replicate : 0.0);
+            total += std::max({bwd[u], collectives, before + (after ? d2h(u + 1) : 0.0)});
+          }
+          if (reduce_now)  // the last reduction and its copy wait before the optimizer
+            total += c[0].reduce + c[0].replicate + d2h(0);
         }
-        if (reduce_now)
-          total += c[0].reduce + c[0].replicate;  // the last reduction waits before the optimizer
-        for (int u = 0; u < U; ++u) {
-          compute += fwd[u] + bwd[u];
-          comm_total +=
-              c[u].gather + c[u].regather + (reduce_now ? c[u].reduce + c[u].replicate : 0.0);
-        }
+        if (cfg.no_sync_accumulation)
+          for (int u = 0; u < U; ++u) total += c[u].reduce + c[u].replicate + d2h(u);
+        return total;
+      };
+      double compute = 0, comm_total = 0;
+      for (int u = 0; u < U; ++u) {
+        compute += passes * (fwd[u] + bwd[u]);
+        comm_total += passes * (c[u].gather + c[u].regather) +
+                      (reduce_now ? passes : 1) * (c[u].reduce + c[u].replicate);
+        r.h2d_s += passes * (c[u].h2d + c[u].h2d_again);
+        r.d2h_s += (reduce_now ? passes : 1) * c[u].d2h;
       }
-      if (cfg.no_sync_accumulation)
-        for (int u = 0; u < U; ++u) {
-          total += c[u].reduce + c[u].replicate;
-          comm_total += c[u].reduce + c[u].replicate;
-        }
+      double total = schedule(false), with_copies = schedule(true);
+      if (!in.fabric.overlaps_compute) {  // MPI on CPU: collectives progress only when waited on
+        total = compute + comm_total;
+        with_copies = total + r.h2d_s + r.d2h_s;
+        forward = 0;
+        for (int u = 0; u < U; ++u) forward += fwd[u] + c[u].gather + c[u].h2d;
+      }
       int64_t shard_elems = 0;
       for (const auto& t : sizes.trainable_units()) shard_elems += t.shard_numel;
-      r.optimizer_s =
-          in.calibration.optimizer_s_per_element > 0
-              ? in.calibration.optimizer_s_per_element * static_cast<double>(shard_elems)
-              : (in.gpu.hbm_gbps > 0 ? kAdamBytesPerElement * static_cast<double>(shard_elems) /
-                                           (in.gpu.hbm_gbps * 1e9)
-                                     : 0);
-      if (!in.fabric.overlaps_compute)
-        total = compute + comm_total;  // MPI on CPU: collectives progress only when waited on
+      if (cfg.cpu_offload) {
+        // AdamW on the CPU, unit by unit in forward order once every gradient is on the host (the
+        // norm needs them all), beside the next step's forward, whose units wait for their step.
+        // The rank's cores at the measured rate, unless the node's DRAM, shared by its ranks
+        // stepping at once, cannot feed them: AdamW's bytes and the mirror's (read 4, write pe).
+        double per_element = kCpuAdamSecondsPerElementCore / std::max(1, host.cores_per_gpu);
+        if (host.dram_gbps > 0)
+          per_element = std::max(per_element, (kAdamBytesPerElement + 4 + pe) * in.gpus_per_node /
+                                                  (host.dram_gbps * 1e9));
+        int64_t first = 0;
+        for (const auto& t : sizes.trainable_units())
+          if (first == 0) first = t.shard_numel;
+        r.cpu_optimizer_s = per_element * static_cast<double>(shard_elems);
+        r.optimizer_s =
+            std::max(per_element * static_cast<double>(first), r.cpu_optimizer_s - forward);
+      } else {
+        r.optimizer_s =
+            in.calibration.optimizer_s_per_element > 0
+                ? in.calibration.optimizer_s_per_element * static_cast<double>(shard_elems)
+                : (in.gpu.hbm_gbps > 0 ? kAdamBytesPerElement * static_cast<double>(shard_elems) /
+                                             (in.gpu.hbm_gbps * 1e9)
+                                       : 0);
+      }
       r.compute_s = compute;
       r.comm_s = comm_total;
       r.exposed_comm_s = total - compute;
-      r.step_s = total + r.optimizer_s;
+      r.exposed_copy_s = with_copies - total;
+      r.step_s = with_copies + r.optimizer_s;
       const double tokens_per_gpu = static_cast<double>(tokens_mb * in.grad_accum);
       r.tokens_per_s_per_gpu = tokens_per_gpu / r.step_s;
       r.mfu = in.gpu.peak_tflops > 0

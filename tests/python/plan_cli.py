@@ -111,6 +111,20 @@ for gpu, fabric in [("h100-80gb", "p5"), ("h200-141gb", "p5"), ("a100-80gb", "p4
     r = plan("--model", "llama2-7b", "--gpu", gpu, "--fabric", fabric, "--nodes", "1")
     assert r.returncode == 0 and r.stderr == "", (gpu, fabric, r.stderr)
 
+# --cpu-offload: Llama 3.1 8B on one H100 fits only offloaded, the table gains the host and copy
+# columns, and a host too small for the offloaded state refuses the row with a line saying why.
+one_gpu = ["--model", "llama3.1-8b", "--gpus-per-node", "1", "--nodes", "1", "--seq-len", "2048", "--activation-checkpointing"]
+r = plan(*one_gpu)
+assert r.returncode == 0 and "nothing fits" in r.stdout and "--cpu-offload" in r.stdout, r.stdout
+r = plan(*one_gpu, "--cpu-offload")
+assert r.returncode == 0 and "best that fits:" in r.stdout and "host/node" in r.stdout, r.stdout
+host = table_column(r.stdout, "host/node")
+assert all(abs(v - 18 * 8030261248 / 2**30) < 0.1 for v in host.values()), host  # 18 B per parameter
+r = plan(*one_gpu, "--cpu-offload", "--host-memory-gib", "100")
+assert r.returncode == 0 and "nothing fits" in r.stdout, r.stdout
+assert "full_shard on 1 node(s) does not fit the host: 134.6 GiB" in r.stdout and "exceeds 100.0 GiB" in r.stdout, r.stdout
+print("plan --cpu-offload: 8B on one H100 fits offloaded only; a 100 GiB host refuses it")
+
 j = json.loads(plan("--model", "llama2-7b", "--nodes", "1,2", "--strategy", "hybrid_shard", "--json").stdout)
 assert [r["nodes"] for r in j["rows"]] == [1, 2] and j["rows"][0]["shard_size"] == 8
 assert j["rows"][1]["replicas"] == 2
@@ -148,6 +162,8 @@ for args, option in [
     (["--model", "llama2-7b", "--fabric", "/nonexistent.json"], "--fabric"),
     (["--model", "llama2-7b", "--seq-len", "9000"], "--seq-len"),
     (["--gpu", "h100-80gb"], "--model"),
+    (["--model", "llama2-7b", "--host-memory-gib", "100"], "--host-memory-gib"),
+    (["--model", "llama2-7b", "--cpu-offload", "--host-memory-gib", "-1"], "--host-memory-gib"),
 ]:
     r = plan(*args)
     lines = [line for line in r.stderr.splitlines() if line.strip()]

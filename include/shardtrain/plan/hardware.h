@@ -44,6 +44,18 @@ struct Fabric {
   // Seconds for one collective of `bytes` (the unsharded buffer) over `ranks` ranks.
   double seconds(comm::Op op, double bytes, int ranks, bool spans_nodes) const;
 };
+// The host a GPU kind comes in, for --cpu-offload: its AWS instance's memory per node, physical
+// cores per GPU and DRAM bandwidth per node, and the GPU's effective pinned host<->device copy
+// bandwidth over PCIe. Published figures and the assumptions made of them: docs/planner.md.
+struct HostSpec {
+  std::string instance;     // "p5.48xlarge"; empty where unknown (--gpu cpu)
+  double memory_bytes = 0;  // per node; 0: unknown, not checked
+  int cores_per_gpu = 0;    // the share of one rank; 0: unknown, one core
+  double pcie_gbps = 0;     // each direction, GB/s; 0: no copy (a CPU device is the host)
+  double dram_gbps = 0;     // per node, the sockets' channels at their rated speed; 0: unknown
+};
+HostSpec host_spec(const GpuSpec& gpu);
+
 // p4de, p5 (published), or a file: a fabric JSON (configs/fabric/*.json) or `preflight --json`'s.
 // Throws UsageError naming --fabric when it is neither.
 Fabric load_fabric(const std::string& spec);

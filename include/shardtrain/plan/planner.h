@@ -35,7 +35,8 @@ struct PlanInput {
   bool packed = false;        // rows hold several documents (prepare --mode packing)
   double default_mfu = 0.37;  // compute efficiency without --calibrate (fms-fsdp, 7B, H100, eager)
   bool allowances = true;     // NCCL and allocator allowances (off for the CPU validation)
-  void validate() const;      // throws UsageError naming the option to change (plan's)
+  double host_memory_bytes = 0;  // --host-memory-gib: per node, replaces the instance's; 0: its
+  void validate() const;         // throws UsageError naming the option to change (plan's)
 };
 
 struct PlanRow {
@@ -47,14 +48,23 @@ struct PlanRow {
   // step, so only the units reduced by the peak's moment hold one: fewer when the peak falls early.
   int64_t grads_at_peak = 0, gathered = 0, reductions = 0, activations = 0;
   int64_t nccl = 0, allocator = 0;  // allowances
-  int64_t tensor_peak = 0;          // every tensor at the peak (what a caching allocator reports)
-  int64_t engine_peak = 0;          // the engine's own accounting (no activations)
-  int64_t total = 0;                // tensor_peak + allowances
+  int64_t staging = 0;      // --cpu-offload: shards copied from the host for gathers in flight
+  int64_t tensor_peak = 0;  // every tensor at the peak (what a caching allocator reports)
+  int64_t engine_peak = 0;  // the engine's own accounting (no activations)
+  int64_t total = 0;        // tensor_peak + allowances
   int gathered_units = 0;
-  bool fits = false;
+  bool fits = false;    // the device's memory and, with --cpu-offload, the host's
   double headroom = 0;  // bytes left (negative: short by)
-  // Step time, seconds per optimizer step.
+  // --cpu-offload: the offloaded state of the node's ranks against the host's memory (0: unknown).
+  int64_t host_bytes_per_node = 0;
+  double host_memory_bytes = 0;
+  bool host_fits = true;
+  // Step time, seconds per optimizer step. optimizer_s: the optimizer's share of step_s (with
+  // --cpu-offload, what of the CPU's AdamW the next step's forward does not hide).
   double compute_s = 0, comm_s = 0, exposed_comm_s = 0, optimizer_s = 0, step_s = 0;
+  // --cpu-offload: host-to-device and device-to-host copies in all, what of them the step waits
+  // for, and the CPU's AdamW in all.
+  double h2d_s = 0, d2h_s = 0, exposed_copy_s = 0, cpu_optimizer_s = 0;
   double tokens_per_s_per_gpu = 0, mfu = 0,
          efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
 
