@@ -67,6 +67,14 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                 o.fsdp.max_inflight_gathers, static_cast<long long>(f.persistent_bytes >> 10),
                 static_cast<long long>(f.unsharded_bytes >> 10));
   b += buf;
+  if (o.fsdp.cpu_offload) {
+    std::snprintf(buf, sizeof buf,
+                  "  offload     --cpu-offload: %lld KiB per rank in %s host memory (fp32 master, "
+                  "AdamW, gradients, a %s mirror); AdamW on the CPU\n",
+                  static_cast<long long>(f.host_bytes >> 10), device.cuda ? "pinned" : "separate",
+                  dtype_label(o.fsdp.param_dtype));
+    b += buf;
+  }
   if (o.fsdp.lora.enabled()) {
     const auto& l = o.fsdp.lora;
     std::snprintf(buf, sizeof buf,

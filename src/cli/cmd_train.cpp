@@ -69,7 +69,8 @@ BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader,
   f.persistent_bytes = mem.persistent();
   f.unsharded_bytes = mem.unsharded_bytes;
   f.base_bytes = mem.base_bytes;
-  f.adapter_bytes = mem.trainable_bytes();
+  f.adapter_bytes = mem.trainable_bytes() + mem.host_bytes;
+  f.host_bytes = mem.host_bytes;
   for (const auto& s : s.engine->layout().trainable_specs()) f.adapter_params += s.numel();
   f.weights_bytes_read = s.weights ? static_cast<int64_t>(s.weights->bytes_read()) : 0;
   f.train_rows = train.rows();

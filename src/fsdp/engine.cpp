@@ -56,8 +56,9 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
       seed_(seed) {
   const int shard_size = groups_.shard->size();
   const TrainingSizes sizes = layout_->sizes(shard_size);
-  const MemoryReport report = persistent_bytes(
-      sizes, cfg_.no_sync_accumulation, static_cast<int>(c10::elementSize(cfg_.param_dtype)));
+  const MemoryReport report =
+      persistent_bytes(sizes, cfg_.no_sync_accumulation,
+                       static_cast<int>(c10::elementSize(cfg_.param_dtype)), cfg_.cpu_offload);
   memory_ = std::make_unique<EngineMemory>(
       report, device_, [this] { return schedule_ ? schedule_->transient_bytes() : 0; });
   BuiltUnits built = build_units(*layout_, cfg_, shard_size, groups_.shard->rank(), seed, weights,
@@ -88,6 +89,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
       sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
+  if (HostOffload* offload = schedule_->offload()) offload->start_step();
   at::Tensor loss_sum =
       at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
   for (size_t i = 0; i < micro_batches.size(); ++i) {

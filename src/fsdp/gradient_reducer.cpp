@@ -125,7 +125,7 @@ void GradientReducer::add(Pending& r) {
     grad.add_(a);
   r.shard = at::Tensor();
   on_change_();
-  if (r.last && on_final_) on_final_(r.unit);
+  if (on_added_) on_added_(r.unit, r.last);
 }
 
 void GradientReducer::finish() {

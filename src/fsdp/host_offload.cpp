@@ -29,6 +29,8 @@ HostOffload::HostOffload(at::Device device, std::vector<FlatUnit*> units)
       units_(std::move(units)),
       in_flight_(units_.size()),
       armed_(units_.size()),
+      staging_(units_.size()),
+      fresh_(units_.size(), true),
       outstanding_(units_.size(), 0) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device_.is_cuda()) copies_ = std::make_unique<Copies>(device_, units_.size());
@@ -45,30 +47,62 @@ HostOffload::~HostOffload() {
   worker_.join();
 }
 
-void HostOffload::grad_to_host(int64_t u) {
-  FlatUnit& unit = *units_[u];
-  at::Tensor& grad = unit.grad();
-  if (!grad.defined()) return;
+void HostOffload::start_step() { std::fill(fresh_.begin(), fresh_.end(), true); }
+
+void HostOffload::copy(int64_t u, const at::Tensor& grad, at::Tensor& host) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (copies_) {
     release_copied(/*wait=*/false);  // device memory back from the copies already done
+    if (in_flight_[u].defined()) copies_->done[u].synchronize();  // u's previous micro-batch
     at::cuda::CUDAEvent reduced;
     reduced.record(c10::cuda::getCurrentCUDAStream(device_.index()));
     reduced.block(copies_->stream);
     {
       const c10::cuda::CUDAStreamGuard on_copies(copies_->stream);
-      unit.host_grad().copy_(grad, /*non_blocking=*/true);
+      host.copy_(grad, /*non_blocking=*/true);
     }
     copies_->done[u].record(copies_->stream);
-    in_flight_[u] = std::move(grad);  // kept alive until its copy is done
-    grad = at::Tensor();
-    run_armed(u);
+    in_flight_[u] = grad;  // kept alive until its copy is done
     return;
   }
 #endif
-  unit.host_grad().copy_(grad);  // the CPU "device": a copy all the same, into its own buffer
-  grad = at::Tensor();
-  run_armed(u);
+  (void)u;
+  host.copy_(grad);  // the CPU "device": a copy all the same, into its own buffer
+}
+
+void HostOffload::wait_copied(int64_t u) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (copies_) copies_->done[u].synchronize();  // this thread waits; the streams go on
+#endif
+  (void)u;
+}
+
+void HostOffload::grad_to_host(int64_t u, bool last) {
+  FlatUnit& unit = *units_[u];
+  at::Tensor& grad = unit.grad();
+  if (grad.defined()) {
+    const bool first = fresh_[u];
+    fresh_[u] = false;
+    if (first) {
+      copy(u, grad, unit.host_grad());
+    } else {
+      if (!staging_[u].defined())
+        staging_[u] =
+            at::empty({unit.host_grad().numel()},
+                      at::TensorOptions().dtype(at::kFloat).pinned_memory(device_.is_cuda()));
+      wait_stepped(u);  // the host thread has added the staging buffer's last contents
+      copy(u, grad, staging_[u]);
+      run(
+          u,
+          [this, u] {
+            wait_copied(u);
+            units_[u]->host_grad().add_(staging_[u]);
+          },
+          /*refresh=*/false);
+    }
+    grad = at::Tensor();
+  }
+  if (last) run_armed(u);
 }
 
 void HostOffload::arm(int64_t u, std::function<void()> job) { armed_[u].push_back(std::move(job)); }
@@ -76,10 +110,7 @@ void HostOffload::arm(int64_t u, std::function<void()> job) { armed_[u].push_bac
 void HostOffload::run_armed(int64_t u) {
   for (auto& job : armed_[u]) {
     run(u, [this, u, job = std::move(job)] {
-#ifdef SHARDTRAIN_HAVE_CUDA
-      if (copies_) copies_->done[u].synchronize();  // this thread waits; the streams go on
-#endif
-      (void)u;
+      wait_copied(u);
       job();
     });
   }
@@ -104,6 +135,7 @@ void HostOffload::wait_grads() {
   release_copied(/*wait=*/true);
   for (size_t u = 0; u < armed_.size(); ++u)
     run_armed(static_cast<int64_t>(u));  // a unit whose gradient never came: its step all the same
+  settle();                              // the later micro-batches' additions (and armed steps)
 }
 
 size_t HostOffload::armed_jobs() const {
@@ -119,11 +151,11 @@ int64_t HostOffload::device_bytes() const {
   return b;
 }
 
-void HostOffload::run(int64_t u, std::function<void()> job) {
+void HostOffload::run(int64_t u, std::function<void()> job, bool refresh) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++outstanding_[u];
-    jobs_.push_back({u, std::move(job)});
+    jobs_.push_back({u, std::move(job), refresh});
   }
   cv_.notify_all();
 }
@@ -142,7 +174,7 @@ void HostOffload::work() {
     std::exception_ptr error;
     try {
       job.fn();
-      if (units_[job.unit]) units_[job.unit]->refresh_mirror(/*force=*/true);
+      if (job.refresh && units_[job.unit]) units_[job.unit]->refresh_mirror(/*force=*/true);
     } catch (...) {
       error = std::current_exception();
     }

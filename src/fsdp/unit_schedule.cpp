@@ -45,7 +45,7 @@ UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cf
     std::vector<FlatUnit*> trained;
     for (auto& p : parts_) trained.push_back(p.trainable->empty() ? nullptr : p.trainable);
     offload_ = std::make_unique<HostOffload>(device_, std::move(trained));
-    reducer_.set_on_final([this](int64_t u) { offload_->grad_to_host(u); });
+    reducer_.set_on_added([this](int64_t u, bool last) { offload_->grad_to_host(u, last); });
   }
   const int reduce_elt = static_cast<int>(c10::elementSize(cfg_.reduce_dtype));
   reducer_.set_budget(reduce_budget(sizes.trainable_units(), groups_.shard->size(), reduce_elt));

@@ -40,7 +40,9 @@ nlohmann::json memory_json(const fsdp::MemoryReport& m) {
           // LoRA: the frozen base and the adapters (master + AdamW) per rank; 0 and persistent
           // otherwise
           {"base_bytes", m.base_bytes},
-          {"adapter_bytes", m.base_bytes > 0 ? m.trainable_bytes() : 0}};
+          {"adapter_bytes", m.base_bytes > 0 ? m.trainable_bytes() : 0},
+          // --cpu-offload: the trainable state in host memory (master, moments, gradient, mirror)
+          {"host_bytes", m.host_bytes}};
 }
 
 }  // namespace

@@ -39,12 +39,12 @@ class GradientReducer {
   void set_budget(int64_t bytes) { budget_ = bytes; }
   // Issues the reduction of `full_grad` ([padded]) into a [shard_numel] shard; owned: the
   // gradient is ours, so at world 1 it may become the shard without a copy.
-  // last: the step's final reduction of this unit; once added, on_final(unit) is called.
+  // last: the step's final reduction of this unit (handed to on_added).
   void reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel, bool owned,
               bool last = false);
-  // Called with a unit whose last reduction of the step is in its gradient shard (--cpu-offload:
-  // the shard goes to the host then).
-  void set_on_final(std::function<void(int64_t unit)> f) { on_final_ = std::move(f); }
+  // Called whenever a reduction is added into its unit's gradient shard, with its `last`
+  // (--cpu-offload: the shard goes to the host then).
+  void set_on_added(std::function<void(int64_t unit, bool last)> f) { on_added_ = std::move(f); }
   void finish();                    // every reduction issued so far is added to its gradient shard
   int64_t bytes_in_flight() const;  // the send and receive buffers of the pending reductions
 
@@ -72,7 +72,7 @@ class GradientReducer {
   at::ScalarType reduce_dtype_;
   GradShard grad_of_;
   std::function<void()> on_change_;  // memory accounting: buffers came or went
-  std::function<void(int64_t)> on_final_;
+  std::function<void(int64_t, bool)> on_added_;
   int64_t budget_ = 0;           // 0: one reduction at a time
   std::deque<Pending> pending_;  // issued and not yet added, oldest first
   std::vector<at::Tensor>

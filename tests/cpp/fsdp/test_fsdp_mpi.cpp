@@ -657,3 +657,23 @@ TEST(FsdpMpi, CpuOffloadSkipsANonFiniteStepOnTheHost) {
   for (const auto& [name, t] : before) EXPECT_TRUE(at::equal(t, after.at(name))) << name;
   EXPECT_EQ(opt.adamw().step_count(), 0) << "a skipped step is not counted";
 }
+
+TEST(FsdpMpi, CpuOffloadLeavesNoTrainingStateOnTheDevice) {
+  auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+  fsdp::FsdpConfig f = fsdp_config({});
+  f.cpu_offload = true;
+  fsdp::FsdpEngine eng(tiny(), f, groups, kSeed);
+  const fsdp::MemoryReport m = eng.memory().report();
+  EXPECT_EQ(m.persistent(), 0) << "master and moments live on the host";
+  int64_t shard = 0;
+  for (const auto& u : eng.schedule().units()) shard += u.layout().shard_numel;
+  EXPECT_EQ(m.host_bytes, (16 + 4) * shard) << "fp32 master, moments, gradient and fp32 mirror";
+  eng.forward_backward(
+      take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 2)));
+  for (const auto& u : eng.schedule().units()) {
+    EXPECT_FALSE(u.grad().defined()) << "each gradient shard left the device once copied";
+    EXPECT_TRUE(u.master().is_cpu());
+  }
+  eng.grad_shards();
+  eng.release_grads();
+}
