@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "shardtrain/fsdp/host_memory.h"
 #include "shardtrain/model/projections.h"
 #include "shardtrain/runtime/error.h"
 
@@ -27,10 +28,13 @@ void FlatUnit::offload_to_host(at::Device device, at::ScalarType dtype) {
   if (!master_.device().is_cpu()) throw runtime::Error("FSDP unit: offload a master on the host");
   device_ = device;
   // Pinned beside a GPU: the copies either way are DMA, and non_blocking really does not block.
-  const auto host = at::TensorOptions().pinned_memory(device.is_cuda());
-  if (device.is_cuda()) master_ = master_.pin_memory();
-  mirror_ = at::empty({layout_.shard_numel}, host.dtype(dtype));
-  host_grad_ = at::zeros({layout_.shard_numel}, host.dtype(at::kFloat));
+  const bool pin = device.is_cuda();
+  if (pin) {
+    at::Tensor pinned = host_tensor(layout_.shard_numel, master_.scalar_type(), true);
+    master_ = pinned.copy_(master_);
+  }
+  mirror_ = host_tensor(layout_.shard_numel, dtype, pin);
+  host_grad_ = host_tensor(layout_.shard_numel, at::kFloat, pin);
   refresh_mirror();
 }
 

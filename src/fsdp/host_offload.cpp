@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "shardtrain/fsdp/host_memory.h"
 #include "shardtrain/runtime/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -87,9 +88,7 @@ void HostOffload::grad_to_host(int64_t u, bool last) {
       copy(u, grad, unit.host_grad());
     } else {
       if (!staging_[u].defined())
-        staging_[u] =
-            at::empty({unit.host_grad().numel()},
-                      at::TensorOptions().dtype(at::kFloat).pinned_memory(device_.is_cuda()));
+        staging_[u] = host_tensor(unit.host_grad().numel(), at::kFloat, device_.is_cuda());
       wait_stepped(u);  // the host thread has added the staging buffer's last contents
       copy(u, grad, staging_[u]);
       run(

@@ -628,6 +628,9 @@ TEST(FsdpMpi, CpuOffloadTrainsWhatTheDeviceTrains) {
   variants.push_back({{Sharding::kFullShard, 0, false, 2}, none, /*clip=*/0.0});
   variants.push_back({{Sharding::kHybridShard, 0, /*ac=*/true, 1}, none, /*clip=*/0.0});
   variants.push_back({{Sharding::kFullShard, 0, false, 1}, lora, 1.0});
+  Case tied{Sharding::kFullShard, 0, false, 2};  // the head reads the embedding's unit
+  tied.model = tiny_qwen2();
+  variants.push_back({tied, none, 1.0});
   for (const Variant& v : variants) {
     const Gaps g = offload_gaps(v.c, v.lora, v.clip, 10);
     const std::string what =
