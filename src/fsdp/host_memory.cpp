@@ -18,7 +18,8 @@ at::Tensor host_tensor(int64_t numel, at::ScalarType dtype, bool pinned) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (pinned && numel > 0) {
     const size_t page = 4096;
-    const size_t bytes = (static_cast<size_t>(numel) * c10::elementSize(dtype) + page - 1) / page * page;
+    const size_t bytes =
+        (static_cast<size_t>(numel) * c10::elementSize(dtype) + page - 1) / page * page;
     void* p = nullptr;
     if (posix_memalign(&p, page, bytes) != 0) throw std::bad_alloc();
     const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
