@@ -8,7 +8,9 @@ each rank takes its own rows of every global batch. Runs alone (world 1) or unde
 (gloo on CPU, NCCL on GPUs). Rank 0 prints one JSON object: median tokens/s over all ranks,
 MFU, and peak memory (GPU allocator, and this process's peak resident set).
 --weights DIR starts from a Hugging Face checkpoint (its config.json gives the shape); --compile
-wraps each decoder layer in torch.compile before sharding it, as torchtitan does.
+wraps each decoder layer in torch.compile before sharding it, as torchtitan does. --offload shards
+with CPUOffloadPolicy: the fp32 shards, their gradients and AdamW's state in host memory (pinned
+beside a GPU), AdamW on the CPU, as `shardtrain train --cpu-offload` (bench/gpu_suite.sh --parts offload).
 """
 import argparse
 import json
@@ -52,6 +54,8 @@ def main():
     ap.add_argument("--weights", help="a Hugging Face model directory (sharded safetensors and index too) to start from")
     ap.add_argument("--losses-file", help="write each step's loss here, one JSON object a line (as shardtrain's metrics)")
     ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer (torchtitan's per-block compile)")
+    ap.add_argument("--offload", action="store_true",
+                    help="CPUOffloadPolicy: fp32 shards, gradients and AdamW state in host memory, AdamW on the CPU")
     a = ap.parse_args()
 
     # The reference must run the LibTorch that shardtrain links, or the comparison is of versions.
@@ -66,11 +70,13 @@ def main():
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     backend = "nccl" if a.device == "cuda" else "gloo"
+    if a.offload and a.device == "cuda":  # the gradient norm's reduction is over host tensors (torchtitan does the same)
+        backend = "cuda:nccl,cpu:gloo"
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     with h5py.File(a.data) as f:
         tokens = torch.from_numpy(f["tokens"][...].astype("int64"))
@@ -91,16 +97,22 @@ def main():
                           num_attention_heads=a.heads, num_key_value_heads=a.kv_heads,
                           max_position_embeddings=max(seq, 4096), rms_norm_eps=1e-5, tie_word_embeddings=False,
                           attn_implementation="sdpa")
-        model = LlamaForCausalLM(cfg).to(dev)
+        if a.offload:  # the GPU initialises billions of parameters in seconds; fully_shard then moves each shard to the host
+            with torch.device(dev):
+                model = LlamaForCausalLM(cfg)
+        else:
+            model = LlamaForCausalLM(cfg).to(dev)
     if a.ac:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+    # Pinned host memory needs a GPU; on CPU the policy still runs its host-side path (the smoke test).
+    offload = CPUOffloadPolicy(pin_memory=a.device == "cuda") if a.offload else OffloadPolicy()
     for layer in model.model.layers:  # one FSDP unit per decoder layer, as shardtrain does
         if a.compile:
             layer.compile()  # in place, so the layer stays the module fully_shard wraps
-        fully_shard(layer, mp_policy=mp)
-    fully_shard(model, mp_policy=mp)
+        fully_shard(layer, mp_policy=mp, offload_policy=offload)
+    fully_shard(model, mp_policy=mp, offload_policy=offload)
     # shardtrain decays every matrix and no norm weight.
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -108,6 +120,8 @@ def main():
                             eps=1e-8, weight_decay=0.1, fused=True)
     if a.device == "cuda":
         torch.cuda.synchronize()
+        if a.offload:
+            torch.cuda.empty_cache()  # the full model the GPU initialised is on the host now: not this run's reservation
         torch.cuda.reset_peak_memory_stats()  # after the model is built, as shardtrain does
     times, losses = [], []
     rows = a.batch_size * world
@@ -134,7 +148,7 @@ def main():
            "mfu": tps / world * flops_per_token(cfg, seq) / 1e12 / a.peak_tflops if a.peak_tflops > 0 else 0,
            "peak_allocated_bytes": torch.cuda.max_memory_allocated() if a.device == "cuda" else 0,
            "peak_reserved_bytes": torch.cuda.max_memory_reserved() if a.device == "cuda" else 0,
-           "seq": seq, "batch": a.batch_size, "ac": a.ac, "compile": a.compile, "layers": cfg.num_hidden_layers, "first_loss": losses[0], "last_loss": losses[-1],
+           "seq": seq, "batch": a.batch_size, "ac": a.ac, "compile": a.compile, "offload": a.offload, "layers": cfg.num_hidden_layers, "first_loss": losses[0], "last_loss": losses[-1],
            "torch": torch.__version__, "device_name": torch.cuda.get_device_name() if a.device == "cuda" else "cpu"}
     if rank == 0:
         print(json.dumps(out))

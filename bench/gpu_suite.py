@@ -14,6 +14,11 @@ when it fails.
   gtest REPORT.xml --name N --device D --rc RC
                                           a GoogleTest XML report: passed, failed and skipped tests (on a
                                           GPU, a test skipped for want of one fails)
+  watch --json OUT.json [--timeout S] -- CMD...
+                                          runs CMD (killed after S seconds: exit 124) and writes its exit
+                                          code, seconds, peak resident set and the host's used-memory rise
+  offload-table --shardtrain DIR --pytorch DIR --skip N --device D
+                                          the offload part's table: one row per side, and their ratios
 """
 import argparse
 import json
@@ -190,6 +195,109 @@ def cmd_gtest(a):
     sys.exit(0 if ok else 1)
 
 
+def host_used_bytes():
+    """MemTotal - MemAvailable: every process's memory, pinned (page-locked) pages included."""
+    m = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, v = line.split(":", 1)
+            m[k] = int(v.split()[0]) * 1024
+    return m["MemTotal"] - m["MemAvailable"]
+
+
+def vm_hwm_bytes(pid):
+    """A process's own resident-set high-water mark (VmHWM; 0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int(re.search(r"^VmHWM:\s+(\d+)", f.read(), re.M).group(1)) * 1024
+    except (OSError, AttributeError):
+        return 0
+
+
+def cmd_watch(a):
+    import time
+    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
+    base = peak = host_used_bytes()
+    t0 = time.monotonic()
+    try:
+        pid = os.posix_spawnp(cmd[0], cmd, os.environ)
+    except OSError as e:
+        print(f"watch: {cmd[0]}: {e}", file=sys.stderr)
+        sys.exit(127)
+    # Sampled, not wait4's ru_maxrss: a spawned child's starts at this (torch-importing) process's.
+    hwm, timed_out, kill_at = 0, False, None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        peak, hwm = max(peak, host_used_bytes()), max(hwm, vm_hwm_bytes(pid))
+        now = time.monotonic()
+        if a.timeout and now - t0 > a.timeout and not timed_out:
+            os.kill(pid, 15)
+            timed_out, kill_at = True, now + 15
+        elif timed_out and now > kill_at:
+            os.kill(pid, 9)
+        time.sleep(0.2)
+    code = os.waitstatus_to_exitcode(status)
+    rc = 124 if timed_out else (128 - code if code < 0 else code)
+    out = {"rc": rc, "seconds": round(time.monotonic() - t0, 1), "peak_rss_bytes": hwm,
+           "host_used_rise_bytes": peak - base, "host_used_before_bytes": base}
+    with open(a.json, "w") as f:
+        json.dump(out, f)
+    sys.exit(rc)
+
+
+def read_json(path, last_line=False):
+    """A JSON file, or with last_line its last line that is a JSON object; {} when there is none."""
+    try:
+        text = open(path, errors="replace").read().strip()
+        if not last_line:
+            return json.loads(text)
+        return json.loads(next(line for line in reversed(text.splitlines()) if line.startswith("{")))
+    except (OSError, StopIteration, ValueError):
+        return {}
+
+
+def cmd_offload_table(a):
+    import metrics_median  # beside this script
+    mem = lambda b: ("%.1f GiB" % (b / 2**30) if b >= 2**30 else "%.0f MiB" % (b / 2**20)) if b else "n/a"
+    ratio = lambda x, y: "%.2fx" % (x / y) if x and y else "n/a"
+    metrics = os.path.join(a.shardtrain, "metrics.jsonl")
+    try:
+        steps = [json.loads(line) for line in open(metrics) if line.strip()]
+    except (OSError, ValueError):
+        steps = []
+    peak = lambda k: max([(s.get("memory") or {}).get(k, 0) for s in steps] or [0])  # over every step, as PyTorch's
+    pt = read_json(os.path.join(a.pytorch, "run.log"), last_line=True)
+    rows = {
+        "shardtrain `--cpu-offload`": dict(
+            watch=read_json(os.path.join(a.shardtrain, "watch.json")),
+            tps=metrics_median.median(metrics, "tokens_per_s", a.skip) if steps else 0,
+            step=metrics_median.median(metrics, "step_time_s", a.skip) if steps else 0,
+            alloc=peak("gpu_peak_allocated_bytes"), reserved=peak("gpu_peak_reserved_bytes"),
+            loss=(steps[0]["loss"], steps[-1]["loss"]) if steps else None),
+        "PyTorch FSDP2 `CPUOffloadPolicy`": dict(
+            watch=read_json(os.path.join(a.pytorch, "watch.json")), tps=pt.get("tokens_per_s", 0),
+            step=pt.get("step_s", 0), alloc=pt.get("peak_allocated_bytes", 0), reserved=pt.get("peak_reserved_bytes", 0),
+            loss=(pt["first_loss"], pt["last_loss"]) if "first_loss" in pt else None)}
+    gpu = a.device == "cuda"
+    print("| side | tokens/s | step | peak GPU allocated | peak GPU reserved | peak host RSS | host memory used, rise "
+          "| loss, first → last | exit, seconds |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for name, r in rows.items():
+        w = r["watch"]
+        tps = "%.0f" % r["tps"] if r["tps"] else "failed" if w else "not run"
+        print(f"| {name} | {tps} | {'%.2f s' % r['step'] if r['step'] else 'n/a'} "
+              f"| {mem(r['alloc']) if gpu else 'n/a'} | {mem(r['reserved']) if gpu else 'n/a'} "
+              f"| {mem(w.get('peak_rss_bytes', 0))} | {mem(w.get('host_used_rise_bytes', 0))} "
+              f"| {'%.4f → %.4f' % r['loss'] if r['loss'] else 'n/a'} | {'%d, %.0f s' % (w['rc'], w['seconds']) if w else 'not run'} |")
+    st, ref = rows.values()
+    print(f"\nshardtrain / PyTorch: tokens/s {ratio(st['tps'], ref['tps'])}, peak GPU allocated "
+          f"{ratio(st['alloc'], ref['alloc']) if gpu else 'n/a'}, peak host RSS "
+          f"{ratio(st['watch'].get('peak_rss_bytes', 0), ref['watch'].get('peak_rss_bytes', 0))}.")
+    sys.exit(0 if all(r["watch"].get("rc") == 0 and r["tps"] for r in rows.values()) else 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -219,9 +327,16 @@ def main():
     g = sub.add_parser("gtest")
     g.add_argument("report"), g.add_argument("--name", required=True), g.add_argument("--device", required=True)
     g.add_argument("--rc", type=int, required=True)
+    w = sub.add_parser("watch")
+    w.add_argument("--json", required=True), w.add_argument("--timeout", type=float, default=0)
+    w.add_argument("command", nargs=argparse.REMAINDER)
+    o = sub.add_parser("offload-table")
+    o.add_argument("--shardtrain", required=True), o.add_argument("--pytorch", required=True)
+    o.add_argument("--skip", type=int, required=True), o.add_argument("--device", required=True)
     a = ap.parse_args()
     {"env": cmd_env, "make-model": cmd_make_model, "make-7b": cmd_make_7b, "logits": cmd_logits, "curves": cmd_curves,
-     "subset": cmd_subset, "same-weights": cmd_same_weights, "fits": cmd_fits, "gtest": cmd_gtest}[a.cmd](a)
+     "subset": cmd_subset, "same-weights": cmd_same_weights, "fits": cmd_fits, "gtest": cmd_gtest,
+     "watch": cmd_watch, "offload-table": cmd_offload_table}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@
 #            3. shardtrain preflight --device cuda;
 #   tests    6. the build's GPU tests (tests/cpp/cuda, GoogleTest: NCCL at world 1 against the CPU,
 #               no sticky error after a not-ready query, the varlen kernel, the fused bf16 loss, the
-#               unwaited-collective shelf, LoRA masks on the device, more ranks than GPUs refused):
+#               unwaited-collective shelf, LoRA masks on the device, more ranks than GPUs refused,
+#               --cpu-offload's steps against the same run without it, no host wait inside its step):
 #               from a bundle through libexec/tests/run, in a source tree from build/tests;
 #   speed    4. speed and memory against PyTorch FSDP2 (bench/gpu_vs_pytorch.sh: 7B shape, 4 layers,
 #               bf16, seq 2048 and 4096, activation checkpointing off and on, batch 4);
@@ -27,6 +28,9 @@
 #   fused    4f. decoder layers with and without --fused-layers (fused RMSNorm, merged q/k/v and
 #               gate/up matmuls, the rotary and SwiGLU kernels) at seq 4096, checkpointing off,
 #               against PyTorch FSDP2 eager and with torch.compile, and a profile of a fused step;
+#   offload  4g. shardtrain train --cpu-offload against PyTorch FSDP2 with CPUOffloadPolicy: 12 Llama-2
+#               7B layers (BENCH_OFFLOAD_LAYERS), random init, AdamW, bf16, seq 2048, batch 4, activation
+#               checkpointing: tokens/s, peak GPU memory, peak host memory (resident set high-water mark);
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -38,15 +42,17 @@
 # The environment is always recorded. Default parts: check,tests,speed,profile,scale,layers. Exit
 # status 1 when a correctness check (2, 3, 6) fails, and on the CPU smoke test when any part fails to run.
 # Big scratch files (the 7B weights) go to --work (default: a new temporary folder), not --out.
-# On a GPU no attempt of scale and layers starts after SUITE_DEADLINE seconds (570), or runs past
-# it, so that one part fits a 600-second call. The CPU smoke test checks that each part runs, not
-# how fast: it has no deadline, and its benches take their smallest shapes.
+# On a GPU no attempt of scale, layers and offload starts after SUITE_DEADLINE seconds (570; 450
+# with --parts next, whose call has 8 minutes), or runs past it, so that one part fits a 600-second
+# call. The CPU smoke test checks that each part runs, not how fast: it has no deadline, and its
+# benches take their smallest shapes.
 #
 #   bench/gpu_suite.sh --out DIR                 # on the GPU machine: bin/shardtrain of the bundle
 #   bench/gpu_suite.sh --out DIR --parts speed   # one part
 #   bench/gpu_suite.sh --out DIR --parts next    # what no GPU has run yet
 #   bench/gpu_suite.sh --out DIR --device cpu    # smoke test: small shapes, GPU-only steps skipped
-# Env: SHARDTRAIN_BIN, PYTHON (see bench/env.sh), BENCH_STEPS (speed steps, 20), SUITE_DEADLINE.
+# Env: SHARDTRAIN_BIN, PYTHON (see bench/env.sh), BENCH_STEPS (speed steps, 20), SUITE_DEADLINE,
+#      BENCH_OFFLOAD_LAYERS (offload's layers, 12).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=cuda out= parts=check,tests,speed,profile,scale,layers work= deadline=${SUITE_DEADLINE:-570}
@@ -63,13 +69,17 @@ done
 [ -n "$out" ] || { echo "gpu_suite.sh: --out DIR is required" >&2; exit 2; }
 # The parts whose code changed since the last GPU run (2026-11-27, one H200: check and tests
 # passed there; since then the start-up checks that check's runs pass through, the hybrid-shard
-# reducer, the folded clip and the fused layer path with its tests and its part, fused).
-NEXT_PARTS=check,tests,fused
+# reducer, the folded clip, the fused layer path with its tests and its part, fused, and CPU
+# offload with its tests (in tests) and its part, offload).
+NEXT_PARTS=check,tests,fused,offload
+# The next call has 8 minutes; offload, its last part, is cut to fit them (a guess: check ~2, tests
+# ~2, fused ~3, offload ~2 minutes, none of them timed on a GPU yet).
+[[ ",$parts," == *",next,"* ]] && deadline=${SUITE_DEADLINE:-450}
 parts=$(sed "s/\(^\|,\)next\(,\|$\)/\1$NEXT_PARTS\2/" <<< "$parts")
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in check|tests|speed|profile|compile|kernels|fused|scale|layers) ;;
-    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, scale, layers, next)" >&2; exit 2 ;;
+  case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|scale|layers) ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, scale, layers, next)" >&2; exit 2 ;;
   esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
@@ -291,6 +301,50 @@ part_kernels() {
   fi
 }
 
+part_offload() {  # 4g: both sides' offload on one GPU, each run watched for its host memory
+  record ""
+  record "## 4g. CPU offload: shardtrain \`--cpu-offload\` against PyTorch FSDP2 \`CPUOffloadPolicy\`"
+  # Not all 32 layers: offload keeps 16 bytes a parameter on the host (fp32 master, gradient, AdamW's
+  # m and v), shardtrain 2 more (its bf16 mirror), and PyTorch's pinned allocator rounds each shard
+  # and gradient up to a power of two (+1/3 on a 7B layer): 113 and ~116 GiB for the whole
+  # 7B, no margin on a 128 GiB machine beside the OS, CUDA and the processes themselves. 12 layers
+  # (2.69B parameters) take ~45 GiB on each side, a third of it.
+  local layers=${BENCH_OFFLOAD_LAYERS:-12} steps=5 skip=2 seq=2048 dtype=bf16 batch=4
+  local st_model=(--model llama2-7b --n-layers "$layers") py_model=(--layers "$layers")
+  if [ "$device" = cpu ]; then  # the smoke test: that both sides and the table run
+    st_model=(--model tiny --n-layers 2 --hidden-size 128 --intermediate-size 352 --n-heads 4 --n-kv-heads 4)
+    py_model=(--layers 2 --hidden 128 --ffn 352 --heads 4 --kv-heads 4 --vocab 512)
+    steps=3 skip=1 seq=128 dtype=fp32 batch=2
+  fi
+  local dir=$out/offload data side left cmd late=()
+  data=$(bench_data "$out/speed" "$seq")
+  record "\`shardtrain train ${st_model[*]} --cpu-offload --activation-checkpointing\` and \`bench/fsdp2_reference.py ${py_model[*]} --offload --ac\` (\`fully_shard\` of every decoder layer and the root with \`CPUOffloadPolicy()\`), random init, AdamW, $dtype compute, fp32 master weights, seq $seq, batch $batch, $steps steps, medians after $skip. Peak host RSS: the process's VmHWM; host memory used: MemTotal − MemAvailable during the run, over its value before (pinned pages included). Logs: offload/."
+  record ""
+  for side in shardtrain pytorch; do
+    mkdir -p "$dir/$side"; rm -f "$dir/$side/"*
+    left=0  # timeout 0: none (the smoke test)
+    if [ "$device" = cuda ]; then
+      left=$((deadline - SECONDS))
+      [ "$left" -ge 90 ] || { late+=("4g. $side: ${left} s left before the suite's deadline, under the 90 s a side needs"); continue; }
+    fi
+    progress "offload: $side, ${st_model[*]}, seq $seq, batch $batch, $steps steps"
+    if [ "$side" = shardtrain ]; then
+      cmd=("$bin" train "${st_model[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch"
+           --steps "$steps" --warmup-steps 0 --lr 3e-5 --activation-checkpointing --cpu-offload --collective-timeout 0
+           --log-every 1 --metrics-file "$dir/$side/metrics.jsonl")
+    else
+      cmd=("$py" "$repo/bench/fsdp2_reference.py" "${py_model[@]}" --data "$data" --batch-size "$batch" --steps "$steps"
+           --skip "$skip" --ac --offload --device "$device" --dtype "$dtype")
+    fi
+    "${helper[@]}" watch --json "$dir/$side/watch.json" --timeout "$left" -- "${cmd[@]}" > "$dir/$side/run.log" 2> "$dir/$side/run.err" \
+      || { progress "offload: $side failed (offload/$side/run.err)"; tail -5 "$dir/$side/run.err"; }
+  done
+  "${helper[@]}" offload-table --shardtrain "$dir/shardtrain" --pytorch "$dir/pytorch" --skip "$skip" --device "$device" \
+    > "$dir/results.md" 2>> "$out/suite.err" || broken
+  cat "$dir/results.md" >> "$results"
+  for side in "${late[@]}"; do skip "$side"; done
+}
+
 # One full fine-tuning attempt, killed at the deadline. SIDE LOG SEQ BATCH AC(on|off) ARGS...: prints
 # fits, oom, error or late ("late" without running when under a minute is left), and the peak.
 attempt() {
@@ -385,6 +439,7 @@ if want compile; then
 fi
 want kernels && part_kernels
 want fused && part_fused
+want offload && part_offload
 want scale && part_scale
 want layers && part_layers
 
