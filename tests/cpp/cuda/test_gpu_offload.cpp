@@ -37,8 +37,9 @@ std::vector<nlohmann::json> train(const std::string& name, const std::string& ex
 // compared at step 1 only.
 constexpr double kStepRel = 1e-3, kTailRel = 3e-4;
 
-void expect_same_steps(const std::vector<nlohmann::json>& on, const std::vector<nlohmann::json>& off,
-                       size_t steps, const std::string& what) {
+void expect_same_steps(const std::vector<nlohmann::json>& on,
+                       const std::vector<nlohmann::json>& off, size_t steps,
+                       const std::string& what) {
   ASSERT_EQ(on.size(), steps) << what;
   ASSERT_EQ(off.size(), steps) << what;
   const double l1 = off[0]["loss"], g1 = off[0]["grad_norm"];
