@@ -37,8 +37,7 @@ void Optimizer::apply(double lr, const std::vector<at::Tensor>& grads, const at:
   }
   if (armed_) {  // every group was handed over by arm(): only the step's close is left
     armed_ = false;
-    const size_t last_group = runner_.group_ends.empty() ? 0 : runner_.group_ends.size() - 1;
-    runner_.run(last_group, [this] { adamw_.end_step({}); });
+    close_in_groups({});
     return;
   }
   if (runner_.run) {
@@ -64,8 +63,7 @@ void Optimizer::apply_in_groups(double lr, const std::vector<at::Tensor>& grads,
     });
     first = last;
   }
-  const size_t last_group = runner_.group_ends.empty() ? 0 : runner_.group_ends.size() - 1;
-  runner_.run(last_group, [this, found_inf] { adamw_.end_step(found_inf); });
+  close_in_groups(found_inf);
 }
 
 void Optimizer::arm(double lr, const std::vector<at::Tensor>& grads) {
@@ -81,6 +79,12 @@ void Optimizer::arm(double lr, const std::vector<at::Tensor>& grads) {
     });
     first = last;
   }
+}
+
+void Optimizer::close_in_groups(const at::Tensor& found_inf) {
+  // After the last group's step, on the runner's thread: the step count's uncount of a skip.
+  const size_t last_group = runner_.group_ends.empty() ? 0 : runner_.group_ends.size() - 1;
+  runner_.run(last_group, [this, found_inf] { adamw_.end_step(found_inf); });
 }
 
 void Optimizer::settle() {

@@ -68,6 +68,7 @@ class Optimizer {
   std::function<void(at::Tensor&)> sum_across_;
   void apply_in_groups(double lr, const std::vector<at::Tensor>& grads, const at::Tensor& norm,
                        const at::Tensor& skip);
+  void close_in_groups(const at::Tensor& found_inf);
   AdamW adamw_;
   GroupRunner runner_;  // no run: apply() steps every slot at once
   bool armed_ = false;  // arm()ed: the groups step as their gradients come
