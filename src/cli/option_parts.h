@@ -33,6 +33,7 @@ void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw);
 struct FsdpArgs {
   std::string sharding, reduce_dtype;  // fsdp_desc sets them from FsdpConfig's defaults
   std::string param_dtype = "auto", loss_chunk = "auto";
+  std::string fp8 = "off";
   std::string activation_checkpointing = "none";
   int64_t ac_every = 1;
   bool no_tf32 = false;

@@ -334,11 +334,16 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
         "cpu-offload", po::bool_switch(&f.cpu_offload),
         "keep the fp32 master weights, AdamW's moments and the gradient shards in host memory and "
         "step AdamW on the CPU, unit by unit (a full fine-tune that does not fit the GPU; "
-        "docs/fsdp.md)")("loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
-                         "the head's matmul and the cross-entropy fused, over chunks of this many "
-                         "tokens, so fp32 logits never exist "
-                         "for the whole batch: auto (a chunk of logits about the hidden states' "
-                         "size), N, or off (unfused)");
+        "docs/fsdp.md)")("fp8", po::value(&raw.fp8)->default_value(raw.fp8),
+                         "off, tensorwise or rowwise: the decoder layers' projections multiply in "
+                         "float8 (e4m3 weights and activations, e5m2 gradients, scales from each "
+                         "tensor's or row's amax); needs float8 tensor cores (H100, H200, L40S; "
+                         "docs/gpu.md)")(
+        "loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
+        "the head's matmul and the cross-entropy fused, over chunks of this many "
+        "tokens, so fp32 logits never exist "
+        "for the whole batch: auto (a chunk of logits about the hidden states' "
+        "size), N, or off (unfused)");
   if (training) add_checkpointing_options(d, raw.activation_checkpointing, raw.ac_every);
   return d;
 }
@@ -373,6 +378,7 @@ void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
   f.tf32 = !raw.no_tf32;
   f.reduce_dtype = parse_dtype(raw.reduce_dtype, "--reduce-dtype");
   f.loss_chunk = parse_loss_chunk(raw.loss_chunk);
+  f.fp8 = model::parse_fp8_mode(raw.fp8);
   f.activation_checkpointing =
       fsdp::parse_activation_checkpointing(raw.activation_checkpointing, raw.ac_every);
   f.validate();

@@ -21,17 +21,21 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 }
 
 at::Tensor Projection::operator()(const at::Tensor& x) const {
-  if (!adapter) return at::linear(x, weight, bias);
-  return lora_linear(x, weight, *adapter, bias);
+  if (fp8 == Fp8Mode::kOff)
+    return adapter ? lora_linear(x, weight, *adapter, bias) : at::linear(x, weight, bias);
+  at::Tensor y = fp8_linear(x, weight, fp8);
+  if (bias.defined()) y = y + bias;
+  return adapter ? y + lora_update(x, *adapter) : y;
 }
 
 LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer,
-                                const LoraRun* lora, bool merge) {
+                                const LoraRun* lora, bool merge, Fp8Mode fp8) {
   LayerWeights lw;
   lw.window = cfg.attention_window(layer);
   for (Proj p : kProjections) {
     Projection& proj = lw.proj[static_cast<int>(p)];
     proj.weight = w(proj_weight_name(layer, p));
+    proj.fp8 = fp8;
     if (has_bias(cfg, p)) proj.bias = w(proj_bias_name(layer, p));
     if (!lora || !lora->cfg->targets_proj(p)) continue;
     LoraAdapter a;
@@ -53,6 +57,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
       continue;
     Projection& proj = lw.merged[static_cast<int>(m)];
     proj.weight = w(merged_weight_name(layer, m));
+    proj.fp8 = fp8;
     if (has_bias(cfg, members.front())) proj.bias = w(merged_bias_name(layer, m));
   }
   lw.input_norm = w(names::layer(layer, names::kInputNorm));
@@ -147,8 +152,8 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
     case UnitKind::kEmbedding:
       return at::embedding(w(names::kEmbed), x).to(compute_dtype);
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused), x, layout,
-                           path);
+      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused, path.fp8),
+                           x, layout, path);
     case UnitKind::kHead:
       break;
   }
@@ -158,12 +163,12 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
 
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens,
                          const Rotary& rope, at::ScalarType compute_dtype, const LoraRun* lora,
-                         const at::Tensor& positions) {
+                         const at::Tensor& positions, LayerPath path) {
   const TokenLayout layout =
       token_layout(rope, positions, tokens.size(1), tokens.device(), compute_dtype);
   at::Tensor x = tokens;
   for (const UnitSpec& u : model_units(cfg))
-    x = unit_forward(cfg, u, w, x, layout, compute_dtype, lora);
+    x = unit_forward(cfg, u, w, x, layout, compute_dtype, lora, path);
   return x;
 }
 

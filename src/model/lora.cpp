@@ -161,8 +161,12 @@ at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter,
                        const at::Tensor& bias) {
-  return lora_linear(x, w, adapter.a, adapter.b, adapter.scale,
-                     lora_dropout_rows(x, adapter.dropout, adapter.row_seeds), bias);
+  return at::linear(x, w, bias) + lora_update(x, adapter);
+}
+
+at::Tensor lora_update(const at::Tensor& x, const LoraAdapter& adapter) {
+  const at::Tensor xd = lora_dropout_rows(x, adapter.dropout, adapter.row_seeds);
+  return at::linear(at::linear(xd, adapter.a), adapter.b) * adapter.scale;
 }
 
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale) {

@@ -8,6 +8,7 @@
 
 #include "shardtrain/comm/process_groups.h"
 #include "shardtrain/fsdp/activation_checkpointing.h"
+#include "shardtrain/model/fp8.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/runtime/enum_names.h"
 #include "shardtrain/runtime/mpi_env.h"
@@ -57,6 +58,8 @@ struct FsdpConfig {
   // --cpu-offload: the fp32 master shards, AdamW's moments and the gradient shards live in host
   // memory (pinned beside a GPU) and AdamW steps on the CPU, unit by unit (docs/fsdp.md).
   bool cpu_offload = false;
+  // --fp8: the decoder layers' projections multiply in float8 (model/fp8.h; docs/gpu.md).
+  model::Fp8Mode fp8 = model::Fp8Mode::kOff;
   void validate() const;  // throws UsageError naming the option to change
 };
 

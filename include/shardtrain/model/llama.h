@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shardtrain/model/config.h"
+#include "shardtrain/model/fp8.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/norm_activation.h"
 #include "shardtrain/model/params.h"
@@ -39,6 +40,7 @@ struct Projection {
   at::Tensor weight;                   // [out, in]
   at::Tensor bias;                     // [out]; undefined where the model has none (has_bias)
   std::optional<LoraAdapter> adapter;  // LoRA: the targeted projections only
+  Fp8Mode fp8 = Fp8Mode::kOff;         // --fp8: the weight's GEMMs in float8 (the adapter's not)
   at::Tensor operator()(const at::Tensor& x) const;  // x [.., in] -> [.., out]
 };
 
@@ -54,8 +56,10 @@ struct LayerWeights {
   const Projection& operator[](Merged m) const { return merged[static_cast<int>(m)]; }
   // By Hugging Face name; lora (nullptr: none) gives each projection it targets its adapter.
   // merge: the lookup also answers merged_weight_name/merged_bias_name (an FSDP unit's views).
+  // fp8: every projection's (model/fp8.h).
   static LayerWeights bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer,
-                           const LoraRun* lora = nullptr, bool merge = false);
+                           const LoraRun* lora = nullptr, bool merge = false,
+                           Fp8Mode fp8 = Fp8Mode::kOff);
 };
 
 // How a decoder layer runs. selective: the norms and the MLP's activation keep only their inputs
@@ -64,9 +68,11 @@ struct LayerWeights {
 // gate up each one matmul (when the weights are bound merged), and on CUDA rotary and SwiGLU
 // through shardtrain's kernels (model/fused_ops.h), which keep only their inputs as selective
 // does; the values differ from the composite path's by bf16 rounding (docs/gpu.md).
+// fp8: the seven projections' GEMMs in float8 (model/fp8.h).
 struct LayerPath {
   bool selective = false;
   bool fused = false;
+  Fp8Mode fp8 = Fp8Mode::kOff;
 };
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
@@ -82,10 +88,11 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
                         at::ScalarType compute_dtype, const LoraRun* lora = nullptr,
                         LayerPath path = {});
 // Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype; positions
-// [B, T] as Batch::positions (undefined: one document per row).
+// [B, T] as Batch::positions (undefined: one document per row); path as unit_forward's.
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens,
                          const Rotary& rope, at::ScalarType compute_dtype,
-                         const LoraRun* lora = nullptr, const at::Tensor& positions = {});
+                         const LoraRun* lora = nullptr, const at::Tensor& positions = {},
+                         LayerPath path = {});
 
 // Sum of token cross-entropies (fp32) over positions whose next-token label is not -100, and
 // their count: labels[:, 1:] against logits[:, :-1], Hugging Face's shift.

@@ -72,6 +72,8 @@ at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
                        const at::Tensor& bias = {});
 at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapter& adapter,
                        const at::Tensor& bias = {});
+// The adapter's term alone, (xd A^T) B^T * scale: added to a base computed elsewhere (--fp8).
+at::Tensor lora_update(const at::Tensor& x, const LoraAdapter& adapter);
 // W + scale * B A: the merged weight (PEFT's merge_and_unload), in W's dtype.
 at::Tensor merge_lora(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double scale);
 

@@ -73,6 +73,7 @@ struct Case {
   bool sync = true;
   model::ModelConfig model = tiny();
   bool fused = false;  // --fused-layers: on CPU the fused RMSNorm and the merged matmuls
+  model::Fp8Mode fp8 = model::Fp8Mode::kOff;  // --fp8: on CPU the emulated float8 GEMMs
 };
 
 // Qwen2's shape in small: q/k/v biases, the head tied to the embedding, the second layer sliding.
@@ -99,7 +100,8 @@ std::string describe(const Case& c) {
          " accum=" + std::to_string(c.accum) + " dtype=" + c10::toString(c.dtype) +
          " sync=" + std::to_string(c.sync) + " world=" + std::to_string(g_env->size()) +
          (c.model.model_type == "llama" ? "" : " " + c.model.model_type) +
-         (c.model.tie_word_embeddings ? " tied" : "") + (c.fused ? " fused" : "");
+         (c.model.tie_word_embeddings ? " tied" : "") + (c.fused ? " fused" : "") +
+         (c.fp8 != model::Fp8Mode::kOff ? std::string(" fp8=") + model::fp8_mode_name(c.fp8) : "");
 }
 
 fsdp::FsdpConfig fsdp_config(const Case& c) {
@@ -109,6 +111,7 @@ fsdp::FsdpConfig fsdp_config(const Case& c) {
   f.param_dtype = c.dtype;
   f.no_sync_accumulation = !c.sync;
   f.fused_layers = c.fused;
+  f.fp8 = c.fp8;
   return f;
 }
 
@@ -175,6 +178,17 @@ void expect_padded(fsdp::FsdpEngine& eng, const comm::ProcessGroups& groups,
   EXPECT_GT(eng.memory().report().padding_elements, 0) << what;
 }
 
+// The single-rank trainer's micro-batches: the whole batch's rows in `accum` parts. Float8 scales
+// come from each micro-batch's amax, so with --fp8 it takes every rank's micro-batches, as they
+// are, one after another: the same scales, the same products.
+std::vector<std::vector<int64_t>> oracle_micro_batches(const Case& c, int world) {
+  if (c.fp8 == model::Fp8Mode::kOff) return data::rank_micro_batches(all_rows(), 0, 1, c.accum);
+  std::vector<std::vector<int64_t>> all;
+  for (int r = 0; r < world; ++r)
+    for (auto& m : data::rank_micro_batches(all_rows(), r, world, c.accum)) all.push_back(m);
+  return all;
+}
+
 // Runs the case against the single-rank Trainer.
 Gaps compare(const Case& c) {
   auto groups = fsdp::make_mpi_groups(c.sharding, g_env->topology(), c.shard_group_size);
@@ -186,6 +200,7 @@ Gaps compare(const Case& c) {
   oracle::TrainConfig tc;
   tc.param_dtype = c.dtype;
   tc.adamw = optim_config().adamw;
+  tc.fp8 = c.fp8;
   oracle::Trainer ref(c.model, tc, model::ParamStore::load(c.model, weights));
   const int rank = g_env->rank(), world = g_env->size();
   double worst_loss = 0;
@@ -194,7 +209,7 @@ Gaps compare(const Case& c) {
     const double lr = 3e-3;
     const auto mine =
         run.step(take(b, data::rank_micro_batches(all_rows(), rank, world, c.accum)), lr);
-    const auto want = ref.step(take(b, data::rank_micro_batches(all_rows(), 0, 1, c.accum)), lr);
+    const auto want = ref.step(take(b, oracle_micro_batches(c, world)), lr);
     EXPECT_EQ(mine.tokens, want.tokens);
     worst_loss = std::max(worst_loss, std::abs(mine.loss - want.loss) / std::abs(want.loss));
   }

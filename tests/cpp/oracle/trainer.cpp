@@ -27,7 +27,9 @@ Trainer::Trainer(model::ModelConfig model, TrainConfig cfg, model::ParamStore pa
 
 at::Tensor Trainer::logits(const at::Tensor& tokens, const at::Tensor& positions) {
   const auto w = [this](const std::string& name) { return params_.get(name).to(cfg_.param_dtype); };
-  return model::llama_forward(model_, w, tokens, rope_, cfg_.param_dtype, nullptr, positions);
+  model::LayerPath path;
+  path.fp8 = cfg_.fp8;
+  return model::llama_forward(model_, w, tokens, rope_, cfg_.param_dtype, nullptr, positions, path);
 }
 
 StepResult Trainer::step(const std::vector<model::Batch>& micro_batches, double lr) {

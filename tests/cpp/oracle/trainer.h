@@ -22,7 +22,8 @@ struct TrainConfig {
   int64_t batch_size = 8;                   // for evaluate()
   at::ScalarType param_dtype = at::kFloat;  // compute dtype; master weights stay fp32
   optim::AdamWConfig adamw;
-  double grad_clip = 1.0;  // <= 0 disables clipping
+  double grad_clip = 1.0;                     // <= 0 disables clipping
+  model::Fp8Mode fp8 = model::Fp8Mode::kOff;  // the projections' GEMMs (model/fp8.h)
 };
 
 struct StepResult {
