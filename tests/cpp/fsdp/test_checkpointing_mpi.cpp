@@ -117,8 +117,13 @@ std::pair<double, double> gaps(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // Every setting against none: the same loss and gradients.
+// Under --fp8 selective checkpointing's recomputed norms round differently in the last bit, and
+// now and then that moves one gradient element across an e5m2 rounding boundary (a quarter of
+// it): gradients are held to 1e-4 (norm) and 1e-3 (an element) there; losses stay exact.
 void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& cfg, bool packed,
                            const std::string& what) {
+  const bool fp8 = cfg.fp8 != model::Fp8Mode::kOff;
+  const double norm_bound = fp8 ? 1e-4 : 1e-6, element_bound = fp8 ? 1e-3 : 1e-6;
   const model::Batch b = global_batch(packed);
   const Outcome none = run(m, cfg, kSettings[0], b);
   ASSERT_GT(none.grads.abs().max().item<double>(), 0) << what << ": no gradient to compare";
@@ -129,8 +134,8 @@ void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& 
     const std::string where =
         what + ", " + label(kSettings[i]) + ", world " + std::to_string(g_env->size());
     EXPECT_LE(loss_gap, 1e-6) << where;
-    EXPECT_LE(norm_gap, 1e-6) << where;
-    EXPECT_LE(element_gap, 1e-6) << where;
+    EXPECT_LE(norm_gap, norm_bound) << where;
+    EXPECT_LE(element_gap, element_bound) << where;
     if (g_env->rank() == 0)
       std::printf("  %-48s loss rel %.1e, gradient rel %.1e (worst element %.1e of the largest)\n",
                   where.c_str(), loss_gap, norm_gap, element_gap);
@@ -160,6 +165,21 @@ TEST(CheckpointingMpi, LoraWithDropoutGivesTheSameGradients) {
   cfg.lora.dropout = 0.2;
   cfg.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   expect_settings_agree(four_layers(false), cfg, /*packed=*/true, "lora");
+}
+
+// --fp8 (emulated on the CPU): a recomputed layer casts the same tensors to float8 again, so every
+// setting still agrees, with LoRA's adapters on a float8 base too.
+TEST(CheckpointingMpi, Fp8GivesTheSameLossAndGradientsUnderEverySetting) {
+  for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise}) {
+    fsdp::FsdpConfig cfg = base_config();
+    cfg.fp8 = m;
+    const std::string name = std::string("fp8 ") + model::fp8_mode_name(m);
+    expect_settings_agree(four_layers(false), cfg, /*packed=*/true, name + " packed");
+    cfg.lora.rank = 4;
+    cfg.lora.dropout = 0.2;
+    cfg.lora.targets = {"q_proj", "v_proj", "o_proj", "down_proj"};
+    expect_settings_agree(four_layers(true), cfg, /*packed=*/false, name + " lora qwen2");
+  }
 }
 
 int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }

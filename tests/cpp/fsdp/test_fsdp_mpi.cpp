@@ -29,6 +29,13 @@ namespace {
 runtime::MpiEnv* g_env = nullptr;
 constexpr int64_t kGlobalRows = 8, kSeq = 24, kSteps = 20;
 constexpr uint64_t kSeed = 5;
+// --fp8 at a layout against one rank. A summation-order difference (the chunked loss, the
+// reductions) now and then moves a value across a float8 rounding boundary: a step of 1/8 (e4m3)
+// or 1/4 (e5m2) of it. AdamW turns such a change in a near-zero gradient into a full lr-sized
+// move, so parameters drift apart within three steps (measured: up to 2.6e-2 relative at 1 to 4
+// ranks) while losses stay within 4e-5; a wrong scale or layout moves losses by the
+// float8-vs-fp32 gap, 3e-4 to 1e-3 (FsdpMpi.Fp8TrainsNearTheRunWithoutIt).
+constexpr double kFp8Layouts = 1e-4, kFp8Params = 5e-2;
 
 // The tiny preset with 514 tokens: at a shard group of 3 (or 6) no unit's flat size divides, so
 // every unit is padded and the padding path is compared with one rank (expect_padded checks it).
@@ -190,7 +197,7 @@ std::vector<std::vector<int64_t>> oracle_micro_batches(const Case& c, int world)
 }
 
 // Runs the case against the single-rank Trainer.
-Gaps compare(const Case& c) {
+Gaps compare(const Case& c, int64_t steps = kSteps) {
   auto groups = fsdp::make_mpi_groups(c.sharding, g_env->topology(), c.shard_group_size);
   const std::string start = start_weights(c.model);
   io::SafetensorsModel weights(start);
@@ -204,7 +211,7 @@ Gaps compare(const Case& c) {
   oracle::Trainer ref(c.model, tc, model::ParamStore::load(c.model, weights));
   const int rank = g_env->rank(), world = g_env->size();
   double worst_loss = 0;
-  for (int64_t s = 0; s < kSteps; ++s) {
+  for (int64_t s = 0; s < steps; ++s) {
     const model::Batch b = global_batch(s);
     const double lr = 3e-3;
     const auto mine =
@@ -581,6 +588,28 @@ int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
 
 namespace {
 
+// The worst relative loss gap over `steps` steps between --fp8 m and fp32 GEMMs, from the same
+// weights at this layout.
+double fp8_loss_gap(model::Fp8Mode m, const model::LoraConfig& lora, bool fused, int steps) {
+  auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
+  io::SafetensorsModel weights(start_weights(tiny()));
+  Case c;
+  c.fused = fused;
+  fsdp::FsdpConfig on = fsdp_config(c), off = fsdp_config(c);
+  on.fp8 = m;
+  on.lora = off.lora = lora;
+  fsdp::FsdpEngine a(tiny(), on, groups, kSeed, &weights), b(tiny(), off, groups, kSeed, &weights);
+  Stepper ra(a), rb(b);
+  double gap = 0;
+  for (int s = 0; s < steps; ++s) {
+    const auto micro = take(global_batch(s), data::rank_micro_batches(all_rows(), g_env->rank(),
+                                                                      g_env->size(), 1));
+    const double la = ra.step(micro, 3e-3).loss, lb = rb.step(micro, 3e-3).loss;
+    gap = std::max(gap, std::abs(la - lb) / std::abs(lb));
+  }
+  return gap;
+}
+
 // Trains `steps` steps of the case with and without --cpu-offload from the same weights; the worst
 // relative loss gap and absolute parameter gap. On the CPU the offloaded masters, moments and
 // gradients are separate host buffers all the same (copies happen), so the bookkeeping is real.
@@ -624,6 +653,49 @@ Gaps offload_gaps(const Case& c, const model::LoraConfig& lora, double grad_clip
 }
 
 }  // namespace
+
+// --fp8 (emulated on the CPU): every strategy, accumulation with checkpointing, no-sync
+// accumulation and a biased tied model train what the single-rank trainer trains with float8 GEMMs
+// over the same micro-batches, for three steps (kFp8Layouts says why not twenty).
+TEST(FsdpMpi, Fp8EqualsSingleRankFp8Training) {
+  for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise}) {
+    std::vector<Case> cases;
+    for (Sharding s : strategies()) cases.push_back({s, 0, /*ac=*/false, /*accum=*/1});
+    cases.push_back({Sharding::kFullShard, 0, /*ac=*/true, /*accum=*/2});
+    cases.push_back({Sharding::kHybridShard, 0, false, 2, at::kFloat, /*sync=*/false});
+    Case biased{Sharding::kFullShard, 0, false, 1};
+    biased.model = tiny_biased_tied();
+    cases.push_back(biased);
+    for (Case& c : cases) {
+      c.fp8 = m;
+      const Gaps g = compare(c, 3);
+      EXPECT_LE(g.loss, kFp8Layouts) << describe(c);
+      EXPECT_LE(g.param_rel, kFp8Params) << describe(c);
+      if (g_env->rank() == 0)
+        std::printf("  %-64s loss rel %.1e, param rel %.1e\n", describe(c).c_str(), g.loss,
+                    g.param_rel);
+    }
+  }
+}
+
+// Float8 GEMMs train near the fp32 ones, but not on them (the casts happen): full fine-tuning,
+// the fused layers' merged projections (one scale for q, k and v together where tensorwise) and
+// LoRA (the frozen base in float8, the adapters not).
+TEST(FsdpMpi, Fp8TrainsNearTheRunWithoutIt) {
+  model::LoraConfig none, lora;
+  lora.rank = 4;
+  lora.dropout = 0;
+  lora.targets = {"q_proj", "v_proj", "down_proj"};
+  for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise})
+    for (const auto& [l, fused] : {std::pair{none, false}, std::pair{none, true}, std::pair{lora, false}}) {
+      const double gap = fp8_loss_gap(m, l, fused, 8);
+      const std::string what = std::string(model::fp8_mode_name(m)) +
+                               (l.enabled() ? " lora" : " full") + (fused ? " fused" : "");
+      EXPECT_GT(gap, 1e-6) << what << ": float8 changed nothing";
+      EXPECT_LT(gap, 2e-2) << what;
+      if (g_env->rank() == 0) std::printf("  fp8 %-20s loss rel to fp32 %.1e\n", what.c_str(), gap);
+    }
+}
 
 TEST(FsdpMpi, CpuOffloadTrainsWhatTheDeviceTrains) {
   model::LoraConfig none, lora;
