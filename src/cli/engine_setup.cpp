@@ -10,21 +10,6 @@
 #include <ATen/Context.h>
 
 namespace shardtrain::cli {
-namespace {
-
-// --fp8 where it cannot run: refused before the weights load, naming the option.
-void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
-               const at::Device& dev) {
-  if (cfg.fp8 == model::Fp8Mode::kOff) return;
-  const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(cfg.fp8) + ": ";
-  std::string problem = model::fp8_device_problem(dev);
-  if (problem.empty()) problem = model::fp8_shape_problem(model);
-  if (problem.empty() && cfg.fp8 == model::Fp8Mode::kRowwise && cfg.param_dtype == at::kFloat)
-    problem = "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)";
-  if (!problem.empty()) throw runtime::AgreedUsageError(opt + problem + "; or run without --fp8");
-}
-
-}  // namespace
 
 EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
                          runtime::MpiEnv& env, const std::string& path, uint64_t seed,
@@ -45,7 +30,6 @@ EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig
   const at::Device dev = device.cuda
                              ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index))
                              : at::Device(at::kCPU);
-  check_fp8(model, cfg, dev);
   // TF32 for fp32 matmuls on CUDA, as torch.set_float32_matmul_precision("high"); CPU untouched.
   if (device.cuda) at::globalContext().setFloat32MatmulPrecision(cfg.tf32 ? "high" : "highest");
   engine = std::make_unique<fsdp::FsdpEngine>(model, cfg, groups, seed, weights.get(), dev,

@@ -21,6 +21,22 @@ namespace fs = std::filesystem;
 
 namespace shardtrain::cli {
 
+void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
+               const runtime::MpiEnv& env) {
+  if (cfg.fp8 == model::Fp8Mode::kOff) return;
+  const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(cfg.fp8) + ": ";
+  std::string problem = model::fp8_shape_problem(model);
+  if (problem.empty()) {
+    const DeviceChoice d = choose_device(cfg.device, env);
+    problem = model::fp8_device_problem(
+        d.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index))
+               : at::Device(at::kCPU));
+  }
+  if (problem.empty() && cfg.fp8 == model::Fp8Mode::kRowwise && cfg.param_dtype == at::kFloat)
+    problem = "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)";
+  if (!problem.empty()) throw runtime::AgreedUsageError(opt + problem + "; or run without --fp8");
+}
+
 std::string agreed_failure(const std::string& mine) {
   int rank = 0, first = INT_MAX;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

@@ -55,6 +55,12 @@ std::string probe_writable_dir(const std::string& dir);
 // to follow "cannot write PATH: " ("Permission denied", "it is a directory; name a file"), or "".
 std::string probe_writable_file(const std::string& path);
 
+// --fp8 where it cannot run, before anything else is spent: a projection not in multiples of 16,
+// a device without float8 tensor cores (the CPU included), rowwise with fp32 compute. Throws
+// AgreedUsageError naming the option.
+void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
+               const runtime::MpiEnv& env);
+
 // Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written.
 void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);
 

@@ -12,6 +12,7 @@
 #include <regex>
 #include <string>
 
+#include "one_line_errors.h"
 #include "run_binary.h"
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/model/generate.h"
@@ -48,6 +49,19 @@ TEST(Cli, BadObservabilityOptions) {
   expect_usage_error("train --model tiny --collective-timeout -5", "--collective-timeout");
   expect_usage_error("train --model tiny --collective-dump 0", "--collective-dump");
   expect_usage_error("train --model tiny --debug-sleep 1:two:3", "--debug-sleep");
+}
+// --fp8 where it cannot run: a bad mode, the CPU (no float8 tensor cores; at 2 ranks too, every
+// rank agreeing), and a model whose projections are not multiples of 16.
+TEST(Cli, Fp8IsRefusedByNameWhereItCannotRun) {
+  expect_usage_error("train --model tiny --fp8 e4m3", "--fp8 must be off, tensorwise or rowwise");
+  const std::string t = "train --model tiny --threads 1 --steps 1" + kData;
+  expect_usage_error(t + "--fp8 tensorwise",
+                     "--fp8 tensorwise: the CPU has no float8 tensor cores; or run without --fp8");
+  const Result two = run(t + "--fp8 rowwise", std::string(SHARDTRAIN_MPIEXEC) + "2 ");
+  expect_one_line_exit2(two, "--fp8 rowwise: the CPU has no float8 tensor cores");
+  expect_usage_error(t + "--fp8 rowwise --intermediate-size 180",
+                     "--fp8 rowwise: gate_proj is [180, 64]: float8 GEMMs need both dimensions in "
+                     "multiples of 16");
 }
 TEST(Cli, NegativeLr) { expect_usage_error("train --model tiny --lr -1", "--lr"); }
 TEST(Cli, HeadsThatDoNotDivideWidth) {

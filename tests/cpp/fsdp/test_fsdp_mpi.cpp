@@ -602,8 +602,8 @@ double fp8_loss_gap(model::Fp8Mode m, const model::LoraConfig& lora, bool fused,
   Stepper ra(a), rb(b);
   double gap = 0;
   for (int s = 0; s < steps; ++s) {
-    const auto micro = take(global_batch(s), data::rank_micro_batches(all_rows(), g_env->rank(),
-                                                                      g_env->size(), 1));
+    const auto micro = take(global_batch(s),
+                            data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1));
     const double la = ra.step(micro, 3e-3).loss, lb = rb.step(micro, 3e-3).loss;
     gap = std::max(gap, std::abs(la - lb) / std::abs(lb));
   }
@@ -687,7 +687,8 @@ TEST(FsdpMpi, Fp8TrainsNearTheRunWithoutIt) {
   lora.dropout = 0;
   lora.targets = {"q_proj", "v_proj", "down_proj"};
   for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise})
-    for (const auto& [l, fused] : {std::pair{none, false}, std::pair{none, true}, std::pair{lora, false}}) {
+    for (const auto& [l, fused] :
+         {std::pair{none, false}, std::pair{none, true}, std::pair{lora, false}}) {
       const double gap = fp8_loss_gap(m, l, fused, 8);
       const std::string what = std::string(model::fp8_mode_name(m)) +
                                (l.enabled() ? " lora" : " full") + (fused ? " fused" : "");
