@@ -19,6 +19,10 @@ when it fails.
                                           code, seconds, peak resident set and the host's used-memory rise
   offload-table --shardtrain DIR --pytorch DIR --skip N --device D
                                           the offload part's table: one row per side, and their ratios
+  fp8-table --dir DIR --skip N --tail T --max-rel X --device D --table OUT.md
+                                          the fp8 part's table (DIR/off, DIR/tensorwise, DIR/rowwise) and
+                                          its check: each mode's mean loss over the last T steps within X
+                                          of bf16's (on the CPU, where --fp8 is refused, bf16's run only)
 """
 import argparse
 import json
@@ -298,6 +302,46 @@ def cmd_offload_table(a):
     sys.exit(0 if all(r["watch"].get("rc") == 0 and r["tps"] for r in rows.values()) else 1)
 
 
+def cmd_fp8_table(a):
+    import metrics_median  # beside this script
+    mem = lambda b: "%.1f GiB" % (b / 2**30) if b else "n/a"
+    rows, verdicts, ok = [], [], True
+    base = None
+    for mode in ("off", "tensorwise", "rowwise"):
+        metrics = os.path.join(a.dir, mode, "metrics.jsonl")
+        try:
+            steps = [json.loads(line) for line in open(metrics) if line.strip()]
+        except (OSError, ValueError):
+            steps = []
+        watch = read_json(os.path.join(a.dir, mode, "watch.json"))
+        name = "without --fp8" if mode == "off" else f"`--fp8 {mode}`"
+        if not steps:
+            rows.append(f"| {name} | {'refused (CPU)' if a.device == 'cpu' and mode != 'off' else 'not run' if not watch else 'failed, exit %s' % watch.get('rc')} | | | | |")
+            ok = ok and (a.device == "cpu" and mode != "off")
+            continue
+        tail = [s["loss"] for s in steps[-a.tail:]]
+        mean = sum(tail) / len(tail)
+        tps = metrics_median.median(metrics, "tokens_per_s", a.skip)
+        peak = max((s.get("memory") or {}).get("gpu_peak_allocated_bytes", 0) for s in steps)
+        if mode == "off":
+            base = dict(mean=mean, tps=tps)
+            rel, speed = "", ""
+        else:
+            gap = abs(mean - base["mean"]) / abs(base["mean"]) if base else float("inf")
+            good = gap <= a.max_rel and all(map(math.isfinite, tail))
+            ok = ok and good
+            verdicts.append(f"{mode} {gap:.2e}")
+            rel, speed = f"{gap:.2e}", "%.2fx" % (tps / base["tps"]) if base and base["tps"] else "n/a"
+        rows.append(f"| {name} | {tps:.0f} | {speed} | {mem(peak) if a.device == 'cuda' else 'n/a'} "
+                    f"| {steps[0]['loss']:.4f} → {mean:.4f} | {rel} |")
+    with open(a.table, "w") as f:
+        f.write(f"\n| run | tokens/s | vs without | peak GPU allocated | loss, first → mean of last {a.tail} "
+                "| mean loss vs without |\n|---|---:|---:|---:|---|---:|\n" + "\n".join(rows) + "\n")
+    print(f"{'PASS' if ok else 'FAIL'}: fp8: last {a.tail} steps' mean loss against bf16's "
+          f"({', '.join(verdicts) or 'no fp8 run'}; bound {a.max_rel:g})")
+    sys.exit(0 if ok else 1)
+
+
 def main():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -333,10 +377,14 @@ def main():
     o = sub.add_parser("offload-table")
     o.add_argument("--shardtrain", required=True), o.add_argument("--pytorch", required=True)
     o.add_argument("--skip", type=int, required=True), o.add_argument("--device", required=True)
+    f8 = sub.add_parser("fp8-table")
+    f8.add_argument("--dir", required=True), f8.add_argument("--skip", type=int, required=True)
+    f8.add_argument("--tail", type=int, required=True), f8.add_argument("--max-rel", type=float, required=True)
+    f8.add_argument("--device", required=True), f8.add_argument("--table", required=True)
     a = ap.parse_args()
     {"env": cmd_env, "make-model": cmd_make_model, "make-7b": cmd_make_7b, "logits": cmd_logits, "curves": cmd_curves,
      "subset": cmd_subset, "same-weights": cmd_same_weights, "fits": cmd_fits, "gtest": cmd_gtest,
-     "watch": cmd_watch, "offload-table": cmd_offload_table}[a.cmd](a)
+     "watch": cmd_watch, "offload-table": cmd_offload_table, "fp8-table": cmd_fp8_table}[a.cmd](a)
 
 
 if __name__ == "__main__":

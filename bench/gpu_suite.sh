@@ -31,6 +31,9 @@
 #   offload  4g. shardtrain train --cpu-offload against PyTorch FSDP2 with CPUOffloadPolicy: 12 Llama-2
 #               7B layers (BENCH_OFFLOAD_LAYERS), random init, AdamW, bf16, seq 2048, batch 4, activation
 #               checkpointing: tokens/s, peak GPU memory, peak host memory (resident set high-water mark);
+#   fp8      4h. --fp8 tensorwise and rowwise against bf16: the 7B shape (4 layers), seq 4096, batch 4,
+#               200 steps each (BENCH_FP8_STEPS) from the same random init: tokens/s, peak GPU memory,
+#               and the mean loss of the last 20 steps within 1% of bf16's (a correctness check);
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -52,7 +55,7 @@
 #   bench/gpu_suite.sh --out DIR --parts next    # what no GPU has run yet
 #   bench/gpu_suite.sh --out DIR --device cpu    # smoke test: small shapes, GPU-only steps skipped
 # Env: SHARDTRAIN_BIN, PYTHON (see bench/env.sh), BENCH_STEPS (speed steps, 20), SUITE_DEADLINE,
-#      BENCH_OFFLOAD_LAYERS (offload's layers, 12).
+#      BENCH_OFFLOAD_LAYERS (offload's layers, 12), BENCH_FP8_STEPS (fp8's steps, 200).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 device=cuda out= parts=check,tests,speed,profile,scale,layers work= deadline=${SUITE_DEADLINE:-570}
@@ -70,16 +73,17 @@ done
 # The parts whose code changed since the last GPU run (2026-11-27, one H200: check and tests
 # passed there; since then the start-up checks that check's runs pass through, the hybrid-shard
 # reducer, the folded clip, the fused layer path with its tests and its part, fused, and CPU
-# offload with its tests (in tests) and its part, offload).
-NEXT_PARTS=check,tests,fused,offload
-# The next call has 8 minutes; offload, its last part, is cut to fit them (a guess: check ~2, tests
-# ~2, fused ~3, offload ~2 minutes, none of them timed on a GPU yet).
+# offload with its tests (in tests) and its part, offload; FP8 with its tests and its part, fp8).
+NEXT_PARTS=check,tests,fused,offload,fp8
+# The next call has 8 minutes; offload and fp8, the last parts, are cut to fit them (a guess: check
+# ~2, tests ~2, fused ~3, offload ~2, fp8 ~4 minutes, none of them timed on a GPU yet): what is cut
+# is the second call's.
 [[ ",$parts," == *",next,"* ]] && deadline=${SUITE_DEADLINE:-450}
 parts=$(sed "s/\(^\|,\)next\(,\|$\)/\1$NEXT_PARTS\2/" <<< "$parts")
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|scale|layers) ;;
-    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, scale, layers, next)" >&2; exit 2 ;;
+  case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|fp8|scale|layers) ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, fp8, scale, layers, next)" >&2; exit 2 ;;
   esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
@@ -345,6 +349,39 @@ part_offload() {  # 4g: both sides' offload on one GPU, each run watched for its
   for side in "${late[@]}"; do skip "$side"; done
 }
 
+part_fp8() {  # 4h: bf16, then each --fp8 mode, from the same seed on the same rows
+  record ""
+  record "## 4h. FP8: \`--fp8 tensorwise\` and \`--fp8 rowwise\` against bf16"
+  local model seq dtype; bench_shape
+  local steps=${BENCH_FP8_STEPS:-200} skip=10 batch=4 dir=$out/fp8 mode left flag late=()
+  [ "$device" = cuda ] || { steps=3; skip=1; batch=2; }  # the smoke test: bf16 runs, --fp8 is refused
+  local data; data=$(bench_data "$out/speed" "$seq")
+  record "\`shardtrain train ${model[*]} [--fp8 MODE]\`, random init (seed 1234), AdamW, $dtype compute, fp32 master weights, seq $seq, batch $batch, no activation checkpointing, $steps steps; tokens/s and step time are medians after $skip steps. Logs: fp8/."
+  record ""
+  for mode in off tensorwise rowwise; do
+    mkdir -p "$dir/$mode"; rm -f "$dir/$mode/"*
+    flag=(); [ "$mode" = off ] || flag=(--fp8 "$mode")
+    left=0  # timeout 0: none (the smoke test)
+    if [ "$device" = cuda ]; then
+      left=$((deadline - SECONDS))
+      [ "$left" -ge 120 ] || { late+=("4h. $mode: ${left} s left before the suite's deadline, under the 120 s a run needs"); continue; }
+    fi
+    progress "fp8: $mode, ${model[*]}, seq $seq, batch $batch, $steps steps"
+    "${helper[@]}" watch --json "$dir/$mode/watch.json" --timeout "$left" -- "$bin" train "${model[@]}" "${flag[@]}" \
+      --data "$data" --device "$device" --param-dtype "$dtype" --batch-size "$batch" --steps "$steps" --warmup-steps 10 \
+      --lr 3e-4 --seed 1234 --collective-timeout 0 --log-every 1 --metrics-file "$dir/$mode/metrics.jsonl" \
+      > "$dir/$mode/run.log" 2>&1
+    if [ "$device" = cpu ] && [ "$mode" != off ]; then  # no float8 tensor cores: refused by name
+      grep -q "shardtrain: error: --fp8 $mode: the CPU has no float8 tensor cores" "$dir/$mode/run.log" \
+        && record "- \`--fp8 $mode\` on the CPU: refused, as it must be" || { record "- \`--fp8 $mode\` was not refused on the CPU"; broken; }
+    fi
+  done
+  check "4h. fp8 losses" "${helper[@]}" fp8-table --dir "$dir" --skip "$skip" --tail 20 --max-rel 0.01 --device "$device" \
+    --table "$dir/results.md"
+  cat "$dir/results.md" >> "$results"
+  for mode in "${late[@]}"; do skip "$mode"; done
+}
+
 # One full fine-tuning attempt, killed at the deadline. SIDE LOG SEQ BATCH AC(on|off) ARGS...: prints
 # fits, oom, error or late ("late" without running when under a minute is left), and the peak.
 attempt() {
@@ -440,6 +477,7 @@ fi
 want kernels && part_kernels
 want fused && part_fused
 want offload && part_offload
+want fp8 && part_fp8
 want scale && part_scale
 want layers && part_layers
 
