@@ -41,8 +41,8 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   ModelArgs m;
   LoraArgs lora;
   std::string gpu = "h100-80gb", fabric = "p5", nodes = "1,2,4,8,16,32,64", strategy = "all",
-              param_dtype = "bf16", reduce_dtype = dtype_name(in.fsdp.reduce_dtype), calibrate,
-              loss_chunk = "auto";
+              param_dtype = "bf16", fp8 = "off", reduce_dtype = dtype_name(in.fsdp.reduce_dtype),
+              calibrate, loss_chunk = "auto";
   std::string ac_mode = "none";
   int64_t ac_every = 1;
   double gpu_memory_gb = 0, host_memory_gib = 0;
@@ -67,6 +67,9 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   add_checkpointing_options(d, ac_mode, ac_every);
   d.add_options()("no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation),
                   "with --grad-accum: reduce once per step")(
+      "fp8", po::value(&fp8)->default_value(fp8),
+      "train's --fp8: off, tensorwise or rowwise (the projections' GEMMs at the float8 rate, "
+      "their casts at the memory bandwidth)")(
       "cpu-offload", po::bool_switch(&in.fsdp.cpu_offload),
       "train's --cpu-offload: master weights, AdamW state and gradients in host memory, AdamW on "
       "the CPU")("host-memory-gib", real(&host_memory_gib, host_memory_gib),
@@ -122,6 +125,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   in.host_memory_bytes = host_memory_gib * 1073741824.0;
   in.allowances = !no_allowances;
   in.fsdp.loss_chunk = parse_loss_chunk(loss_chunk);
+  in.fsdp.fp8 = model::parse_fp8_mode(fp8);
   in.fsdp.activation_checkpointing = fsdp::parse_activation_checkpointing(ac_mode, ac_every);
   in.nodes = parse_nodes(nodes);
   if (strategy == "all") {

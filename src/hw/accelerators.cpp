@@ -13,8 +13,8 @@ struct Row {
 // SXM parts; the first row whose device_match a device name contains gives its peak.
 const std::vector<Row>& table() {
   static const std::vector<Row> rows = {
-      {{"h100-80gb", 989, 80e9, 3350}, "H100"},
-      {{"h200-141gb", 989, 141e9, 4800}, "H200"},
+      {{"h100-80gb", 989, 80e9, 3350, 1979}, "H100"},
+      {{"h200-141gb", 989, 141e9, 4800, 1979}, "H200"},
       {{"a100-80gb", 312, 80e9, 2039}, "A100"},
       {{"a100-40gb", 312, 40e9, 1555}, "A100"},
   };

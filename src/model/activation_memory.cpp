@@ -62,4 +62,18 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   return a;
 }
 
+ActivationBytes with_fp8(ActivationBytes a, const ModelConfig& cfg, int elt, bool merged,
+                         const LoraConfig* lora) {
+  if (lora && lora->enabled()) return a;
+  const int64_t h = cfg.hidden_size, i = cfg.intermediate_size, e = elt;
+  // Kept in the compute dtype without --fp8: the q/k/v input, the MLP input and the product.
+  const int64_t plain = e * h + e * h + e * i;
+  // In float8: the q/k/v input (three copies, or one merged), o_proj's input, the MLP input (two
+  // copies, or one merged) and the product.
+  const int64_t fp8 = (merged ? h : 3 * h) + h + (merged ? h : 2 * h) + i;
+  a.layer += fp8 - plain;
+  a.layer_selective += fp8 - plain;
+  return a;
+}
+
 }  // namespace shardtrain::model

@@ -24,7 +24,11 @@ std::string describe(const PlanInput& in) {
              ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing)
              : "")
      << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "")
-     << (in.fsdp.cpu_offload ? ", CPU offload" : "") << "; compute "
+     << (in.fsdp.cpu_offload ? ", CPU offload" : "")
+     << (in.fsdp.fp8 != model::Fp8Mode::kOff
+             ? std::string(", FP8 ") + model::fp8_mode_name(in.fsdp.fp8)
+             : "")
+     << "; compute "
      << (in.calibration.source.empty()
              ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) +
                    "% MFU (default)"
@@ -169,7 +173,9 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
   j["description"] = describe(in);
   j["gpu"] = {{"name", in.gpu.name},
               {"peak_tflops", in.gpu.peak_tflops},
-              {"memory_bytes", in.gpu.memory_bytes}};
+              {"memory_bytes", in.gpu.memory_bytes},
+              {"fp8_tflops", in.gpu.fp8_tflops}};
+  j["fp8"] = model::fp8_mode_name(in.fsdp.fp8);
   j["fabric"] = {{"name", in.fabric.name}, {"source", in.fabric.source}};
   if (in.fsdp.cpu_offload) {
     const HostSpec host = host_spec(in.gpu);

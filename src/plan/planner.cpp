@@ -5,7 +5,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/model/activation_memory.h"
 #include "shardtrain/model/flops.h"
+#include "shardtrain/model/projections.h"
 #include "shardtrain/model/token_layout.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/stats.h"
@@ -38,6 +40,34 @@ double unit_forward_flops(const model::ModelConfig& m, const UnitSize& u, int64_
     return 2.0 * static_cast<double>(m.vocab_size * m.hidden_size);
   return 2.0 * static_cast<double>(u.numel) +
          4.0 * m.num_heads * m.head_dim() * static_cast<double>(seq_len);
+}
+
+// --fp8 (model/fp8.h): per micro-batch of one decoder layer, the projections' GEMM FLOPs (the
+// forward's; backward's follow by the layer's ratio) and the bytes the cast kernels move in
+// forward and in backward. Each activation or gradient element is read twice (amax, cast) and
+// written once per float8 copy: tensorwise one pass writes it and its transpose; rowwise a
+// row-scaled and a column-scaled pass. A weight is cast once in forward and, transposed, in
+// backward. Without weight gradients (LoRA's frozen base) no transposed copy of an input or of
+// the output gradient is made.
+struct Fp8Costs {
+  double gemm_flops = 0, forward_bytes = 0, backward_bytes = 0;
+};
+
+Fp8Costs fp8_costs(const model::ModelConfig& m, model::Fp8Mode mode, int64_t tokens, int e,
+                   bool weight_grads) {
+  double weights = 0, in = 0, out = 0;
+  for (model::Proj p : model::kProjections) {
+    const model::ProjShape s = model::proj_shape(m, p);
+    weights += static_cast<double>(s.out * s.in);
+    in += static_cast<double>(s.in);
+    out += static_cast<double>(s.out);
+  }
+  const bool rowwise = mode == model::Fp8Mode::kRowwise;
+  const double element = weight_grads ? (rowwise ? 4.0 * e + 2 : 2.0 * e + 2) : 2.0 * e + 1;
+  const double weight = 2.0 * e + 1;
+  const double t = static_cast<double>(tokens);
+  return {2.0 * weights * t, t * in * element + weights * weight,
+          t * out * element + weights * weight};
 }
 
 struct UnitComm {  // seconds, per micro-batch unless said
@@ -104,7 +134,9 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   const bool cuda = in.gpu.name != "cpu";
   const model::PackedRows packed{in.seq_len,
                                  model::packed_rows_use_varlen(cuda, in.fsdp.param_dtype)};
-  const model::ActivationBytes act = layout->activation_bytes(pe, in.packed ? &packed : nullptr);
+  model::ActivationBytes act = layout->activation_bytes(pe, in.packed ? &packed : nullptr);
+  if (in.fsdp.fp8 != model::Fp8Mode::kOff)
+    act = model::with_fp8(act, m, pe, in.fsdp.fused_layers, &in.fsdp.lora);
   const bool calibrated = in.calibration.compute_tflops > 0;
   const double fwd_tflops =
       calibrated ? in.calibration.forward_tflops : in.gpu.peak_tflops * in.default_mfu;
@@ -176,6 +208,15 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         const bool recompute = base[u].kind == model::UnitKind::kDecoderLayer &&
                                cfg.activation_checkpointing.full(u - 1);
         bwd[u] = backward_ratio * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
+        if (cfg.fp8 != model::Fp8Mode::kOff && base[u].kind == model::UnitKind::kDecoderLayer) {
+          // The projections' GEMMs at the float8 rate (the same efficiency at its peak), the
+          // casts at the memory bandwidth; attention, norms and the rest as they were.
+          const Fp8Costs k = fp8_costs(m, cfg.fp8, tokens_mb, pe, !cfg.lora.enabled());
+          const double fast = f - k.gemm_flops * (1 - in.gpu.peak_tflops / in.gpu.fp8_tflops);
+          fwd[u] = fast / (fwd_tflops * 1e12) + k.forward_bytes / (in.gpu.hbm_gbps * 1e9);
+          bwd[u] = backward_ratio * fast / (bwd_tflops * 1e12) +
+                   k.backward_bytes / (in.gpu.hbm_gbps * 1e9) + (recompute ? fwd[u] : 0.0);
+        }
         const double gbytes = static_cast<double>(sizes.gathered_numel(u) * pe);
         const UnitSize& t = sizes.trainable(u);
         c[u].gather = in.fabric.seconds(Op::kAllGather, gbytes, r.shard_size, shard_spans);

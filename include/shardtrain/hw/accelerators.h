@@ -12,6 +12,7 @@ struct GpuSpec {
   double peak_tflops = 0;   // dense bf16
   double memory_bytes = 0;  // per GPU
   double hbm_gbps = 0;      // memory bandwidth, GB/s: the optimizer step is bound by it
+  double fp8_tflops = 0;    // dense float8 peak; 0: no float8 tensor cores
 };
 
 // h100-80gb, h200-141gb, a100-80gb, a100-40gb; "cpu" (hidden) for the planner's validation on a

@@ -34,6 +34,14 @@ struct PackedRows {
   bool varlen = false;  // CUDA's variable-length kernel; false: the [T, T] document mask
 };
 
+// --fp8 (model/fp8.h), full fine-tuning: each projection keeps its input for the weight's gradient
+// in float8 (1 byte) instead of the compute dtype, one copy per projection (q, k and v each, or
+// one where merged); o_proj's is beside SDPA's own output, which SDPA keeps. A frozen base
+// (LoRA) keeps no projection input, so `a` is returned as it is. Scales: a few floats per
+// projection, left out.
+ActivationBytes with_fp8(ActivationBytes a, const ModelConfig& cfg, int elt, bool merged,
+                         const LoraConfig* lora);
+
 // elt: bytes of the compute dtype (4 fp32, 2 bf16). lora: nullptr or disabled for full fine-tuning.
 // packed: nullptr for one document per row.
 ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt,

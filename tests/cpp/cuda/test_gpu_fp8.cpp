@@ -1,7 +1,8 @@
 // --fp8 on the GPU: shardtrain's cast kernels against the composite casts (the bits the CPU tests
 // tie to PyTorch's float8 dtypes), at::_scaled_mm against the emulated float8 GEMM, the float8
 // linear's output and gradients against its emulation, and training through the CLI against bf16,
-// with a checkpoint resumed with and without --fp8. Skipped, with the reason printed, without a GPU.
+// with a checkpoint resumed with and without --fp8. Skipped, with the reason printed, without a
+// GPU.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -23,10 +24,9 @@ using model::Fp8Mode;
 namespace {
 
 // Float8 tensor cores (compute capability 8.9+) as well as a GPU.
-#define SKIP_WITHOUT_FP8_GPU()                                                          \
-  SKIP_WITHOUT_GPU();                                                                   \
-  if (const std::string why = model::fp8_device_problem(at::Device(at::kCUDA, 0));      \
-      !why.empty())                                                                     \
+#define SKIP_WITHOUT_FP8_GPU()                                                                   \
+  SKIP_WITHOUT_GPU();                                                                            \
+  if (const std::string why = model::fp8_device_problem(at::Device(at::kCUDA, 0)); !why.empty()) \
   GTEST_SKIP() << "GPU test skipped: " << why
 
 at::Tensor spread(at::IntArrayRef shape, at::ScalarType t, uint64_t seed) {
@@ -54,10 +54,10 @@ TEST(GpuFp8, CastKernelsWriteTheCompositeBits) {
             const at::Tensor x = spread(s, t, 3);
             const auto k = model::fp8_quantize(x, f, rowwise, transpose, Fp8Impl::kAuto);
             const auto c = model::fp8_quantize(x, f, rowwise, transpose, Fp8Impl::kEmulated);
-            const std::string what = std::to_string(s[0]) + "x" + std::to_string(s[1]) + " " +
-                                     c10::toString(t) + (f == Fp8Format::kE4M3 ? " e4m3" : " e5m2") +
-                                     (rowwise ? " rowwise" : " tensorwise") +
-                                     (transpose ? " transposed" : "");
+            const std::string what =
+                std::to_string(s[0]) + "x" + std::to_string(s[1]) + " " + c10::toString(t) +
+                (f == Fp8Format::kE4M3 ? " e4m3" : " e5m2") +
+                (rowwise ? " rowwise" : " tensorwise") + (transpose ? " transposed" : "");
             ASSERT_EQ(k.q.sizes(), c.q.sizes()) << what;
             EXPECT_TRUE(at::equal(k.q.view(at::kByte), c.q.view(at::kByte))) << what;
             EXPECT_TRUE(at::equal(k.inv, c.inv)) << what;
@@ -66,7 +66,8 @@ TEST(GpuFp8, CastKernelsWriteTheCompositeBits) {
 
 TEST(GpuFp8, ScaledMmFollowsTheEmulatedGemm) {
   SKIP_WITHOUT_FP8_GPU();
-  const at::Tensor a = spread({256, 512}, at::kBFloat16, 1), b = spread({384, 512}, at::kBFloat16, 2);
+  const at::Tensor a = spread({256, 512}, at::kBFloat16, 1),
+                   b = spread({384, 512}, at::kBFloat16, 2);
   for (bool rowwise : {false, true}) {
     const auto qa = model::fp8_quantize(a, Fp8Format::kE5M2, rowwise, false);
     const auto qb = model::fp8_quantize(b, Fp8Format::kE4M3, rowwise, false);
@@ -138,11 +139,12 @@ TEST(GpuFp8, ThirtyStepsFollowBf16) {
 // Nothing in float8 is saved: a checkpoint of an --fp8 run resumes without it, and a bf16 one with.
 TEST(GpuFp8, CheckpointsResumeWithAndWithoutFp8) {
   SKIP_WITHOUT_FP8_GPU();
-  for (const auto& [first, second] : {std::pair{"--fp8 tensorwise", ""}, std::pair{"", "--fp8 rowwise"}}) {
+  for (const auto& [first, second] :
+       {std::pair{"--fp8 tensorwise", ""}, std::pair{"", "--fp8 rowwise"}}) {
     const auto dir = tmp("gpu_fp8_ckpt");
     std::filesystem::remove_all(dir);
-    const auto a = train("ckpt_a", std::string("--steps 4 --save-every 2 --checkpoint-dir ") + dir +
-                                       " " + first);
+    const auto a = train(
+        "ckpt_a", std::string("--steps 4 --save-every 2 --checkpoint-dir ") + dir + " " + first);
     ASSERT_EQ(a.size(), 4u);
     const auto b = train("ckpt_b", "--steps 4 --checkpoint-dir " + dir + "_b --resume " + dir +
                                        "/step-00000002.h5 " + second);
