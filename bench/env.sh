@@ -13,22 +13,30 @@ else py=python3; fi
 # SEQ tokens, each one document of the demo's text (every token in the loss), so that every row
 # attends over its whole length on both sides of a comparison (packed rows would attend within
 # each short sample here, but causally over the row in a trainer that is not given positions).
+# ROWS other than 64 (bench_data OUT SEQ ROWS, OUT/bench-SEQ-ROWS.h5): each row the demo's words
+# drawn anew (seeded by the row), so that a run of ROWS samples sees none twice.
 bench_data() {
-  local data=$1/bench-$2.h5
+  local rows=${3:-64} name=bench-$2; [ "${3:-64}" = 64 ] || name=bench-$2-$3
+  local data=$1/$name.h5
   mkdir -p "$1"  # a part run on its own finds no folder made by an earlier one
   [ -f "$data" ] && { echo "$data"; return; }
-  "$py" - "$repo/data/demo/train.jsonl" "$1/bench-$2.jsonl" "$2" <<'PY'
-import json, sys
-src, dst, seq = sys.argv[1], sys.argv[2], int(sys.argv[3])
+  "$py" - "$repo/data/demo/train.jsonl" "$1/$name.jsonl" "$2" "$rows" <<'PY'
+import json, random, sys
+src, dst, seq, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 text = " ".join(" ".join(r.values()) for r in map(json.loads, open(src, encoding="utf-8")))
 n = min(seq * 8, len(text) // 2)  # characters: well over SEQ tokens of the demo tokenizer, so each row is full
+words = text.split()
 with open(dst, "w", encoding="utf-8") as f:
-    for i in range(64):
-        start = i * (len(text) - n) // 64
-        f.write(json.dumps({"text": text[start:start + n]}) + "\n")
+    for i in range(rows):
+        if rows == 64:  # windows of the demo text
+            start = i * (len(text) - n) // 64
+            f.write(json.dumps({"text": text[start:start + n]}) + "\n")
+        else:  # more rows than the text has windows: each row the demo's words drawn anew (seeded), so none repeats
+            r = random.Random(i)
+            f.write(json.dumps({"text": " ".join(r.choice(words) for _ in range(n // 5))}) + "\n")
 PY
-  "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$1/bench-$2.jsonl" --format text \
-    --output "$data" --seq-len "$2" --mode padding > "$1/prepare-$2.log"
+  "$bin" prepare --tokenizer "$repo/data/demo/tokenizer.model" --input "$1/$name.jsonl" --format text \
+    --output "$data" --seq-len "$2" --mode padding > "$1/prepare-$name.log"
   echo "$data"
 }
 

@@ -25,16 +25,19 @@ void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
                const runtime::MpiEnv& env) {
   if (cfg.fp8 == model::Fp8Mode::kOff) return;
   const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(cfg.fp8) + ": ";
-  std::string problem = model::fp8_shape_problem(model);
-  if (problem.empty()) {
-    const DeviceChoice d = choose_device(cfg.device, env);
-    problem = model::fp8_device_problem(
-        d.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index))
-               : at::Device(at::kCPU));
-  }
-  if (problem.empty() && cfg.fp8 == model::Fp8Mode::kRowwise && cfg.param_dtype == at::kFloat)
-    problem = "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)";
-  if (!problem.empty()) throw runtime::AgreedUsageError(opt + problem + "; or run without --fp8");
+  if (const std::string p = model::fp8_shape_problem(model); !p.empty())
+    throw runtime::AgreedUsageError(opt + p + "; or run without --fp8");
+  // Each rank asks about its own GPU (a mixed allocation differs): the first refusal is all's.
+  const DeviceChoice d = choose_device(cfg.device, env);
+  const std::string mine = model::fp8_device_problem(
+      d.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index))
+             : at::Device(at::kCPU));
+  const std::string agreed =
+      agreed_failure(mine.empty() ? "" : opt + mine + "; or run without --fp8");
+  if (!agreed.empty()) throw runtime::AgreedUsageError(agreed);
+  if (cfg.fp8 == model::Fp8Mode::kRowwise && cfg.param_dtype == at::kFloat)
+    throw runtime::AgreedUsageError(
+        opt + "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)");
 }
 
 std::string agreed_failure(const std::string& mine) {

@@ -135,7 +135,7 @@ std::pair<Fp8Operand, Fp8Operand> quantize_both_kernels(const at::Tensor& x_in, 
 std::pair<Fp8Operand, Fp8Operand> quantize_both(const at::Tensor& x, Fp8Format f, bool rowwise,
                                                 Fp8Impl impl) {
 #ifdef SHARDTRAIN_FP8_KERNELS
-  if (!rowwise && kernels_serve(x, impl)) return quantize_both_kernels(x, f);
+  if (!rowwise && kernels_serve(x, impl) && x.numel() > 0) return quantize_both_kernels(x, f);
 #endif
   return {fp8_quantize(x, f, rowwise, false, impl), fp8_quantize(x, f, rowwise, true, impl)};
 }
@@ -158,14 +158,13 @@ at::Tensor pad_rows(const at::Tensor& x, int64_t rows) {
 class Fp8Linear : public torch::autograd::Function<Fp8Linear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
-                            int64_t mode, int64_t impl_i) {
+                            int64_t mode, int64_t impl_i, bool w_grad) {
     const bool rowwise = static_cast<Fp8Mode>(mode) == Fp8Mode::kRowwise;
     const auto impl = static_cast<Fp8Impl>(impl_i);
     const int64_t m = x.numel() / x.size(-1);
     const bool pad = kernels_serve(x, impl) && m % kFp8Align != 0;
     const int64_t rows = pad ? (m + kFp8Align - 1) / kFp8Align * kFp8Align : m;
     const at::Tensor x2 = pad_rows(x.reshape({m, x.size(-1)}), rows);
-    const bool w_grad = w.requires_grad();
     Fp8Operand xq;
     Fp8Operand xt;  // x^T, for w's gradient
     if (w_grad) {
@@ -211,14 +210,18 @@ class Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     at::Tensor dw;
     if (x_grad) {
       const Fp8Operand wt = fp8_quantize(w, Fp8Format::kE4M3, rowwise, true, impl);
-      dx = fp8_matmul(gq, wt, x_dtype, impl);
+      // Fast accumulation: rowwise in all three GEMMs, as torchao's rowwise recipe (CUTLASS's
+      // rowwise kernels are slow without it); tensorwise in the forward's only, as its default.
+      dx = fp8_matmul(gq, wt, x_dtype, impl, /*fast_accum=*/rowwise);
       if (dx.size(0) != m) dx = dx.narrow(0, 0, m);
       std::vector<int64_t> shape = dy.sizes().vec();
       shape.back() = w.size(1);
       dx = dx.view(shape);
     }
-    if (w_grad) dw = fp8_matmul(gt, Fp8Operand{saved[0], saved[1]}, w.scalar_type(), impl);
-    return {dx, dw, at::Tensor(), at::Tensor()};
+    if (w_grad)
+      dw = fp8_matmul(gt, Fp8Operand{saved[0], saved[1]}, w.scalar_type(), impl,
+                      /*fast_accum=*/rowwise);
+    return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -236,7 +239,7 @@ Fp8Operand fp8_quantize(const at::Tensor& x, Fp8Format f, bool rowwise, bool tra
                         Fp8Impl impl) {
   TORCH_CHECK(x.dim() == 2, "fp8_quantize: x must be [rows, cols]");
 #ifdef SHARDTRAIN_FP8_KERNELS
-  if (kernels_serve(x, impl)) return quantize_kernels(x, f, rowwise, transpose);
+  if (kernels_serve(x, impl) && x.numel() > 0) return quantize_kernels(x, f, rowwise, transpose);
 #endif
   return quantize_composite(x, f, rowwise, transpose);
 }
@@ -261,7 +264,18 @@ at::Tensor fp8_matmul(const Fp8Operand& a, const Fp8Operand& b, at::ScalarType o
 at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& w, Fp8Mode mode, Fp8Impl impl) {
   TORCH_CHECK(mode != Fp8Mode::kOff, "fp8_linear: mode off is at::linear");
   TORCH_CHECK(w.dim() == 2 && x.size(-1) == w.size(1), "fp8_linear: x [..., in], w [out, in]");
-  return Fp8Linear::apply(x, w, static_cast<int64_t>(mode), static_cast<int64_t>(impl));
+  // Forward runs with grad mode off: whether x^T is cast for w's gradient is decided here (not
+  // under no_grad, as in validation or full checkpointing's first forward).
+  const bool w_grad = at::GradMode::is_enabled() && w.requires_grad();
+  return Fp8Linear::apply(x, w, static_cast<int64_t>(mode), static_cast<int64_t>(impl), w_grad);
+}
+
+bool fp8_kernels_built() {
+#ifdef SHARDTRAIN_FP8_KERNELS
+  return true;
+#else
+  return false;
+#endif
 }
 
 std::string fp8_shape_problem(const ModelConfig& cfg) {

@@ -48,13 +48,13 @@ double unit_forward_flops(const model::ModelConfig& m, const UnitSize& u, int64_
 // written once per float8 copy: tensorwise one pass writes it and its transpose; rowwise a
 // row-scaled and a column-scaled pass. A weight is cast once in forward and, transposed, in
 // backward. Without weight gradients (LoRA's frozen base) no transposed copy of an input or of
-// the output gradient is made.
+// the output gradient is made. Merged (--fused-layers): q/k/v's input and gate/up's are cast once.
 struct Fp8Costs {
   double gemm_flops = 0, forward_bytes = 0, backward_bytes = 0;
 };
 
 Fp8Costs fp8_costs(const model::ModelConfig& m, model::Fp8Mode mode, int64_t tokens, int e,
-                   bool weight_grads) {
+                   bool weight_grads, bool merged) {
   double weights = 0, in = 0, out = 0;
   for (model::Proj p : model::kProjections) {
     const model::ProjShape s = model::proj_shape(m, p);
@@ -62,6 +62,8 @@ Fp8Costs fp8_costs(const model::ModelConfig& m, model::Fp8Mode mode, int64_t tok
     in += static_cast<double>(s.in);
     out += static_cast<double>(s.out);
   }
+  if (merged)  // k, v (q's input) and up (gate's)
+    in -= static_cast<double>(3 * m.hidden_size);
   const bool rowwise = mode == model::Fp8Mode::kRowwise;
   const double element = weight_grads ? (rowwise ? 4.0 * e + 2 : 2.0 * e + 2) : 2.0 * e + 1;
   const double weight = 2.0 * e + 1;
@@ -211,7 +213,8 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         if (cfg.fp8 != model::Fp8Mode::kOff && base[u].kind == model::UnitKind::kDecoderLayer) {
           // The projections' GEMMs at the float8 rate (the same efficiency at its peak), the
           // casts at the memory bandwidth; attention, norms and the rest as they were.
-          const Fp8Costs k = fp8_costs(m, cfg.fp8, tokens_mb, pe, !cfg.lora.enabled());
+          const Fp8Costs k =
+              fp8_costs(m, cfg.fp8, tokens_mb, pe, !cfg.lora.enabled(), cfg.fused_layers);
           const double fast = f - k.gemm_flops * (1 - in.gpu.peak_tflops / in.gpu.fp8_tflops);
           fwd[u] = fast / (fwd_tflops * 1e12) + k.forward_bytes / (in.gpu.hbm_gbps * 1e9);
           bwd[u] = backward_ratio * fast / (bwd_tflops * 1e12) +

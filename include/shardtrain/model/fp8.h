@@ -50,6 +50,10 @@ at::Tensor fp8_matmul(const Fp8Operand& a, const Fp8Operand& b, at::ScalarType o
 at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& w, Fp8Mode mode,
                       Fp8Impl impl = Fp8Impl::kAuto);
 
+// Whether this build has shardtrain's float8 cast kernels (CUDA LibTorch and nvcc); without them
+// a CUDA tensor takes the composite casts.
+bool fp8_kernels_built();
+
 // Why --fp8 cannot run on this model ("" when it can): at::_scaled_mm needs every projection's
 // dimensions in multiples of 16.
 std::string fp8_shape_problem(const ModelConfig& cfg);

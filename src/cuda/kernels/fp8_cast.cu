@@ -54,9 +54,9 @@ __global__ void cast_transpose_kernel(const typename S::T* x, int64_t rows, int6
   const float scale = fp8_scale(*amax, f);
   if (inv && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0)
     *inv = 1.0f / scale;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kTile + threadIdx.x;
   for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-    const int64_t r = static_cast<int64_t>(blockIdx.y) * kTile + i;
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kTile + i;
     if (r < rows && c < cols) {
       const uint8_t v = fp8_quantize(S::load(x[r * cols + c]), scale, f);
       if (q) q[r * cols + c] = v;
@@ -65,9 +65,9 @@ __global__ void cast_transpose_kernel(const typename S::T* x, int64_t rows, int6
   }
   if (!qt) return;
   __syncthreads();
-  const int64_t r = static_cast<int64_t>(blockIdx.y) * kTile + threadIdx.x;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
   for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-    const int64_t cc = static_cast<int64_t>(blockIdx.x) * kTile + i;
+    const int64_t cc = static_cast<int64_t>(blockIdx.y) * kTile + i;
     if (r < rows && cc < cols) qt[cc * rows + r] = tile[threadIdx.x][i];
   }
 }
@@ -145,11 +145,12 @@ cudaError_t launch_fp8_cast_transpose(ElemType type, const void* x, int64_t rows
                                       Fp8Format f, const float* amax, uint8_t* q, uint8_t* qt,
                                       float* inv, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
-  if (ceil_div(rows, kTile) > 65535) return cudaErrorInvalidValue;
+  if (ceil_div(cols, kTile) > 65535) return cudaErrorInvalidValue;  // columns on grid.y
   return dispatch_elem(type, [&](auto s) {
     using S = decltype(s);
-    const dim3 grid(static_cast<unsigned>(ceil_div(cols, kTile)),
-                    static_cast<unsigned>(ceil_div(rows, kTile)));
+    // Rows (tokens, any number) on grid.x; columns (a model dimension) on grid.y, up to 65535.
+    const dim3 grid(static_cast<unsigned>(ceil_div(rows, kTile)),
+                    static_cast<unsigned>(ceil_div(cols, kTile)));
     cast_transpose_kernel<S><<<grid, dim3(kTile, kTileRows), 0, stream>>>(
         static_cast<const typename S::T*>(x), rows, cols, f, amax, q, qt, inv);
     return cudaGetLastError();

@@ -54,7 +54,7 @@ TEST(Cli, BadObservabilityOptions) {
 // rank agreeing), and a model whose projections are not multiples of 16.
 TEST(Cli, Fp8IsRefusedByNameWhereItCannotRun) {
   expect_usage_error("train --model tiny --fp8 e4m3", "--fp8 must be off, tensorwise or rowwise");
-  const std::string t = "train --model tiny --threads 1 --steps 1" + kData;
+  const std::string t = "train --model tiny --threads 1 --steps 1 --device cpu" + kData;
   expect_usage_error(t + "--fp8 tensorwise",
                      "--fp8 tensorwise: the CPU has no float8 tensor cores; or run without --fp8");
   const Result two = run(t + "--fp8 rowwise", std::string(SHARDTRAIN_MPIEXEC) + "2 ");

@@ -44,6 +44,8 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
 
 TEST(GpuFp8, CastKernelsWriteTheCompositeBits) {
   SKIP_WITHOUT_GPU();
+  // Without the kernels both sides would be the composite casts: nothing compared.
+  ASSERT_TRUE(model::fp8_kernels_built()) << "a CUDA build without shardtrain's cast kernels";
   // Shapes off the 32 x 32 tile and one of a 7B projection's input at 4 rows of 2048 tokens.
   const std::vector<std::vector<int64_t>> shapes = {{100, 72}, {33, 1}, {1, 4096}, {8192, 4096}};
   for (const auto& s : shapes)

@@ -237,14 +237,14 @@ TEST(Fp8Linear, OutputAndGradientsAreTheFloat8ProductsOfPyTorchsCasts) {
   }
 }
 
-TEST(Fp8Linear, AFrozenWeightOrAnInputWithoutGradientSkipsItsGemm) {
+TEST(Fp8Linear, AFrozenWeightOrALeafInputLeavesTheOtherGradientAsItWas) {
   const at::Tensor x = spread({32, 32}, at::kFloat, 4);
   const at::Tensor w = spread({16, 32}, at::kFloat, 5);
   const at::Tensor dy = spread({32, 16}, at::kFloat, 6);
   const LinearOut both = run_fp8(x, w, dy, Fp8Mode::kTensorwise);
   const LinearOut frozen = run_fp8(x, w, dy, Fp8Mode::kTensorwise, true, false);
   EXPECT_FALSE(frozen.dw.defined());
-  // With w frozen only dy as it is is cast (the same bits): dx is the same.
+  // With w frozen only dy as it is is cast, not its transpose too: dx comes out the same.
   EXPECT_TRUE(at::equal(frozen.dx, both.dx));
   const LinearOut leaf = run_fp8(x, w, dy, Fp8Mode::kRowwise, false, true);
   EXPECT_FALSE(leaf.dx.defined());

@@ -17,7 +17,8 @@ namespace {
 
 PlanInput planned(std::vector<std::string> args, const std::string& gpu = "h100-80gb") {
   const std::vector<std::string> common = {"--strategy", "full_shard", "--model", "llama3.1-8b",
-                                           "--gpu", gpu, "--nodes", "1", "--seq-len", "4096"};
+                                           "--gpu",      gpu,          "--nodes", "1",
+                                           "--seq-len",  "4096"};
   args.insert(args.begin(), common.begin(), common.end());
   return cli::parse_plan(args, nullptr).input;
 }
@@ -69,7 +70,8 @@ TEST(PlanFp8, SavedProjectionInputsTakeOneByte) {
             2 * (2 * 4096 + 14336) - (3 * 4096 + 14336));
   model::LoraConfig lora;
   lora.rank = 8;
-  EXPECT_EQ(model::with_fp8(bf16, m, 2, false, &lora).layer, bf16.layer) << "a frozen base keeps none";
+  EXPECT_EQ(model::with_fp8(bf16, m, 2, false, &lora).layer, bf16.layer)
+      << "a frozen base keeps none";
   const PlanRow off = row({}), on = row({"--fp8", "rowwise"});
   EXPECT_LT(on.activations, off.activations);
 }
