@@ -13,9 +13,8 @@
 #define SHARDTRAIN_FP8_KERNELS 1
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-
 #include "shardtrain/cuda/kernels/fp8_kernels.h"
+#include "shardtrain/model/kernel_launch.h"
 #endif
 
 namespace shardtrain::model {
@@ -57,47 +56,59 @@ Fp8Operand quantize_composite(const at::Tensor& x, Fp8Format f, bool rowwise, bo
 }
 
 #ifdef SHARDTRAIN_FP8_KERNELS
-kn::ElemType elem_type(at::ScalarType t) {
-  if (t == at::kBFloat16) return kn::ElemType::kBFloat16;
-  if (t == at::kHalf) return kn::ElemType::kFloat16;
-  return kn::ElemType::kFloat32;
-}
-
 void check_launch(cudaError_t err, const char* what) {
   TORCH_CHECK(err == cudaSuccess, what, ": ", cudaGetErrorString(err));
+}
+
+// Tensorwise: one amax pass, then one pass writing x as it is (rows) and/or transposed (t).
+std::pair<Fp8Operand, Fp8Operand> tensorwise_kernels(const at::Tensor& x, Fp8Format f,
+                                                     bool rows_out, bool t_out) {
+  const int64_t rows = x.size(0);
+  const int64_t cols = x.size(1);
+  const cudaStream_t stream = kernel_stream(x);
+  const auto f32 = x.options().dtype(at::kFloat);
+  const at::Tensor amax = at::empty({}, f32);
+  Fp8Operand a;
+  Fp8Operand t;
+  a.inv = at::empty({}, f32);
+  t.inv = a.inv;
+  if (rows_out) a.q = at::empty({rows, cols}, x.options().dtype(fp8_dtype(f)));
+  if (t_out) t.q = at::empty({cols, rows}, x.options().dtype(fp8_dtype(f)));
+  const auto bytes = [](const at::Tensor& q) {
+    return q.defined() ? static_cast<uint8_t*>(q.data_ptr()) : nullptr;
+  };
+  check_launch(kn::launch_fp8_amax(kernel_elem_type(x.scalar_type()), x.const_data_ptr(), x.numel(),
+                                   amax.mutable_data_ptr<float>(), stream),
+               "fp8 amax");
+  check_launch(
+      kn::launch_fp8_cast_transpose(kernel_elem_type(x.scalar_type()), x.const_data_ptr(), rows,
+                                    cols, f, amax.const_data_ptr<float>(), bytes(a.q), bytes(t.q),
+                                    a.inv.mutable_data_ptr<float>(), stream),
+      "fp8 cast");
+  return {a, t};
 }
 
 Fp8Operand quantize_kernels(const at::Tensor& x_in, Fp8Format f, bool rowwise, bool transpose) {
   const c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
+  if (!rowwise) {
+    auto both = tensorwise_kernels(x, f, !transpose, transpose);
+    return transpose ? both.second : both.first;
+  }
   const int64_t rows = x.size(0);
   const int64_t cols = x.size(1);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  const auto type = elem_type(x.scalar_type());
-  const auto f32 = x.options().dtype(at::kFloat);
   Fp8Operand r;
   r.q = at::empty(transpose ? at::IntArrayRef{cols, rows} : at::IntArrayRef{rows, cols},
                   x.options().dtype(fp8_dtype(f)));
+  r.inv = at::empty({transpose ? cols : rows}, x.options().dtype(at::kFloat));
   auto* q = static_cast<uint8_t*>(r.q.data_ptr());
-  if (!rowwise) {
-    const at::Tensor amax = at::empty({}, f32);
-    r.inv = at::empty({}, f32);
-    check_launch(kn::launch_fp8_amax(type, x.const_data_ptr(), x.numel(),
-                                     amax.mutable_data_ptr<float>(), stream),
-                 "fp8 amax");
-    check_launch(kn::launch_fp8_cast_transpose(type, x.const_data_ptr(), rows, cols, f,
-                                               amax.const_data_ptr<float>(),
-                                               transpose ? nullptr : q, transpose ? q : nullptr,
-                                               r.inv.mutable_data_ptr<float>(), stream),
-                 "fp8 cast");
-    return r;
-  }
-  r.inv = at::empty({transpose ? cols : rows}, f32);
+  const auto type = kernel_elem_type(x.scalar_type());
   const cudaError_t err =
-      transpose ? kn::launch_fp8_colwise_transpose(type, x.const_data_ptr(), rows, cols, f, q,
-                                                   r.inv.mutable_data_ptr<float>(), stream)
-                : kn::launch_fp8_rowwise(type, x.const_data_ptr(), rows, cols, f, q,
-                                         r.inv.mutable_data_ptr<float>(), stream);
+      transpose
+          ? kn::launch_fp8_colwise_transpose(type, x.const_data_ptr(), rows, cols, f, q,
+                                             r.inv.mutable_data_ptr<float>(), kernel_stream(x))
+          : kn::launch_fp8_rowwise(type, x.const_data_ptr(), rows, cols, f, q,
+                                   r.inv.mutable_data_ptr<float>(), kernel_stream(x));
   check_launch(err, "fp8 rowwise cast");
   return r;
 }
@@ -105,28 +116,7 @@ Fp8Operand quantize_kernels(const at::Tensor& x_in, Fp8Format f, bool rowwise, b
 // Tensorwise x and x^T from one amax and one cast pass.
 std::pair<Fp8Operand, Fp8Operand> quantize_both_kernels(const at::Tensor& x_in, Fp8Format f) {
   const c10::cuda::CUDAGuard guard(x_in.device());
-  const at::Tensor x = x_in.contiguous();
-  const int64_t rows = x.size(0);
-  const int64_t cols = x.size(1);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-  const auto type = elem_type(x.scalar_type());
-  const auto f32 = x.options().dtype(at::kFloat);
-  const at::Tensor amax = at::empty({}, f32);
-  Fp8Operand a;
-  Fp8Operand t;
-  a.q = at::empty({rows, cols}, x.options().dtype(fp8_dtype(f)));
-  t.q = at::empty({cols, rows}, x.options().dtype(fp8_dtype(f)));
-  a.inv = at::empty({}, f32);
-  check_launch(kn::launch_fp8_amax(type, x.const_data_ptr(), x.numel(),
-                                   amax.mutable_data_ptr<float>(), stream),
-               "fp8 amax");
-  check_launch(kn::launch_fp8_cast_transpose(
-                   type, x.const_data_ptr(), rows, cols, f, amax.const_data_ptr<float>(),
-                   static_cast<uint8_t*>(a.q.data_ptr()), static_cast<uint8_t*>(t.q.data_ptr()),
-                   a.inv.mutable_data_ptr<float>(), stream),
-               "fp8 cast");
-  t.inv = a.inv;
-  return {a, t};
+  return tensorwise_kernels(x_in.contiguous(), f, true, true);
 }
 #endif
 

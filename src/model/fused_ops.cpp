@@ -15,6 +15,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "shardtrain/cuda/kernels/fused_kernels.h"
+#include "shardtrain/model/kernel_launch.h"
 #endif
 
 namespace shardtrain::model {
@@ -142,16 +143,6 @@ std::pair<at::Tensor, at::Tensor> rope_host(const at::Tensor& q, const at::Tenso
 }
 
 #ifdef SHARDTRAIN_TORCH_CUDA
-kn::ElemType elem_type(at::ScalarType t) {
-  if (t == at::kBFloat16) return kn::ElemType::kBFloat16;
-  if (t == at::kHalf) return kn::ElemType::kFloat16;
-  return kn::ElemType::kFloat32;
-}
-
-cudaStream_t current_stream(const at::Tensor& x) {
-  return c10::cuda::getCurrentCUDAStream(x.device().index()).stream();
-}
-
 // D must be contiguous; other strides the kernel takes as they are.
 at::Tensor last_dim_contiguous(const at::Tensor& x) {
   return x.stride(-1) == 1 ? x : x.contiguous();
@@ -181,7 +172,7 @@ std::pair<at::Tensor, at::Tensor> rope_cuda(const at::Tensor& q_in, const at::Te
       at::empty_like(q);  // dense inputs keep their strides (decoder_layer's transposed views)
   at::Tensor ky = at::empty_like(k);
   kn::RopeArgs a;
-  a.type = elem_type(q.scalar_type());
+  a.type = kernel_elem_type(q.scalar_type());
   a.batch = q.size(0);
   a.seq = q.size(2);
   a.head_dim = q.size(3);
@@ -200,7 +191,7 @@ std::pair<at::Tensor, at::Tensor> rope_cuda(const at::Tensor& q_in, const at::Te
   } else {
     a.table_stride_t = cos.stride(0);
   }
-  const cudaError_t err = kn::launch_rope(a, current_stream(q));
+  const cudaError_t err = kn::launch_rope(a, kernel_stream(q));
   TORCH_CHECK(err == cudaSuccess, "fused_rotary: launch failed: ", cudaGetErrorString(err));
   return {qy, ky};
 }
@@ -283,8 +274,8 @@ at::Tensor swiglu_cuda_forward(const at::Tensor& gate_in, const at::Tensor& up_i
   const at::Tensor up = up_in.contiguous();
   at::Tensor out = at::empty_like(gate, at::MemoryFormat::Contiguous);
   const cudaError_t err = kn::launch_swiglu_forward(
-      elem_type(gate.scalar_type()), gate.const_data_ptr(), up.const_data_ptr(),
-      out.mutable_data_ptr(), gate.numel(), current_stream(gate));
+      kernel_elem_type(gate.scalar_type()), gate.const_data_ptr(), up.const_data_ptr(),
+      out.mutable_data_ptr(), gate.numel(), kernel_stream(gate));
   TORCH_CHECK(err == cudaSuccess, "fused_swiglu: launch failed: ", cudaGetErrorString(err));
   return out;
 }
@@ -299,9 +290,9 @@ std::pair<at::Tensor, at::Tensor> swiglu_cuda_backward(const at::Tensor& dy_in,
   at::Tensor dg = at::empty_like(gate, at::MemoryFormat::Contiguous);
   at::Tensor du = at::empty_like(gate, at::MemoryFormat::Contiguous);
   const cudaError_t err =
-      kn::launch_swiglu_backward(elem_type(gate.scalar_type()), dy.const_data_ptr(),
+      kn::launch_swiglu_backward(kernel_elem_type(gate.scalar_type()), dy.const_data_ptr(),
                                  gate.const_data_ptr(), up.const_data_ptr(), dg.mutable_data_ptr(),
-                                 du.mutable_data_ptr(), gate.numel(), current_stream(gate));
+                                 du.mutable_data_ptr(), gate.numel(), kernel_stream(gate));
   TORCH_CHECK(err == cudaSuccess,
               "fused_swiglu: backward launch failed: ", cudaGetErrorString(err));
   return {dg, du};
@@ -392,9 +383,9 @@ at::Tensor swiglu_merged_cuda_forward(const at::Tensor& gate_up) {
   const c10::cuda::CUDAGuard guard(gate_up.device());
   const int64_t F = gate_up.size(-1) / 2, rows = F == 0 ? 0 : gate_up.numel() / (2 * F);
   at::Tensor out = at::empty(merged_out_shape(gate_up), gate_up.options());
-  const cudaError_t err =
-      kn::launch_swiglu_merged_forward(elem_type(gate_up.scalar_type()), gate_up.const_data_ptr(),
-                                       out.mutable_data_ptr(), rows, F, current_stream(gate_up));
+  const cudaError_t err = kn::launch_swiglu_merged_forward(
+      kernel_elem_type(gate_up.scalar_type()), gate_up.const_data_ptr(), out.mutable_data_ptr(),
+      rows, F, kernel_stream(gate_up));
   TORCH_CHECK(err == cudaSuccess, "fused_swiglu_merged: launch failed: ", cudaGetErrorString(err));
   return out;
 }
@@ -405,8 +396,8 @@ at::Tensor swiglu_merged_cuda_backward(const at::Tensor& dy_in, const at::Tensor
   const int64_t F = gate_up.size(-1) / 2, rows = F == 0 ? 0 : gate_up.numel() / (2 * F);
   at::Tensor dgu = at::empty_like(gate_up, at::MemoryFormat::Contiguous);
   const cudaError_t err = kn::launch_swiglu_merged_backward(
-      elem_type(gate_up.scalar_type()), dy.const_data_ptr(), gate_up.const_data_ptr(),
-      dgu.mutable_data_ptr(), rows, F, current_stream(gate_up));
+      kernel_elem_type(gate_up.scalar_type()), dy.const_data_ptr(), gate_up.const_data_ptr(),
+      dgu.mutable_data_ptr(), rows, F, kernel_stream(gate_up));
   TORCH_CHECK(err == cudaSuccess,
               "fused_swiglu_merged: backward launch failed: ", cudaGetErrorString(err));
   return dgu;
