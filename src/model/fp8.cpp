@@ -140,9 +140,29 @@ at::Tensor scale_for(const Fp8Operand& op, bool left) {
 // count of the weight-gradient GEMM. Zero rows add nothing to any sum or amax.
 constexpr int64_t kFp8Align = 16;
 
-at::Tensor pad_rows(const at::Tensor& x, int64_t rows) {
-  if (x.size(0) == rows) return x;
-  return at::constant_pad_nd(x, {0, 0, 0, rows - x.size(0)});
+// t [..., k] as [rows, k] for the GEMMs: padded to a multiple of 16 where _scaled_mm runs.
+at::Tensor gemm_rows(const at::Tensor& t, Fp8Impl impl) {
+  const int64_t m = t.numel() / t.size(-1);
+  const at::Tensor t2 = t.reshape({m, t.size(-1)});
+  if (!kernels_serve(t, impl) || m % kFp8Align == 0) return t2;
+  return at::constant_pad_nd(t2, {0, 0, 0, (m + kFp8Align - 1) / kFp8Align * kFp8Align - m});
+}
+
+// x [rows, cols] in float8 in the layouts asked for (either may be left undefined): as it is
+// (for the GEMM that reduces over cols) and transposed (over rows).
+std::pair<Fp8Operand, Fp8Operand> quantize_layouts(const at::Tensor& x, Fp8Format f, bool rowwise,
+                                                   Fp8Impl impl, bool as_is, bool transposed) {
+  if (as_is && transposed) return quantize_both(x, f, rowwise, impl);
+  if (as_is) return {fp8_quantize(x, f, rowwise, false, impl), {}};
+  if (transposed) return {{}, fp8_quantize(x, f, rowwise, true, impl)};
+  return {};
+}
+
+// y [m', n] of padded rows back to t's leading shape with n last.
+at::Tensor unpad_to(const at::Tensor& y, const at::Tensor& t) {
+  std::vector<int64_t> shape = t.sizes().vec();
+  shape.back() = y.size(1);
+  return y.narrow(0, 0, t.numel() / t.size(-1)).view(shape);
 }
 
 class Fp8Linear : public torch::autograd::Function<Fp8Linear> {
@@ -151,66 +171,35 @@ class Fp8Linear : public torch::autograd::Function<Fp8Linear> {
                             int64_t mode, int64_t impl_i, bool w_grad) {
     const bool rowwise = static_cast<Fp8Mode>(mode) == Fp8Mode::kRowwise;
     const auto impl = static_cast<Fp8Impl>(impl_i);
-    const int64_t m = x.numel() / x.size(-1);
-    const bool pad = kernels_serve(x, impl) && m % kFp8Align != 0;
-    const int64_t rows = pad ? (m + kFp8Align - 1) / kFp8Align * kFp8Align : m;
-    const at::Tensor x2 = pad_rows(x.reshape({m, x.size(-1)}), rows);
-    Fp8Operand xq;
-    Fp8Operand xt;  // x^T, for w's gradient
-    if (w_grad) {
-      std::tie(xq, xt) = quantize_both(x2, Fp8Format::kE4M3, rowwise, impl);
-    } else {
-      xq = fp8_quantize(x2, Fp8Format::kE4M3, rowwise, false, impl);
-    }
+    // x^T, for w's gradient, only where w trains.
+    const auto [xq, xt] =
+        quantize_layouts(gemm_rows(x, impl), Fp8Format::kE4M3, rowwise, impl, true, w_grad);
     const Fp8Operand wq = fp8_quantize(w, Fp8Format::kE4M3, rowwise, false, impl);
-    at::Tensor y = fp8_matmul(xq, wq, x.scalar_type(), impl, /*fast_accum=*/true);
-    if (pad) y = y.narrow(0, 0, m);
     ctx->save_for_backward({xt.q, xt.inv, w});
     ctx->saved_data["rowwise"] = rowwise;
     ctx->saved_data["impl"] = impl_i;
-    ctx->saved_data["rows"] = rows;
-    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
-    std::vector<int64_t> out_shape = x.sizes().vec();
-    out_shape.back() = w.size(0);
-    return y.view(out_shape);
+    return unpad_to(fp8_matmul(xq, wq, x.scalar_type(), impl, /*fast_accum=*/true), x);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const bool rowwise = ctx->saved_data["rowwise"].toBool();
     const auto impl = static_cast<Fp8Impl>(ctx->saved_data["impl"].toInt());
-    const int64_t rows = ctx->saved_data["rows"].toInt();
-    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const at::Tensor& w = saved[2];
-    const at::Tensor& dy = grads[0];
-    const int64_t m = dy.numel() / dy.size(-1);
-    const at::Tensor g = pad_rows(dy.reshape({m, dy.size(-1)}), rows);
+    const at::Tensor& dy = grads[0];  // in x's dtype, as y is
     const bool x_grad = ctx->needs_input_grad(0);
     const bool w_grad = ctx->needs_input_grad(1);
-    Fp8Operand gq;
-    Fp8Operand gt;
-    if (x_grad && w_grad) {
-      std::tie(gq, gt) = quantize_both(g, Fp8Format::kE5M2, rowwise, impl);
-    } else if (x_grad) {
-      gq = fp8_quantize(g, Fp8Format::kE5M2, rowwise, false, impl);
-    } else if (w_grad) {
-      gt = fp8_quantize(g, Fp8Format::kE5M2, rowwise, true, impl);
-    }
+    const auto [gq, gt] =
+        quantize_layouts(gemm_rows(dy, impl), Fp8Format::kE5M2, rowwise, impl, x_grad, w_grad);
+    // Fast accumulation: rowwise in all three GEMMs, as torchao's rowwise recipe (CUTLASS's
+    // rowwise kernels are slow without it); tensorwise in the forward's only, as its default.
     at::Tensor dx;
     at::Tensor dw;
     if (x_grad) {
       const Fp8Operand wt = fp8_quantize(w, Fp8Format::kE4M3, rowwise, true, impl);
-      // Fast accumulation: rowwise in all three GEMMs, as torchao's rowwise recipe (CUTLASS's
-      // rowwise kernels are slow without it); tensorwise in the forward's only, as its default.
-      dx = fp8_matmul(gq, wt, x_dtype, impl, /*fast_accum=*/rowwise);
-      if (dx.size(0) != m) dx = dx.narrow(0, 0, m);
-      std::vector<int64_t> shape = dy.sizes().vec();
-      shape.back() = w.size(1);
-      dx = dx.view(shape);
+      dx = unpad_to(fp8_matmul(gq, wt, dy.scalar_type(), impl, rowwise), dy);
     }
-    if (w_grad)
-      dw = fp8_matmul(gt, Fp8Operand{saved[0], saved[1]}, w.scalar_type(), impl,
-                      /*fast_accum=*/rowwise);
+    if (w_grad) dw = fp8_matmul(gt, Fp8Operand{saved[0], saved[1]}, w.scalar_type(), impl, rowwise);
     return {dx, dw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
