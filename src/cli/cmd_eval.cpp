@@ -60,8 +60,10 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0,
                     o.lora);  // every weight is read: no init to seed
-  // --batch-size counts rows across all ranks, so any world size reads the same batches.
-  const int64_t per_rank = (o.batch_size + env.size() - 1) / env.size();
+  // --batch-size counts rows across all ranks (a context group's ranks share theirs), so any
+  // world size reads the same batches.
+  const int64_t data_world = setup.engine->data_world();
+  const int64_t per_rank = (o.batch_size + data_world - 1) / data_world;
   train::Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
   nlohmann::json j;
   std::string line;

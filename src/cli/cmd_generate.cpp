@@ -44,6 +44,10 @@ int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                                       " (max_position_embeddings), prompt and answer together; "
                                       "shorten the prompt");
   }
+  if (o.fsdp.context_parallel != 1)  // one token at a time: there is no sequence to split
+    throw runtime::UsageError(
+        "--context-parallel applies to train and eval; generate decodes whole prompts on each "
+        "rank (drop the option)");
   EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
   const model::LogitsFn logits = [&](const at::Tensor& t) { return setup.engine->logits(t); };
   for (const auto& prompt : prompts) {

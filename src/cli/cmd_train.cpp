@@ -49,13 +49,14 @@ void setup_threads(int threads, const runtime::MpiEnv& env) {
 
 namespace {
 
-data::LoaderConfig loader_config(const train::TrainConfig& t, const runtime::MpiEnv& env) {
+// The data-parallel position: a context group's ranks read the same rows.
+data::LoaderConfig loader_config(const train::TrainConfig& t, const fsdp::FsdpEngine& engine) {
   data::LoaderConfig lc;
   lc.micro_batch = t.batch_size;
   lc.grad_accum = t.grad_accum;
   lc.seed = t.seed;
-  lc.rank = env.rank();
-  lc.world = env.size();
+  lc.rank = engine.data_rank();
+  lc.world = engine.data_world();
   return lc;
 }
 
@@ -136,7 +137,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   o.fsdp = engine.config();  // as resolved for the device (--param-dtype auto), for the banner
   o.train.peak_tflops = hw::resolve_peak_tflops(o.train.peak_tflops, setup.device.name);
   optim::Optimizer optimizer = fsdp::make_optimizer(engine, o.optim);
-  data::DataLoader loader(*train, loader_config(o.train, env));
+  data::DataLoader loader(*train, loader_config(o.train, engine));
   const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);
   runtime::log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device,
                                   banner_facts(setup, loader, *train, val.get())));

@@ -309,6 +309,9 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "hybrid: ranks per shard group (0: one node)")(
       "ranks-per-node", po::value(&f.ranks_per_node)->default_value(f.ranks_per_node),
       "treat every K consecutive ranks as a node (0: ask MPI)")(
+      "context-parallel", po::value(&f.context_parallel)->default_value(f.context_parallel),
+      "split each sequence over N consecutive ranks of a node (2N zigzag chunks, attention as a "
+      "ring; --batch-size counts rows per group of N; docs/context-parallel.md); 1: off")(
       "device", po::value(&f.device)->default_value(f.device),
       "auto (the GPU of the rank's place among the ranks on its machine, else cpu), cuda (NCCL "
       "groups) or cpu (MPI groups)")("param-dtype",

@@ -71,6 +71,10 @@ void Communicator::host_collective(Op op, int64_t bytes, const std::function<voi
   tracked(op, bytes, std::make_unique<CallWork>(call))->wait();
 }
 
+WorkPtr Communicator::send_recv_async(const at::Tensor&, int, const at::Tensor&, int) {
+  throw runtime::Error("the " + name_ + " group's backend has no send_recv");
+}
+
 double Communicator::all_reduce_sum(double v) {
   auto t = at::full(
       {1}, v, at::TensorOptions().dtype(at::kDouble).device(device()));  // NCCL: a device tensor

@@ -61,22 +61,19 @@ int count_of(const at::Tensor& t) {
 class MpiWork : public Work {
  public:
   MpiWork(std::vector<at::Tensor> keep) : keep_(std::move(keep)) {}
-  MPI_Request* request() { return &req_; }
-  void wait() override {
-    if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Wait(&req_, MPI_STATUS_IGNORE));
-  }
+  MPI_Request* request(int i = 0) { return &req_[i]; }  // a send-receive uses two
+  void wait() override { MPI_CHECK(MPI_Waitall(2, req_, MPI_STATUSES_IGNORE)); }
   bool test() override {
-    int done = 1;  // MPI_Test sets a completed request to MPI_REQUEST_NULL
-    if (req_ != MPI_REQUEST_NULL) MPI_CHECK(MPI_Test(&req_, &done, MPI_STATUS_IGNORE));
+    int done = 1;  // MPI_Testall sets completed requests to MPI_REQUEST_NULL
+    MPI_CHECK(MPI_Testall(2, req_, &done, MPI_STATUSES_IGNORE));
     return done != 0;
   }
   ~MpiWork() override {
-    if (req_ != MPI_REQUEST_NULL)
-      MPI_Wait(&req_, MPI_STATUS_IGNORE);  // never free buffers in flight
+    MPI_Waitall(2, req_, MPI_STATUSES_IGNORE);  // never free buffers in flight
   }
 
  private:
-  MPI_Request req_ = MPI_REQUEST_NULL;
+  MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   std::vector<at::Tensor> keep_;  // the buffers stay alive until the collective completes
 };
 
@@ -141,6 +138,21 @@ void MpiCommunicator::barrier() {
 
 std::unique_ptr<MpiCommunicator> mpi_world() {
   return std::make_unique<MpiCommunicator>(runtime::MpiComm::dup(), "world");
+}
+
+WorkPtr MpiCommunicator::send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv,
+                                         int src) {
+  require_cpu(send);
+  require_cpu(recv);
+  if (!send.is_contiguous() || !recv.is_contiguous() || send.numel() != recv.numel() ||
+      send.scalar_type() != recv.scalar_type())
+    throw runtime::Error("send_recv: contiguous buffers of one size and dtype");
+  auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{send, recv});
+  const auto type = mpi_type(send.scalar_type());
+  constexpr int kTag = 7;  // the only point-to-point traffic: calls match in order
+  MPI_CHECK(MPI_Irecv(recv.data_ptr(), count_of(recv), type, src, kTag, comm_.get(), w->request(0)));
+  MPI_CHECK(MPI_Isend(send.data_ptr(), count_of(send), type, dst, kTag, comm_.get(), w->request(1)));
+  return tracked(Op::kSendRecv, send.nbytes(), std::move(w));
 }
 
 }  // namespace shardtrain::comm

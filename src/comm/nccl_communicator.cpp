@@ -256,6 +256,23 @@ WorkPtr NcclCommunicator::broadcast_async(const at::Tensor& t, int root) {
   return finish(l, Op::kBroadcast, t.nbytes(), {t});
 }
 
+WorkPtr NcclCommunicator::send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv,
+                                          int src) {
+  require_cuda(send);
+  require_cuda(recv);
+  if (send.numel() != recv.numel() || send.scalar_type() != recv.scalar_type())
+    throw runtime::Error("send_recv: buffers of one size and dtype");
+  cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kSendRecv)]);
+  Lane& l = lane(Op::kSendRecv);
+  const cudaStream_t s = begin(l);
+  const ncclDataType_t type = nccl_type(send.scalar_type());
+  NCCL_CHECK(ncclGroupStart());
+  NCCL_CHECK(ncclSend(send.data_ptr(), send.numel(), type, dst, l.comm.get(), s));
+  NCCL_CHECK(ncclRecv(recv.data_ptr(), recv.numel(), type, src, l.comm.get(), s));
+  NCCL_CHECK(ncclGroupEnd());
+  return finish(l, Op::kSendRecv, send.nbytes(), {send, recv});
+}
+
 void NcclCommunicator::barrier() {  // a one-element all-reduce on each lane, completed on the host
   for (Lane* l : {&gather_, &reduce_}) {
     void* buf = nullptr;

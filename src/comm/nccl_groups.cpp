@@ -22,9 +22,7 @@ ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topolog
       made = std::make_unique<NcclCommunicator>(std::move(c), n, std::move(nccl));
       world = made.get();
     } else {
-      const bool shard = n == "shard";
-      const int color = shard ? layout.shard_color : layout.replicate_color;
-      const int key = shard ? layout.shard_rank : layout.replicate_rank;
+      const auto [color, key] = layout.color_key(n);
       made = std::make_unique<NcclCommunicator>(std::move(c), n, world->split(color, key));
     }
     return made;

@@ -13,6 +13,13 @@ runtime::MpiComm split(int color, int key) {
 }
 }  // namespace
 
+std::pair<int, int> GroupLayout::color_key(const std::string& group) const {
+  if (group == "shard") return {shard_color, shard_rank};
+  if (group == "replicate") return {replicate_color, replicate_rank};
+  if (group == "context") return {context_color, context_rank};
+  throw runtime::Error("no process group named " + group);
+}
+
 ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo,
                           const Backend& backend) {
   ProcessGroups pg;
@@ -20,10 +27,14 @@ ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& to
   pg.world = backend(split(0, topo.rank), "world");
   pg.shard = backend(split(pg.layout.shard_color, pg.layout.shard_rank), "shard");
   pg.replicate = backend(split(pg.layout.replicate_color, pg.layout.replicate_rank), "replicate");
-  if (pg.shard->size() != pg.layout.shard_size || pg.replicate->size() != pg.layout.replicate_size)
+  pg.context = backend(split(pg.layout.context_color, pg.layout.context_rank), "context");
+  if (pg.shard->size() != pg.layout.shard_size ||
+      pg.replicate->size() != pg.layout.replicate_size ||
+      pg.context->size() != pg.layout.context_size)
     throw runtime::Error("process groups disagree with the layout: MPI made shard " +
                          std::to_string(pg.shard->size()) + " / replicate " +
-                         std::to_string(pg.replicate->size()) + " ranks");
+                         std::to_string(pg.replicate->size()) + " / context " +
+                         std::to_string(pg.context->size()) + " ranks");
   return pg;
 }
 

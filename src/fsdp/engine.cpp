@@ -82,9 +82,15 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     auto& peak = r.peak_bytes[static_cast<int>(p)];
     peak = std::max(peak, memory_->take_phase_peak());
   };
+  // Context parallelism: each rank of a group trains its share of the group's rows.
+  const std::vector<model::ContextShard> shares = context_shares(micro_batches);
+  const auto batch = [&](size_t i) -> const model::Batch& {
+    return shares.empty() ? micro_batches[i] : shares[i].local;
+  };
   int64_t local_tokens = 0;
-  for (const auto& mb : micro_batches)
-    if (mb.tokens.size(0) > 0) local_tokens += model::count_loss_tokens(mb.labels);
+  for (size_t i = 0; i < micro_batches.size(); ++i)
+    if (batch(i).tokens.size(0) > 0)
+      local_tokens += model::count_loss_tokens(batch(i).labels, batch(i).aligned_labels);
   r.tokens =
       sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
   const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
@@ -93,20 +99,22 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   at::Tensor loss_sum =
       at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
   for (size_t i = 0; i < micro_batches.size(); ++i) {
-    const model::Batch& mb = micro_batches[i];
+    const model::Batch& mb = batch(i);
     Pass p;
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size,
                                                    model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
     if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
     auto logits = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions,
-                                     /*build_graph=*/true);  // under fused_head: the normed hidden
-    at::Tensor loss;
+                                     /*build_graph=*/true, shares.empty() ? nullptr : &shares[i]);
+    at::Tensor loss;  // under fused_head, logits holds the normed hidden
     if (!p.empty) {
       const auto labels = runtime::to_device(mb.labels, device_);
+      const bool aligned = mb.aligned_labels;
       const at::Tensor sum =
-          p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk, 1.0 / denom)
-                       : model::causal_lm_loss(logits, labels, /*count=*/false).sum;
+          p.fused_head
+              ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk, 1.0 / denom, aligned)
+              : model::causal_lm_loss(logits, labels, /*count=*/false, aligned).sum;
       loss_sum += sum.detach();
       loss = sum / denom;
     }
@@ -149,6 +157,36 @@ std::vector<at::Tensor> FsdpEngine::grad_shards() {
   }
   return g;
 }
+
+std::vector<model::ContextShard> FsdpEngine::context_shares(
+    const std::vector<model::Batch>& batches) const {
+  std::vector<model::ContextShard> out;
+  const int n = groups_.context->size();
+  if (n == 1) return out;
+  for (const model::Batch& b : batches)
+    out.push_back(model::context_shard(b, n, groups_.context->rank()));
+  return out;
+}
+
+model::LossSum FsdpEngine::eval_loss(const model::Batch& batch) {
+  c10::NoGradGuard no_grad;
+  const std::vector<model::ContextShard> shares = context_shares({batch});
+  const model::Batch& b = shares.empty() ? batch : shares.front().local;
+  Pass p;
+  const at::Tensor logits =
+      schedule_->forward(p, runtime::to_device(b.tokens, device_), b.positions,
+                         /*build_graph=*/false, shares.empty() ? nullptr : &shares.front());
+  schedule_->release_all();
+  model::LossSum r;
+  if (p.empty) return r;
+  r = model::causal_lm_loss(logits, runtime::to_device(b.labels, device_), /*count=*/false,
+                            b.aligned_labels);
+  r.count = model::count_loss_tokens(b.labels, b.aligned_labels);  // the host's labels
+  return r;
+}
+
+int FsdpEngine::data_rank() const { return groups_.layout.context_color; }
+int FsdpEngine::data_world() const { return groups_.world->size() / groups_.context->size(); }
 
 at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positions, bool on_host) {
   c10::NoGradGuard no_grad;

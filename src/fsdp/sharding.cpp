@@ -22,7 +22,9 @@ bool is_hybrid(Sharding s) {
   return s == Sharding::kHybridShard || s == Sharding::kHybridShardZero2;
 }
 
-comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
+namespace {
+
+comm::GroupLayout strategy_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
   comm::GroupLayout g;
   const int r = t.rank, w = t.world;
   if (shard_group_size < 0)
@@ -70,6 +72,30 @@ comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard
   return g;
 }
 
+}  // namespace
+
+comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size,
+                               int context_parallel) {
+  comm::GroupLayout g = strategy_layout(s, t, shard_group_size);
+  const int n = context_parallel;
+  if (n < 1) throw runtime::UsageError("--context-parallel must be 1 or more (1: off)");
+  g.context_color = t.rank;  // without context parallelism each rank is its own group
+  if (n == 1) return g;
+  // A ring stays inside a node (NVLink), and inside the shard group where parameters are split.
+  if (t.local_size % n != 0 || t.local_size * t.num_nodes != t.world)
+    throw runtime::UsageError("--context-parallel " + std::to_string(n) +
+                              " must divide the ranks per node (" + std::to_string(t.local_size) +
+                              " here); pick a divisor, or set --ranks-per-node");
+  if (g.shard_size > 1 && g.shard_size % n != 0)
+    throw runtime::UsageError("--context-parallel " + std::to_string(n) +
+                              " must divide the shard group (--shard-group-size " +
+                              std::to_string(g.shard_size) + ")");
+  g.context_size = n;
+  g.context_color = t.node * (t.local_size / n) + t.local_rank / n;
+  g.context_rank = t.local_rank % n;
+  return g;
+}
+
 void check_device_option(const std::string& spec) {
   if (spec != "auto" && spec != "cpu" && spec != "cuda")
     throw runtime::UsageError("--device must be auto, cpu or cuda");
@@ -85,12 +111,13 @@ void FsdpConfig::validate() const {
   if (!dtype_ok(param_dtype) && param_dtype != at::ScalarType::Undefined)
     throw runtime::UsageError("--param-dtype must be auto, fp32 or bf16");
   if (!dtype_ok(reduce_dtype)) throw runtime::UsageError("--reduce-dtype must be fp32 or bf16");
-  lora.validate();
+  lora.validate();  // --context-parallel: group_layout, which knows the ranks per node
 }
 
 comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo,
                                         bool nccl, const std::string& host) {
-  const comm::GroupLayout layout = group_layout(cfg.sharding, topo, cfg.shard_group_size);
+  const comm::GroupLayout layout =
+      group_layout(cfg.sharding, topo, cfg.shard_group_size, cfg.context_parallel);
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (nccl) return comm::make_nccl_groups(layout, topo, host);
 #endif
@@ -102,8 +129,8 @@ comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::To
 }
 
 comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo,
-                                    int shard_group_size) {
-  return comm::make_mpi_groups(group_layout(s, topo, shard_group_size), topo);
+                                    int shard_group_size, int context_parallel) {
+  return comm::make_mpi_groups(group_layout(s, topo, shard_group_size, context_parallel), topo);
 }
 
 }  // namespace shardtrain::fsdp

@@ -11,6 +11,22 @@
 
 namespace shardtrain::fsdp {
 
+namespace {
+// Each rank sends to the next and receives from the previous, on the context group's backend.
+model::ContextRing context_ring(comm::Communicator& group) {
+  model::ContextRing ring;
+  ring.size = group.size();
+  ring.rank = group.rank();
+  const int next = (ring.rank + 1) % ring.size;
+  const int prev = (ring.rank + ring.size - 1) % ring.size;
+  ring.exchange = [&group, next, prev](const at::Tensor& send, const at::Tensor& recv) {
+    std::shared_ptr<comm::Work> w = group.send_recv_async(send, next, recv, prev);
+    return std::function<void()>([w] { w->wait(); });
+  };
+  return ring;
+}
+}  // namespace
+
 UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg,
                            comm::ProcessGroups& groups, at::Device device,
                            const TrainingSizes& sizes, std::vector<FlatUnit> units,
@@ -20,6 +36,7 @@ UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cf
       groups_(groups),
       device_(device),
       rope_(model_, model_.max_position_embeddings),
+      ring_(context_ring(*groups.context)),
       units_(std::move(units)),
       adapters_(std::move(adapters)),
       on_memory_(std::move(on_memory)),
@@ -172,7 +189,7 @@ at::Tensor UnitSchedule::run_unit(int64_t u, const at::Tensor& x, const Pass& p)
 }
 
 at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions,
-                                 bool build_graph) {
+                                 bool build_graph, const model::ContextShard* share) {
   const bool reshard = reshard_after_forward(cfg_.sharding);
   p.inputs.assign(units_.size(), at::Tensor());
   p.outputs.assign(units_.size(), at::Tensor());
@@ -180,7 +197,9 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
   p.train = build_graph;
   // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
   const bool gather = !(cfg_.fused_layers && device_.is_cuda());
-  if (!p.empty)
+  if (!p.empty && share)
+    p.layout = model::context_token_layout(rope_, *share, ring_, device_);
+  else if (!p.empty)
     p.layout =
         model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype, gather);
   at::Tensor x = tokens;

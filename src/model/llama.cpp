@@ -172,18 +172,21 @@ at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at
   return x;
 }
 
-LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, bool count) {
+LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, bool count,
+                       bool aligned) {
   const int64_t T = logits.size(1), V = logits.size(2);
-  auto lg = logits.narrow(1, 0, T - 1).to(at::kFloat).reshape({-1, V});
-  auto lb = labels.narrow(1, 1, T - 1).reshape({-1});
+  const int64_t shift = aligned ? 0 : 1;
+  auto lg = logits.narrow(1, 0, T - shift).to(at::kFloat).reshape({-1, V});
+  auto lb = labels.narrow(1, shift, T - shift).reshape({-1});
   LossSum r;
   r.sum = at::cross_entropy_loss(lg, lb, {}, at::Reduction::Sum, /*ignore_index=*/-100);
-  if (count) r.count = count_loss_tokens(labels);
+  if (count) r.count = count_loss_tokens(labels, aligned);
   return r;
 }
 
-int64_t count_loss_tokens(const at::Tensor& labels) {
-  return labels.narrow(1, 1, labels.size(1) - 1).ne(-100).sum().item<int64_t>();
+int64_t count_loss_tokens(const at::Tensor& labels, bool aligned) {
+  const int64_t shift = aligned ? 0 : 1;
+  return labels.narrow(1, shift, labels.size(1) - shift).ne(-100).sum().item<int64_t>();
 }
 
 }  // namespace shardtrain::model

@@ -89,10 +89,11 @@ int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t
 }
 
 at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight,
-                           const at::Tensor& labels, int64_t chunk_tokens, double grad_hint) {
+                           const at::Tensor& labels, int64_t chunk_tokens, double grad_hint,
+                           bool aligned) {
   const int64_t H = hidden.size(-1);
   return ChunkedLmLoss::apply(hidden.reshape({-1, H}), weight,
-                              next_token_labels(labels).reshape({-1}),
+                              (aligned ? labels : next_token_labels(labels)).reshape({-1}),
                               std::max<int64_t>(1, chunk_tokens), grad_hint);
 }
 

@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "shardtrain/model/ring_attention.h"
 #include "shardtrain/model/rotary.h"
 #include "shardtrain/runtime/device_copy.h"
 
@@ -53,6 +54,28 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   return l;
 }
 
+TokenLayout context_token_layout(const Rotary& rope, const ContextShard& share, ContextRing ring,
+                                 const at::Device& device) {
+  TokenLayout l;
+  const at::Tensor pos = share.local.positions;  // [B, L] host
+  const int64_t B = pos.size(0), L = pos.size(1);
+  // Padding's positions run past the row; no real token sees them, so the table's last serves.
+  const at::Tensor index =
+      runtime::to_device(pos.clamp_max(rope.cos.size(0) - 1).flatten(), device);
+  l.cos = rope.cos.index_select(0, index).view({B, L, -1}).unsqueeze(1);  // [B, 1, L, D]
+  l.sin = rope.sin.index_select(0, index).view({B, L, -1}).unsqueeze(1);
+  l.positions = index.view({B, L});
+  l.table_cos = rope.cos;
+  l.table_sin = rope.sin;
+  auto ctx = std::make_shared<ContextLayout>();
+  ctx->ring = std::move(ring);
+  ctx->full_len = share.full_len;
+  ctx->device = device;
+  if (share.doc.defined()) ctx->doc = runtime::to_device(share.doc, device);
+  l.context = std::move(ctx);
+  return l;
+}
+
 bool packed_rows_use_varlen(bool cuda, at::ScalarType dtype) {
   return cuda && (dtype == at::kBFloat16 || dtype == at::kHalf);
 }
@@ -84,6 +107,7 @@ at::Tensor sliding_band(int64_t T, int64_t window, const at::Device& device) {
 
 at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, int64_t window) {
+  if (layout.context) return ring_attention(*layout.context, q, k, v, window);
   if (!layout.packed()) return causal_attention(q, k, v, /*native_gqa=*/true, window);
   const int64_t B = q.size(0), nh = q.size(1), T = q.size(2), D = q.size(3);
   if (layout.cu_seqlens.defined()) {

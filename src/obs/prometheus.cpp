@@ -7,7 +7,8 @@
 namespace shardtrain::obs {
 
 const char* group_name(int g) {
-  static const char* names[RankSeries::kProcessGroups] = {"world", "shard", "replicate"};
+  static const char* names[RankSeries::kProcessGroups] = {"world", "shard", "replicate",
+                                                                         "context"};
   return names[g];
 }
 

@@ -10,7 +10,7 @@
 namespace shardtrain::train {
 
 EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches,
-                         int rank, int world, const BatchLogitsFn& logits,
+                         int rank, int world, const BatchLossFn& loss,
                          const std::function<double(double)>& sum_all) {
   c10::NoGradGuard no_grad;
   data::LoaderConfig lc;
@@ -27,12 +27,11 @@ EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_
   for (int64_t b = 0; b < n; ++b) {
     const data::StepData d = loader.next();
     const model::Batch& batch = d.micro.front();
-    auto lg = logits(batch);
-    if (batch.tokens.size(0) == 0) continue;
-    const at::Tensor s = model::causal_lm_loss(lg, batch.labels.to(lg.device()), /*count=*/false)
-                             .sum.to(at::kDouble);
+    const model::LossSum l = loss(batch);
+    if (!l.sum.defined()) continue;  // no rows here
+    const at::Tensor s = l.sum.to(at::kDouble);
     sum_t = sum_t.defined() ? sum_t + s : s;
-    count += static_cast<double>(model::count_loss_tokens(batch.labels));  // the host's labels
+    count += static_cast<double>(l.count);
   }
   double sum = sum_t.defined() ? sum_t.item<double>() : 0.0;
   if (sum_all) {
@@ -80,11 +79,9 @@ model::LogitsFn Validator::logits_fn() {
 }
 
 EvalResult Validator::loss() {
-  const auto& world = *engine_.groups().world;
-  const BatchLogitsFn logits = [this](const model::Batch& b) {
-    return engine_.logits(b.tokens, b.positions, /*on_host=*/false);
-  };
-  return evaluate_loss(*val_, batch_size_, max_batches_, world.rank(), world.size(), logits,
+  const BatchLossFn loss = [this](const model::Batch& b) { return engine_.eval_loss(b); };
+  return evaluate_loss(*val_, batch_size_, max_batches_, engine_.data_rank(), engine_.data_world(),
+                       loss,
                        [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
 }
 

@@ -10,8 +10,8 @@
 
 namespace shardtrain::comm {
 
-enum class Op { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kBarrier };
-constexpr int kNumOps = 5;
+enum class Op { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kBarrier, kSendRecv };
+constexpr int kNumOps = 6;
 const char* op_name(Op op);
 
 struct CollectiveRecord {

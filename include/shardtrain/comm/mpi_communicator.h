@@ -18,6 +18,8 @@ class MpiCommunicator : public Communicator {
   WorkPtr all_reduce_async(const at::Tensor& t) override;
   WorkPtr broadcast_async(const at::Tensor& t, int root) override;
   void barrier() override;
+  WorkPtr send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv,
+                          int src) override;
 
  private:
   runtime::MpiComm comm_;

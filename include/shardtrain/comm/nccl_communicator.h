@@ -31,6 +31,8 @@ class NcclCommunicator : public Communicator {
   WorkPtr all_reduce_after_async(const at::Tensor& t, Work& prior) override;
   WorkPtr broadcast_async(const at::Tensor& t, int root) override;
   void barrier() override;
+  WorkPtr send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv,
+                          int src) override;
 
   MPI_Comm mpi() const override { return mpi_.get(); }
   at::Device device() const override { return device_; }

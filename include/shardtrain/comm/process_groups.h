@@ -1,11 +1,13 @@
 // Process groups made from MPI alone (MPI_Comm_split): the world, the shard group (parameters
-// are split across it) and the replicate group (holds copies). Which ranks go together is the
+// are split across it), the replicate group (holds copies) and the context group (the ranks that
+// share each sequence under context parallelism: a ring of N consecutive ranks). Which ranks go together is the
 // sharding strategy's business (fsdp/sharding.h); comm only builds what a GroupLayout says.
 #pragma once
 #include <array>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/runtime/mpi_env.h"
@@ -15,13 +17,16 @@ namespace shardtrain::comm {
 struct GroupLayout {
   int shard_size = 1, shard_color = 0, shard_rank = 0;
   int replicate_size = 1, replicate_color = 0, replicate_rank = 0;
+  int context_size = 1, context_color = 0, context_rank = 0;
+  // The (color, key) MPI_Comm_split takes for the group of that name (shard, replicate, context).
+  std::pair<int, int> color_key(const std::string& group) const;
 };
 
 struct ProcessGroups {
   GroupLayout layout;
-  std::unique_ptr<Communicator> world, shard, replicate;
-  std::array<Communicator*, 3> all() const {
-    return {world.get(), shard.get(), replicate.get()};
+  std::unique_ptr<Communicator> world, shard, replicate, context;
+  std::array<Communicator*, 4> all() const {
+    return {world.get(), shard.get(), replicate.get(), context.get()};
   }                                // in that order
   std::shared_ptr<void> watchdog;  // declared last: stops before the communicators are destroyed
 };

@@ -67,6 +67,12 @@ class FsdpEngine {
   // where the engine computes (on_host = false: validation's loss, without copying logits).
   at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {},
                     bool on_host = true);
+  // The loss summed over a batch's loss tokens, and their count, forward only: this rank's rows,
+  // or under context parallelism its share of them (the group's ranks sum to the rows' loss).
+  model::LossSum eval_loss(const model::Batch& batch);
+  // The data-parallel position: ranks of a context group share their rows (one data rank).
+  int data_rank() const;
+  int data_world() const;
   std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
   void release_grads();                   // frees the gradient shards (after the optimizer step)
   const std::vector<ShardPiece>& pieces() const {
@@ -97,6 +103,8 @@ class FsdpEngine {
   std::vector<uint64_t> dropout_row_seeds(
       const model::Batch& mb);  // Pass::row_seeds for a training micro-batch
   std::map<std::string, at::Tensor> gather_full(const std::vector<FlatUnit>& units);
+  // Under context parallelism, this rank's share of each batch; empty without.
+  std::vector<model::ContextShard> context_shares(const std::vector<model::Batch>& batches) const;
 
   model::ModelConfig model_;
   FsdpConfig cfg_;  // param_dtype resolved for the device

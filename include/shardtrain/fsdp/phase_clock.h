@@ -27,7 +27,7 @@ class PhaseClock {
   runtime::PhaseTimes finish();  // CUDA: waits for the last event; call once
 
  private:
-  std::array<comm::Communicator*, 3> comms_;  // the groups' distinct communicators
+  std::array<comm::Communicator*, 4> comms_;  // the groups' distinct communicators
   double wait_seconds() const;                // host time blocked on the groups' collectives so far
   runtime::PhaseTimes times_;
   double mark_, wait_mark_;

@@ -60,6 +60,9 @@ struct FsdpConfig {
   bool cpu_offload = false;
   // --fp8: the decoder layers' projections multiply in float8 (model/fp8.h; docs/gpu.md).
   model::Fp8Mode fp8 = model::Fp8Mode::kOff;
+  // --context-parallel: each sequence split over this many consecutive ranks of a node, attention
+  // as a ring (model/context_parallel.h; docs/context-parallel.md); 1: off.
+  int context_parallel = 1;
   void validate() const;  // throws UsageError naming the option to change
 };
 
@@ -68,14 +71,16 @@ void check_device_option(const std::string& spec);
 
 // Pure: the groups of `rank`. Hybrid strategies shard within a node (topology.local_size ranks)
 // unless shard_group_size > 0 picks contiguous blocks of that size. Throws UsageError, with
-// the same message on every rank, when the sizes do not divide.
-comm::GroupLayout group_layout(Sharding s, const runtime::Topology& topo, int shard_group_size);
+// the same message on every rank, when the sizes do not divide. context_parallel > 1: rings of
+// that many consecutive ranks of a node, inside the shard group.
+comm::GroupLayout group_layout(Sharding s, const runtime::Topology& topo, int shard_group_size,
+                               int context_parallel = 1);
 
 // The strategy's groups as MPI communicators (CPU), or NCCL ones bootstrapped over the same MPI
 // groups (CUDA builds, nccl = true).
 comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo,
                                         bool nccl = false, const std::string& host = "");
 comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo,
-                                    int shard_group_size);
+                                    int shard_group_size, int context_parallel = 1);
 
 }  // namespace shardtrain::fsdp

@@ -49,8 +49,10 @@ class UnitSchedule {
   UnitSchedule(const UnitSchedule&) = delete;  // the reducer reads the units through `this`
   UnitSchedule& operator=(const UnitSchedule&) = delete;
 
+  // share: a context-parallel share of the rows (tokens and positions are its own), whose
+  // attention runs as a ring over the context group; nullptr: whole rows.
   at::Tensor forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions,
-                     bool build_graph);
+                     bool build_graph, const model::ContextShard* share = nullptr);
   // Backward in reverse unit order; reduce_now: each unit's gradient is reduced at once, else
   // added to its unsharded no-sync buffer for reduce_accumulated().
   // last: the step's last micro-batch (with reduce_now: its reductions are the step's last).
@@ -103,6 +105,7 @@ class UnitSchedule {
   comm::ProcessGroups& groups_;
   at::Device device_;
   model::Rotary rope_;
+  model::ContextRing ring_;  // the context group as a ring (size 1: no context parallelism)
   std::vector<FlatUnit> units_;      // [num_layers + 2], model_units() order
   std::vector<FlatUnit> adapters_;   // [num_layers + 2] beside a frozen base; empty otherwise
   std::vector<UnitParts> parts_;     // [units], pointing into units_ and adapters_

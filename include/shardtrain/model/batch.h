@@ -18,6 +18,9 @@ struct Batch {
   // a row's masks from these, so they do not depend on the rank or the batch layout. Empty: none.
   std::vector<int64_t> sample_ids;
   int64_t epoch = 0;
+  // Labels already shifted: label t is token t's target (a context-parallel share, whose tokens
+  // are not contiguous); false: Hugging Face's convention, label t + 1 is token t's target.
+  bool aligned_labels = false;
 };
 
 }  // namespace shardtrain::model

@@ -101,7 +101,9 @@ struct LossSum {
   int64_t count = 0;  // tokens that contributed (0 when not counted)
 };
 // count = false skips the token count, which would read the labels back from the device.
-LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, bool count = true);
-int64_t count_loss_tokens(const at::Tensor& labels);
+// aligned: labels[:, t] is logits[:, t]'s target already (Batch::aligned_labels): no shift.
+LossSum causal_lm_loss(const at::Tensor& logits, const at::Tensor& labels, bool count = true,
+                       bool aligned = false);
+int64_t count_loss_tokens(const at::Tensor& labels, bool aligned = false);
 
 }  // namespace shardtrain::model

@@ -13,8 +13,10 @@ namespace shardtrain::model {
 // the forward, for the incoming gradient grad_hint (the caller's 1 / token count), and held until
 // backward, which rescales them on the device if its gradient differs: the loss must be the
 // graph's end, and its backward must follow (the FSDP head's backward comes right after).
+// aligned: labels[b, t] is hidden[b, t]'s target already (Batch::aligned_labels).
 at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight,
-                           const at::Tensor& labels, int64_t chunk_tokens, double grad_hint = 1.0);
+                           const at::Tensor& labels, int64_t chunk_tokens, double grad_hint = 1.0,
+                           bool aligned = false);
 
 // The chunk chunked_lm_loss runs with for `tokens` tokens; 0 for the unfused path. requested (the
 // --loss-chunk option): > 0 that many tokens; 0 auto: a power of two near tokens / ceil(vocab /

@@ -6,6 +6,9 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <memory>
+
+#include "shardtrain/model/context_parallel.h"
 
 namespace shardtrain::model {
 
@@ -21,6 +24,9 @@ struct TokenLayout {
   // Packed rows for the rotary kernel (no gathered cos/sin): each token's position [B, T] int64 on
   // the device, and Rotary's whole tables [max_pos, D].
   at::Tensor positions, table_cos, table_sin;
+  // Context parallelism: the rank holds a share of each row and attention runs as a ring
+  // (model/ring_attention.h); cos/sin and positions are the share's tokens'.
+  std::shared_ptr<const ContextLayout> context;
   bool packed() const { return same_doc.defined() || cu_seqlens.defined(); }
 };
 
@@ -31,6 +37,11 @@ struct TokenLayout {
 // whole tables instead of each token's gathered cos and sin.
 TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T,
                          const at::Device& device, at::ScalarType dtype, bool gather = true);
+
+// The layout of a context-parallel share (context_shard): each token's cos and sin at its place in
+// the row (positions, too, for the rotary kernel) and the ring's view of the whole row.
+TokenLayout context_token_layout(const Rotary& rope, const ContextShard& share, ContextRing ring,
+                                 const at::Device& device);
 
 // Whether packed rows take CUDA's variable-length flash kernel (else the [T, T] mask): bf16/fp16 on
 // CUDA.

@@ -22,7 +22,7 @@ struct RankSeries {
   double host_peak_rss = 0, gpu_peak_allocated = -1, gpu_peak_reserved = -1;  // < 0: not a GPU rank
   double checkpoint_seconds = 0;  // the last checkpoint's duration
   double skipped_steps = 0;  // optimizer steps skipped for a non-finite loss (--on-nonfinite skip)
-  static constexpr int kProcessGroups = 3;  // world, shard, replicate
+  static constexpr int kProcessGroups = 4;  // world, shard, replicate, context
   std::array<std::array<double, comm::kNumOps>, kProcessGroups> calls{}, bytes{};
 
   // A fixed-length vector of doubles, so ranks can MPI_Gather them (host and rank travel apart).

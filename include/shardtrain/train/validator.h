@@ -27,11 +27,11 @@ struct EvalResult {
 // Forward-only loss over a token file, in file order. Each rank takes its part of every batch
 // and runs every batch, even an empty part (a sharded forward is collective); `sum_all` totals
 // across ranks (none: one rank).
-// A batch's logits [B, T, V]: its tokens at their positions (packed documents attend within
-// themselves).
-using BatchLogitsFn = std::function<at::Tensor(const model::Batch& batch)>;
+// A batch's loss summed over its loss tokens, and their count: its tokens at their positions
+// (packed documents attend within themselves); rank and world are the data-parallel position.
+using BatchLossFn = std::function<model::LossSum(const model::Batch& batch)>;
 EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches,
-                         int rank, int world, const BatchLogitsFn& logits,
+                         int rank, int world, const BatchLossFn& loss,
                          const std::function<double(double)>& sum_all = {});
 
 // --accuracy-file and its companions (train's validation, and eval).
