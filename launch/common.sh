@@ -19,6 +19,8 @@ Options (environment variable in brackets):
   --strategy S         full_shard, shard_grad_op, no_shard, hybrid_shard [STRATEGY]
   --cpu-offload        master weights, AdamW state and gradients in host memory, AdamW on the
                        CPU: a full fine-tune larger than the GPUs [CPU_OFFLOAD=1]
+  --context-parallel N split each sequence over N ranks of a node (ring attention): long-context
+                       fine-tunes; --batch-size then counts rows per group of N [CONTEXT_PARALLEL]
   --data F             token file from 'shardtrain prepare' [DATA] (required)
   --out-dir D          metrics, logs and the exit code [OUT_DIR] (default runs/<job id>)
   --ckpt-dir D         HDF5 checkpoints, on shared storage [CKPT_DIR] (default OUT_DIR/checkpoints)
@@ -50,6 +52,7 @@ shardtrain_parse() {
       --overwrite-checkpoints) OVERWRITE_CHECKPOINTS=1; shift ;;
       --strategy) STRATEGY=$2; shift 2 ;;
       --cpu-offload) CPU_OFFLOAD=1; shift ;;
+      --context-parallel) CONTEXT_PARALLEL=$2; shift 2 ;;
       --data) DATA=$2; shift 2 ;;
       --out-dir) OUT_DIR=$2; shift 2 ;;
       --ckpt-dir) CKPT_DIR=$2; shift 2 ;;
@@ -77,7 +80,7 @@ shardtrain_parse() {
   fi
   MODEL=${MODEL:-} WEIGHTS=${WEIGHTS:-} SAVE_MODEL=${SAVE_MODEL:-} RESUME=${RESUME:-auto} LORA_ARGS=${LORA_ARGS:-}
   OVERWRITE_CHECKPOINTS=${OVERWRITE_CHECKPOINTS:-0}
-  STRATEGY=${STRATEGY:-full_shard} CPU_OFFLOAD=${CPU_OFFLOAD:-0} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
+  STRATEGY=${STRATEGY:-full_shard} CPU_OFFLOAD=${CPU_OFFLOAD:-0} CONTEXT_PARALLEL=${CONTEXT_PARALLEL:-1} STEPS=${STEPS:-0} SAVE_EVERY=${SAVE_EVERY:-100}
   MAX_RESTARTS=${MAX_RESTARTS:-3} RESTART_ON_FAILURE=${RESTART_ON_FAILURE:-0} RANKS_PER_NODE=${RANKS_PER_NODE:-0}
   SKIP_PREFLIGHT=${SKIP_PREFLIGHT:-0}
 }
@@ -148,6 +151,7 @@ shardtrain_commands() {
   TRAIN_ARGS+=("${lora[@]}")
   [ "$PEAK_TFLOPS" != 0 ] && TRAIN_ARGS+=(--peak-tflops "$PEAK_TFLOPS")
   [ "$CPU_OFFLOAD" = 1 ] && TRAIN_ARGS+=(--cpu-offload)
+  [ "$CONTEXT_PARALLEL" != 1 ] && TRAIN_ARGS+=(--context-parallel "$CONTEXT_PARALLEL")
   TRAIN_ARGS+=("${TRAIN_EXTRA[@]}")
 }
 

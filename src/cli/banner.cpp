@@ -1,5 +1,7 @@
 #include "shardtrain/cli/banner.h"
 
+#include "shardtrain/model/context_parallel.h"
+
 #include "option_parts.h"
 
 #include <c10/core/ScalarType.h>
@@ -67,6 +69,20 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                 o.fsdp.max_inflight_gathers, static_cast<long long>(f.persistent_bytes >> 10),
                 static_cast<long long>(f.unsharded_bytes >> 10));
   b += buf;
+  if (g.context->size() > 1) {
+    const int n = g.context->size();
+    const int64_t padded = model::context_padded_length(f.seq_len, n);
+    const std::string pad = padded == f.seq_len
+                                ? ""
+                                : " | rows padded from " + std::to_string(f.seq_len) + " to " +
+                                      std::to_string(padded) + " tokens (no loss, seen by none)";
+    std::snprintf(buf, sizeof buf,
+                  "  context     --context-parallel %d: each row split into %d zigzag chunks of "
+                  "%lld tokens over %d ranks, attention as a ring | %d data-parallel groups%s\n",
+                  n, 2 * n, static_cast<long long>(padded / (2 * n)), n, topo.world / n,
+                  pad.c_str());
+    b += buf;
+  }
   if (o.fsdp.cpu_offload) {
     std::snprintf(buf, sizeof buf,
                   "  offload     --cpu-offload: %lld KiB per rank in %s host memory (fp32 master, "
@@ -106,14 +122,17 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                        " bytes read by rank 0)")
                           .c_str());
   b += buf;
+  const int cp = g.context->size();  // a context group's ranks share their rows
+  const std::string reader = cp > 1 ? "group of " + std::to_string(cp) + " ranks" : "rank";
   std::snprintf(
       buf, sizeof buf,
-      "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %lld rows (%lld per rank "
+      "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %lld rows (%lld per %s "
       "x %lld "
-      "accumulation x %d ranks)%s\n",
+      "accumulation x %d %s)%s\n",
       o.data.c_str(), static_cast<long long>(f.train_rows), static_cast<long long>(f.seq_len),
       f.packing.c_str(), f.format.c_str(), static_cast<long long>(f.global_batch),
-      static_cast<long long>(t.batch_size), static_cast<long long>(t.grad_accum), topo.world,
+      static_cast<long long>(t.batch_size), reader.c_str(), static_cast<long long>(t.grad_accum),
+      topo.world / cp, cp > 1 ? "groups" : "ranks",
       o.val_data.empty()
           ? ""
           : ("; validation " + o.val_data + ": " + std::to_string(f.val_rows) + " rows").c_str());

@@ -54,6 +54,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
+  check_groups(o.fsdp, env);
   check_tokenizers({o.weights, o.accuracy.tokenizer, ""}, {o.data},
                    o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);

@@ -112,6 +112,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       !o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
+  check_groups(o.fsdp, env);
   check_fp8(o.model, o.fsdp, env);
   runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor
                                         // exists

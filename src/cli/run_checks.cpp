@@ -40,6 +40,17 @@ void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
         opt + "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)");
 }
 
+void check_groups(const fsdp::FsdpConfig& cfg, const runtime::MpiEnv& env) {
+  std::string mine;
+  try {
+    fsdp::group_layout(cfg.sharding, env.topology(), cfg.shard_group_size, cfg.context_parallel);
+  } catch (const runtime::UsageError& e) {
+    mine = e.what();
+  }
+  const std::string agreed = agreed_failure(mine);
+  if (!agreed.empty()) throw runtime::AgreedUsageError(agreed);
+}
+
 std::string agreed_failure(const std::string& mine) {
   int rank = 0, first = INT_MAX;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

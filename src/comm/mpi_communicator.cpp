@@ -150,8 +150,10 @@ WorkPtr MpiCommunicator::send_recv_async(const at::Tensor& send, int dst, const 
   auto w = std::make_unique<MpiWork>(std::vector<at::Tensor>{send, recv});
   const auto type = mpi_type(send.scalar_type());
   constexpr int kTag = 7;  // the only point-to-point traffic: calls match in order
-  MPI_CHECK(MPI_Irecv(recv.data_ptr(), count_of(recv), type, src, kTag, comm_.get(), w->request(0)));
-  MPI_CHECK(MPI_Isend(send.data_ptr(), count_of(send), type, dst, kTag, comm_.get(), w->request(1)));
+  MPI_CHECK(
+      MPI_Irecv(recv.data_ptr(), count_of(recv), type, src, kTag, comm_.get(), w->request(0)));
+  MPI_CHECK(
+      MPI_Isend(send.data_ptr(), count_of(send), type, dst, kTag, comm_.get(), w->request(1)));
   return tracked(Op::kSendRecv, send.nbytes(), std::move(w));
 }
 

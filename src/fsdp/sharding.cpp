@@ -128,8 +128,8 @@ comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::To
   return comm::make_mpi_groups(layout, topo);
 }
 
-comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo,
-                                    int shard_group_size, int context_parallel) {
+comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size,
+                                    int context_parallel) {
   return comm::make_mpi_groups(group_layout(s, topo, shard_group_size, context_parallel), topo);
 }
 

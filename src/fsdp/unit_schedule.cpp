@@ -183,7 +183,7 @@ at::Tensor UnitSchedule::run_unit(int64_t u, const at::Tensor& x, const Pass& p)
   const FlatUnit& adapters = *parts_[u].adapter;
   const model::LoraRun run{&cfg_.lora,
                            [&adapters](const std::string& name) { return adapters.view(name); },
-                           p.row_seeds, p.train};
+                           p.row_seeds, p.train, p.dropout_tokens};
   return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, &run,
                              path);
 }
@@ -197,9 +197,12 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
   p.train = build_graph;
   // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
   const bool gather = !(cfg_.fused_layers && device_.is_cuda());
-  if (!p.empty && share)
+  if (!p.empty && share) {
     p.layout = model::context_token_layout(rope_, *share, ring_, device_);
-  else if (!p.empty)
+    const at::Tensor places = model::zigzag_index(share->full_len, share->n, share->rank);
+    p.dropout_tokens.index = places.clamp_max(share->real_len - 1).to(device_);
+    p.dropout_tokens.row_tokens = share->real_len;
+  } else if (!p.empty)
     p.layout =
         model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype, gather);
   at::Tensor x = tokens;

@@ -76,4 +76,21 @@ ActivationBytes with_fp8(ActivationBytes a, const ModelConfig& cfg, int elt, boo
   return a;
 }
 
+int64_t context_tokens_per_rank(int64_t seq_len, int n) {
+  if (n <= 1) return seq_len;                             // no group, no padding
+  const int64_t chunk = (seq_len + 2 * n - 1) / (2 * n);  // padded to a multiple of 2n
+  return 2 * chunk;
+}
+
+int64_t context_ring_bytes_per_token(const ModelConfig& cfg, int elt, int n) {
+  if (n <= 1) return 0;
+  const int64_t kv = cfg.num_kv_heads * cfg.head_dim();
+  return 2 * (2 * elt * kv) + 2 * (2 * 4 * kv);  // 2 K/V in the compute dtype, 2 dK/dV in fp32
+}
+
+ActivationBytes with_context_parallel(ActivationBytes a, const ModelConfig& cfg, int elt, int n) {
+  a.layer_backward += context_ring_bytes_per_token(cfg, elt, n);
+  return a;
+}
+
 }  // namespace shardtrain::model

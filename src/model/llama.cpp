@@ -46,6 +46,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     // A mask per module and row, as PEFT draws one per module: the row's seed mixed with the layer
     // and the projection.
     if (a.dropout > 0) a.row_seeds = module_seeds(lora->row_seeds, layer, static_cast<int>(p));
+    a.tokens = lora->tokens;
     proj.adapter = std::move(a);
   }
   for (const Merged m : kMerged) {

@@ -109,20 +109,25 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed) {
   return lora_dropout_rows(x.unsqueeze(0), p, {seed}).squeeze(0);  // one row: the whole tensor
 }
 
-at::Tensor lora_dropout_rows(const at::Tensor& x, double p,
-                             const std::vector<uint64_t>& row_seeds) {
+at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds,
+                             const DropoutTokens& tokens) {
   if (p <= 0 || x.numel() == 0) return x;
   const int64_t rows = static_cast<int64_t>(row_seeds.size());
   if (rows == 0 || x.size(0) != rows)
     throw runtime::Error("LoRA dropout: " + std::to_string(rows) + " row seeds for an input of " +
                          std::to_string(x.size(0)) + " rows");
   // Drawn where x lives: no host mask and no copy per projection. [B, elements per row]
-  auto keep = at::empty({rows, x.numel() / rows}, x.options().dtype(at::kFloat));
+  const bool share = tokens.index.defined();
+  const int64_t per_row =
+      share ? x.numel() / rows / x.size(1) * tokens.row_tokens : x.numel() / rows;
+  auto keep = at::empty({rows, per_row}, x.options().dtype(at::kFloat));
   for (int64_t r = 0; r < rows; ++r) {
     at::Generator gen = dropout_generator(x.device(), row_seeds[r]);
     keep[r].bernoulli_(1.0 - p, gen);
   }
-  return x * (keep.view(x.sizes()) / (1.0 - p)).to(x.scalar_type());
+  if (share)  // the whole rows' masks, at the share's places
+    keep = keep.view({rows, tokens.row_tokens, -1}).index_select(1, tokens.index);
+  return x * (keep.reshape(x.sizes()) / (1.0 - p)).to(x.scalar_type());
 }
 
 namespace {
@@ -165,7 +170,7 @@ at::Tensor lora_linear(const at::Tensor& x, const at::Tensor& w, const LoraAdapt
 }
 
 at::Tensor lora_update(const at::Tensor& x, const LoraAdapter& adapter) {
-  const at::Tensor xd = lora_dropout_rows(x, adapter.dropout, adapter.row_seeds);
+  const at::Tensor xd = lora_dropout_rows(x, adapter.dropout, adapter.row_seeds, adapter.tokens);
   return at::linear(at::linear(xd, adapter.a), adapter.b) * adapter.scale;
 }
 

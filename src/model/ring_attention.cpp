@@ -43,8 +43,7 @@ at::Tensor scores(const at::Tensor& q, const at::Tensor& kr, const at::Tensor& m
   at::Tensor s = at::matmul(q.to(at::kFloat), kr.to(at::kFloat).transpose(-2, -1)).mul_(scale);
   at::Tensor allowed = mask;
   if (causal) {
-    const auto tril =
-        at::ones({q.size(2), kr.size(2)}, q.options().dtype(at::kBool)).tril();
+    const auto tril = at::ones({q.size(2), kr.size(2)}, q.options().dtype(at::kBool)).tril();
     allowed = allowed.defined() ? allowed.logical_and(tril) : tril;
   }
   if (allowed.defined()) s.masked_fill_(allowed.logical_not(), kNegInf);
@@ -62,8 +61,9 @@ struct Sel {
 };
 Sel select_block(int r, int s, int64_t c) {
   if (s == r) return {0, 2 * c, 0, 2 * c, true};
-  if (s < r) return {0, 2 * c, 0, c, false};  // both query chunks see all of chunk s, none of 2N-1-s
-  return {c, c, 0, 2 * c, false};             // only chunk 2N-1-r sees rank s's chunks
+  if (s < r)
+    return {0, 2 * c, 0, c, false};  // both query chunks see all of chunk s, none of 2N-1-s
+  return {c, c, 0, 2 * c, false};    // only chunk 2N-1-r sees rank s's chunks
 }
 
 // The mask beyond causality (sliding window, documents) for a block, as [B or 1, 1, ql, kl] bool;
@@ -162,9 +162,9 @@ std::array<at::Tensor, 3> ring_backward(const ContextLayout& cl, const at::Tenso
     if (!skip) {
       const auto rows = [&sel](const at::Tensor& t) { return t.narrow(2, sel.q0, sel.ql); };
       const auto keys = [&sel](const at::Tensor& t) { return t.narrow(2, sel.k0, sel.kl); };
-      const BlockGrads bg = block_attention_backward(rows(dout), rows(q), keys(ks), keys(vs),
-                                                     rows(out), rows(lse), rows(dsum), mask,
-                                                     sel.causal);
+      const BlockGrads bg =
+          block_attention_backward(rows(dout), rows(q), keys(ks), keys(vs), rows(out), rows(lse),
+                                   rows(dsum), mask, sel.causal);
       rows(dq).add_(bg.dq);
       keys(gk).add_(bg.dk);
       keys(gv).add_(bg.dv);
@@ -199,8 +199,8 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const auto* cl = reinterpret_cast<const ContextLayout*>(ctx->saved_data["layout"].toInt());
-    const auto g = ring_backward(*cl, grad_out[0], saved[0], saved[1], saved[2], saved[3],
-                                 saved[4], ctx->saved_data["window"].toInt());
+    const auto g = ring_backward(*cl, grad_out[0], saved[0], saved[1], saved[2], saved[3], saved[4],
+                                 ctx->saved_data["window"].toInt());
     return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
   }
 };
@@ -211,8 +211,8 @@ BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
                          const at::Tensor& mask, bool causal) {
   if (flash_block(q, mask)) {
     const auto t = [](const at::Tensor& x) { return x.transpose(1, 2).contiguous(); };
-    auto res = at::_flash_attention_forward(t(q), t(k), t(v), std::nullopt, std::nullopt,
-                                            q.size(2), k.size(2), 0.0, causal,
+    auto res = at::_flash_attention_forward(t(q), t(k), t(v), std::nullopt, std::nullopt, q.size(2),
+                                            k.size(2), 0.0, causal,
                                             /*return_debug_mask=*/false);
     return {std::get<0>(res).transpose(1, 2).to(at::kFloat), std::get<1>(res)};
   }

@@ -7,8 +7,7 @@
 namespace shardtrain::obs {
 
 const char* group_name(int g) {
-  static const char* names[RankSeries::kProcessGroups] = {"world", "shard", "replicate",
-                                                                         "context"};
+  static const char* names[RankSeries::kProcessGroups] = {"world", "shard", "replicate", "context"};
   return names[g];
 }
 

@@ -24,6 +24,22 @@ void PlanInput::validate() const {
     throw runtime::UsageError("--seq-len " + std::to_string(seq_len) +
                               " exceeds the model's max_position_embeddings (" +
                               std::to_string(model.max_position_embeddings) + ")");
+  if (context_parallel < 1)
+    throw runtime::UsageError("--context-parallel must be >= 1 (ranks per context group), got " +
+                              std::to_string(context_parallel));
+  if (gpus_per_node % context_parallel != 0)
+    throw runtime::UsageError("--context-parallel " + std::to_string(context_parallel) +
+                              " does not divide --gpus-per-node " + std::to_string(gpus_per_node) +
+                              ": a context group is that many ranks of one node");
+  for (int n : nodes)  // implied by the above; said by name should --gpus-per-node change meaning
+    if ((static_cast<int64_t>(n) * gpus_per_node) % context_parallel != 0)
+      throw runtime::UsageError("--context-parallel " + std::to_string(context_parallel) +
+                                " does not divide the " + std::to_string(n * gpus_per_node) +
+                                " GPUs of --nodes " + std::to_string(n));
+  if (context_parallel > 1 && packed)
+    throw runtime::UsageError("--context-parallel " + std::to_string(context_parallel) +
+                              " with --packed: the planner does not model the ring's document "
+                              "masks; plan unpacked rows");
   if (!(default_mfu > 0 && default_mfu <= 1)) throw runtime::UsageError("--mfu must be in (0, 1]");
   if (fsdp.no_sync_accumulation && grad_accum < 2)
     throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");

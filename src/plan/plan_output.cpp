@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "shardtrain/model/activation_memory.h"
 #include "shardtrain/report/chart.h"
 
 namespace shardtrain::plan {
@@ -17,9 +18,16 @@ std::string describe(const PlanInput& in) {
   std::ostringstream os;
   os << in.model.name << " (" << in.model.num_params() / 1000000 << "M parameters), " << in.gpu.name
      << " x " << in.gpus_per_node << " per node, fabric " << in.fabric.name << "; seq "
-     << in.seq_len << (in.packed ? " packed" : "") << ", batch " << in.batch_size
-     << " per rank, grad-accum " << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype)
-     << " params, " << c10::toString(in.fsdp.reduce_dtype) << " reduce"
+     << in.seq_len << (in.packed ? " packed" : "")
+     << (in.context_parallel > 1
+             ? ", context parallel " + std::to_string(in.context_parallel) + " (" +
+                   std::to_string(model::context_tokens_per_rank(in.seq_len, in.context_parallel)) +
+                   " tokens per rank per row)"
+             : "")
+     << ", batch " << in.batch_size
+     << (in.context_parallel > 1 ? " per context group" : " per rank") << ", grad-accum "
+     << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
+     << c10::toString(in.fsdp.reduce_dtype) << " reduce"
      << (in.fsdp.activation_checkpointing
              ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing)
              : "")
@@ -34,6 +42,38 @@ std::string describe(const PlanInput& in) {
                    "% MFU (default)"
              : "calibrated from " + in.calibration.source);
   return os.str();
+}
+
+// The ring's line under the table: its bytes and time per layer, and whether the blocks hide it.
+std::string ring_line(const PlanInput& in) {
+  const RingCost k = ring_cost(in);
+  const double mb = 1e6, ms = 1e-3;
+  char line[1200];
+  std::snprintf(
+      line, sizeof line,
+      "context parallel %d, ring per layer and micro-batch: forward %d x %.1f MB of K/V = %.1f MB "
+      "in %.3f ms, backward %d x %.1f MB of K/V + %d x %.1f MB of fp32 dK/dV = %.1f MB in %.3f "
+      "ms, at %.0f GB/s (the fabric's intra-node all-gather busbw); block attention per ring "
+      "step %.3f ms forward, %.3f ms backward: ",
+      k.n, k.n - 1, k.kv_bytes / mb, k.forward_bytes / mb, k.forward_s / ms, k.n - 1,
+      k.kv_bytes / mb, k.n, k.dkv_bytes / mb, k.backward_bytes / mb, k.backward_s / ms,
+      k.busbw_gbps, k.block_forward_s / ms, k.block_backward_s / ms);
+  std::string out = line;
+  if (k.hidden)
+    std::snprintf(line, sizeof line,
+                  "hidden, but for the last dK/dV hop of each layer's backward (%.3f ms)",
+                  k.dkv_s / ms);
+  else
+    std::snprintf(line, sizeof line,
+                  "NOT hidden, exposed %.3f ms forward and %.3f ms backward per layer",
+                  k.exposed_forward_s / ms, k.exposed_backward_s / ms);
+  return out + line + "; ring-exp: the ring's share of the step that waits\n";
+}
+
+std::string size_list(const std::vector<int>& sizes) {
+  std::string out;
+  for (int n : sizes) out += (out.empty() ? "" : ", ") + std::to_string(n);
+  return out;
 }
 
 }  // namespace
@@ -54,6 +94,8 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
                   "adam(s)", "adam-exp");
     os << line;
   }
+  const bool ring = in.context_parallel > 1;
+  if (ring) os << "  ring-exp";
   os << "\n";
   for (const auto& r : rows) {
     const int64_t other = r.total - r.state_at_peak() - r.gathered - r.activations;
@@ -71,6 +113,10 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
                     gib(r.host_bytes_per_node), r.h2d_s + r.d2h_s,
                     100 * r.exposed_copy_s / r.step_s, r.cpu_optimizer_s,
                     100 * r.optimizer_s / r.step_s);
+      os << line;
+    }
+    if (ring) {
+      std::snprintf(line, sizeof line, "  %7.1f%%", 100 * r.ring_exposed_s / r.step_s);
       os << line;
     }
     os << "\n";
@@ -108,6 +154,23 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
                ? "; hosts with more memory (--host-memory-gib)"
                : "")
        << "\n";
+  if (const ContextSearch cs = search_context_parallel(in, rows); cs.ran) {
+    const std::string tried = "tried " + size_list(cs.sizes) +
+                              ", the divisors of --gpus-per-node " +
+                              std::to_string(in.gpus_per_node);
+    if (cs.size > 0)
+      os << "smallest context parallel that fits: " << cs.size
+         << (cs.added_checkpointing ? " with --activation-checkpointing full" : "") << " ("
+         << fsdp::sharding_name(cs.best.sharding) << " on " << cs.best.nodes << " node(s), "
+         << static_cast<int64_t>(std::lround(cs.best.tokens_per_s_per_gpu)) << " tokens/s per GPU, "
+         << std::lround(gib(cs.best.total)) << " GiB of " << std::lround(gib(in.gpu.memory_bytes))
+         << " GiB; " << tried << "): plan it with --context-parallel " << cs.size
+         << (cs.added_checkpointing ? " --activation-checkpointing full" : "") << "\n";
+    else
+      os << "no context parallel fits (" << tried
+         << (cs.sizes.empty() ? "" : ", with --activation-checkpointing full too") << ")\n";
+  }
+  if (ring) os << ring_line(in);
   os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every "
         "gradient shard exists, at the "
         "optimizer step (and no-sync buffers, a LoRA base); the same with or without activation "
@@ -152,7 +215,7 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
         "total_bytes,fits,headroom_bytes,"
         "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency,"
         "staging_bytes,host_bytes,host_bytes_per_node,host_memory_bytes,host_fits,"
-        "h2d_s,d2h_s,exposed_copy_s,cpu_optimizer_s\n";
+        "h2d_s,d2h_s,exposed_copy_s,cpu_optimizer_s,context_parallel,ring_exposed_s\n";
   for (const auto& r : rows)
     os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size
        << ',' << r.replicas << ',' << r.state.param_bytes << ',' << r.state.grad_bytes << ','
@@ -164,7 +227,8 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
        << r.step_s << ',' << r.tokens_per_s_per_gpu << ',' << r.mfu << ',' << r.efficiency << ','
        << r.staging << ',' << r.state.host_bytes << ',' << r.host_bytes_per_node << ','
        << static_cast<int64_t>(r.host_memory_bytes) << ',' << (r.host_fits ? 1 : 0) << ','
-       << r.h2d_s << ',' << r.d2h_s << ',' << r.exposed_copy_s << ',' << r.cpu_optimizer_s << '\n';
+       << r.h2d_s << ',' << r.d2h_s << ',' << r.exposed_copy_s << ',' << r.cpu_optimizer_s << ','
+       << r.context_parallel << ',' << r.ring_exposed_s << '\n';
   return os.str();
 }
 
@@ -185,6 +249,35 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
         {"cores_per_rank", std::max(1, host.cores_per_gpu)},
         {"pcie_gbps", host.pcie_gbps}};
   }
+  const RingCost k = ring_cost(in);
+  j["context_parallel"] = {{"size", in.context_parallel},
+                           {"given", in.context_parallel_given},
+                           {"tokens_per_rank_per_row", k.tokens_per_rank}};
+  if (k.n > 1)  // per decoder layer and micro-batch, one rank
+    j["context_parallel"]["ring"] = {{"kv_hop_bytes", k.kv_bytes},
+                                     {"dkv_hop_bytes", k.dkv_bytes},
+                                     {"forward_bytes_per_layer", k.forward_bytes},
+                                     {"backward_bytes_per_layer", k.backward_bytes},
+                                     {"busbw_gbps", k.busbw_gbps},
+                                     {"forward_s_per_layer", k.forward_s},
+                                     {"backward_s_per_layer", k.backward_s},
+                                     {"block_forward_s", k.block_forward_s},
+                                     {"block_backward_s", k.block_backward_s},
+                                     {"exposed_forward_s_per_layer", k.exposed_forward_s},
+                                     {"exposed_backward_s_per_layer", k.exposed_backward_s},
+                                     {"hidden", k.hidden}};
+  // Only when nothing fits and --context-parallel was not given; size 0: none fits.
+  const ContextSearch cs = search_context_parallel(in, rows);
+  j["smallest_context_parallel"] =
+      cs.ran
+          ? nlohmann::json{{"size", cs.size},
+                           {"tried", cs.sizes},
+                           {"with_activation_checkpointing_full", cs.added_checkpointing},
+                           {"strategy", cs.size > 0 ? fsdp::sharding_name(cs.best.sharding) : ""},
+                           {"nodes", cs.best.nodes},
+                           {"tokens_per_s_per_gpu", cs.best.tokens_per_s_per_gpu},
+                           {"total_bytes", cs.best.total}}
+          : nlohmann::json();
   j["compute_tflops"] = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops
                                                           : in.gpu.peak_tflops * in.default_mfu;
   j["rows"] = nlohmann::json::array();
@@ -194,6 +287,7 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                          {"ranks", r.ranks},
                          {"shard_size", r.shard_size},
                          {"replicas", r.replicas},
+                         {"context_parallel", r.context_parallel},
                          {"memory",
                           {{"params", r.state.param_bytes},
                            {"grads", r.state.grad_bytes},
@@ -228,6 +322,7 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                            {"d2h_s", r.d2h_s},
                            {"exposed_copy_s", r.exposed_copy_s},
                            {"cpu_optimizer_s", r.cpu_optimizer_s},
+                           {"ring_exposed_s", r.ring_exposed_s},
                            {"step_s", r.step_s}}},
                          {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
                          {"mfu", r.mfu},

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "shardtrain/model/activation_memory.h"
 #include "shardtrain/model/flops.h"
@@ -70,6 +71,13 @@ Fp8Costs fp8_costs(const model::ModelConfig& m, model::Fp8Mode mode, int64_t tok
   const double t = static_cast<double>(tokens);
   return {2.0 * weights * t, t * in * element + weights * weight,
           t * out * element + weights * weight};
+}
+
+// The compute rates, TFLOP/s per device: calibrated, or the default MFU of the GPU's peak.
+std::pair<double, double> rates(const PlanInput& in) {
+  if (in.calibration.compute_tflops > 0)
+    return {in.calibration.forward_tflops, in.calibration.backward_tflops};
+  return {in.gpu.peak_tflops * in.default_mfu, in.gpu.peak_tflops * in.default_mfu};
 }
 
 struct UnitComm {  // seconds, per micro-batch unless said
@@ -139,12 +147,13 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   model::ActivationBytes act = layout->activation_bytes(pe, in.packed ? &packed : nullptr);
   if (in.fsdp.fp8 != model::Fp8Mode::kOff)
     act = model::with_fp8(act, m, pe, in.fsdp.fused_layers, &in.fsdp.lora);
-  const bool calibrated = in.calibration.compute_tflops > 0;
-  const double fwd_tflops =
-      calibrated ? in.calibration.forward_tflops : in.gpu.peak_tflops * in.default_mfu;
-  const double bwd_tflops =
-      calibrated ? in.calibration.backward_tflops : in.gpu.peak_tflops * in.default_mfu;
-  const int64_t tokens_mb = in.batch_size * in.seq_len;  // per rank per micro-batch
+  const auto [fwd_tflops, bwd_tflops] = rates(in);
+  // Context parallelism: a rank holds its share of each row; every activation is per token.
+  const int cp = in.context_parallel;
+  const int64_t rank_seq = model::context_tokens_per_rank(in.seq_len, cp);
+  act = model::with_context_parallel(act, m, pe, cp);
+  const RingCost ring = ring_cost(in);
+  const int64_t tokens_mb = in.batch_size * rank_seq;  // per rank per micro-batch
   const HostSpec host = host_spec(in.gpu);
   for (Sharding s : in.strategies) {
     for (int nodes : in.nodes) {
@@ -152,6 +161,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.nodes = nodes;
       r.ranks = nodes * in.gpus_per_node;
       r.sharding = s;
+      r.context_parallel = cp;
       runtime::Topology topo{0, r.ranks, 0, in.gpus_per_node, 0, nodes};
       const comm::GroupLayout g = fsdp::group_layout(s, topo, in.fsdp.shard_group_size);
       r.shard_size = g.shard_size;
@@ -161,8 +171,8 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       fsdp::FsdpConfig cfg = in.fsdp;
       cfg.sharding = s;
       r.state = fsdp::persistent_bytes(sizes, cfg.no_sync_accumulation, pe, cfg.cpu_offload);
-      const fsdp::StepShape shape{in.batch_size, in.seq_len,           in.grad_accum, pe, re,
-                                  r.shard_size,  m.tie_word_embeddings};
+      const fsdp::StepShape shape{
+          in.batch_size, rank_seq, in.grad_accum, pe, re, r.shard_size, m.tie_word_embeddings};
       const fsdp::StepPeak peak = fsdp::step_peak(sizes, cfg, shape, act, r.state.persistent());
       r.grads_at_peak = peak.grad_shards;
       r.gathered = peak.gathered;
@@ -197,7 +207,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const bool regather = fsdp::reshard_after_forward(s);
       const int U = static_cast<int>(base.size());
       std::vector<UnitComm> c(U);
-      std::vector<double> fwd(U), bwd(U);
+      std::vector<double> fwd(U), bwd(U), ring_f(U), ring_b(U);  // ring: its exposed seconds
       const double backward_ratio = layout->backward_flops_ratio();
       const std::vector<bool> runs_backward = fsdp::runs_backward(sizes);
       for (int u = 0; u < U; ++u) {
@@ -210,6 +220,10 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         const bool recompute = base[u].kind == model::UnitKind::kDecoderLayer &&
                                cfg.activation_checkpointing.full(u - 1);
         bwd[u] = backward_ratio * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
+        if (base[u].kind == model::UnitKind::kDecoderLayer) {  // a recomputed forward rings again
+          ring_f[u] = ring.exposed_forward_s;
+          ring_b[u] = ring.exposed_backward_s + (recompute ? ring.exposed_forward_s : 0.0);
+        }
         if (cfg.fp8 != model::Fp8Mode::kOff && base[u].kind == model::UnitKind::kDecoderLayer) {
           // The projections' GEMMs at the float8 rate (the same efficiency at its peak), the
           // casts at the memory bandwidth; attention, norms and the rest as they were.
@@ -252,7 +266,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         for (int mb = 0; mb < passes; ++mb) {
           total += h2d(0) + c[0].gather;  // the first gather is exposed
           for (int u = 0; u < U; ++u)
-            total += std::max(fwd[u], u + 1 < U ? h2d(u + 1) + c[u + 1].gather : 0.0);
+            total += std::max(fwd[u] + ring_f[u], u + 1 < U ? h2d(u + 1) + c[u + 1].gather : 0.0);
           if (mb == 0 && copies) forward = total;
           total += h2d_again(U - 1) + c[U - 1].regather;
           for (int u = U - 1; u >= 0; --u) {
@@ -260,7 +274,8 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
             const bool after = reduce_now && u + 1 < U;
             const double collectives = before + (u > 0 ? c[u - 1].regather : 0.0) +
                                        (after ? c[u + 1].reduce + c[u + 1].replicate : 0.0);
-            total += std::max({bwd[u], collectives, before + (after ? d2h(u + 1) : 0.0)});
+            total +=
+                std::max({bwd[u] + ring_b[u], collectives, before + (after ? d2h(u + 1) : 0.0)});
           }
           if (reduce_now)  // the last reduction and its copy wait before the optimizer
             total += c[0].reduce + c[0].replicate + d2h(0);
@@ -272,6 +287,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       double compute = 0, comm_total = 0;
       for (int u = 0; u < U; ++u) {
         compute += passes * (fwd[u] + bwd[u]);
+        r.ring_exposed_s += passes * (ring_f[u] + ring_b[u]);
         comm_total += passes * (c[u].gather + c[u].regather) +
                       (reduce_now ? passes : 1) * (c[u].reduce + c[u].replicate);
         r.h2d_s += passes * (c[u].h2d + c[u].h2d_again);
@@ -279,10 +295,10 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       }
       double total = schedule(false), with_copies = schedule(true);
       if (!in.fabric.overlaps_compute) {  // MPI on CPU: collectives progress only when waited on
-        total = compute + comm_total;
+        total = compute + comm_total + r.ring_exposed_s;
         with_copies = total + r.h2d_s + r.d2h_s;
         forward = 0;
-        for (int u = 0; u < U; ++u) forward += fwd[u] + c[u].gather + c[u].h2d;
+        for (int u = 0; u < U; ++u) forward += fwd[u] + ring_f[u] + c[u].gather + c[u].h2d;
       }
       int64_t shard_elems = 0;
       for (const auto& t : sizes.trainable_units()) shard_elems += t.shard_numel;
@@ -311,10 +327,12 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       }
       r.compute_s = compute;
       r.comm_s = comm_total;
-      r.exposed_comm_s = total - compute;
+      r.exposed_comm_s = total - compute - r.ring_exposed_s;  // FSDP's collectives
       r.exposed_copy_s = with_copies - total;
       r.step_s = with_copies + r.optimizer_s;
-      const double tokens_per_gpu = static_cast<double>(tokens_mb * in.grad_accum);
+      // The group's rows over its cp ranks (global tokens / step / GPUs), padding not counted.
+      const double tokens_per_gpu =
+          static_cast<double>(in.batch_size * in.seq_len * in.grad_accum) / cp;
       r.tokens_per_s_per_gpu = tokens_per_gpu / r.step_s;
       r.mfu = in.gpu.peak_tflops > 0
                   ? r.tokens_per_s_per_gpu * model::flops_per_token(m, in.seq_len) *
@@ -328,6 +346,78 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       rows[i].efficiency = rows[i].tokens_per_s_per_gpu / rows[first].tokens_per_s_per_gpu;
   }
   return rows;
+}
+
+RingCost ring_cost(const PlanInput& in) {
+  RingCost k;
+  k.n = in.context_parallel;
+  k.tokens_per_rank = model::context_tokens_per_rank(in.seq_len, k.n);
+  if (k.n <= 1) return k;
+  const model::ModelConfig& m = in.model;
+  const double kv = static_cast<double>(m.num_kv_heads * m.head_dim());
+  const double t = static_cast<double>(in.batch_size * k.tokens_per_rank);  // per micro-batch
+  const int n = k.n;
+  k.kv_bytes = 2.0 * elt_of(in.fsdp.param_dtype) * kv * t;
+  k.dkv_bytes = 2.0 * 4 * kv * t;  // ring_attention.cpp accumulates dK/dV in fp32
+  k.forward_bytes = (n - 1) * k.kv_bytes;
+  k.backward_bytes = (n - 1) * k.kv_bytes + n * k.dkv_bytes;
+  // One hop sends a buffer to the next rank: one step of an intra-node ring all-gather of two.
+  k.kv_s = in.fabric.seconds(Op::kAllGather, 2 * k.kv_bytes, 2, false);
+  k.dkv_s = in.fabric.seconds(Op::kAllGather, 2 * k.dkv_bytes, 2, false);
+  k.busbw_gbps = in.fabric.intra.at(Op::kAllGather).busbw(k.kv_bytes);
+  k.forward_s = (n - 1) * k.kv_s;
+  k.backward_s = (n - 1) * k.kv_s + n * k.dkv_s;
+  // A zigzag ring step is the causal half of a (tokens per rank)^2 block: QK^T and PV.
+  const double flops = static_cast<double>(in.batch_size) * 0.5 *
+                       static_cast<double>(k.tokens_per_rank) *
+                       static_cast<double>(k.tokens_per_rank) * 4.0 * m.num_heads * m.head_dim();
+  const auto [fwd_tflops, bwd_tflops] = rates(in);
+  k.block_forward_s = flops / (fwd_tflops * 1e12);
+  k.block_backward_s = 2 * flops / (bwd_tflops * 1e12);
+  if (!in.fabric.overlaps_compute) {  // MPI on CPU: every hop waits
+    k.exposed_forward_s = k.forward_s;
+    k.exposed_backward_s = k.backward_s;
+    return k;
+  }
+  // Forward: hop i+1's K/V travel during block i. Backward: block i hides the next K/V and the
+  // previous block's dK/dV (one link, added); the last dK/dV hop to the owner always waits.
+  k.exposed_forward_s = (n - 1) * std::max(0.0, k.kv_s - k.block_forward_s);
+  double steps = 0;
+  for (int i = 0; i < n; ++i)
+    steps +=
+        std::max(0.0, (i + 1 < n ? k.kv_s : 0.0) + (i > 0 ? k.dkv_s : 0.0) - k.block_backward_s);
+  k.exposed_backward_s = steps + k.dkv_s;
+  k.hidden = k.exposed_forward_s == 0 && steps == 0;
+  return k;
+}
+
+ContextSearch search_context_parallel(const PlanInput& in, const std::vector<PlanRow>& rows) {
+  ContextSearch s;
+  if (in.context_parallel_given || in.packed || best_row(rows)) return s;
+  s.ran = true;
+  for (int n = 2; n <= in.gpus_per_node; ++n)
+    if (in.gpus_per_node % n == 0) s.sizes.push_back(n);
+  const auto first_fit = [&](const fsdp::ActivationCheckpointing& ac) {
+    for (int n : s.sizes) {
+      PlanInput t = in;
+      t.context_parallel = n;
+      t.fsdp.activation_checkpointing = ac;
+      const std::vector<PlanRow> planned = plan_rows(t);
+      if (const PlanRow* b = best_row(planned)) {
+        s.size = n;
+        s.best = *b;
+        return true;
+      }
+    }
+    return false;
+  };
+  if (first_fit(in.fsdp.activation_checkpointing)) return s;
+  // As "nothing fits" advises: full checkpointing on every layer next.
+  const fsdp::ActivationCheckpointing& ac = in.fsdp.activation_checkpointing;
+  if ((ac.mode != fsdp::Recompute::kFull || ac.every != 1) &&
+      first_fit({fsdp::Recompute::kFull, 1}))
+    s.added_checkpointing = true;
+  return s;
 }
 
 const PlanRow* best_row(const std::vector<PlanRow>& rows) {

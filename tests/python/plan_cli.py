@@ -125,6 +125,17 @@ assert r.returncode == 0 and "nothing fits" in r.stdout, r.stdout
 assert "full_shard on 1 node(s) does not fit the host: 134.6 GiB" in r.stdout and "exceeds 100.0 GiB" in r.stdout, r.stdout
 print("plan --cpu-offload: 8B on one H100 fits offloaded only; a 100 GiB host refuses it")
 
+# --context-parallel: a 128k row of Llama 3.1 8B fits no p5 rank whole; the plan names the smallest
+# context group that fits, and planning that group fits, with the ring's line under the table.
+r = plan("--model", "llama3.1-8b", "--seq-len", "131072", "--nodes", "1")
+m = re.search(r"smallest context parallel that fits: (\d+)( with --activation-checkpointing full)?", r.stdout)
+assert r.returncode == 0 and "nothing fits" in r.stdout and m, r.stdout
+r = plan("--model", "llama3.1-8b", "--seq-len", "131072", "--nodes", "1", "--context-parallel", m.group(1),
+         *(["--activation-checkpointing", "full"] if m.group(2) else []))
+assert r.returncode == 0 and "best that fits:" in r.stdout and f"context parallel {m.group(1)}, ring per layer" in r.stdout, r.stdout
+assert r.stdout.splitlines()[1].split()[-1] == "ring-exp", r.stdout  # the ring's column, last
+print(f"plan --context-parallel: 128k on p5 fits at {m.group(1)}{m.group(2) or ''}")
+
 j = json.loads(plan("--model", "llama2-7b", "--nodes", "1,2", "--strategy", "hybrid_shard", "--json").stdout)
 assert [r["nodes"] for r in j["rows"]] == [1, 2] and j["rows"][0]["shard_size"] == 8
 assert j["rows"][1]["replicas"] == 2
@@ -163,6 +174,7 @@ for args, option in [
     (["--model", "llama2-7b", "--seq-len", "9000"], "--seq-len"),
     (["--gpu", "h100-80gb"], "--model"),
     (["--model", "llama2-7b", "--host-memory-gib", "100"], "--host-memory-gib"),
+    (["--model", "llama2-7b", "--context-parallel", "3"], "--context-parallel 3 does not divide --gpus-per-node 8"),
     (["--model", "llama2-7b", "--cpu-offload", "--host-memory-gib", "-1"], "--host-memory-gib"),
 ]:
     r = plan(*args)

@@ -61,6 +61,10 @@ std::string probe_writable_file(const std::string& path);
 void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
                const runtime::MpiEnv& env);
 
+// --context-parallel (and the strategy's groups) where the ranks cannot form them, before
+// anything else is spent: one agreed line naming the option (the first rank's reason).
+void check_groups(const fsdp::FsdpConfig& cfg, const runtime::MpiEnv& env);
+
 // Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written.
 void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);
 

@@ -71,8 +71,7 @@ class Communicator {
   // Point to point, both at once: `send` to rank dst and `recv` (same size and dtype, another
   // buffer) from rank src; every rank of a ring calls it together (context parallelism's K/V).
   // Backends without point-to-point (tests' stand-ins) throw.
-  virtual WorkPtr send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv,
-                                  int src);
+  virtual WorkPtr send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv, int src);
   // The MPI communicator over the same ranks: every group is bootstrapped from MPI, and
   // checkpoints (MPI-IO) and watchdogs use it beside NCCL.
   virtual MPI_Comm mpi() const = 0;

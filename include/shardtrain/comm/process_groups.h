@@ -1,7 +1,8 @@
 // Process groups made from MPI alone (MPI_Comm_split): the world, the shard group (parameters
 // are split across it), the replicate group (holds copies) and the context group (the ranks that
-// share each sequence under context parallelism: a ring of N consecutive ranks). Which ranks go together is the
-// sharding strategy's business (fsdp/sharding.h); comm only builds what a GroupLayout says.
+// share each sequence under context parallelism: a ring of N consecutive ranks). Which ranks go
+// together is the sharding strategy's business (fsdp/sharding.h); comm only builds what a
+// GroupLayout says.
 #pragma once
 #include <array>
 #include <functional>

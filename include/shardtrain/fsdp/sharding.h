@@ -80,7 +80,7 @@ comm::GroupLayout group_layout(Sharding s, const runtime::Topology& topo, int sh
 // groups (CUDA builds, nccl = true).
 comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo,
                                         bool nccl = false, const std::string& host = "");
-comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo,
-                                    int shard_group_size, int context_parallel = 1);
+comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size,
+                                    int context_parallel = 1);
 
 }  // namespace shardtrain::fsdp

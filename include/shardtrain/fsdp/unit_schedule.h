@@ -31,6 +31,7 @@ struct Pass {
   bool empty = false;               // this rank has no rows: it still joins every collective
   bool train = false;               // LoRA dropout applies
   std::vector<uint64_t> row_seeds;  // [B] LoRA dropout's, the same in forward and in the recompute
+  model::DropoutTokens dropout_tokens;  // context parallelism: the share's places (forward sets)
   bool fused_head =
       false;  // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
   at::Tensor head_weight;     // fused_head: lm_head's view from the same split as the norm's (one
@@ -105,7 +106,7 @@ class UnitSchedule {
   comm::ProcessGroups& groups_;
   at::Device device_;
   model::Rotary rope_;
-  model::ContextRing ring_;  // the context group as a ring (size 1: no context parallelism)
+  model::ContextRing ring_;          // the context group as a ring (size 1: no context parallelism)
   std::vector<FlatUnit> units_;      // [num_layers + 2], model_units() order
   std::vector<FlatUnit> adapters_;   // [num_layers + 2] beside a frozen base; empty otherwise
   std::vector<UnitParts> parts_;     // [units], pointing into units_ and adapters_

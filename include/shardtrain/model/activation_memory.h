@@ -42,6 +42,17 @@ struct PackedRows {
 ActivationBytes with_fp8(ActivationBytes a, const ModelConfig& cfg, int elt, bool merged,
                          const LoraConfig* lora);
 
+// Context parallelism (train --context-parallel n, model/context_parallel.h): a row is padded to a
+// multiple of 2n tokens and each rank of the group holds 2 of its 2n chunks; this is its share.
+int64_t context_tokens_per_rank(int64_t seq_len, int n);
+// Per token of the rank, the ring's buffers while a layer's attention backward runs (its forward
+// holds fewer): two K/V buffers in the compute dtype (current, in flight) and two dK/dV buffers in
+// fp32 (model/ring_attention.cpp accumulates them in fp32). 0 for n = 1.
+int64_t context_ring_bytes_per_token(const ModelConfig& cfg, int elt, int n);
+// `a` with the ring's buffers added to layer_backward, the transient of a layer's backward; every
+// other term is per token already, so the caller counts the rank's tokens only.
+ActivationBytes with_context_parallel(ActivationBytes a, const ModelConfig& cfg, int elt, int n);
+
 // elt: bytes of the compute dtype (4 fp32, 2 bf16). lora: nullptr or disabled for full fine-tuning.
 // packed: nullptr for one document per row.
 ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt,

@@ -18,9 +18,9 @@ namespace shardtrain::model {
 int64_t context_padded_length(int64_t T, int n);
 // Pure: the first global token of each of rank r's two chunks in a padded row of Tp tokens.
 struct ZigzagChunks {
-  int64_t len = 0;           // Tp / 2n
-  int64_t first = 0;         // chunk r starts here
-  int64_t second = 0;        // chunk 2n-1-r starts here
+  int64_t len = 0;     // Tp / 2n
+  int64_t first = 0;   // chunk r starts here
+  int64_t second = 0;  // chunk 2n-1-r starts here
 };
 ZigzagChunks zigzag_chunks(int64_t Tp, int n, int r);
 // [2 * Tp / 2n] int64: rank r's tokens' places in the padded row, chunk r then chunk 2n-1-r.
@@ -56,7 +56,7 @@ ContextShard context_shard(const Batch& full, int n, int r);
 struct ContextLayout {
   ContextRing ring;
   int64_t full_len = 0;
-  at::Tensor doc;  // [B, Tp] int64 on the device; undefined: one document per row
+  at::Tensor doc;                  // [B, Tp] int64 on the device; undefined: one document per row
   c10::Device device = c10::kCPU;  // where the masks are built
 };
 

@@ -31,7 +31,8 @@ struct LoraRun {
   WeightLookup adapter;
   std::vector<uint64_t>
       row_seeds;  // [B] dropout: each row's seed, mixed with the layer and target (module_seeds)
-  bool train = false;  // dropout only in training
+  bool train = false;    // dropout only in training
+  DropoutTokens tokens;  // context parallelism: the share's places in its rows (dropout masks)
 };
 
 // A projection with the parts it has: its weight and, when LoRA targets it, an adapter. Which

@@ -47,8 +47,15 @@ at::Tensor init_lora_param(const ParamSpec& spec, uint64_t seed);
 // the same mask on one device type; CPU and CUDA masks differ. p == 0 returns x.
 at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t seed);
 // The same per row: x [B, ...] row b gets the mask lora_dropout draws for row_seeds[b] (B seeds),
-// so a row's mask is the same whichever rank or micro-batch holds it.
-at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds);
+// so a row's mask is the same whichever rank or micro-batch holds it. A context-parallel share
+// (tokens defined): x [B, L, ...] holds tokens [L] of rows of row_tokens tokens; each gets the
+// mask its place in the whole row gets (places past the row: the row's last token's).
+struct DropoutTokens {
+  at::Tensor index;        // [L] int64 on x's device; undefined: x holds whole rows
+  int64_t row_tokens = 0;  // tokens in a whole row
+};
+at::Tensor lora_dropout_rows(const at::Tensor& x, double p, const std::vector<uint64_t>& row_seeds,
+                             const DropoutTokens& tokens = {});
 // Each row's dropout seed from (seed, epoch, sample id): the sample's place in the data, never
 // the rank, the micro-batch or a pass count, so every layout and a resume draw the same masks.
 std::vector<uint64_t> dropout_row_seeds(uint64_t seed, int64_t epoch,
@@ -63,7 +70,8 @@ struct LoraAdapter {
   double scale = 1;    // alpha / r
   double dropout = 0;  // 0 outside training
   std::vector<uint64_t>
-      row_seeds;  // [B] one mask per module and row (module_seeds); as PEFT, one per module
+      row_seeds;         // [B] one mask per module and row (module_seeds); as PEFT, one per module
+  DropoutTokens tokens;  // a context-parallel share's places in its rows
 };
 // x W^T + bias + (xd A^T) B^T * scale, where xd is x after dropout (PEFT's lora.Linear.forward:
 // the base layer, bias included, then the adapter). bias: [out], or undefined for none.

@@ -36,7 +36,11 @@ struct PlanInput {
   double default_mfu = 0.37;  // compute efficiency without --calibrate (fms-fsdp, 7B, H100, eager)
   bool allowances = true;     // NCCL and allocator allowances (off for the CPU validation)
   double host_memory_bytes = 0;  // --host-memory-gib: per node, replaces the instance's; 0: its
-  void validate() const;         // throws UsageError naming the option to change (plan's)
+  // --context-parallel: ranks of one node per context group (batch_size then counts rows per
+  // group); not given: 1, and when nothing fits the plan names the smallest that does.
+  int context_parallel = 1;
+  bool context_parallel_given = false;
+  void validate() const;  // throws UsageError naming the option to change (plan's)
 };
 
 struct PlanRow {
@@ -53,6 +57,7 @@ struct PlanRow {
   int64_t engine_peak = 0;  // the engine's own accounting (no activations)
   int64_t total = 0;        // tensor_peak + allowances
   int gathered_units = 0;
+  int context_parallel = 1;
   bool fits = false;    // the device's memory and, with --cpu-offload, the host's
   double headroom = 0;  // bytes left (negative: short by)
   // --cpu-offload: the offloaded state of the node's ranks against the host's memory (0: unknown).
@@ -65,6 +70,8 @@ struct PlanRow {
   // --cpu-offload: host-to-device and device-to-host copies in all, what of them the step waits
   // for, and the CPU's AdamW in all.
   double h2d_s = 0, d2h_s = 0, exposed_copy_s = 0, cpu_optimizer_s = 0;
+  // --context-parallel: what of the ring's K/V and dK/dV transfers the step waits for.
+  double ring_exposed_s = 0;
   double tokens_per_s_per_gpu = 0, mfu = 0,
          efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
 
@@ -73,6 +80,35 @@ struct PlanRow {
   int64_t sharded_state() const { return state.persistent() + state.grad_bytes; }
   int64_t state_at_peak() const { return state.persistent() + grads_at_peak; }
 };
+
+// The context-parallel ring of one decoder layer per micro-batch on one rank (0s at n = 1): bytes
+// each rank sends, their time at the fabric's intra-node all-gather busbw (NVLink), and the block
+// attention they hide behind: per ring step the causal half of (tokens per rank)^2, at the
+// planner's rate. Backward: 2x the block's forward FLOPs; the last dK/dV hop always waits.
+struct RingCost {
+  int n = 1;
+  int64_t tokens_per_rank = 0;                   // per row
+  double kv_bytes = 0, dkv_bytes = 0;            // one hop: K/V in the compute dtype, dK/dV in fp32
+  double forward_bytes = 0, backward_bytes = 0;  // (n-1) K/V; (n-1) K/V + n dK/dV
+  double kv_s = 0, dkv_s = 0, busbw_gbps = 0;    // one hop each, and the busbw at kv_bytes
+  double forward_s = 0, backward_s = 0;          // every hop, unhidden
+  double block_forward_s = 0, block_backward_s = 0;      // one ring step's attention
+  double exposed_forward_s = 0, exposed_backward_s = 0;  // what the blocks do not hide
+  bool hidden = false;  // every hop but backward's last fits under its block
+};
+RingCost ring_cost(const PlanInput& in);
+
+// When nothing fits and --context-parallel was not given: the smallest context group (any
+// divisor of --gpus-per-node above 1, in order) whose plan fits, with the input's activation
+// checkpointing, else with full checkpointing on every layer.
+struct ContextSearch {
+  bool ran = false;
+  std::vector<int> sizes;            // the sizes tried
+  int size = 0;                      // 0: none fits
+  bool added_checkpointing = false;  // fits only with --activation-checkpointing full
+  PlanRow best;
+};
+ContextSearch search_context_parallel(const PlanInput& in, const std::vector<PlanRow>& rows);
 
 // Throws UsageError naming the option when a node count does not fit the shard group.
 std::vector<PlanRow> plan_rows(const PlanInput& in);

@@ -63,6 +63,34 @@ TEST(Cli, Fp8IsRefusedByNameWhereItCannotRun) {
                      "--fp8 rowwise: gate_proj is [180, 64]: float8 GEMMs need both dimensions in "
                      "multiples of 16");
 }
+// --context-parallel: a size that does not divide the ranks per node is one line and exit 2 on
+// every rank, generate refuses it, and eval in groups of 2 gives the loss eval gives without.
+TEST(Cli, ContextParallelIsRefusedWhereItCannotSplitAndEvalAgrees) {
+  const std::string t = "train --model tiny --threads 1 --steps 1 --device cpu" + kData;
+  expect_usage_error(t + "--context-parallel 0", "--context-parallel must be 1 or more");
+  const std::string two = std::string(SHARDTRAIN_MPIEXEC) + "2 ";
+  expect_one_line_exit2(run(t + "--context-parallel 3", two),
+                        "--context-parallel 3 must divide the ranks per node (2 here)");
+  expect_one_line_exit2(run(t + "--context-parallel 2 --ranks-per-node 1", two),
+                        "--context-parallel 2 must divide the ranks per node (1 here)");
+  const std::string model = tmp("cp_eval_model");
+  std::filesystem::remove_all(model);
+  ASSERT_EQ(run("train --model tiny --threads 1 --steps 2 --save-model " + model + kData).code, 0);
+  expect_usage_error(
+      "generate --weights " + model + " --tokenizer " + kTok + " --prompt hi --context-parallel 2",
+      "--context-parallel applies to train and eval");
+  const std::string eval = "eval --threads 1 --weights " + model + " --data " + kDemo +
+                           "/train.val.h5 --batch-size 4 --max-batches 3 ";
+  const Result whole = run(eval, two), split = run(eval + "--context-parallel 2", two);
+  ASSERT_EQ(whole.code, 0) << whole.out;
+  ASSERT_EQ(split.code, 0) << split.out;
+  const auto loss = [](const std::string& out) {
+    return nlohmann::json::parse(
+               out.substr(out.find('{'), out.find('\n', out.find('{')) - out.find('{')))["loss"]
+        .get<double>();
+  };
+  EXPECT_NEAR(loss(split.out), loss(whole.out), 1e-5 * loss(whole.out)) << split.out;
+}
 TEST(Cli, NegativeLr) { expect_usage_error("train --model tiny --lr -1", "--lr"); }
 TEST(Cli, HeadsThatDoNotDivideWidth) {
   expect_usage_error("train --model tiny --n-heads 5", "--n-heads");

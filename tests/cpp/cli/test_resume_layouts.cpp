@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -215,6 +216,39 @@ TEST(ResumeLayouts, CpuOffloadResumesWithAndWithoutItAtAnotherLayout) {
   for (size_t i = 0; i < m6.size(); ++i) {
     const double a = plain.metrics[i + 6]["loss"], b = m6[i]["loss"];
     EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 7 << " resumed with offload";
+  }
+}
+
+// --context-parallel: 4 ranks in groups of 2 (3 rows per group) train what 2 ranks without it
+// train (3 rows per rank): the same samples and losses; the checkpoint resumes at 3 ranks without
+// context parallelism and at 4 ranks in one group of 4, and a plain one at 2 ranks with groups
+// of 2 (one data-parallel group of 6 rows), each on the uninterrupted run's samples and losses.
+TEST(ResumeLayouts, ContextParallelResumesAtAnotherContextSize) {
+  const std::string t = train_on(small_file(50)) + "--epochs 2 --lr 1e-2 ";
+  const Whole plain = whole_run("resume_cp1_two", 2, t + "--batch-size 3 ", 3);
+  const Whole cp = whole_run("resume_cp2_four", 4, t + "--batch-size 3 --context-parallel 2 ", 3);
+  ASSERT_EQ(cp.metrics.size(), 18u);  // 6-row global batches: 9 steps an epoch
+  ASSERT_EQ(plain.metrics.size(), cp.metrics.size());
+  EXPECT_EQ(samples(cp.ids), samples(plain.ids));
+  for (size_t i = 0; i < cp.metrics.size(); ++i) {
+    const double a = plain.metrics[i]["loss"], b = cp.metrics[i]["loss"];
+    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 1 << " with and without --context-parallel 2";
+  }
+  const auto [m3, ids3] = resumed_run("resume_cp2_to_3", cp, 3, 3, t + "--batch-size 2 ");
+  expect_same_training(cp, 3, m3, ids3, "--context-parallel 2 at 4 ranks -> 3 ranks without");
+  const auto [m4, ids4] =
+      resumed_run("resume_cp2_to_cp4", cp, 6, 4, t + "--batch-size 6 --context-parallel 4 ");
+  expect_same_training(cp, 6, m4, ids4, "--context-parallel 2 -> 4");
+  const auto [m2, ids2] =
+      resumed_run("resume_cp1_to_cp2", plain, 3, 2, t + "--batch-size 6 --context-parallel 2 ");
+  expect_same_training(plain, 3, m2, ids2, "2 ranks without -> --context-parallel 2");
+  for (const auto& [m, w, at] :
+       {std::tuple{&m3, &cp, 3}, std::tuple{&m4, &cp, 6}, std::tuple{&m2, &plain, 3}}) {
+    ASSERT_EQ(m->size(), w->metrics.size() - at);
+    for (size_t i = 0; i < m->size(); ++i) {
+      const double a = w->metrics[i + at]["loss"], b = (*m)[i]["loss"];
+      EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + at + 1 << " resumed from step " << at;
+    }
   }
 }
 

@@ -52,8 +52,7 @@ StepResult Trainer::step(const std::vector<model::Batch>& micro_batches, double 
 
 train::EvalResult Trainer::evaluate(const data::TokenFile& data, int64_t max_batches) {
   return train::evaluate_loss(
-      data, cfg_.batch_size, max_batches, 0, 1,
-      [this](const model::Batch& b) {
+      data, cfg_.batch_size, max_batches, 0, 1, [this](const model::Batch& b) {
         if (b.tokens.size(0) == 0) return model::LossSum{};
         return model::causal_lm_loss(logits(b.tokens, b.positions), b.labels);
       });

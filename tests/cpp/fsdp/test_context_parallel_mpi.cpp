@@ -1,0 +1,287 @@
+// Context parallelism under mpirun against the same world without it: with rows of 2048 tokens
+// and more, a group of N ranks sharing each row (zigzag chunks, ring attention) must train what
+// whole rows train, within 1e-5 in fp32: the loss of every step, the gradient shards of the
+// first (relative), and the parameters after three AdamW steps (absolute). Padded and packed rows, a sliding window,
+// LoRA, activation checkpointing, the unfused loss, every strategy, and rows that do not divide
+// into 2N chunks.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "mpi_gtest_main.h"
+#include "shardtrain/data/sampler.h"
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/io/safetensors.h"
+#include "shardtrain/model/context_parallel.h"
+#include "shardtrain/model/params.h"
+#include "shardtrain/runtime/mpi_env.h"
+
+using namespace shardtrain;
+using fsdp::Sharding;
+
+namespace {
+runtime::MpiEnv* g_env = nullptr;
+constexpr int64_t kRows = 2, kSeq = 2048, kSteps = 3;
+constexpr uint64_t kSeed = 11;
+constexpr double kTol = 1e-5;  // fp32: the ring's block sums against SDPA's, nothing coarser
+
+model::ModelConfig tiny() {
+  model::ModelConfig m = model::model_preset("tiny");  // 4 heads over 2 kv heads: GQA
+  m.max_position_embeddings = 4096;
+  return m;
+}
+
+// Mistral's shape in small: every layer slides, over a window shorter than a chunk, so blocks
+// are skipped and cut by the window at every group size here.
+model::ModelConfig sliding() {
+  model::ModelConfig m = tiny();
+  m.model_type = "mistral";
+  m.sliding_window = 300;
+  return m;
+}
+
+// Rows of one document each; a prompt masked at the start, one row padded at its end.
+model::Batch padded_batch(int64_t step, int64_t seq) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(500 + step);
+  model::Batch b;
+  b.tokens = at::randint(3, 512, {kRows, seq}, gen, at::kLong);
+  b.labels = b.tokens.clone();
+  b.labels.narrow(1, 0, 5).fill_(-100);
+  b.tokens[kRows - 1].narrow(0, seq - 400, 400).fill_(0);
+  b.labels[kRows - 1].narrow(0, seq - 400, 400).fill_(-100);
+  return b;
+}
+
+// Packed rows: documents whose boundaries fall inside chunks and across them; each document's
+// first label masked, as packing does.
+model::Batch packed_batch(int64_t step, int64_t seq) {
+  model::Batch b = padded_batch(step, seq);
+  b.positions = at::empty({kRows, seq}, at::kLong);
+  const std::vector<std::vector<int64_t>> docs = {{700, 100, 257, 900}, {seq / 2 + 3}};
+  for (int64_t r = 0; r < kRows; ++r) {
+    int64_t at_ = 0;
+    std::vector<int64_t> lens = docs[r];
+    int64_t used = 0;
+    for (int64_t l : lens) used += l;
+    if (used < seq) lens.push_back(seq - used);
+    for (int64_t l : lens) {
+      l = std::min(l, seq - at_);
+      b.positions[r].narrow(0, at_, l).copy_(at::arange(l, at::kLong));
+      b.labels[r][at_] = -100;
+      at_ += l;
+    }
+  }
+  return b;
+}
+
+struct Case {
+  std::string what;
+  model::ModelConfig model = tiny();
+  Sharding sharding = Sharding::kFullShard;
+  bool packed = false;
+  int64_t seq = kSeq;
+  bool lora = false;
+  fsdp::Recompute ac = fsdp::Recompute::kNone;
+  int64_t loss_chunk = 0;
+};
+
+std::string start_weights(const model::ModelConfig& m) {
+  const std::string path = std::string(SHARDTRAIN_TEST_TMP) + "/cp_start_" + m.model_type + "_w" +
+                           std::to_string(g_env->size()) + ".safetensors";
+  if (g_env->rank() == 0) {
+    std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
+    io::write_safetensors(path, model::ParamStore::initialize(m, kSeed).named());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  return path;
+}
+
+fsdp::FsdpConfig config(const Case& c, int cp) {
+  fsdp::FsdpConfig f;
+  f.sharding = c.sharding;
+  f.param_dtype = at::kFloat;
+  f.context_parallel = cp;
+  f.activation_checkpointing.mode = c.ac;
+  f.loss_chunk = c.loss_chunk;
+  if (c.lora) {
+    f.lora.rank = 4;
+    f.lora.dropout = 0.1;
+    f.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"};
+  }
+  return f;
+}
+
+std::vector<model::Batch> rows_of(const model::Batch& b, int rank, int world) {
+  std::vector<model::Batch> out;
+  for (const auto& part : data::rank_micro_batches(
+           [] {
+             std::vector<int64_t> r(kRows);
+             for (int64_t i = 0; i < kRows; ++i) r[i] = i;
+             return r;
+           }(),
+           rank, world, 1)) {
+    const auto idx = at::tensor(part, at::kLong);
+    model::Batch m{b.tokens.index_select(0, idx), b.labels.index_select(0, idx)};
+    if (b.positions.defined()) m.positions = b.positions.index_select(0, idx);
+    m.sample_ids = part;  // LoRA dropout draws each row's masks from its sample
+    out.push_back(m);
+  }
+  return out;
+}
+
+double rel(const at::Tensor& a, const at::Tensor& b) {
+  const double scale = std::max(b.norm().item<double>(), 1e-12);
+  return (a - b).norm().item<double>() / scale;
+}
+
+struct Gaps {
+  double loss = 0, grad = 0;  // relative
+  double param = 0;           // absolute, the worst element (FsdpMpi's measure)
+};
+
+// Trains the case at context parallel n and at 1 over the same world and rows.
+Gaps compare(const Case& c, int n) {
+  io::SafetensorsModel weights(start_weights(c.model));
+  auto g_cp = fsdp::make_mpi_groups(c.sharding, g_env->topology(), 0, n);
+  auto g_one = fsdp::make_mpi_groups(c.sharding, g_env->topology(), 0, 1);
+  fsdp::FsdpEngine cp(c.model, config(c, n), g_cp, kSeed, &weights);
+  fsdp::FsdpEngine one(c.model, config(c, 1), g_one, kSeed, &weights);
+  EXPECT_EQ(cp.data_world(), g_env->size() / n);
+  optim::OptimizerConfig oc;
+  oc.adamw.eps = 1e-5;  // as FsdpMpi's comparison: summation-order noise stays below 1e-5
+  optim::Optimizer ocp = fsdp::make_optimizer(cp, oc), oone = fsdp::make_optimizer(one, oc);
+  Gaps g;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const model::Batch b = c.packed ? packed_batch(s, c.seq) : padded_batch(s, c.seq);
+    const auto rc = cp.forward_backward(rows_of(b, cp.data_rank(), cp.data_world()));
+    const auto r1 = one.forward_backward(rows_of(b, g_env->rank(), g_env->size()));
+    EXPECT_EQ(rc.tokens, r1.tokens) << c.what;
+    g.loss = std::max(g.loss, std::abs(rc.loss - r1.loss) / std::abs(r1.loss));
+    if (s == 0) {
+      const auto gc = cp.grad_shards(), g1 = one.grad_shards();
+      for (size_t i = 0; i < gc.size(); ++i)
+        if (g1[i].defined()) g.grad = std::max(g.grad, rel(gc[i], g1[i]));
+    }
+    ocp.step(3e-3, cp.grad_shards());
+    oone.step(3e-3, one.grad_shards());
+    cp.release_grads();
+    one.release_grads();
+  }
+  const auto pc = c.lora ? cp.full_adapters() : cp.full_parameters();
+  const auto p1 = c.lora ? one.full_adapters() : one.full_parameters();
+  // Absolute: LoRA's B starts at zero, so a relative gap of its small values says little.
+  for (const auto& [name, t] : p1)
+    g.param = std::max(g.param, (pc.at(name) - t).abs().max().item<double>());
+  return g;
+}
+
+// The context-parallel sizes this world can run: divisors of the ranks per node, above 1.
+std::vector<int> sizes() {
+  std::vector<int> out;
+  const runtime::Topology t = g_env->topology();
+  for (int n = 2; n <= t.local_size; ++n)
+    if (t.local_size % n == 0) out.push_back(n);
+  return out;
+}
+
+void expect_equal(const Case& c) {
+  if (sizes().empty()) GTEST_SKIP() << "context parallelism needs 2 or more ranks per node";
+  for (int n : sizes()) {
+    const Gaps g = compare(c, n);
+    const std::string what = c.what + " cp=" + std::to_string(n) + " world=" +
+                             std::to_string(g_env->size());
+    EXPECT_LE(g.loss, kTol) << what;
+    EXPECT_LE(g.grad, kTol) << what;
+    EXPECT_LE(g.param, kTol) << what;
+    if (g_env->rank() == 0)
+      std::printf("  %-44s loss rel %.1e, grad rel %.1e, param abs %.1e\n", what.c_str(), g.loss,
+                  g.grad, g.param);
+  }
+}
+
+}  // namespace
+
+TEST(ContextParallelMpi, PaddedRowsEqualWholeRows) { expect_equal({"padded"}); }
+
+TEST(ContextParallelMpi, PackedRowsEqualWholeRows) {
+  Case c{"packed"};
+  c.packed = true;
+  expect_equal(c);
+}
+
+// 2050 tokens divide into 2N chunks for no N here: every row is padded to the next multiple.
+TEST(ContextParallelMpi, RowsThatDoNotDivideArePadded) {
+  Case c{"uneven packed"};
+  c.seq = 2050;
+  c.packed = true;
+  expect_equal(c);
+}
+
+TEST(ContextParallelMpi, SlidingWindowEqualsWholeRows) {
+  Case c{"sliding packed"};
+  c.model = sliding();
+  c.packed = true;
+  expect_equal(c);
+}
+
+// LoRA with dropout: each token's mask is drawn as for its place in the whole row.
+TEST(ContextParallelMpi, LoraEqualsWholeRows) {
+  Case c{"lora"};
+  c.lora = true;
+  c.packed = true;
+  expect_equal(c);
+}
+
+// The ring runs again in the recompute; the unfused loss takes the aligned labels too.
+TEST(ContextParallelMpi, CheckpointingAndTheUnfusedLoss) {
+  for (const fsdp::Recompute ac : {fsdp::Recompute::kFull, fsdp::Recompute::kSelective}) {
+    Case c{ac == fsdp::Recompute::kFull ? "full ac, unfused loss" : "selective ac"};
+    c.ac = ac;
+    c.loss_chunk = ac == fsdp::Recompute::kFull ? -1 : 0;
+    expect_equal(c);
+  }
+}
+
+TEST(ContextParallelMpi, EveryStrategy) {
+  std::vector<Sharding> all = {Sharding::kShardGradOp, Sharding::kNoShard};
+  if (g_env->topology().num_nodes > 1) {
+    all.push_back(Sharding::kHybridShard);
+    all.push_back(Sharding::kHybridShardZero2);
+  }
+  for (Sharding s : all) {
+    Case c{fsdp::sharding_name(s)};
+    c.sharding = s;
+    expect_equal(c);
+  }
+}
+
+// The zigzag: rank r holds chunks r and 2N-1-r, and the shares tile the padded row.
+TEST(ContextParallelMpi, SharesTileTheRow) {
+  const model::Batch b = packed_batch(0, 2050);
+  for (int n : {2, 3, 4}) {
+    const int64_t tp = model::context_padded_length(2050, n);
+    EXPECT_EQ(tp % (2 * n), 0);
+    EXPECT_LT(tp - 2050, 2 * n);
+    at::Tensor seen = at::zeros({tp}, at::kLong);
+    for (int r = 0; r < n; ++r) {
+      const model::ContextShard s = model::context_shard(b, n, r);
+      const at::Tensor idx = model::zigzag_index(tp, n, r);
+      seen.index_add_(0, idx, at::ones_like(idx));
+      const int64_t real = std::min<int64_t>(2050, idx[0].item<int64_t>());
+      EXPECT_EQ(s.local.tokens[0][0].item<int64_t>(), b.tokens[0][real].item<int64_t>());
+      // Label t of the share is the row's label t + 1: the shift crossed the chunk's end.
+      const int64_t end = idx[tp / (2 * n) - 1].item<int64_t>();
+      if (end + 1 < 2050)
+        EXPECT_EQ(s.local.labels[0][tp / (2 * n) - 1].item<int64_t>(),
+                  b.labels[0][end + 1].item<int64_t>());
+    }
+    EXPECT_TRUE(seen.eq(1).all().item<bool>()) << "n=" << n;
+  }
+}
+
+int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
