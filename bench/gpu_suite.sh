@@ -34,6 +34,11 @@
 #   fp8      4h. --fp8 tensorwise and rowwise against bf16: the 7B shape (4 layers), seq 4096, batch 4,
 #               200 steps each (BENCH_FP8_STEPS) from the same random init: tokens/s, peak GPU memory,
 #               and the mean loss of the last 20 steps within 1% of bf16's (a correctness check);
+#   ring     4i. context parallelism's ring attention blocks (test_gpu --gtest_filter='GpuRing*'):
+#               block_attention through flash's kernel and through the math path against SDPA in bf16
+#               and fp16 (GQA), halves merged by their log-sum-exp, the backward against autograd (a
+#               correctness check), and each path's forward and backward time on a 7B layer's blocks
+#               at 8192 tokens over 2 ranks; under a minute; on the CPU the tests skip, saying so;
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -73,17 +78,18 @@ done
 # The parts whose code changed since the last GPU run (2026-11-27, one H200: check and tests
 # passed there; since then the start-up checks that check's runs pass through, the hybrid-shard
 # reducer, the folded clip, the fused layer path with its tests and its part, fused, and CPU
-# offload with its tests (in tests) and its part, offload; FP8 with its tests and its part, fp8).
-NEXT_PARTS=check,tests,fused,offload,fp8
-# The next call has 8 minutes; offload and fp8, the last parts, are cut to fit them (a guess: check
-# ~2, tests ~2, fused ~3, offload ~2, fp8 ~4 minutes, none of them timed on a GPU yet): what is cut
-# is the second call's.
+# offload with its tests (in tests) and its part, offload; FP8 with its tests and its part, fp8;
+# context parallelism's ring attention with its tests (in tests) and its part, ring).
+NEXT_PARTS=check,tests,fused,offload,fp8,ring
+# The next call has 8 minutes; offload, fp8 and ring, the last parts, are cut to fit them (a guess:
+# check ~2, tests ~2, fused ~3, offload ~2, fp8 ~4, ring ~0.5 minutes, none of them timed on a GPU
+# yet): what is cut is the second call's.
 [[ ",$parts," == *",next,"* ]] && deadline=${SUITE_DEADLINE:-450}
 parts=$(sed "s/\(^\|,\)next\(,\|$\)/\1$NEXT_PARTS\2/" <<< "$parts")
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|fp8|scale|layers) ;;
-    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, fp8, scale, layers, next)" >&2; exit 2 ;;
+  case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|fp8|ring|scale|layers) ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, fp8, ring, scale, layers, next)" >&2; exit 2 ;;
   esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
@@ -384,6 +390,34 @@ part_fp8() {  # 4h: bf16, then each --fp8 mode, from the same seed on the same r
   for mode in "${late[@]}"; do skip "$mode"; done
 }
 
+part_ring() {  # 4i: GpuRing's tests of the ring attention blocks, and the flash and math paths' times
+  record ""
+  record "## 4i. Ring attention blocks (context parallelism): flash's kernel and the math path"
+  local cmd rc left=90
+  if [ -x "$repo/libexec/tests/run" ]; then cmd=("$repo/libexec/tests/run" test_gpu)
+  elif [ -x "$repo/build/tests/test_gpu" ]; then cmd=("$repo/build/tests/test_gpu")
+  else skip "4i. no GPU test programs here (a bundle or build without CUDA/NCCL or without tests)"; return; fi
+  if [ "$device" = cuda ]; then
+    [ $((deadline - SECONDS)) -ge 60 ] || { skip "4i. $((deadline - SECONDS)) s left before the suite's deadline, under the 60 s the part needs"; return; }
+    [ $((deadline - SECONDS)) -ge "$left" ] || left=$((deadline - SECONDS))
+  fi
+  mkdir -p "$out/ring"
+  progress "ring: test_gpu --gtest_filter='GpuRing*'"
+  timeout "$left" "${cmd[@]}" --gtest_filter='GpuRing*' --gtest_output="xml:$out/ring/test_gpu.xml" > "$out/ring/test_gpu.log" 2>&1
+  rc=$?
+  check "4i. GpuRing tests" "${helper[@]}" gtest "$out/ring/test_gpu.xml" --name "4i. test_gpu --gtest_filter='GpuRing*' (ring/test_gpu.log)" \
+    --device "$device" --rc "$rc"
+  if [ "$device" = cuda ]; then
+    record ""
+    record "Per call, the median of 10 after 3 (GpuRing.TimesFlashAndMathPaths; the math path is the one a mask sends a block down):"
+    record ""
+    grep '^ring timing: ' "$out/ring/test_gpu.log" | sed 's/^ring timing: /- /' >> "$results"
+    grep -q '^ring timing: ' "$out/ring/test_gpu.log" || record "- no timing was printed (ring/test_gpu.log)"
+  else
+    skip "4i. the GpuRing tests and the flash and math paths' times (GPU only: on the CPU every GpuRing test skips, as above)"
+  fi
+}
+
 # One full fine-tuning attempt, killed at the deadline. SIDE LOG SEQ BATCH AC(on|off) ARGS...: prints
 # fits, oom, error or late ("late" without running when under a minute is left), and the peak.
 attempt() {
@@ -480,6 +514,7 @@ want kernels && part_kernels
 want fused && part_fused
 want offload && part_offload
 want fp8 && part_fp8
+want ring && part_ring
 want scale && part_scale
 want layers && part_layers
 

@@ -3,10 +3,12 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "shardtrain/runtime/error.h"
 
@@ -38,19 +40,40 @@ at::Tensor sum_kv(const at::Tensor& g, int64_t nkv) {
 }
 
 // Scaled scores with masked keys at -inf: [B, nh, Lq, Lk] fp32.
-at::Tensor scores(const at::Tensor& q, const at::Tensor& kr, const at::Tensor& mask, bool causal) {
+at::Tensor scores(const at::Tensor& q, const at::Tensor& kr, const at::Tensor& mask) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor s = at::matmul(q.to(at::kFloat), kr.to(at::kFloat).transpose(-2, -1)).mul_(scale);
-  at::Tensor allowed = mask;
-  if (causal) {
-    const auto tril = at::ones({q.size(2), kr.size(2)}, q.options().dtype(at::kBool)).tril();
-    allowed = allowed.defined() ? allowed.logical_and(tril) : tril;
-  }
-  if (allowed.defined()) s.masked_fill_(allowed.logical_not(), kNegInf);
+  if (mask.defined()) s.masked_fill_(mask.logical_not(), kNegInf);
   return s;
 }
 
 at::Tensor finite_or_zero(const at::Tensor& lse) { return lse.masked_fill(lse.isneginf(), 0.0); }
+
+// The math path takes a block's query rows a span at a time, so its fp32 scores (and their
+// softmax and gradient) stay near kScoreElements elements whatever the block's size.
+constexpr int64_t kScoreElements = int64_t{1} << 18;
+struct RowSpan {
+  int64_t first = 0, rows = 0;
+};
+std::vector<RowSpan> row_spans(const at::Tensor& q, const at::Tensor& k) {
+  const int64_t per_row = q.size(0) * q.size(1) * k.size(2);
+  const int64_t step = std::max<int64_t>(16, kScoreElements / std::max<int64_t>(1, per_row));
+  std::vector<RowSpan> out;
+  for (int64_t first = 0; first < q.size(2); first += step)
+    out.push_back({first, std::min(step, q.size(2) - first)});
+  return out;
+}
+
+// The mask for a span of query rows: the block's rows of `mask`, and causality (key j for query
+// i >= j on the block's diagonal) at the span's offset.
+at::Tensor rows_of(const at::Tensor& mask, bool causal, const RowSpan& r, const at::Tensor& k) {
+  at::Tensor m = mask.defined() ? mask.narrow(2, r.first, r.rows) : at::Tensor();
+  if (!causal) return m;
+  const auto opts = k.options().dtype(at::kLong);
+  const at::Tensor qi = at::arange(r.first, r.first + r.rows, opts).unsqueeze(1);
+  const at::Tensor tri = qi.ge(at::arange(k.size(2), opts).unsqueeze(0));  // [rows, Lk]
+  return m.defined() ? m.logical_and(tri) : tri;
+}
 
 // The query rows and key rows of rank r's block against rank s's K/V under the zigzag layout:
 // chunk r and 2N-1-r against chunks s and 2N-1-s; the other half of each off-diagonal block is
@@ -217,11 +240,17 @@ BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
     return {std::get<0>(res).transpose(1, 2).to(at::kFloat), std::get<1>(res)};
   }
   const int64_t rep = q.size(1) / k.size(1);
-  const at::Tensor s = scores(q, repeat_kv(k, rep), mask, causal);
+  const at::Tensor kr = repeat_kv(k, rep), vr = repeat_kv(v, rep).to(at::kFloat);
   BlockOut b;
-  b.lse = at::logsumexp(s, -1);
-  const at::Tensor p = (s - finite_or_zero(b.lse).unsqueeze(-1)).exp_();
-  b.out = at::matmul(p, repeat_kv(v, rep).to(at::kFloat));
+  b.out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+  b.lse = at::empty({q.size(0), q.size(1), q.size(2)}, b.out.options());
+  for (const RowSpan r : row_spans(q, k)) {
+    const at::Tensor s = scores(q.narrow(2, r.first, r.rows), kr, rows_of(mask, causal, r, k));
+    at::Tensor lse = b.lse.narrow(2, r.first, r.rows);
+    lse.copy_(at::logsumexp(s, -1));
+    const at::Tensor p = (s - finite_or_zero(lse).unsqueeze(-1)).exp_();
+    b.out.narrow(2, r.first, r.rows).copy_(at::matmul(p, vr));
+  }
   return b;
 }
 
@@ -241,13 +270,21 @@ BlockGrads block_attention_backward(const at::Tensor& dout, const at::Tensor& q,
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   const int64_t nkv = k.size(1), rep = q.size(1) / nkv;
   const at::Tensor kr = repeat_kv(k, rep).to(at::kFloat), vr = repeat_kv(v, rep).to(at::kFloat);
-  const at::Tensor qf = q.to(at::kFloat), dof = dout.to(at::kFloat);
-  const at::Tensor p = (scores(q, kr, mask, causal) - lse.unsqueeze(-1)).exp_();
-  const at::Tensor ds = p * (at::matmul(dof, vr.transpose(-2, -1)) - dsum.unsqueeze(-1));
   BlockGrads g;
-  g.dq = at::matmul(ds, kr).mul_(scale);
-  g.dk = sum_kv(at::matmul(ds.transpose(-2, -1), qf).mul_(scale), nkv);
-  g.dv = sum_kv(at::matmul(p.transpose(-2, -1), dof), nkv);
+  g.dq = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+  at::Tensor dk = at::zeros(kr.sizes(), kr.options()), dv = at::zeros(vr.sizes(), vr.options());
+  for (const RowSpan r : row_spans(q, k)) {
+    const auto rows = [&r](const at::Tensor& x) { return x.narrow(2, r.first, r.rows); };
+    const at::Tensor qf = rows(q).to(at::kFloat), dof = rows(dout).to(at::kFloat);
+    const at::Tensor p =
+        (scores(rows(q), kr, rows_of(mask, causal, r, k)) - rows(lse).unsqueeze(-1)).exp_();
+    const at::Tensor ds = p * (at::matmul(dof, vr.transpose(-2, -1)) - rows(dsum).unsqueeze(-1));
+    rows(g.dq).copy_(at::matmul(ds, kr).mul_(scale));
+    dk.add_(at::matmul(ds.transpose(-2, -1), qf).mul_(scale));
+    dv.add_(at::matmul(p.transpose(-2, -1), dof));
+  }
+  g.dk = sum_kv(dk, nkv);
+  g.dv = sum_kv(dv, nkv);
   return g;
 }
 

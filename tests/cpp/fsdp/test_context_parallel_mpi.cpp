@@ -1,9 +1,9 @@
 // Context parallelism under mpirun against the same world without it: with rows of 2048 tokens
 // and more, a group of N ranks sharing each row (zigzag chunks, ring attention) must train what
 // whole rows train, within 1e-5 in fp32: the loss of every step, the gradient shards of the
-// first (relative), and the parameters after three AdamW steps (absolute). Padded and packed rows, a sliding window,
-// LoRA, activation checkpointing, the unfused loss, every strategy, and rows that do not divide
-// into 2N chunks.
+// first (relative), and the parameters after three AdamW steps (absolute). Padded and packed rows,
+// a sliding window, LoRA, activation checkpointing, the unfused loss, every strategy, and rows that
+// do not divide into 2N chunks.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -193,8 +193,8 @@ void expect_equal(const Case& c) {
   if (sizes().empty()) GTEST_SKIP() << "context parallelism needs 2 or more ranks per node";
   for (int n : sizes()) {
     const Gaps g = compare(c, n);
-    const std::string what = c.what + " cp=" + std::to_string(n) + " world=" +
-                             std::to_string(g_env->size());
+    const std::string what =
+        c.what + " cp=" + std::to_string(n) + " world=" + std::to_string(g_env->size());
     EXPECT_LE(g.loss, kTol) << what;
     EXPECT_LE(g.grad, kTol) << what;
     EXPECT_LE(g.param, kTol) << what;
