@@ -10,7 +10,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -130,6 +129,16 @@ void expect_same_training(const Whole& w, int at, const std::vector<nlohmann::js
   EXPECT_GE(compared, 2) << what;
 }
 
+// Two runs' losses step by step from `first` on (b's from its start), within rel of a's.
+void expect_losses(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
+                   size_t first, double rel, const std::string& what) {
+  ASSERT_EQ(b.size() + first, a.size()) << what;
+  for (size_t i = 0; i < b.size(); ++i) {
+    const double want = a[i + first]["loss"], got = b[i]["loss"];
+    EXPECT_NEAR(got, want, rel * want) << what << ": step " << i + first + 1;
+  }
+}
+
 }  // namespace
 
 // 50 rows, 2 epochs: 12-row global batches give 5 steps an epoch, 6-row ones 9, 24-row ones 3.
@@ -197,26 +206,14 @@ TEST(ResumeLayouts, CpuOffloadResumesWithAndWithoutItAtAnotherLayout) {
   const Whole plain = whole_run("resume_plain_four", 4, t + "--batch-size 3 ", 3);
   const Whole off = whole_run("resume_offload_four", 4, t + "--batch-size 3 --cpu-offload ", 3);
   ASSERT_EQ(off.metrics.size(), 10u);
-  ASSERT_EQ(plain.metrics.size(), off.metrics.size());
-  for (size_t i = 0; i < off.metrics.size(); ++i) {
-    const double a = plain.metrics[i]["loss"], b = off.metrics[i]["loss"];
-    EXPECT_NEAR(b, a, 1e-6 * a) << "step " << i + 1 << " with and without --cpu-offload";
-  }
+  expect_losses(plain.metrics, off.metrics, 0, 1e-6, "with and without --cpu-offload");
   const auto [m3, ids3] = resumed_run("resume_offload_to_2", off, 3, 2, t + "--batch-size 6 ");
   expect_same_training(off, 3, m3, ids3, "--cpu-offload 4 ranks -> 2 ranks without");
   const auto [m6, ids6] =
       resumed_run("resume_plain_to_3_offload", plain, 6, 3, t + "--batch-size 4 --cpu-offload ");
   expect_same_training(plain, 6, m6, ids6, "4 ranks without -> 3 ranks with --cpu-offload");
-  ASSERT_EQ(m3.size(), 7u);
-  for (size_t i = 0; i < m3.size(); ++i) {
-    const double a = off.metrics[i + 3]["loss"], b = m3[i]["loss"];
-    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 4 << " resumed without offload";
-  }
-  ASSERT_EQ(m6.size(), 4u);
-  for (size_t i = 0; i < m6.size(); ++i) {
-    const double a = plain.metrics[i + 6]["loss"], b = m6[i]["loss"];
-    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 7 << " resumed with offload";
-  }
+  expect_losses(off.metrics, m3, 3, 1e-5, "resumed without offload");
+  expect_losses(plain.metrics, m6, 6, 1e-5, "resumed with offload");
 }
 
 // --context-parallel: 4 ranks in groups of 2 (3 rows per group) train what 2 ranks without it
@@ -228,28 +225,19 @@ TEST(ResumeLayouts, ContextParallelResumesAtAnotherContextSize) {
   const Whole plain = whole_run("resume_cp1_two", 2, t + "--batch-size 3 ", 3);
   const Whole cp = whole_run("resume_cp2_four", 4, t + "--batch-size 3 --context-parallel 2 ", 3);
   ASSERT_EQ(cp.metrics.size(), 18u);  // 6-row global batches: 9 steps an epoch
-  ASSERT_EQ(plain.metrics.size(), cp.metrics.size());
   EXPECT_EQ(samples(cp.ids), samples(plain.ids));
-  for (size_t i = 0; i < cp.metrics.size(); ++i) {
-    const double a = plain.metrics[i]["loss"], b = cp.metrics[i]["loss"];
-    EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + 1 << " with and without --context-parallel 2";
-  }
+  expect_losses(plain.metrics, cp.metrics, 0, 1e-5, "with and without --context-parallel 2");
   const auto [m3, ids3] = resumed_run("resume_cp2_to_3", cp, 3, 3, t + "--batch-size 2 ");
   expect_same_training(cp, 3, m3, ids3, "--context-parallel 2 at 4 ranks -> 3 ranks without");
+  expect_losses(cp.metrics, m3, 3, 1e-5, "--context-parallel 2 -> none");
   const auto [m4, ids4] =
       resumed_run("resume_cp2_to_cp4", cp, 6, 4, t + "--batch-size 6 --context-parallel 4 ");
   expect_same_training(cp, 6, m4, ids4, "--context-parallel 2 -> 4");
+  expect_losses(cp.metrics, m4, 6, 1e-5, "--context-parallel 2 -> 4");
   const auto [m2, ids2] =
       resumed_run("resume_cp1_to_cp2", plain, 3, 2, t + "--batch-size 6 --context-parallel 2 ");
   expect_same_training(plain, 3, m2, ids2, "2 ranks without -> --context-parallel 2");
-  for (const auto& [m, w, at] :
-       {std::tuple{&m3, &cp, 3}, std::tuple{&m4, &cp, 6}, std::tuple{&m2, &plain, 3}}) {
-    ASSERT_EQ(m->size(), w->metrics.size() - at);
-    for (size_t i = 0; i < m->size(); ++i) {
-      const double a = w->metrics[i + at]["loss"], b = (*m)[i]["loss"];
-      EXPECT_NEAR(b, a, 1e-5 * a) << "step " << i + at + 1 << " resumed from step " << at;
-    }
-  }
+  expect_losses(plain.metrics, m2, 3, 1e-5, "none -> --context-parallel 2");
 }
 
 // Another seed or another token file under a checkpoint is refused, naming both; allowed, it
