@@ -13,6 +13,11 @@ fi
 "$repo/scripts/build.sh"
 cd "${BUILD_DIR:-$repo/build}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI removes its session directory's top (TMPDIR/ompi.HOST.UID) when it is left empty at a
+# job's end; ctest runs mpiruns side by side, and one starting then fails to make its directory
+# there ("A call to mkdir was unable to create..."). A file kept in it keeps it.
+ompi_top="${TMPDIR:-/tmp}/ompi.$(hostname -s).$(id -u)"
+mkdir -p -m 700 "$ompi_top" && touch "$ompi_top/.keep"
 # The `timing` label (a timed validation of the planner) runs by hand: SHARDTRAIN_TIMING=1 keeps it.
 timing=(-LE timing)
 [ "${SHARDTRAIN_TIMING:-0}" = 1 ] && timing=()
