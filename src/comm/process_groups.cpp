@@ -20,10 +20,18 @@ std::pair<int, int> GroupLayout::color_key(const std::string& group) const {
   throw runtime::Error("no process group named " + group);
 }
 
+GroupLayout with_lone_context(GroupLayout layout, const runtime::Topology& topo) {
+  if (layout.context_size == 1) {
+    layout.context_color = topo.rank;
+    layout.context_rank = 0;
+  }
+  return layout;
+}
+
 ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo,
                           const Backend& backend) {
   ProcessGroups pg;
-  pg.layout = layout;
+  pg.layout = with_lone_context(layout, topo);
   pg.world = backend(split(0, topo.rank), "world");
   pg.shard = backend(split(pg.layout.shard_color, pg.layout.shard_rank), "shard");
   pg.replicate = backend(split(pg.layout.replicate_color, pg.layout.replicate_rank), "replicate");

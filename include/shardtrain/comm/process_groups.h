@@ -32,6 +32,10 @@ struct ProcessGroups {
   std::shared_ptr<void> watchdog;  // declared last: stops before the communicators are destroyed
 };
 
+// A layout whose context group has one rank (no context parallelism) gets it whatever its
+// context color says: each rank alone, so layouts written without the context fields hold.
+GroupLayout with_lone_context(GroupLayout layout, const runtime::Topology& topo);
+
 // The groups split from MPI_COMM_WORLD by the layout, each wrapped by `backend` (MPI or NCCL).
 using Backend =
     std::function<std::unique_ptr<Communicator>(runtime::MpiComm group, const char* name)>;
