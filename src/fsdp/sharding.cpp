@@ -79,8 +79,7 @@ comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard
   comm::GroupLayout g = strategy_layout(s, t, shard_group_size);
   const int n = context_parallel;
   if (n < 1) throw runtime::UsageError("--context-parallel must be 1 or more (1: off)");
-  g.context_color = t.rank;  // without context parallelism each rank is its own group
-  if (n == 1) return g;
+  if (n == 1) return g;  // each rank its own group: comm::with_lone_context
   // A ring stays inside a node (NVLink), and inside the shard group where parameters are split.
   if (t.local_size % n != 0 || t.local_size * t.num_nodes != t.world)
     throw runtime::UsageError("--context-parallel " + std::to_string(n) +

@@ -199,8 +199,8 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
   const bool gather = !(cfg_.fused_layers && device_.is_cuda());
   if (!p.empty && share) {
     p.layout = model::context_token_layout(rope_, *share, ring_, device_);
-    const at::Tensor places = model::zigzag_index(share->full_len, share->n, share->rank);
-    p.dropout_tokens.index = places.clamp_max(share->real_len - 1).to(device_);
+    const at::Tensor& places = p.layout.context->places[share->rank];
+    p.dropout_tokens.index = places.clamp_max(share->real_len - 1);
     p.dropout_tokens.row_tokens = share->real_len;
   } else if (!p.empty)
     p.layout =

@@ -1,5 +1,7 @@
 #include "shardtrain/model/activation_memory.h"
 
+#include "shardtrain/model/context_parallel.h"
+
 #include <algorithm>
 
 namespace shardtrain::model {
@@ -77,9 +79,8 @@ ActivationBytes with_fp8(ActivationBytes a, const ModelConfig& cfg, int elt, boo
 }
 
 int64_t context_tokens_per_rank(int64_t seq_len, int n) {
-  if (n <= 1) return seq_len;                             // no group, no padding
-  const int64_t chunk = (seq_len + 2 * n - 1) / (2 * n);  // padded to a multiple of 2n
-  return 2 * chunk;
+  if (n <= 1) return seq_len;  // no group, no padding
+  return context_padded_length(seq_len, n) / n;
 }
 
 int64_t context_ring_bytes_per_token(const ModelConfig& cfg, int elt, int n) {

@@ -100,9 +100,8 @@ at::Tensor block_mask(const ContextLayout& cl, int r, int s, const Sel& sel, int
   const int64_t last_k = sel.kl == 2 * zs.len ? zs.second + zs.len - 1 : zs.first + zs.len - 1;
   *skip = band && first_q - last_k >= window;
   if (*skip || (!band && !cl.doc.defined())) return at::Tensor();
-  const at::Device dev = cl.device;
-  const at::Tensor qg = zigzag_index(cl.full_len, n, r).narrow(0, sel.q0, sel.ql).to(dev);
-  const at::Tensor kg = zigzag_index(cl.full_len, n, s).narrow(0, sel.k0, sel.kl).to(dev);
+  const at::Tensor qg = cl.places[r].narrow(0, sel.q0, sel.ql);
+  const at::Tensor kg = cl.places[s].narrow(0, sel.k0, sel.kl);
   const at::Tensor back = qg.unsqueeze(1) - kg.unsqueeze(0);  // [ql, kl]: query minus key
   at::Tensor m = back.ge(0);
   if (band) m = m.logical_and(back.lt(window));

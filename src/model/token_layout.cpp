@@ -70,8 +70,10 @@ TokenLayout context_token_layout(const Rotary& rope, const ContextShard& share, 
   auto ctx = std::make_shared<ContextLayout>();
   ctx->ring = std::move(ring);
   ctx->full_len = share.full_len;
-  ctx->device = device;
   if (share.doc.defined()) ctx->doc = runtime::to_device(share.doc, device);
+  for (int r = 0; r < ctx->ring.size; ++r)
+    ctx->places.push_back(
+        runtime::to_device(zigzag_index(share.full_len, ctx->ring.size, r), device));
   l.context = std::move(ctx);
   return l;
 }

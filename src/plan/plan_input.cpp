@@ -31,11 +31,6 @@ void PlanInput::validate() const {
     throw runtime::UsageError("--context-parallel " + std::to_string(context_parallel) +
                               " does not divide --gpus-per-node " + std::to_string(gpus_per_node) +
                               ": a context group is that many ranks of one node");
-  for (int n : nodes)  // implied by the above; said by name should --gpus-per-node change meaning
-    if ((static_cast<int64_t>(n) * gpus_per_node) % context_parallel != 0)
-      throw runtime::UsageError("--context-parallel " + std::to_string(context_parallel) +
-                                " does not divide the " + std::to_string(n * gpus_per_node) +
-                                " GPUs of --nodes " + std::to_string(n));
   if (context_parallel > 1 && packed)
     throw runtime::UsageError("--context-parallel " + std::to_string(context_parallel) +
                               " with --packed: the planner does not model the ring's document "

@@ -4,11 +4,11 @@
 // (model/ring_attention.h); everything else in a layer is per token and runs on the rank's own.
 #pragma once
 #include <ATen/core/Tensor.h>
-#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "shardtrain/model/batch.h"
 
@@ -57,7 +57,7 @@ struct ContextLayout {
   ContextRing ring;
   int64_t full_len = 0;
   at::Tensor doc;                  // [B, Tp] int64 on the device; undefined: one document per row
-  c10::Device device = c10::kCPU;  // where the masks are built
+  std::vector<at::Tensor> places;  // [N]: each rank's zigzag_index on the device, made once a pass
 };
 
 }  // namespace shardtrain::model
