@@ -10,6 +10,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/options.h"
+#include "shardtrain/cli/reference.h"
 #include "shardtrain/cli/run_checks.h"
 
 namespace shardtrain::cli {
@@ -85,6 +86,11 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
             std::to_string(100.0 * r.exact_match) + "% (" + std::to_string(r.correct) + "/" +
             std::to_string(r.total) + ")";
     for (const auto& e : r.examples) line += "\n  answer " + e;
+  }
+  if (!o.save_logps.empty()) {
+    save_logps(o.save_logps, *setup.engine, *data, per_rank, env.rank());
+    line += std::string(line.empty() ? "" : "\n") + "answer log-probabilities of " +
+            std::to_string(data->rows()) + " rows -> " + o.save_logps;
   }
   if (!o.save_logits.empty()) {
     save_logits(o.save_logits, *setup.engine, *data, o.batch_size, env.rank());

@@ -11,6 +11,7 @@
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
+#include "shardtrain/cli/reference.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/cli/run_params.h"
 #include "shardtrain/data/data_identity.h"
@@ -48,6 +49,26 @@ void setup_threads(int threads, const runtime::MpiEnv& env) {
 }
 
 namespace {
+
+// --objective and the token files agree: preference pairs train with DPO and nothing else does.
+void check_objective(const TrainOptions& o, const data::TokenFile& train,
+                     const data::TokenFile* val) {
+  for (const auto& [opt, file] : {std::pair{"--data", &train}, {"--val-data", val}}) {
+    if (!file) continue;
+    if (o.preference.enabled && !file->preference())
+      throw runtime::AgreedUsageError(std::string("--objective dpo: ") + opt + " " + file->path() +
+                                      " holds no preference pairs; prepare it with 'shardtrain "
+                                      "prepare --format preference'");
+    if (!o.preference.enabled && file->preference())
+      throw runtime::AgreedUsageError(std::string(opt) + " " + file->path() +
+                                      " holds preference pairs (chosen, then rejected); train "
+                                      "them with --objective dpo");
+  }
+  if (o.preference.enabled && o.fsdp.context_parallel > 1)
+    throw runtime::AgreedUsageError(
+        "--objective dpo with --context-parallel: a pair's log-probabilities would be split "
+        "across the context group; use --context-parallel 1");
+}
 
 // The data-parallel position: a context group's ranks read the same rows.
 data::LoaderConfig loader_config(const train::TrainConfig& t, const fsdp::FsdpEngine& engine) {
@@ -128,12 +149,13 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   auto val = o.val_data.empty()
                  ? nullptr
                  : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
+  check_objective(o, *train, val.get());
   runtime::log::info(start_line(
       o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
   for (const auto& line : {checked_train, checked_val})
     if (!line.empty()) runtime::log::info(line);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
-  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed);
+  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed, o.lora_init);
   fsdp::FsdpEngine& engine = *setup.engine;
   o.fsdp = engine.config();  // as resolved for the device (--param-dtype auto), for the banner
   o.train.peak_tflops = hw::resolve_peak_tflops(o.train.peak_tflops, setup.device.name);
@@ -167,6 +189,16 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                        std::to_string(loader.state().row));
   train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size,
                              o.train.val_batches, o.train.val_every);
+  Reference reference;  // DPO's: set before the first step, which may be a resumed one
+  if (o.preference.enabled) {
+    reference = make_reference(o, setup, *train, val.get());
+    engine.set_preference(o.preference.cfg, reference.train);
+    validator.set_reference(reference.val);
+    runtime::log::info(std::string("objective: DPO (") +
+                       runtime::enum_name(model::kPreferenceLossNames, o.preference.cfg.loss) +
+                       ", beta " + std::to_string(o.preference.cfg.beta) + ") against " +
+                       reference.what + "; --batch-size counts pairs");
+  }
   train::SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);
   train::NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
   const train::RunParams params =

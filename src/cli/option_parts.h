@@ -55,6 +55,14 @@ po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw);
 void check_lora(model::LoraConfig& l, const LoraArgs& raw);
 // eval/generate --lora DIR: the settings of a PEFT adapter (adapter_config.json); dropout 0.
 model::LoraConfig read_adapter_config(const std::string& dir);
+double adapter_dropout(const std::string& dir);  // its lora_dropout (train --lora-init)
+
+// train's --objective and the DPO settings; check_preference reads raw.objective and raw.loss.
+struct PreferenceArgs {
+  std::string objective = "sft", loss;
+};
+po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& raw);
+void check_preference(PreferenceOptions& p, const PreferenceArgs& raw);
 
 void require_file(const std::string& opt, const std::string& path);
 // --tokenizer: empty, or a path that names a tokenizer file (data::resolve_tokenizer_file's

@@ -429,6 +429,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   FsdpArgs fa;
   AccuracyArgs acc;
   LoraArgs lora;
+  PreferenceArgs pref;
   std::string debug_sleep, debug_nan;
   RunControlArgs run;
   auto& t = o.train;
@@ -438,8 +439,11 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   data.add_options()("data", po::value(&o.data),
                      "token file made by 'shardtrain prepare' (required)")(
       "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)")(
-      "batch-size", po::value(&t.batch_size)->default_value(t.batch_size),
-      "micro-batch size per rank (rows of seq_len)");
+      "lora-init", po::value(&o.lora_init),
+      "start LoRA from this PEFT adapter (adapter_config.json + adapter_model.safetensors): its "
+      "rank, alpha, targets and dropout")("batch-size",
+                                          po::value(&t.batch_size)->default_value(t.batch_size),
+                                          "micro-batch size per rank (rows of seq_len)");
   po::options_description train("Training");
   train.add_options()("steps", po::value(&t.steps)->default_value(t.steps),
                       "optimizer steps (0: --epochs worth); a resume at another global batch "
@@ -529,6 +533,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       .add(optim)
       .add(fsdp_desc(o.fsdp, fa, true));
   visible.add(lora_desc(o.fsdp.lora, lora));
+  visible.add(preference_desc(o.preference, pref));
   visible.add(ckpt)
       .add(run_control_desc(t, run))
       .add(accuracy_desc(o.accuracy, acc))
@@ -559,7 +564,19 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   op.validate();
   check_threads(o.common);
   check_lora(o.fsdp.lora, lora);
+  if (!o.lora_init.empty()) {
+    const model::LoraConfig init = read_adapter_config(o.lora_init);
+    if (o.fsdp.lora.enabled() && o.fsdp.lora.rank != init.rank)
+      throw runtime::UsageError("--lora-rank " + std::to_string(o.fsdp.lora.rank) +
+                                " but --lora-init " + o.lora_init + " has rank " +
+                                std::to_string(init.rank) + "; drop --lora-rank");
+    o.fsdp.lora = init;
+    o.fsdp.lora.dropout = adapter_dropout(o.lora_init);  // PEFT trains it with its own
+  }
   o.merge_lora = lora.merge;
+  check_preference(o.preference, pref);
+  if (o.preference.enabled && !o.preference.val_reference_logps.empty() && o.val_data.empty())
+    throw runtime::UsageError("--val-reference-logps needs --val-data");
   check_fsdp(o.fsdp, fa);
   check_run_control(t, run);
   ck.validate();
@@ -586,6 +603,9 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
       "stop after N batches (0: all)")(
       "save-logits", po::value(&o.save_logits),
       "write the first --batch-size rows of --data and their fp32 logits to this HDF5 file")(
+      "save-logps", po::value(&o.save_logps),
+      "write each row's summed answer log-probability of --data to this HDF5 file (train "
+      "--reference-logps: DPO without a reference model)")(
       "lora", po::value(&o.lora),
       "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
@@ -616,6 +636,8 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
         "match)");
   if (!o.save_logits.empty() && o.data.empty())
     throw runtime::UsageError("--save-logits needs --data (the rows to run)");
+  if (!o.save_logps.empty() && o.data.empty())
+    throw runtime::UsageError("--save-logps needs --data (the rows to run)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
   check_threads(o.common);
   check_fsdp(o.fsdp, fa);

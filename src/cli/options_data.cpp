@@ -1,4 +1,5 @@
 // Options of the data-side commands: prepare, tokenize, generate, convert and inspect.
+#include <algorithm>
 #include <filesystem>
 
 #include "option_parts.h"
@@ -23,7 +24,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "input", po::value(&p.input), "JSONL input: one JSON object per line")(
       "format", po::value(&format)->default_value(format),
       "alpaca (instruction/input/output), samsum (dialogue/summary), text, chat (messages or "
-      "ShareGPT conversations), or auto")(
+      "ShareGPT conversations), preference (prompt/chosen/rejected: DPO pairs), or auto")(
       "chat-template", po::value(&chat_template)->default_value(chat_template),
       "chat records: llama2, llama3, mistral, chatml, or auto (from the tokenizer's "
       "tokenizer_config.json chat_template)")(
@@ -33,9 +34,9 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "seq-len", po::value(&p.seq_len)->default_value(p.seq_len),
       "tokens per row; longer samples are truncated")(
       "mode", po::value(&mode)->default_value(mode),
-      "packing (concatenate samples into full rows) or padding (one sample per row)")(
-      "val-fraction", real(&p.val_fraction, p.val_fraction),
-      "hold out this share of the samples for validation")(
+      "packing (concatenate samples into full rows) or padding (one sample per row; preference "
+      "pairs always)")("val-fraction", real(&p.val_fraction, p.val_fraction),
+                       "hold out this share of the samples for validation")(
       "val-input", po::value(&p.val_input), "or: a second JSONL file for validation")(
       "val-output", po::value(&p.val_output), "validation token file (default: <output>.val.h5)")(
       "seed", po::value(&p.seed)->default_value(p.seed), "seed for the validation split")(
@@ -65,6 +66,9 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   if (mode != "packing" && mode != "padding")
     throw runtime::UsageError("--mode must be packing or padding, got '" + mode + "'");
   p.packing = mode == "packing";
+  p.mode_given = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a == "--mode" || a.rfind("--mode=", 0) == 0;
+  });
   if (p.seq_len < 2)
     throw runtime::UsageError("--seq-len must be at least 2, got " + std::to_string(p.seq_len));
   if (p.val_fraction < 0 || p.val_fraction >= 1)

@@ -31,6 +31,17 @@ void check_lora(model::LoraConfig& l, const LoraArgs& raw) {
   if (raw.merge && !l.enabled()) throw runtime::UsageError("--merge-lora needs --lora-rank > 0");
 }
 
+double adapter_dropout(const std::string& dir) {
+  read_adapter_config(dir);  // the checks
+  nlohmann::json j;
+  std::ifstream(fs::path(dir) / "adapter_config.json") >> j;
+  const double d = j.value("lora_dropout", 0.0);
+  if (d < 0 || d >= 1)
+    throw runtime::UsageError("--lora-init: " + dir + "/adapter_config.json has lora_dropout " +
+                              std::to_string(d) + "; it must be in [0, 1)");
+  return d;
+}
+
 model::LoraConfig read_adapter_config(const std::string& dir) {
   const fs::path cfg = fs::path(dir) / "adapter_config.json",
                  weights = fs::path(dir) / "adapter_model.safetensors";

@@ -227,7 +227,8 @@ void chatml(Out& o, const std::vector<ChatMessage>& m) {
 }  // namespace
 
 std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
-                                   const std::string& bos, const std::string& eos) {
+                                   const std::string& bos, const std::string& eos,
+                                   bool add_generation_prompt) {
   Out o;
   switch (t) {
     case ChatTemplate::kLlama2:
@@ -235,12 +236,22 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
       break;
     case ChatTemplate::kLlama3:
       llama3(o, messages, bos);
+      if (add_generation_prompt) {
+        o.special("<|start_header_id|>");
+        o.text("assistant");
+        o.special("<|end_header_id|>");
+        o.text("\n\n");
+      }
       break;
     case ChatTemplate::kMistral:
       mistral(o, messages, bos, eos);
       break;
     case ChatTemplate::kChatml:
       chatml(o, messages);
+      if (add_generation_prompt) {
+        o.special("<|im_start|>");
+        o.text("assistant\n");
+      }
       break;
     default:
       throw runtime::Error("render_chat: the chat template is not resolved");

@@ -32,8 +32,10 @@ std::vector<int32_t> ChatEncoder::encode_text(const std::string& text) const {
   return tok_.encode(text, /*add_bos=*/false);
 }
 
-ChatSample ChatEncoder::encode(const std::vector<ChatMessage>& messages, bool train_on_all) const {
-  const std::vector<ChatPiece> pieces = render_chat(t_, messages, bos_, eos_);
+ChatSample ChatEncoder::encode(const std::vector<ChatMessage>& messages, bool train_on_all,
+                               bool add_generation_prompt) const {
+  const std::vector<ChatPiece> pieces =
+      render_chat(t_, messages, bos_, eos_, add_generation_prompt);
   ChatSample out;
   Sample& s = out.sample;
   auto emit = [&](const std::vector<int32_t>& ids, size_t from, size_t to, const ChatPiece& p) {

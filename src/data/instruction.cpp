@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/data/preference.h"
 #include "shardtrain/data/unicode_text.h"
 #include "shardtrain/runtime/error.h"
 
@@ -64,6 +65,7 @@ bool field(const nlohmann::json& j, const char* key, bool required_nonempty, std
 }
 
 DataFormat detect(const nlohmann::json& j) {
+  if (is_preference_record(j)) return DataFormat::kPreference;
   if (is_chat_record(j)) return DataFormat::kChat;
   if (j.contains("instruction") || j.contains("output")) return DataFormat::kAlpaca;
   if (j.contains("dialogue") || j.contains("summary")) return DataFormat::kSamsum;
@@ -72,8 +74,8 @@ DataFormat detect(const nlohmann::json& j) {
   for (auto it = j.begin(); it != j.end(); ++it) keys += (keys.empty() ? "" : ", ") + it.key();
   throw runtime::UsageError(
       "cannot detect the data format from the keys {" + keys +
-      "}; expected alpaca (instruction/input/output), samsum (dialogue/summary), text, or chat "
-      "(messages/conversations); pass --format");
+      "}; expected alpaca (instruction/input/output), samsum (dialogue/summary), text, chat "
+      "(messages/conversations) or preference (prompt/chosen/rejected); pass --format");
 }
 
 }  // namespace
@@ -117,6 +119,8 @@ ParsedLine parse_line(const std::string& line, DataFormat& format) {
       return p;
     }
     r.messages = std::move(c.messages);
+  } else if (format == DataFormat::kPreference) {
+    if (!parse_preference(j, p)) return p;
   } else if (format == DataFormat::kSamsum) {
     std::string dialogue, summary;
     if (!field(j, "dialogue", true, dialogue, p) || !field(j, "summary", true, summary, p))

@@ -5,13 +5,14 @@
 
 namespace shardtrain::data {
 
-DataLoader::DataLoader(const TokenFile& file, LoaderConfig cfg) : file_(&file), cfg_(cfg) {
+DataLoader::DataLoader(const TokenFile& file, LoaderConfig cfg)
+    : file_(&file), cfg_(cfg), per_(rows_per_example(file.meta())), n_(file.rows() / per_) {
   if (cfg_.micro_batch <= 0 || cfg_.grad_accum <= 0)
     throw runtime::UsageError("--batch-size and --grad-accum must be positive");
-  if (cfg_.drop_last && file.rows() < global_batch())
-    throw runtime::UsageError(file.path() + " has " + std::to_string(file.rows()) +
-                              " rows, fewer than one global batch of " +
-                              std::to_string(global_batch()) +
+  if (cfg_.drop_last && n_ < global_batch())
+    throw runtime::UsageError(file.path() + " has " + std::to_string(n_) +
+                              (per_ == 2 ? " pairs" : " rows") +
+                              ", fewer than one global batch of " + std::to_string(global_batch()) +
                               " (batch-size x grad-accum x ranks); lower --batch-size");
 }
 
@@ -20,17 +21,17 @@ DataLoader::~DataLoader() {
 }
 
 int64_t DataLoader::steps_per_epoch() const {
-  return std::max<int64_t>(
-      1, shardtrain::data::steps_per_epoch(file_->rows(), global_batch(), cfg_.drop_last));
+  return std::max<int64_t>(1,
+                           shardtrain::data::steps_per_epoch(n_, global_batch(), cfg_.drop_last));
 }
 
 const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
   if (order_epoch_ != epoch) {
     if (cfg_.shuffle) {
-      order_ = epoch_permutation(file_->rows(), cfg_.seed, epoch);
+      order_ = epoch_permutation(n_, cfg_.seed, epoch);
     } else {
-      order_.resize(file_->rows());
-      for (int64_t i = 0; i < file_->rows(); ++i) order_[i] = i;
+      order_.resize(n_);
+      for (int64_t i = 0; i < n_; ++i) order_[i] = i;
     }
     order_epoch_ = epoch;
   }
@@ -38,15 +39,15 @@ const std::vector<int64_t>& DataLoader::order(int64_t epoch) {
 }
 
 int64_t DataLoader::progress_rows(int64_t ref_batch) const {
-  return shardtrain::data::progress_rows(pos_, file_->rows(), ref_batch, cfg_.drop_last);
+  return shardtrain::data::progress_rows(pos_, n_, ref_batch, cfg_.drop_last);
 }
 
 int64_t DataLoader::epoch_progress_rows(int64_t ref_batch) const {
-  return shardtrain::data::epoch_progress_rows(file_->rows(), ref_batch, cfg_.drop_last);
+  return shardtrain::data::epoch_progress_rows(n_, ref_batch, cfg_.drop_last);
 }
 
 int64_t DataLoader::steps_until(int64_t total_rows, int64_t ref_batch) const {
-  return shardtrain::data::steps_until(pos_, total_rows, file_->rows(), global_batch(), ref_batch,
+  return shardtrain::data::steps_until(pos_, total_rows, n_, global_batch(), ref_batch,
                                        cfg_.drop_last);
 }
 
@@ -55,16 +56,20 @@ std::vector<int64_t> DataLoader::global_rows(LoaderState s) {
 }
 
 LoaderState DataLoader::after(LoaderState s) const {
-  return next_position(s, file_->rows(), global_batch(), cfg_.drop_last);
+  return next_position(s, n_, global_batch(), cfg_.drop_last);
 }
 
 StepData DataLoader::load(LoaderState s) {
   StepData d;
   d.position = s;
   const std::vector<int64_t> rows = global_rows(s);
-  d.global_rows = static_cast<int64_t>(rows.size());
-  d.batch_rows = rows;
-  for (auto& idx : rank_micro_batches(rows, cfg_.rank, cfg_.world, cfg_.grad_accum)) {
+  d.global_rows = static_cast<int64_t>(rows.size()) * per_;
+  for (int64_t e : rows)
+    for (int64_t k = 0; k < per_; ++k) d.batch_rows.push_back(e * per_ + k);
+  for (auto& examples : rank_micro_batches(rows, cfg_.rank, cfg_.world, cfg_.grad_accum)) {
+    std::vector<int64_t> idx;  // the examples' rows: a pair's chosen, then its rejected
+    for (int64_t e : examples)
+      for (int64_t k = 0; k < per_; ++k) idx.push_back(e * per_ + k);
     d.rows.insert(d.rows.end(), idx.begin(), idx.end());
     d.micro.push_back(file_->read(idx));
     d.micro.back().sample_ids = idx;  // LoRA dropout's masks are drawn per sample, not per rank
@@ -89,8 +94,7 @@ void DataLoader::restore(LoaderState s) {
   if (s.epoch < 0 || s.row < 0)
     throw runtime::UsageError("data-loader position epoch " + std::to_string(s.epoch) + " row " +
                               std::to_string(s.row) + " is negative; the checkpoint is damaged");
-  const bool past_end =
-      s.row >= file_->rows() || (cfg_.drop_last && file_->rows() - s.row < global_batch());
+  const bool past_end = s.row >= n_ || (cfg_.drop_last && n_ - s.row < global_batch());
   pos_ = past_end ? LoaderState{s.epoch + 1, 0} : s;
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "shardtrain/data/chat_tokenize.h"
+#include "shardtrain/data/preference.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/runtime/error.h"
@@ -33,7 +34,7 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       chat_encoder;  // made at the first chat record: auto reads the template then
   // Keeps s, or drops it and counts it when truncation left no token in its loss.
   auto keep = [&](Sample s, bool had_loss, int64_t lineno) {
-    if (had_loss && std::count(s.mask.begin(), s.mask.end(), 1) == 0) {
+    if (had_loss && std::count(s.mask.begin(), s.mask.end(), uint8_t{1}) == 0) {
       ++res.stats.skipped;
       ++res.stats.skipped_by_reason[kAnswerCut];
       if (res.stats.examples.size() < max_examples)
@@ -41,6 +42,25 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       return;
     }
     res.samples.push_back(std::move(s));
+  };
+  std::unique_ptr<PreferenceEncoder> preference;  // made at the first preference record
+  // A pair is kept whole, chosen then rejected, or skipped whole; TRL's rule: the answers are
+  // cut to seq_len, and a pair whose prompt alone fills it is dropped.
+  auto keep_pair = [&](PreferencePair pair, int64_t lineno) {
+    if (pair.prompt_tokens >= seq_len) {
+      keep(Sample{}, true, lineno);  // counted as the answer cut away
+      return;
+    }
+    bool cut = false;
+    for (Sample* s : {&pair.chosen, &pair.rejected})
+      if (static_cast<int64_t>(s->ids.size()) > seq_len) {
+        s->ids.resize(seq_len);
+        s->mask.resize(seq_len);
+        cut = true;
+      }
+    res.stats.truncated += cut;
+    res.samples.push_back(std::move(pair.chosen));
+    res.samples.push_back(std::move(pair.rejected));
   };
   for_each_record(in, format, [&](int64_t lineno, ParsedLine& p) {
     ++res.stats.read;
@@ -53,6 +73,15 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       ++res.stats.skipped;
       ++res.stats.skipped_by_reason[p.reason];
       if (res.stats.examples.size() < max_examples) res.stats.examples.push_back(where);
+      return true;
+    }
+    if (format == DataFormat::kPreference) {
+      if (!preference) {
+        if (!p.record.messages.empty() && res.chat_template == ChatTemplate::kAuto)
+          res.chat_template = detect_chat_template(tok.path());
+        preference = std::make_unique<PreferenceEncoder>(tok, res.chat_template);
+      }
+      keep_pair(preference->encode(p.record), lineno);
       return true;
     }
     if (format == DataFormat::kChat) {
@@ -180,14 +209,28 @@ std::string val_output_path(const PrepareOptions& o) {
   return (p.parent_path() / (p.stem().string() + ".val" + p.extension().string())).string();
 }
 
-PrepareReport run_prepare(const PrepareOptions& o) {
-  Tokenizer tok(o.tokenizer);
+PrepareReport run_prepare(const PrepareOptions& given) {
+  Tokenizer tok(given.tokenizer);
   PrepareReport rep;
-  ReadResult train = read_jsonl(o.input, o.format, tok, o.seq_len, o.strict, o.show_bad,
-                                {o.chat_template, o.train_on_all});
-  require_samples(o.input, train);
+  ReadResult train = read_jsonl(given.input, given.format, tok, given.seq_len, given.strict,
+                                given.show_bad, {given.chat_template, given.train_on_all});
+  require_samples(given.input, train);
+  // Preference pairs are one row each, chosen then rejected: a pair never shares a row or splits.
+  const bool pairs = train.format == DataFormat::kPreference;
+  if (pairs && given.train_on_all)
+    throw runtime::UsageError(
+        "--train-on all: preference pairs train on their answers only (DPO compares the answers' "
+        "log-probabilities); drop --train-on");
+  if (pairs && given.packing && given.mode_given)
+    throw runtime::UsageError(
+        "--mode packing: preference pairs are one row each (chosen, then rejected), so that a pair "
+        "stays together; use --mode padding");
+  PrepareOptions o = given;
+  o.packing = o.packing && !pairs;
+  rep.packing = o.packing;
   rep.format = format_name(train.format);
-  if (train.format == DataFormat::kChat)
+  if (train.format == DataFormat::kChat ||
+      (pairs && train.chat_template != ChatTemplate::kAuto))  // conversational pairs
     rep.chat_template =
         std::string(chat_template_name(train.chat_template)) +
         (o.chat_template == ChatTemplate::kAuto ? " (from the tokenizer's chat_template)" : "");
@@ -204,13 +247,15 @@ PrepareReport run_prepare(const PrepareOptions& o) {
     train_samples = std::move(train.samples);
     val_samples = std::move(val.samples);
   } else {
+    const size_t per = pairs ? 2 : 1;  // a pair is held out whole
     const auto is_val =
-        validation_choice(static_cast<int64_t>(train.samples.size()), o.val_fraction, o.seed);
+        validation_choice(static_cast<int64_t>(train.samples.size() / per), o.val_fraction, o.seed);
     for (size_t i = 0; i < train.samples.size(); ++i)
-      (is_val[i] ? val_samples : train_samples).push_back(std::move(train.samples[i]));
+      (is_val[i / per] ? val_samples : train_samples).push_back(std::move(train.samples[i]));
   }
-  rep.train_samples = static_cast<int64_t>(train_samples.size());
-  rep.val_samples = static_cast<int64_t>(val_samples.size());
+  rep.pairs = pairs;
+  rep.train_samples = static_cast<int64_t>(train_samples.size() / (pairs ? 2 : 1));
+  rep.val_samples = static_cast<int64_t>(val_samples.size() / (pairs ? 2 : 1));
   rep.train = make_rows(train_samples, o.seq_len, o.packing, tok.pad_id());
   if (want_val) rep.val = make_rows(val_samples, o.seq_len, o.packing, tok.pad_id());
   // A file without a loss token trains at loss 0 and learns nothing: refuse it here.
@@ -258,15 +303,19 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
     for (const auto& e : s.examples) os << "  skipped " << e << "\n";
   };
   auto rows = [&](const char* what, const std::string& file, int64_t samples, const Rows& x) {
-    os << what << " " << file << ": " << samples << " samples -> " << x.rows << " rows x "
-       << x.seq_len << " (" << (o.packing ? "packed" : "padded") << "), " << x.tokens << " tokens, "
-       << x.loss_tokens << " in the loss\n";
+    os << what << " " << file << ": " << samples << (r.pairs ? " pairs" : " samples") << " -> "
+       << x.rows << " rows x " << x.seq_len << " (" << (r.packing ? "packed" : "padded") << "), "
+       << x.tokens << " tokens, " << x.loss_tokens << " in the loss\n";
   };
   os << "format " << r.format
      << (o.format == DataFormat::kAuto ? " (detected from the first record)" : "");
   if (!r.chat_template.empty())
     os << ", chat template " << r.chat_template << ", loss on "
-       << (o.train_on_all ? "every token" : "the assistant turns");
+       << (o.train_on_all ? "every token"
+           : r.pairs      ? "the answers"
+                          : "the assistant turns");
+  else if (r.pairs)
+    os << ", loss on the answers (each pair: a chosen row, then its rejected row)";
   os << "\n";
   stats("input", o.input, r.train_stats);
   if (!o.val_input.empty()) stats("validation input", o.val_input, r.val_stats);

@@ -111,6 +111,10 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   if (meta_.seq_len <= 0 || meta_.seq_len > (int64_t{1} << 20))
     throw runtime::UsageError(path + ": rows of " + std::to_string(meta_.seq_len) +
                               " tokens; the file is damaged, re-run prepare");
+  if (preference() && (meta_.rows % 2 != 0 || io::h5::has_dataset(file_, "position_ids")))
+    throw runtime::UsageError(path +
+                              " says it holds preference pairs but has an odd row count or packed "
+                              "rows; the file is damaged, re-run 'shardtrain prepare'");
   if (io::h5::has_dataset(file_, "position_ids")) {
     positions_ = io::h5::open_dataset(file_, "position_ids");
     io::h5::check_dataset(positions_, path, "/position_ids", {Element::kInteger, same, like_tokens},
@@ -123,6 +127,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
         "own");
   }
 }
+
+int64_t rows_per_example(const TokenFileMeta& m) { return m.format == kPreferenceFormat ? 2 : 1; }
 
 namespace {
 

@@ -87,13 +87,24 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   const auto batch = [&](size_t i) -> const model::Batch& {
     return shares.empty() ? micro_batches[i] : shares[i].local;
   };
-  int64_t local_tokens = 0;
+  int64_t local_tokens = 0, local_pairs = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i)
-    if (batch(i).tokens.size(0) > 0)
+    if (batch(i).tokens.size(0) > 0) {
       local_tokens += model::count_loss_tokens(batch(i).labels, batch(i).aligned_labels);
+      local_pairs += batch(i).tokens.size(0) / 2;
+    }
   r.tokens =
       sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
-  const double denom = static_cast<double>(std::max<int64_t>(1, r.tokens));
+  // DPO: the mean over the global batch's pairs, against the reference's log-probabilities,
+  // each micro-batch's taken before any training pass (the reference may be this very model).
+  std::vector<at::Tensor> reference;
+  if (preference())
+    for (const model::Batch& mb : micro_batches)
+      reference.push_back(reference_(mb));  // an empty batch too: a model's forward is collective
+  const int64_t units = preference() ? sum_on_host(*groups_.world, local_pairs) : r.tokens;
+  const double denom = static_cast<double>(std::max<int64_t>(1, units));
+  at::Tensor stats = at::zeros({model::kNumPreferenceStats},
+                               at::TensorOptions().dtype(at::kDouble).device(device_));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
   if (HostOffload* offload = schedule_->offload()) offload->start_step();
   at::Tensor loss_sum =
@@ -103,7 +114,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     Pass p;
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size,
                                                    model_.hidden_size, cfg_.loss_chunk);
-    p.fused_head = chunk > 0;
+    p.fused_head = chunk > 0 && !preference();  // DPO weighs each row's tokens by its pair
     if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
     auto logits = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions,
                                      /*build_graph=*/true, shares.empty() ? nullptr : &shares[i]);
@@ -111,10 +122,18 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     if (!p.empty) {
       const auto labels = runtime::to_device(mb.labels, device_);
       const bool aligned = mb.aligned_labels;
-      const at::Tensor sum =
-          p.fused_head
-              ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk, 1.0 / denom, aligned)
-              : model::causal_lm_loss(logits, labels, /*count=*/false, aligned).sum;
+      at::Tensor sum;
+      if (preference()) {
+        const model::PreferenceTerms t =
+            model::preference_loss(model::row_logps(logits, labels), reference[i],
+                                   model::row_answer_tokens(labels), preference_);
+        stats += t.stats;
+        sum = t.losses.sum();
+      } else {
+        sum = p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk,
+                                                    1.0 / denom, aligned)
+                           : model::causal_lm_loss(logits, labels, /*count=*/false, aligned).sum;
+      }
       loss_sum += sum.detach();
       loss = sum / denom;
     }
@@ -129,6 +148,10 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   groups_.world->all_reduce(
       loss_sum);  // on the device (NCCL: ordered on the stream; the host goes on)
   r.loss_t = loss_sum / denom;
+  if (preference()) {
+    groups_.world->all_reduce(stats);
+    r.preference = stats;
+  }
   if (read_loss) r.loss = r.loss_t.item<double>();
   close_phase(runtime::Phase::kBackward);  // the reductions' completion and the loss's all-reduce
   if (read_loss)
@@ -183,6 +206,36 @@ model::LossSum FsdpEngine::eval_loss(const model::Batch& batch) {
                             b.aligned_labels);
   r.count = model::count_loss_tokens(b.labels, b.aligned_labels);  // the host's labels
   return r;
+}
+
+at::Tensor FsdpEngine::row_logps(const model::Batch& batch, bool adapters) {
+  c10::NoGradGuard no_grad;
+  Pass p;
+  p.adapters_off = !adapters;
+  const at::Tensor logits =
+      schedule_->forward(p, runtime::to_device(batch.tokens, device_), batch.positions,
+                         /*build_graph=*/false);
+  schedule_->release_all();
+  if (p.empty) return at::zeros({0}, at::kDouble);
+  return model::row_logps(logits, runtime::to_device(batch.labels, device_), batch.aligned_labels)
+      .to(at::kCPU, at::kDouble);
+}
+
+void FsdpEngine::set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference) {
+  if (groups_.context->size() > 1)
+    throw runtime::UsageError(
+        "--objective dpo with --context-parallel: a pair's log-probabilities would be split "
+        "across the context group; use --context-parallel 1");
+  preference_ = cfg;
+  reference_ = std::move(reference);
+}
+
+at::Tensor FsdpEngine::eval_preference(const model::Batch& batch, const ReferenceFn& reference) {
+  const at::Tensor ref = reference(batch);  // both forwards are collective: empty batches too
+  const at::Tensor policy = row_logps(batch);
+  if (batch.tokens.size(0) == 0) return at::zeros({model::kNumPreferenceStats}, at::kDouble);
+  return model::preference_loss(policy, ref, model::row_answer_tokens(batch.labels), preference_)
+      .stats.to(at::kCPU);
 }
 
 int FsdpEngine::data_rank() const { return groups_.layout.context_color; }

@@ -177,7 +177,7 @@ at::Tensor UnitSchedule::run_unit(int64_t u, const at::Tensor& x, const Pass& p)
                    cfg_.activation_checkpointing.selective(unit.spec().layer);
   path.fused = cfg_.fused_layers;
   path.fp8 = cfg_.fp8;
-  if (!parts_[u].adapter)
+  if (!parts_[u].adapter || p.adapters_off)
     return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr,
                                path);
   const FlatUnit& adapters = *parts_[u].adapter;

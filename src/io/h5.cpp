@@ -28,6 +28,10 @@ template <>
 hid_t native_type<float>() {
   return H5T_NATIVE_FLOAT;
 }
+template <>
+hid_t native_type<double>() {
+  return H5T_NATIVE_DOUBLE;
+}
 
 Handle scalar_space() { return Handle(H5_CHECK(H5Screate(H5S_SCALAR)), H5Sclose); }
 
@@ -127,6 +131,9 @@ template void write_matrix<uint8_t>(hid_t, const std::string&, const std::vector
                                     hsize_t);
 template void write_matrix<float>(hid_t, const std::string&, const std::vector<float>&, hsize_t,
                                   hsize_t);
+template void write_matrix<double>(hid_t, const std::string&, const std::vector<double>&, hsize_t,
+                                   hsize_t);
+template std::vector<double> read_rows<double>(hid_t, const std::vector<int64_t>&, hsize_t);
 template std::vector<int32_t> read_rows<int32_t>(hid_t, const std::vector<int64_t>&, hsize_t);
 template std::vector<int64_t> read_rows<int64_t>(hid_t, const std::vector<int64_t>&, hsize_t);
 template std::vector<uint8_t> read_rows<uint8_t>(hid_t, const std::vector<int64_t>&, hsize_t);

@@ -1,5 +1,7 @@
 #include "shardtrain/obs/prometheus.h"
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -12,14 +14,15 @@ const char* group_name(int g) {
 }
 
 int RankSeries::packed_size() {
-  return 7 + runtime::kNumPhases + 5 + 2 * kProcessGroups * comm::kNumOps;
+  return 7 + runtime::kNumPhases + 6 + kNumPreferenceMetrics + 2 * kProcessGroups * comm::kNumOps;
 }
 
 std::vector<double> RankSeries::pack() const {
   std::vector<double> v = {step, loss, lr, tokens_per_s, tflops_per_device, mfu, step_seconds};
   v.insert(v.end(), phases.s.begin(), phases.s.end());
   v.insert(v.end(), {host_peak_rss, gpu_peak_allocated, gpu_peak_reserved, checkpoint_seconds,
-                     skipped_steps});
+                     skipped_steps, pairs});
+  v.insert(v.end(), preference.begin(), preference.end());
   for (const auto* table : {&calls, &bytes})
     for (const auto& g : *table) v.insert(v.end(), g.begin(), g.end());
   return v;
@@ -43,6 +46,8 @@ RankSeries RankSeries::unpack(const double* v, int rank, const std::string& host
   r.gpu_peak_reserved = v[i++];
   r.checkpoint_seconds = v[i++];
   r.skipped_steps = v[i++];
+  r.pairs = v[i++];
+  for (auto& x : r.preference) x = v[i++];
   for (auto* table : {&r.calls, &r.bytes})
     for (auto& g : *table)
       for (auto& x : g) x = v[i++];
@@ -137,6 +142,15 @@ std::string exposition(const std::string& job, const std::vector<RankSeries>& ra
   single("counter", "shardtrain_skipped_steps_total",
          "Optimizer steps skipped for a non-finite loss or gradient norm (--on-nonfinite skip).",
          &RankSeries::skipped_steps);
+  if (std::any_of(ranks.begin(), ranks.end(), [](const RankSeries& r) { return r.pairs > 0; }))
+    family("shardtrain_preference", "gauge",
+           "DPO's metrics of the last step over the global batch's pairs, TRL's names (the "
+           "metrics file's; the same on every rank).",
+           [&](const RankSeries& r, const std::string& l) {
+             for (int k = 0; k < kNumPreferenceMetrics; ++k)
+               out += "shardtrain_preference{" + l + ",metric=\"" + kPreferenceMetricNames[k] +
+                      "\"} " + number(r.preference[k]) + "\n";
+           });
   auto per_collective = [&](const std::string& name, const std::string& help, bool bytes) {
     family(name, "counter", help, [&](const RankSeries& r, const std::string& l) {
       for (int g = 0; g < RankSeries::kProcessGroups; ++g)

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/obs/prometheus.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::train {
@@ -93,6 +94,11 @@ nlohmann::json metrics_line(const StepMetrics& m) {
     for (int p = 0; p < runtime::kNumPhases; ++p)
       j["phases"][runtime::phase_name(static_cast<runtime::Phase>(p))] = m.phases.s[p];
   }
+  for (const auto& [prefix, pm] : {std::pair{"", &m.preference}, {"val_", &m.val_preference}}) {
+    if (pm->pairs == 0) continue;
+    for (int k = 0; k < obs::kNumPreferenceMetrics; ++k)
+      j[std::string(prefix) + obs::kPreferenceMetricNames[k]] = pm->values[k];
+  }
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
   if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
   if (m.extra.is_object()) j.update(m.extra);
@@ -127,8 +133,17 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps) {
       m.grad_norm, m.tokens_per_s, m.tflops_per_device, 100.0 * m.mfu, m.step_time_s,
       format_duration(m.eta_s).c_str(), static_cast<double>(m.peak_mem_bytes) / (1 << 20));
   std::string s = buf;
+  if (m.preference.pairs > 0) {  // DPO: TRL's two headline figures
+    std::snprintf(buf, sizeof buf, " | rewards/accuracies %.3f | rewards/margins %.4f",
+                  m.preference.values[2], m.preference.values[3]);
+    s += buf;
+  }
   if (m.val_loss >= 0) {
     std::snprintf(buf, sizeof buf, " | val_loss %.4f", m.val_loss);
+    s += buf;
+  }
+  if (m.val_preference.pairs > 0) {
+    std::snprintf(buf, sizeof buf, " | val rewards/accuracies %.3f", m.val_preference.values[2]);
     s += buf;
   }
   if (m.val_accuracy >= 0) {

@@ -169,6 +169,8 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   std::tie(r.gpu_peak_allocated, r.gpu_peak_reserved) = gpu_peaks_;
   r.checkpoint_seconds = last_checkpoint_s_;
   r.skipped_steps = static_cast<double>(m.skipped_steps);
+  r.pairs = static_cast<double>(m.preference.pairs);
+  r.preference = m.preference.values;
   const auto groups = engine_.groups().all();
   for (int k = 0; k < obs::RankSeries::kProcessGroups; ++k)
     for (int op = 0; op < comm::kNumOps; ++op) {

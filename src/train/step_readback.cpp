@@ -8,17 +8,24 @@ std::vector<PendingStep> StepReadback::take() {
   std::vector<PendingStep> out;
   out.swap(pending_);
   if (out.empty()) return out;
-  std::vector<at::Tensor> figures;  // [steps x 2]: loss, norm
+  // Per step: loss, norm, and DPO's stats (model::kNumPreferenceStats, zero without).
+  constexpr int64_t kPer = 2 + model::kNumPreferenceStats;
+  std::vector<at::Tensor> figures;
   for (const PendingStep& s : out) {
-    figures.push_back(s.loss.to(at::kDouble).reshape({}));
-    figures.push_back(s.grad_norm.to(s.loss.device(), at::kDouble).reshape({}));
+    const auto on = s.loss.options().dtype(at::kDouble);
+    figures.push_back(s.loss.to(at::kDouble).reshape({1}));
+    figures.push_back(s.grad_norm.to(s.loss.device(), at::kDouble).reshape({1}));
+    figures.push_back(s.preference.defined() ? s.preference.to(s.loss.device(), at::kDouble)
+                                             : at::zeros({model::kNumPreferenceStats}, on));
   }
-  const at::Tensor host = at::stack(figures).to(at::kCPU);  // the one host read
+  const at::Tensor host = at::cat(figures).to(at::kCPU);  // the one host read
   const double* v = host.data_ptr<double>();
   for (size_t i = 0; i < out.size(); ++i) {
     StepMetrics& m = out[i].m;
-    m.loss = v[2 * i];
-    m.grad_norm = v[2 * i + 1];
+    m.loss = v[kPer * i];
+    m.grad_norm = v[kPer * i + 1];
+    m.preference =
+        model::preference_metrics(host.narrow(0, kPer * i + 2, model::kNumPreferenceStats));
     const runtime::PhaseTimes fb = out[i].forward_backward->finish();
     const runtime::PhaseTimes opt = out[i].optimizer->finish();
     for (runtime::Phase p :

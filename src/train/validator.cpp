@@ -9,10 +9,11 @@
 
 namespace shardtrain::train {
 
-EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches,
-                         int rank, int world, const BatchLossFn& loss,
-                         const std::function<double(double)>& sum_all) {
-  c10::NoGradGuard no_grad;
+namespace {
+
+// Each of the first max_batches batches (all when <= 0) in file order, this rank's part of it.
+void for_each_batch(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank,
+                    int world, const std::function<void(const model::Batch&)>& fn) {
   data::LoaderConfig lc;
   lc.micro_batch = batch_size;
   lc.shuffle = false;
@@ -22,17 +23,37 @@ EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_
   data::DataLoader loader(data, lc);
   int64_t n = loader.steps_per_epoch();
   if (max_batches > 0) n = std::min(n, max_batches);
+  for (int64_t b = 0; b < n; ++b) fn(loader.next().micro.front());
+}
+
+}  // namespace
+
+model::PreferenceMetrics evaluate_preference(const data::TokenFile& data, int64_t batch_size,
+                                             int64_t max_batches, int rank, int world,
+                                             const BatchStatsFn& stats,
+                                             const std::function<double(double)>& sum_all) {
+  c10::NoGradGuard no_grad;
+  at::Tensor sum = at::zeros({model::kNumPreferenceStats}, at::kDouble);
+  for_each_batch(data, batch_size, max_batches, rank, world,
+                 [&](const model::Batch& batch) { sum += stats(batch).to(at::kCPU, at::kDouble); });
+  if (sum_all)
+    for (int64_t k = 0; k < sum.numel(); ++k) sum[k] = sum_all(sum[k].item<double>());
+  return model::preference_metrics(sum);
+}
+
+EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches,
+                         int rank, int world, const BatchLossFn& loss,
+                         const std::function<double(double)>& sum_all) {
+  c10::NoGradGuard no_grad;
   at::Tensor sum_t;  // summed where the logits are: one host read at the end, not one per batch
   double count = 0;
-  for (int64_t b = 0; b < n; ++b) {
-    const data::StepData d = loader.next();
-    const model::Batch& batch = d.micro.front();
+  for_each_batch(data, batch_size, max_batches, rank, world, [&](const model::Batch& batch) {
     const model::LossSum l = loss(batch);
-    if (!l.sum.defined()) continue;  // no rows here
+    if (!l.sum.defined()) return;  // no rows here
     const at::Tensor s = l.sum.to(at::kDouble);
     sum_t = sum_t.defined() ? sum_t + s : s;
     count += static_cast<double>(l.count);
-  }
+  });
   double sum = sum_t.defined() ? sum_t.item<double>() : 0.0;
   if (sum_all) {
     sum = sum_all(sum);
@@ -87,8 +108,20 @@ EvalResult Validator::loss() {
 
 AccuracyResult Validator::accuracy() { return accuracy_->run(logits_fn(), engine_.model()); }
 
+model::PreferenceMetrics Validator::preference() {
+  return evaluate_preference(
+      *val_, batch_size_, max_batches_, engine_.data_rank(), engine_.data_world(),
+      [this](const model::Batch& b) { return engine_.eval_preference(b, reference_); },
+      [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
+}
+
 void Validator::run(StepMetrics& m) {
-  if (val_) m.val_loss = loss().loss;
+  if (val_ && engine_.preference()) {  // DPO: the held-out pairs' loss and metrics
+    m.val_preference = preference();
+    m.val_loss = m.val_preference.loss;
+  } else if (val_) {
+    m.val_loss = loss().loss;
+  }
   if (accuracy_) m.val_accuracy = accuracy().exact_match;
 }
 

@@ -9,6 +9,7 @@
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/model/config.h"
+#include "shardtrain/model/preference_loss.h"
 #include "shardtrain/obs/config.h"
 #include "shardtrain/optim/optimizer.h"
 #include "shardtrain/plan/planner.h"
@@ -34,6 +35,14 @@ struct ModelArgs {
 
 // Each concern's struct comes from its own module and is filled by the parser directly: what
 // the user typed reaches the component without being copied by hand.
+// --objective dpo and its settings (docs/dpo.md).
+struct PreferenceOptions {
+  bool enabled = false;  // --objective dpo (else sft)
+  model::PreferenceConfig cfg;
+  // eval --save-logps files of --data and --val-data; empty: the reference model runs each step
+  std::string reference_logps, val_reference_logps;
+};
+
 struct TrainOptions {
   CommonOptions common;
   ModelArgs model_args;  // as typed: resolve_checkpoint_model's overrides of a checkpoint's model
@@ -47,6 +56,7 @@ struct TrainOptions {
   std::string val_data;    // optional validation token file
   std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
   bool merge_lora = false;  // LoRA: --save-model writes merged full weights instead of the adapter
+  std::string lora_init;    // a PEFT adapter to start from (its settings replace --lora-*'s)
   std::vector<std::string> args;  // as given, stored in checkpoints
   std::vector<std::pair<std::string, std::string>>
       option_values;  // every option's value, typed or default (MLflow's params)
@@ -59,6 +69,7 @@ struct TrainOptions {
   train::AccuracyConfig accuracy;
   obs::ObsConfig obs;
   train::FaultConfig faults;
+  PreferenceOptions preference;
 };
 
 // eval and generate run through the FSDP engine: any device, strategy and number of ranks.
@@ -70,6 +81,7 @@ struct EvalOptions {
   std::string data;         // token file: loss and perplexity
   std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other
                             // implementations
+  std::string save_logps;   // HDF5: each row's summed answer log-probability (DPO's reference)
   train::AccuracyConfig accuracy;
   fsdp::FsdpConfig fsdp;
   int64_t batch_size = 8, max_batches = 0;

@@ -42,8 +42,11 @@ struct ChatPiece {
 
 // messages must be in the order parse_chat checks. bos/eos: the tokenizer's BOS and EOS token
 // text (bos_token and eos_token in the templates); bos "" when it has none.
+// add_generation_prompt: the templates' own (Llama-3's and Qwen2's assistant header; Llama-2's
+// and Mistral's templates have none and render nothing more).
 std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
-                                   const std::string& bos, const std::string& eos);
+                                   const std::string& bos, const std::string& eos,
+                                   bool add_generation_prompt = false);
 
 // Python's str.strip(): Jinja's trim filter and .strip() drop Unicode whitespace at both ends.
 std::string python_strip(std::string_view s);

@@ -24,8 +24,9 @@ class ChatEncoder {
   // The text between the template's special tokens is tokenized run by run, as transformers
   // splits added tokens out first; inside a run, a turn starts at the token count of the text
   // before it when that tokenizes to a prefix of the run's ids (else their common prefix).
-  // train_on_all: every token in the loss.
-  ChatSample encode(const std::vector<ChatMessage>& messages, bool train_on_all) const;
+  // train_on_all: every token in the loss. add_generation_prompt: as apply_chat_template's.
+  ChatSample encode(const std::vector<ChatMessage>& messages, bool train_on_all,
+                    bool add_generation_prompt = false) const;
   ChatTemplate chat_template() const { return t_; }
 
  private:

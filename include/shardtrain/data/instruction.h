@@ -15,12 +15,13 @@
 
 namespace shardtrain::data {
 
-enum class DataFormat { kAuto, kAlpaca, kSamsum, kText, kChat };
+enum class DataFormat { kAuto, kAlpaca, kSamsum, kText, kChat, kPreference };
 inline constexpr runtime::EnumName<DataFormat> kDataFormatNames[] = {
     {DataFormat::kAlpaca, "alpaca"},
     {DataFormat::kSamsum, "samsum"},
     {DataFormat::kText, "text"},
     {DataFormat::kChat, "chat"},
+    {DataFormat::kPreference, "preference"},
     {DataFormat::kAuto, "auto"}};
 DataFormat parse_format(const std::string& s);  // throws UsageError naming --format
 const char* format_name(DataFormat f);
@@ -34,6 +35,10 @@ struct Record {
   std::string answer;  // the trained-on part (the whole text for kText)
   bool joint = false;  // alpaca: tokenize prompt + answer as one string, as alpaca_dataset.py does
   std::vector<ChatMessage> messages;  // kChat: the conversation (prompt and answer stay empty)
+  // kPreference (preference.h): the two answers to prompt (strings), or to messages (TRL's
+  // conversational form: lists of assistant messages).
+  std::string chosen, rejected;
+  std::vector<ChatMessage> chosen_messages, rejected_messages;
 };
 
 struct ParsedLine {

@@ -12,8 +12,10 @@
 
 namespace shardtrain::data {
 
+// A preference file's examples are its pairs (token_file.h rows_per_example): the sizes and
+// positions below count pairs there, and each pair's two rows are read together.
 struct LoaderConfig {
-  int64_t micro_batch = 8;  // rows per micro-batch per rank
+  int64_t micro_batch = 8;  // examples (rows, or pairs) per micro-batch per rank
   int64_t grad_accum = 1;
   int rank = 0, world = 1;  // data-parallel position
   uint64_t seed = 1234;
@@ -62,6 +64,8 @@ class DataLoader {
 
   const TokenFile* file_;
   LoaderConfig cfg_;
+  int64_t per_ = 1;  // rows per example
+  int64_t n_ = 0;    // examples in the file
   LoaderState pos_;
   std::future<StepData> pending_;  // the prefetched step at pos_, when valid
   int64_t order_epoch_ = -1;       // the epoch order_ holds, -1 before the first load

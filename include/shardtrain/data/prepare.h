@@ -60,6 +60,7 @@ struct PrepareOptions {
   bool train_on_all = false;                         // --train-on all
   int64_t seq_len = 512;
   bool packing = true, strict = false;
+  bool mode_given = false;  // --mode was passed (preference pairs refuse packing, not its default)
   double val_fraction = 0;  // > 0: hold out this share of the input
   std::string val_input;    // or: a second JSONL file for validation
   std::string val_output;   // default: <output without .h5>.val.h5
@@ -73,6 +74,8 @@ struct PrepareReport {
   std::string format, val_output;
   std::string chat_template;  // chat: the template used, and where it came from
   int64_t train_samples = 0, val_samples = 0;
+  bool packing = true;  // as written: preference pairs are always padded
+  bool pairs = false;   // preference: *_samples count pairs, two rows each
 };
 
 // The validation file to write: --val-output, else <output without .h5>.val.h5; "" without

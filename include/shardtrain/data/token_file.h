@@ -40,6 +40,11 @@ struct TokenFileMeta {
 void write_token_file(const std::string& path, const Rows& rows, TokenFileMeta meta,
                       const std::function<void()>& before_publish = {});
 
+// The rows read together as one example: a preference file's pairs (row 2i chosen, 2i + 1
+// rejected) are 2, so that shuffling, sharding and micro-batches keep them together; else 1.
+int64_t rows_per_example(const TokenFileMeta& m);
+inline constexpr const char* kPreferenceFormat = "preference";
+
 class TokenFile {
  public:
   explicit TokenFile(
@@ -47,6 +52,7 @@ class TokenFile {
   const TokenFileMeta& meta() const { return meta_; }
   int64_t rows() const { return meta_.rows; }
   int64_t seq_len() const { return meta_.seq_len; }
+  bool preference() const { return rows_per_example(meta_) == 2; }
   const std::string& path() const { return path_; }
   // Thread-safe: holds the HDF5 lock while reading.
   model::Batch read(const std::vector<int64_t>& rows) const;

@@ -12,6 +12,7 @@
 #include <c10/core/Device.h>
 
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,7 @@
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/batch.h"
 #include "shardtrain/model/llama.h"
+#include "shardtrain/model/preference_loss.h"
 #include "shardtrain/optim/optimizer.h"
 #include "shardtrain/runtime/phases.h"
 
@@ -42,8 +44,12 @@ struct GradResult {
   std::shared_ptr<PhaseClock>
       clock;  // !read_loss: the phases, read later (clock->finish()), not here
   std::array<int64_t, runtime::kNumPhases>
-      peak_bytes{};  // forward and backward: see take_phase_peak()
+      peak_bytes{};       // forward and backward: see take_phase_peak()
+  at::Tensor preference;  // DPO: [kNumPreferenceStats] fp64 sums over the global batch's pairs
 };
+
+// DPO's reference log-probabilities for a batch's rows: [B] summed answer log-probs.
+using ReferenceFn = std::function<at::Tensor(const model::Batch&)>;
 
 // The engine is a front: the units and their schedule (UnitSchedule), what trains
 // (TrainableLayout), the memory accounting (EngineMemory); here, a step and its results.
@@ -70,6 +76,17 @@ class FsdpEngine {
   // The loss summed over a batch's loss tokens, and their count, forward only: this rank's rows,
   // or under context parallelism its share of them (the group's ranks sum to the rows' loss).
   model::LossSum eval_loss(const model::Batch& batch);
+  // Each row's summed log-probability of its answer tokens, forward only, [B] fp64 on the host.
+  // adapters = false: a LoRA run's base model alone (DPO's reference, no second copy).
+  at::Tensor row_logps(const model::Batch& batch, bool adapters = true);
+  // DPO: forward_backward trains cfg's preference loss on the rows' pairs (2i chosen, 2i + 1
+  // rejected) against reference's log-probabilities; the loss is the mean over the global
+  // batch's pairs, TRL's DPOTrainer's.
+  void set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference);
+  bool preference() const { return static_cast<bool>(reference_); }
+  // DPO's loss and metrics' sums (preference_loss) for a batch against reference, forward only:
+  // validation. Collective: every rank calls it, with its rows or none.
+  at::Tensor eval_preference(const model::Batch& batch, const ReferenceFn& reference);
   // The data-parallel position: ranks of a context group share their rows (one data rank).
   int data_rank() const;
   int data_world() const;
@@ -117,6 +134,8 @@ class FsdpEngine {
   std::vector<runtime::CrcRow> base_crc_rows_;
   uint64_t seed_ =
       0;  // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
+  model::PreferenceConfig preference_;
+  ReferenceFn reference_;  // set: DPO
   uint64_t unnamed_passes_ =
       0;  // batches without sample ids (tests, tools): each pass draws its own masks
 };

@@ -30,6 +30,7 @@ struct Pass {
   std::vector<at::Tensor> inputs, outputs;
   bool empty = false;               // this rank has no rows: it still joins every collective
   bool train = false;               // LoRA dropout applies
+  bool adapters_off = false;        // LoRA: the base model alone (DPO's reference)
   std::vector<uint64_t> row_seeds;  // [B] LoRA dropout's, the same in forward and in the recompute
   model::DropoutTokens dropout_tokens;  // context parallelism: the share's places (forward sets)
   bool fused_head =

@@ -20,13 +20,13 @@ Handle open_file(
 Handle open_dataset(hid_t file, const std::string& name);  // throws UsageError naming file+dataset
 bool has_dataset(hid_t file, const std::string& name);
 
-// A 2-D dataset, chunked by rows and written whole. T: int32_t, uint8_t or float.
+// A 2-D dataset, chunked by rows and written whole. T: int32_t, uint8_t, float or double.
 template <typename T>
 void write_matrix(hid_t file, const std::string& name, const std::vector<T>& data, hsize_t rows,
                   hsize_t cols);
 // Reads the given rows (any order, duplicates allowed) through one hyperslab union selection.
-// T: int32_t, int64_t or uint8_t; HDF5 converts from the file's integer type, clamping what does
-// not fit.
+// T: int32_t, int64_t, uint8_t or double; HDF5 converts from the file's integer type, clamping what
+// does not fit.
 template <typename T>
 std::vector<T> read_rows(hid_t dset, const std::vector<int64_t>& rows, hsize_t cols);
 

@@ -13,6 +13,12 @@
 namespace shardtrain::obs {
 
 // One rank's latest values. Counters are totals since the process started.
+// DPO's metrics, TRL's names, in the order every producer and sink uses.
+inline constexpr const char* kPreferenceMetricNames[] = {"rewards/chosen",     "rewards/rejected",
+                                                         "rewards/accuracies", "rewards/margins",
+                                                         "logps/chosen",       "logps/rejected"};
+inline constexpr int kNumPreferenceMetrics = 6;
+
 struct RankSeries {
   int rank = 0;
   std::string host;
@@ -22,6 +28,8 @@ struct RankSeries {
   double host_peak_rss = 0, gpu_peak_allocated = -1, gpu_peak_reserved = -1;  // < 0: not a GPU rank
   double checkpoint_seconds = 0;  // the last checkpoint's duration
   double skipped_steps = 0;  // optimizer steps skipped for a non-finite loss (--on-nonfinite skip)
+  double pairs = 0;          // DPO: the last step's pairs (0: not a DPO run), and its metrics
+  std::array<double, kNumPreferenceMetrics> preference{};
   static constexpr int kProcessGroups = 4;  // world, shard, replicate, context
   std::array<std::array<double, comm::kNumOps>, kProcessGroups> calls{}, bytes{};
 

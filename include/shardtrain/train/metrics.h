@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "shardtrain/model/preference_loss.h"
 #include "shardtrain/runtime/phases.h"
 
 namespace shardtrain::train {
@@ -25,6 +26,8 @@ struct StepMetrics {
       false;  // a non-finite loss or gradient norm: no optimizer step (--on-nonfinite skip)
   int64_t skipped_steps = 0;  // steps skipped so far in this run
   nlohmann::json extra;       // engine figures (collectives, sharded memory), merged into the line
+  model::PreferenceMetrics preference;      // DPO: the step's (pairs 0: not DPO)
+  model::PreferenceMetrics val_preference;  // DPO: the held-out pairs' (pairs 0: not this step)
 };
 
 // Throughput figures from the step time. tokens_per_s counts every input token (B·T), as the

@@ -34,6 +34,14 @@ EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_
                          int rank, int world, const BatchLossFn& loss,
                          const std::function<double(double)>& sum_all = {});
 
+// DPO's metrics over a preference file's pairs, forward only, as evaluate_loss reads batches
+// (batch_size pairs). stats: a batch's sums (model::preference_loss's).
+using BatchStatsFn = std::function<at::Tensor(const model::Batch& batch)>;
+model::PreferenceMetrics evaluate_preference(const data::TokenFile& data, int64_t batch_size,
+                                             int64_t max_batches, int rank, int world,
+                                             const BatchStatsFn& stats,
+                                             const std::function<double(double)>& sum_all = {});
+
 // --accuracy-file and its companions (train's validation, and eval).
 struct AccuracyConfig {
   std::string file, tokenizer;
@@ -61,7 +69,9 @@ class Validator {
   bool has_loss() const { return val_ != nullptr; }
   bool has_accuracy() const { return accuracy_ != nullptr; }
   bool due(int64_t step, bool last) const { return last || (every_ > 0 && step % every_ == 0); }
-  EvalResult loss();            // collective
+  EvalResult loss();                      // collective
+  model::PreferenceMetrics preference();  // collective: DPO's, on the validation pairs
+  void set_reference(fsdp::ReferenceFn r) { reference_ = std::move(r); }  // DPO's, for them
   AccuracyResult accuracy();    // collective: every rank decodes every record
   void run(StepMetrics& m);     // collective: whatever is configured, into m
   model::LogitsFn logits_fn();  // the engine's forward, for generation
@@ -71,6 +81,7 @@ class Validator {
   const data::TokenFile* val_;
   const AccuracyTask* accuracy_;
   int64_t batch_size_, max_batches_, every_;
+  fsdp::ReferenceFn reference_;
 };
 
 }  // namespace shardtrain::train

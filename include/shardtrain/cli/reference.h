@@ -1,0 +1,34 @@
+// DPO's reference model, the starting weights frozen: a LoRA run's base with the adapters
+// switched off (no second copy), a frozen sharded copy of the starting weights, or the
+// log-probabilities 'eval --save-logps' wrote (no reference model in memory).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "shardtrain/cli/engine_setup.h"
+#include "shardtrain/cli/options.h"
+#include "shardtrain/data/token_file.h"
+#include "shardtrain/fsdp/engine.h"
+
+namespace shardtrain::cli {
+
+struct Reference {
+  std::unique_ptr<fsdp::FsdpEngine> frozen;  // the frozen copy, when one runs
+  fsdp::ReferenceFn train, val;              // --data's rows, --val-data's
+  std::string what;                          // for the log: which reference this is
+};
+
+// Collective. val may be null.
+Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::TokenFile& train,
+                         const data::TokenFile* val);
+
+// eval --save-logps: each row's summed answer log-probability of data, [rows] fp64 in /logps,
+// with data's token_file_identity; collective, rank 0 writes.
+void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
+                int64_t batch_size, int rank);
+// Reads a save_logps file for data; throws UsageError naming opt when it was written for another
+// token file.
+at::Tensor read_logps(const std::string& opt, const std::string& path, const data::TokenFile& data);
+
+}  // namespace shardtrain::cli

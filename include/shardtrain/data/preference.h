@@ -1,0 +1,46 @@
+// Preference pairs (DPO): records with a prompt and a chosen and a rejected answer, as strings or
+// in TRL's conversational form, tokenized the way TRL's DPOTrainer tokenizes them, into two
+// samples (prompt + chosen, prompt + rejected) with the loss mask on the answer only.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "shardtrain/data/chat_template.h"
+#include "shardtrain/data/instruction.h"
+
+namespace shardtrain::data {
+
+// True when a record holds "chosen" and "rejected" (for --format auto).
+bool is_preference_record(const nlohmann::json& record);
+
+// Reads {"prompt", "chosen", "rejected"} into r: all three strings (r.prompt, r.chosen,
+// r.rejected), or TRL's conversational form: "prompt" a list of messages ending with a user turn,
+// "chosen" and "rejected" lists of assistant messages (r.messages, r.chosen_messages,
+// r.rejected_messages). A missing field, an empty answer or identical answers fill p's skip
+// reason; a conversation in the wrong role order is fatal, as chat records are.
+bool parse_preference(const nlohmann::json& j, ParsedLine& p);
+
+struct PreferencePair {
+  Sample chosen, rejected;  // prompt + answer each, the mask on the answer
+  int64_t prompt_tokens = 0;
+};
+
+// TRL's DPOTrainer: the prompt alone and prompt + answer are tokenized whole (strings with the
+// tokenizer's special tokens, an EOS appended to each answer; conversations with the chat
+// template, the prompt with its generation prompt), and the answer starts where the prompt's ids
+// and both answers' ids first differ.
+class PreferenceEncoder {
+ public:
+  // t: the chat template for conversational records (resolved, not kAuto), or kAuto for strings.
+  PreferenceEncoder(const Tokenizer& tok, ChatTemplate t);
+  PreferencePair encode(const Record& r) const;
+
+ private:
+  std::vector<int32_t> encode_answer(const std::string& prompt, const std::string& answer) const;
+  const Tokenizer& tok_;
+  ChatTemplate t_;
+  std::string eos_text_;
+};
+
+}  // namespace shardtrain::data

@@ -1,0 +1,124 @@
+#include "shardtrain/cli/reference.h"
+
+#include <mpi.h>
+
+#include "shardtrain/data/data_identity.h"
+#include "shardtrain/data/loader.h"
+#include "shardtrain/io/h5.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/logging.h"
+
+namespace shardtrain::cli {
+
+namespace {
+
+fsdp::ReferenceFn from_file(at::Tensor logps) {
+  return [logps](const model::Batch& b) {
+    const at::Tensor rows = at::tensor(b.sample_ids, at::kLong);
+    return logps.index_select(0, rows);
+  };
+}
+
+// True when every lora_B is zero (PEFT's fresh init): the adapters then add nothing, and the
+// base alone is the starting model.
+bool zero_adapter_output(const io::SafetensorsModel& adapter) {
+  for (const std::string& name : adapter.names())
+    if (name.find("lora_B") != std::string::npos && adapter.read(name).ne(0).any().item<bool>())
+      return false;
+  return true;
+}
+
+}  // namespace
+
+Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::TokenFile& train,
+                         const data::TokenFile* val) {
+  Reference r;
+  fsdp::FsdpEngine& engine = *setup.engine;
+  const PreferenceOptions& p = o.preference;
+  fsdp::ReferenceFn model;  // the reference model's forward, when one is needed
+  const bool needs_model = p.reference_logps.empty() || (val && p.val_reference_logps.empty());
+  if (needs_model && setup.adapter && !zero_adapter_output(*setup.adapter)) {
+    // --lora-init with trained adapters: the starting weights are base + those adapters (TRL's
+    // "ref" copy of a pretrained adapter), so the reference is a frozen copy of both.
+    r.frozen = std::make_unique<fsdp::FsdpEngine>(o.model, engine.config(), setup.groups,
+                                                  o.train.seed, setup.weights.get(),
+                                                  engine.device(), setup.adapter.get());
+    fsdp::FsdpEngine* frozen = r.frozen.get();
+    model = [frozen](const model::Batch& b) { return frozen->row_logps(b); };
+    r.what = "a frozen sharded copy of the starting weights and --lora-init's adapters";
+  } else if (needs_model && engine.config().lora.enabled()) {
+    model = [&engine](const model::Batch& b) { return engine.row_logps(b, /*adapters=*/false); };
+    r.what = "the base model (LoRA's adapters switched off)";
+  } else if (needs_model) {
+    fsdp::FsdpConfig cfg = engine.config();
+    r.frozen = std::make_unique<fsdp::FsdpEngine>(o.model, cfg, setup.groups, o.train.seed,
+                                                  setup.weights.get(), engine.device());
+    fsdp::FsdpEngine* frozen = r.frozen.get();
+    model = [frozen](const model::Batch& b) { return frozen->row_logps(b); };
+    r.what = "a frozen sharded copy of the starting weights";
+  }
+  if (!p.reference_logps.empty()) {
+    r.train = from_file(read_logps("--reference-logps", p.reference_logps, train));
+    r.what = "--reference-logps " + p.reference_logps +
+             (r.what.empty() ? std::string() : "; validation: " + r.what);
+  } else {
+    r.train = model;
+  }
+  if (val)
+    r.val = p.val_reference_logps.empty()
+                ? model
+                : from_file(read_logps("--val-reference-logps", p.val_reference_logps, *val));
+  return r;
+}
+
+void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
+                int64_t batch_size, int rank) {
+  if (engine.data_world() != engine.groups().world->size())
+    throw runtime::UsageError("--save-logps with --context-parallel: use --context-parallel 1");
+  data::LoaderConfig lc;
+  lc.micro_batch = batch_size;
+  lc.shuffle = false;
+  lc.prefetch = false;
+  lc.rank = engine.data_rank();
+  lc.world = engine.data_world();
+  data::DataLoader loader(data, lc);
+  std::vector<double> logps(static_cast<size_t>(data.rows()), 0.0);
+  for (int64_t s = 0; s < loader.steps_per_epoch(); ++s) {
+    const model::Batch b = loader.next().micro.front();
+    const at::Tensor l = engine.row_logps(b).contiguous();
+    for (size_t i = 0; i < b.sample_ids.size(); ++i)
+      logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
+  }
+  // Each row is one rank's: the sum over ranks is every row's.
+  MPI_CHECK(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : logps.data(), logps.data(),
+                       static_cast<int>(logps.size()), MPI_DOUBLE, MPI_SUM, 0,
+                       engine.groups().world->mpi()));
+  if (rank != 0) return;
+  auto file = io::h5::create_file(path);
+  io::h5::write_matrix(file, "logps", logps, logps.size(), 1);  // [rows, 1]
+  io::h5::write_attr(file, "token_file", data::token_file_identity(data));
+  io::h5::write_attr(file, "token_file_path", data.path());
+  io::h5::write_attr(file, "rows", data.rows());
+}
+
+at::Tensor read_logps(const std::string& opt, const std::string& path,
+                      const data::TokenFile& data) {
+  auto file = io::h5::open_file(path);
+  const std::string id =
+      io::h5::has_attr(file, "token_file") ? io::h5::read_attr_string(file, "token_file") : "";
+  if (id != data::token_file_identity(data))
+    throw runtime::UsageError(opt + " " + path +
+                              " holds the log-probabilities of another token "
+                              "file than " +
+                              data.path() + "; re-run 'shardtrain eval --save-logps' on it");
+  const auto dset = io::h5::open_dataset(file, "logps");
+  std::vector<int64_t> rows(static_cast<size_t>(data.rows()));
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  std::vector<double> v = io::h5::read_rows<double>(dset, rows, 1);
+  if (static_cast<int64_t>(v.size()) != data.rows())
+    throw runtime::UsageError(opt + " " + path + " has " + std::to_string(v.size()) + " rows; " +
+                              data.path() + " has " + std::to_string(data.rows()));
+  return at::tensor(v, at::kDouble);
+}
+
+}  // namespace shardtrain::cli

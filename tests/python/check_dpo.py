@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""`shardtrain prepare --format preference` and `train --objective dpo` against TRL's DPOTrainer.
+
+On one tiny random Llama (fp32, CPU) and a Llama-3-shaped tokenizer.json with its chat template
+(chat_reference.py's llama3 directory), for preference pairs as strings and in TRL's
+conversational form:
+  - prepare's rows are TRL's tokenization: prompt + chosen and prompt + rejected, the loss mask on
+    the answer (TRL's prompt_ids / chosen_ids / rejected_ids);
+  - DPO's loss at steps 1..4 (the last after 3 AdamW steps) and step 1's metrics equal TRL's
+    DPOTrainer's on the same pairs, full fine-tuning (a frozen copy as the reference) and LoRA
+    (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
+    gradient accumulation, and with --dpo-loss ipo;
+  - --reference-logps from `eval --save-logps` trains the same losses as the reference model.
+Each step's batch is all the pairs, so TRL's shuffled order cannot change a step's mean.
+
+Usage: check_dpo.py SHARDTRAIN_BIN CHAT_REF_DIR OUT_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import check  # noqa: E402
+
+PAIRS, STEPS, SEQ, LR, BETA = 8, 4, 64, 2e-3, 0.1
+MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
+METRICS = ["rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+           "logps/rejected"]
+
+
+def string_pairs():
+    topics = ["the sea", "a red kite", "old trains", "green tea", "snow", "bread", "a clock", "rivers"]
+    out = []
+    for i, t in enumerate(topics):
+        out.append({"prompt": f"Write about {t}.",
+                    "chosen": f" {t.capitalize()} is calm and bright" + " indeed" * (i % 3),
+                    "rejected": f" No. {t} is bad" + "!" * (i % 4 + 1)})
+    return out
+
+
+def chat_pairs():
+    out = []
+    for p in string_pairs():
+        prompt = [{"role": "user", "content": p["prompt"]}]
+        if len(out) % 2:
+            prompt = [{"role": "system", "content": "Be kind."}] + prompt
+        out.append({"prompt": prompt, "chosen": [{"role": "assistant", "content": p["chosen"].strip()}],
+                    "rejected": [{"role": "assistant", "content": p["rejected"].strip()}]})
+    return out
+
+
+def build_model(vocab, out):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                      rms_norm_eps=1e-5, tie_word_embeddings=False, initializer_range=0.05,
+                      attn_implementation="eager")
+    model = LlamaForCausalLM(cfg).float()
+    model.save_pretrained(out, safe_serialization=True)
+    return out
+
+
+def load(path):
+    from transformers import LlamaForCausalLM
+    return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager")
+
+
+def lora_adapter(base, out, trained):
+    """A PEFT adapter saved for shardtrain's --lora-init; returns the PEFT model TRL trains. Fresh
+    (PEFT's init, B zero): both references are the base with the adapters off. Trained (B away
+    from zero): both are a frozen copy of base + adapter (TRL's "ref" adapter)."""
+    from peft import LoraConfig, get_peft_model
+    torch.manual_seed(5)
+    model = get_peft_model(load(base), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                  target_modules=["q_proj", "v_proj", "down_proj"]))
+    if trained:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(0.05 * torch.randn_like(p))
+    model.save_pretrained(out)
+    return model
+
+
+def trl_run(model, tokenizer, pairs, out, loss_type="sigmoid"):
+    """TRL's losses at each step (recorded from compute_loss, unrounded), step 1's metrics, and
+    its tokenized dataset."""
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    class Recording(DPOTrainer):
+        losses = []
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            Recording.losses.append(float(loss.detach()))
+            return loss
+
+    Recording.losses = []
+    args = DPOConfig(output_dir=out, per_device_train_batch_size=PAIRS, max_steps=STEPS, learning_rate=LR,
+                     lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0,
+                     adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, optim="adamw_torch", bf16=False,
+                     fp16=False, gradient_checkpointing=False, logging_steps=1, report_to=[], beta=BETA,
+                     loss_type=[loss_type], max_length=SEQ, seed=0, save_strategy="no", use_cpu=True,
+                     dataloader_num_workers=0)
+    trainer = Recording(model=model, args=args, train_dataset=Dataset.from_list(pairs),
+                        processing_class=tokenizer)
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "rewards/chosen" in h]
+    return Recording.losses, logs[0], trainer.train_dataset
+
+
+def shardtrain(binary, args, ranks=1):
+    cmd = ([*MPI, "-np", str(ranks)] if ranks > 1 else []) + [binary, *args, "--threads", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"FAIL: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return r.stdout + r.stderr
+
+
+def dpo_train(binary, base, data, out, ranks=1, accum=1, extra=()):
+    metrics = os.path.join(out, "metrics.jsonl")
+    shardtrain(binary, ["train", "--weights", base, "--data", data, "--objective", "dpo", "--dpo-beta", str(BETA),
+                        "--batch-size", str(PAIRS // ranks // accum), "--grad-accum", str(accum),
+                        "--steps", str(STEPS), "--lr", str(LR), "--lr-schedule", "constant", "--warmup-steps",
+                        "0", "--weight-decay", "0", "--beta1", "0.9", "--beta2", "0.999", "--adam-eps",
+                        "1e-8", "--grad-clip", "0", "--log-every", "1", "--metrics-file", metrics, *extra],
+               ranks)
+    with open(metrics) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def compare(name, ours, trl_losses, trl_step1):
+    got = [m["loss"] for m in ours]
+    check(len(got) == STEPS and len(trl_losses) == STEPS, f"{name}: {STEPS} steps each")
+    worst = max(abs(a - b) for a, b in zip(got, trl_losses))
+    check(worst <= 1e-5, f"{name}: DPO loss at steps 1..{STEPS} equals TRL's within 1e-5 "
+          f"(max gap {worst:.2e}; ours {got[0]:.7f} -> {got[-1]:.7f})")
+    check(abs(got[-1] - got[0]) > 1e-3, f"{name}: the loss moves over the steps (the comparison sees training)")
+    for k in METRICS:
+        tol = 1e-5 * max(1.0, abs(trl_step1[k]))
+        check(abs(ours[0][k] - trl_step1[k]) <= tol, f"{name}: step 1 {k} {ours[0][k]:.6f} = TRL's {trl_step1[k]:.6f}")
+
+
+def check_rows(name, data, trl_dataset):
+    with h5py.File(data, "r") as f:
+        tokens, mask = f["tokens"][:], f["loss_mask"][:]
+        check(f.attrs["format"] == "preference" and tokens.shape[0] == 2 * PAIRS,
+              f"{name}: {PAIRS} pairs -> {2 * PAIRS} rows, format preference")
+    for i, ex in enumerate(trl_dataset):
+        for k, answer in ((0, ex["chosen_ids"]), (1, ex["rejected_ids"])):
+            ids = list(ex["prompt_ids"]) + list(answer)
+            row = tokens[2 * i + k]
+            if list(row[:len(ids)]) != ids or list(mask[2 * i + k][:len(ids)]) != [0] * len(ex["prompt_ids"]) + [1] * len(answer) \
+                    or mask[2 * i + k][len(ids):].any():
+                check(False, f"{name}: pair {i} {'chosen' if k == 0 else 'rejected'}: ids/mask differ from TRL's\n"
+                      f"  TRL  {ids}\n  ours {list(row[:len(ids) + 2])}")
+    check(True, f"{name}: every row's ids and answer mask are TRL's prompt_ids + chosen_ids / rejected_ids")
+
+
+def main(binary, chat_ref, out):
+    from transformers import AutoTokenizer
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    tok_dir = os.path.join(chat_ref, "llama3")
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    base = build_model(len(tokenizer), os.path.join(out, "base"))
+    shutil.copy(os.path.join(tok_dir, "tokenizer.json"), base)
+    shutil.copy(os.path.join(tok_dir, "tokenizer_config.json"), base)
+    for form, pairs in (("strings", string_pairs()), ("conversational", chat_pairs())):
+        jsonl, data = os.path.join(out, f"{form}.jsonl"), os.path.join(out, f"{form}.h5")
+        with open(jsonl, "w") as f:
+            f.writelines(json.dumps(p) + "\n" for p in pairs)
+        report = shardtrain(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output", data,
+                                     "--format", "preference", "--seq-len", str(SEQ)])
+        check(f"{PAIRS} pairs -> {2 * PAIRS} rows" in report, f"{form}: prepare reports pairs: {report.splitlines()[-1]}")
+        trl_losses, trl_step1, dataset = trl_run(load(base), tokenizer, pairs, os.path.join(out, f"trl-{form}"))
+        check_rows(form, data, dataset)
+        ours = dpo_train(binary, base, data, os.path.join(out, f"run-{form}"))
+        compare(f"{form}, full, 1 rank", ours, trl_losses, trl_step1)
+        if form != "strings":
+            continue
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-np2"), ranks=2, accum=2)
+        compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_step1)
+        logps = os.path.join(out, "ref-logps.h5")
+        shardtrain(binary, ["eval", "--weights", base, "--data", data, "--save-logps", logps])
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-logps"), extra=["--reference-logps", logps])
+        compare("strings, full, --reference-logps", ours, trl_losses, trl_step1)
+        ipo_losses, ipo_step1, _ = trl_run(load(base), tokenizer, pairs, os.path.join(out, "trl-ipo"), "ipo")
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-ipo"), extra=["--dpo-loss", "ipo"])
+        compare("strings, full, ipo", ours, ipo_losses, ipo_step1)
+        for trained in (False, True):
+            kind = "trained adapter" if trained else "fresh adapter"
+            adapter = os.path.join(out, f"adapter-{int(trained)}")
+            peft_model = lora_adapter(base, adapter, trained)
+            lora_losses, lora_step1, _ = trl_run(peft_model, tokenizer, pairs, os.path.join(out, "trl-lora"))
+            for ranks in (1, 2):
+                log = os.path.join(out, f"run-lora{int(trained)}-np{ranks}")
+                ours = dpo_train(binary, base, data, log, ranks=ranks, extra=["--lora-init", adapter])
+                compare(f"strings, LoRA ({kind}), {ranks} rank(s)", ours, lora_losses, lora_step1)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
