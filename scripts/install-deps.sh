@@ -15,7 +15,8 @@ TORCH_VERSION=2.11.0
 # 0.1.99's generated sentencepiece_model_pb2, which protobuf 4 and later refuse to load.
 # tensorboard: its own reader checks --tensorboard's event files (2.20.0 accepts protobuf 3.20.3).
 # mlflow: a real `mlflow server` and MLflow's client check --mlflow-uri (3.17.2 resolves with protobuf 3.20.3).
-PY_TEST_TOOLS=(transformers==5.23.0 safetensors==0.8.0 numpy sentencepiece==0.1.99 protobuf==3.20.3 h5py==3.16.0 pillow==13.0.0 peft==0.21.2 tensorboard==2.20.0 mlflow==3.17.2)
+# trl: its DPOTrainer is the reference train --objective dpo is checked against.
+PY_TEST_TOOLS=(transformers==5.23.0 safetensors==0.8.0 numpy sentencepiece==0.1.99 protobuf==3.20.3 h5py==3.16.0 pillow==13.0.0 peft==0.21.2 tensorboard==2.20.0 mlflow==3.17.2 trl==1.16.0)
 
 # What building the binary needs; the container image's build stage installs only these.
 BUILD_PACKAGES=(

@@ -124,11 +124,11 @@ def shardtrain(binary, args, ranks=1):
     return r.stdout + r.stderr
 
 
-def dpo_train(binary, base, data, out, ranks=1, accum=1, extra=()):
+def dpo_train(binary, base, data, out, ranks=1, accum=1, extra=(), steps=STEPS, pairs=PAIRS):
     metrics = os.path.join(out, "metrics.jsonl")
     shardtrain(binary, ["train", "--weights", base, "--data", data, "--objective", "dpo", "--dpo-beta", str(BETA),
-                        "--batch-size", str(PAIRS // ranks // accum), "--grad-accum", str(accum),
-                        "--steps", str(STEPS), "--lr", str(LR), "--lr-schedule", "constant", "--warmup-steps",
+                        "--batch-size", str(pairs // ranks // accum), "--grad-accum", str(accum),
+                        "--steps", str(steps), "--lr", str(LR), "--lr-schedule", "constant", "--warmup-steps",
                         "0", "--weight-decay", "0", "--beta1", "0.9", "--beta2", "0.999", "--adam-eps",
                         "1e-8", "--grad-clip", "0", "--log-every", "1", "--metrics-file", metrics, *extra],
                ranks)
@@ -164,6 +164,79 @@ def check_rows(name, data, trl_dataset):
     check(True, f"{name}: every row's ids and answer mask are TRL's prompt_ids + chosen_ids / rejected_ids")
 
 
+def run_rc(binary, args, ranks=1):
+    cmd = ([*MPI, "-np", str(ranks)] if ranks > 1 else []) + [binary, *args, "--threads", "1"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    return r.returncode, r.stdout + r.stderr
+
+
+def check_bad_input(binary, tok_dir, base, data, out):
+    """Bad records are skipped and named by line; the mistakes users make exit 2 naming the option."""
+    good = string_pairs()[0]
+    lines = [good, {"prompt": "p", "chosen": "a"}, {"prompt": "p", "chosen": "  ", "rejected": "b"},
+             {"prompt": "p", "chosen": "same", "rejected": "same"},
+             {"prompt": "word " * 200, "chosen": "a", "rejected": "b"}, {"prompt": "p", "chosen": 3, "rejected": "b"}]
+    bad = os.path.join(out, "bad.jsonl")
+    with open(bad, "w") as f:
+        f.writelines(json.dumps(x) + "\n" for x in lines)
+    rc, text = run_rc(binary, ["prepare", "--tokenizer", tok_dir, "--input", bad, "--output", os.path.join(out, "bad.h5"),
+                               "--seq-len", str(SEQ), "--show-bad", "10"])
+    check(rc == 0 and "preference" in text, "prepare detects the preference format and keeps the good pair")
+    for line, reason in ((2, "missing field"), (3, "empty answer"), (4, "identical chosen and rejected"),
+                         (5, "answer cut away by --seq-len"), (6, "not a string")):
+        check(f"bad.jsonl:{line}: {reason}" in text, f"a bad record is reported by line: {line}: {reason}")
+    check("1 pairs -> 2 rows" in text, "only the good pair is kept")
+    chat = os.path.join(out, "bad-chat.jsonl")
+    with open(chat, "w") as f:
+        f.write(json.dumps(chat_pairs()[0]) + "\n")
+        f.write(json.dumps({"prompt": [{"role": "user", "content": "q"}], "chosen": [{"role": "user", "content": "a"}],
+                            "rejected": [{"role": "assistant", "content": "b"}]}) + "\n")
+    rc, text = run_rc(binary, ["prepare", "--tokenizer", tok_dir, "--input", chat, "--output", os.path.join(out, "c.h5")])
+    check(rc == 2 and "bad-chat.jsonl:2" in text, "a conversational answer that is not the assistant's exits 2 naming its line")
+    jsonl = os.path.join(out, "strings.jsonl")
+    for extra, what in ((["--mode", "packing"], "--mode packing"), (["--train-on", "all"], "--train-on all")):
+        rc, text = run_rc(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output",
+                                   os.path.join(out, "x.h5"), *extra])
+        check(rc == 2 and what in text, f"prepare refuses {what} for preference pairs (exit 2, named)")
+    rc, text = run_rc(binary, ["train", "--weights", base, "--data", data, "--steps", "1"])
+    check(rc == 2 and "--objective dpo" in text, "train without --objective dpo refuses a preference file")
+    rc, text = run_rc(binary, ["train", "--weights", base, "--data", data, "--steps", "1", "--objective", "dpo",
+                               "--context-parallel", "2"], ranks=2)
+    check(rc == 2 and "--context-parallel" in text, "DPO with --context-parallel exits 2 naming the option")
+    rc, text = run_rc(binary, ["train", "--weights", base, "--data", data, "--steps", "1", "--objective", "dpo",
+                               "--reference-logps", os.path.join(out, "ref-logps.h5")])
+    check(rc == 0, "a run with --reference-logps of its own file runs")
+    other = os.path.join(out, "split.h5")  # other pairs: check_resume_and_validation wrote it
+    rc, text = run_rc(binary, ["train", "--weights", base, "--data", other, "--steps", "1", "--objective", "dpo",
+                               "--reference-logps", os.path.join(out, "ref-logps.h5")])
+    check(rc == 2 and "--reference-logps" in text, "--reference-logps of another token file exits 2")
+
+
+def check_resume_and_validation(binary, tok_dir, base, out, uninterrupted):
+    """A resumed DPO run continues the losses of the uninterrupted one; validation reports DPO's
+    metrics on held-out pairs."""
+    data = os.path.join(out, "strings.h5")
+    ck = os.path.join(out, "ck")
+    first = dpo_train(binary, base, data, os.path.join(out, "run-resume-a"),
+                      extra=["--checkpoint-dir", ck, "--save-every", "2"], steps=2)
+    rest = dpo_train(binary, base, data, os.path.join(out, "run-resume-b"), extra=["--checkpoint-dir", ck, "--resume", "auto"])
+    got = [m["loss"] for m in first + rest if "loss" in m and m.get("step", 0) > 0]
+    want = [m["loss"] for m in uninterrupted]
+    check(len(got) == STEPS and max(abs(a - b) for a, b in zip(got, want)) <= 1e-6,
+          f"a DPO run resumed at step 2 trains the uninterrupted run's losses ({got})")
+    jsonl = os.path.join(out, "strings.jsonl")
+    split = os.path.join(out, "split.h5")
+    shardtrain(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output", split, "--val-fraction", "0.25",
+                        "--seq-len", str(SEQ)])
+    lines = dpo_train(binary, base, split, os.path.join(out, "run-val"),
+                      extra=["--val-data", os.path.join(out, "split.val.h5"), "--val-every", "2"], pairs=2)
+    val = [m for m in lines if "val_rewards/accuracies" in m]
+    check(len(val) >= 2 and all(0 <= m["val_rewards/accuracies"] <= 1 for m in val)
+          and all(k in val[0] for k in ["val_loss"] + ["val_" + k for k in METRICS]),
+          f"validation on held-out pairs reports val_loss and TRL's metrics ({len(val)} validations)")
+    check(abs(val[0]["val_loss"] - 0.6931472) > 1e-4, "validation at step 2 sees a moved policy")
+
+
 def main(binary, chat_ref, out):
     from transformers import AutoTokenizer
     shutil.rmtree(out, ignore_errors=True)
@@ -186,12 +259,14 @@ def main(binary, chat_ref, out):
         compare(f"{form}, full, 1 rank", ours, trl_losses, trl_step1)
         if form != "strings":
             continue
+        check_resume_and_validation(binary, tok_dir, base, out, ours)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-np2"), ranks=2, accum=2)
         compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_step1)
         logps = os.path.join(out, "ref-logps.h5")
         shardtrain(binary, ["eval", "--weights", base, "--data", data, "--save-logps", logps])
         ours = dpo_train(binary, base, data, os.path.join(out, "run-logps"), extra=["--reference-logps", logps])
         compare("strings, full, --reference-logps", ours, trl_losses, trl_step1)
+        check_bad_input(binary, tok_dir, base, data, out)
         ipo_losses, ipo_step1, _ = trl_run(load(base), tokenizer, pairs, os.path.join(out, "trl-ipo"), "ipo")
         ours = dpo_train(binary, base, data, os.path.join(out, "run-ipo"), extra=["--dpo-loss", "ipo"])
         compare("strings, full, ipo", ours, ipo_losses, ipo_step1)

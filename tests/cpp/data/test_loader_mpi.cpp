@@ -1,5 +1,6 @@
 // The data loader under mpirun (1, 2 and 3 ranks): each rank reads its own rows, the global
-// batches equal a single-rank loader's, an epoch covers the data once, and resume is exact.
+// batches equal a single-rank loader's, an epoch covers the data once, and resume is exact; a
+// preference file's pairs stay together in every micro-batch.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -114,6 +115,77 @@ TEST(LoaderMpi, ARestoredPositionContinuesTheExactSequence) {
   EXPECT_EQ(b.state(), (data::LoaderState{1, 0}));
 }
 
+namespace {
+constexpr int64_t kPairs = 23;  // odd, so that the epoch's last batch is short
+std::string g_pairs_path;
+
+// Pair p: a prompt of token 3 + p, then the chosen answer (token 1000 + p) or the rejected one
+// (2000 + p), masked as prepare masks answers; so a row's content names its pair and its side.
+void write_pairs() {
+  data::Rows rows;
+  rows.rows = 2 * kPairs;
+  rows.seq_len = kSeq;
+  for (int64_t p = 0; p < kPairs; ++p)
+    for (int side = 0; side < 2; ++side)
+      for (int64_t c = 0; c < kSeq; ++c) {
+        const bool answer = c >= 3 + p % 3;
+        rows.tokens_data.push_back(static_cast<int32_t>(answer ? 1000 * (side + 1) + p : 3 + p));
+        rows.mask_data.push_back(answer);
+      }
+  data::TokenFileMeta meta;
+  meta.format = data::kPreferenceFormat;
+  meta.packing = "padding";
+  data::write_token_file(g_pairs_path, rows, meta);
+}
+}  // namespace
+
+TEST(LoaderMpi, PreferencePairsStayTogetherInEveryMicroBatch) {
+  data::TokenFile f(g_pairs_path);
+  ASSERT_TRUE(f.preference());
+  data::LoaderConfig c;
+  c.grad_accum = 2;  // accumulation: pairs never split across micro-batches
+  c.micro_batch = 2;
+  c.rank = g_rank;
+  c.world = g_world;
+  c.seed = 5;
+  data::DataLoader dl(f, c);
+  data::LoaderConfig one = c;
+  one.rank = 0;
+  one.world = 1;
+  one.micro_batch = 2 * g_world;
+  one.prefetch = false;
+  data::DataLoader single(f, one);  // the same global batch of pairs at one rank
+  EXPECT_EQ(dl.global_batch(), 4 * g_world) << "--batch-size counts pairs";
+  std::vector<int64_t> seen;
+  for (int64_t s = 0; s < dl.steps_per_epoch(); ++s) {
+    const auto d = dl.next();
+    std::vector<int64_t> mine;
+    for (const auto& mb : d.micro) {
+      const int64_t n = mb.tokens.size(0);
+      ASSERT_EQ(n % 2, 0) << "a micro-batch holds whole pairs";
+      for (int64_t i = 0; i < n; i += 2) {
+        const int64_t pair = mb.tokens[i][0].item<int64_t>() - 3;
+        EXPECT_EQ(mb.tokens[i + 1][0].item<int64_t>() - 3, pair) << "the rejected row's prompt";
+        EXPECT_EQ(mb.tokens[i][kSeq - 1].item<int64_t>(), 1000 + pair) << "row 2i: chosen";
+        EXPECT_EQ(mb.tokens[i + 1][kSeq - 1].item<int64_t>(), 2000 + pair) << "row 2i+1: rejected";
+        EXPECT_EQ(mb.sample_ids[i], 2 * pair);
+        EXPECT_EQ(mb.sample_ids[i + 1], 2 * pair + 1);
+        mine.push_back(pair);
+      }
+    }
+    const auto global = allgather(mine);
+    std::vector<int64_t> expected;
+    for (const auto& mb : single.next().micro)
+      for (int64_t i = 0; i < mb.tokens.size(0); i += 2)
+        expected.push_back(mb.tokens[i][0].item<int64_t>() - 3);
+    EXPECT_EQ(global, expected) << "step " << s << ": N ranks read one rank's pairs";
+    seen.insert(seen.end(), global.begin(), global.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kPairs)) << "an epoch reads every pair once";
+  for (int64_t p = 0; p < kPairs; ++p) EXPECT_EQ(seen[p], p);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -121,7 +193,10 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
   g_path = std::string(SHARDTRAIN_TEST_TMP) + "/loader_rows_w" + std::to_string(g_world) + ".h5";
+  g_pairs_path =
+      std::string(SHARDTRAIN_TEST_TMP) + "/loader_pairs_w" + std::to_string(g_world) + ".h5";
   if (g_rank == 0) write_fixture();
+  if (g_rank == 0) write_pairs();
   MPI_Barrier(MPI_COMM_WORLD);
   const int rc = RUN_ALL_TESTS();
   int worst = rc;

@@ -170,6 +170,23 @@ TEST(Prometheus, TextFormatHasOneFamilyPerMetricAndEveryRankLabelled) {
   EXPECT_EQ(static_cast<int>(a.pack().size()), obs::RankSeries::packed_size());
 }
 
+TEST(Prometheus, DpoRunsServeTrlsMetricsAsOneLabelledFamily) {
+  obs::RankSeries a;
+  a.rank = 0, a.host = "h";
+  EXPECT_EQ(obs::exposition("j", {a}).find("shardtrain_preference"), std::string::npos)
+      << "not a DPO run: no family";
+  a.pairs = 16;
+  for (int k = 0; k < obs::kNumPreferenceMetrics; ++k) a.preference[k] = 0.25 * (k + 1);
+  const std::string t = obs::exposition("j", {a});
+  EXPECT_NE(t.find("# TYPE shardtrain_preference gauge\n"), std::string::npos);
+  EXPECT_NE(t.find("shardtrain_preference{job=\"j\",host=\"h\",rank=\"0\",metric=\"rewards/"
+                   "accuracies\"} 0.75\n"),
+            std::string::npos);
+  EXPECT_NE(t.find("metric=\"logps/rejected\"} 1.5\n"), std::string::npos);
+  const auto round = obs::RankSeries::unpack(a.pack().data(), 0, "h");
+  EXPECT_EQ(round.pack(), a.pack()) << "the DPO figures travel to rank 0 with the rest";
+}
+
 TEST(Banner, HostRangesCollapseConsecutiveRanks) {
   EXPECT_EQ(cli::host_ranges({"a", "a", "b", "b", "b", "c"}),
             "a: ranks 0-1; b: ranks 2-4; c: rank 5");
