@@ -114,7 +114,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     Pass p;
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size,
                                                    model_.hidden_size, cfg_.loss_chunk);
-    p.fused_head = chunk > 0 && !preference();  // DPO weighs each row's tokens by its pair
+    p.fused_head = chunk > 0;
     if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
     auto logits = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions,
                                      /*build_graph=*/true, shares.empty() ? nullptr : &shares[i]);
@@ -124,9 +124,11 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
       const bool aligned = mb.aligned_labels;
       at::Tensor sum;
       if (preference()) {
-        const model::PreferenceTerms t =
-            model::preference_loss(model::row_logps(logits, labels), reference[i],
-                                   model::row_answer_tokens(labels), preference_);
+        const at::Tensor policy =
+            p.fused_head ? model::chunked_row_logps(logits, p.head_weight, labels, chunk)
+                         : model::row_logps(logits, labels);
+        const model::PreferenceTerms t = model::preference_loss(
+            policy, reference[i], model::row_answer_tokens(labels), preference_);
         stats += t.stats;
         sum = t.losses.sum();
       } else {
@@ -212,13 +214,22 @@ at::Tensor FsdpEngine::row_logps(const model::Batch& batch, bool adapters) {
   c10::NoGradGuard no_grad;
   Pass p;
   p.adapters_off = !adapters;
-  const at::Tensor logits =
+  const int64_t chunk = model::loss_chunk_tokens(batch.tokens.numel(), model_.vocab_size,
+                                                 model_.hidden_size, cfg_.loss_chunk);
+  p.fused_head = chunk > 0;  // the head's logits a chunk at a time, as in training
+  const at::Tensor out =
       schedule_->forward(p, runtime::to_device(batch.tokens, device_), batch.positions,
                          /*build_graph=*/false);
+  at::Tensor logps;
+  if (!p.empty) {
+    const auto labels = runtime::to_device(batch.labels, device_);
+    logps = p.fused_head
+                ? model::chunked_row_logps(out, p.head_weight, labels, chunk, batch.aligned_labels)
+                : model::row_logps(out, labels, batch.aligned_labels);
+  }
   schedule_->release_all();
   if (p.empty) return at::zeros({0}, at::kDouble);
-  return model::row_logps(logits, runtime::to_device(batch.labels, device_), batch.aligned_labels)
-      .to(at::kCPU, at::kDouble);
+  return logps.to(at::kCPU, at::kDouble);
 }
 
 void FsdpEngine::set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference) {

@@ -234,11 +234,12 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
       }
     }
     // The head's backward follows at once: like FSDP2's root, it (and a tied embedding) stays
-    // gathered until then.
+    // gathered until then; so does a fused head the caller applies (release_all frees it).
     const bool head = units_[u].kind() == model::UnitKind::kHead;
-    if (!build_graph || (reshard && !head))
+    const bool keep_head = head && (build_graph || p.fused_head);
+    if ((!build_graph && !keep_head) || (reshard && !head))
       for_each_part(u, [](FlatUnit& unit) { unit.free_storage(); });
-    if (reads_embedding(u) && !build_graph) units_.front().free_storage();
+    if (reads_embedding(u) && !keep_head) units_.front().free_storage();
   }
   return x;
 }

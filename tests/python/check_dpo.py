@@ -7,7 +7,7 @@ conversational form:
   - prepare's rows are TRL's tokenization: prompt + chosen and prompt + rejected, the loss mask on
     the answer (TRL's prompt_ids / chosen_ids / rejected_ids);
   - DPO's loss at steps 1..4 (the last after 3 AdamW steps) and step 1's metrics equal TRL's
-    DPOTrainer's on the same pairs, full fine-tuning (a frozen copy as the reference) and LoRA
+    DPOTrainer's on the same pairs (the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
     (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
     gradient accumulation, and with --dpo-loss ipo;
   - --reference-logps from `eval --save-logps` trains the same losses as the reference model.
@@ -260,6 +260,8 @@ def main(binary, chat_ref, out):
         if form != "strings":
             continue
         check_resume_and_validation(binary, tok_dir, base, out, ours)
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-unfused"), extra=["--loss-chunk", "off"])
+        compare("strings, full, unfused head (--loss-chunk off)", ours, trl_losses, trl_step1)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-np2"), ranks=2, accum=2)
         compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_step1)
         logps = os.path.join(out, "ref-logps.h5")
