@@ -54,7 +54,7 @@ struct LoraArgs {
 po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw);
 void check_lora(model::LoraConfig& l, const LoraArgs& raw);
 // eval/generate --lora DIR: the settings of a PEFT adapter (adapter_config.json); dropout 0.
-model::LoraConfig read_adapter_config(const std::string& dir);
+model::LoraConfig read_adapter_config(const std::string& dir, const std::string& opt = "--lora");
 double adapter_dropout(const std::string& dir);  // its lora_dropout (train --lora-init)
 
 // train's --objective and the DPO settings; check_preference reads raw.objective and raw.loss.

@@ -565,7 +565,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   check_threads(o.common);
   check_lora(o.fsdp.lora, lora);
   if (!o.lora_init.empty()) {
-    const model::LoraConfig init = read_adapter_config(o.lora_init);
+    const model::LoraConfig init = read_adapter_config(o.lora_init, "--lora-init");
     if (o.fsdp.lora.enabled() && o.fsdp.lora.rank != init.rank)
       throw runtime::UsageError("--lora-rank " + std::to_string(o.fsdp.lora.rank) +
                                 " but --lora-init " + o.lora_init + " has rank " +

@@ -32,7 +32,7 @@ void check_lora(model::LoraConfig& l, const LoraArgs& raw) {
 }
 
 double adapter_dropout(const std::string& dir) {
-  read_adapter_config(dir);  // the checks
+  read_adapter_config(dir, "--lora-init");  // the checks
   nlohmann::json j;
   std::ifstream(fs::path(dir) / "adapter_config.json") >> j;
   const double d = j.value("lora_dropout", 0.0);
@@ -42,25 +42,25 @@ double adapter_dropout(const std::string& dir) {
   return d;
 }
 
-model::LoraConfig read_adapter_config(const std::string& dir) {
+model::LoraConfig read_adapter_config(const std::string& dir, const std::string& opt) {
   const fs::path cfg = fs::path(dir) / "adapter_config.json",
                  weights = fs::path(dir) / "adapter_model.safetensors";
   std::error_code ec;
   if (!fs::exists(cfg, ec) || !fs::exists(weights, ec))
     throw runtime::UsageError(
-        "--lora: " + dir +
+        opt + ": " + dir +
         " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
   nlohmann::json j;
   try {
     std::ifstream(cfg) >> j;
   } catch (const std::exception& e) {
-    throw runtime::UsageError("--lora: cannot parse " + cfg.string() + ": " + e.what());
+    throw runtime::UsageError(opt + ": cannot parse " + cfg.string() + ": " + e.what());
   }
   if (j.value("peft_type", "") != "LORA" || j.value("use_dora", false) ||
       j.value("use_rslora", false) || !j.value("rank_pattern", nlohmann::json::object()).empty() ||
       !j.value("alpha_pattern", nlohmann::json::object()).empty())
     throw runtime::UsageError(
-        "--lora: " + cfg.string() +
+        opt + ": " + cfg.string() +
         " is not a plain LoRA adapter (peft_type LORA, no DoRA/rsLoRA/patterns)");
   model::LoraConfig l;
   l.rank = j.at("r").get<int64_t>();
@@ -74,7 +74,7 @@ model::LoraConfig read_adapter_config(const std::string& dir) {
     if (std::find(l.targets.begin(), l.targets.end(), model::proj_name(p)) != l.targets.end())
       ordered.push_back(model::proj_name(p));
   if (ordered.size() != l.targets.size())
-    throw runtime::UsageError("--lora: " + cfg.string() +
+    throw runtime::UsageError(opt + ": " + cfg.string() +
                               " targets modules shardtrain does not know");
   l.targets = ordered;
   l.validate();

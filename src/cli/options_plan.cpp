@@ -43,7 +43,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   std::string gpu = "h100-80gb", fabric = "p5", nodes = "1,2,4,8,16,32,64", strategy = "all",
               param_dtype = "bf16", fp8 = "off", reduce_dtype = dtype_name(in.fsdp.reduce_dtype),
               calibrate, loss_chunk = "auto";
-  std::string ac_mode = "none", context_parallel;
+  std::string ac_mode = "none", context_parallel, objective = "sft";
   int64_t ac_every = 1;
   double gpu_memory_gb = 0, host_memory_gib = 0;
   bool no_allowances = false;
@@ -60,15 +60,22 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "hybrid: ranks per shard group (0: one node)")(
       "seq-len", po::value(&in.seq_len)->default_value(in.seq_len), "tokens per row")(
       "batch-size", po::value(&in.batch_size)->default_value(in.batch_size),
-      "rows per rank per micro-batch")("grad-accum",
-                                       po::value(&in.grad_accum)->default_value(in.grad_accum),
-                                       "micro-batches per optimizer step")(
+      "rows (--objective dpo: pairs) per rank per micro-batch")(
+      "grad-accum", po::value(&in.grad_accum)->default_value(in.grad_accum),
+      "micro-batches per optimizer step")(
       "context-parallel", po::value(&context_parallel),
       "train's --context-parallel N: ranks of one node per context group, each holding seq/N "
       "tokens of a row, --batch-size then counting rows per group (not given: 1, and when "
       "nothing fits the plan names the smallest that does)")(
       "packed", po::bool_switch(&in.packed),
-      "rows hold several documents (prepare --mode packing)");
+      "rows hold several documents (prepare --mode packing)")(
+      "objective", po::value(&objective)->default_value(objective),
+      "train's --objective: sft, or dpo (two rows per pair, the head's logits recomputed in "
+      "backward, and the reference model: a frozen sharded copy of the weights, or with "
+      "--lora-rank the base, adapters off)")(
+      "reference-logps", po::bool_switch(&in.objective.reference_logps),
+      "with --objective dpo: train's --reference-logps, the reference's log-probabilities "
+      "precomputed (eval --save-logps): no reference model in memory and no reference forward");
   add_checkpointing_options(d, ac_mode, ac_every);
   d.add_options()("no-sync-accumulation", po::bool_switch(&in.fsdp.no_sync_accumulation),
                   "with --grad-accum: reduce once per step")(
@@ -133,6 +140,9 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   in.fsdp.fp8 = model::parse_fp8_mode(fp8);
   in.fsdp.activation_checkpointing = fsdp::parse_activation_checkpointing(ac_mode, ac_every);
   in.nodes = parse_nodes(nodes);
+  if (objective != "sft" && objective != "dpo")
+    throw runtime::UsageError("--objective must be sft or dpo, got '" + objective + "'");
+  in.objective.dpo = objective == "dpo";
   if (!context_parallel.empty()) {
     in.context_parallel_given = true;
     size_t used = 0;

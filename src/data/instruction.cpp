@@ -4,7 +4,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "shardtrain/data/preference.h"
 #include "shardtrain/data/unicode_text.h"
 #include "shardtrain/runtime/error.h"
 

@@ -46,6 +46,8 @@ void PlanInput::validate() const {
     if (const std::string p = model::fp8_shape_problem(model); !p.empty())
       throw runtime::UsageError(opt + p);
   }
+  // --objective dpo: what train refuses with it (context parallelism, packed rows).
+  validate_objective(objective, context_parallel, packed);
   fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes,
                     // --lora-*
 }

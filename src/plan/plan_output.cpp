@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iomanip>
 #include <sstream>
 
 #include "shardtrain/model/activation_memory.h"
+#include "shardtrain/plan/objective_text.h"
 #include "shardtrain/report/chart.h"
 
 namespace shardtrain::plan {
@@ -24,7 +26,7 @@ std::string describe(const PlanInput& in) {
                    std::to_string(model::context_tokens_per_rank(in.seq_len, in.context_parallel)) +
                    " tokens per rank per row)"
              : "")
-     << ", batch " << in.batch_size
+     << ", batch " << in.batch_size << (in.objective.dpo ? " pairs" : "")
      << (in.context_parallel > 1 ? " per context group" : " per rank") << ", grad-accum "
      << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
      << c10::toString(in.fsdp.reduce_dtype) << " reduce"
@@ -36,7 +38,7 @@ std::string describe(const PlanInput& in) {
      << (in.fsdp.fp8 != model::Fp8Mode::kOff
              ? std::string(", FP8 ") + model::fp8_mode_name(in.fsdp.fp8)
              : "")
-     << "; compute "
+     << describe_objective(in) << "; compute "
      << (in.calibration.source.empty()
              ? "at " + std::to_string(static_cast<int>(std::lround(in.default_mfu * 100))) +
                    "% MFU (default)"
@@ -96,9 +98,12 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   }
   const bool ring = in.context_parallel > 1;
   if (ring) os << "  ring-exp";
+  const bool ref = reference_model(in.objective, in.fsdp.lora.enabled()) ==
+                   ReferenceModel::kFrozenCopy;  // DPO's frozen copy
+  if (ref) os << "  " << std::setw(8) << "ref.";
   os << "\n";
   for (const auto& r : rows) {
-    const int64_t other = r.total - r.state_at_peak() - r.gathered - r.activations;
+    const int64_t other = r.total - r.state_at_peak() - r.gathered - r.activations - r.reference;
     std::snprintf(line, sizeof line,
                   "%-19s %5d %6d %6d  %7.2fG  %9.2fG %7.2fG %7.2fG %7.2fG %7.2fG  %-4s %8.2fG  "
                   "%9.3f %7.0f%% %10.0f %6.1f%% %5.0f%%",
@@ -117,6 +122,10 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
     }
     if (ring) {
       std::snprintf(line, sizeof line, "  %7.1f%%", 100 * r.ring_exposed_s / r.step_s);
+      os << line;
+    }
+    if (ref) {
+      std::snprintf(line, sizeof line, "  %7.2fG", gib(r.reference));
       os << line;
     }
     os << "\n";
@@ -147,6 +156,7 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
                ? ""
                : "--activation-checkpointing full, ")
        << "more nodes, a smaller --batch-size or --seq-len"
+       << (ref ? ", --reference-logps (no reference model)" : "")
        << (in.fsdp.lora.enabled() ? ""
            : offload              ? ", or LoRA (--lora-rank)"
                                   : ", --cpu-offload, or LoRA (--lora-rank)")
@@ -171,11 +181,14 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
          << (cs.sizes.empty() ? "" : ", with --activation-checkpointing full too") << ")\n";
   }
   if (ring) os << ring_line(in);
+  os << objective_line(in, rows);
   os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every "
         "gradient shard exists, at the "
         "optimizer step (and no-sync buffers, a LoRA base); the same with or without activation "
         "checkpointing\n"
-        "peak = state@peak + gathered + activ. + other: state@peak holds only the gradient shards "
+        "peak = state@peak + gathered + activ. + other"
+     << (ref ? " + ref." : "")
+     << ": state@peak holds only the gradient shards "
         "of the units reduced by the "
         "peak's moment (more under activation checkpointing, whose peak comes later in the "
         "backward); other: reductions in "
@@ -215,7 +228,8 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
         "total_bytes,fits,headroom_bytes,"
         "compute_s,comm_s,exposed_comm_s,optimizer_s,step_s,tokens_per_s_per_gpu,mfu,efficiency,"
         "staging_bytes,host_bytes,host_bytes_per_node,host_memory_bytes,host_fits,"
-        "h2d_s,d2h_s,exposed_copy_s,cpu_optimizer_s,context_parallel,ring_exposed_s\n";
+        "h2d_s,d2h_s,exposed_copy_s,cpu_optimizer_s,context_parallel,ring_exposed_s,"
+        "reference_bytes,reference_host_bytes,reference_peak_bytes,reference_s\n";
   for (const auto& r : rows)
     os << fsdp::sharding_name(r.sharding) << ',' << r.nodes << ',' << r.ranks << ',' << r.shard_size
        << ',' << r.replicas << ',' << r.state.param_bytes << ',' << r.state.grad_bytes << ','
@@ -228,7 +242,8 @@ std::string plan_csv(const std::vector<PlanRow>& rows) {
        << r.staging << ',' << r.state.host_bytes << ',' << r.host_bytes_per_node << ','
        << static_cast<int64_t>(r.host_memory_bytes) << ',' << (r.host_fits ? 1 : 0) << ','
        << r.h2d_s << ',' << r.d2h_s << ',' << r.exposed_copy_s << ',' << r.cpu_optimizer_s << ','
-       << r.context_parallel << ',' << r.ring_exposed_s << '\n';
+       << r.context_parallel << ',' << r.ring_exposed_s << ',' << r.reference << ','
+       << r.reference_host << ',' << r.reference_peak << ',' << r.reference_s << '\n';
   return os.str();
 }
 
@@ -278,6 +293,15 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                            {"tokens_per_s_per_gpu", cs.best.tokens_per_s_per_gpu},
                            {"total_bytes", cs.best.total}}
           : nlohmann::json();
+  const ReferenceModel rm = reference_model(in.objective, in.fsdp.lora.enabled());
+  j["objective"] = {
+      {"name", in.objective.dpo ? "dpo" : "sft"},
+      {"rows_per_micro_batch", micro_batch_rows(in.objective, in.batch_size)},
+      {"head_recomputes_logits", head_recomputes_logits(in.objective, in.fsdp.loss_chunk)},
+      {"reference", rm == ReferenceModel::kFrozenCopy ? "frozen_copy"
+                    : rm == ReferenceModel::kBase     ? "base_adapters_off"
+                    : in.objective.dpo                ? "reference_logps"
+                                                      : "none"}};
   j["compute_tflops"] = in.calibration.compute_tflops > 0 ? in.calibration.compute_tflops
                                                           : in.gpu.peak_tflops * in.default_mfu;
   j["rows"] = nlohmann::json::array();
@@ -303,6 +327,9 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                            {"nccl", r.nccl},
                            {"allocator", r.allocator},
                            {"staging", r.staging},
+                           {"reference", r.reference},
+                           {"reference_host", r.reference_host},
+                           {"reference_peak", r.reference_peak},
                            {"tensor_peak", r.tensor_peak},
                            {"engine_peak", r.engine_peak},
                            {"total", r.total}}},
@@ -323,6 +350,7 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                            {"exposed_copy_s", r.exposed_copy_s},
                            {"cpu_optimizer_s", r.cpu_optimizer_s},
                            {"ring_exposed_s", r.ring_exposed_s},
+                           {"reference_s", r.reference_s},
                            {"step_s", r.step_s}}},
                          {"tokens_per_s_per_gpu", r.tokens_per_s_per_gpu},
                          {"mfu", r.mfu},

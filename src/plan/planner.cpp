@@ -152,8 +152,11 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   const int cp = in.context_parallel;
   const int64_t rank_seq = model::context_tokens_per_rank(in.seq_len, cp);
   act = model::with_context_parallel(act, m, pe, cp);
+  act = with_objective(act, in.objective, in.fsdp.loss_chunk);  // DPO's head
+  const ReferenceModel reference = reference_model(in.objective, in.fsdp.lora.enabled());
   const RingCost ring = ring_cost(in);
-  const int64_t tokens_mb = in.batch_size * rank_seq;  // per rank per micro-batch
+  const int64_t rows_mb = micro_batch_rows(in.objective, in.batch_size);  // DPO: two per pair
+  const int64_t tokens_mb = rows_mb * rank_seq;  // per rank per micro-batch
   const HostSpec host = host_spec(in.gpu);
   for (Sharding s : in.strategies) {
     for (int nodes : in.nodes) {
@@ -171,9 +174,13 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       fsdp::FsdpConfig cfg = in.fsdp;
       cfg.sharding = s;
       r.state = fsdp::persistent_bytes(sizes, cfg.no_sync_accumulation, pe, cfg.cpu_offload);
-      const fsdp::StepShape shape{
-          in.batch_size, rank_seq, in.grad_accum, pe, re, r.shard_size, m.tie_word_embeddings};
-      const fsdp::StepPeak peak = fsdp::step_peak(sizes, cfg, shape, act, r.state.persistent());
+      const fsdp::StepShape shape{rows_mb, rank_seq,     in.grad_accum,        pe,
+                                  re,      r.shard_size, m.tie_word_embeddings};
+      fsdp::StepPeak peak = fsdp::step_peak(sizes, cfg, shape, act, r.state.persistent());
+      const ReferenceMemory ref = add_reference(reference, sizes, cfg, shape, act, peak);
+      r.reference = ref.device;
+      r.reference_host = ref.host;
+      r.reference_peak = ref.forward_peak;
       r.grads_at_peak = peak.grad_shards;
       r.gathered = peak.gathered;
       r.reductions = peak.reductions;
@@ -192,7 +199,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.headroom = in.gpu.memory_bytes - static_cast<double>(r.total);
       r.fits = in.gpu.memory_bytes <= 0 || r.headroom >= 0;
       if (cfg.cpu_offload) {
-        r.host_bytes_per_node = r.state.host_bytes * in.gpus_per_node;
+        r.host_bytes_per_node = (r.state.host_bytes + r.reference_host) * in.gpus_per_node;
         r.host_memory_bytes = in.host_memory_bytes > 0 ? in.host_memory_bytes : host.memory_bytes;
         r.host_fits = r.host_memory_bytes <= 0 ||
                       static_cast<double>(r.host_bytes_per_node) <= r.host_memory_bytes;
@@ -220,6 +227,9 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         const bool recompute = base[u].kind == model::UnitKind::kDecoderLayer &&
                                cfg.activation_checkpointing.full(u - 1);
         bwd[u] = backward_ratio * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
+        if (base[u].kind == model::UnitKind::kHead &&
+            head_recomputes_logits(in.objective, cfg.loss_chunk))
+          bwd[u] += fwd[u];  // DPO's chunked head makes its logits again in backward
         if (base[u].kind == model::UnitKind::kDecoderLayer) {  // a recomputed forward rings again
           ring_f[u] = ring.exposed_forward_s;
           ring_b[u] = ring.exposed_backward_s + (recompute ? ring.exposed_forward_s : 0.0);
@@ -329,10 +339,11 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.comm_s = comm_total;
       r.exposed_comm_s = total - compute - r.ring_exposed_s;  // FSDP's collectives
       r.exposed_copy_s = with_copies - total;
-      r.step_s = with_copies + r.optimizer_s;
+      // DPO's reference model: one more forward per micro-batch, scheduled like the first.
+      r.reference_s = reference == ReferenceModel::kNone ? 0.0 : passes * forward;
+      r.step_s = with_copies + r.optimizer_s + r.reference_s;
       // The group's rows over its cp ranks (global tokens / step / GPUs), padding not counted.
-      const double tokens_per_gpu =
-          static_cast<double>(in.batch_size * in.seq_len * in.grad_accum) / cp;
+      const double tokens_per_gpu = static_cast<double>(rows_mb * in.seq_len * in.grad_accum) / cp;
       r.tokens_per_s_per_gpu = tokens_per_gpu / r.step_s;
       r.mfu = in.gpu.peak_tflops > 0
                   ? r.tokens_per_s_per_gpu * model::flops_per_token(m, in.seq_len) *
@@ -393,7 +404,8 @@ RingCost ring_cost(const PlanInput& in) {
 
 ContextSearch search_context_parallel(const PlanInput& in, const std::vector<PlanRow>& rows) {
   ContextSearch s;
-  if (in.context_parallel_given || in.packed || best_row(rows)) return s;
+  // DPO refuses context parallelism (a pair's log-probabilities would be split).
+  if (in.context_parallel_given || in.packed || in.objective.dpo || best_row(rows)) return s;
   s.ran = true;
   for (int n = 2; n <= in.gpus_per_node; ++n)
     if (in.gpus_per_node % n == 0) s.sizes.push_back(n);

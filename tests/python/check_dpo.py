@@ -9,7 +9,7 @@ conversational form:
   - DPO's loss at steps 1..4 (the last after 3 AdamW steps) and step 1's metrics equal TRL's
     DPOTrainer's on the same pairs (the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
     (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
-    gradient accumulation, and with --dpo-loss ipo;
+    gradient accumulation and every sharding strategy, and with --dpo-loss ipo;
   - --reference-logps from `eval --save-logps` trains the same losses as the reference model.
 Each step's batch is all the pairs, so TRL's shuffled order cannot change a step's mean.
 
@@ -264,6 +264,10 @@ def main(binary, chat_ref, out):
         compare("strings, full, unfused head (--loss-chunk off)", ours, trl_losses, trl_step1)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-np2"), ranks=2, accum=2)
         compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_step1)
+        for strategy in (["shard_grad_op"], ["no_shard"], ["hybrid_shard", "--ranks-per-node", "1"]):
+            ours = dpo_train(binary, base, data, os.path.join(out, f"run-{strategy[0]}"), ranks=2,
+                             extra=["--sharding", *strategy])
+            compare(f"strings, full, 2 ranks, {' '.join(strategy)}", ours, trl_losses, trl_step1)
         logps = os.path.join(out, "ref-logps.h5")
         shardtrain(binary, ["eval", "--weights", base, "--data", data, "--save-logps", logps])
         ours = dpo_train(binary, base, data, os.path.join(out, "run-logps"), extra=["--reference-logps", logps])

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <istream>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,15 @@ struct ParsedLine {
   bool fatal = false;  // a chat record prepare refuses (exit 2) rather than skips: chat.h
   Record record;
 };
+
+// Preference records (preference.cpp): true when a record holds "chosen" and "rejected" (for
+// --format auto). parse_preference reads {"prompt", "chosen", "rejected"} into p.record: all three
+// strings (prompt, chosen, rejected), or TRL's conversational form: "prompt" a list of messages
+// ending with a user turn, "chosen" and "rejected" lists of assistant messages (messages,
+// chosen_messages, rejected_messages). A missing field, an empty prompt or answer, or identical
+// answers fill p's skip reason; a conversation in the wrong role order is fatal, as chat's.
+bool is_preference_record(const nlohmann::json& record);
+bool parse_preference(const nlohmann::json& j, ParsedLine& p);
 
 // Parses one non-blank JSONL line. A kAuto format is resolved from the first JSON object's
 // keys and written back, so the rest of the file is held to the same format.

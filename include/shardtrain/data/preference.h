@@ -3,23 +3,12 @@
 // samples (prompt + chosen, prompt + rejected) with the loss mask on the answer only.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "shardtrain/data/chat_template.h"
 #include "shardtrain/data/instruction.h"
 
 namespace shardtrain::data {
-
-// True when a record holds "chosen" and "rejected" (for --format auto).
-bool is_preference_record(const nlohmann::json& record);
-
-// Reads {"prompt", "chosen", "rejected"} into r: all three strings (r.prompt, r.chosen,
-// r.rejected), or TRL's conversational form: "prompt" a list of messages ending with a user turn,
-// "chosen" and "rejected" lists of assistant messages (r.messages, r.chosen_messages,
-// r.rejected_messages). A missing field, an empty answer or identical answers fill p's skip
-// reason; a conversation in the wrong role order is fatal, as chat records are.
-bool parse_preference(const nlohmann::json& j, ParsedLine& p);
 
 struct PreferencePair {
   Sample chosen, rejected;  // prompt + answer each, the mask on the answer

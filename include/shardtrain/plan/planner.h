@@ -7,6 +7,7 @@
 
 #include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/plan/hardware.h"
+#include "shardtrain/plan/objective.h"
 
 namespace shardtrain::plan {
 
@@ -31,7 +32,7 @@ struct PlanInput {
   std::vector<int> nodes;  // node counts, one row each per strategy
   std::vector<fsdp::Sharding> strategies;
   int64_t seq_len = 4096, batch_size = 1,
-          grad_accum = 1;     // batch_size: rows per rank per micro-batch
+          grad_accum = 1;     // batch_size: rows (DPO: pairs) per rank per micro-batch
   bool packed = false;        // rows hold several documents (prepare --mode packing)
   double default_mfu = 0.37;  // compute efficiency without --calibrate (fms-fsdp, 7B, H100, eager)
   bool allowances = true;     // NCCL and allocator allowances (off for the CPU validation)
@@ -40,6 +41,7 @@ struct PlanInput {
   // group); not given: 1, and when nothing fits the plan names the smallest that does.
   int context_parallel = 1;
   bool context_parallel_given = false;
+  Objective objective;    // --objective, --reference-logps (plan/objective.h)
   void validate() const;  // throws UsageError naming the option to change (plan's)
 };
 
@@ -56,6 +58,10 @@ struct PlanRow {
   int64_t tensor_peak = 0;  // every tensor at the peak (what a caching allocator reports)
   int64_t engine_peak = 0;  // the engine's own accounting (no activations)
   int64_t total = 0;        // tensor_peak + allowances
+  // DPO's reference model (plan/objective.h): a frozen copy's persistent bytes on the device and,
+  // with --cpu-offload, on the host; the tensors at its forward's peak (before the training
+  // passes).
+  int64_t reference = 0, reference_host = 0, reference_peak = 0;
   int gathered_units = 0;
   int context_parallel = 1;
   bool fits = false;    // the device's memory and, with --cpu-offload, the host's
@@ -72,6 +78,7 @@ struct PlanRow {
   double h2d_s = 0, d2h_s = 0, exposed_copy_s = 0, cpu_optimizer_s = 0;
   // --context-parallel: what of the ring's K/V and dK/dV transfers the step waits for.
   double ring_exposed_s = 0;
+  double reference_s = 0;  // DPO: the reference model's forward per micro-batch, in step_s
   double tokens_per_s_per_gpu = 0, mfu = 0,
          efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
 

@@ -25,7 +25,7 @@ TEST(PreferenceLoss, ChunkedRowLogpsEqualTheWholeLogitsValueAndGradients) {
   at::Tensor labels = at::randint(0, V, {B, T}, at::kLong);
   labels.index_put_({0, at::indexing::Slice(0, 4)}, -100);  // a masked prompt
   labels.index_put_({3, at::indexing::Slice(6, T)}, -100);  // padding
-  const at::Tensor w_row = at::randn({B});  // a different gradient for every row
+  const at::Tensor w_row = at::randn({B});                  // a different gradient for every row
   for (bool aligned : {false, true}) {
     for (int64_t chunk : {1, 5, 7, 64}) {
       const at::Tensor h0 = at::randn({B, T, H}), w0 = at::randn({V, H});
