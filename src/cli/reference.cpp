@@ -3,10 +3,10 @@
 #include <mpi.h>
 
 #include "shardtrain/data/data_identity.h"
-#include "shardtrain/data/loader.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/train/validator.h"
 
 namespace shardtrain::cli {
 
@@ -37,25 +37,20 @@ Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::
   const PreferenceOptions& p = o.preference;
   fsdp::ReferenceFn model;  // the reference model's forward, when one is needed
   const bool needs_model = p.reference_logps.empty() || (val && p.val_reference_logps.empty());
-  if (needs_model && setup.adapter && !zero_adapter_output(*setup.adapter)) {
-    // --lora-init with trained adapters: the starting weights are base + those adapters (TRL's
-    // "ref" copy of a pretrained adapter), so the reference is a frozen copy of both.
-    r.frozen = std::make_unique<fsdp::FsdpEngine>(o.model, engine.config(), setup.groups,
-                                                  o.train.seed, setup.weights.get(),
-                                                  engine.device(), setup.adapter.get());
-    fsdp::FsdpEngine* frozen = r.frozen.get();
-    model = [frozen](const model::Batch& b) { return frozen->row_logps(b); };
-    r.what = "a frozen sharded copy of the starting weights and --lora-init's adapters";
-  } else if (needs_model && engine.config().lora.enabled()) {
+  // --lora-init with trained adapters: the starting model is base + those adapters (TRL's "ref"
+  // copy of a pretrained adapter); without them, a LoRA run's base alone is.
+  const bool trained_adapter = setup.adapter && !zero_adapter_output(*setup.adapter);
+  if (needs_model && engine.config().lora.enabled() && !trained_adapter) {
     model = [&engine](const model::Batch& b) { return engine.row_logps(b, /*adapters=*/false); };
     r.what = "the base model (LoRA's adapters switched off)";
   } else if (needs_model) {
-    fsdp::FsdpConfig cfg = engine.config();
-    r.frozen = std::make_unique<fsdp::FsdpEngine>(o.model, cfg, setup.groups, o.train.seed,
-                                                  setup.weights.get(), engine.device());
+    r.frozen = std::make_unique<fsdp::FsdpEngine>(
+        o.model, engine.config(), setup.groups, o.train.seed, setup.weights.get(), engine.device(),
+        trained_adapter ? setup.adapter.get() : nullptr);
     fsdp::FsdpEngine* frozen = r.frozen.get();
     model = [frozen](const model::Batch& b) { return frozen->row_logps(b); };
-    r.what = "a frozen sharded copy of the starting weights";
+    r.what = std::string("a frozen sharded copy of the starting weights") +
+             (trained_adapter ? " and --lora-init's adapters" : "");
   }
   if (!p.reference_logps.empty()) {
     r.train = from_file(read_logps("--reference-logps", p.reference_logps, train));
@@ -75,20 +70,13 @@ void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::T
                 int64_t batch_size, int rank) {
   if (engine.data_world() != engine.groups().world->size())
     throw runtime::UsageError("--save-logps with --context-parallel: use --context-parallel 1");
-  data::LoaderConfig lc;
-  lc.micro_batch = batch_size;
-  lc.shuffle = false;
-  lc.prefetch = false;
-  lc.rank = engine.data_rank();
-  lc.world = engine.data_world();
-  data::DataLoader loader(data, lc);
   std::vector<double> logps(static_cast<size_t>(data.rows()), 0.0);
-  for (int64_t s = 0; s < loader.steps_per_epoch(); ++s) {
-    const model::Batch b = loader.next().micro.front();
-    const at::Tensor l = engine.row_logps(b).contiguous();
-    for (size_t i = 0; i < b.sample_ids.size(); ++i)
-      logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
-  }
+  train::for_each_batch(
+      data, batch_size, 0, engine.data_rank(), engine.data_world(), [&](const model::Batch& b) {
+        const at::Tensor l = engine.row_logps(b).contiguous();
+        for (size_t i = 0; i < b.sample_ids.size(); ++i)
+          logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
+      });
   // Each row is one rank's: the sum over ranks is every row's.
   MPI_CHECK(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : logps.data(), logps.data(),
                        static_cast<int>(logps.size()), MPI_DOUBLE, MPI_SUM, 0,
@@ -114,11 +102,8 @@ at::Tensor read_logps(const std::string& opt, const std::string& path,
   const auto dset = io::h5::open_dataset(file, "logps");
   std::vector<int64_t> rows(static_cast<size_t>(data.rows()));
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-  std::vector<double> v = io::h5::read_rows<double>(dset, rows, 1);
-  if (static_cast<int64_t>(v.size()) != data.rows())
-    throw runtime::UsageError(opt + " " + path + " has " + std::to_string(v.size()) + " rows; " +
-                              data.path() + " has " + std::to_string(data.rows()));
-  return at::tensor(v, at::kDouble);
+  // The identity covers the row count: the file holds exactly data's rows.
+  return at::tensor(io::h5::read_rows<double>(dset, rows, 1), at::kDouble);
 }
 
 }  // namespace shardtrain::cli

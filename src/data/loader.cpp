@@ -63,13 +63,17 @@ StepData DataLoader::load(LoaderState s) {
   StepData d;
   d.position = s;
   const std::vector<int64_t> rows = global_rows(s);
-  d.global_rows = static_cast<int64_t>(rows.size()) * per_;
-  for (int64_t e : rows)
-    for (int64_t k = 0; k < per_; ++k) d.batch_rows.push_back(e * per_ + k);
-  for (auto& examples : rank_micro_batches(rows, cfg_.rank, cfg_.world, cfg_.grad_accum)) {
-    std::vector<int64_t> idx;  // the examples' rows: a pair's chosen, then its rejected
+  // The examples' rows: a pair's chosen, then its rejected.
+  const auto rows_of = [this](const std::vector<int64_t>& examples) {
+    std::vector<int64_t> out;
     for (int64_t e : examples)
-      for (int64_t k = 0; k < per_; ++k) idx.push_back(e * per_ + k);
+      for (int64_t k = 0; k < per_; ++k) out.push_back(e * per_ + k);
+    return out;
+  };
+  d.batch_rows = rows_of(rows);
+  d.global_rows = static_cast<int64_t>(d.batch_rows.size());
+  for (auto& examples : rank_micro_batches(rows, cfg_.rank, cfg_.world, cfg_.grad_accum)) {
+    const std::vector<int64_t> idx = rows_of(examples);
     d.rows.insert(d.rows.end(), idx.begin(), idx.end());
     d.micro.push_back(file_->read(idx));
     d.micro.back().sample_ids = idx;  // LoRA dropout's masks are drawn per sample, not per rank

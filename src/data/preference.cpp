@@ -114,7 +114,13 @@ bool parse_preference(const nlohmann::json& j, ParsedLine& p) {
 }
 
 PreferenceEncoder::PreferenceEncoder(const Tokenizer& tok, ChatTemplate t)
-    : tok_(tok), t_(t), eos_text_(tok.piece(tok.eos_id())) {}
+    : tok_(tok),
+      chat_(t == ChatTemplate::kAuto ? nullptr : std::make_unique<ChatEncoder>(tok, t)),
+      eos_text_(tok.piece(tok.eos_id())) {
+  const std::vector<int32_t> own = tok.encode("", /*add_bos=*/true);
+  appends_eos_ = !own.empty() && own.back() == tok.eos_id() &&
+                 (own.size() > 1 || tok.bos_id() != tok.eos_id());
+}
 
 std::vector<int32_t> PreferenceEncoder::encode_answer(const std::string& prompt,
                                                       const std::string& answer) const {
@@ -125,25 +131,21 @@ std::vector<int32_t> PreferenceEncoder::encode_answer(const std::string& prompt,
       a.compare(a.size() - eos_text_.size(), std::string::npos, eos_text_) == 0)
     a.resize(a.size() - eos_text_.size());
   std::vector<int32_t> ids = tok_.encode(prompt + a, /*add_bos=*/true);
-  const std::vector<int32_t> own = tok_.encode("", /*add_bos=*/true);
-  const bool appends_eos = !own.empty() && own.back() == tok_.eos_id() &&
-                           (own.size() > 1 || tok_.bos_id() != tok_.eos_id());
-  ids.insert(appends_eos ? ids.end() - 1 : ids.end(), tok_.eos_id());
+  ids.insert(appends_eos_ ? ids.end() - 1 : ids.end(), tok_.eos_id());
   return ids;
 }
 
 PreferencePair PreferenceEncoder::encode(const Record& r) const {
   std::vector<int32_t> prompt, chosen, rejected;
   if (!r.messages.empty()) {
-    if (t_ == ChatTemplate::kAuto)
+    if (!chat_)
       throw runtime::Error("PreferenceEncoder: a conversational record needs a chat template");
-    const ChatEncoder chat(tok_, t_);
     auto with = [&](const std::vector<ChatMessage>& answer) {
       std::vector<ChatMessage> all = r.messages;
       all.insert(all.end(), answer.begin(), answer.end());
-      return chat.encode(all, /*train_on_all=*/false).sample.ids;
+      return chat_->encode(all, /*train_on_all=*/false).sample.ids;
     };
-    prompt = chat.encode(r.messages, false, /*add_generation_prompt=*/true).sample.ids;
+    prompt = chat_->encode(r.messages, false, /*add_generation_prompt=*/true).sample.ids;
     chosen = with(r.chosen_messages);
     rejected = with(r.rejected_messages);
   } else {

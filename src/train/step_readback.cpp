@@ -8,15 +8,14 @@ std::vector<PendingStep> StepReadback::take() {
   std::vector<PendingStep> out;
   out.swap(pending_);
   if (out.empty()) return out;
-  // Per step: loss, norm, and DPO's stats (model::kNumPreferenceStats, zero without).
-  constexpr int64_t kPer = 2 + model::kNumPreferenceStats;
+  // Per step: loss, norm, and in a DPO run (every step's or none) its stats.
+  const bool dpo = out.front().preference.defined();
+  const int64_t kPer = 2 + (dpo ? model::kNumPreferenceStats : 0);
   std::vector<at::Tensor> figures;
   for (const PendingStep& s : out) {
-    const auto on = s.loss.options().dtype(at::kDouble);
     figures.push_back(s.loss.to(at::kDouble).reshape({1}));
     figures.push_back(s.grad_norm.to(s.loss.device(), at::kDouble).reshape({1}));
-    figures.push_back(s.preference.defined() ? s.preference.to(s.loss.device(), at::kDouble)
-                                             : at::zeros({model::kNumPreferenceStats}, on));
+    if (dpo) figures.push_back(s.preference.to(s.loss.device(), at::kDouble));
   }
   const at::Tensor host = at::cat(figures).to(at::kCPU);  // the one host read
   const double* v = host.data_ptr<double>();
@@ -24,8 +23,9 @@ std::vector<PendingStep> StepReadback::take() {
     StepMetrics& m = out[i].m;
     m.loss = v[kPer * i];
     m.grad_norm = v[kPer * i + 1];
-    m.preference =
-        model::preference_metrics(host.narrow(0, kPer * i + 2, model::kNumPreferenceStats));
+    if (dpo)
+      m.preference =
+          model::preference_metrics(host.narrow(0, kPer * i + 2, model::kNumPreferenceStats));
     const runtime::PhaseTimes fb = out[i].forward_backward->finish();
     const runtime::PhaseTimes opt = out[i].optimizer->finish();
     for (runtime::Phase p :

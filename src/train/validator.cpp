@@ -9,9 +9,6 @@
 
 namespace shardtrain::train {
 
-namespace {
-
-// Each of the first max_batches batches (all when <= 0) in file order, this rank's part of it.
 void for_each_batch(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank,
                     int world, const std::function<void(const model::Batch&)>& fn) {
   data::LoaderConfig lc;
@@ -25,8 +22,6 @@ void for_each_batch(const data::TokenFile& data, int64_t batch_size, int64_t max
   if (max_batches > 0) n = std::min(n, max_batches);
   for (int64_t b = 0; b < n; ++b) fn(loader.next().micro.front());
 }
-
-}  // namespace
 
 model::PreferenceMetrics evaluate_preference(const data::TokenFile& data, int64_t batch_size,
                                              int64_t max_batches, int rank, int world,

@@ -3,9 +3,11 @@
 // samples (prompt + chosen, prompt + rejected) with the loss mask on the answer only.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "shardtrain/data/chat_template.h"
+#include "shardtrain/data/chat_tokenize.h"
 #include "shardtrain/data/instruction.h"
 
 namespace shardtrain::data {
@@ -28,8 +30,9 @@ class PreferenceEncoder {
  private:
   std::vector<int32_t> encode_answer(const std::string& prompt, const std::string& answer) const;
   const Tokenizer& tok_;
-  ChatTemplate t_;
+  std::unique_ptr<ChatEncoder> chat_;  // conversational records: t's encoder; null for kAuto
   std::string eos_text_;
+  bool appends_eos_ = false;  // the tokenizer adds an EOS itself (add_eos_token)
 };
 
 }  // namespace shardtrain::data

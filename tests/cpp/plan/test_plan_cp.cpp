@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "plan_refusal.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/model/activation_memory.h"
 #include "shardtrain/plan/plan_output.h"
@@ -27,15 +28,6 @@ PlanRow row(const std::vector<std::string>& args) {
   const auto rows = plan_rows(planned(a));
   EXPECT_EQ(rows.size(), 1u);
   return rows.front();
-}
-
-std::string usage_error(const std::vector<std::string>& args) {
-  try {
-    planned(args);
-  } catch (const runtime::UsageError& e) {
-    return e.what();
-  }
-  return "accepted";
 }
 
 }  // namespace
@@ -170,18 +162,19 @@ TEST(PlanContextParallel, SmallestContextParallelThatFits128k) {
 }
 
 TEST(PlanContextParallel, RefusedByNameUnlessItDividesTheNode) {
-  EXPECT_NE(usage_error({"--context-parallel", "3"})
+  EXPECT_NE(plan_refusal({"--context-parallel", "3"})
                 .find("--context-parallel 3 does not divide --gpus-per-node 8"),
             std::string::npos);
-  EXPECT_NE(usage_error({"--context-parallel", "16"}).find("--context-parallel 16"),
+  EXPECT_NE(plan_refusal({"--context-parallel", "16"}).find("--context-parallel 16"),
             std::string::npos)
       << "a group spans one node only";
-  EXPECT_NE(usage_error({"--context-parallel", "0"}).find("--context-parallel"), std::string::npos);
-  EXPECT_NE(usage_error({"--context-parallel", "two"}).find("--context-parallel"),
+  EXPECT_NE(plan_refusal({"--context-parallel", "0"}).find("--context-parallel"),
             std::string::npos);
-  EXPECT_NE(usage_error({"--context-parallel", "2", "--packed"}).find("--context-parallel"),
+  EXPECT_NE(plan_refusal({"--context-parallel", "two"}).find("--context-parallel"),
             std::string::npos);
-  EXPECT_EQ(usage_error({"--context-parallel", "3", "--gpus-per-node", "6"}), "accepted");
+  EXPECT_NE(plan_refusal({"--context-parallel", "2", "--packed"}).find("--context-parallel"),
+            std::string::npos);
+  EXPECT_EQ(plan_refusal({"--context-parallel", "3", "--gpus-per-node", "6"}), "accepted");
 }
 
 }  // namespace shardtrain::plan

@@ -1,12 +1,13 @@
-// `plan --objective dpo`: two rows per pair, the head unfused, the reference model's memory (a
-// frozen sharded copy under full fine-tuning, none under LoRA or with --reference-logps) and its
-// forward per micro-batch. References are SFT's own rows and Llama 3.1 8B's shapes, not the
+// `plan --objective dpo`: two rows per pair, the chunked head's recompute, the reference model's
+// memory (a frozen sharded copy under full fine-tuning, none under LoRA or with --reference-logps)
+// and its forward per micro-batch. References are SFT's own rows and Llama 3.1 8B's shapes, not the
 // planner's DPO code.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "plan_refusal.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/plan/plan_output.h"
 #include "shardtrain/plan/planner.h"
@@ -27,15 +28,6 @@ PlanRow row_of(const PlanInput& in) {
 }
 
 PlanRow row(const std::vector<std::string>& args) { return row_of(planned(args)); }
-
-std::string usage_error(const std::vector<std::string>& args) {
-  try {
-    planned(args);
-  } catch (const runtime::UsageError& e) {
-    return e.what();
-  }
-  return "accepted";
-}
 
 }  // namespace
 
@@ -165,14 +157,14 @@ TEST(PlanDpo, OffloadedCopyLivesOnTheHost) {
 }
 
 TEST(PlanDpo, RefusedByName) {
-  EXPECT_NE(usage_error({"--objective", "ppo"}).find("--objective must be sft or dpo"),
+  EXPECT_NE(plan_refusal({"--objective", "ppo"}).find("--objective must be sft or dpo"),
             std::string::npos);
-  EXPECT_NE(usage_error({"--reference-logps"}).find("--reference-logps needs --objective dpo"),
+  EXPECT_NE(plan_refusal({"--reference-logps"}).find("--reference-logps needs --objective dpo"),
             std::string::npos);
   EXPECT_NE(
-      usage_error({"--objective", "dpo", "--context-parallel", "2"}).find("--context-parallel"),
+      plan_refusal({"--objective", "dpo", "--context-parallel", "2"}).find("--context-parallel"),
       std::string::npos);
-  EXPECT_NE(usage_error({"--objective", "dpo", "--packed"}).find("--packed"), std::string::npos);
+  EXPECT_NE(plan_refusal({"--objective", "dpo", "--packed"}).find("--packed"), std::string::npos);
   // Nothing fits: the plan looks for no context group (DPO refuses one).
   const PlanInput in = planned({"--objective", "dpo", "--seq-len", "131072"});
   const auto rows = plan_rows(in);
