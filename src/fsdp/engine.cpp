@@ -234,8 +234,9 @@ at::Tensor FsdpEngine::row_logps(const model::Batch& batch, bool adapters) {
 
 void FsdpEngine::set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference) {
   if (groups_.context->size() > 1)  // train refuses the option first (cli's check_objective)
-    throw runtime::Error("set_preference: a pair's log-probabilities would be split across the "
-                         "context group");
+    throw runtime::Error(
+        "set_preference: a pair's log-probabilities would be split across the "
+        "context group");
   preference_ = cfg;
   reference_ = std::move(reference);
 }
