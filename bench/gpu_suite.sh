@@ -14,7 +14,8 @@
 #   tests    6. the build's GPU tests (tests/cpp/cuda, GoogleTest: NCCL at world 1 against the CPU,
 #               no sticky error after a not-ready query, the varlen kernel, the fused bf16 loss, the
 #               unwaited-collective shelf, LoRA masks on the device, more ranks than GPUs refused,
-#               --cpu-offload's steps against the same run without it, no host wait inside its step):
+#               --cpu-offload's steps against the same run without it, no host wait inside its step,
+#               DPO's chunked answer log-probabilities in bf16 and its steps against the CPU's):
 #               from a bundle through libexec/tests/run, in a source tree from build/tests;
 #   speed    4. speed and memory against PyTorch FSDP2 (bench/gpu_vs_pytorch.sh: 7B shape, 4 layers,
 #               bf16, seq 2048 and 4096, activation checkpointing off and on, batch 4);
@@ -79,7 +80,8 @@ done
 # passed there; since then the start-up checks that check's runs pass through, the hybrid-shard
 # reducer, the folded clip, the fused layer path with its tests and its part, fused, and CPU
 # offload with its tests (in tests) and its part, offload; FP8 with its tests and its part, fp8;
-# context parallelism's ring attention with its tests (in tests) and its part, ring).
+# context parallelism's ring attention with its tests (in tests) and its part, ring; DPO's tests
+# (in tests)).
 NEXT_PARTS=check,tests,fused,offload,fp8,ring
 # The next call has 8 minutes; offload, fp8 and ring, the last parts, are cut to fit them (a guess:
 # check ~2, tests ~2, fused ~3, offload ~2, fp8 ~4, ring ~0.5 minutes, none of them timed on a GPU
