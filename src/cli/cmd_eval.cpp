@@ -1,5 +1,6 @@
-// `shardtrain eval`: loss/perplexity on a token file and exact match on prompt/answer records,
-// through the FSDP engine on any device, strategy and number of ranks.
+// `shardtrain eval`: loss/perplexity on a token file (DPO's loss and metrics on preference pairs)
+// and exact match on prompt/answer records, through the FSDP engine on any device, strategy and
+// number of ranks.
 #include <ATen/ATen.h>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/cli/reference.h"
 #include "shardtrain/cli/run_checks.h"
+#include "shardtrain/obs/prometheus.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -59,6 +61,11 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   check_tokenizers({o.weights, o.accuracy.tokenizer, ""}, {o.data},
                    o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
+  // A preference file's next-token loss over chosen and rejected answers alike means nothing.
+  check_objective(o.preference, o.fsdp.context_parallel, {{"--data", data.get()}},
+                  o.save_logps.empty() ? "evaluate them with --objective dpo, or write their "
+                                         "log-probabilities with --save-logps"
+                                       : nullptr);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0,
                     o.lora);  // every weight is read: no init to seed
@@ -69,7 +76,22 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   train::Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
   nlohmann::json j;
   std::string line;
-  if (data) {
+  if (data && o.preference.enabled) {
+    std::string reference;
+    const fsdp::ReferenceFn ref = eval_reference(o, *setup.engine, *data, &reference);
+    setup.engine->set_preference(o.preference.cfg, ref);
+    validator.set_reference(ref);
+    const model::PreferenceMetrics r = validator.preference();
+    j["loss"] = r.loss;
+    j["pairs"] = r.pairs;
+    line += "DPO loss " + std::to_string(r.loss) + " | pairs " + std::to_string(r.pairs);
+    for (int k = 0; k < obs::kNumPreferenceMetrics; ++k) {
+      j[obs::kPreferenceMetricNames[k]] = r.values[k];
+      line +=
+          std::string(" | ") + obs::kPreferenceMetricNames[k] + " " + std::to_string(r.values[k]);
+    }
+    line += "\nreference: " + reference;
+  } else if (data && !data->preference()) {
     const auto r = validator.loss();
     j["loss"] = r.loss;
     j["perplexity"] = r.perplexity;

@@ -50,26 +50,6 @@ void setup_threads(int threads, const runtime::MpiEnv& env) {
 
 namespace {
 
-// --objective and the token files agree: preference pairs train with DPO and nothing else does.
-void check_objective(const TrainOptions& o, const data::TokenFile& train,
-                     const data::TokenFile* val) {
-  for (const auto& [opt, file] : {std::pair{"--data", &train}, {"--val-data", val}}) {
-    if (!file) continue;
-    if (o.preference.enabled && !file->preference())
-      throw runtime::AgreedUsageError(std::string("--objective dpo: ") + opt + " " + file->path() +
-                                      " holds no preference pairs; prepare it with 'shardtrain "
-                                      "prepare --format preference'");
-    if (!o.preference.enabled && file->preference())
-      throw runtime::AgreedUsageError(std::string(opt) + " " + file->path() +
-                                      " holds preference pairs (chosen, then rejected); train "
-                                      "them with --objective dpo");
-  }
-  if (o.preference.enabled && o.fsdp.context_parallel > 1)
-    throw runtime::AgreedUsageError(
-        "--objective dpo with --context-parallel: a pair's log-probabilities would be split "
-        "across the context group; use --context-parallel 1");
-}
-
 // The data-parallel position: a context group's ranks read the same rows.
 data::LoaderConfig loader_config(const train::TrainConfig& t, const fsdp::FsdpEngine& engine) {
   data::LoaderConfig lc;
@@ -149,7 +129,9 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   auto val = o.val_data.empty()
                  ? nullptr
                  : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
-  check_objective(o, *train, val.get());
+  check_objective(o.preference, o.fsdp.context_parallel,
+                  {{"--data", train.get()}, {"--val-data", val.get()}},
+                  "train them with --objective dpo");
   runtime::log::info(start_line(
       o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
   for (const auto& line : {checked_train, checked_val})

@@ -57,11 +57,13 @@ void check_lora(model::LoraConfig& l, const LoraArgs& raw);
 model::LoraConfig read_adapter_config(const std::string& dir, const std::string& opt = "--lora");
 double adapter_dropout(const std::string& dir);  // its lora_dropout (train --lora-init)
 
-// train's --objective and the DPO settings; check_preference reads raw.objective and raw.loss.
+// train's and eval's --objective and the DPO settings; check_preference reads raw.objective and
+// raw.loss. with_val: train's --val-reference-logps.
 struct PreferenceArgs {
   std::string objective = "sft", loss;
 };
-po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& raw);
+po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& raw,
+                                        bool with_val = true);
 void check_preference(PreferenceOptions& p, const PreferenceArgs& raw);
 
 void require_file(const std::string& opt, const std::string& path);

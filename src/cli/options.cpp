@@ -595,6 +595,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   ModelArgs m;
   FsdpArgs fa;
   AccuracyArgs acc;
+  PreferenceArgs pref;
   po::options_description data("Loss and perplexity");
   data.add_options()("data", po::value(&o.data), "token file made by 'shardtrain prepare'")(
       "batch-size", po::value(&o.batch_size)->default_value(o.batch_size),
@@ -612,6 +613,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   all.add(common_desc(o.common))
       .add(model_desc(m))
       .add(data)
+      .add(preference_desc(o.preference, pref, /*with_val=*/false))
       .add(accuracy_desc(o.accuracy, acc))
       .add(fsdp_desc(o.fsdp, fa, false));
   parse_into(args, all);
@@ -638,6 +640,14 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
     throw runtime::UsageError("--save-logits needs --data (the rows to run)");
   if (!o.save_logps.empty() && o.data.empty())
     throw runtime::UsageError("--save-logps needs --data (the rows to run)");
+  check_preference(o.preference, pref);
+  if (o.preference.enabled && o.data.empty())
+    throw runtime::UsageError("--objective dpo needs --data (a token file of preference pairs)");
+  if (o.preference.enabled && o.preference.reference_logps.empty() && o.lora.empty())
+    throw runtime::UsageError(
+        "eval --objective dpo needs the reference model's log-probabilities: --reference-logps "
+        "FILE (run 'shardtrain eval --weights REFERENCE --data " +
+        o.data + " --save-logps FILE' first), or --lora DIR (the base is the reference)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
   check_threads(o.common);
   check_fsdp(o.fsdp, fa);
@@ -653,7 +663,8 @@ std::string top_level_help() {
          "an HDF5 token file\n"
          "  tokenize print the token ids of {\"text\": ...} JSONL lines, one JSON array per line\n"
          "  train    train or fine-tune a model\n"
-         "  eval     loss/perplexity on a token file, exact-match accuracy on a JSONL file\n"
+         "  eval     loss/perplexity on a token file (DPO's metrics on preference pairs), "
+         "exact-match accuracy on a JSONL file\n"
          "  generate greedy or top-p text generation from a model\n"
          "  inspect  a checkpoint's tensors, state and checksum status\n"
          "  convert  checkpoint <-> Hugging Face safetensors, with any number of ranks\n"

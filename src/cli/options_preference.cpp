@@ -1,10 +1,10 @@
-// train's --objective and DPO's settings (docs/dpo.md).
+// train's and eval's --objective and DPO's settings (docs/dpo.md).
 #include "option_parts.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::cli::parts {
 
-po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& raw) {
+po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& raw, bool with_val) {
   po::options_description d("Objective (DPO: preference pairs from 'prepare --format preference')");
   raw.loss = runtime::enum_name(model::kPreferenceLossNames, p.cfg.loss);
   d.add_options()("objective", po::value(&raw.objective)->default_value(raw.objective),
@@ -16,8 +16,10 @@ po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& ra
       "sigmoid (DPO) or ipo (IPO, log-ratios averaged over the answer's tokens)")(
       "reference-logps", po::value(&p.reference_logps),
       "the reference's log-probabilities of --data, from 'shardtrain eval --save-logps': no "
-      "reference model in memory")("val-reference-logps", po::value(&p.val_reference_logps),
-                                   "the same for --val-data");
+      "reference model in memory");
+  if (with_val)
+    d.add_options()("val-reference-logps", po::value(&p.val_reference_logps),
+                    "the same for --val-data");
   return d;
 }
 

@@ -66,6 +66,39 @@ Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::
   return r;
 }
 
+fsdp::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
+                                 const data::TokenFile& data, std::string* what) {
+  if (!o.preference.reference_logps.empty()) {
+    *what = "--reference-logps " + o.preference.reference_logps;
+    return from_file(read_logps("--reference-logps", o.preference.reference_logps, data));
+  }
+  if (!engine.config().lora.enabled())  // parse_eval refuses this combination
+    throw runtime::Error(
+        "eval --objective dpo: no reference (neither --reference-logps nor --lora)");
+  *what = "the base model (the adapter switched off)";
+  return [&engine](const model::Batch& b) { return engine.row_logps(b, /*adapters=*/false); };
+}
+
+void check_objective(const PreferenceOptions& p, int64_t context_parallel,
+                     const std::vector<std::pair<const char*, const data::TokenFile*>>& files,
+                     const char* pairs_without_dpo) {
+  for (const auto& [opt, file] : files) {
+    if (!file) continue;
+    if (p.enabled && !file->preference())
+      throw runtime::AgreedUsageError(std::string("--objective dpo: ") + opt + " " + file->path() +
+                                      " holds no preference pairs; prepare it with 'shardtrain "
+                                      "prepare --format preference'");
+    if (!p.enabled && file->preference() && pairs_without_dpo)
+      throw runtime::AgreedUsageError(std::string(opt) + " " + file->path() +
+                                      " holds preference pairs (chosen, then rejected); " +
+                                      pairs_without_dpo);
+  }
+  if (p.enabled && context_parallel > 1)
+    throw runtime::AgreedUsageError(
+        "--objective dpo with --context-parallel: a pair's log-probabilities would be split "
+        "across the context group; use --context-parallel 1");
+}
+
 void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
                 int64_t batch_size, int rank) {
   if (engine.data_world() != engine.groups().world->size())

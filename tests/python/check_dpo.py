@@ -10,7 +10,10 @@ conversational form:
     DPOTrainer's on the same pairs (the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
     (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
     gradient accumulation and every sharding strategy, and with --dpo-loss ipo;
-  - --reference-logps from `eval --save-logps` trains the same losses as the reference model.
+  - --reference-logps from `eval --save-logps` trains the same losses as the reference model;
+  - `eval --objective dpo` of a trained model (full, against --reference-logps; LoRA, against
+    the base with the adapter off) reports the DPO loss and metrics that transformers'
+    log-probabilities of its saved weights give by TRL's formulas, and train's last validation.
 Each step's batch is all the pairs, so TRL's shuffled order cannot change a step's mean.
 
 Usage: check_dpo.py SHARDTRAIN_BIN CHAT_REF_DIR OUT_DIR
@@ -212,6 +215,37 @@ def check_bad_input(binary, tok_dir, base, data, out):
     check(rc == 2 and "--reference-logps" in text, "--reference-logps of another token file exits 2")
 
 
+def answer_logps(model, data):
+    """Each row's summed log-probability of its answer tokens (loss_mask), by transformers."""
+    with h5py.File(data, "r") as f:
+        tokens, mask = torch.tensor(f["tokens"][:]).long(), torch.tensor(f["loss_mask"][:]).double()
+    with torch.no_grad():
+        logp = torch.log_softmax(model(tokens).logits[:, :-1].double(), -1)
+    return (logp.gather(-1, tokens[:, 1:, None]).squeeze(-1) * mask[:, 1:]).sum(-1)
+
+
+def dpo_metrics(policy, reference):
+    """TRL's sigmoid loss and metrics from rows in pairs (chosen 2i, rejected 2i + 1)."""
+    chosen, rejected = BETA * (policy[0::2] - reference[0::2]), BETA * (policy[1::2] - reference[1::2])
+    return {"loss": float(-torch.nn.functional.logsigmoid(chosen - rejected).mean()),
+            "rewards/chosen": float(chosen.mean()), "rewards/rejected": float(rejected.mean()),
+            "rewards/accuracies": float((chosen > rejected).double().mean()),
+            "rewards/margins": float((chosen - rejected).mean()), "logps/chosen": float(policy[0::2].mean()),
+            "logps/rejected": float(policy[1::2].mean())}
+
+
+def check_eval(name, binary, args, want, also=None):
+    """eval --objective dpo's first line against metrics from transformers (and train's, if given)."""
+    r = shardtrain(binary, ["eval", *args, "--objective", "dpo", "--dpo-beta", str(BETA)])
+    got = json.loads(r[r.index("{"):].splitlines()[0])
+    for k, v in want.items():
+        check(abs(got[k] - v) <= 1e-5 * max(1.0, abs(v)), f"{name}: eval's {k} {got[k]:.7f} = transformers' {v:.7f}")
+    if also:
+        worst = max(abs(got[k] - also["val_" + k if k != "loss" else "val_loss"]) for k in want)
+        check(worst <= 1e-6, f"{name}: eval equals train's last validation (max gap {worst:.1e})")
+    return got
+
+
 def check_resume_and_validation(binary, tok_dir, base, out, uninterrupted):
     """A resumed DPO run continues the losses of the uninterrupted one; validation reports DPO's
     metrics on held-out pairs."""
@@ -228,13 +262,24 @@ def check_resume_and_validation(binary, tok_dir, base, out, uninterrupted):
     split = os.path.join(out, "split.h5")
     shardtrain(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output", split, "--val-fraction", "0.25",
                         "--seq-len", str(SEQ)])
+    val_data, trained = os.path.join(out, "split.val.h5"), os.path.join(out, "run-val", "model")
     lines = dpo_train(binary, base, split, os.path.join(out, "run-val"),
-                      extra=["--val-data", os.path.join(out, "split.val.h5"), "--val-every", "2"], pairs=2)
+                      extra=["--val-data", val_data, "--val-every", "2", "--save-model", trained], pairs=2)
     val = [m for m in lines if "val_rewards/accuracies" in m]
     check(len(val) >= 2 and all(0 <= m["val_rewards/accuracies"] <= 1 for m in val)
           and all(k in val[0] for k in ["val_loss"] + ["val_" + k for k in METRICS]),
           f"validation on held-out pairs reports val_loss and TRL's metrics ({len(val)} validations)")
     check(abs(val[0]["val_loss"] - 0.6931472) > 1e-4, "validation at step 2 sees a moved policy")
+    ref_logps = os.path.join(out, "ref-val-logps.h5")
+    shardtrain(binary, ["eval", "--weights", base, "--data", val_data, "--save-logps", ref_logps])
+    want = dpo_metrics(answer_logps(load(trained), val_data), answer_logps(load(base), val_data))
+    got = check_eval("eval, full", binary, ["--weights", trained, "--data", val_data, "--reference-logps", ref_logps],
+                     want, also=val[-1])
+    check(got["pairs"] == 2 and abs(got["loss"] - 0.6931472) > 1e-4, "eval counts the held-out pairs and sees the trained policy")
+    rc, text = run_rc(binary, ["eval", "--weights", trained, "--data", val_data])
+    check(rc == 2 and "--objective dpo" in text, "eval of a preference file without --objective dpo exits 2 naming it")
+    rc, text = run_rc(binary, ["eval", "--weights", trained, "--data", val_data, "--objective", "dpo"])
+    check(rc == 2 and "--reference-logps" in text, "eval --objective dpo of a full model without a reference exits 2")
 
 
 def main(binary, chat_ref, out):
@@ -283,8 +328,15 @@ def main(binary, chat_ref, out):
             lora_losses, lora_step1, _ = trl_run(peft_model, tokenizer, pairs, os.path.join(out, "trl-lora"))
             for ranks in (1, 2):
                 log = os.path.join(out, f"run-lora{int(trained)}-np{ranks}")
-                ours = dpo_train(binary, base, data, log, ranks=ranks, extra=["--lora-init", adapter])
+                save = ["--save-model", os.path.join(log, "adapter")] if ranks == 1 and not trained else []
+                ours = dpo_train(binary, base, data, log, ranks=ranks, extra=["--lora-init", adapter, *save])
                 compare(f"strings, LoRA ({kind}), {ranks} rank(s)", ours, lora_losses, lora_step1)
+                if save:
+                    from peft import PeftModel
+                    policy = PeftModel.from_pretrained(load(base), save[1]).merge_and_unload()
+                    want = dpo_metrics(answer_logps(policy, data), answer_logps(load(base), data))
+                    check_eval("eval, LoRA (the base as the reference)", binary,
+                               ["--weights", base, "--lora", save[1], "--data", data], want)
 
 
 if __name__ == "__main__":

@@ -84,6 +84,7 @@ struct EvalOptions {
   std::string save_logps;   // HDF5: each row's summed answer log-probability (DPO's reference)
   train::AccuracyConfig accuracy;
   fsdp::FsdpConfig fsdp;
+  PreferenceOptions preference;  // --objective dpo: DPO's loss and metrics on --data's pairs
   int64_t batch_size = 8, max_batches = 0;
 };
 

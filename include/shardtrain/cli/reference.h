@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/options.h"
@@ -22,6 +24,18 @@ struct Reference {
 // Collective. val may be null.
 Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::TokenFile& train,
                          const data::TokenFile* val);
+// eval --objective dpo's reference for data: --reference-logps, or with --lora the base with the
+// adapter switched off; what: for the output.
+fsdp::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
+                                 const data::TokenFile& data, std::string* what);
+
+// --objective and the token files (option, file; null: not given) agree: a preference file goes
+// with --objective dpo, any other with sft. pairs_without_dpo: what to do instead when a
+// preference file comes without --objective dpo (null: that is allowed). Throws
+// AgreedUsageError.
+void check_objective(const PreferenceOptions& p, int64_t context_parallel,
+                     const std::vector<std::pair<const char*, const data::TokenFile*>>& files,
+                     const char* pairs_without_dpo);
 
 // eval --save-logps: each row's summed answer log-probability of data, [rows] fp64 in /logps,
 // with data's token_file_identity; collective, rank 0 writes.
