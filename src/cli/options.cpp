@@ -59,6 +59,10 @@ model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from) {
     std::error_code
         ec;  // the non-throwing forms: a name too long for the OS is no config.json either
     const fs::path dir = fs::is_directory(w, ec) ? w : w.parent_path();
+    if (!m.weights.empty() && !fs::exists(w, ec))  // a mistyped path: not "config.json is missing"
+      throw runtime::UsageError("--weights " + m.weights +
+                                " does not exist; pass a Hugging Face model directory (config.json "
+                                "and its safetensors) or a safetensors file in one");
     if (!m.weights.empty() && !fs::exists(dir / "config.json", ec))
       throw runtime::UsageError("--weights " + m.weights + ": " + (dir / "config.json").string() +
                                 " is missing, so the model's "

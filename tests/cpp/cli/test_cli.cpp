@@ -113,6 +113,8 @@ TEST(Cli, MissingFiles) {
   expect_usage_error("generate --model tiny --weights " + kDemo + " --tokenizer " + kTok,
                      "--prompt");
   expect_usage_error("train --model tiny --weights /nonexistent/model.safetensors", "--weights");
+  expect_usage_error("train --weights /nonexistent/Llama-3.1-8B --data " + kDemo + "/train.h5",
+                     "--weights /nonexistent/Llama-3.1-8B does not exist");
   expect_usage_error("eval --model /nonexistent/config.json", "--model");
   expect_usage_error("train --config /nonexistent/run.cfg", "--config");
   // A name longer than NAME_MAX (found by fuzz_options): std::filesystem's throwing forms escaped.
