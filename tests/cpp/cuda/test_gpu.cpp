@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "gpu_skip.h"
+#include "gpu_train.h"
 #include "run_binary.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -21,14 +22,10 @@ namespace {
 std::string demo() { return test_work() + "/demo"; }
 
 std::vector<nlohmann::json> train(const std::string& device, const std::string& extra) {
-  const auto metrics = tmp("gpu_" + device + ".jsonl");
-  auto r = run("train --model tiny --threads 2 --data " + demo() +
-                   "/train.h5 --steps 12 --batch-size 8 --param-dtype bf16 "
-                   "--lr 3e-3 --device " +
-                   device + " --metrics-file " + metrics + " " + extra,
-               mpiexec() + "1 ");
-  EXPECT_EQ(r.code, 0) << r.out;
-  return read_jsonl(metrics);
+  return train_at_world_one("gpu_" + device, "--model tiny --threads 2 --data " + demo() +
+                                                 "/train.h5 --steps 12 --batch-size 8 "
+                                                 "--param-dtype bf16 --lr 3e-3 --device " +
+                                                 device + " " + extra);
 }
 }  // namespace
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu_skip.h"
+#include "gpu_train.h"
 #include "run_binary.h"
 #include "shardtrain/model/fp8.h"
 
@@ -104,14 +105,10 @@ TEST(GpuFp8, LinearOutputAndGradientsFollowTheEmulation) {
 
 namespace {
 std::vector<nlohmann::json> train(const std::string& name, const std::string& extra) {
-  const auto metrics = tmp("gpu_fp8_" + name + ".jsonl");
-  std::filesystem::remove(metrics);
-  auto r = run("train --model small --threads 2 --data " + test_work() +
-                   "/demo/train.h5 --batch-size 8 --lr 1e-3 --device cuda --metrics-file " +
-                   metrics + " " + extra,
-               mpiexec() + "1 ");
-  EXPECT_EQ(r.code, 0) << r.out;
-  return read_jsonl(metrics);
+  return train_at_world_one("gpu_fp8_" + name, "--model small --threads 2 --data " + test_work() +
+                                                   "/demo/train.h5 --batch-size 8 --lr 1e-3 "
+                                                   "--device cuda " +
+                                                   extra);
 }
 
 double tail_mean(const std::vector<nlohmann::json>& m, size_t n) {

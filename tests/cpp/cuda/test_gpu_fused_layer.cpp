@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gpu_skip.h"
+#include "gpu_train.h"
 #include "run_binary.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include <ATen/ATen.h>
@@ -104,14 +105,11 @@ TEST(GpuFusedLayer, DecoderLayerMatchesCompositeInFp32AndBf16) {
 
 namespace {
 std::vector<nlohmann::json> train_steps(const std::string& dtype, bool fused) {
-  const auto metrics = tmp("gpu_fused_" + dtype + (fused ? "_on" : "_off") + ".jsonl");
-  auto r = run("train --model tiny --threads 2 --data " + test_work() +
-                   "/demo/train.h5 --steps 3 --batch-size 8 --param-dtype " + dtype +
-                   " --lr 3e-3 --no-tf32 --device cuda --metrics-file " + metrics +
-                   (fused ? " --fused-layers" : ""),
-               mpiexec() + "1 ");
-  EXPECT_EQ(r.code, 0) << r.out;
-  return read_jsonl(metrics);
+  return train_at_world_one("gpu_fused_" + dtype + (fused ? "_on" : "_off"),
+                            "--model tiny --threads 2 --data " + test_work() +
+                                "/demo/train.h5 --steps 3 --batch-size 8 --param-dtype " + dtype +
+                                " --lr 3e-3 --no-tf32 --device cuda" +
+                                (fused ? " --fused-layers" : ""));
 }
 }  // namespace
 

@@ -9,21 +9,18 @@
 #include <vector>
 
 #include "gpu_skip.h"
+#include "gpu_train.h"
 #include "run_binary.h"
 
 using namespace testing_support;
 
 namespace {
 std::vector<nlohmann::json> train(const std::string& name, const std::string& extra) {
-  const auto metrics = tmp("gpu_offload_" + name + ".jsonl");
-  std::filesystem::remove(metrics);
-  auto r = run("train --model tiny --threads 2 --data " + test_work() +
-                   "/demo/train.h5 --batch-size 8 --param-dtype bf16 --lr 3e-3 --device cuda "
-                   "--metrics-file " +
-                   metrics + " " + extra,
-               mpiexec() + "1 ");
-  EXPECT_EQ(r.code, 0) << r.out;
-  return read_jsonl(metrics);
+  return train_at_world_one("gpu_offload_" + name,
+                            "--model tiny --threads 2 --data " + test_work() +
+                                "/demo/train.h5 --batch-size 8 --param-dtype bf16 --lr 3e-3 "
+                                "--device cuda " +
+                                extra);
 }
 
 // Offload moves AdamW, not the maths: the bf16 forward and backward run the same kernels on the

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gpu_skip.h"
+#include "gpu_train.h"
 #include "run_binary.h"
 #include "shardtrain/model/preference_loss.h"
 
@@ -51,14 +52,11 @@ std::string preference_data() {
 
 std::vector<nlohmann::json> dpo(const std::string& data, const std::string& device,
                                 const std::string& extra) {
-  const auto metrics = tmp("gpu_dpo_" + device + ".jsonl");
-  const auto r = run("train --model tiny --threads 2 --data " + data +
-                         " --objective dpo --steps 8 --batch-size 8 --param-dtype bf16 --lr 3e-3 "
-                         "--val-batches 0 --log-every 1 --device " +
-                         device + " --metrics-file " + metrics + " " + extra,
-                     mpiexec() + "1 ");
-  EXPECT_EQ(r.code, 0) << r.out;
-  return read_jsonl(metrics);
+  return train_at_world_one("gpu_dpo_" + device,
+                            "--model tiny --threads 2 --data " + data +
+                                " --objective dpo --steps 8 --batch-size 8 --param-dtype bf16 "
+                                "--lr 3e-3 --val-batches 0 --log-every 1 --device " +
+                                device + " " + extra);
 }
 
 }  // namespace
