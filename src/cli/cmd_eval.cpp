@@ -79,7 +79,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (data && o.preference.enabled) {
     std::string reference;
     const fsdp::ReferenceFn ref = eval_reference(o, *setup.engine, *data, &reference);
-    setup.engine->set_preference(o.preference.cfg, ref);
+    setup.engine->set_preference(o.preference.cfg, {});  // no training step: the loss's settings
     validator.set_reference(ref);
     const model::PreferenceMetrics r = validator.preference();
     j["loss"] = r.loss;

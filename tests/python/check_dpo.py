@@ -241,7 +241,7 @@ def check_eval(name, binary, args, want, also=None):
     for k, v in want.items():
         check(abs(got[k] - v) <= 1e-5 * max(1.0, abs(v)), f"{name}: eval's {k} {got[k]:.7f} = transformers' {v:.7f}")
     if also:
-        worst = max(abs(got[k] - also["val_" + k if k != "loss" else "val_loss"]) for k in want)
+        worst = max(abs(got[k] - also["val_" + k]) for k in want)
         check(worst <= 1e-6, f"{name}: eval equals train's last validation (max gap {worst:.1e})")
     return got
 

@@ -24,17 +24,15 @@ struct EvalResult {
   int64_t tokens = 0;
 };
 
-// Forward-only loss over a token file, in file order. Each rank takes its part of every batch
-// and runs every batch, even an empty part (a sharded forward is collective); `sum_all` totals
-// across ranks (none: one rank).
 // Each of the first max_batches batches of batch_size rows (pairs, in a preference file) in file
-// order (all when <= 0), this rank's part of it (rank and world: the data-parallel position),
-// every batch on every rank, even an empty part (a sharded forward is collective).
+// order (all when <= 0), this rank's part of it (rank and world: the data-parallel position).
+// Every rank runs every batch, even an empty part (a sharded forward is collective).
 void for_each_batch(const data::TokenFile& data, int64_t batch_size, int64_t max_batches, int rank,
                     int world, const std::function<void(const model::Batch&)>& fn);
 
-// A batch's loss summed over its loss tokens, and their count: its tokens at their positions
-// (packed documents attend within themselves); rank and world are the data-parallel position.
+// Forward-only loss over a token file, its batches read as for_each_batch reads them; `sum_all`
+// totals across ranks (none: one rank). A batch's loss: summed over its loss tokens, and their
+// count, its tokens at their positions (packed documents attend within themselves).
 using BatchLossFn = std::function<model::LossSum(const model::Batch& batch)>;
 EvalResult evaluate_loss(const data::TokenFile& data, int64_t batch_size, int64_t max_batches,
                          int rank, int world, const BatchLossFn& loss,
