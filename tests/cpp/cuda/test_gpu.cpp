@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "gpu_skip.h"
-#include "gpu_train.h"
+#include "gpu_support.h"
 #include "run_binary.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include <cuda_runtime.h>

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gpu_skip.h"
-#include "gpu_train.h"
+#include "gpu_support.h"
 #include "run_binary.h"
 #include "shardtrain/model/fp8.h"
 
@@ -34,11 +34,6 @@ at::Tensor spread(at::IntArrayRef shape, at::ScalarType t, uint64_t seed) {
   at::manual_seed(seed);
   const auto o = at::TensorOptions().device(at::kCUDA);
   return (at::randn(shape, o) * at::exp(at::randn(shape, o) * 2)).to(t);
-}
-
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).norm().item<double>() /
-         b.to(at::kFloat).norm().item<double>();
 }
 
 }  // namespace

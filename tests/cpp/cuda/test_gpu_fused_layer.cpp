@@ -8,7 +8,7 @@
 #include <string>
 
 #include "gpu_skip.h"
-#include "gpu_train.h"
+#include "gpu_support.h"
 #include "run_binary.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include <ATen/ATen.h>
@@ -23,11 +23,6 @@ using namespace testing_support;
 #ifdef SHARDTRAIN_TORCH_CUDA
 namespace {
 using namespace shardtrain;
-
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() /
-         b.to(at::kDouble).norm().item<double>();
-}
 
 struct LayerRun {
   at::Tensor out, dx;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gpu_skip.h"
-#include "gpu_train.h"
+#include "gpu_support.h"
 #include "run_binary.h"
 
 using namespace testing_support;

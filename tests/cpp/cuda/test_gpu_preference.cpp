@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gpu_skip.h"
-#include "gpu_train.h"
+#include "gpu_support.h"
 #include "run_binary.h"
 #include "shardtrain/model/preference_loss.h"
 
@@ -19,11 +19,6 @@ using namespace testing_support;
 using namespace shardtrain;
 
 namespace {
-
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).norm().item<double>() /
-         b.to(at::kFloat).norm().item<double>();
-}
 
 // 64 pairs in TRL's string form: a reversal prompt, the spaced answer chosen over the comma one.
 std::string preference_data() {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "gpu_skip.h"
+#include "gpu_support.h"
 #include "shardtrain/model/ring_attention.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include "shardtrain/cuda/cuda_handles.h"
@@ -74,10 +75,6 @@ std::string name(const Shape& s, at::ScalarType t, Path p, bool causal) {
          (causal ? " causal" : " non-causal") + (p == Path::kFlash ? " flash" : " math");
 }
 
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kFloat) - b.to(at::kFloat)).norm().item<double>() /
-         b.to(at::kFloat).norm().item<double>();
-}
 double max_abs(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
 }

@@ -1,5 +1,7 @@
-// `shardtrain train` at world size 1 for the GPU tests: one GPU is one NCCL rank.
+// What the GPU tests share: a relative error, and `shardtrain train` at world size 1 (one GPU is
+// one NCCL rank).
 #pragma once
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -7,6 +9,12 @@
 #include <vector>
 
 #include "run_binary.h"
+
+// ||a - b|| / ||b||, in fp64 whatever the tensors' dtypes.
+inline double rel(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).norm().item<double>() /
+         b.to(at::kDouble).norm().item<double>();
+}
 
 // train ARGS under mpirun -np 1, its metrics into the scratch folder's NAME.jsonl (removed first:
 // a file left by an earlier run would pass for this one's); returns the metrics lines.
