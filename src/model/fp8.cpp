@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <atomic>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -21,6 +22,7 @@ namespace shardtrain::model {
 namespace {
 
 namespace kn = shardtrain::cuda::kernels;
+std::atomic<int64_t> g_fp8_gemms{0};
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
@@ -227,6 +229,7 @@ at::Tensor fp8_matmul(const Fp8Operand& a, const Fp8Operand& b, at::ScalarType o
                       bool fast_accum) {
   TORCH_CHECK(a.q.dim() == 2 && b.q.dim() == 2 && a.q.size(1) == b.q.size(1),
               "fp8_matmul: a [m, k] and b [n, k] differ in k");
+  g_fp8_gemms.fetch_add(1, std::memory_order_relaxed);
 #ifdef SHARDTRAIN_FP8_KERNELS
   if (impl == Fp8Impl::kAuto && a.q.is_cuda())
     return at::_scaled_mm(a.q, b.q.t(), scale_for(a, true), scale_for(b, false), std::nullopt,
@@ -248,6 +251,8 @@ at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& w, Fp8Mode mode, Fp
   const bool w_grad = at::GradMode::is_enabled() && w.requires_grad();
   return Fp8Linear::apply(x, w, static_cast<int64_t>(mode), static_cast<int64_t>(impl), w_grad);
 }
+
+int64_t fp8_gemm_count() { return g_fp8_gemms.load(std::memory_order_relaxed); }
 
 bool fp8_kernels_built() {
 #ifdef SHARDTRAIN_FP8_KERNELS

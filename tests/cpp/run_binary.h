@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "test_paths.h"
+
 namespace testing_support {
 
 struct Result {
@@ -64,13 +66,11 @@ inline std::string slurp(const std::string& path) {  // a whole text file; "" wh
   return ss.str();
 }
 
-#ifdef SHARDTRAIN_PYTHON
 // Pillow (tests/python/check_png.py) decodes the PNG and checks its size and that it is not blank.
 inline Result check_png(const std::string& path, int w, int h) {
-  return shell("'" SHARDTRAIN_PYTHON "' '" + source("tests/python/check_png.py") + "' '" + path +
-               "' " + std::to_string(w) + " " + std::to_string(h));
+  return shell(std::string("'") + SHARDTRAIN_PYTHON + "' '" + source("tests/python/check_png.py") +
+               "' '" + path + "' " + std::to_string(w) + " " + std::to_string(h));
 }
-#endif
 
 // The first line of a command's output that is a JSON object (eval's result, before its
 // human-readable line and after the log lines).

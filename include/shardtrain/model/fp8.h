@@ -50,6 +50,10 @@ at::Tensor fp8_matmul(const Fp8Operand& a, const Fp8Operand& b, at::ScalarType o
 at::Tensor fp8_linear(const at::Tensor& x, const at::Tensor& w, Fp8Mode mode,
                       Fp8Impl impl = Fp8Impl::kAuto);
 
+// The float8 GEMMs (fp8_matmul calls) this process has run: the tests count them to see that every
+// projection's forward and backward went through float8, none left in the compute dtype.
+int64_t fp8_gemm_count();
+
 // Whether this build has shardtrain's float8 cast kernels (CUDA LibTorch and nvcc); without them
 // a CUDA tensor takes the composite casts.
 bool fp8_kernels_built();

@@ -16,6 +16,7 @@
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 

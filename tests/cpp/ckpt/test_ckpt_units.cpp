@@ -21,6 +21,7 @@
 #include "shardtrain/runtime/checksum.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/file_sync.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;

@@ -10,6 +10,7 @@
 
 #include "shardtrain/data/loader.h"
 #include "shardtrain/runtime/error.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 

@@ -12,6 +12,7 @@
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/sha256.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 

@@ -14,6 +14,7 @@
 
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/runtime/error.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;

@@ -20,6 +20,7 @@
 #include "shardtrain/model/context_parallel.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/runtime/mpi_env.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 using fsdp::Sharding;

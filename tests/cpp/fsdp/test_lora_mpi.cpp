@@ -13,6 +13,7 @@
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/mpi_env.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 using fsdp::Sharding;

@@ -12,6 +12,7 @@
 
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/runtime/error.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 namespace fs = std::filesystem;

@@ -13,6 +13,7 @@
 #include "shardtrain/model/params.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 

@@ -8,6 +8,7 @@
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/generate.h"
 #include "shardtrain/model/llama.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 

@@ -11,6 +11,7 @@
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/params.h"
+#include "test_paths.h"
 
 using namespace shardtrain;
 
