@@ -19,7 +19,7 @@ gtest_discover_tests(test_watchdog_failure DISCOVERY_TIMEOUT 60 PROPERTIES PROCE
   SKIP_RETURN_CODE ${SHARDTRAIN_SKIP_STATUS})
 # MLflow: the REST client's limits and key rules, the tracker against silent and closed ports; then
 # --mlflow-uri against a real `mlflow server` (the venv's mlflow), read back with MLflow's client.
-shardtrain_test(test_mlflow SOURCES cpp/obs/test_mlflow.cpp)
+shardtrain_test(test_mlflow WHOLE SOURCES cpp/obs/test_mlflow.cpp)
 add_test(NAME Observe.mlflow COMMAND ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/mlflow_tests.py
          --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --tmp ${TEST_TMP}/mlflow --repo ${PROJECT_SOURCE_DIR})
 set_tests_properties(Observe.mlflow PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300 PROCESSORS 2)
