@@ -6,7 +6,8 @@ On one tiny random Llama (fp32, CPU) and a Llama-3-shaped tokenizer.json with it
 conversational form:
   - prepare's rows are TRL's tokenization: prompt + chosen and prompt + rejected, the loss mask on
     the answer (TRL's prompt_ids / chosen_ids / rejected_ids);
-  - DPO's loss at steps 1..4 (the last after 3 AdamW steps) and step 1's metrics equal TRL's
+  - DPO's loss, gradient norm (before clipping) and metrics at steps 1..4 (the last after 3 AdamW
+    steps, clipped) equal TRL's
     DPOTrainer's on the same pairs (the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
     (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
     gradient accumulation and every sharding strategy, and with --dpo-loss ipo;
@@ -30,7 +31,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import check  # noqa: E402
 
-PAIRS, STEPS, SEQ, LR, BETA = 8, 4, 64, 2e-3, 0.1
+# CLIP: TRL's Trainer reports grad_norm only when it clips; 0.5 binds at some steps here.
+PAIRS, STEPS, SEQ, LR, BETA, CLIP = 8, 4, 64, 2e-3, 0.1, 0.5
 MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
 METRICS = ["rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
            "logps/rejected"]
@@ -92,8 +94,8 @@ def lora_adapter(base, out, trained):
 
 
 def trl_run(model, tokenizer, pairs, out, loss_type="sigmoid"):
-    """TRL's losses at each step (recorded from compute_loss, unrounded), step 1's metrics, and
-    its tokenized dataset."""
+    """TRL's losses at each step (recorded from compute_loss, unrounded), each step's logged
+    metrics and gradient norm, and its tokenized dataset."""
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
@@ -107,7 +109,7 @@ def trl_run(model, tokenizer, pairs, out, loss_type="sigmoid"):
 
     Recording.losses = []
     args = DPOConfig(output_dir=out, per_device_train_batch_size=PAIRS, max_steps=STEPS, learning_rate=LR,
-                     lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=0.0,
+                     lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=CLIP,
                      adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, optim="adamw_torch", bf16=False,
                      fp16=False, gradient_checkpointing=False, logging_steps=1, report_to=[], beta=BETA,
                      loss_type=[loss_type], max_length=SEQ, seed=0, save_strategy="no", use_cpu=True,
@@ -116,7 +118,7 @@ def trl_run(model, tokenizer, pairs, out, loss_type="sigmoid"):
                         processing_class=tokenizer)
     trainer.train()
     logs = [h for h in trainer.state.log_history if "rewards/chosen" in h]
-    return Recording.losses, logs[0], trainer.train_dataset
+    return Recording.losses, logs, trainer.train_dataset
 
 
 def shardtrain(binary, args, ranks=1):
@@ -133,22 +135,32 @@ def dpo_train(binary, base, data, out, ranks=1, accum=1, extra=(), steps=STEPS, 
                         "--batch-size", str(pairs // ranks // accum), "--grad-accum", str(accum),
                         "--steps", str(steps), "--lr", str(LR), "--lr-schedule", "constant", "--warmup-steps",
                         "0", "--weight-decay", "0", "--beta1", "0.9", "--beta2", "0.999", "--adam-eps",
-                        "1e-8", "--grad-clip", "0", "--log-every", "1", "--metrics-file", metrics, *extra],
+                        "1e-8", "--grad-clip", str(CLIP), "--log-every", "1", "--metrics-file", metrics, *extra],
                ranks)
     with open(metrics) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def compare(name, ours, trl_losses, trl_step1):
+def compare(name, ours, trl_losses, trl_logs):
+    """Losses, gradient norms and metrics at every step: AdamW normalises the gradient, so a wrong
+    gradient scale shows in the losses only through eps and clipping, in grad_norm at once; the
+    rewards are all 0 at step 1 (policy = reference) and only the later steps test them."""
     got = [m["loss"] for m in ours]
-    check(len(got) == STEPS and len(trl_losses) == STEPS, f"{name}: {STEPS} steps each")
+    check(len(got) == STEPS and len(trl_losses) == STEPS and len(trl_logs) == STEPS, f"{name}: {STEPS} steps each")
     worst = max(abs(a - b) for a, b in zip(got, trl_losses))
     check(worst <= 1e-5, f"{name}: DPO loss at steps 1..{STEPS} equals TRL's within 1e-5 "
           f"(max gap {worst:.2e}; ours {got[0]:.7f} -> {got[-1]:.7f})")
     check(abs(got[-1] - got[0]) > 1e-3, f"{name}: the loss moves over the steps (the comparison sees training)")
-    for k in METRICS:
-        tol = 1e-5 * max(1.0, abs(trl_step1[k]))
-        check(abs(ours[0][k] - trl_step1[k]) <= tol, f"{name}: step 1 {k} {ours[0][k]:.6f} = TRL's {trl_step1[k]:.6f}")
+    norms = [(m["grad_norm"], t["grad_norm"]) for m, t in zip(ours, trl_logs)]
+    worst = max(abs(a - b) / b for a, b in norms)
+    check(worst <= 1e-5, f"{name}: the gradient norm at steps 1..{STEPS} equals TRL's within 1e-5 relative "
+          f"(max gap {worst:.1e}; TRL's {', '.join(f'{b:.4f}' for _, b in norms)}; clip {CLIP})")
+    for step, (m, t) in enumerate(zip(ours, trl_logs), 1):
+        for k in METRICS:
+            tol = 1e-5 * max(1.0, abs(t[k]))
+            check(abs(m[k] - t[k]) <= tol, f"{name}: step {step} {k} {m[k]:.6f} = TRL's {t[k]:.6f}")
+    check(any(abs(t["rewards/margins"]) > 1e-3 for t in trl_logs[1:]),
+          f"{name}: the rewards compared at steps 2..{STEPS} are not zero")
 
 
 def check_rows(name, data, trl_dataset):
@@ -298,39 +310,43 @@ def main(binary, chat_ref, out):
         report = shardtrain(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output", data,
                                      "--format", "preference", "--seq-len", str(SEQ)])
         check(f"{PAIRS} pairs -> {2 * PAIRS} rows" in report, f"{form}: prepare reports pairs: {report.splitlines()[-1]}")
-        trl_losses, trl_step1, dataset = trl_run(load(base), tokenizer, pairs, os.path.join(out, f"trl-{form}"))
+        trl_losses, trl_logs, dataset = trl_run(load(base), tokenizer, pairs, os.path.join(out, f"trl-{form}"))
         check_rows(form, data, dataset)
         ours = dpo_train(binary, base, data, os.path.join(out, f"run-{form}"))
-        compare(f"{form}, full, 1 rank", ours, trl_losses, trl_step1)
+        compare(f"{form}, full, 1 rank", ours, trl_losses, trl_logs)
         if form != "strings":
             continue
         check_resume_and_validation(binary, tok_dir, base, out, ours)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-unfused"), extra=["--loss-chunk", "off"])
-        compare("strings, full, unfused head (--loss-chunk off)", ours, trl_losses, trl_step1)
+        compare("strings, full, unfused head (--loss-chunk off)", ours, trl_losses, trl_logs)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-np2"), ranks=2, accum=2)
-        compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_step1)
+        compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_logs)
         for strategy in (["shard_grad_op"], ["no_shard"], ["hybrid_shard", "--ranks-per-node", "1"]):
             ours = dpo_train(binary, base, data, os.path.join(out, f"run-{strategy[0]}"), ranks=2,
                              extra=["--sharding", *strategy])
-            compare(f"strings, full, 2 ranks, {' '.join(strategy)}", ours, trl_losses, trl_step1)
+            compare(f"strings, full, 2 ranks, {' '.join(strategy)}", ours, trl_losses, trl_logs)
+        # A real hybrid layout: shard groups of 2 on 2 simulated nodes, replicas across, 2 micro-batches.
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-hsdp-np4"), ranks=4, accum=2,
+                         extra=["--sharding", "hybrid_shard", "--ranks-per-node", "2"])
+        compare("strings, full, 4 ranks hybrid_shard (2 x 2) x 2 micro-batches", ours, trl_losses, trl_logs)
         logps = os.path.join(out, "ref-logps.h5")
         shardtrain(binary, ["eval", "--weights", base, "--data", data, "--save-logps", logps])
         ours = dpo_train(binary, base, data, os.path.join(out, "run-logps"), extra=["--reference-logps", logps])
-        compare("strings, full, --reference-logps", ours, trl_losses, trl_step1)
+        compare("strings, full, --reference-logps", ours, trl_losses, trl_logs)
         check_bad_input(binary, tok_dir, base, data, out)
-        ipo_losses, ipo_step1, _ = trl_run(load(base), tokenizer, pairs, os.path.join(out, "trl-ipo"), "ipo")
+        ipo_losses, ipo_logs, _ = trl_run(load(base), tokenizer, pairs, os.path.join(out, "trl-ipo"), "ipo")
         ours = dpo_train(binary, base, data, os.path.join(out, "run-ipo"), extra=["--dpo-loss", "ipo"])
-        compare("strings, full, ipo", ours, ipo_losses, ipo_step1)
+        compare("strings, full, ipo", ours, ipo_losses, ipo_logs)
         for trained in (False, True):
             kind = "trained adapter" if trained else "fresh adapter"
             adapter = os.path.join(out, f"adapter-{int(trained)}")
             peft_model = lora_adapter(base, adapter, trained)
-            lora_losses, lora_step1, _ = trl_run(peft_model, tokenizer, pairs, os.path.join(out, "trl-lora"))
+            lora_losses, lora_logs, _ = trl_run(peft_model, tokenizer, pairs, os.path.join(out, "trl-lora"))
             for ranks in (1, 2):
                 log = os.path.join(out, f"run-lora{int(trained)}-np{ranks}")
                 save = ["--save-model", os.path.join(log, "adapter")] if ranks == 1 and not trained else []
                 ours = dpo_train(binary, base, data, log, ranks=ranks, extra=["--lora-init", adapter, *save])
-                compare(f"strings, LoRA ({kind}), {ranks} rank(s)", ours, lora_losses, lora_step1)
+                compare(f"strings, LoRA ({kind}), {ranks} rank(s)", ours, lora_losses, lora_logs)
                 if save:
                     from peft import PeftModel
                     policy = PeftModel.from_pretrained(load(base), save[1]).merge_and_unload()

@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "mpi_gtest_main.h"
+#include "oracle/trainer.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/io/safetensors.h"
@@ -141,9 +143,12 @@ double rel(const at::Tensor& a, const at::Tensor& b) {
 }
 
 struct Gaps {
-  double loss = 0, grad = 0;  // relative
+  double loss = 0, grad = 0;  // relative; grad: the first step's shards, and every step's norm
   double param = 0;           // absolute, the worst element (FsdpMpi's measure)
+  double anchor = 0;  // the first step's gradient norm against the single-rank trainer (relative)
 };
+
+double rel_gap(double got, double want) { return std::abs(got - want) / std::abs(want); }
 
 // Trains the case at context parallel n and at 1 over the same world and rows.
 Gaps compare(const Case& c, int n) {
@@ -156,6 +161,14 @@ Gaps compare(const Case& c, int n) {
   optim::OptimizerConfig oc;
   oc.adamw.eps = 1e-5;  // as FsdpMpi's comparison: summation-order noise stays below 1e-5
   optim::Optimizer ocp = fsdp::make_optimizer(cp, oc), oone = fsdp::make_optimizer(one, oc);
+  // Both runs share the engine, so a gradient scale wrong in both would pass between them: the
+  // first step's norm is also held against the single-rank trainer (no adapters: not for LoRA).
+  std::optional<oracle::Trainer> ref;
+  if (!c.lora) {
+    oracle::TrainConfig tc;
+    tc.adamw = oc.adamw;
+    ref.emplace(c.model, tc, model::ParamStore::load(c.model, weights));
+  }
   Gaps g;
   for (int64_t s = 0; s < kSteps; ++s) {
     const model::Batch b = c.packed ? packed_batch(s, c.seq) : padded_batch(s, c.seq);
@@ -168,8 +181,9 @@ Gaps compare(const Case& c, int n) {
       for (size_t i = 0; i < gc.size(); ++i)
         if (g1[i].defined()) g.grad = std::max(g.grad, rel(gc[i], g1[i]));
     }
-    ocp.step(3e-3, cp.grad_shards());
-    oone.step(3e-3, one.grad_shards());
+    const double ncp = ocp.step(3e-3, cp.grad_shards()), none = oone.step(3e-3, one.grad_shards());
+    g.grad = std::max(g.grad, rel_gap(ncp, none));
+    if (s == 0 && ref) g.anchor = rel_gap(ncp, ref->step({b}, 3e-3).grad_norm);
     cp.release_grads();
     one.release_grads();
   }
@@ -200,9 +214,10 @@ void expect_equal(const Case& c) {
     EXPECT_LE(g.loss, kTol) << what;
     EXPECT_LE(g.grad, kTol) << what;
     EXPECT_LE(g.param, kTol) << what;
+    EXPECT_LE(g.anchor, kTol) << what << ": the gradient norm against the single-rank trainer";
     if (g_env->rank() == 0)
-      std::printf("  %-44s loss rel %.1e, grad rel %.1e, param abs %.1e\n", what.c_str(), g.loss,
-                  g.grad, g.param);
+      std::printf("  %-44s loss rel %.1e, grad rel %.1e, param abs %.1e, norm vs 1 rank %.1e\n",
+                  what.c_str(), g.loss, g.grad, g.param, g.anchor);
   }
 }
 
