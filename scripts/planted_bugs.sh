@@ -14,7 +14,9 @@ work=${PLANT_DIR:-/tmp/shardtrain-planted}
 # PEFT, DPO against TRL. A regex per entry, anchored.
 declare -A tests=(
   [gradient-scale-x2]="fsdp_mpi_np2 fsdp_mpi_np3.EveryStrategy fsdp_mpi_np3.Offload fsdp_mpi_np4_nodes_of_2 context_parallel_mpi_np2 lora_mpi_np3 dpo_trl"
-  [micro-batch-mean]="fsdp_mpi_np2 fsdp_mpi_np3.EveryStrategy fsdp_mpi_np3.Offload fsdp_mpi_np4_nodes_of_2 context_parallel_mpi_np2 lora_mpi_np3 dpo_trl"
+  # Not dpo_trl: DPO's micro-batches hold --batch-size pairs each, always, so a mean per micro-batch
+  # is the global mean (measured: dpo_trl passes with it planted); the token means differ.
+  [micro-batch-mean]="fsdp_mpi_np2 fsdp_mpi_np3.EveryStrategy fsdp_mpi_np3.Offload fsdp_mpi_np4_nodes_of_2 context_parallel_mpi_np2 lora_mpi_np3"
 )
 plants=("$@")
 [ ${#plants[@]} -gt 0 ] || plants=(gradient-scale-x2 micro-batch-mean)
@@ -34,14 +36,23 @@ for p in "${plants[@]}"; do
   regex="^($(echo "${tests[$p]}" | tr ' ' '|'))\$"
   # The fixtures the entries need run first (ctest adds them); a failing one makes them "Not Run".
   ctest -R "$regex" -j "${JOBS:-$(nproc)}" --output-junit "$work/junit-$p.xml" > "$work/ctest-$p.log" 2>&1 || true
-  for t in ${tests[$p]}; do
-    if grep -qE "Test +#[0-9]+: $(printf '%s' "$t" | sed 's/\./\\./g') \.+ +\*\*\*Failed" "$work/ctest-$p.log"; then
-      echo "planted $p: $t fails, as it must"
-    else
-      echo "planted $p: $t DID NOT FAIL ($(grep -E ": $t " "$work/ctest-$p.log" | sed 's/.* \.\.\.* *//'))"
-      bad=1
-    fi
-  done
+  # Each entry's status and first failed check, from ctest's JUnit file.
+  "$repo/.venv/bin/python" - "$work/junit-$p.xml" "$p" ${tests[$p]} <<'PY' || bad=1
+import sys, xml.etree.ElementTree as ET
+path, plant, want = sys.argv[1], sys.argv[2], sys.argv[3:]
+cases = {c.get("name"): c for c in ET.parse(path).getroot().iter("testcase")}
+ok = True
+for name in want:
+    c = cases.get(name)
+    out = (c.findtext("system-out") or "") if c is not None else ""
+    why = next((l.strip() for l in out.splitlines() if l.startswith(("Expected", "FAIL:"))), "")
+    if c is not None and c.get("status") == "fail":
+        print(f"planted {plant}: {name} fails, as it must ({why[:160]})")
+    else:
+        print(f"planted {plant}: {name} DID NOT FAIL ({'missing' if c is None else c.get('status')})")
+        ok = False
+sys.exit(0 if ok else 1)
+PY
   git -C "$work" checkout -q -- .
 done
 ninja > /dev/null 2>&1  # leaves the scratch build unplanted

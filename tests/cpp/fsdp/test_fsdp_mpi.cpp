@@ -579,10 +579,9 @@ TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
 }
 
 // The gradient reducer on its own, with gradients whose reduced values are known: every strategy
-// sums the world's gradients into each rank's shard; the reduce-scatters in flight stay within
-// the budget (one unit's bytes); and under HYBRID_SHARD no all-reduce across replicas is waited
-// on by the host before finish(), however many units there are (the compute does not stall on
-// the cross-node reduction per layer).
+// sums the world's gradients into each rank's shard, and the reductions in flight (HYBRID_SHARD's
+// all-reduces across replicas included) stay within the budget of one unit's bytes. Whether the
+// host waits on them is not tested here (on MPI it does, once the budget is full).
 TEST(FsdpMpi, GradientReducerSumsWithinItsBudgetAllReducesIncluded) {
   const int64_t units = 7, shard_numel = 24;
   const int world = g_env->size();
