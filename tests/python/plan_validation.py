@@ -14,6 +14,10 @@ LibTorch and MPI besides the tensors.
 Configurations the engine runs identically are run once: the engine sees a strategy only as its
 shard and replicate group sizes and whether it reshards after forward, so e.g. hybrid_shard_zero2
 with one rank per node is no_shard. The output says how many distinct runs back the figure.
+--memory-subset (the default test tier) runs MEMORY_SUBSET, 13 of those runs: every strategy
+(hybrid on 2x2 ranks), every checkpointing setting, LoRA, padding and packing, 1, 2 and 4 ranks and
+both presets at least once, picked where the full matrix's error is largest; --memory-only (label
+`slow`) runs them all.
 
 Step time: a fabric measured here with `preflight --json`, a calibration run (2 ranks,
 full_shard, checkpointing off), then the plan against measured runs of every other strategy and
@@ -22,7 +26,7 @@ itself would check nothing, so it is not among them): the compute time (median f
 first two) within 15% as a median; the whole step time is printed beside it, not judged (see
 docs/planner.md).
 
-usage: plan_validation.py SHARDTRAIN REPO WORKDIR [--memory-only|--time-only]
+usage: plan_validation.py SHARDTRAIN REPO WORKDIR [--memory-only|--memory-subset|--time-only]
 """
 import concurrent.futures
 import json
@@ -40,6 +44,11 @@ AC_FLAGS = {"0": [], "1": ["--activation-checkpointing"], "s": ["--activation-ch
             "s2": ["--activation-checkpointing", "selective", "--ac-every", "2"],
             "f2": ["--activation-checkpointing", "full", "--ac-every", "2"]}
 SEQ, BATCH = 128, 2
+# The default tier's runs by name (see name() in memory()), each one of the full matrix's.
+MEMORY_SUBSET = {"tiny-4-full_shard-1", "small-4-hybrid_shard-0", "tiny-4-hybrid_shard_zero2-1", "small-2-full_shard-0",
+                 "tiny-2-shard_grad_op-1", "small-2-no_shard-0", "small-2-lora-s", "tiny-2-lora-1",
+                 "tiny-2-full_shard-1-padding", "small-2-full_shard-s2", "small-1-full_shard-f2", "tiny-1-full_shard-s",
+                 "small-1-shard_grad_op-0"}
 os.makedirs(WORK, exist_ok=True)
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 
@@ -102,7 +111,7 @@ def engine_run(preset, ranks, strategy, ac, extra, mode):
     return preset, ranks, shard, replicate, reshard, ac, tuple(extra), mode
 
 
-def memory():
+def memory(subset=False):
     steps = 1  # its peak equals every later step's: the optimizer state exists from the start
 
     def check(cfg):
@@ -136,10 +145,22 @@ def memory():
     for cfg in configs:
         key = engine_run(*cfg[:5], cfg[6])
         if key in same_as:
-            print(f"{name(cfg)}: the same run as {same_as[key]}")
+            if not subset:
+                print(f"{name(cfg)}: the same run as {same_as[key]}")
         else:
             same_as[key] = name(cfg)
             distinct.append(cfg)
+    if subset:
+        distinct = [cfg for cfg in distinct if name(cfg) in MEMORY_SUBSET]
+        missing = MEMORY_SUBSET - {name(cfg) for cfg in distinct}
+        assert not missing, f"MEMORY_SUBSET names runs the full matrix does not make: {sorted(missing)}"
+        # What the subset promises: each strategy, checkpointing setting, rank count, preset, LoRA and row mode.
+        promised = {"strategy": (2, set(STRATEGIES)), "checkpointing": (3, set(AC_FLAGS)), "ranks": (1, {1, 2, 4}),
+                    "preset": (0, {"tiny", "small"}), "lora": (5, {None, "lora"}), "rows": (6, {"packing", "padding"})}
+        for what, (at, want) in promised.items():
+            lacking = want - {cfg[at] for cfg in distinct}
+            assert not lacking, f"MEMORY_SUBSET lacks {what} {sorted(map(str, lacking))}"
+        configs = distinct
     data("packing")  # once each, before the runs share them
     data("padding")
     # Tensor bytes do not depend on timing, so two runs at a time is safe and halves the wall time.
@@ -213,8 +234,8 @@ def step_time():
 
 
 failures = []
-if MODE in ("all", "--memory-only"):
-    failures += memory()
+if MODE in ("all", "--memory-only", "--memory-subset"):
+    failures += memory(subset=MODE == "--memory-subset")
 if MODE in ("all", "--time-only"):
     failures += step_time()
 if failures:

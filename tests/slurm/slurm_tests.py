@@ -8,6 +8,7 @@ CASE: training | requeue | failfast | sweep | scancel | timelimit | finetune | m
 Exit 0 pass, 1 fail, 77 skipped (with the reason).
 """
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -57,11 +58,12 @@ def wait_job(job, env, timeout=600):
         state = job_field(job, "JobState", env)
         if state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
             return state
-        time.sleep(1)
+        time.sleep(0.2)  # scontrol is cheap; a 1 s poll was most of a short job's latency
     fail("job %s did not end within %d s (state %s)" % (job, timeout, job_field(job, "JobState", env)))
 
 
-def sbatch(args, a, env, extra_train, sbatch_opts=()):
+def sbatch(args, a, env, extra_train, sbatch_opts=(), wait=False):
+    """wait: until the job has ended (wait_job's 0.2 s polls; sbatch --wait sleeps 2 s and more between its)."""
     if "--model" not in args and "--weights" not in args:
         args = ["--model", "tiny", *args]
     cmd = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", *sbatch_opts,
@@ -69,7 +71,10 @@ def sbatch(args, a, env, extra_train, sbatch_opts=()):
     p = run(cmd, env, cwd=a.repo)
     if p.returncode != 0:
         fail("sbatch exited %d" % p.returncode)
-    return p.stdout.strip().split(";")[0]
+    job = p.stdout.strip().split(";")[0]
+    if wait:
+        wait_job(job, env)
+    return job
 
 
 def final_loss(path):
@@ -84,7 +89,7 @@ def case_training(a, env):
     out = os.path.join(a.tmp, "training")
     shutil.rmtree(out, ignore_errors=True)
     job = sbatch(["--out-dir", out, "--steps", "8", "--save-every", "4"], a, env, TRAIN_EXTRA,
-                 ["--wait", "--output", os.path.join(a.tmp, "training-%j.out")])
+                 ["--output", os.path.join(a.tmp, "training-%j.out")], wait=True)
     log = open(os.path.join(a.tmp, "training-%s.out" % job)).read()
     print(log)
     check(job_field(job, "JobState", env) == "COMPLETED", "job %s completed" % job)
@@ -101,23 +106,25 @@ def case_training(a, env):
 
 
 def case_requeue(a, env):
-    steps = "40"
+    steps = "20"
     extra = ["--batch-size", "8", "--log-every", "10", "--lr", "1e-3"]
     ref_out = os.path.join(a.tmp, "requeue-ref")
     out = os.path.join(a.tmp, "requeue")
     for d in (ref_out, out):
         shutil.rmtree(d, ignore_errors=True)
-    ref = sbatch(["--out-dir", ref_out, "--steps", steps, "--save-every", "1000", "--skip-preflight", "--model", "small"], a, env,
-                 extra, ["--wait", "--output", os.path.join(a.tmp, "requeue-ref-%j.out")])
+    ref = sbatch(["--out-dir", ref_out, "--steps", steps, "--save-every", "1000", "--skip-preflight"], a, env,
+                 extra, ["--output", os.path.join(a.tmp, "requeue-ref-%j.out")], wait=True)
     check(job_field(ref, "JobState", env) == "COMPLETED", "uninterrupted job %s completed" % ref)
-    job = sbatch(["--out-dir", out, "--steps", steps, "--save-every", "1000", "--skip-preflight", "--model", "small"], a, env, extra,
-                 ["--output", os.path.join(a.tmp, "requeue-%j.out")])
+    # The tiny model's steps take milliseconds: rank 0 sleeps 0.15 s before each, so that the signal
+    # lands mid-run (a sleep changes no loss: the final-loss check below still compares with ref).
+    job = sbatch(["--out-dir", out, "--steps", steps, "--save-every", "1000", "--skip-preflight"], a, env,
+                 extra + ["--debug-sleep", "0:0:0.15"], ["--output", os.path.join(a.tmp, "requeue-%j.out")])
     mfile = os.path.join(out, "metrics.jsonl")
     end = time.time() + 300
     while time.time() < end:  # signal mid-run: after some steps, well before the last
         if os.path.exists(mfile) and len(metrics(mfile)) >= 5:
             break
-        time.sleep(0.2)
+        time.sleep(0.05)
     else:
         fail("the job never reached step 5")
     at = len(metrics(mfile))
@@ -207,7 +214,7 @@ def case_timelimit(a, env):
         log = open(logfile).read() if os.path.exists(logfile) else ""
         if re.search(r"resumed from \S+ at step \d+", log):
             break
-        time.sleep(1)
+        time.sleep(0.2)
     else:
         print(open(logfile).read() if os.path.exists(logfile) else "(no log)")
         fail("the job was not requeued and resumed within 300 s")
@@ -268,16 +275,17 @@ def case_mpirun(a, env):
     """launch/mpirun.sh over a hostfile; USR1 to the launcher mid-run -> checkpoint, exit 75, restart."""
     out, hostfile = fresh_hostfile(a, "mpirun", "# one line per instance\nlocalhost slots=2\n")
     cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2",
-           "--mpirun-args", "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "30", "--save-every", "1000",
-           "--model", "small", "--", "--batch-size", "8", "--log-every", "10", "--lr", "1e-3"]
+           "--mpirun-args", "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "20", "--save-every", "1000",
+           # tiny's steps take milliseconds: rank 0 sleeps 0.15 s before each, so USR1 lands mid-run.
+           "--model", "tiny", "--", "--batch-size", "8", "--log-every", "10", "--lr", "1e-3", "--debug-sleep", "0:0:0.15"]
     print("$ " + " ".join(cmd), flush=True)
     p = subprocess.Popen(cmd, env=env, cwd=a.repo, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     mfile = os.path.join(out, "metrics.jsonl")
     end = time.time() + 240
     while time.time() < end and not (os.path.exists(mfile) and len(metrics(mfile)) >= 4):
-        time.sleep(0.2)
+        time.sleep(0.05)
     at = len(metrics(mfile)) if os.path.exists(mfile) else 0
-    check(4 <= at < 25, "signalling the launcher at step %d of 30" % at)
+    check(4 <= at < 15, "signalling the launcher at step %d of 20" % at)
     p.send_signal(signal.SIGUSR1)
     log, _ = p.communicate(timeout=300)
     print(log)
@@ -288,8 +296,8 @@ def case_mpirun(a, env):
     check("1 CPU threads per rank" in log, "--threads follows the plan")
     check("trainer exit code 75" in log and "restarting (restart 1" in log, "USR1 -> checkpoint, exit 75, restart")
     check(re.search(r"resumed from \S+ at step [1-9]", log) is not None, "the restart resumed from the checkpoint")
-    check([x["step"] for x in metrics(mfile)] == list(range(1, 31)), "metrics hold steps 1..30 once")
-    check(any("000030" in c for c in os.listdir(os.path.join(out, "checkpoints"))), "final checkpoint written")
+    check([x["step"] for x in metrics(mfile)] == list(range(1, 21)), "metrics hold steps 1..20 once")
+    check(any("000020" in c for c in os.listdir(os.path.join(out, "checkpoints"))), "final checkpoint written")
 
 
 def case_mpirun_sigterm(a, env):
@@ -313,15 +321,22 @@ def case_mpirun_sigterm(a, env):
 
 
 def make_weights(a, name):
-    """A small Llama written by transformers' save_pretrained, shaped for the demo data's 512-piece tokenizer."""
-    d = os.path.join(a.tmp, name)
-    shutil.rmtree(d, ignore_errors=True)
+    """A small Llama written by transformers' save_pretrained, shaped for the demo data's 512-piece tokenizer.
+    Made once per code version (seeded, so the same bytes) and shared: importing transformers costs seconds."""
     code = ("import sys, torch, transformers\n"
             "torch.manual_seed(0)\n"
             "cfg = transformers.LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,"
             " num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False)\n"
             "transformers.LlamaForCausalLM(cfg).save_pretrained(sys.argv[1])\n")
-    subprocess.run([a.python, "-c", code, d], check=True)
+    d = os.path.join(a.tmp, "%s-%s" % (name, hashlib.sha1(code.encode()).hexdigest()[:12]))
+    if not os.path.exists(os.path.join(d, "config.json")):
+        part = "%s.%d.part" % (d, os.getpid())  # the Slurm and mpirun cases may run at once: rename publishes
+        shutil.rmtree(part, ignore_errors=True)
+        subprocess.run([a.python, "-c", code, part], check=True)
+        try:
+            os.rename(part, d)
+        except OSError:  # another case published it first
+            shutil.rmtree(part, ignore_errors=True)
     return d
 
 
@@ -345,14 +360,15 @@ def case_finetune(a, env):
     submit = os.path.join(a.tmp, "finetune-submit")
     shutil.rmtree(submit, ignore_errors=True)
     os.makedirs(submit)
-    weights, export = make_weights(a, "finetune-weights"), os.path.join(submit, "export")
+    weights, export = make_weights(a, "llama-weights"), os.path.join(submit, "export")
     env = {k: v for k, v in env.items() if k != "SHARDTRAIN_HOME"}
-    cmd = ["sbatch", "--parsable", "--wait", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+    cmd = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
            os.path.join(a.repo, "slurm/train.sbatch"), "--profile", "cpu", "--weights", weights, "--data", a.data,
            "--steps", "6", "--save-model", export, "--skip-preflight", "--", *TRAIN_EXTRA]
     p = run(cmd, env, cwd=submit)
-    check(p.returncode == 0, "sbatch --wait exited 0")
+    check(p.returncode == 0, "sbatch exited 0")
     job = p.stdout.strip().split(";")[0]
+    wait_job(job, env)  # not sbatch --wait: its polls sleep 2 s and more
     log = open(os.path.join(submit, "shardtrain-%s.out" % job)).read()
     print(log)
     check(job_field(job, "JobState", env) == "COMPLETED", "job %s completed" % job)
@@ -365,7 +381,7 @@ def case_finetune(a, env):
 def case_mpirun_finetune(a, env):
     """launch/mpirun.sh with --weights, LoRA options passed through, and a merged export."""
     out, hostfile = fresh_hostfile(a, "mpirun_finetune", "localhost slots=2\n")
-    weights, export = make_weights(a, "mpirun-finetune-weights"), os.path.join(out, "export")
+    weights, export = make_weights(a, "llama-weights"), os.path.join(out, "export")
     cmd = ["launch/mpirun.sh", "--hostfile", hostfile, "--profile", "cpu", "--ranks-per-host", "2", "--mpirun-args",
            "--oversubscribe", "--data", a.data, "--out-dir", out, "--steps", "6", "--skip-preflight", "--weights", weights,
            "--lora-rank", "4", "--lora-alpha", "8", "--merge-lora", "--save-model", export, "--", *TRAIN_EXTRA]

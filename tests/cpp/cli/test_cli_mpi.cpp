@@ -8,6 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "run_binary.h"
 #include "shardtrain/io/h5.h"
@@ -316,34 +318,82 @@ TEST(CliMpi, Sigusr1CheckpointsThenExits75AndAutoResumes) {
   EXPECT_NE(resumed.out.find("at step " + std::to_string(step)), std::string::npos) << resumed.out;
 }
 
-// kill -9 of every rank at 20 moments while the job saves every step: after each, --resume auto
-// must load a complete checkpoint (its CRCs verified) or find none and start fresh.
+// kill -9 of every rank in each phase of a save, reached by watching the directory rather than
+// by chance, while the job saves every step: after each, --resume auto (the next run's) must load
+// the checkpoint `latest` names (its CRCs verified, no fallback) or, before the first one, find
+// none.
 TEST(CliMpi, KillNineDuringSavesAlwaysLeavesALoadableCheckpoint) {
   const auto dir = tmp("ckpt_crash");
   std::filesystem::remove_all(dir);
-  int resumed = 0;
-  for (int i = 0; i < 20; ++i) {
-    const double delay =
-        0.9 + 0.07 * ((i * 7) % 20);  // spread over 0.9 .. 2.2 s: startup, then saves
+  std::filesystem::create_directories(dir);
+  const std::string ranks = "pgrep -fc '^" + kBin + " train.*ckpt_crash'";
+  // POSIX sh polls (popen's /bin/sh): a save's temporary file exists; `latest` names another file
+  // than at launch (this run published a save).
+  const std::string writing = "{ set -- " + dir + "/step-*.h5.tmp; [ -e \"$1\" ]; }";
+  const std::string published =
+      "{ { read now < " + dir + "/latest; } 2>/dev/null; [ \"$now\" != \"$before\" ]; }";
+  const auto poll = [](const std::string& cond) {
+    return "for t in $(seq 3000); do " + cond + " && echo fired && break; sleep 0.01; done; ";
+  };
+  struct Phase {
+    const char* name;
+    std::string wait;   // polls until the moment to kill at
+    const char* delay;  // then this many seconds more
+    bool saves = true;  // the run gets past its resume (it saves), so it checks the last kill
+  };
+  const std::vector<Phase> phases = {
+      {"the first save, mid-write (no complete checkpoint yet)", poll(writing), "0"},
+      {"a save mid-write, a complete one before it", poll(published) + poll(writing), "0"},
+      {"a save's end: the write's sync and the renames", poll(published) + poll(writing), "0.15"},
+      {"just published: retention removes the oldest", poll(published), "0"},
+      {"the step after a save", poll(published), "0.05"},
+      {"startup: LibTorch and MPI, before the resume", "echo fired; ", "0", false},
+  };
+  // What --resume auto must report given `latest` before the run: that file, or no checkpoint.
+  const auto check_resume = [&](const std::string& out, const std::string& latest,
+                                const std::string& after) {
+    EXPECT_EQ(out.find("cannot be loaded"), std::string::npos)
+        << "after a kill in " << after << "\n"
+        << out;
+    if (latest.empty())  // an unfinished first save is no checkpoint
+      EXPECT_NE(out.find("no checkpoint in " + dir + " yet"), std::string::npos)
+          << "after a kill in " << after << "\n"
+          << out;
+    else
+      EXPECT_NE(out.find("resumed from " + dir + "/" + latest + " at step"), std::string::npos)
+          << "after a kill in " << after << ": latest names " << latest << "\n"
+          << out;
+  };
+  const auto latest = [&] {
+    std::string name;
+    std::ifstream(dir + "/latest") >> name;
+    return name;
+  };
+  for (size_t i = 0; i < phases.size(); ++i) {
+    const auto& p = phases[i];
+    const std::string before = latest();
     // Kill only once both ranks exist: a rank killed while mpirun is still spawning the other
     // can leave mpirun waiting forever (seen once under load), which `timeout` also bounds.
-    const std::string ranks = "pgrep -fc '^" + kBin + " train.*ckpt_crash'";
-    auto k = shell("timeout -s KILL 120 " + mpirun(2) + kBin + " " + kTrain +
-                   "--steps 100000 --log-every 100000 "
-                   "--save-every 1 --keep-checkpoints 3 --checkpoint-dir " +
-                   dir +
-                   " --resume auto & pid=$!; "
-                   "for t in $(seq 200); do [ \"$(" +
-                   ranks + ")\" -ge 2 ] && break; sleep 0.05; done; sleep " +
-                   std::to_string(delay - 0.2) + "; pkill -9 -f '^" + kBin +
-                   " train.*ckpt_crash'; wait $pid; echo killed");
-    ASSERT_NE(k.out.find("killed"), std::string::npos) << k.out;
-    // --steps 1: a resumed run has nothing left to train, so it only loads and verifies.
-    auto r = run(kTrain + "--steps 1 --checkpoint-dir " + dir + " --resume auto", mpirun(2));
-    ASSERT_EQ(r.code, 0) << "after kill " << i << ":\n" << r.out;
-    resumed += r.out.find("resumed from") != std::string::npos;
+    auto k =
+        shell("{ read before < " + dir + "/latest; } 2>/dev/null; timeout -s KILL 120 " +
+              mpirun(2) + kBin + " " + kTrain +
+              "--steps 100000 --log-every 100000 --save-every 1 --keep-checkpoints 3 "
+              "--checkpoint-dir " +
+              dir +
+              " --resume auto & pid=$!; "
+              "for t in $(seq 400); do [ \"$(" +
+              ranks + ")\" -ge 2 ] && break; sleep 0.05; done; " + p.wait + "sleep " + p.delay +
+              "; pkill -9 -f '^" + kBin + " train.*ckpt_crash'; wait $pid; echo killed");
+    ASSERT_NE(k.out.find("fired"), std::string::npos) << p.name << ": never reached\n" << k.out;
+    ASSERT_NE(k.out.find("killed"), std::string::npos) << p.name << "\n" << k.out;
+    if (p.saves) check_resume(k.out, before, i ? phases[i - 1].name : "none (an empty directory)");
   }
-  EXPECT_GE(resumed, 15) << "most kills should land after the first checkpoint";
+  // --steps 1: a resumed run has nothing left to train, so it only loads and verifies.
+  const std::string before = latest();
+  auto r = run(kTrain + "--steps 1 --checkpoint-dir " + dir + " --resume auto", mpirun(2));
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_FALSE(before.empty()) << "no save completed in any run";
+  check_resume(r.out, before, "startup (and, before it, the step after a save)");
 }
 
 // --async-save: the loop only copies shards; the checkpoints it writes in the background hold
