@@ -7,7 +7,7 @@ foreach(case endpoint watchdog)
            ${observe_args})
   set_tests_properties(Observe.${case} PROPERTIES FIXTURES_REQUIRED demo_data TIMEOUT 300 SKIP_RETURN_CODE 77)  # 77: no promtool
 endforeach()
-# The endpoint under 20 s of load (50 scrapers and bad clients) while one rank trains: every
+# The endpoint under 8 s of load (50 scrapers and bad clients) while one rank trains: every
 # scrape answered, every bad client cut off (step times printed; bench/metrics_load.sh judges them).
 add_test(NAME Observe.metrics_load COMMAND ${SHARDTRAIN_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/metrics_load.py
          --bin $<TARGET_FILE:shardtrain> --data ${TEST_TMP}/demo/train.h5 --tmp ${TEST_TMP}/observe)

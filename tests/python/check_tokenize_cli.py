@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`shardtrain tokenize` against Hugging Face tokenizers, on the tokenizers and texts that
 tokenizer_json_reference.py wrote: one JSON array of ids per {"text": ...} line, from a file and
-from stdin, with and without --add-special; and a bad line exits 2 naming the file and line.
+from stdin, with and without --add-special (each tokenizer both sources, the setting alternating);
+and a bad line exits 2 naming the file and line.
 
 Usage: check_tokenize_cli.py SHARDTRAIN REFDIR TMPDIR
 """
@@ -27,21 +28,33 @@ def main(binary, ref, tmp):
         texts = [json.loads(line)["text"] for line in f]
     with open(os.path.join(ref, "cases.json"), encoding="utf-8") as f:
         names = list(json.load(f)["tokenizers"])
-    for name in names:
+    with open(texts_file, encoding="utf-8") as f:
+        stdin_text = f.read()
+    telling = set()  # (source, --add-special) pairs met on a tokenizer whose special tokens change the ids
+    for k, name in enumerate(names):
         d = os.path.join(ref, name)
         lib = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
-        for special in [False, True]:
+        adds = any(lib.encode(t, add_special_tokens=True).ids != lib.encode(t, add_special_tokens=False).ids
+                   for t in texts)
+        # Each tokenizer once from the file and once from stdin, --add-special on one of them, alternating
+        # between tokenizers: every source meets both settings (the ids themselves: test_tokenizer_json).
+        for label, special in [("--input", k % 2 == 0), ("stdin", k % 2 == 1)]:
             extra = ["--add-special"] if special else []
             want = [lib.encode(t, add_special_tokens=special).ids for t in texts]
-            from_file = run([binary, "tokenize", "--tokenizer", d, "--input", texts_file] + extra).stdout
-            with open(texts_file, encoding="utf-8") as f:
-                from_stdin = run([binary, "tokenize", "--tokenizer", os.path.join(d, "tokenizer.json")] + extra, stdin=f.read()).stdout
-            for label, out in [("--input", from_file), ("stdin", from_stdin)]:
-                got = [json.loads(line) for line in out.splitlines()]
-                if got != want:
-                    bad = next(i for i, (g, w) in enumerate(zip(got + [None] * len(want), want)) if g != w)
-                    sys.exit(f"{name} {label} {extra}: line {bad + 1} ({texts[bad][:40]!r}): {got[bad] if bad < len(got) else None} != {want[bad]}")
-        print(f"{name}: {len(texts)} lines equal tokenizers' ids, with and without --add-special, file and stdin")
+            if label == "--input":
+                out = run([binary, "tokenize", "--tokenizer", d, "--input", texts_file] + extra).stdout
+            else:
+                out = run([binary, "tokenize", "--tokenizer", os.path.join(d, "tokenizer.json")] + extra, stdin=stdin_text).stdout
+            if adds:
+                telling.add((label, special))
+            got = [json.loads(line) for line in out.splitlines()]
+            if got != want:
+                bad = next(i for i, (g, w) in enumerate(zip(got + [None] * len(want), want)) if g != w)
+                sys.exit(f"{name} {label} {extra}: line {bad + 1} ({texts[bad][:40]!r}): {got[bad] if bad < len(got) else None} != {want[bad]}")
+        print(f"{name}: {len(texts)} lines equal tokenizers' ids, file {'with' if k % 2 == 0 else 'without'} and stdin "
+              f"{'without' if k % 2 == 0 else 'with'} --add-special")
+
+    assert len(telling) == 4, f"a source and --add-special setting met no tokenizer with special tokens: {telling}"
 
     # Bad lines: exit 2, one line naming the file and the line number.
     bad = os.path.join(tmp, "bad.jsonl")
