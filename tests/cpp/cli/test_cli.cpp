@@ -264,34 +264,24 @@ TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
               1e-6 * j["perplexity"].get<double>());
 }
 
-namespace {
-// Trains with exact-match validation every `steps` steps; the metrics' rows and the saved model.
-std::vector<nlohmann::json> train_with_exact_match(int steps, const std::string& acc,
-                                                   const std::string& out) {
-  const auto metrics = tmp("acc_metrics_" + std::to_string(steps) + ".jsonl");
-  fs::remove_all(out);
-  auto r = run("train --model tiny --steps " + std::to_string(steps) +
-               " --batch-size 32 --lr 4e-3 --warmup-steps 40 --threads 2 --val-every " +
-               std::to_string(steps) + " --log-every " + std::to_string(steps) +
-               " --metrics-file " + metrics + kData + acc + " --save-model " + out);
-  EXPECT_EQ(r.code, 0) << r.out;
-  return read_jsonl(metrics);
-}
-}  // namespace
-
 // Exact-match accuracy, measured by generation, climbs from ~0 during training, and eval and
 // generate reproduce it from the saved model; sampling is reproducible from --seed. 400 steps
 // (measured: 0 at step 0, 0.22 at step 400; 800 steps reached 0.40).
 TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
-  const auto out = tmp("acc_model");
+  const auto metrics = tmp("acc_metrics.jsonl"), out = tmp("acc_model");
+  fs::remove_all(out);
   const std::string acc = " --accuracy-file " + source("data/demo/val.jsonl") + " --tokenizer " +
                           kTok + " --accuracy-samples 50 --max-new-tokens 12 ";
-  const auto rows = train_with_exact_match(400, acc, out);
-  ASSERT_FALSE(rows.empty());
+  auto r =
+      run("train --model tiny --steps 400 --batch-size 32 --lr 4e-3 --warmup-steps 40 --threads 2 "
+          "--val-every 400 --log-every 400 --metrics-file " +
+          metrics + kData + acc + " --save-model " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto rows = read_jsonl(metrics);
   ASSERT_EQ(rows.front()["step"], 0);
   const double before = rows.front()["val_exact_match"], after = rows.back()["val_exact_match"];
   EXPECT_LE(before, 0.05);
-  EXPECT_GE(after, 0.1);
+  EXPECT_GE(after, 0.1) << r.out;
   auto e = run("eval --model " + out + " --weights " + out + " --threads 2" + acc);
   ASSERT_EQ(e.code, 0) << e.out;
   const auto j = first_json_line(e.out);
