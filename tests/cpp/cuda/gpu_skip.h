@@ -4,6 +4,9 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <c10/core/Device.h>
+
+#include <cstdlib>
 #include <string>
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include "shardtrain/cuda/cuda_handles.h"
@@ -24,3 +27,19 @@ inline std::string no_gpu_reason() {
 #define SKIP_WITHOUT_GPU()                                   \
   if (const std::string why = no_gpu_reason(); !why.empty()) \
   GTEST_SKIP() << "GPU test skipped: " << why
+
+// SHARDTRAIN_GPU_TESTS_ON_CPU=1: the GPU tests written against gpu_test_device() run on the CPU
+// instead of skipping, so their own logic is checked without a GPU (ctest's gpu_tests_on_cpu).
+inline bool gpu_tests_on_cpu() {
+  const char* v = std::getenv("SHARDTRAIN_GPU_TESTS_ON_CPU");
+  return v != nullptr && std::string(v) == "1";
+}
+inline c10::Device gpu_test_device() {
+  return gpu_tests_on_cpu() ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, 0);
+}
+// gpu_test_device() as train's --device value.
+inline std::string gpu_test_device_flag() { return gpu_tests_on_cpu() ? "cpu" : "cuda"; }
+
+// SKIP_WITHOUT_GPU(), except in the CPU mode above.
+#define SKIP_WITHOUT_GPU_OR_CPU_MODE() \
+  if (!gpu_tests_on_cpu()) SKIP_WITHOUT_GPU()

@@ -11,9 +11,9 @@
 using namespace shardtrain;
 
 TEST(Gpu, FusedBf16LossAndGradientsMatchFp32) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU_OR_CPU_MODE();
   at::manual_seed(0);
-  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const auto cuda = at::TensorOptions().device(gpu_test_device());
   const int64_t T = 96, H = 64, V = 300;
   const at::Tensor h16 = (at::randn({1, T, H}, cuda)).to(at::kBFloat16);
   const at::Tensor w16 = (at::randn({V, H}, cuda) * 0.05).to(at::kBFloat16);

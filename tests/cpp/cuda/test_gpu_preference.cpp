@@ -57,9 +57,9 @@ std::vector<nlohmann::json> dpo(const std::string& data, const std::string& devi
 }  // namespace
 
 TEST(GpuPreference, ChunkedBf16AnswerLogpsAndGradientsFollowFp32) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU_OR_CPU_MODE();
   at::manual_seed(0);
-  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const auto cuda = at::TensorOptions().device(gpu_test_device());
   const int64_t B = 4, T = 80, H = 64, V = 300;
   const at::Tensor h16 = at::randn({B, T, H}, cuda).to(at::kBFloat16);
   const at::Tensor w16 = (at::randn({V, H}, cuda) * 0.05).to(at::kBFloat16);
@@ -96,10 +96,10 @@ TEST(GpuPreference, ChunkedBf16AnswerLogpsAndGradientsFollowFp32) {
 }
 
 TEST(GpuPreference, DpoStepsOnTheGpuFollowTheCpuFullAndLora) {
-  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_GPU_OR_CPU_MODE();
   const auto data = preference_data();
   for (const std::string extra : {"", "--lora-rank 8"}) {
-    const auto gpu = dpo(data, "cuda", extra), cpu = dpo(data, "cpu", extra);
+    const auto gpu = dpo(data, gpu_test_device_flag(), extra), cpu = dpo(data, "cpu", extra);
     ASSERT_EQ(gpu.size(), 8u) << extra;
     ASSERT_EQ(cpu.size(), 8u) << extra;
     // Step 1: the policy is the reference, so the loss is log 2 on both devices.
