@@ -104,8 +104,16 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                   static_cast<long long>(f.adapter_bytes >> 10));
     b += buf;
   }
-  std::snprintf(buf, sizeof buf, "  device      %s, %d CPU threads per rank\n",
-                device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI", f.threads);
+  // What the decoder layers run: a user who passed --fused-layers or --fp8 sees it took.
+  const std::string layers =
+      std::string(o.fsdp.fused_layers ? "fused decoder layers (--fused-layers)"
+                                      : "composite decoder layers") +
+      (o.fsdp.fp8 != model::Fp8Mode::kOff
+           ? std::string(", float8 projections (--fp8 ") + model::fp8_mode_name(o.fsdp.fp8) + ")"
+           : "");
+  std::snprintf(buf, sizeof buf, "  device      %s, %d CPU threads per rank | %s\n",
+                device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI", f.threads,
+                layers.c_str());
   b += buf;
   std::snprintf(buf, sizeof buf,
                 "  model       %s: %lld layers, hidden %lld, ffn %lld, %lld heads (%lld kv), vocab "

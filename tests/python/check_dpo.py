@@ -131,12 +131,17 @@ def shardtrain(binary, args, ranks=1):
 
 def dpo_train(binary, base, data, out, ranks=1, accum=1, extra=(), steps=STEPS, pairs=PAIRS):
     metrics = os.path.join(out, "metrics.jsonl")
-    shardtrain(binary, ["train", "--weights", base, "--data", data, "--objective", "dpo", "--dpo-beta", str(BETA),
+    log = shardtrain(binary, ["train", "--weights", base, "--data", data, "--objective", "dpo", "--dpo-beta", str(BETA),
                         "--batch-size", str(pairs // ranks // accum), "--grad-accum", str(accum),
                         "--steps", str(steps), "--lr", str(LR), "--lr-schedule", "constant", "--warmup-steps",
                         "0", "--weight-decay", "0", "--beta1", "0.9", "--beta2", "0.999", "--adam-eps",
                         "1e-8", "--grad-clip", str(CLIP), "--log-every", "1", "--metrics-file", metrics, *extra],
                ranks)
+    # The options took: the start banner names what the run does.
+    for flag, says in (("--fused-layers", "fused decoder layers"), ("--cpu-offload", "offload     --cpu-offload")):
+        given = flag in extra
+        check((says in log) == given, f"{flag} {'given' if given else 'absent'}: "
+              f"the banner {'says' if given else 'does not say'} '{says}'")
     with open(metrics) as f:
         return [json.loads(line) for line in f if line.strip()]
 
@@ -329,6 +334,13 @@ def main(binary, chat_ref, out):
         ours = dpo_train(binary, base, data, os.path.join(out, "run-hsdp-np4"), ranks=4, accum=2,
                          extra=["--sharding", "hybrid_shard", "--ranks-per-node", "2"])
         compare("strings, full, 4 ranks hybrid_shard (2 x 2) x 2 micro-batches", ours, trl_losses, trl_logs)
+        # The CLI's --fused-layers (merged q k v and gate up, fused RMSNorm) and --cpu-offload (the
+        # masters, moments and gradients on the host, AdamW there) under accumulation.
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-fused"), extra=["--fused-layers"])
+        compare("strings, full, --fused-layers", ours, trl_losses, trl_logs)
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-offload"), ranks=2, accum=2,
+                         extra=["--cpu-offload"])
+        compare("strings, full, 2 ranks x 2 micro-batches, --cpu-offload", ours, trl_losses, trl_logs)
         logps = os.path.join(out, "ref-logps.h5")
         shardtrain(binary, ["eval", "--weights", base, "--data", data, "--save-logps", logps])
         ours = dpo_train(binary, base, data, os.path.join(out, "run-logps"), extra=["--reference-logps", logps])

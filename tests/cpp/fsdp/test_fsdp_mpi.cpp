@@ -682,8 +682,9 @@ Gaps lora_offload_gaps(const model::LoraConfig& lora, int steps) {
 }  // namespace
 
 // --fp8 (emulated on the CPU): every strategy, accumulation with checkpointing, no-sync
-// accumulation and a biased tied model train what the single-rank trainer trains with float8 GEMMs
-// over the same micro-batches, for two steps (kFp8Layouts says why not more).
+// accumulation, CPU offload (its steps armed) and a biased tied model train what the single-rank
+// trainer trains with float8 GEMMs over the same micro-batches, for two steps (kFp8Layouts says
+// why not more).
 TEST(FsdpMpi, Fp8EqualsSingleRankFp8Training) {
   for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise}) {
     std::vector<Case> cases;
@@ -693,6 +694,10 @@ TEST(FsdpMpi, Fp8EqualsSingleRankFp8Training) {
     Case biased{Sharding::kFullShard, 0, false, 1};
     biased.model = tiny_biased_tied();
     cases.push_back(biased);
+    Case offload{Sharding::kFullShard, 0, false, 2};
+    offload.offload = true;
+    offload.clip = 0;
+    cases.push_back(offload);
     for (Case& c : cases) {
       c.fp8 = m;
       const Gaps g = compare(c, 2);

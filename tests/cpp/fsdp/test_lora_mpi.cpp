@@ -1,7 +1,8 @@
 // LoRA under FSDP against Hugging Face PEFT (tests/python/lora_reference.py), under mpirun at
 // 1 rank, 3 and 4 ranks full_shard and 2 simulated nodes x 2 (hybrid_shard): logits and adapter
 // gradients within 1e-5, three AdamW steps within 1e-4, a frozen base that never changes, and
-// activation checkpointing, accumulation and dropout's recompute giving the same gradients.
+// activation checkpointing, accumulation and dropout's recompute giving the same gradients; the
+// fused layers with every projection targeted and with q and v only; the base's GEMMs in float8.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include "mpi_gtest_main.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/model/fp8.h"
 #include "shardtrain/runtime/mpi_env.h"
 #include "test_paths.h"
 
@@ -83,14 +85,16 @@ void expect_padded_adapters(fsdp::FsdpEngine& eng, const comm::ProcessGroups& gr
   EXPECT_GT(eng.memory().report().padding_elements, 0) << where();
 }
 
-// The worst |grad - PEFT grad| over this rank's adapter pieces.
-double worst_grad_gap(fsdp::FsdpEngine& eng, const Fixture& f) {
+// The worst |grad - PEFT grad| over this rank's adapter pieces; `variant`: lora_reference.py's
+// prefix ("fp8.rowwise.", "qv.") or "" for the main case.
+double worst_grad_gap(fsdp::FsdpEngine& eng, const Fixture& f, const std::string& variant = "") {
   const auto grads = eng.grad_shards();
   double worst = 0;
   for (size_t i = 0; i < eng.pieces().size(); ++i) {
     const auto& p = eng.pieces()[i];
-    const auto want =
-        f.ref.read("grad." + model::peft_key(p.name)).flatten().narrow(0, p.param_offset, p.numel);
+    const auto want = f.ref.read(variant + "grad." + model::peft_key(p.name))
+                          .flatten()
+                          .narrow(0, p.param_offset, p.numel);
     EXPECT_TRUE(grads[i].defined()) << p.name;
     worst = std::max(worst, (grads[i] - want).abs().max().item<double>());
   }
@@ -151,6 +155,60 @@ TEST(LoraMpi, FusedLayersGradientsEqualPeft) {
     const auto r = eng.forward_backward(my_rows(f.batch, 1));
     EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
     EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << fsdp::recompute_name(ac);
+  }
+}
+
+// --fused-layers with adapters on q and v only: the merged q k v GEMM's k part has no adapter,
+// and the q and v parts each take theirs (PEFT with target_modules q_proj, v_proj).
+TEST(LoraMpi, FusedLayersWithQAndVOnlyEqualPeft) {
+  Fixture f;
+  io::SafetensorsModel qv{kRef + "/adapter_init_qv/adapter_model.safetensors"};
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  for (const bool fused : {true, false}) {
+    auto c = config();
+    c.fused_layers = fused;
+    c.lora.targets = {"q_proj", "v_proj"};
+    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &qv);
+    EXPECT_EQ(eng.full_adapters().size(), 8u);
+    const auto r = eng.forward_backward(my_rows(f.batch, 2));
+    EXPECT_NEAR(r.loss, f.ref.read("qv.loss").item<double>(), 1e-5) << where();
+    EXPECT_LE(worst_grad_gap(eng, f, "qv."), 1e-5) << where() << (fused ? " fused" : "");
+  }
+}
+
+// --fp8 under LoRA on the CPU's emulation: the frozen base's projections multiply in float8 (the
+// forward and the input gradient), the adapters in fp32, against PEFT whose base layers run
+// lora_reference.py's float8 GEMMs (torchao's recipe written out). Float8's scales come from each
+// micro-batch's amax, so this holds at one rank, where the micro-batch is PEFT's batch; the
+// layouts' equality under --fp8 is FsdpMpi.Fp8EqualsSingleRankFp8Training's.
+TEST(LoraMpi, Fp8BaseGemmsEqualPeftWithFloat8BaseLayers) {
+  if (g_env->size() != 1) GTEST_SKIP() << "float8's scales are per micro-batch: PEFT's is the whole batch";
+  Fixture f;
+  auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
+  for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise}) {
+    const std::string variant = std::string("fp8.") + model::fp8_mode_name(m) + ".";
+    auto c = config();
+    c.fp8 = m;
+    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+    const int64_t before = model::fp8_gemm_count();
+    const auto r = eng.forward_backward(my_rows(f.batch, 1));
+    // Forward and input gradient per projection, less the first layer's q, k and v (their input,
+    // the frozen embedding's, needs no gradient); no weight gradient for the frozen base.
+    EXPECT_EQ(model::fp8_gemm_count() - before, 2 * 7 * f.cfg.num_layers - 3) << variant;
+    EXPECT_NEAR(r.loss, f.ref.read(variant + "loss").item<double>(), 1e-5) << variant;
+    const double gap = worst_grad_gap(eng, f, variant);
+    EXPECT_LE(gap, 1e-5) << variant;
+    // Float8 matters here: its gradients are far from fp32's, so the bound above can fail.
+    double fp32_gap = 0;
+    for (const auto& [name, t] : eng.full_adapters())
+      fp32_gap = std::max(fp32_gap, (f.ref.read(variant + "grad." + model::peft_key(name)) -
+                                     f.ref.read("grad." + model::peft_key(name)))
+                                        .abs()
+                                        .max()
+                                        .item<double>());
+    EXPECT_GT(fp32_gap, 100 * std::max(gap, 1e-6)) << variant;
+    std::printf("  %s: adapter gradients within %.1e of PEFT's (float8 vs fp32 in PEFT: %.1e)\n",
+                variant.c_str(), gap, fp32_gap);
   }
 }
 
