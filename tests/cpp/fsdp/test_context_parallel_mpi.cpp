@@ -254,13 +254,14 @@ void expect_equal(const Case& c) {
     EXPECT_LE(g.anchor, bf16 ? g.floor_grad : kTol)
         << what << ": the gradient norm against the single-rank trainer";
     if (g_env->rank() == 0)
-      std::printf("  %-44s loss rel %.1e, grad rel %.1e, param abs %.1e (rel %.1e), norm vs 1 "
-                  "rank %.1e%s\n",
-                  what.c_str(), g.loss, g.grad, g.param, g.param_rel, g.anchor,
-                  bf16 ? (" (bf16 vs fp32: loss " + std::to_string(g.floor_loss) + ", norm " +
-                          std::to_string(g.floor_grad) + ", param " + std::to_string(g.floor_param) + ")")
-                             .c_str()
-                       : "");
+      std::printf(
+          "  %-44s loss rel %.1e, grad rel %.1e, param abs %.1e (rel %.1e), norm vs 1 "
+          "rank %.1e%s\n",
+          what.c_str(), g.loss, g.grad, g.param, g.param_rel, g.anchor,
+          bf16 ? (" (bf16 vs fp32: loss " + std::to_string(g.floor_loss) + ", norm " +
+                  std::to_string(g.floor_grad) + ", param " + std::to_string(g.floor_param) + ")")
+                     .c_str()
+               : "");
   }
 }
 

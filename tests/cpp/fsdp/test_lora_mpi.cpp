@@ -182,7 +182,8 @@ TEST(LoraMpi, FusedLayersWithQAndVOnlyEqualPeft) {
 // micro-batch's amax, so this holds at one rank, where the micro-batch is PEFT's batch; the
 // layouts' equality under --fp8 is FsdpMpi.Fp8EqualsSingleRankFp8Training's.
 TEST(LoraMpi, Fp8BaseGemmsEqualPeftWithFloat8BaseLayers) {
-  if (g_env->size() != 1) GTEST_SKIP() << "float8's scales are per micro-batch: PEFT's is the whole batch";
+  if (g_env->size() != 1)
+    GTEST_SKIP() << "float8's scales are per micro-batch: PEFT's is the whole batch";
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
   for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise}) {
