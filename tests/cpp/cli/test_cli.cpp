@@ -237,7 +237,7 @@ TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
   const auto metrics = tmp("metrics.jsonl"), out = tmp("trained");
   fs::remove_all(out);
   auto r =
-      run("train --model tiny --steps 200 --lr 3e-3 --threads 2 --log-every 50 --val-batches 0 "
+      run("train --model tiny --steps 200 --lr 3e-3 --threads 1 --log-every 50 --val-batches 0 "
           "--metrics-file " +
           metrics + kData + " --save-model " + out);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -253,7 +253,7 @@ TEST(Cli, TrainingHalvesTheLossAndEvalReadsTheResult) {
   EXPECT_GT(rows.back()["tokens_per_s"].get<double>(), 0);
   EXPECT_GT(rows.back()["peak_mem_bytes"].get<int64_t>(), 0);
 
-  auto e = run("eval --model " + out + "/config.json --weights " + out + " --threads 2 --data " +
+  auto e = run("eval --model " + out + "/config.json --weights " + out + " --threads 1 --data " +
                kDemo + "/train.val.h5");
   ASSERT_EQ(e.code, 0) << e.out;
   const auto j = first_json_line(e.out);
@@ -273,7 +273,7 @@ TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
   const std::string acc = " --accuracy-file " + source("data/demo/val.jsonl") + " --tokenizer " +
                           kTok + " --accuracy-samples 50 --max-new-tokens 12 ";
   auto r =
-      run("train --model tiny --steps 400 --batch-size 32 --lr 4e-3 --warmup-steps 40 --threads 2 "
+      run("train --model tiny --steps 400 --batch-size 32 --lr 4e-3 --warmup-steps 40 --threads 1 "
           "--val-every 400 --log-every 400 --metrics-file " +
           metrics + kData + acc + " --save-model " + out);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -282,7 +282,7 @@ TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
   const double before = rows.front()["val_exact_match"], after = rows.back()["val_exact_match"];
   EXPECT_LE(before, 0.05);
   EXPECT_GE(after, 0.1) << r.out;
-  auto e = run("eval --model " + out + " --weights " + out + " --threads 2" + acc);
+  auto e = run("eval --model " + out + " --weights " + out + " --threads 1" + acc);
   ASSERT_EQ(e.code, 0) << e.out;
   const auto j = first_json_line(e.out);
   EXPECT_NEAR(j["exact_match"].get<double>(), after, 1e-9);
@@ -308,7 +308,7 @@ TEST(Cli, ProfileStepWritesTraceAndSummary) {
   const auto dir = tmp("profile");
   fs::remove_all(dir);
   auto r = run(
-      "train --model tiny --steps 3 --threads 2 --val-batches 0 --profile-step 2 --profile-dir " +
+      "train --model tiny --steps 3 --threads 1 --val-batches 0 --profile-step 2 --profile-dir " +
       dir + kData);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_EQ(r.out.find("gpuGetDeviceCount"), std::string::npos)
@@ -365,7 +365,7 @@ TEST(Cli, HelpShowsDefaultsWithoutFloatNoise) {
 TEST(Cli, DefaultLrIsAFineTuningRate) {
   const auto metrics = tmp("default_lr.jsonl");
   auto r =
-      run("train --model tiny --steps 1 --threads 2 --val-batches 0 --warmup-steps 0 --lr-schedule "
+      run("train --model tiny --steps 1 --threads 1 --val-batches 0 --warmup-steps 0 --lr-schedule "
           "constant"
           " --metrics-file " +
           metrics + kData);
@@ -440,9 +440,9 @@ TEST(Cli, GenerateWritesTheAnswerAloneToStdout) {
   const auto model = tmp("gen_model"), out = tmp("gen_answer.txt"), err = tmp("gen_log.txt");
   fs::remove_all(model);
   auto t =
-      run("train --model tiny --steps 2 --threads 2 --val-batches 0 --save-model " + model + kData);
+      run("train --model tiny --steps 2 --threads 1 --val-batches 0 --save-model " + model + kData);
   ASSERT_EQ(t.code, 0) << t.out;
-  const std::string gen = std::string(SHARDTRAIN_BIN) + " generate --threads 2 --weights " + model +
+  const std::string gen = std::string(SHARDTRAIN_BIN) + " generate --threads 1 --weights " + model +
                           " --tokenizer " + kTok;
   auto g = shell(gen + " --prompt 'Reverse the digits.' --prompt 'Add' --max-new-tokens 4 > " +
                  out + " 2> " + err);
@@ -457,7 +457,7 @@ TEST(Cli, GenerateWritesTheAnswerAloneToStdout) {
   std::string prompt;
   for (int64_t i = 0; i <= limit; ++i) prompt += "7 ";
   expect_usage_error(
-      "generate --threads 2 --weights " + model + " --tokenizer " + kTok + " --prompt '" + prompt +
+      "generate --threads 1 --weights " + model + " --tokenizer " + kTok + " --prompt '" + prompt +
           "'",
       "the model takes at most " + std::to_string(limit) + " (max_position_embeddings)");
 }
@@ -509,7 +509,7 @@ TEST(Cli, ProgressThroughputCoversTheInterval) {
 // The cross-rank breakdown comes with every --breakdown-every'th progress line and at the end.
 TEST(Cli, BreakdownEveryNthProgressLineAndAtTheEnd) {
   auto breakdowns = [](const std::string& every) {
-    auto r = run("train --model tiny --steps 12 --threads 2 --val-batches 0 --log-every 2 --data " +
+    auto r = run("train --model tiny --steps 12 --threads 1 --val-batches 0 --log-every 2 --data " +
                  kDemo + "/train.h5" + every);
     EXPECT_EQ(r.code, 0) << r.out;
     int n = 0;
