@@ -16,18 +16,7 @@ slow=0
 [ "${1:-}" = --slow ] && slow=1 && shift
 "$repo/scripts/build.sh"
 cd "${BUILD_DIR:-$repo/build}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# ctest runs $(nproc) tests at once and mpiruns of up to 6 ranks among them, so cores are always
-# oversubscribed: ranks waiting in MPI yield the core instead of spinning on it (a 1-thread run
-# beside a spinning 4-rank job took 33 s, 18 s beside a yielding one, 12 s alone), and a process
-# takes 1 LibTorch thread unless its test asks for more (a 2-thread run with a core shared halts
-# at every parallel region's barrier: 37 s against 20 s with 1 thread).
-export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
-# Open MPI removes its session directory's top (TMPDIR/ompi.HOST.UID) when it is left empty at a
-# job's end; ctest runs mpiruns side by side, and one starting then fails to make its directory
-# there ("A call to mkdir was unable to create..."). A file kept in it keeps it.
-ompi_top="${TMPDIR:-/tmp}/ompi.$(hostname -s).$(id -u)"
-mkdir -p -m 700 "$ompi_top" && touch "$ompi_top/.keep"
+source "$repo/scripts/test_env.sh"
 # The `timing` label (a timed validation of the planner) runs by hand: SHARDTRAIN_TIMING=1 keeps it.
 labels=(-LE 'timing|slow')
 [ "${SHARDTRAIN_TIMING:-0}" = 1 ] && labels=(-LE slow)
