@@ -117,17 +117,22 @@ def fp8_variant(model, trainable, tokens, labels, ref):
         del b.forward  # back to nn.Linear's
 
 
-def qv_variant(out, tokens, labels, ref):
-    model = get_peft_model(build_model(), LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0,
-                                                     target_modules=["q_proj", "v_proj"], bias="none",
-                                                     task_type="CAUSAL_LM"))
-    g = torch.Generator().manual_seed(5)
+def lora_model(base, targets, seed, adapter_dir):
+    """PEFT over base on targets, B drawn small and random from seed (PEFT's zero B would hide
+    the adapters), saved with save_pretrained to adapter_dir; returns it and its trainable list."""
+    model = get_peft_model(base, LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=targets,
+                                            bias="none", task_type="CAUSAL_LM"))
+    g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.copy_(0.05 * torch.randn(p.shape, generator=g))
-    model.save_pretrained(os.path.join(out, "adapter_init_qv"))
-    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    model.save_pretrained(adapter_dir)
+    return model, [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def qv_variant(out, tokens, labels, ref):
+    model, trainable = lora_model(build_model(), ["q_proj", "v_proj"], 5, os.path.join(out, "adapter_init_qv"))
     assert len(trainable) == 4 * model.config.num_hidden_layers
     loss_and_grads(model, trainable, tokens, labels, "qv.", ref)
 
@@ -136,15 +141,7 @@ def main(out):
     os.makedirs(out, exist_ok=True)
     base = build_model()
     base.save_pretrained(os.path.join(out, "model"), safe_serialization=True)
-    model = get_peft_model(base, LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS,
-                                            bias="none", task_type="CAUSAL_LM"))
-    g = torch.Generator().manual_seed(4)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.copy_(0.05 * torch.randn(p.shape, generator=g))
-    model.save_pretrained(os.path.join(out, "adapter_init"))
-    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    model, trainable = lora_model(base, TARGETS, 4, os.path.join(out, "adapter_init"))
     tokens, labels = batch()
     res = model(input_ids=tokens, labels=labels)
     res.loss.backward()
