@@ -37,7 +37,7 @@ for p in "${plants[@]}"; do
   ninja > "$work/build-$p.log" 2>&1 || { tail -40 "$work/build-$p.log"; exit 1; }
   regex="^($(echo "${tests[$p]}" | tr ' ' '|'))\$"
   # The fixtures the entries need run first (ctest adds them); a failing one makes them "Not Run".
-  ctest -R "$regex" -j "${JOBS:-$(nproc)}" --output-junit "$work/junit-$p.xml" > "$work/ctest-$p.log" 2>&1 || true
+  ctest -R "$regex" -j "$test_jobs" --output-junit "$work/junit-$p.xml" > "$work/ctest-$p.log" 2>&1 || true
   # Each entry's status and first failed check, from ctest's JUnit file.
   "$repo/.venv/bin/python" - "$work/junit-$p.xml" "$p" ${tests[$p]} <<'PY' || bad=1
 import sys, xml.etree.ElementTree as ET

@@ -23,7 +23,7 @@ labels=(-LE 'timing|slow')
 [ "$slow" = 1 ] && labels=(-L slow)
 # The skipped tests (GTEST_SKIP, exit 77: no GPU, mount or namespaces refused...) counted by reason at the end.
 rc=0
-ctest --output-on-failure -j "${JOBS:-$(nproc)}" "${labels[@]}" --output-junit "$PWD/ctest-junit.xml" "$@" || rc=$?
+ctest --output-on-failure -j "$test_jobs" "${labels[@]}" --output-junit "$PWD/ctest-junit.xml" "$@" || rc=$?
 python3 "$repo/scripts/skip_summary.py" "$PWD/ctest-junit.xml" || true
 [ "$rc" = 0 ] || exit "$rc"
 # The ASan + UBSan build, its tests and 20 s of each fuzz target (docs/reliability.md).

@@ -1,5 +1,8 @@
 # The environment the tests run in, sourced by scripts/test.sh and scripts/planted_bugs.sh.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# How many tests ctest runs at once (JOBS, or the cores this process may use). Counted without
+# OMP_NUM_THREADS, which nproc obeys: the export below would make it 1 and ctest serial.
+test_jobs=${JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 # ctest runs $(nproc) tests at once and mpiruns of up to 6 ranks among them, so cores are always
 # oversubscribed: ranks waiting in MPI yield the core instead of spinning on it (a 1-thread run
 # beside a spinning 4-rank job took 33 s, 18 s beside a yielding one, 12 s alone), and a process
