@@ -11,10 +11,10 @@ if [ "${1:-}" = --fix ]; then
   printf '%s\0' "${files[@]}" | xargs -0 -n 50 "$fmt" -i --style=file
   exit 0
 fi
-bad=()
-for f in "${files[@]}"; do
-  "$fmt" --style=file --dry-run -Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done
+# One clang-format for many files (a start per file was most of the check's 10 s); it names each
+# file that differs in a "FILE:LINE:COL: error:" line.
+mapfile -t bad < <(printf '%s\0' "${files[@]}" | xargs -0 -n 100 "$fmt" --style=file --dry-run -Werror 2>&1 |
+  sed -n 's/^\([^:]*\):[0-9]*:[0-9]*: error:.*/\1/p' | sort -u || true)
 if [ ${#bad[@]} -gt 0 ]; then
   printf '%s\n' "${bad[@]}" | sed 's/^/check_format: not formatted: /'
   echo "check_format: ${#bad[@]} of ${#files[@]} files differ from .clang-format; run scripts/check_format.sh --fix" >&2

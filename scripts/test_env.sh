@@ -9,6 +9,9 @@ test_jobs=${JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 # takes 1 LibTorch thread unless its test asks for more (a 2-thread run with a core shared halts
 # at every parallel region's barrier: 37 s against 20 s with 1 thread).
 export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
+# The transport Open MPI picks here anyway (ob1: no Omni-Path or EFA), named so it skips probing
+# the cm/PSM ones: the PSM libraries calibrate a clock at load, 0.2 s of every rank's start.
+export OMPI_MCA_pml=ob1
 # Open MPI removes its session directory's top (TMPDIR/ompi.HOST.UID) when it is left empty at a
 # job's end; ctest runs mpiruns side by side, and one starting then fails to make its directory
 # there ("A call to mkdir was unable to create..."). A file kept in it keeps it.

@@ -14,15 +14,30 @@ bool FabricReport::has(const std::string& prov) const {
 }
 
 namespace {
+// libfabric, loaded when preflight asks: linking it would load its PSM providers in every
+// process, and each calibrates its clock at load (0.2 s of sleeping at every start).
+struct Fabric {
+  void* lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+  template <class F>
+  F* fn(const char* name) const {
+    return lib ? reinterpret_cast<F*>(dlsym(lib, name)) : nullptr;
+  }
+  decltype(fi_version)* version = fn<decltype(fi_version)>("fi_version");
+  decltype(fi_getinfo)* getinfo = fn<decltype(fi_getinfo)>("fi_getinfo");
+  decltype(fi_freeinfo)* freeinfo = fn<decltype(fi_freeinfo)>("fi_freeinfo");
+  decltype(fi_dupinfo)* dupinfo = fn<decltype(fi_dupinfo)>("fi_dupinfo");
+  bool ok() const { return version && getinfo && freeinfo && dupinfo; }
+};
+
 // Every fi_info libfabric returns for `prov` ("" for all providers); the caller frees it.
-fi_info* getinfo(const char* prov) {
-  fi_info* hints = fi_allocinfo();
+fi_info* getinfo(const Fabric& f, const char* prov) {
+  fi_info* hints = f.dupinfo(nullptr);  // fi_allocinfo()
   if (!hints) return nullptr;
   hints->ep_attr->type = FI_EP_RDM;  // the endpoint type aws-ofi-nccl uses
   if (prov) hints->fabric_attr->prov_name = strdup(prov);
   fi_info* info = nullptr;
-  const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info);
-  fi_freeinfo(hints);
+  const int rc = f.getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info);
+  f.freeinfo(hints);
   return rc == 0 ? info : nullptr;
 }
 
@@ -33,21 +48,26 @@ void add_unique(std::vector<std::string>& v, const std::string& s) {
 
 FabricReport probe_fabric() {
   FabricReport r;
-  const uint32_t v = fi_version();
+  const Fabric f;
+  if (!f.ok()) {
+    r.libfabric_version = "not loadable (libfabric.so.1)";
+    return r;
+  }
+  const uint32_t v = f.version();
   r.libfabric_version = std::to_string(FI_MAJOR(v)) + "." + std::to_string(FI_MINOR(v));
-  if (fi_info* efa = getinfo("efa")) {
+  if (fi_info* efa = getinfo(f, "efa")) {
     for (fi_info* i = efa; i; i = i->next)
       if (i->domain_attr && i->domain_attr->name) add_unique(r.efa_domains, i->domain_attr->name);
-    fi_freeinfo(efa);
+    f.freeinfo(efa);
   }
   r.efa_devices = static_cast<int>(r.efa_domains.size());
-  if (fi_info* all = getinfo(nullptr)) {
+  if (fi_info* all = getinfo(f, nullptr)) {
     for (fi_info* i = all; i; i = i->next)
       if (i->fabric_attr && i->fabric_attr->prov_name) {
         std::string name = i->fabric_attr->prov_name;  // layered providers read "tcp;ofi_rxm"
         add_unique(r.providers, name.substr(0, name.find(';')));
       }
-    fi_freeinfo(all);
+    f.freeinfo(all);
   }
   return r;
 }

@@ -1,6 +1,7 @@
 """Reads the bundled files' origins (paths, one per line) and prints the Debian packages to hide:
 their owners, less everything a Debian 12 minbase with python3 has (Priority: required and
 python3, with their dependencies)."""
+import os
 import re
 import subprocess
 import sys
@@ -38,16 +39,28 @@ def closure(roots, pkgs, provides):
     return seen
 
 
-def owner(path):
+def owners_of_files():
+    """Every installed file's package, from dpkg's own lists (what `dpkg -S` searches, read once)."""
+    owners = {}
+    info = "/var/lib/dpkg/info"
+    for name in os.listdir(info):
+        if name.endswith(".list"):
+            with open(os.path.join(info, name), errors="replace") as f:
+                for line in f:
+                    owners.setdefault(line.rstrip("\n"), name[:-len(".list")].split(":")[0])
+    return owners
+
+
+def owner(path, owners):
     for p in (path, re.sub(r"^/usr/lib/", "/lib/", path)):
-        r = subprocess.run(["dpkg", "-S", p], capture_output=True, text=True)
-        if r.returncode == 0:
-            return r.stdout.split(":")[0]
+        if p in owners:
+            return owners[p]
     sys.exit(f"packages_to_hide: no Debian package owns {path}")
 
 
 pkgs, provides = installed()
 keep = closure([p for p, (prio, _) in pkgs.items() if prio == "required"] + ["python3"], pkgs, provides)
-owners = {owner(line.strip()) for line in sys.stdin if line.strip()}
+files = owners_of_files()
+owners = {owner(line.strip(), files) for line in sys.stdin if line.strip()}
 for p in sorted(owners - keep):
     print(p)

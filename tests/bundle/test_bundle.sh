@@ -33,7 +33,7 @@ set +e; msg=$(SHARDTRAIN_TORCH=$work/torch-2.10/torch "$root/bin/shardtrain" --v
 mapfile -t hide < <(cut -f2 "$root/share/shardtrain/origins.tsv" | python3 "$repo/tests/bundle/packages_to_hide.py")
 [ "${#hide[@]}" -gt 5 ] || fail "expected Open MPI, HDF5, Boost, ... among the packages to hide, got: ${hide[*]}"
 echo "hiding ${#hide[@]} packages: ${hide[*]}"
-for p in "${hide[@]}"; do dpkg -L "$p"; done | sort -u > "$work/hidden-files"
+dpkg -L "${hide[@]}" | sort -u > "$work/hidden-files"
 
 # Inside the namespace: nothing of those packages is readable, and the bundle does all the work.
 export ROOT=$root WORK=$work REPO=$repo VENV_PY=$venv_py
