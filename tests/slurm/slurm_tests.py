@@ -62,11 +62,16 @@ def wait_job(job, env, timeout=600):
     fail("job %s did not end within %d s (state %s)" % (job, timeout, job_field(job, "JobState", env)))
 
 
+# 2 of the node's CPUs, and not the whole node train.sbatch asks for (--exclusive): the time-limit
+# job runs through the other cases (case_timelimit_submit).
+SHARED_NODE = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--oversubscribe"]
+
+
 def sbatch(args, a, env, extra_train, sbatch_opts=(), wait=False):
     """wait: until the job has ended (wait_job's 0.2 s polls; sbatch --wait sleeps 2 s and more between its)."""
     if "--model" not in args and "--weights" not in args:
         args = ["--model", "tiny", *args]
-    cmd = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", *sbatch_opts,
+    cmd = ["sbatch", "--parsable", *SHARED_NODE, *sbatch_opts,
            "slurm/train.sbatch", "--profile", "cpu", "--data", a.data, *args, "--", *extra_train]
     p = run(cmd, env, cwd=a.repo)
     if p.returncode != 0:
@@ -200,14 +205,24 @@ def case_scancel(a, env):
     check(open(os.path.join(out, "exit_code")).read().strip() == "75", "exit code 75 recorded")
 
 
-def case_timelimit(a, env):
-    """--time=1: Slurm's SIGTERM at the limit -> checkpoint, exit 75, requeue, and the next run resumes from it."""
+def case_timelimit_submit(a, env):
+    """Submits the --time=1 job that case_timelimit checks: ctest runs this first and the check after the other
+    Slurm cases, so Slurm's minute (and its ~30 s check interval) passes while they run."""
     out = os.path.join(a.tmp, "timelimit")
     shutil.rmtree(out, ignore_errors=True)
     job = sbatch(["--out-dir", out, "--steps", "1000000", "--save-every", "1000000", "--skip-preflight",
-                  "--max-restarts", "1"], a, env, TRAIN_EXTRA,
+                  "--max-restarts", "1"], a, env,
+                 # Paced at 0.5 s a step: the minute costs no CPU, and nothing of the trainer's logic changes.
+                 TRAIN_EXTRA + ["--debug-sleep", "0:0:0.5"],
                  # URG, which bash ignores, replaces the script's USR1 warning: this case is the SIGTERM at the limit.
                  ["--time=1", "--signal=B:URG@1", "--output", os.path.join(a.tmp, "timelimit-%j.out")])
+    with open(os.path.join(a.tmp, "timelimit.job"), "w") as f:
+        f.write(job)
+
+
+def case_timelimit(a, env):
+    """--time=1: Slurm's SIGTERM at the limit -> checkpoint, exit 75, requeue, and the next run resumes from it."""
+    job = open(os.path.join(a.tmp, "timelimit.job")).read().strip()
     logfile = os.path.join(a.tmp, "timelimit-%s.out" % job)
     end = time.time() + 300
     while time.time() < end:  # the limit is 1 minute; Slurm checks it every ~30 s
@@ -240,7 +255,7 @@ def case_sweep(a, env):
     out = os.path.join(a.tmp, "sweep")
     shutil.rmtree(out, ignore_errors=True)
     cmd = ["slurm/sweep.sh", "--nodes", "1 2", "--simulate-ranks-per-node", "2", "--out", out, "--sbatch-args",
-           "--cpus-per-task=1", "--", "--data", a.data, "--profile", "cpu", "--model", "tiny", "--steps", "12", "--",
+           "--cpus-per-task=1 --oversubscribe", "--", "--data", a.data, "--profile", "cpu", "--model", "tiny", "--steps", "12", "--",
            *TRAIN_EXTRA]
     p = run(cmd, env, cwd=a.repo, timeout=900)
     check(p.returncode == 0, "sweep.sh exited 0")
@@ -362,7 +377,7 @@ def case_finetune(a, env):
     os.makedirs(submit)
     weights, export = make_weights(a, "llama-weights"), os.path.join(submit, "export")
     env = {k: v for k, v in env.items() if k != "SHARDTRAIN_HOME"}
-    cmd = ["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1",
+    cmd = ["sbatch", "--parsable", *SHARED_NODE,
            os.path.join(a.repo, "slurm/train.sbatch"), "--profile", "cpu", "--weights", weights, "--data", a.data,
            "--steps", "6", "--save-model", export, "--skip-preflight", "--", *TRAIN_EXTRA]
     p = run(cmd, env, cwd=submit)
@@ -399,7 +414,8 @@ def case_mpirun_finetune(a, env):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=["training", "requeue", "failfast", "sweep", "scancel", "timelimit", "finetune",
+    ap.add_argument("case", choices=["training", "requeue", "failfast", "sweep", "scancel", "timelimit_submit", "timelimit",
+                                     "finetune",
                                      "mpirun", "mpirun_sigterm", "mpirun_finetune"])
     for opt in ("--repo", "--bin", "--data", "--tmp"):
         ap.add_argument(opt, required=True)
