@@ -1,5 +1,10 @@
 #include "shardtrain/cuda/cuda_handles.h"
 
+#include <dlfcn.h>
+#include <link.h>
+
+#include <mutex>
+#include <string>
 #include <utility>
 
 #include "shardtrain/runtime/error.h"
@@ -75,7 +80,36 @@ int device_count() {
     cudaGetLastError();
     return 0;
   }
+  if (n > 0) load_torch_cuda();
   return n;
+}
+
+namespace {
+// The directory libtorch_cpu.so was loaded from ("" if unknown): libtorch_cuda.so lies beside it.
+std::string torch_lib_dir() {
+  void* h = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD);
+  link_map* m = nullptr;
+  if (!h || dlinfo(h, RTLD_DI_LINKMAP, &m) != 0 || !m || !m->l_name) return "";
+  const std::string path = m->l_name;
+  return path.substr(0, path.rfind('/') + 1);
+}
+}  // namespace
+
+void load_torch_cuda() {
+#ifdef SHARDTRAIN_TORCH_CUDA
+  static std::once_flag once;
+  static std::string failed;
+  std::call_once(once, [] {
+    const int flags = RTLD_NOW | RTLD_GLOBAL;  // global: its kernels register with LibTorch's
+    if (dlopen("libtorch_cuda.so", flags)) return;
+    const std::string first = dlerror();
+    const std::string beside = torch_lib_dir() + "libtorch_cuda.so";
+    if (!dlopen(beside.c_str(), flags)) failed = first + "; " + dlerror();
+  });
+  if (!failed.empty())
+    throw runtime::Error("a CUDA device is visible, but LibTorch's CUDA library did not load (" +
+                         failed + "): is the torch package a CUDA build, with NVIDIA's wheels?");
+#endif
 }
 
 DeviceInfo device_info(int device) {
@@ -83,7 +117,7 @@ DeviceInfo device_info(int device) {
   CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   char bus[32] = {};
   CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus, device));
-  return {p.name, p.totalGlobalMem, p.multiProcessorCount, bus};
+  return {p.name, p.totalGlobalMem, p.multiProcessorCount, bus, p.major, p.minor};
 }
 
 void device_synchronize() { CUDA_CHECK(cudaDeviceSynchronize()); }

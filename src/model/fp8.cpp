@@ -14,6 +14,7 @@
 #define SHARDTRAIN_FP8_KERNELS 1
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include "shardtrain/cuda/cuda_handles.h"
 #include "shardtrain/cuda/kernels/fp8_kernels.h"
 #include "shardtrain/model/kernel_launch.h"
 #endif
@@ -275,10 +276,10 @@ std::string fp8_shape_problem(const ModelConfig& cfg) {
 std::string fp8_device_problem(const at::Device& device) {
   if (!device.is_cuda()) return "the CPU has no float8 tensor cores";
 #ifdef SHARDTRAIN_FP8_KERNELS
-  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
-  if (p->major * 10 + p->minor < 89)
-    return std::string(p->name) + " (compute capability " + std::to_string(p->major) + "." +
-           std::to_string(p->minor) + ") has no float8 tensor cores (8.9 or newer: L40S, H100, " +
+  const cuda::DeviceInfo p = cuda::device_info(device.index());
+  if (p.major * 10 + p.minor < 89)
+    return p.name + " (compute capability " + std::to_string(p.major) + "." +
+           std::to_string(p.minor) + ") has no float8 tensor cores (8.9 or newer: L40S, H100, " +
            "H200)";
   return "";
 #else

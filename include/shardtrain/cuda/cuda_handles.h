@@ -50,14 +50,20 @@ struct DeviceInfo {
   std::string name;
   size_t total_memory = 0;
   int multiprocessors = 0;
-  std::string pci_bus_id;  // e.g. 0000:53:00.0, to match nvidia-smi and DCGM
+  std::string pci_bus_id;    // e.g. 0000:53:00.0, to match nvidia-smi and DCGM
+  int major = 0, minor = 0;  // compute capability, e.g. 9.0 (H100, H200)
 };
 
 // The stream LibTorch launches on now on this thread (its current stream; a CPU-only LibTorch
 // launches nothing, and this is the per-thread default stream).
 cudaStream_t current_stream();
 
-int device_count();  // 0 when there is no driver or no device
+// 0 when there is no driver or no device. Where there is one, LibTorch's CUDA half is loaded
+// (load_torch_cuda) before this returns, so every path to a GPU passes through here first.
+int device_count();
+// Loads libtorch_cuda (LibTorch's CUDA kernels: a CUDA tensor needs it), once; throws when it
+// cannot. Not linked: it and the libraries it needs would load in every process, GPU or not.
+void load_torch_cuda();
 DeviceInfo device_info(int device);
 void set_device(int device);
 int current_device();
