@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "mpi_gtest_main.h"
+#include "oracle/from_root.h"
 #include "oracle/trainer.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
@@ -176,8 +177,8 @@ Gaps compare(const Case& c, int n) {
   // first step's norm is also held against the single-rank trainer (no adapters: not for LoRA).
   // In fp32 always; under bf16 it steps every step, bf16's own error the yardstick.
   const bool bf16 = c.dtype == at::kBFloat16;
-  std::optional<oracle::Trainer> ref;
-  if (!c.lora) {
+  std::optional<oracle::Trainer> ref;  // rank 0's alone (oracle/from_root.h)
+  if (!c.lora && g_env->rank() == 0) {
     oracle::TrainConfig tc;
     tc.adamw = oc.adamw;
     ref.emplace(c.model, tc, model::ParamStore::load(c.model, weights));
@@ -196,8 +197,9 @@ Gaps compare(const Case& c, int n) {
     }
     const double ncp = ocp.step(3e-3, cp.grad_shards()), none = oone.step(3e-3, one.grad_shards());
     g.grad = std::max(g.grad, rel_gap(ncp, none));
-    if ((s == 0 || bf16) && ref) {
-      const oracle::StepResult r = ref->step({b}, 3e-3);
+    if ((s == 0 || bf16) && !c.lora) {
+      const oracle::StepResult r =
+          oracle::from_root(ref ? ref->step({b}, 3e-3) : oracle::StepResult{});
       if (s == 0) g.anchor = rel_gap(ncp, r.grad_norm);
       g.floor_loss = std::max(g.floor_loss, rel_gap(r1.loss, r.loss));
       g.floor_grad = std::max(g.floor_grad, rel_gap(none, r.grad_norm));
@@ -209,9 +211,12 @@ Gaps compare(const Case& c, int n) {
   EXPECT_EQ(cp.host_offload() != nullptr, c.offload) << c.what;
   const auto pc = c.lora ? cp.full_adapters() : cp.full_parameters();
   const auto p1 = c.lora ? one.full_adapters() : one.full_parameters();
-  if (bf16)  // bf16 is not a LoRA case here: ref holds the fp32 trainer's parameters
-    for (const auto& [name, t] : ref->params().named())
-      g.floor_param = std::max(g.floor_param, rel(p1.at(name), t.detach()));
+  if (bf16) {  // bf16 is not a LoRA case here: ref holds the fp32 trainer's parameters
+    if (ref)
+      for (const auto& [name, t] : ref->params().named())
+        g.floor_param = std::max(g.floor_param, rel(p1.at(name), t.detach()));
+    g.floor_param = oracle::from_root(g.floor_param);
+  }
   // Absolute: LoRA's B starts at zero, so a relative gap of its small values says little.
   for (const auto& [name, t] : p1) {
     g.param = std::max(g.param, (pc.at(name) - t).abs().max().item<double>());
