@@ -12,8 +12,8 @@ system_ld_path=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -vxF -e
 fabric_lib=${SHARDTRAIN_FABRIC_LIB:-/opt/amazon/efa/lib}
 [ -e "$fabric_lib/libfabric.so.1" ] || fabric_lib=
 bundle_ld_path=${fabric_lib:+$fabric_lib:}$root/lib${system_ld_path:+:$system_ld_path}
-# No ssh or rsh (a container, a minimal image): Open MPI's rsh launcher aborts even on one node
-# (a run without mpirun starts no orted: shardtrain sets ess_singleton_isolated). The isolated launcher starts ranks
+# No ssh or rsh (a container, a minimal image): Open MPI's rsh launcher aborts even on one node,
+# and so does a singleton (its orted selects a launcher too). The isolated launcher starts ranks
 # on this node only, which is all that can work without ssh. Not in a Slurm allocation (Open MPI
 # uses Slurm's launcher there) nor when the caller chose a launcher or an rsh agent.
 if [ -z "${OMPI_MCA_plm:-}${OMPI_MCA_plm_rsh_agent:-}${SLURM_JOB_ID:-}" ] \

@@ -95,10 +95,6 @@ MpiEnv::MpiEnv(int* argc, char*** argv) {
     // faster here (docs/checkpoint-format.md). A value the user exported wins.
     setenv("OMPI_MCA_io_ompio_bytes_per_agg", "1048576", /*overwrite=*/0);
     setenv("OMPI_MCA_io_ompio_cycle_buffer_size", "1048576", 0);
-    // A process started without mpirun or srun is a world of one: it needs no orted beside it
-    // (a fork and 0.15 s at every start, and a launcher that fails where no ssh exists).
-    // The setting reaches only Open MPI's singleton start; a launched rank never reads it.
-    setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &thread_level_));
     owns_ = true;
   } else {
