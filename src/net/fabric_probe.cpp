@@ -18,6 +18,12 @@ namespace {
 // process, and each calibrates its clock at load (0.2 s of sleeping at every start).
 struct Fabric {
   void* lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+  Fabric() = default;
+  Fabric(const Fabric&) = delete;
+  Fabric& operator=(const Fabric&) = delete;
+  ~Fabric() {
+    if (lib) dlclose(lib);
+  }
   template <class F>
   F* fn(const char* name) const {
     return lib ? reinterpret_cast<F*>(dlsym(lib, name)) : nullptr;

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include "cuda/gpu_skip.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include "shardtrain/cuda/cuda_handles.h"
 #endif
@@ -17,7 +18,7 @@ bool add_has_cuda_kernel() {
 
 TEST(TorchCuda, LoadedWhereAGpuIsFoundAndItsKernelsRegister) {
 #ifndef SHARDTRAIN_TORCH_CUDA
-  GTEST_SKIP() << "this build has no CUDA LibTorch";
+  GTEST_SKIP() << no_gpu_reason();  // the shared reason: this build has no CUDA LibTorch
 #else
   if (shardtrain::cuda::device_count() == 0) {  // here, as on every machine without a GPU
     EXPECT_EQ(dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_NOLOAD), nullptr)
