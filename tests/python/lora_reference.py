@@ -55,7 +55,9 @@ def quantize(x, dtype, rowwise):
     the factor that undoes the scale."""
     x = x.float()
     amax = x.abs().amax(dim=1, keepdim=True) if rowwise else x.abs().amax()
-    scale = FP8_MAX[dtype] / amax.clamp_min(1e-12)
+    # torchao's amax_to_scale: max / amax in float64, rounded to fp32 (Python's `max / tensor` is
+    # reciprocal(tensor) * max, an ulp off at times, which can tip a value across a rounding tie)
+    scale = (FP8_MAX[dtype] / amax.clamp_min(1e-12).double()).float()
     q = (x * scale).clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
     return q.float(), scale.reciprocal()
 
