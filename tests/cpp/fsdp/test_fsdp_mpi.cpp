@@ -38,11 +38,12 @@ constexpr uint64_t kSeed = 5;
 // --fp8 at a layout against one rank. Float8 amplifies a summation-order difference: a value
 // tipped across a rounding tie moves by 1/8 (e4m3) or 1/4 (e5m2) of itself and the change spreads.
 // So the fp8 cases take the unfused loss, as the single-rank trainer does (the chunked loss's sums
-// tipped ties on an AMD EPYC (AVX2) machine, not on earlier ones), and step 1 is the same computation on
-// every rank: its gradient norm within fp32's 1e-5. Step 2 starts from weights that differ by the
-// reductions' order, and AdamW turns a changed near-zero gradient into a full lr-sized move: the
-// losses within kFp8Layouts, the weights after two steps within kFp8Params (measured up to 4.7e-3,
-// at 4 ranks; a wrong scale or layout moves losses by the float8-vs-fp32 gap, 3e-4 to 1e-3).
+// tipped ties on an AMD EPYC (AVX2) machine, not on earlier ones), and step 1 is the same
+// computation on every rank: its gradient norm within fp32's 1e-5. Step 2 starts from weights that
+// differ by the reductions' order, and AdamW turns a changed near-zero gradient into a full
+// lr-sized move: the losses within kFp8Layouts, the weights after two steps within kFp8Params
+// (measured up to 4.7e-3, at 4 ranks; a wrong scale or layout moves losses by the float8-vs-fp32
+// gap, 3e-4 to 1e-3).
 constexpr double kFp8Layouts = 1e-4, kFp8Params = 1e-2;
 
 // The tiny preset with 514 tokens: at a shard group of 3 (or 6) no unit's flat size divides, so
