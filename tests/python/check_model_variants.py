@@ -15,8 +15,8 @@ random model written by transformers' save_pretrained (biases drawn non-zero, so
   the weights' change within 1% of transformers' change, in L2, and no weight further than 2e-4
   from transformers': AdamW's step is about lr = 1e-3 per weight whatever the gradient, so float
   rounding in a near-zero gradient can move a weight by a fraction of it), and the `--save-model`
-  export reloads in transformers with the loss `shardtrain eval` gives it, its config.json keeping
-  the variant;
+  export reloads in transformers with the loss shardtrain gives the trained weights (the run's
+  validation after its last step, over check_hf_export's rows), its config.json keeping the variant;
 - Qwen2 (biases, tied head) resumes at 1 rank from a checkpoint written at 2: its step-3 loss and
   weights equal the straight run's;
 - tied variants also train LoRA adapters (the base, tied head included, frozen): 2 ranks give 1 rank's
@@ -216,7 +216,9 @@ for name, (config_class, extra) in VARIANTS.items():
     export = os.path.join(WORK, name + "-export")
     metrics = os.path.join(WORK, name + "-metrics.jsonl")
     ranks = 1 if name in ONE_RANK and not FULL else 2
-    p = subprocess.run(launch(ranks) + [BIN, "train", "--weights", d,
+    # Validated after the last step over check_hf_export's rows: the loss of the weights it exports.
+    val = ["--val-data", DATA, "--val-every", str(STEPS), "--val-batches", str(check_hf_export.ROWS // (ROWS * ranks))]
+    p = subprocess.run(launch(ranks) + [BIN, "train", "--weights", d, *val,
                         "--data", small, "--steps", str(STEPS), "--batch-size", str(ROWS), "--threads", "1",
                         "--sharding", "full_shard", "--lr", "1e-3", "--lr-schedule", "constant", "--warmup-steps", "0",
                         "--weight-decay", "0.1", "--beta1", "0.9", "--beta2", "0.95", "--grad-clip", "1",
@@ -246,9 +248,12 @@ for name, (config_class, extra) in VARIANTS.items():
         all(reread.rope_parameters.get(k) == v for k, v in extra.get("rope_scaling", {}).items()) and \
         config["model_type"] == model.config.model_type
     check(kept, f"{name}: the export's config.json keeps model_type {model.config.model_type} and {extra}")
-    ours, theirs = shardtrain_eval(export), transformers_loss(export)
+    validated = [s["val_loss"] for s in steps if "val_loss" in s]
+    ours, theirs = validated[-1] if validated else float("nan"), transformers_loss(export)
     rel = abs(ours - theirs) / abs(theirs)
-    check(rel <= 2e-5, f"{name}: export's eval loss {ours:.7f}, transformers {theirs:.7f} (rel {rel:.1e})")
+    check(len(validated) == 1 and rel <= 2e-5,
+          f"{name}: the trained weights' loss {ours:.7f} (validated once, after step {STEPS}), transformers "
+          f"loading the export {theirs:.7f} (rel {rel:.1e})")
     if model.config.tie_word_embeddings and (FULL or name == "qwen2_tied"):
         lora_check(name, d)
     if name == "qwen2_tied":

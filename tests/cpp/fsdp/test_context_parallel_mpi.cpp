@@ -1,4 +1,4 @@
-// Context parallelism under mpirun against the same world without it: with rows of 2048 tokens
+// Context parallelism under mpirun against the same world without it: with rows of 1024 tokens
 // and more, a group of N ranks sharing each row (zigzag chunks, ring attention) must train what
 // whole rows train, within 1e-5 in fp32: the loss of every step, the gradient shards of the
 // first (relative), and the parameters after three AdamW steps (absolute). Padded and packed rows,
@@ -31,7 +31,8 @@ using fsdp::Sharding;
 
 namespace {
 runtime::MpiEnv* g_env = nullptr;
-constexpr int64_t kRows = 2, kSeq = 2048, kSteps = 3;
+// 1024 tokens: at groups of 2 and 3 a block's scores still exceed the ring's span of 2^18.
+constexpr int64_t kRows = 2, kSeq = 1024, kSteps = 3;
 constexpr uint64_t kSeed = 11;
 constexpr double kTol = 1e-5;  // fp32: the ring's block sums against SDPA's, nothing coarser
 
@@ -46,7 +47,7 @@ model::ModelConfig tiny() {
 model::ModelConfig sliding() {
   model::ModelConfig m = tiny();
   m.model_type = "mistral";
-  m.sliding_window = 300;
+  m.sliding_window = 150;
   return m;
 }
 
@@ -57,8 +58,8 @@ model::Batch padded_batch(int64_t step, int64_t seq, int64_t rows = kRows) {
   b.tokens = at::randint(3, 512, {rows, seq}, gen, at::kLong);
   b.labels = b.tokens.clone();
   b.labels.narrow(1, 0, 5).fill_(-100);
-  b.tokens[rows - 1].narrow(0, seq - 400, 400).fill_(0);
-  b.labels[rows - 1].narrow(0, seq - 400, 400).fill_(-100);
+  b.tokens[rows - 1].narrow(0, seq - 200, 200).fill_(0);
+  b.labels[rows - 1].narrow(0, seq - 200, 200).fill_(-100);
   return b;
 }
 
@@ -67,7 +68,7 @@ model::Batch padded_batch(int64_t step, int64_t seq, int64_t rows = kRows) {
 model::Batch packed_batch(int64_t step, int64_t seq) {
   model::Batch b = padded_batch(step, seq);
   b.positions = at::empty({kRows, seq}, at::kLong);
-  const std::vector<std::vector<int64_t>> docs = {{700, 100, 257, 900}, {seq / 2 + 3}};
+  const std::vector<std::vector<int64_t>> docs = {{350, 50, 129, 450}, {seq / 2 + 3}};
   for (int64_t r = 0; r < kRows; ++r) {
     int64_t at_ = 0;
     std::vector<int64_t> lens = docs[r];
@@ -275,10 +276,10 @@ TEST(ContextParallelMpi, PackedRowsEqualWholeRows) {
   expect_equal(c);
 }
 
-// 2050 tokens divide into 2N chunks for no N here: every row is padded to the next multiple.
+// 1030 tokens divide into 2N chunks for no N here: every row is padded to the next multiple.
 TEST(ContextParallelMpi, RowsThatDoNotDivideArePadded) {
   Case c{"uneven packed"};
-  c.seq = 2050;
+  c.seq = 1030;
   c.packed = true;
   expect_equal(c);
 }
@@ -322,6 +323,9 @@ TEST(ContextParallelMpi, AccumulationFusedLayersOffloadAndBf16) {
   Case bf16{"bf16, fused layers"};
   bf16.dtype = at::kBFloat16;
   bf16.fused = true;
+  bf16.seq =
+      2 *
+      kSeq;  // bf16's loss yardstick needs the tokens: over 1024 it measured 5.0e-6, the gap 5.5e-6
   for (const Case& c : {accum, fused, offload, bf16}) expect_equal(c);
 }
 
