@@ -7,8 +7,7 @@ conversational form:
   - prepare's rows are TRL's tokenization: prompt + chosen and prompt + rejected, the loss mask on
     the answer (TRL's prompt_ids / chosen_ids / rejected_ids);
   - DPO's loss, gradient norm (before clipping) and metrics at steps 1..4 (the last after 3 AdamW
-    steps, clipped) equal TRL's
-    DPOTrainer's on the same pairs (the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
+    steps, clipped) equal TRL's DPOTrainer's on the same pairs (the strings' rows) (the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
     (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
     gradient accumulation and every sharding strategy, and with --dpo-loss ipo;
   - --reference-logps from `eval --save-logps` trains the same losses as the reference model;
@@ -93,9 +92,9 @@ def lora_adapter(base, out, trained):
     return model
 
 
-def trl_run(model, tokenizer, pairs, out, loss_type="sigmoid"):
+def trl_run(model, tokenizer, pairs, out, loss_type="sigmoid", train=True):
     """TRL's losses at each step (recorded from compute_loss, unrounded), each step's logged
-    metrics and gradient norm, and its tokenized dataset."""
+    metrics and gradient norm, and its tokenized dataset (alone, without training: train=False)."""
     from datasets import Dataset
     from trl import DPOConfig, DPOTrainer
 
@@ -116,6 +115,8 @@ def trl_run(model, tokenizer, pairs, out, loss_type="sigmoid"):
                      dataloader_num_workers=0)
     trainer = Recording(model=model, args=args, train_dataset=Dataset.from_list(pairs),
                         processing_class=tokenizer)
+    if not train:
+        return [], [], trainer.train_dataset
     trainer.train()
     logs = [h for h in trainer.state.log_history if "rewards/chosen" in h]
     return Recording.losses, logs, trainer.train_dataset
@@ -315,18 +316,20 @@ def main(binary, chat_ref, out):
         report = shardtrain(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output", data,
                                      "--format", "preference", "--seq-len", str(SEQ)])
         check(f"{PAIRS} pairs -> {2 * PAIRS} rows" in report, f"{form}: prepare reports pairs: {report.splitlines()[-1]}")
-        trl_losses, trl_logs, dataset = trl_run(load(base), tokenizer, pairs, os.path.join(out, f"trl-{form}"))
+        # The conversational rows are TRL's; training on rows is the strings' case below.
+        trl_losses, trl_logs, dataset = trl_run(load(base), tokenizer, pairs, os.path.join(out, f"trl-{form}"),
+                                                train=form == "strings")
         check_rows(form, data, dataset)
-        ours = dpo_train(binary, base, data, os.path.join(out, f"run-{form}"))
-        compare(f"{form}, full, 1 rank", ours, trl_losses, trl_logs)
         if form != "strings":
             continue
+        ours = dpo_train(binary, base, data, os.path.join(out, f"run-{form}"))
+        compare(f"{form}, full, 1 rank", ours, trl_losses, trl_logs)
         check_resume_and_validation(binary, tok_dir, base, out, ours)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-unfused"), extra=["--loss-chunk", "off"])
         compare("strings, full, unfused head (--loss-chunk off)", ours, trl_losses, trl_logs)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-np2"), ranks=2, accum=2)
         compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_logs)
-        for strategy in (["shard_grad_op"], ["no_shard"], ["hybrid_shard", "--ranks-per-node", "1"]):
+        for strategy in (["shard_grad_op"], ["no_shard"]):  # hybrid_shard: the 4-rank layout below
             ours = dpo_train(binary, base, data, os.path.join(out, f"run-{strategy[0]}"), ranks=2,
                              extra=["--sharding", *strategy])
             compare(f"strings, full, 2 ranks, {' '.join(strategy)}", ours, trl_losses, trl_logs)
