@@ -118,12 +118,14 @@ std::pair<double, double> gaps(const at::Tensor& a, const at::Tensor& b) {
 
 // Every setting against none: the same loss and gradients.
 // Under --fp8 selective checkpointing's recomputed norms round differently in the last bit, and
-// now and then that moves one gradient element across an e5m2 rounding boundary (a quarter of
-// it): gradients are held to 1e-4 (norm) and 1e-3 (an element) there; losses stay exact.
+// now and then that moves a gradient element across an e5m2 rounding boundary (a quarter of it),
+// which LoRA's GEMMs then spread: on an AVX-512 EPYC Qwen2's tensorwise LoRA case measured 8.4e-4
+// (norm) and 1.9e-3 (an element). Gradients are held to 2e-3 and 5e-3 there, under float8's own
+// gap to fp32 (2e-2), so a recompute that left float8 still fails; losses stay exact.
 void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& cfg, bool packed,
                            const std::string& what) {
   const bool fp8 = cfg.fp8 != model::Fp8Mode::kOff;
-  const double norm_bound = fp8 ? 1e-4 : 1e-6, element_bound = fp8 ? 1e-3 : 1e-6;
+  const double norm_bound = fp8 ? 2e-3 : 1e-6, element_bound = fp8 ? 5e-3 : 1e-6;
   const model::Batch b = global_batch(packed);
   const Outcome none = run(m, cfg, kSettings[0], b);
   ASSERT_GT(none.grads.abs().max().item<double>(), 0) << what << ": no gradient to compare";
