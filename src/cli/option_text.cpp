@@ -37,7 +37,8 @@ constexpr Foreign kForeign[] = {
     {"bf16", "shardtrain's equivalent is --param-dtype bf16"},
     {"pure-bf16", "shardtrain's equivalent is --param-dtype bf16"},
     {"fp16", "shardtrain does not train in fp16: bf16 (--param-dtype bf16) is what it supports"},
-    {"per-device-train-batch-size", "shardtrain's equivalent is --batch-size (rows per rank)"},
+    {"per-device-train-batch-size",
+     "shardtrain's equivalent is --batch-size (rows per rank; pairs under --objective dpo)"},
     {"batch-size-training", "shardtrain's equivalent is --batch-size (rows per rank)"},
     {"num-train-epochs", "shardtrain's equivalent is --epochs"},
     {"num-epochs", "shardtrain's equivalent is --epochs"},
@@ -61,6 +62,18 @@ constexpr Foreign kForeign[] = {
      "(checkpoints)"},
     {"resume-from-checkpoint", "shardtrain's equivalent is --resume (auto, or a checkpoint)"},
     {"use-peft", "shardtrain's equivalent is --lora-rank R (R > 0)"},
+    {"lora-target-modules", "shardtrain's equivalent is --lora-targets"},
+    {"target-modules", "shardtrain's equivalent is --lora-targets"},
+    // TRL's DPOConfig and SFTConfig. --beta alone would suggest AdamW's --beta1/--beta2.
+    {"beta", "shardtrain's equivalent is --dpo-beta (AdamW's betas are --beta1 and --beta2)"},
+    {"loss-type", "shardtrain's equivalent is --dpo-loss (sigmoid or ipo)"},
+    {"precompute-ref-log-probs",
+     "shardtrain's equivalent is --reference-logps FILE (written by eval --save-logps)"},
+    // A row's length is prepare's (and plan's) --seq-len; train takes the rows --data holds.
+    {"max-length", "shardtrain's equivalent is --seq-len (tokens per row, prompt and answer)"},
+    {"max-length", "--data's rows keep the length they were prepared with (prepare --seq-len)"},
+    {"max-seq-length", "shardtrain's equivalent is --seq-len (tokens per row)"},
+    {"max-seq-length", "--data's rows keep the length they were prepared with (prepare --seq-len)"},
 };
 
 // Optimal string alignment distance: edits, with a swap of neighbours as one.
@@ -93,7 +106,7 @@ std::string suggestion(const std::string& name, const std::vector<std::string>& 
     if (name != f.flag) continue;
     const std::string advice = f.advice;
     const size_t at = advice.find("--");
-    const std::string target = advice.substr(at + 2, advice.find_first_of(" ,)", at) - at - 2);
+    const std::string target = advice.substr(at + 2, advice.find_first_of(" ,)'", at) - at - 2);
     if (all.find_nothrow(target, false)) return advice;
   }
   if (std::find(options.begin(), options.end(), name) != options.end())

@@ -101,8 +101,8 @@ void check_objective(const PreferenceOptions& p, int64_t context_parallel,
 
 void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
                 int64_t batch_size, int rank) {
-  if (engine.data_world() != engine.groups().world->size())
-    throw runtime::UsageError("--save-logps with --context-parallel: use --context-parallel 1");
+  if (engine.data_world() != engine.groups().world->size())  // parse_eval refuses it
+    throw runtime::Error("--save-logps with --context-parallel: use --context-parallel 1");
   std::vector<double> logps(static_cast<size_t>(data.rows()), 0.0);
   train::for_each_batch(
       data, batch_size, 0, engine.data_rank(), engine.data_world(), [&](const model::Batch& b) {

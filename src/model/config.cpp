@@ -75,6 +75,13 @@ void require(bool ok, const std::string& msg) {
   if (!ok) throw runtime::UsageError(msg);
 }
 
+// Checked as soon as config.json names the family: another family's fields are not to be judged.
+void require_family(const std::string& name, const std::string& model_type) {
+  require(std::find(model_types().begin(), model_types().end(), model_type) != model_types().end(),
+          name + ": model_type is " + model_type +
+              ", which shardtrain does not implement (it implements llama, mistral and qwen2)");
+}
+
 }  // namespace
 
 void ModelConfig::validate() const {
@@ -88,9 +95,7 @@ void ModelConfig::validate() const {
   pos(num_heads, "--n-heads", "num_attention_heads");
   pos(num_kv_heads, "--n-kv-heads", "num_key_value_heads");
   pos(max_position_embeddings, "--max-seq-len", "max_position_embeddings");
-  require(std::find(model_types().begin(), model_types().end(), model_type) != model_types().end(),
-          name + ": model_type is " + model_type +
-              ", which shardtrain does not implement (it implements llama, mistral and qwen2)");
+  require_family(name, model_type);
   require(explicit_head_dim >= 0, name + ": head_dim must be positive");
   require(explicit_head_dim > 0 || hidden_size % num_heads == 0,
           "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
@@ -243,6 +248,7 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
       throw runtime::UsageError("--model " + origin +
                                 ": \"model_type\" must be a string such as \"llama\"");
     c.model_type = j["model_type"].get<std::string>();
+    require_family(origin, c.model_type);
   }
   c.vocab_size = get("vocab_size", int64_t{32000}, true);
   c.hidden_size = get("hidden_size", int64_t{0}, true);

@@ -224,6 +224,10 @@ def check_bad_input(binary, tok_dir, base, data, out):
     rc, text = run_rc(binary, ["train", "--weights", base, "--data", data, "--steps", "1", "--objective", "dpo",
                                "--context-parallel", "2"], ranks=2)
     check(rc == 2 and "--context-parallel" in text, "DPO with --context-parallel exits 2 naming the option")
+    rc, text = run_rc(binary, ["eval", "--weights", base, "--data", data, "--save-logps", os.path.join(out, "cp.h5"),
+                               "--context-parallel", "2"], ranks=2)
+    check(rc == 2 and "--save-logps with --context-parallel 2" in text and "bytes of weights" not in text,
+          "eval --save-logps with --context-parallel exits 2 with its reason, before loading the weights")
     rc, text = run_rc(binary, ["train", "--weights", base, "--data", data, "--steps", "1", "--objective", "dpo",
                                "--reference-logps", os.path.join(out, "ref-logps.h5")])
     check(rc == 0, "a run with --reference-logps of its own file runs")

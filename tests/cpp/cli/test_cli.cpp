@@ -410,6 +410,13 @@ TEST(Cli, UnknownOptionsNameTheNearestOrTheEquivalent) {
   expect_usage_error("train --model tiny --output-dir x",
                      "--save-model DIR (the final model) or --checkpoint-dir");
   expect_usage_error("train --model tiny --resume-from-checkpoint x", "equivalent is --resume");
+  // TRL's names: --beta is DPO's, not AdamW's.
+  expect_usage_error("train --model tiny --beta 0.5",
+                     "unknown option --beta; shardtrain's equivalent is --dpo-beta");
+  expect_usage_error("train --model tiny --loss_type ipo", "equivalent is --dpo-loss");
+  expect_usage_error("train --model tiny --max_length 512",
+                     "--data's rows keep the length they were prepared with (prepare --seq-len)");
+  expect_usage_error("prepare --max-length 512", "equivalent is --seq-len");
   expect_usage_error("generate --bf16", "equivalent is --param-dtype bf16");
   expect_usage_error("eval --learning-rate 1",
                      "unknown option --learning-rate; see --help");  // eval has no --lr
