@@ -14,6 +14,7 @@
 #include "shardtrain/cli/reference.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/obs/prometheus.h"
+#include "shardtrain/runtime/logging.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -55,6 +56,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   EvalOptions o = parse_on_every_rank([&] { return parse_eval(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
+  runtime::log::info_to_stderr();  // stdout: the JSON line and its summary, nothing else
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   check_groups(o.fsdp, env);
@@ -111,6 +113,8 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   }
   if (!o.save_logps.empty()) {
     save_logps(o.save_logps, *setup.engine, *data, per_rank, env.rank());
+    j["logps_file"] = o.save_logps;  // the JSON line says what was written, never null
+    j["rows"] = data->rows();
     line += std::string(line.empty() ? "" : "\n") + "answer log-probabilities of " +
             std::to_string(data->rows()) + " rows -> " + o.save_logps;
   }

@@ -349,7 +349,11 @@ def main(binary, chat_ref, out):
                          extra=["--cpu-offload"])
         compare("strings, full, 2 ranks x 2 micro-batches, --cpu-offload", ours, trl_losses, trl_logs)
         logps = os.path.join(out, "ref-logps.h5")
-        shardtrain(binary, ["eval", "--weights", base, "--data", data, "--save-logps", logps])
+        r = subprocess.run([binary, "eval", "--weights", base, "--data", data, "--save-logps", logps, "--threads", "1"],
+                           capture_output=True, text=True)
+        first = json.loads(r.stdout.splitlines()[0]) if r.returncode == 0 and r.stdout else None
+        check(isinstance(first, dict) and first.get("rows") == 2 * PAIRS and "INFO" not in r.stdout,
+              f"eval --save-logps: stdout's first line is its JSON result ({r.stdout.splitlines()[:1]}), the logs on stderr")
         ours = dpo_train(binary, base, data, os.path.join(out, "run-logps"), extra=["--reference-logps", logps])
         compare("strings, full, --reference-logps", ours, trl_losses, trl_logs)
         check_bad_input(binary, tok_dir, base, data, out)
