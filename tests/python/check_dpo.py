@@ -7,7 +7,7 @@ conversational form:
   - prepare's rows are TRL's tokenization: prompt + chosen and prompt + rejected, the loss mask on
     the answer (TRL's prompt_ids / chosen_ids / rejected_ids);
   - DPO's loss, gradient norm (before clipping) and metrics at steps 1..4 (the last after 3 AdamW
-    steps, clipped) equal TRL's DPOTrainer's on the same pairs (the strings' rows) (the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
+    steps, clipped) equal TRL's DPOTrainer's on the same pairs (the strings' rows; the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
     (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
     gradient accumulation and every sharding strategy, and with --dpo-loss ipo;
   - --reference-logps from `eval --save-logps` trains the same losses as the reference model;

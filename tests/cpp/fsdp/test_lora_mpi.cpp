@@ -190,8 +190,8 @@ TEST(LoraMpi, Fp8BaseGemmsEqualPeftWithFloat8BaseLayers) {
     const std::string variant = std::string("fp8.") + model::fp8_mode_name(m) + ".";
     auto c = config();
     c.fp8 = m;
-    c.loss_chunk =
-        -1;  // transformers' loss: the chunked one's summation order can tip a float8 tie
+    // transformers' loss: the chunked one's summation order can tip a float8 tie.
+    c.loss_chunk = -1;
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
     const int64_t before = model::fp8_gemm_count();
     const auto r = eng.forward_backward(my_rows(f.batch, 1));
