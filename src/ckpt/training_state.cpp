@@ -194,11 +194,21 @@ class RunConfig : public Stateful {
                                                : nlohmann::json::object();
       return s.is_object() ? s : nlohmann::json::object();
     };
-    const nlohmann::json before = settings(saved.get_json(attr::kRunConfig)),
-                         now = settings(state_.run_config);
+    const nlohmann::json saved_run = saved.get_json(attr::kRunConfig);
+    const nlohmann::json before = settings(saved_run), now = settings(state_.run_config);
     const auto text = [](const nlohmann::json& v) {
       return v.is_string() ? v.get<std::string>() : v.dump();
     };
+    // DPO's reference (cli::reference_identity): another one makes another objective.
+    const auto reference = [](const nlohmann::json& run) {
+      return run.is_object() ? run.value("reference", std::string()) : std::string();
+    };
+    const std::string was = reference(saved_run), is = reference(state_.run_config);
+    if (!was.empty() && !is.empty() && was != is)
+      throw ResumeRefused("--resume: " + saved.origin() + " was trained by DPO against " + was +
+                          ", but this run's reference is " + is +
+                          ": its rewards and losses would be another objective's; resume with "
+                          "the same reference, or use another --checkpoint-dir");
     for (const auto& [name, value] : now.items()) {
       if (!before.contains(name) || before[name] == value) continue;
       runtime::log::warn_once("--" + name + " is " + text(value) + " in this run but was " +

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <thread>
 
+#include "option_parts.h"
 #include "shardtrain/ckpt/dir_lock.h"
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/cli/commands.h"
@@ -156,7 +157,8 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   initial.schedule_batch = loader.global_batch();
   initial.data = data::data_identity(*train, o.train.seed);
   initial.allow_data_change = o.ckpt.allow_data_change;
-  initial.run_config = nlohmann::json{{"args", o.args}, {"optimizer", o.optimizer_values}};
+  initial.run_config = nlohmann::json{{"args", o.args}, {"optimizer", o.resume_said}};
+  if (o.preference.enabled) initial.run_config["reference"] = reference_identity(o);
   ckpt::Manager checkpoints(o.ckpt, engine, optimizer, initial);
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);
@@ -178,7 +180,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     validator.set_reference(reference.val);
     runtime::log::info(std::string("objective: DPO (") +
                        runtime::enum_name(model::kPreferenceLossNames, o.preference.cfg.loss) +
-                       ", beta " + std::to_string(o.preference.cfg.beta) + ") against " +
+                       ", beta " + parts::round_trip(o.preference.cfg.beta) + ") against " +
                        reference.what + "; --batch-size counts pairs");
   }
   train::SignalHandler signals(*setup.groups.world, checkpoints.enabled(), o.train.on_signal);

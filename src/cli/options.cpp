@@ -545,9 +545,14 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   po::options_description all;
   all.add(visible).add(faults);
   parse_into(args, all, nullptr, &o.option_values);
-  for (const auto& d : optim.options())
-    for (const auto& [name, value] : o.option_values)
-      if (name == d->long_name()) o.optimizer_values[name] = value;
+  // A resume may change these, saying so in one line each (DPO's reference it refuses: run_config).
+  const auto said = [&o](const std::string& name) {
+    for (const auto& [n, value] : o.option_values)
+      if (n == name) o.resume_said[name] = value;
+  };
+  for (const auto& d : optim.options()) said(d->long_name());
+  if (pref.objective == "dpo")
+    for (const char* name : {"dpo-beta", "dpo-loss"}) said(name);
   if (o.common.wants_help()) {
     if (help_text)
       *help_text = usage_text(o.common, "Usage: shardtrain train --data F.h5 [options]",

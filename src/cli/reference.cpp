@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <filesystem>
+
 #include "shardtrain/data/data_identity.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
@@ -28,7 +30,25 @@ bool zero_adapter_output(const io::SafetensorsModel& adapter) {
   return true;
 }
 
+// Absolute: a resume may name the same file from another directory.
+std::string absolute(const std::string& path) {
+  return std::filesystem::absolute(path).lexically_normal().string();
+}
+
 }  // namespace
+
+std::string reference_identity(const TrainOptions& o) {
+  const PreferenceOptions& p = o.preference;
+  std::string id =
+      p.reference_logps.empty()
+          ? (o.weights.empty() ? "a random start (--seed " + std::to_string(o.train.seed) + ")"
+                               : "--weights " + absolute(o.weights)) +
+                (o.lora_init.empty() ? "" : " with --lora-init " + absolute(o.lora_init))
+          : "--reference-logps " + absolute(p.reference_logps);
+  if (!p.val_reference_logps.empty())
+    id += "; validation: --val-reference-logps " + absolute(p.val_reference_logps);
+  return id;
+}
 
 Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::TokenFile& train,
                          const data::TokenFile* val) {

@@ -302,6 +302,18 @@ def check_resume_and_validation(binary, tok_dir, base, out, uninterrupted):
     check(rc == 2 and "--objective dpo" in text, "eval of a preference file without --objective dpo exits 2 naming it")
     rc, text = run_rc(binary, ["eval", "--weights", trained, "--data", val_data, "--objective", "dpo"])
     check(rc == 2 and "--reference-logps" in text, "eval --objective dpo of a full model without a reference exits 2")
+    # Resumed with other DPO settings: each change said in one line, as --lr's; against another
+    # reference (other starting weights): refused before anything trains.
+    resume = ["train", "--data", data, "--objective", "dpo", "--steps", str(STEPS), "--batch-size", str(PAIRS),
+              "--checkpoint-dir", ck, "--resume", "auto"]
+    for extra, says in ((["--dpo-beta", "0.5"], "--dpo-beta is 0.5 in this run but was 0.1"),
+                        (["--dpo-beta", str(BETA), "--dpo-loss", "ipo"], "--dpo-loss is ipo in this run but was sigmoid")):
+        rc, text = run_rc(binary, [*resume, "--weights", base, *extra])
+        check(rc == 0 and says in text, f"a resume with {' '.join(extra)} says '{says}'")
+    rc, text = run_rc(binary, [*resume, "--weights", trained])
+    check(rc == 2 and "was trained by DPO against --weights " + os.path.abspath(base) in text
+          and "this run's reference is --weights " + os.path.abspath(trained) in text,
+          "a resume against other starting weights (another reference) exits 2 naming both")
 
 
 def main(binary, chat_ref, out):

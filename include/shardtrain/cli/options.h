@@ -61,7 +61,7 @@ struct TrainOptions {
   std::vector<std::pair<std::string, std::string>>
       option_values;  // every option's value, typed or default (MLflow's params)
   std::map<std::string, std::string>
-      optimizer_values;  // the optimizer's and schedule's options: a resume says which changed
+      resume_said;  // the optimizer's, schedule's and DPO's settings: a resume says which changed
   train::TrainConfig train;
   fsdp::FsdpConfig fsdp;
   optim::OptimizerConfig optim;

@@ -21,6 +21,12 @@ struct Reference {
   std::string what;                          // for the log: which reference this is
 };
 
+// What DPO's reference is, from the options alone (the checkpoint records it before any step):
+// --reference-logps's file, or the starting weights (--weights, --lora-init's adapters, or the
+// seed of a random start). A resume against another is refused: its rewards would be another
+// objective's.
+std::string reference_identity(const TrainOptions& o);
+
 // Collective. val may be null.
 Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::TokenFile& train,
                          const data::TokenFile* val);
