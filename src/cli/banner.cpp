@@ -132,13 +132,14 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
   b += buf;
   const int cp = g.context->size();  // a context group's ranks share their rows
   const std::string reader = cp > 1 ? "group of " + std::to_string(cp) + " ranks" : "rank";
+  const char* unit = f.format == "preference" ? "pairs" : "rows";  // --batch-size counts these
   std::snprintf(
       buf, sizeof buf,
-      "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %lld rows (%lld per %s "
+      "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %lld %s (%lld per %s "
       "x %lld "
       "accumulation x %d %s)%s\n",
       o.data.c_str(), static_cast<long long>(f.train_rows), static_cast<long long>(f.seq_len),
-      f.packing.c_str(), f.format.c_str(), static_cast<long long>(f.global_batch),
+      f.packing.c_str(), f.format.c_str(), static_cast<long long>(f.global_batch), unit,
       static_cast<long long>(t.batch_size), reader.c_str(), static_cast<long long>(t.grad_accum),
       topo.world / cp, cp > 1 ? "groups" : "ranks",
       o.val_data.empty()

@@ -168,6 +168,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (resumed && resumed->saved_global_batch > 0 &&
       resumed->saved_global_batch != loader.global_batch())
     runtime::log::info("resuming at global batch " + std::to_string(loader.global_batch()) +
+                       (train->preference() ? " pairs" : " rows") +
                        " (the checkpoint's run: " + std::to_string(resumed->saved_global_batch) +
                        "): epoch " + std::to_string(loader.state().epoch) + " from row " +
                        std::to_string(loader.state().row));

@@ -445,9 +445,9 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)")(
       "lora-init", po::value(&o.lora_init),
       "start LoRA from this PEFT adapter (adapter_config.json + adapter_model.safetensors): its "
-      "rank, alpha, targets and dropout")("batch-size",
-                                          po::value(&t.batch_size)->default_value(t.batch_size),
-                                          "micro-batch size per rank (rows of seq_len)");
+      "rank, alpha, targets and dropout")(
+      "batch-size", po::value(&t.batch_size)->default_value(t.batch_size),
+      "micro-batch size per rank (rows of seq_len; pairs under --objective dpo)");
   po::options_description train("Training");
   train.add_options()("steps", po::value(&t.steps)->default_value(t.steps),
                       "optimizer steps (0: --epochs worth); a resume at another global batch "

@@ -143,6 +143,7 @@ def dpo_train(binary, base, data, out, ranks=1, accum=1, extra=(), steps=STEPS, 
         given = flag in extra
         check((says in log) == given, f"{flag} {'given' if given else 'absent'}: "
               f"the banner {'says' if given else 'does not say'} '{says}'")
+    check(f"global batch {pairs} pairs" in log, f"the banner counts the global batch in pairs ({pairs})")
     with open(metrics) as f:
         return [json.loads(line) for line in f if line.strip()]
 
