@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "parser_refusal.h"
 #include "run_binary.h"
 #include "shardtrain/cli/options.h"
 
@@ -27,14 +28,6 @@ fsdp::ActivationCheckpointing train_ac(std::vector<std::string> args) {
 fsdp::ActivationCheckpointing plan_ac(std::vector<std::string> args) {
   args.insert(args.begin(), {"--model", "tiny", "--seq-len", "128"});
   return cli::parse_plan(args, nullptr).input.fsdp.activation_checkpointing;
-}
-
-void expect_usage_error(const std::string& args, const std::string& text) {
-  const Result r = run(args);
-  EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-  EXPECT_NE(r.out.find(text), std::string::npos) << "message should say '" << text << "':\n"
-                                                 << r.out;
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
 }
 
 std::vector<double> losses(const std::string& metrics) {

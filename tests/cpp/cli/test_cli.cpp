@@ -13,6 +13,7 @@
 #include <string>
 
 #include "one_line_errors.h"
+#include "parser_refusal.h"
 #include "run_binary.h"
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/model/generate.h"
@@ -30,14 +31,24 @@ const std::string kDemo = std::string(SHARDTRAIN_TEST_TMP) + "/demo";
 const std::string kData = " --data " + kDemo + "/train.h5 --val-data " + kDemo + "/train.val.h5 ";
 const std::string kTok = source("data/demo/tokenizer.model");
 
-void expect_usage_error(const std::string& args, const std::string& option) {
-  auto r = run(args);
-  EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-  EXPECT_NE(r.out.find(option), std::string::npos) << "message should name " << option << ":\n"
-                                                   << r.out;
-  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line:\n" << r.out;
-}
 }  // namespace
+
+// The parsers' refusals, checked in this process by expect_usage_error, reach the user through
+// main as the same message on one line, exit 2: an unknown option, a bad value, a bad value in a
+// --config file, for the commands that start MPI and for plan, which does not.
+TEST(Cli, ParserRefusalsReachTheUserAsOneLineAndExit2) {
+  const auto cfg = tmp("refused.cfg");
+  std::ofstream(cfg) << "model = tiny\nlr = -0.5\n";
+  for (const std::string& line :
+       std::vector<std::string>{"train --model tiny --lrr 3", "train --config " + cfg,
+                                "prepare --seq 64", "plan --model tiny --seq-len 0"}) {
+    const auto said = parser_refusal(line);
+    ASSERT_TRUE(said.has_value()) << line << ": the parser accepts it";
+    const Result r = run(line);
+    expect_one_line_exit2(r, *said);
+    EXPECT_EQ(r.out, "shardtrain: error: " + *said + "\n") << line;
+  }
+}
 
 TEST(Cli, UnknownPreset) { expect_usage_error("train --model llama2-8b", "--model"); }
 TEST(Cli, BadObservabilityOptions) {

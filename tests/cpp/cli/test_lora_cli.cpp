@@ -6,6 +6,7 @@
 
 #include <filesystem>
 
+#include "parser_refusal.h"
 #include "run_binary.h"
 
 using namespace testing_support;
@@ -38,16 +39,20 @@ int count(const std::string& s, const std::string& what) {
 }
 }  // namespace
 
+// The parser's refusals, in this process; the first also at 2 ranks, where every rank refuses.
 TEST(LoraCli, BadOptionsExit2NamingTheOption) {
   for (const auto& [args, opt] : std::vector<std::pair<std::string, std::string>>{
            {"--lora-rank -1", "--lora-rank"},
            {"--lora-rank 8 --lora-targets q_proj,lm_head", "--lora-targets"},
            {"--lora-rank 8 --lora-dropout 1", "--lora-dropout"},
            {"--lora-rank 8 --lora-dropout -0.5", "--lora-dropout"}}) {
-    auto r = run(kTrain + "--steps 1 " + args, mpirun(2));
-    EXPECT_EQ(r.code, 2) << args << "\n" << r.out;
-    EXPECT_NE(r.out.find("shardtrain: error: " + opt), std::string::npos) << r.out;
+    const auto said = parser_refusal(kTrain + "--steps 1 " + args);
+    ASSERT_TRUE(said.has_value()) << args;
+    EXPECT_EQ(said->rfind(opt, 0), 0u) << args << ": " << *said;
   }
+  auto r = run(kTrain + "--steps 1 --lora-rank -1", mpirun(2));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("shardtrain: error: --lora-rank"), std::string::npos) << r.out;
 }
 
 TEST(LoraCli, ResumesAtOtherWorldSizesAndRefusesAnotherBase) {
