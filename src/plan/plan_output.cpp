@@ -8,6 +8,7 @@
 
 #include "shardtrain/model/activation_memory.h"
 #include "shardtrain/plan/objective_text.h"
+#include "shardtrain/plan/remedy.h"
 #include "shardtrain/report/chart.h"
 
 namespace shardtrain::plan {
@@ -72,10 +73,11 @@ std::string ring_line(const PlanInput& in) {
   return out + line + "; ring-exp: the ring's share of the step that waits\n";
 }
 
-std::string size_list(const std::vector<int>& sizes) {
-  std::string out;
-  for (int n : sizes) out += (out.empty() ? "" : ", ") + std::to_string(n);
-  return out;
+// The headroom of the memory that binds: the host's per node where the offloaded state does not
+// fit it (a row the device alone would pass), else the device's.
+double binding_headroom(const PlanRow& r) {
+  return r.host_fits ? r.headroom
+                     : r.host_memory_bytes - static_cast<double>(r.host_bytes_per_node);
 }
 
 }  // namespace
@@ -110,7 +112,7 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
                   fsdp::sharding_name(r.sharding), r.nodes, r.ranks, r.shard_size,
                   gib(r.sharded_state()), gib(r.state_at_peak()), gib(r.gathered),
                   gib(r.activations), gib(other), gib(r.total), r.fits ? "yes" : "NO",
-                  gib(r.headroom), r.step_s, 100 * r.exposed_comm_s / r.step_s,
+                  gib(binding_headroom(r)), r.step_s, 100 * r.exposed_comm_s / r.step_s,
                   r.tokens_per_s_per_gpu, 100 * r.mfu, 100 * r.efficiency);
     os << line;
     if (offload) {
@@ -150,36 +152,7 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
        << " tokens/s per GPU, " << std::lround(gib(best->total)) << " GiB of "
        << std::lround(gib(in.gpu.memory_bytes)) << " GiB\n";
   else
-    os << "nothing fits: try "
-       << (in.fsdp.activation_checkpointing.mode == fsdp::Recompute::kFull &&
-                   in.fsdp.activation_checkpointing.every == 1
-               ? ""
-               : "--activation-checkpointing full, ")
-       << "more nodes, a smaller --batch-size or --seq-len"
-       << (ref ? ", --reference-logps (no reference model)" : "")
-       << (in.fsdp.lora.enabled() ? ""
-           : offload              ? ", or LoRA (--lora-rank)"
-                                  : ", --cpu-offload, or LoRA (--lora-rank)")
-       << (std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) { return !r.host_fits; })
-               ? "; hosts with more memory (--host-memory-gib)"
-               : "")
-       << "\n";
-  if (const ContextSearch cs = search_context_parallel(in, rows); cs.ran) {
-    const std::string tried = "tried " + size_list(cs.sizes) +
-                              ", the divisors of --gpus-per-node " +
-                              std::to_string(in.gpus_per_node);
-    if (cs.size > 0)
-      os << "smallest context parallel that fits: " << cs.size
-         << (cs.added_checkpointing ? " with --activation-checkpointing full" : "") << " ("
-         << fsdp::sharding_name(cs.best.sharding) << " on " << cs.best.nodes << " node(s), "
-         << static_cast<int64_t>(std::lround(cs.best.tokens_per_s_per_gpu)) << " tokens/s per GPU, "
-         << std::lround(gib(cs.best.total)) << " GiB of " << std::lround(gib(in.gpu.memory_bytes))
-         << " GiB; " << tried << "): plan it with --context-parallel " << cs.size
-         << (cs.added_checkpointing ? " --activation-checkpointing full" : "") << "\n";
-    else
-      os << "no context parallel fits (" << tried
-         << (cs.sizes.empty() ? "" : ", with --activation-checkpointing full too") << ")\n";
-  }
+    os << remedy_text(in, rows, search_remedy(in, rows));
   if (ring) os << ring_line(in);
   os << objective_line(in, rows);
   os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every "
@@ -202,12 +175,15 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
           "the ranks' fp32 master, AdamW moments, fp32 gradients and compute-dtype mirror ("
        << fsdp::offloaded_bytes_per_element(static_cast<int>(c10::elementSize(in.fsdp.param_dtype)))
        << " bytes per trainable shard element) against "
-       << (memory > 0
-               ? std::to_string(std::lround(gib(memory))) + " GiB per node (" +
-                     (in.host_memory_bytes > 0 ? std::string("--host-memory-gib") : host.instance) +
-                     ")"
-               : std::string("nothing: host memory unknown, not checked "
-                             "(--host-memory-gib)"))
+       << (memory > 0 ? std::to_string(std::lround(gib(memory))) + " GiB per node (" +
+                            (in.host_memory_bytes > 0
+                                 ? std::string("--host-memory-gib")
+                                 : "a " + host.instance +
+                                       "'s, whatever the GPUs per "
+                                       "node; give your host's with --host-memory-gib") +
+                            "); headroom: the host's in a row it refuses"
+                      : std::string("nothing: host memory unknown, not checked "
+                                    "(--host-memory-gib)"))
        << "; copy(s): host-to-device and device-to-host copies per step at "
        << (host.pcie_gbps > 0 ? std::to_string(std::lround(host.pcie_gbps)) + " GB/s"
                               : std::string("no cost (the device is the host)"))
@@ -281,17 +257,32 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                                      {"exposed_forward_s_per_layer", k.exposed_forward_s},
                                      {"exposed_backward_s_per_layer", k.exposed_backward_s},
                                      {"hidden", k.hidden}};
-  // Only when nothing fits and --context-parallel was not given; size 0: none fits.
-  const ContextSearch cs = search_context_parallel(in, rows);
+  // Only when nothing fits: the cheapest change that fits (options empty: none), and the context
+  // search's part of it (size 0: none fits; null where it could not run).
+  const Remedy rem = search_remedy(in, rows);
+  j["remedy"] =
+      rem.ran
+          ? nlohmann::json{{"options", rem.options()},
+                           {"activation_checkpointing_full", rem.checkpointing},
+                           {"context_parallel", rem.context_parallel},
+                           {"strategy", rem.found() ? fsdp::sharding_name(rem.best.sharding) : ""},
+                           {"nodes", rem.best.nodes},
+                           {"tokens_per_s_per_gpu", rem.best.tokens_per_s_per_gpu},
+                           {"total_bytes", rem.best.total},
+                           {"unshardable_bytes", rem.unshardable_bytes},
+                           {"activations_bind", rem.activations_bind}}
+          : nlohmann::json();
   j["smallest_context_parallel"] =
-      cs.ran
-          ? nlohmann::json{{"size", cs.size},
-                           {"tried", cs.sizes},
-                           {"with_activation_checkpointing_full", cs.added_checkpointing},
-                           {"strategy", cs.size > 0 ? fsdp::sharding_name(cs.best.sharding) : ""},
-                           {"nodes", cs.best.nodes},
-                           {"tokens_per_s_per_gpu", cs.best.tokens_per_s_per_gpu},
-                           {"total_bytes", cs.best.total}}
+      rem.context_searched
+          ? nlohmann::json{{"size", rem.context_parallel},
+                           {"tried", rem.context_sizes},
+                           {"with_activation_checkpointing_full",
+                            rem.context_parallel > 1 && rem.checkpointing},
+                           {"strategy",
+                            rem.context_parallel > 1 ? fsdp::sharding_name(rem.best.sharding) : ""},
+                           {"nodes", rem.best.nodes},
+                           {"tokens_per_s_per_gpu", rem.best.tokens_per_s_per_gpu},
+                           {"total_bytes", rem.best.total}}
           : nlohmann::json();
   const ReferenceModel rm = reference_model(in.objective, in.fsdp.lora.enabled());
   j["objective"] = {

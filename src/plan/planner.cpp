@@ -402,36 +402,6 @@ RingCost ring_cost(const PlanInput& in) {
   return k;
 }
 
-ContextSearch search_context_parallel(const PlanInput& in, const std::vector<PlanRow>& rows) {
-  ContextSearch s;
-  // DPO refuses context parallelism (a pair's log-probabilities would be split).
-  if (in.context_parallel_given || in.packed || in.objective.dpo || best_row(rows)) return s;
-  s.ran = true;
-  for (int n = 2; n <= in.gpus_per_node; ++n)
-    if (in.gpus_per_node % n == 0) s.sizes.push_back(n);
-  const auto first_fit = [&](const fsdp::ActivationCheckpointing& ac) {
-    for (int n : s.sizes) {
-      PlanInput t = in;
-      t.context_parallel = n;
-      t.fsdp.activation_checkpointing = ac;
-      const std::vector<PlanRow> planned = plan_rows(t);
-      if (const PlanRow* b = best_row(planned)) {
-        s.size = n;
-        s.best = *b;
-        return true;
-      }
-    }
-    return false;
-  };
-  if (first_fit(in.fsdp.activation_checkpointing)) return s;
-  // As "nothing fits" advises: full checkpointing on every layer next.
-  const fsdp::ActivationCheckpointing& ac = in.fsdp.activation_checkpointing;
-  if ((ac.mode != fsdp::Recompute::kFull || ac.every != 1) &&
-      first_fit({fsdp::Recompute::kFull, 1}))
-    s.added_checkpointing = true;
-  return s;
-}
-
 const PlanRow* best_row(const std::vector<PlanRow>& rows) {
   double top = 0;
   for (const auto& r : rows)

@@ -378,7 +378,7 @@ def main(binary, chat_ref, out):
             adapter = os.path.join(out, f"adapter-{int(trained)}")
             peft_model = lora_adapter(base, adapter, trained)
             lora_losses, lora_logs, _ = trl_run(peft_model, tokenizer, pairs, os.path.join(out, "trl-lora"))
-            for ranks in (1, 2):
+            for ranks in ((1, 2) if trained else (1,)):  # 2 ranks: the trained adapter's case covers LoRA's sharding
                 log = os.path.join(out, f"run-lora{int(trained)}-np{ranks}")
                 save = ["--save-model", os.path.join(log, "adapter")] if ranks == 1 and not trained else []
                 ours = dpo_train(binary, base, data, log, ranks=ranks, extra=["--lora-init", adapter, *save])

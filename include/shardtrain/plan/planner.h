@@ -105,18 +105,6 @@ struct RingCost {
 };
 RingCost ring_cost(const PlanInput& in);
 
-// When nothing fits and --context-parallel was not given: the smallest context group (any
-// divisor of --gpus-per-node above 1, in order) whose plan fits, with the input's activation
-// checkpointing, else with full checkpointing on every layer.
-struct ContextSearch {
-  bool ran = false;
-  std::vector<int> sizes;            // the sizes tried
-  int size = 0;                      // 0: none fits
-  bool added_checkpointing = false;  // fits only with --activation-checkpointing full
-  PlanRow best;
-};
-ContextSearch search_context_parallel(const PlanInput& in, const std::vector<PlanRow>& rows);
-
 // Throws UsageError naming the option when a node count does not fit the shard group.
 std::vector<PlanRow> plan_rows(const PlanInput& in);
 // The row that fits with the most tokens/s per GPU (the cheapest per token), the fewest nodes

@@ -12,6 +12,7 @@
 #include "shardtrain/model/activation_memory.h"
 #include "shardtrain/plan/plan_output.h"
 #include "shardtrain/plan/planner.h"
+#include "shardtrain/plan/remedy.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::plan {
@@ -134,15 +135,16 @@ TEST(PlanContextParallel, SmallestContextParallelThatFits128k) {
   EXPECT_EQ(in.fabric.name, "p5");
   const auto rows = plan_rows(in);
   ASSERT_EQ(best_row(rows), nullptr);
-  const ContextSearch s = search_context_parallel(in, rows);
+  const Remedy s = search_remedy(in, rows);
   ASSERT_TRUE(s.ran);
-  EXPECT_EQ(s.sizes, (std::vector<int>{2, 4, 8}));
-  ASSERT_GT(s.size, 0);
+  EXPECT_TRUE(s.tried_checkpointing) << "full checkpointing alone is tried first, and fails here";
+  EXPECT_EQ(s.context_sizes, (std::vector<int>{2, 4, 8}));
+  ASSERT_GT(s.context_parallel, 1);
   std::vector<std::string> fit = {"--seq-len", "131072", "--context-parallel",
-                                  std::to_string(s.size)};
+                                  std::to_string(s.context_parallel)};
   std::vector<std::string> below = {"--seq-len", "131072", "--context-parallel",
-                                    std::to_string(s.size / 2)};
-  if (s.added_checkpointing)
+                                    std::to_string(s.context_parallel / 2)};
+  if (s.checkpointing)
     for (auto* a : {&fit, &below}) a->insert(a->end(), {"--activation-checkpointing", "full"});
   const auto fitting = plan_rows(planned(fit));
   const PlanRow* best = best_row(fitting);
@@ -152,13 +154,13 @@ TEST(PlanContextParallel, SmallestContextParallelThatFits128k) {
   EXPECT_EQ(best->total, s.best.total);
   EXPECT_EQ(best_row(plan_rows(planned(below))), nullptr) << "a smaller group would do";
   const std::string text = plan_table(in, rows);
-  EXPECT_NE(text.find("smallest context parallel that fits: " + std::to_string(s.size)),
+  EXPECT_NE(text.find("smallest context parallel that fits: " + std::to_string(s.context_parallel)),
             std::string::npos)
       << text;
-  EXPECT_EQ(plan_json(in, rows)["smallest_context_parallel"]["size"], s.size);
-  // Given, the plan is taken as asked: no search.
+  EXPECT_EQ(plan_json(in, rows)["smallest_context_parallel"]["size"], s.context_parallel);
+  // Given, the plan is taken as asked: no context search.
   const PlanInput given = planned({"--seq-len", "131072", "--context-parallel", "1"});
-  EXPECT_FALSE(search_context_parallel(given, plan_rows(given)).ran);
+  EXPECT_FALSE(search_remedy(given, plan_rows(given)).context_searched);
 }
 
 TEST(PlanContextParallel, RefusedByNameUnlessItDividesTheNode) {

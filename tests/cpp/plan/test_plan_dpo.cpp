@@ -11,6 +11,7 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/plan/plan_output.h"
 #include "shardtrain/plan/planner.h"
+#include "shardtrain/plan/remedy.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::plan {
@@ -165,12 +166,16 @@ TEST(PlanDpo, RefusedByName) {
       plan_refusal({"--objective", "dpo", "--context-parallel", "2"}).find("--context-parallel"),
       std::string::npos);
   EXPECT_NE(plan_refusal({"--objective", "dpo", "--packed"}).find("--packed"), std::string::npos);
-  // Nothing fits: the plan looks for no context group (DPO refuses one).
-  const PlanInput in = planned({"--objective", "dpo", "--seq-len", "131072"});
+  // Nothing fits: the plan looks for no context group (DPO refuses one); bound by the state (the
+  // model and its frozen reference on one GPU), the advice names --reference-logps.
+  const PlanInput in = planned({"--objective", "dpo", "--seq-len", "4096", "--gpus-per-node", "1"});
   const auto rows = plan_rows(in);
   ASSERT_EQ(best_row(rows), nullptr);
-  EXPECT_FALSE(search_context_parallel(in, rows).ran);
-  EXPECT_NE(plan_table(in, rows).find("--reference-logps (no reference model)"), std::string::npos);
+  const Remedy r = search_remedy(in, rows);
+  EXPECT_FALSE(r.context_searched);
+  EXPECT_FALSE(r.activations_bind);
+  EXPECT_NE(plan_table(in, rows).find("--reference-logps (no reference model)"), std::string::npos)
+      << plan_table(in, rows);
 }
 
 }  // namespace shardtrain::plan
