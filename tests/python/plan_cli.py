@@ -183,4 +183,19 @@ for args, option in [
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1 and option in lines[0], (args, r.returncode, r.stderr)
     print(f"exit 2: {lines[0]}")
+# The README's long-context example takes what its own plan command names (the options after
+# "plan it with") and prepares its data in padding mode, not packed.
+readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md"), encoding="utf-8").read()
+block = readme[readme.index("### Long context"):]
+block = block[block.index("```bash") + 7:]
+block = re.sub(r"\\\n\s*", " ", block[:block.index("```")])
+plan_line = next(line for line in block.splitlines() if line.startswith("shardtrain plan "))
+r = plan(*plan_line.split(" #")[0].split()[2:])
+named = re.search(r"plan it with (.*)$", r.stdout, re.M)
+assert r.returncode == 0 and named, r.stdout
+train_line = next(line for line in block.splitlines() if "--context-parallel" in line and not line.startswith("shardtrain plan"))
+for flag, value in re.findall(r"(--[a-z-]+) (\S+)", named.group(1)):
+    assert f"{flag} {value}" in train_line, (named.group(1), train_line)
+assert any(line.startswith("shardtrain prepare") and "--mode padding" in line for line in block.splitlines()), block
+print(f"README's long-context example: {named.group(1)}, data prepared with --mode padding")
 print("plan CLI: OK")
