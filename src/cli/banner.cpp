@@ -1,6 +1,7 @@
 #include "shardtrain/cli/banner.h"
 
 #include "shardtrain/model/context_parallel.h"
+#include "shardtrain/runtime/counted.h"
 
 #include "option_parts.h"
 
@@ -56,9 +57,9 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
   const auto& op = o.optim;
   char buf[512];
   std::string b = "shardtrain train: job " + o.obs.metrics_job + "\n";
-  std::snprintf(buf, sizeof buf, "  topology    %d ranks on %d nodes x %d ranks per node (%s)\n",
-                topo.world, topo.num_nodes, topo.local_size, host_ranges(hosts).c_str());
-  b += buf;
+  b += "  topology    " + runtime::counted(topo.world, "rank") + " on " +
+       runtime::counted(topo.num_nodes, "node") + " x " +
+       runtime::counted(topo.local_size, "rank") + " per node (" + host_ranges(hosts) + ")\n";
   std::snprintf(buf, sizeof buf,
                 "  strategy    %s: shard groups of %d, %d replicas | param %s, reduce %s | "
                 "activation checkpointing %s | "
@@ -78,9 +79,9 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                                       std::to_string(padded) + " tokens (no loss, seen by none)";
     std::snprintf(buf, sizeof buf,
                   "  context     --context-parallel %d: each row split into %d zigzag chunks of "
-                  "%lld tokens over %d ranks, attention as a ring | %d data-parallel groups%s\n",
-                  n, 2 * n, static_cast<long long>(padded / (2 * n)), n, topo.world / n,
-                  pad.c_str());
+                  "%lld tokens over %d ranks, attention as a ring | %s%s\n",
+                  n, 2 * n, static_cast<long long>(padded / (2 * n)), n,
+                  runtime::counted(topo.world / n, "data-parallel group").c_str(), pad.c_str());
     b += buf;
   }
   if (o.fsdp.cpu_offload) {
@@ -132,16 +133,16 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
   b += buf;
   const int cp = g.context->size();  // a context group's ranks share their rows
   const std::string reader = cp > 1 ? "group of " + std::to_string(cp) + " ranks" : "rank";
-  const char* unit = f.format == "preference" ? "pairs" : "rows";  // --batch-size counts these
+  const char* unit = f.format == "preference" ? "pair" : "row";  // --batch-size counts these
   std::snprintf(
       buf, sizeof buf,
-      "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %lld %s (%lld per %s "
+      "  data        %s: %lld rows of %lld tokens (%s, %s), global batch %s (%lld per %s "
       "x %lld "
-      "accumulation x %d %s)%s\n",
+      "accumulation x %s)%s\n",
       o.data.c_str(), static_cast<long long>(f.train_rows), static_cast<long long>(f.seq_len),
-      f.packing.c_str(), f.format.c_str(), static_cast<long long>(f.global_batch), unit,
+      f.packing.c_str(), f.format.c_str(), runtime::counted(f.global_batch, unit).c_str(),
       static_cast<long long>(t.batch_size), reader.c_str(), static_cast<long long>(t.grad_accum),
-      topo.world / cp, cp > 1 ? "groups" : "ranks",
+      runtime::counted(topo.world / cp, cp > 1 ? "group" : "rank").c_str(),
       o.val_data.empty()
           ? ""
           : ("; validation " + o.val_data + ": " + std::to_string(f.val_rows) + " rows").c_str());

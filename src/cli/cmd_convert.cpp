@@ -2,6 +2,7 @@
 // through the FSDP engine, so any number of ranks can run it and each reads only its slices.
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
@@ -145,8 +146,9 @@ int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     if (env.rank() == 0) fs::rename(tmp, o.output);
   }
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-  runtime::log::info("converted " + o.input + " -> " + o.output +
-                     (to_hf ? " (Hugging Face safetensors)" : " (checkpoint)"));
+  if (env.rank() == 0)  // the command's result: stdout
+    std::cout << "converted " << o.input << " -> " << o.output
+              << (to_hf ? " (Hugging Face safetensors)" : " (checkpoint)") << std::endl;
   return 0;
 }
 

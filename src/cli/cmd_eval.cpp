@@ -56,7 +56,6 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   EvalOptions o = parse_on_every_rank([&] { return parse_eval(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
-  runtime::log::info_to_stderr();  // stdout: the JSON line and its summary, nothing else
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   check_groups(o.fsdp, env);

@@ -19,7 +19,6 @@ int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   GenerateOptions o = parse_on_every_rank([&] { return parse_generate(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
-  runtime::log::info_to_stderr();
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   check_tokenizers({o.weights, o.tokenizer, ""}, {}, o.tokenizer, o.model, env);

@@ -13,6 +13,7 @@
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/io/h5.h"
 #include "shardtrain/io/h5_types.h"
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::cli {
@@ -81,11 +82,13 @@ int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       ckpt::read_attrs(f, o.checkpoint);  // refuses a foreign or newer file
   std::cout << o.checkpoint << "\n  format " << a.format_version << " | step " << a.step
             << " | loader epoch " << a.loader.epoch << (a.loader_in_steps ? " step " : " row ")
-            << a.loader.row << " | adam step " << a.adam_step << "\n  saved by " << a.world_size
-            << " ranks, " << a.sharding;
+            << a.loader.row << " | adam step " << a.adam_step << "\n  saved by "
+            << runtime::counted(a.world_size, "rank") << ", " << a.sharding;
+  // A DPO run (its reference recorded) counts its batch in pairs, as --batch-size did.
+  const char* unit = a.run_config.contains("reference") ? "pair" : "row";
   if (a.global_batch > 0)
-    std::cout << ", global batch " << a.global_batch << " (schedule in steps of "
-              << a.schedule_batch << ")";
+    std::cout << ", global batch " << runtime::counted(a.global_batch, unit)
+              << " (schedule in steps of " << runtime::counted(a.schedule_batch, unit) << ")";
   std::cout << "\n  model " << a.model_config.dump() << "\n  run " << a.run_config.dump() << "\n";
   if (a.lora_rank > 0)  // a LoRA run: the datasets are its adapters
     std::cout << "  lora rank " << a.lora_rank << ", alpha " << a.lora_alpha << ", dropout "

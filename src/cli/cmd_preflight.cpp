@@ -19,6 +19,7 @@
 #include "shardtrain/net/fabric_probe.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/plan/hardware.h"
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/comm/nccl_communicator.h"
@@ -159,8 +160,9 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   const auto plugin = net::probe_nccl_net_plugin();
   if (root) {
     std::ostringstream os;
-    os << "preflight: " << t.world << " ranks on " << t.num_nodes << " nodes x " << t.local_size
-       << " ranks per node, " << (use_cuda ? "cuda + NCCL" : "cpu + MPI") << "\n";
+    os << "preflight: " << runtime::counted(t.world, "rank") << " on "
+       << runtime::counted(t.num_nodes, "node") << " x " << runtime::counted(t.local_size, "rank")
+       << " per node, " << (use_cuda ? "cuda + NCCL" : "cpu + MPI") << "\n";
     for (int r = 0; r < t.world; ++r)
       os << "  rank " << r << "  node " << r / t.local_size << "  " << hosts[r] << "  "
          << devices[r] << "\n";
@@ -207,8 +209,9 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   for (auto& s : scopes) {
     if (s.comm->size() < 2) {
       if (root)
-        std::cout << "# " << s.name << ": skipped, groups of one rank (" << t.num_nodes
-                  << " nodes x " << t.local_size << " ranks per node)\n";
+        std::cout << "# " << s.name << ": skipped, groups of one rank ("
+                  << runtime::counted(t.num_nodes, "node") << " x "
+                  << runtime::counted(t.local_size, "rank") << " per node)\n";
       continue;
     }
     for (const auto& name : o.ops) {

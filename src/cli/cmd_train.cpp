@@ -18,6 +18,7 @@
 #include "shardtrain/data/data_identity.h"
 #include "shardtrain/hw/accelerators.h"
 #include "shardtrain/obs/rank_summary.h"
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
@@ -167,11 +168,11 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                               resumed ? resumed->schedule_steps : 0};
   if (resumed && resumed->saved_global_batch > 0 &&
       resumed->saved_global_batch != loader.global_batch())
-    runtime::log::info("resuming at global batch " + std::to_string(loader.global_batch()) +
-                       (train->preference() ? " pairs" : " rows") +
-                       " (the checkpoint's run: " + std::to_string(resumed->saved_global_batch) +
-                       "): epoch " + std::to_string(loader.state().epoch) + " from row " +
-                       std::to_string(loader.state().row));
+    runtime::log::info(
+        "resuming at global batch " +
+        runtime::counted(loader.global_batch(), train->preference() ? "pair" : "row") +
+        " (the checkpoint's run: " + std::to_string(resumed->saved_global_batch) + "): epoch " +
+        std::to_string(loader.state().epoch) + " from row " + std::to_string(loader.state().row));
   train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size,
                              o.train.val_batches, o.train.val_every);
   Reference reference;  // DPO's: set before the first step, which may be a resumed one

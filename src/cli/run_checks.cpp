@@ -14,6 +14,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/runtime/clock.h"
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
@@ -149,7 +150,7 @@ std::unique_ptr<data::TokenFile> open_token_file(const char* opt, const std::str
     const std::string line = "checked the " + std::to_string(f->rows() * f->seq_len()) +
                              " token ids of " + path + " against vocab_size " +
                              std::to_string(model.vocab_size) + " in " + secs + " s (" +
-                             std::to_string(env.size()) + " ranks)";
+                             runtime::counted(env.size(), "rank") + ")";
     if (checked)
       *checked = line;
     else

@@ -296,11 +296,14 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
     os << " | truncated to " << o.seq_len << ": " << s.truncated;
     if (s.skipped_by_reason.count(kAnswerCut))
       os << " | raise --seq-len to keep the samples whose answer it cut away";
-    if (!r.chat_template.empty())
+    if (!r.chat_template.empty() && !r.pairs)  // a pair's answer is one turn: never cut at one
       os << " | dialogues cut at a turn boundary: " << s.cut_at_turn << " (" << s.turns_dropped
          << " assistant turns dropped)";
     os << "\n";
     for (const auto& e : s.examples) os << "  skipped " << e << "\n";
+    if (s.skipped > static_cast<int64_t>(s.examples.size()))
+      os << "  ... and " << s.skipped - static_cast<int64_t>(s.examples.size())
+         << " more skipped (--show-bad N names up to N)\n";
   };
   auto rows = [&](const char* what, const std::string& file, int64_t samples, const Rows& x) {
     os << what << " " << file << ": " << samples << (r.pairs ? " pairs" : " samples") << " -> "

@@ -274,13 +274,14 @@ std::string fp8_shape_problem(const ModelConfig& cfg) {
 }
 
 std::string fp8_device_problem(const at::Device& device) {
-  if (!device.is_cuda()) return "the CPU has no float8 tensor cores";
+  // Which GPUs have them, said in each refusal: a user on the CPU or an A100 learns where to go.
+  static const std::string kWhich = " (compute capability 8.9 or newer: L40S, H100, H200)";
+  if (!device.is_cuda()) return "the CPU has no float8 tensor cores" + kWhich;
 #ifdef SHARDTRAIN_FP8_KERNELS
   const cuda::DeviceInfo p = cuda::device_info(device.index());
   if (p.major * 10 + p.minor < 89)
     return p.name + " (compute capability " + std::to_string(p.major) + "." +
-           std::to_string(p.minor) + ") has no float8 tensor cores (8.9 or newer: L40S, H100, " +
-           "H200)";
+           std::to_string(p.minor) + ") has no float8 tensor cores" + kWhich;
   return "";
 #else
   return "this build has no CUDA kernels";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::obs {
@@ -34,7 +35,7 @@ std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm) {
 std::string breakdown_line(const runtime::PhaseSummary& s, int ranks,
                            const std::vector<std::string>& hosts) {
   std::string line =
-      "step time by phase over " + std::to_string(ranks) + " ranks (min/median/max s):";
+      "step time by phase over " + runtime::counted(ranks, "rank") + " (min/median/max s):";
   char buf[128];
   for (int p = 0; p < runtime::kNumPhases; ++p) {
     std::snprintf(buf, sizeof buf, " %s %.3f/%.3f/%.3f",

@@ -10,7 +10,6 @@
 namespace shardtrain::runtime::log {
 namespace {
 int g_rank = 0;
-std::FILE* g_info = stdout;  // info lines' stream; stderr where stdout carries the command's answer
 std::mutex g_mu;
 
 std::string stamp() {
@@ -31,11 +30,10 @@ void emit(std::FILE* f, const char* level, const std::string& msg) {
 }  // namespace
 
 void set_rank(int rank) { g_rank = rank; }
-void info_to_stderr() { g_info = stderr; }
 void info(const std::string& msg) {
-  if (g_rank == 0) emit(g_info, "INFO", msg);
+  if (g_rank == 0) emit(stderr, "INFO", msg);
 }
-void info_all(const std::string& msg) { emit(g_info, "INFO", msg); }
+void info_all(const std::string& msg) { emit(stderr, "INFO", msg); }
 void warn(const std::string& msg) { emit(stderr, "WARN", msg); }
 void warn_once(const std::string& msg) {
   if (g_rank == 0) emit(stderr, "WARN", msg);

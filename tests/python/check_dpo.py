@@ -202,11 +202,13 @@ def check_bad_input(binary, tok_dir, base, data, out):
     with open(bad, "w") as f:
         f.writelines(json.dumps(x) + "\n" for x in lines)
     rc, text = run_rc(binary, ["prepare", "--tokenizer", tok_dir, "--input", bad, "--output", os.path.join(out, "bad.h5"),
-                               "--seq-len", str(SEQ), "--show-bad", "10"])
+                               "--seq-len", str(SEQ), "--show-bad", "4"])
     check(rc == 0 and "preference" in text, "prepare detects the preference format and keeps the good pair")
     for line, reason in ((2, "missing field"), (3, "empty answer"), (4, "identical chosen and rejected"),
-                         (5, "answer cut away by --seq-len"), (6, "not a string")):
+                         (5, "answer cut away by --seq-len")):
         check(f"bad.jsonl:{line}: {reason}" in text, f"a bad record is reported by line: {line}: {reason}")
+    check("bad.jsonl:6" not in text and "... and 1 more skipped (--show-bad N names up to N)" in text,
+          "past --show-bad 4, the fifth bad record is counted and --show-bad named")
     check("1 pairs -> 2 rows" in text, "only the good pair is kept")
     chat = os.path.join(out, "bad-chat.jsonl")
     with open(chat, "w") as f:
@@ -333,6 +335,7 @@ def main(binary, chat_ref, out):
         report = shardtrain(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output", data,
                                      "--format", "preference", "--seq-len", str(SEQ)])
         check(f"{PAIRS} pairs -> {2 * PAIRS} rows" in report, f"{form}: prepare reports pairs: {report.splitlines()[-1]}")
+        check("dialogues cut" not in report, f"{form}: no dialogue-cut count for pairs (an answer is one turn)")
         # The conversational rows are TRL's; training on rows is the strings' case below.
         trl_losses, trl_logs, dataset = trl_run(load(base), tokenizer, pairs, os.path.join(out, f"trl-{form}"),
                                                 train=form == "strings")

@@ -99,7 +99,7 @@ def case_training(a, env):
     print(log)
     check(job_field(job, "JobState", env) == "COMPLETED", "job %s completed" % job)
     check("preflight: PASS" in log, "preflight ran first and passed")
-    check("2 ranks on 1 nodes x 2 ranks per node" in log, "the trainer ran as 2 srun --mpi=pmix ranks")
+    check("2 ranks on 1 node x 2 ranks per node" in log, "the trainer ran as 2 srun --mpi=pmix ranks")
     check(re.search(r"binding on \S+: 2 ranks", log) is not None and "1 CPU threads per rank" in log,
           "each rank bound by its node's plan, --threads following it")
     m = metrics(os.path.join(out, "metrics.jsonl"))
@@ -266,7 +266,7 @@ def case_sweep(a, env):
     for n in (1, 2):
         log = open([os.path.join(out, "nodes-%d" % n, f) for f in os.listdir(os.path.join(out, "nodes-%d" % n))
                     if f.startswith("slurm-")][0]).read()
-        check("%d ranks on %d nodes x 2 ranks per node" % (2 * n, n) in log, "%d simulated node(s) of 2 ranks ran" % n)
+        check("%d ranks on %d node%s x 2 ranks per node" % (2 * n, n, "s" * (n > 1)) in log, "%d simulated node(s) of 2 ranks ran" % n)
     cells = [[c.strip() for c in r.split("|")[1:-1]] for r in rows]
     check(all(float(c[1]) > 0 for c in cells), "tokens/s measured for both")
     check(cells[0][4] == "100.0%", "1 node is the 100% efficiency baseline")
@@ -306,7 +306,7 @@ def case_mpirun(a, env):
     print(log)
     check(p.returncode == 0, "launch/mpirun.sh exited 0")
     check("preflight: PASS" in log, "preflight passed first")
-    check("2 ranks on 1 nodes x 2 ranks per node" in log, "2 ranks from the hostfile")
+    check("2 ranks on 1 node x 2 ranks per node" in log, "2 ranks from the hostfile")
     check(re.search(r"binding on \S+: 2 ranks (x 1 cores|share cpus)", log) is not None, "ranks were bound by their node's plan")
     check("1 CPU threads per rank" in log, "--threads follows the plan")
     check("trainer exit code 75" in log and "restarting (restart 1" in log, "USR1 -> checkpoint, exit 75, restart")

@@ -5,9 +5,9 @@
 namespace shardtrain::runtime::log {
 
 void set_rank(int rank);
-// From now on info lines go to stderr: for commands whose stdout is their answer (generate).
-void info_to_stderr();
-void info(const std::string& msg);      // rank 0 only, stdout (stderr after info_to_stderr)
+// Logs go to stderr, every level: stdout carries only a command's result (eval's JSON, generate's
+// text, prepare's report), so `cmd 2>/dev/null` and pipes read just that.
+void info(const std::string& msg);      // rank 0 only
 void info_all(const std::string& msg);  // whichever rank calls it, as info (e.g. node-local rank 0)
 void warn(const std::string& msg);      // every rank, stderr, prefixed with the rank
 void warn_once(const std::string& msg);  // rank 0 only, stderr: what every rank would say alike

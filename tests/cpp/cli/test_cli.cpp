@@ -66,8 +66,10 @@ TEST(Cli, BadObservabilityOptions) {
 TEST(Cli, Fp8IsRefusedByNameWhereItCannotRun) {
   expect_usage_error("train --model tiny --fp8 e4m3", "--fp8 must be off, tensorwise or rowwise");
   const std::string t = "train --model tiny --threads 1 --steps 1 --device cpu" + kData;
-  expect_usage_error(t + "--fp8 tensorwise",
-                     "--fp8 tensorwise: the CPU has no float8 tensor cores; or run without --fp8");
+  expect_usage_error(
+      t + "--fp8 tensorwise",
+      "--fp8 tensorwise: the CPU has no float8 tensor cores (compute capability 8.9 or "
+      "newer: L40S, H100, H200); or run without --fp8");
   const Result two = run(t + "--fp8 rowwise", std::string(SHARDTRAIN_MPIEXEC) + "2 ");
   expect_one_line_exit2(two, "--fp8 rowwise: the CPU has no float8 tensor cores");
   expect_usage_error(t + "--fp8 rowwise --intermediate-size 180",
@@ -133,6 +135,41 @@ TEST(Cli, MissingFiles) {
   expect_usage_error("eval --model " + longname + "/config.json", "--model");
   expect_usage_error("train --model tiny --weights " + longname, "--weights");
   expect_usage_error("train --model tiny --data " + longname, "--data");
+}
+// Results on stdout, logs on stderr, for every command: with stderr thrown away, stdout holds
+// each command's result and not one log line.
+TEST(Cli, ResultsOnStdoutAndLogsOnStderr) {
+  const std::string dir = tmp("streams");
+  fs::remove_all(dir);
+  const auto stdout_of = [](const std::string& args) {
+    const Result r = shell(shardtrain_bin() + " " + args + " 2>/dev/null");
+    EXPECT_EQ(r.code, 0) << args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("INFO"), std::string::npos) << args << ": a log line on stdout\n" << r.out;
+    EXPECT_EQ(r.out.find("WARN"), std::string::npos) << args << ": a log line on stdout\n" << r.out;
+    return r.out;
+  };
+  EXPECT_NE(stdout_of("prepare --tokenizer " + kTok + " --input " + source("data/demo/val.jsonl") +
+                      " --output " + dir + "/val.h5 --seq-len 64")
+                .find("200 samples -> "),
+            std::string::npos);
+  EXPECT_EQ(stdout_of("train --model tiny --threads 1 --steps 2 --data " + dir + "/val.h5 " +
+                      "--checkpoint-dir " + dir + "/ck --save-every 2 --save-model " + dir + "/m"),
+            "")
+      << "train's progress is log";
+  EXPECT_NE(stdout_of("inspect " + dir + "/ck/latest").find("step 2"), std::string::npos);
+  EXPECT_NE(
+      stdout_of("convert --input " + dir + "/ck/latest --output " + dir + "/hf").find("converted "),
+      std::string::npos);
+  const std::string eval =
+      stdout_of("eval --threads 1 --weights " + dir + "/m --data " + dir + "/val.h5");
+  EXPECT_EQ(eval.rfind("{", 0), 0u) << "eval's first line is its JSON:\n" << eval;
+  const Result both = run("train --model tiny --threads 1 --steps 1 --data " + dir + "/val.h5");
+  EXPECT_NE(both.out.find("step 1/1"), std::string::npos) << "the log still reaches stderr\n"
+                                                          << both.out;
+  // Counts read as numbers: one rank, one node, not "1 ranks on 1 nodes".
+  for (const char* said : {"topology    1 rank on 1 node x 1 rank per node", " s (1 rank)",
+                           "global batch 8 rows (8 per rank x 1 accumulation x 1 rank)"})
+    EXPECT_NE(both.out.find(said), std::string::npos) << said << "\n" << both.out;
 }
 // Sizes beyond int64 (found by fuzz_options: the cast was undefined behaviour) and NaN.
 TEST(Cli, PreflightSizesOutOfRangeExit2) {

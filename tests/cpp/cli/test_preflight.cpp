@@ -149,7 +149,7 @@ TEST(Preflight, FailsBelowMinBusbwAndNamesTheSweep) {
 TEST(Preflight, OneRankPerGroupIsSkippedWithAReason) {
   auto r = run("preflight --ranks-per-node 2 --scopes inter --max-bytes 1M --iters 1", kMpi + "2 ");
   EXPECT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("# inter-node: skipped, groups of one rank (1 nodes x 2 ranks per node)"),
+  EXPECT_NE(r.out.find("# inter-node: skipped, groups of one rank (1 node x 2 ranks per node)"),
             std::string::npos)
       << r.out;
 }
