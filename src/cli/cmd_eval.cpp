@@ -63,7 +63,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                    o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
   // A preference file's next-token loss over chosen and rejected answers alike means nothing.
-  check_objective(o.preference, o.fsdp.context_parallel, {{"--data", data.get()}},
+  check_objective(o.preference, {{"--data", data.get()}},
                   o.save_logps.empty() ? "evaluate them with --objective dpo, or write their "
                                          "log-probabilities with --save-logps"
                                        : nullptr);

@@ -131,8 +131,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   auto val = o.val_data.empty()
                  ? nullptr
                  : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
-  check_objective(o.preference, o.fsdp.context_parallel,
-                  {{"--data", train.get()}, {"--val-data", val.get()}},
+  check_objective(o.preference, {{"--data", train.get()}, {"--val-data", val.get()}},
                   "train them with --objective dpo");
   runtime::log::info(start_line(
       o));  // the first line, once the inputs are known to be good: a bad one is a one-line error

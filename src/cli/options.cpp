@@ -649,11 +649,6 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
     throw runtime::UsageError("--save-logits needs --data (the rows to run)");
   if (!o.save_logps.empty() && o.data.empty())
     throw runtime::UsageError("--save-logps needs --data (the rows to run)");
-  if (!o.save_logps.empty() && o.fsdp.context_parallel > 1)  // refused before any weight loads
-    throw runtime::UsageError(
-        "--save-logps with --context-parallel " + std::to_string(o.fsdp.context_parallel) +
-        ": a row's answer log-probability is summed on the one rank that holds the row; run eval "
-        "with --context-parallel 1 (any number of ranks writes the same file)");
   check_preference(o.preference, pref);
   if (o.preference.enabled && o.data.empty())
     throw runtime::UsageError("--objective dpo needs --data (a token file of preference pairs)");

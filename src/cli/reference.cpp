@@ -99,7 +99,7 @@ fsdp::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
   return [&engine](const model::Batch& b) { return engine.row_logps(b, /*adapters=*/false); };
 }
 
-void check_objective(const PreferenceOptions& p, int64_t context_parallel,
+void check_objective(const PreferenceOptions& p,
                      const std::vector<std::pair<const char*, const data::TokenFile*>>& files,
                      const char* pairs_without_dpo) {
   for (const auto& [opt, file] : files) {
@@ -113,16 +113,10 @@ void check_objective(const PreferenceOptions& p, int64_t context_parallel,
                                       " holds preference pairs (chosen, then rejected); " +
                                       pairs_without_dpo);
   }
-  if (p.enabled && context_parallel > 1)
-    throw runtime::AgreedUsageError(
-        "--objective dpo with --context-parallel: a pair's log-probabilities would be split "
-        "across the context group; use --context-parallel 1");
 }
 
 void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
                 int64_t batch_size, int rank) {
-  if (engine.data_world() != engine.groups().world->size())  // parse_eval refuses it
-    throw runtime::Error("--save-logps with --context-parallel: use --context-parallel 1");
   std::vector<double> logps(static_cast<size_t>(data.rows()), 0.0);
   train::for_each_batch(
       data, batch_size, 0, engine.data_rank(), engine.data_world(), [&](const model::Batch& b) {
@@ -130,7 +124,9 @@ void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::T
         for (size_t i = 0; i < b.sample_ids.size(); ++i)
           logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
       });
-  // Each row is one rank's: the sum over ranks is every row's.
+  // Each row is one data rank's (a context group's ranks all hold its whole sum: the group's
+  // first gives it): the sum over ranks is every row's.
+  if (engine.groups().context->rank() != 0) std::fill(logps.begin(), logps.end(), 0.0);
   MPI_CHECK(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : logps.data(), logps.data(),
                        static_cast<int>(logps.size()), MPI_DOUBLE, MPI_SUM, 0,
                        engine.groups().world->mpi()));

@@ -87,11 +87,13 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   const auto batch = [&](size_t i) -> const model::Batch& {
     return shares.empty() ? micro_batches[i] : shares[i].local;
   };
+  // A context group's ranks hold the same pairs: its first rank counts and reports them.
+  const bool reports_pairs = groups_.context->rank() == 0;
   int64_t local_tokens = 0, local_pairs = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i)
     if (batch(i).tokens.size(0) > 0) {
       local_tokens += model::count_loss_tokens(batch(i).labels, batch(i).aligned_labels);
-      local_pairs += batch(i).tokens.size(0) / 2;
+      if (reports_pairs) local_pairs += batch(i).tokens.size(0) / 2;
     }
   r.tokens =
       sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
@@ -124,20 +126,30 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
       const bool aligned = mb.aligned_labels;
       at::Tensor sum;
       if (preference()) {
-        const at::Tensor policy =
-            p.fused_head ? model::chunked_row_logps(logits, p.head_weight, labels, chunk)
-                         : model::row_logps(logits, labels);
+        // The whole rows' log-probabilities and answer lengths: the group's ranks each hold a
+        // share of every row's tokens; each backpropagates the pairs' losses through its share.
+        const at::Tensor policy = context_row_sum(
+            p.fused_head ? model::chunked_row_logps(logits, p.head_weight, labels, chunk, aligned)
+                         : model::row_logps(logits, labels, aligned));
+        const model::Batch& whole = micro_batches[i];
         const model::PreferenceTerms t = model::preference_loss(
-            policy, reference[i], model::row_answer_tokens(labels), preference_);
-        stats += t.stats;
+            policy, reference[i],
+            model::row_answer_tokens(runtime::to_device(whole.labels, device_),
+                                     whole.aligned_labels),
+            preference_);
         sum = t.losses.sum();
+        if (reports_pairs) {
+          stats += t.stats;
+          loss_sum += sum.detach();
+        }
+        loss = sum / denom;
       } else {
         sum = p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk,
                                                     1.0 / denom, aligned)
                            : model::causal_lm_loss(logits, labels, /*count=*/false, aligned).sum;
+        loss_sum += sum.detach();
+        loss = sum / denom;
       }
-      loss_sum += sum.detach();
-      loss = sum / denom;
     }
     logits = at::Tensor();  // autograd keeps only what backward needs
     p.outputs.back() = at::Tensor();
@@ -210,8 +222,10 @@ model::LossSum FsdpEngine::eval_loss(const model::Batch& batch) {
   return r;
 }
 
-at::Tensor FsdpEngine::row_logps(const model::Batch& batch, bool adapters) {
+at::Tensor FsdpEngine::row_logps(const model::Batch& whole, bool adapters) {
   c10::NoGradGuard no_grad;
+  const std::vector<model::ContextShard> shares = context_shares({whole});
+  const model::Batch& batch = shares.empty() ? whole : shares.front().local;
   Pass p;
   p.adapters_off = !adapters;
   const int64_t chunk = model::loss_chunk_tokens(batch.tokens.numel(), model_.vocab_size,
@@ -219,24 +233,28 @@ at::Tensor FsdpEngine::row_logps(const model::Batch& batch, bool adapters) {
   p.fused_head = chunk > 0;  // the head's logits a chunk at a time, as in training
   const at::Tensor out =
       schedule_->forward(p, runtime::to_device(batch.tokens, device_), batch.positions,
-                         /*build_graph=*/false);
+                         /*build_graph=*/false, shares.empty() ? nullptr : &shares.front());
   at::Tensor logps;
   if (!p.empty) {
     const auto labels = runtime::to_device(batch.labels, device_);
-    logps = p.fused_head
-                ? model::chunked_row_logps(out, p.head_weight, labels, chunk, batch.aligned_labels)
-                : model::row_logps(out, labels, batch.aligned_labels);
+    logps = context_row_sum(p.fused_head ? model::chunked_row_logps(out, p.head_weight, labels,
+                                                                    chunk, batch.aligned_labels)
+                                         : model::row_logps(out, labels, batch.aligned_labels));
   }
   schedule_->release_all();
   if (p.empty) return at::zeros({0}, at::kDouble);
   return logps.to(at::kCPU, at::kDouble);
 }
 
+at::Tensor FsdpEngine::context_row_sum(const at::Tensor& partial) const {
+  if (groups_.context->size() == 1) return partial;
+  at::Tensor whole = partial.detach().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true);
+  groups_.context->all_reduce(whole);
+  // The value is the group's sum; the gradient flows to this rank's own share only.
+  return partial + (whole.to(partial.scalar_type()) - partial.detach());
+}
+
 void FsdpEngine::set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference) {
-  if (groups_.context->size() > 1)  // train refuses the option first (cli's check_objective)
-    throw runtime::Error(
-        "set_preference: a pair's log-probabilities would be split across the "
-        "context group");
   preference_ = cfg;
   reference_ = std::move(reference);
 }
@@ -244,7 +262,9 @@ void FsdpEngine::set_preference(const model::PreferenceConfig& cfg, ReferenceFn 
 at::Tensor FsdpEngine::eval_preference(const model::Batch& batch, const ReferenceFn& reference) {
   const at::Tensor ref = reference(batch);  // both forwards are collective: empty batches too
   const at::Tensor policy = row_logps(batch);
-  if (batch.tokens.size(0) == 0) return at::zeros({model::kNumPreferenceStats}, at::kDouble);
+  // A context group's ranks hold the same pairs: its first rank reports them.
+  if (batch.tokens.size(0) == 0 || groups_.context->rank() != 0)
+    return at::zeros({model::kNumPreferenceStats}, at::kDouble);
   return model::preference_loss(policy, ref, model::row_answer_tokens(batch.labels), preference_)
       .stats.to(at::kCPU);
 }

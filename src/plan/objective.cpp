@@ -16,14 +16,10 @@ int64_t micro_batch_rows(const Objective& o, int64_t batch_size) {
   return o.dpo ? 2 * batch_size : batch_size;
 }
 
-void validate_objective(const Objective& o, int context_parallel, bool packed) {
+void validate_objective(const Objective& o, bool packed) {
   if (o.reference_logps && !o.dpo)
     throw runtime::UsageError("--reference-logps needs --objective dpo");
   if (!o.dpo) return;
-  if (context_parallel > 1)
-    throw runtime::UsageError(
-        "--objective dpo with --context-parallel: a pair's log-probabilities would be split "
-        "across the context group (train refuses it); use --context-parallel 1");
   if (packed)
     throw runtime::UsageError(
         "--objective dpo with --packed: preference pairs are one row each (prepare --format "

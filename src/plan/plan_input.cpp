@@ -47,7 +47,7 @@ void PlanInput::validate() const {
       throw runtime::UsageError(opt + p);
   }
   // --objective dpo: what train refuses with it (context parallelism, packed rows).
-  validate_objective(objective, context_parallel, packed);
+  validate_objective(objective, packed);
   fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes,
                     // --lora-*
 }

@@ -61,8 +61,8 @@ Remedy search_remedy(const PlanInput& in, const std::vector<PlanRow>& rows) {
   std::vector<PlanRow> cheapest = rows;
   s.tried_checkpointing = !full_every_layer(in.fsdp.activation_checkpointing);
   if (s.tried_checkpointing && fits(1, true, &cheapest)) return s;
-  // Then a context group (DPO's pairs and packed rows refuse it), alone and with recomputation.
-  s.context_searched = !in.context_parallel_given && !in.packed && !in.objective.dpo;
+  // Then a context group (packed rows refuse it), alone and with recomputation.
+  s.context_searched = !in.context_parallel_given && !in.packed;
   if (s.context_searched) {
     for (int n = 2; n <= in.gpus_per_node; ++n)
       if (in.gpus_per_node % n == 0) s.context_sizes.push_back(n);

@@ -408,7 +408,7 @@ def case_mpirun_finetune(a, env):
     check_export(a, export, a.data.replace("train.h5", "train.val.h5"))
     # Started again on the same directory: --resume auto continues (nothing is left to train), not a new run.
     again = run(cmd, env, cwd=a.repo)
-    check(again.returncode == 0 and re.search(r"resumed from \S+step-00000006\.h5 at step 6", again.stdout) is not None,
+    check(again.returncode == 0 and re.search(r"resumed from \S+step-00000006\.h5 at step 6", again.stdout + again.stderr) is not None,
           "a second launch resumes from the run's latest checkpoint")
 
 

@@ -39,7 +39,7 @@ fsdp::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
 // with --objective dpo, any other with sft. pairs_without_dpo: what to do instead when a
 // preference file comes without --objective dpo (null: that is allowed). Throws
 // AgreedUsageError.
-void check_objective(const PreferenceOptions& p, int64_t context_parallel,
+void check_objective(const PreferenceOptions& p,
                      const std::vector<std::pair<const char*, const data::TokenFile*>>& files,
                      const char* pairs_without_dpo);
 

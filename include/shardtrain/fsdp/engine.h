@@ -77,7 +77,9 @@ class FsdpEngine {
   // or under context parallelism its share of them (the group's ranks sum to the rows' loss).
   model::LossSum eval_loss(const model::Batch& batch);
   // Each row's summed log-probability of its answer tokens, forward only, [B] fp64 on the host.
-  // adapters = false: a LoRA run's base model alone (DPO's reference, no second copy).
+  // adapters = false: a LoRA run's base model alone (DPO's reference, no second copy). Under
+  // context parallelism each rank sums its share and the group adds them: every rank gets the
+  // rows' whole sums.
   at::Tensor row_logps(const model::Batch& batch, bool adapters = true);
   // DPO: forward_backward trains cfg's preference loss on the rows' pairs (2i chosen, 2i + 1
   // rejected) against reference's log-probabilities; the loss is the mean over the global
@@ -122,6 +124,9 @@ class FsdpEngine {
   std::map<std::string, at::Tensor> gather_full(const std::vector<FlatUnit>& units);
   // Under context parallelism, this rank's share of each batch; empty without.
   std::vector<model::ContextShard> context_shares(const std::vector<model::Batch>& batches) const;
+  // Each row's sum over the context group of this rank's partial sums [B]: the whole row's on
+  // every rank, differentiable in this rank's part only (each rank backpropagates its tokens).
+  at::Tensor context_row_sum(const at::Tensor& partial) const;
 
   model::ModelConfig model_;
   FsdpConfig cfg_;  // param_dtype resolved for the device

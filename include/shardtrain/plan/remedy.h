@@ -14,7 +14,7 @@ struct Remedy {
   bool tried_checkpointing = false;  // --activation-checkpointing full was not given and was tried
   bool checkpointing = false;        // the fit adds --activation-checkpointing full
   int context_parallel = 0;          // the fit's --context-parallel; 0: none
-  // Context parallelism could be tried: not given, padded rows, SFT; sizes: the divisors of
+  // Context parallelism could be tried: not given, padded rows; sizes: the divisors of
   // --gpus-per-node above 1 (none on one GPU a node).
   bool context_searched = false;
   std::vector<int> context_sizes;

@@ -134,7 +134,8 @@ TEST(CliMpi, ResumeIsExactAtTheSameLayoutAndCloseAtAnyOther) {
   auto inspect = run("inspect " + dir + "/" + name);
   EXPECT_EQ(inspect.code, 0) << inspect.out;
   EXPECT_NE(inspect.out.find("step 20 | loader epoch 0 row 240"), std::string::npos) << inspect.out;
-  EXPECT_NE(inspect.out.find("global batch 12 (schedule in steps of 12)"), std::string::npos)
+  EXPECT_NE(inspect.out.find("global batch 12 rows (schedule in steps of 12 rows)"),
+            std::string::npos)
       << inspect.out;
   EXPECT_NE(inspect.out.find("63 datasets, all checksums ok"), std::string::npos) << inspect.out;
 

@@ -162,17 +162,16 @@ TEST(PlanDpo, RefusedByName) {
             std::string::npos);
   EXPECT_NE(plan_refusal({"--reference-logps"}).find("--reference-logps needs --objective dpo"),
             std::string::npos);
-  EXPECT_NE(
-      plan_refusal({"--objective", "dpo", "--context-parallel", "2"}).find("--context-parallel"),
-      std::string::npos);
+  EXPECT_EQ(plan_refusal({"--objective", "dpo", "--context-parallel", "2"}), "accepted")
+      << "DPO splits its rows over a context group as SFT does";
   EXPECT_NE(plan_refusal({"--objective", "dpo", "--packed"}).find("--packed"), std::string::npos);
-  // Nothing fits: the plan looks for no context group (DPO refuses one); bound by the state (the
-  // model and its frozen reference on one GPU), the advice names --reference-logps.
+  // Nothing fits, bound by the state (the model and its frozen reference on one GPU): the advice
+  // names --reference-logps; one GPU a node leaves no context group to try.
   const PlanInput in = planned({"--objective", "dpo", "--seq-len", "4096", "--gpus-per-node", "1"});
   const auto rows = plan_rows(in);
   ASSERT_EQ(best_row(rows), nullptr);
   const Remedy r = search_remedy(in, rows);
-  EXPECT_FALSE(r.context_searched);
+  EXPECT_TRUE(r.context_sizes.empty());
   EXPECT_FALSE(r.activations_bind);
   EXPECT_NE(plan_table(in, rows).find("--reference-logps (no reference model)"), std::string::npos)
       << plan_table(in, rows);
