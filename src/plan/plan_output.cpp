@@ -10,6 +10,7 @@
 #include "shardtrain/plan/objective_text.h"
 #include "shardtrain/plan/remedy.h"
 #include "shardtrain/report/chart.h"
+#include "shardtrain/runtime/counted.h"
 
 namespace shardtrain::plan {
 namespace {
@@ -27,7 +28,8 @@ std::string describe(const PlanInput& in) {
                    std::to_string(model::context_tokens_per_rank(in.seq_len, in.context_parallel)) +
                    " tokens per rank per row)"
              : "")
-     << ", batch " << in.batch_size << (in.objective.dpo ? " pairs" : "")
+     << ", batch "
+     << (in.objective.dpo ? runtime::counted(in.batch_size, "pair") : std::to_string(in.batch_size))
      << (in.context_parallel > 1 ? " per context group" : " per rank") << ", grad-accum "
      << in.grad_accum << ", " << c10::toString(in.fsdp.param_dtype) << " params, "
      << c10::toString(in.fsdp.reduce_dtype) << " reduce"

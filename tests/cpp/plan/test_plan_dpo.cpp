@@ -108,6 +108,8 @@ TEST(PlanDpo, RowsAreDoubled) {
   EXPECT_DOUBLE_EQ(dpo.tokens_per_s_per_gpu, same_rows.tokens_per_s_per_gpu);
   EXPECT_EQ(plan_json(in, {dpo})["objective"]["rows_per_micro_batch"], 6);
   EXPECT_NE(plan_table(in, {dpo}).find("batch 3 pairs per rank"), std::string::npos);
+  const PlanInput one = planned({"--objective", "dpo", "--reference-logps"});
+  EXPECT_NE(plan_table(one, {row_of(one)}).find("batch 1 pair per rank"), std::string::npos);
 }
 
 // The head runs fused like SFT's (model::chunked_row_logps): no [rows, seq, vocab] logits, so the
