@@ -61,10 +61,11 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
        runtime::counted(topo.num_nodes, "node") + " x " +
        runtime::counted(topo.local_size, "rank") + " per node (" + host_ranges(hosts) + ")\n";
   std::snprintf(buf, sizeof buf,
-                "  strategy    %s: shard groups of %d, %d replicas | param %s, reduce %s | "
+                "  strategy    %s: shard groups of %d, %s | param %s, reduce %s | "
                 "activation checkpointing %s | "
                 "in-flight gathers %d | persistent %lld KiB per rank of %lld KiB unsharded\n",
-                fsdp::sharding_name(o.fsdp.sharding), g.shard->size(), g.replicate->size(),
+                fsdp::sharding_name(o.fsdp.sharding), g.shard->size(),
+                runtime::counted(g.replicate->size(), "replica").c_str(),
                 dtype_label(o.fsdp.param_dtype), dtype_label(o.fsdp.reduce_dtype),
                 fsdp::describe(o.fsdp.activation_checkpointing).c_str(),
                 o.fsdp.max_inflight_gathers, static_cast<long long>(f.persistent_bytes >> 10),
@@ -112,9 +113,9 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
       (o.fsdp.fp8 != model::Fp8Mode::kOff
            ? std::string(", float8 projections (--fp8 ") + model::fp8_mode_name(o.fsdp.fp8) + ")"
            : "");
-  std::snprintf(buf, sizeof buf, "  device      %s, %d CPU threads per rank | %s\n",
-                device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI", f.threads,
-                layers.c_str());
+  std::snprintf(buf, sizeof buf, "  device      %s, %s per rank | %s\n",
+                device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI",
+                runtime::counted(f.threads, "CPU thread").c_str(), layers.c_str());
   b += buf;
   std::snprintf(buf, sizeof buf,
                 "  model       %s: %lld layers, hidden %lld, ffn %lld, %lld heads (%lld kv), vocab "

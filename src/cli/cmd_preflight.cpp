@@ -217,8 +217,9 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     for (const auto& name : o.ops) {
       const Op op = op_of(name);
       if (root) {
-        std::printf("# %s, %s: %d groups of %d ranks, %s, float32\n", name.c_str(), s.name.c_str(),
-                    t.world / s.comm->size(), s.comm->size(), use_cuda ? "nccl" : "mpi");
+        std::printf("# %s, %s: %s of %d ranks, %s, float32\n", name.c_str(), s.name.c_str(),
+                    runtime::counted(t.world / s.comm->size(), "group").c_str(), s.comm->size(),
+                    use_cuda ? "nccl" : "mpi");
         std::printf("# %12s %12s %10s %12s %12s %7s  %s\n", "size", "count", "time(us)",
                     "algbw(GB/s)", "busbw(GB/s)", "#wrong", "slowest group");
       }

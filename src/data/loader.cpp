@@ -1,6 +1,7 @@
 #include "shardtrain/data/loader.h"
 
 #include "shardtrain/data/sampler.h"
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::data {
@@ -10,10 +11,11 @@ DataLoader::DataLoader(const TokenFile& file, LoaderConfig cfg)
   if (cfg_.micro_batch <= 0 || cfg_.grad_accum <= 0)
     throw runtime::UsageError("--batch-size and --grad-accum must be positive");
   if (cfg_.drop_last && n_ < global_batch())
-    throw runtime::UsageError(file.path() + " has " + std::to_string(n_) +
-                              (per_ == 2 ? " pairs" : " rows") +
+    throw runtime::UsageError(file.path() + " has " +
+                              runtime::counted(n_, per_ == 2 ? "pair" : "row") +
                               ", fewer than one global batch of " + std::to_string(global_batch()) +
-                              " (batch-size x grad-accum x ranks); lower --batch-size");
+                              " (batch-size x grad-accum x data-parallel ranks); lower "
+                              "--batch-size");
 }
 
 DataLoader::~DataLoader() {

@@ -13,6 +13,7 @@
 #include "shardtrain/data/preference.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/token_file.h"
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/sha256.h"
 
@@ -297,8 +298,8 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
     if (s.skipped_by_reason.count(kAnswerCut))
       os << " | raise --seq-len to keep the samples whose answer it cut away";
     if (!r.chat_template.empty() && !r.pairs)  // a pair's answer is one turn: never cut at one
-      os << " | dialogues cut at a turn boundary: " << s.cut_at_turn << " (" << s.turns_dropped
-         << " assistant turns dropped)";
+      os << " | dialogues cut at a turn boundary: " << s.cut_at_turn << " ("
+         << runtime::counted(s.turns_dropped, "assistant turn") << " dropped)";
     os << "\n";
     for (const auto& e : s.examples) os << "  skipped " << e << "\n";
     if (s.skipped > static_cast<int64_t>(s.examples.size()))
@@ -306,9 +307,10 @@ std::string format_report(const PrepareOptions& o, const PrepareReport& r) {
          << " more skipped (--show-bad N names up to N)\n";
   };
   auto rows = [&](const char* what, const std::string& file, int64_t samples, const Rows& x) {
-    os << what << " " << file << ": " << samples << (r.pairs ? " pairs" : " samples") << " -> "
-       << x.rows << " rows x " << x.seq_len << " (" << (r.packing ? "packed" : "padded") << "), "
-       << x.tokens << " tokens, " << x.loss_tokens << " in the loss\n";
+    os << what << " " << file << ": " << runtime::counted(samples, r.pairs ? "pair" : "sample")
+       << " -> " << runtime::counted(x.rows, "row") << " x " << x.seq_len << " ("
+       << (r.packing ? "packed" : "padded") << "), " << x.tokens << " tokens, " << x.loss_tokens
+       << " in the loss\n";
   };
   os << "format " << r.format
      << (o.format == DataFormat::kAuto ? " (detected from the first record)" : "");

@@ -125,6 +125,7 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
       const auto labels = runtime::to_device(mb.labels, device_);
       const bool aligned = mb.aligned_labels;
       at::Tensor sum;
+      bool reports = true;  // its loss is the step's: under DPO, a context group's first rank's
       if (preference()) {
         // The whole rows' log-probabilities and answer lengths: the group's ranks each hold a
         // share of every row's tokens; each backpropagates the pairs' losses through its share.
@@ -134,22 +135,20 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
         const model::Batch& whole = micro_batches[i];
         const model::PreferenceTerms t = model::preference_loss(
             policy, reference[i],
-            model::row_answer_tokens(runtime::to_device(whole.labels, device_),
-                                     whole.aligned_labels),
+            shares.empty() ? model::row_answer_tokens(labels, aligned)
+                           : model::row_answer_tokens(runtime::to_device(whole.labels, device_),
+                                                      whole.aligned_labels),
             preference_);
         sum = t.losses.sum();
-        if (reports_pairs) {
-          stats += t.stats;
-          loss_sum += sum.detach();
-        }
-        loss = sum / denom;
+        reports = reports_pairs;
+        if (reports) stats += t.stats;
       } else {
         sum = p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk,
                                                     1.0 / denom, aligned)
                            : model::causal_lm_loss(logits, labels, /*count=*/false, aligned).sum;
-        loss_sum += sum.detach();
-        loss = sum / denom;
       }
+      if (reports) loss_sum += sum.detach();
+      loss = sum / denom;
     }
     logits = at::Tensor();  // autograd keeps only what backward needs
     p.outputs.back() = at::Tensor();
@@ -250,8 +249,8 @@ at::Tensor FsdpEngine::context_row_sum(const at::Tensor& partial) const {
   if (groups_.context->size() == 1) return partial;
   at::Tensor whole = partial.detach().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true);
   groups_.context->all_reduce(whole);
-  // The value is the group's sum; the gradient flows to this rank's own share only.
-  return partial + (whole.to(partial.scalar_type()) - partial.detach());
+  // The value is the group's sum, alike on every rank; the gradient flows to this rank's share.
+  return whole.to(partial.scalar_type()) + (partial - partial.detach());
 }
 
 void FsdpEngine::set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference) {

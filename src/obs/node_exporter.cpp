@@ -1,5 +1,6 @@
 #include "shardtrain/obs/node_exporter.h"
 
+#include "shardtrain/runtime/counted.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 
@@ -28,8 +29,8 @@ NodeExporter::NodeExporter(const std::string& bind, int port, std::string job,
       std::make_unique<HttpServer>(bind, port == 0 ? 0 : port + offset, [this] { return text(); });
   const bool any = server_->address() == "0.0.0.0" || server_->address() == "[::]";
   runtime::log::info_all("serving Prometheus metrics of node " + std::to_string(topo.node) + " (" +
-                         std::to_string(members_.size()) + " ranks) on http://" +
-                         (any ? hosts_[topo.rank] : server_->address()) + ":" +
+                         runtime::counted(static_cast<long long>(members_.size()), "rank") +
+                         ") on http://" + (any ? hosts_[topo.rank] : server_->address()) + ":" +
                          std::to_string(server_->port()) + "/metrics");
 }
 

@@ -35,7 +35,9 @@ std::string fit_text(const PlanInput& in, const PlanRow& b) {
 std::string Remedy::options() const {
   std::string out;
   if (context_parallel > 1) out = "--context-parallel " + std::to_string(context_parallel);
-  if (checkpointing) out += std::string(out.empty() ? "" : " ") + "--activation-checkpointing full";
+  if (checkpointing)  // on every layer: --ac-every 1 where the plan had another
+    out += std::string(out.empty() ? "" : " ") + "--activation-checkpointing full" +
+           (every_was > 1 ? " --ac-every 1" : "");
   return out;
 }
 
@@ -60,6 +62,7 @@ Remedy search_remedy(const PlanInput& in, const std::vector<PlanRow>& rows) {
   // Recomputation first: the same GPUs, about a third more compute.
   std::vector<PlanRow> cheapest = rows;
   s.tried_checkpointing = !full_every_layer(in.fsdp.activation_checkpointing);
+  s.every_was = in.fsdp.activation_checkpointing.every;
   if (s.tried_checkpointing && fits(1, true, &cheapest)) return s;
   // Then a context group (packed rows refuse it), alone and with recomputation.
   s.context_searched = !in.context_parallel_given && !in.packed;
@@ -88,7 +91,7 @@ std::string remedy_text(const PlanInput& in, const std::vector<PlanRow>& rows, c
   const std::string tried = "tried " + size_list(r.context_sizes) +
                             ", the divisors of --gpus-per-node " + std::to_string(in.gpus_per_node);
   if (r.found() && r.context_parallel == 0) {
-    os << "nothing fits as planned; --activation-checkpointing full fits (" << fit_text(in, r.best)
+    os << "nothing fits as planned; " << r.options() << " fits (" << fit_text(in, r.best)
        << "): the cheapest change, recomputing each layer's forward in its backward on the same "
           "GPUs; plan it with "
        << r.options() << "\n";
@@ -122,7 +125,12 @@ std::string remedy_text(const PlanInput& in, const std::vector<PlanRow>& rows, c
                   gib(static_cast<double>(r.unshardable_bytes)),
                   ac_said ? " with --activation-checkpointing full" : "", gib(in.gpu.memory_bytes),
                   state_only.c_str());
+    const bool larger_group =  // a given group that a larger one of the node would split further
+        in.context_parallel_given && !in.packed && in.context_parallel < in.gpus_per_node;
     os << line
+       << (larger_group ? ", or a larger --context-parallel (a divisor of --gpus-per-node " +
+                              std::to_string(in.gpus_per_node) + ")"
+                        : "")
        << (r.context_searched && r.context_sizes.empty()
                ? ", or --context-parallel over several GPUs of a node (--gpus-per-node " +
                      std::to_string(in.gpus_per_node) + " leaves none to split a row across)"

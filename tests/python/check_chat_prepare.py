@@ -116,7 +116,7 @@ def main(binary, ref, tmp):
         seq = ends[1] + 1  # the first two turns fit, the third does not
         out = os.path.join(tmp, f"{family}_cut.h5")
         r = prepare(binary, v["dir"], one, out, "--seq-len", str(seq), "--format", "chat")
-        assert "dialogues cut at a turn boundary: 1 (1 assistant turns dropped)" in r.stdout, r.stdout
+        assert "dialogues cut at a turn boundary: 1 (1 assistant turn dropped)" in r.stdout, r.stdout
         assert f"truncated to {seq}: 0" in r.stdout, r.stdout
         t, m = rows(out)
         k = ends[1]

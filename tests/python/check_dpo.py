@@ -211,7 +211,7 @@ def check_bad_input(binary, tok_dir, base, data, out):
         check(f"bad.jsonl:{line}: {reason}" in text, f"a bad record is reported by line: {line}: {reason}")
     check("bad.jsonl:6" not in text and "... and 1 more skipped (--show-bad N names up to N)" in text,
           "past --show-bad 4, the fifth bad record is counted and --show-bad named")
-    check("1 pairs -> 2 rows" in text, "only the good pair is kept")
+    check("1 pair -> 2 rows" in text, "only the good pair is kept")
     chat = os.path.join(out, "bad-chat.jsonl")
     with open(chat, "w") as f:
         f.write(json.dumps(chat_pairs()[0]) + "\n")

@@ -100,7 +100,7 @@ def case_training(a, env):
     check(job_field(job, "JobState", env) == "COMPLETED", "job %s completed" % job)
     check("preflight: PASS" in log, "preflight ran first and passed")
     check("2 ranks on 1 node x 2 ranks per node" in log, "the trainer ran as 2 srun --mpi=pmix ranks")
-    check(re.search(r"binding on \S+: 2 ranks", log) is not None and "1 CPU threads per rank" in log,
+    check(re.search(r"binding on \S+: 2 ranks", log) is not None and "1 CPU thread per rank" in log,
           "each rank bound by its node's plan, --threads following it")
     m = metrics(os.path.join(out, "metrics.jsonl"))
     check([x["step"] for x in m] == list(range(1, 9)), "metrics has steps 1..8")
@@ -308,7 +308,7 @@ def case_mpirun(a, env):
     check("preflight: PASS" in log, "preflight passed first")
     check("2 ranks on 1 node x 2 ranks per node" in log, "2 ranks from the hostfile")
     check(re.search(r"binding on \S+: 2 ranks (x 1 cores|share cpus)", log) is not None, "ranks were bound by their node's plan")
-    check("1 CPU threads per rank" in log, "--threads follows the plan")
+    check("1 CPU thread per rank" in log, "--threads follows the plan")
     check("trainer exit code 75" in log and "restarting (restart 1" in log, "USR1 -> checkpoint, exit 75, restart")
     check(re.search(r"resumed from \S+ at step [1-9]", log) is not None, "the restart resumed from the checkpoint")
     check([x["step"] for x in metrics(mfile)] == list(range(1, 21)), "metrics hold steps 1..20 once")

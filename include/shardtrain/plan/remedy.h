@@ -12,7 +12,8 @@ namespace shardtrain::plan {
 struct Remedy {
   bool ran = false;                  // nothing fits as planned
   bool tried_checkpointing = false;  // --activation-checkpointing full was not given and was tried
-  bool checkpointing = false;        // the fit adds --activation-checkpointing full
+  bool checkpointing = false;        // the fit adds --activation-checkpointing full (every layer)
+  int every_was = 1;                 // the plan's --ac-every: the fit sets it to 1
   int context_parallel = 0;          // the fit's --context-parallel; 0: none
   // Context parallelism could be tried: not given, padded rows; sizes: the divisors of
   // --gpus-per-node above 1 (none on one GPU a node).

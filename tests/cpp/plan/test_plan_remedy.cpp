@@ -47,6 +47,11 @@ TEST(PlanRemedy, CheckpointingBeforeAContextGroup) {
       << text;
   EXPECT_EQ(text.find("--context-parallel"), std::string::npos) << text;
   EXPECT_EQ(plan_json(in, rows)["remedy"]["options"], "--activation-checkpointing full");
+  // Checkpointing every other layer: the remedy is every layer, said in full.
+  const PlanInput half =
+      planned(with(args, {"--activation-checkpointing", "full", "--ac-every", "2"}));
+  EXPECT_EQ(search_remedy(half, plan_rows(half)).options(),
+            "--activation-checkpointing full --ac-every 1");
 }
 
 // 128k tokens on an H200 node: checkpointing alone fits (about 91 of 131 GiB), where the search
