@@ -16,9 +16,10 @@ work=${PLANT_DIR:-/tmp/shardtrain-planted}
 equality="fsdp_mpi_np2 fsdp_mpi_np3.EveryStrategy fsdp_mpi_np3.Offload fsdp_mpi_np4_nodes_of_2 context_parallel_mpi_np2 lora_mpi_np1 lora_mpi_np3"
 declare -A tests=(
   [gradient-scale-x2]="$equality dpo_trl"
-  # Not dpo_trl: DPO's micro-batches hold --batch-size pairs each, always, so a mean per micro-batch
-  # is the global mean (measured: dpo_trl passes with it planted); the token means differ.
-  [micro-batch-mean]="$equality"
+  # dpo_trl only through its context-parallel runs: a micro-batch always holds --batch-size pairs,
+  # so without a context group a mean per micro-batch is the global mean; within one, the group's
+  # ranks hold the same pairs and the plant's mean over ranks counts each pair once per rank.
+  [micro-batch-mean]="$equality dpo_trl"
 )
 plants=("$@")
 [ ${#plants[@]} -gt 0 ] || plants=("${!tests[@]}")
