@@ -285,6 +285,9 @@ def check_resume_and_validation(binary, tok_dir, base, out, uninterrupted):
     want = [m["loss"] for m in uninterrupted]
     check(len(got) == STEPS and max(abs(a - b) for a, b in zip(got, want)) <= 1e-6,
           f"a DPO run resumed at step 2 trains the uninterrupted run's losses ({got})")
+    listing = shardtrain(binary, ["inspect", os.path.join(ck, "latest")])
+    check(f"global batch {PAIRS} pairs (schedule in steps of {PAIRS} pairs)" in listing,
+          "inspect counts a DPO checkpoint's global batch in pairs")
     jsonl = os.path.join(out, "strings.jsonl")
     split = os.path.join(out, "split.h5")
     shardtrain(binary, ["prepare", "--tokenizer", tok_dir, "--input", jsonl, "--output", split, "--val-fraction", "0.25",
