@@ -14,7 +14,6 @@
 #include "shardtrain/cli/reference.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/obs/prometheus.h"
-#include "shardtrain/runtime/logging.h"
 
 namespace shardtrain::cli {
 namespace {

@@ -87,13 +87,13 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   const auto batch = [&](size_t i) -> const model::Batch& {
     return shares.empty() ? micro_batches[i] : shares[i].local;
   };
-  // A context group's ranks hold the same pairs: its first rank counts and reports them.
-  const bool reports_pairs = groups_.context->rank() == 0;
+  // Under DPO a context group's ranks hold the same pairs: its first rank counts and reports them.
+  const bool reports = !preference() || groups_.context->rank() == 0;
   int64_t local_tokens = 0, local_pairs = 0;
   for (size_t i = 0; i < micro_batches.size(); ++i)
     if (batch(i).tokens.size(0) > 0) {
       local_tokens += model::count_loss_tokens(batch(i).labels, batch(i).aligned_labels);
-      if (reports_pairs) local_pairs += batch(i).tokens.size(0) / 2;
+      if (reports) local_pairs += batch(i).tokens.size(0) / 2;
     }
   r.tokens =
       sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
@@ -125,22 +125,17 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
       const auto labels = runtime::to_device(mb.labels, device_);
       const bool aligned = mb.aligned_labels;
       at::Tensor sum;
-      bool reports = true;  // its loss is the step's: under DPO, a context group's first rank's
       if (preference()) {
-        // The whole rows' log-probabilities and answer lengths: the group's ranks each hold a
-        // share of every row's tokens; each backpropagates the pairs' losses through its share.
+        // The whole rows' log-probabilities and answer lengths (from the host's whole rows): the
+        // group's ranks each hold a share of every row's tokens and backpropagate through it.
         const at::Tensor policy = context_row_sum(
             p.fused_head ? model::chunked_row_logps(logits, p.head_weight, labels, chunk, aligned)
                          : model::row_logps(logits, labels, aligned));
         const model::Batch& whole = micro_batches[i];
         const model::PreferenceTerms t = model::preference_loss(
-            policy, reference[i],
-            shares.empty() ? model::row_answer_tokens(labels, aligned)
-                           : model::row_answer_tokens(runtime::to_device(whole.labels, device_),
-                                                      whole.aligned_labels),
+            policy, reference[i], model::row_answer_tokens(whole.labels, whole.aligned_labels),
             preference_);
         sum = t.losses.sum();
-        reports = reports_pairs;
         if (reports) stats += t.stats;
       } else {
         sum = p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk,
@@ -264,7 +259,8 @@ at::Tensor FsdpEngine::eval_preference(const model::Batch& batch, const Referenc
   // A context group's ranks hold the same pairs: its first rank reports them.
   if (batch.tokens.size(0) == 0 || groups_.context->rank() != 0)
     return at::zeros({model::kNumPreferenceStats}, at::kDouble);
-  return model::preference_loss(policy, ref, model::row_answer_tokens(batch.labels), preference_)
+  return model::preference_loss(
+             policy, ref, model::row_answer_tokens(batch.labels, batch.aligned_labels), preference_)
       .stats.to(at::kCPU);
 }
 

@@ -46,7 +46,7 @@ void PlanInput::validate() const {
     if (const std::string p = model::fp8_shape_problem(model); !p.empty())
       throw runtime::UsageError(opt + p);
   }
-  // --objective dpo: what train refuses with it (context parallelism, packed rows).
+  // --objective dpo: what train refuses with it (packed rows).
   validate_objective(objective, packed);
   fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes,
                     // --lora-*

@@ -1,12 +1,12 @@
 #include "shardtrain/plan/remedy.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <sstream>
 
 #include "shardtrain/plan/objective.h"
+#include "shardtrain/plan/plan_output.h"
 
 namespace shardtrain::plan {
 namespace {
@@ -21,13 +21,6 @@ std::string size_list(const std::vector<int>& sizes) {
 
 bool full_every_layer(const fsdp::ActivationCheckpointing& ac) {
   return ac.mode == fsdp::Recompute::kFull && ac.every == 1;
-}
-
-std::string fit_text(const PlanInput& in, const PlanRow& b) {
-  return std::string(fsdp::sharding_name(b.sharding)) + " on " + std::to_string(b.nodes) +
-         " node(s), " + std::to_string(static_cast<int64_t>(std::lround(b.tokens_per_s_per_gpu))) +
-         " tokens/s per GPU, " + std::to_string(std::lround(gib(static_cast<double>(b.total)))) +
-         " GiB of " + std::to_string(std::lround(gib(in.gpu.memory_bytes))) + " GiB";
 }
 
 }  // namespace
@@ -91,7 +84,7 @@ std::string remedy_text(const PlanInput& in, const std::vector<PlanRow>& rows, c
   const std::string tried = "tried " + size_list(r.context_sizes) +
                             ", the divisors of --gpus-per-node " + std::to_string(in.gpus_per_node);
   if (r.found() && r.context_parallel == 0) {
-    os << "nothing fits as planned; " << r.options() << " fits (" << fit_text(in, r.best)
+    os << "nothing fits as planned; " << r.options() << " fits (" << fit_summary(in, r.best)
        << "): the cheapest change, recomputing each layer's forward in its backward on the same "
           "GPUs; plan it with "
        << r.options() << "\n";
@@ -102,7 +95,7 @@ std::string remedy_text(const PlanInput& in, const std::vector<PlanRow>& rows, c
        << (r.tried_checkpointing ? ", nor with --activation-checkpointing full alone" : "") << "\n"
        << "smallest context parallel that fits: " << r.context_parallel
        << (r.checkpointing ? " with --activation-checkpointing full" : "") << " ("
-       << fit_text(in, r.best) << "; " << tried << "): plan it with " << r.options() << "\n";
+       << fit_summary(in, r.best) << "; " << tried << "): plan it with " << r.options() << "\n";
     return os.str();
   }
   const bool ac_said = r.tried_checkpointing || full_every_layer(in.fsdp.activation_checkpointing);
