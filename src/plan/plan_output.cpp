@@ -84,13 +84,6 @@ double binding_headroom(const PlanRow& r) {
 
 }  // namespace
 
-std::string fit_summary(const PlanInput& in, const PlanRow& r) {
-  return std::string(fsdp::sharding_name(r.sharding)) + " on " + std::to_string(r.nodes) +
-         " node(s), " + std::to_string(static_cast<int64_t>(std::lround(r.tokens_per_s_per_gpu))) +
-         " tokens/s per GPU, " + std::to_string(std::lround(gib(r.total))) + " GiB of " +
-         std::to_string(std::lround(gib(in.gpu.memory_bytes))) + " GiB";
-}
-
 std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   std::ostringstream os;
   os << "# plan: " << describe(in) << "\n";

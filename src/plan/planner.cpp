@@ -402,6 +402,14 @@ RingCost ring_cost(const PlanInput& in) {
   return k;
 }
 
+std::string fit_summary(const PlanInput& in, const PlanRow& r) {
+  return std::string(fsdp::sharding_name(r.sharding)) + " on " + std::to_string(r.nodes) +
+         " node(s), " + std::to_string(static_cast<int64_t>(std::lround(r.tokens_per_s_per_gpu))) +
+         " tokens/s per GPU, " +
+         std::to_string(std::lround(static_cast<double>(r.total) / (1 << 30))) + " GiB of " +
+         std::to_string(std::lround(in.gpu.memory_bytes / (1 << 30))) + " GiB";
+}
+
 const PlanRow* best_row(const std::vector<PlanRow>& rows) {
   double top = 0;
   for (const auto& r : rows)

@@ -6,7 +6,6 @@
 #include <sstream>
 
 #include "shardtrain/plan/objective.h"
-#include "shardtrain/plan/plan_output.h"
 
 namespace shardtrain::plan {
 namespace {

@@ -9,9 +9,6 @@
 namespace shardtrain::plan {
 
 std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows);
-// A row that fits, in one phrase: "full_shard on 1 node(s), 1862 tokens/s per GPU, 54 GiB of 75
-// GiB".
-std::string fit_summary(const PlanInput& in, const PlanRow& r);
 std::string plan_csv(const std::vector<PlanRow>& rows);
 nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows);
 void plan_png(const std::string& path, const PlanInput& in, const std::vector<PlanRow>& rows);

@@ -110,5 +110,8 @@ std::vector<PlanRow> plan_rows(const PlanInput& in);
 // The row that fits with the most tokens/s per GPU (the cheapest per token), the fewest nodes
 // among those within 1% of it; nullptr when nothing fits.
 const PlanRow* best_row(const std::vector<PlanRow>& rows);
+// A row that fits, in one phrase: "full_shard on 1 node(s), 1862 tokens/s per GPU, 54 GiB of 75
+// GiB" (plan's best row, and the row a remedy fits).
+std::string fit_summary(const PlanInput& in, const PlanRow& r);
 
 }  // namespace shardtrain::plan
