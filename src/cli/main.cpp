@@ -9,13 +9,16 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/fast_exit.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/mpi_env.h"
 #include "shardtrain/runtime/version.h"
 
 using namespace shardtrain;
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_command(int argc, char** argv) {
   std::unique_ptr<runtime::MpiEnv> env;
   try {
     const std::string cmd = argc > 1 ? argv[1] : "";
@@ -61,3 +64,8 @@ int main(int argc, char** argv) {
     runtime::MpiEnv::abort(1);
   }
 }
+
+}  // namespace
+
+// MPI is finalized when run_command returns (its MpiEnv goes out of scope).
+int main(int argc, char** argv) { runtime::fast_exit(run_command(argc, argv)); }

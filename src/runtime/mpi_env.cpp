@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/fast_exit.h"
 #include "shardtrain/runtime/logging.h"
 
 namespace shardtrain::runtime {
@@ -149,7 +150,7 @@ bool abort_other_ranks(int code) {
 void MpiEnv::abort(int code) {
   // A lone rank exits normally so the exit code (2 for usage errors) survives.
   if (abort_other_ranks(code)) MPI_Finalize();
-  std::exit(code);
+  fast_exit(code);
 }
 
 void MpiEnv::exit_together(int code) {
@@ -157,7 +158,7 @@ void MpiEnv::exit_together(int code) {
     MPI_Barrier(MPI_COMM_WORLD);  // the error line is out before any rank's exit ends the job
     MPI_Finalize();
   }
-  std::exit(code);
+  fast_exit(code);
 }
 
 void MpiEnv::abort_from_thread(int code) {

@@ -13,9 +13,10 @@
 
 #include "gtest_skip.h"
 
+#include "shardtrain/runtime/fast_exit.h"
 #include "shardtrain/runtime/mpi_env.h"
 
-inline int mpi_gtest_main(int argc, char** argv, shardtrain::runtime::MpiEnv*& global_env) {
+inline int mpi_gtest_run(int argc, char** argv, shardtrain::runtime::MpiEnv*& global_env) {
   int ranks_per_node = 0;
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0)
@@ -34,4 +35,10 @@ inline int mpi_gtest_main(int argc, char** argv, shardtrain::runtime::MpiEnv*& g
   MPI_Allreduce(&skipped, &all_skipped, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   global_env = nullptr;
   return all_skipped ? SHARDTRAIN_SKIP_STATUS : worst;
+}
+
+// MPI is finalized when mpi_gtest_run returns; the static destructors are skipped (fast_exit.h).
+[[noreturn]] inline void mpi_gtest_main(int argc, char** argv,
+                                        shardtrain::runtime::MpiEnv*& global_env) {
+  shardtrain::runtime::fast_exit(mpi_gtest_run(argc, argv, global_env));
 }

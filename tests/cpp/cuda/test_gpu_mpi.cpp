@@ -138,4 +138,4 @@ TEST(GpuOffload, NoHostSyncInsideAStep) {
 #endif
 }
 
-int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
+int main(int argc, char** argv) { mpi_gtest_main(argc, argv, g_env); }

@@ -184,4 +184,4 @@ TEST(CheckpointingMpi, Fp8GivesTheSameLossAndGradientsUnderEverySetting) {
   }
 }
 
-int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
+int main(int argc, char** argv) { mpi_gtest_main(argc, argv, g_env); }

@@ -366,4 +366,4 @@ TEST(ContextParallelMpi, SharesTileTheRow) {
   }
 }
 
-int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
+int main(int argc, char** argv) { mpi_gtest_main(argc, argv, g_env); }

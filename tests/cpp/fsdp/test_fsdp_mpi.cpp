@@ -638,7 +638,7 @@ TEST(FsdpMpi, GradientReducerSumsWithinItsBudgetAllReducesIncluded) {
   }
 }
 
-int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
+int main(int argc, char** argv) { mpi_gtest_main(argc, argv, g_env); }
 
 namespace {
 

@@ -297,4 +297,4 @@ TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
   EXPECT_GT(p_gap, 1e-4) << "dropout changed nothing";
 }
 
-int main(int argc, char** argv) { return mpi_gtest_main(argc, argv, g_env); }
+int main(int argc, char** argv) { mpi_gtest_main(argc, argv, g_env); }

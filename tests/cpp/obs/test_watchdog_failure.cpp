@@ -21,6 +21,7 @@
 #include "shardtrain/obs/collective_watchdog.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/fast_exit.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 using namespace shardtrain;
@@ -99,5 +100,5 @@ TEST(WatchdogFailure, AFailingProbeEndsTheJobWithOneLineAndCode76) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--child") == 0) return child(argc, argv);
   ::testing::InitGoogleTest(&argc, argv);
-  return skip_aware_status(RUN_ALL_TESTS());
+  shardtrain::runtime::fast_exit(skip_aware_status(RUN_ALL_TESTS()));
 }

@@ -100,5 +100,5 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strncmp(argv[i], "--ranks-per-node=", 17) == 0)
       g_ranks_per_node = std::atoi(argv[i] + 17);
-  return mpi_gtest_main(argc, argv, g_env);
+  mpi_gtest_main(argc, argv, g_env);
 }
