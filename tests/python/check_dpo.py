@@ -7,11 +7,13 @@ conversational form:
   - prepare's rows are TRL's tokenization: prompt + chosen and prompt + rejected, the loss mask on
     the answer (TRL's prompt_ids / chosen_ids / rejected_ids);
   - DPO's loss, gradient norm (before clipping) and metrics at steps 1..4 (the last after 3 AdamW
-    steps, clipped) equal TRL's DPOTrainer's on the same pairs (the strings' rows; the head chunked, and unfused), full fine-tuning (a frozen copy as the reference) and LoRA
+    steps, clipped) equal TRL's DPOTrainer's on the same pairs (the strings' rows; the head chunked,
+    and unfused with --fused-layers), full fine-tuning (a frozen copy as the reference) and LoRA
     (PEFT; the base with the adapters off as the reference), at 1 rank and at 2 ranks with
     gradient accumulation and every sharding strategy, in context groups of 2 (each row's answer
-    log-probability summed over its group; full and LoRA, 2 and 4 ranks), and with --dpo-loss ipo;
-  - --reference-logps from `eval --save-logps` trains the same losses as the reference model;
+    log-probability summed over its group; LoRA at 2 ranks, full at 4), and with --dpo-loss ipo;
+  - --reference-logps from `eval --save-logps` trains the same losses as the reference model (the
+    ipo run);
   - `eval --objective dpo` of a trained model (full, against --reference-logps; LoRA, against
     the base with the adapter off) reports the DPO loss and metrics that transformers'
     log-probabilities of its saved weights give by TRL's formulas, and train's last validation.
@@ -350,8 +352,6 @@ def main(binary, chat_ref, out):
         ours = dpo_train(binary, base, data, os.path.join(out, f"run-{form}"))
         compare(f"{form}, full, 1 rank", ours, trl_losses, trl_logs)
         check_resume_and_validation(binary, tok_dir, base, out, ours)
-        ours = dpo_train(binary, base, data, os.path.join(out, "run-unfused"), extra=["--loss-chunk", "off"])
-        compare("strings, full, unfused head (--loss-chunk off)", ours, trl_losses, trl_logs)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-np2"), ranks=2, accum=2)
         compare("strings, full, 2 ranks x 2 micro-batches", ours, trl_losses, trl_logs)
         for strategy in (["shard_grad_op"], ["no_shard"]):  # hybrid_shard: the 4-rank layout below
@@ -362,17 +362,16 @@ def main(binary, chat_ref, out):
         ours = dpo_train(binary, base, data, os.path.join(out, "run-hsdp-np4"), ranks=4, accum=2,
                          extra=["--sharding", "hybrid_shard", "--ranks-per-node", "2"])
         compare("strings, full, 4 ranks hybrid_shard (2 x 2) x 2 micro-batches", ours, trl_losses, trl_logs)
-        # The CLI's --fused-layers (merged q k v and gate up, fused RMSNorm) and --cpu-offload (the
-        # masters, moments and gradients on the host, AdamW there) under accumulation.
-        ours = dpo_train(binary, base, data, os.path.join(out, "run-fused"), extra=["--fused-layers"])
-        compare("strings, full, --fused-layers", ours, trl_losses, trl_logs)
+        # The CLI's --fused-layers (merged q k v and gate up, fused RMSNorm) with the unchunked head
+        # (every other run chunks it), and --cpu-offload (the masters, moments and gradients on the
+        # host, AdamW there) under accumulation.
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-fused"), extra=["--fused-layers", "--loss-chunk", "off"])
+        compare("strings, full, --fused-layers, unfused head (--loss-chunk off)", ours, trl_losses, trl_logs)
         ours = dpo_train(binary, base, data, os.path.join(out, "run-offload"), ranks=2, accum=2,
                          extra=["--cpu-offload"])
         compare("strings, full, 2 ranks x 2 micro-batches, --cpu-offload", ours, trl_losses, trl_logs)
         # Context parallelism: each row's answer log-probability summed over its group of 2 ranks;
-        # at 4 ranks, 2 groups with 2 micro-batches each.
-        ours = dpo_train(binary, base, data, os.path.join(out, "run-cp2"), ranks=2, cp=2)
-        compare("strings, full, --context-parallel 2 at 2 ranks", ours, trl_losses, trl_logs)
+        # 2 groups with 2 micro-batches each (one group alone: the LoRA run below).
         ours = dpo_train(binary, base, data, os.path.join(out, "run-cp2-np4"), ranks=4, accum=2, cp=2)
         compare("strings, full, --context-parallel 2 at 4 ranks x 2 micro-batches", ours, trl_losses, trl_logs)
         logps = os.path.join(out, "ref-logps.h5")
@@ -381,12 +380,10 @@ def main(binary, chat_ref, out):
         first = json.loads(r.stdout.splitlines()[0]) if r.returncode == 0 and r.stdout else None
         check(isinstance(first, dict) and first.get("rows") == 2 * PAIRS and "INFO" not in r.stdout,
               f"eval --save-logps: stdout's first line is its JSON result ({r.stdout.splitlines()[:1]}), the logs on stderr")
-        ours = dpo_train(binary, base, data, os.path.join(out, "run-logps"), extra=["--reference-logps", logps])
-        compare("strings, full, --reference-logps", ours, trl_losses, trl_logs)
         check_bad_input(binary, tok_dir, base, data, out)
         ipo_losses, ipo_logs, _ = trl_run(load(base), tokenizer, pairs, os.path.join(out, "trl-ipo"), "ipo")
-        ours = dpo_train(binary, base, data, os.path.join(out, "run-ipo"), extra=["--dpo-loss", "ipo"])
-        compare("strings, full, ipo", ours, ipo_losses, ipo_logs)
+        ours = dpo_train(binary, base, data, os.path.join(out, "run-ipo"), extra=["--dpo-loss", "ipo", "--reference-logps", logps])
+        compare("strings, full, ipo, --reference-logps", ours, ipo_losses, ipo_logs)
         for trained in (False, True):
             kind = "trained adapter" if trained else "fresh adapter"
             adapter = os.path.join(out, f"adapter-{int(trained)}")

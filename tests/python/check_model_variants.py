@@ -1,15 +1,16 @@
 """Every model family and config.json variant shardtrain implements loads, evaluates, trains and
 exports exactly as transformers does. For each variant (Llama's activations, RoPE theta and scaling
 kinds, explicit head_dim, attention and MLP biases, tied embeddings, weights in float16 as the Hub's
-Llama-2 and in bfloat16 shards with an index; Mistral with and without its
-sliding window in reach; Qwen2 with its q/k/v biases, tied embeddings and sliding layers), a tiny
-random model written by transformers' save_pretrained (biases drawn non-zero, so that they count):
+Llama-2 and in bfloat16 shards with an index; Mistral with and without its sliding window in reach;
+Qwen2 with its q/k/v biases, tied embeddings and sliding layers; variants that touch different code
+share a model), a tiny random model written by transformers' save_pretrained (biases drawn non-zero,
+so that they count):
 - `shardtrain eval` on the first rows of a token file equals transformers' loss (2e-5 relative, fp32);
   by default only for the weights transformers stored in float16 and in bfloat16 shards (the other
   variants' first training loss is the same forward on transformers' weights, within 1e-5, and
   their exports are evaluated below);
-- 3 AdamW steps at 2 ranks (by default 1 rank for the variants that change only the activation,
-  RoPE or Mistral's sliding window, which touch no parameter's shape or sharding), full_shard, on
+- 3 AdamW steps at 2 ranks (by default 1 rank for Mistral's windows and dynamic RoPE, which touch
+  no parameter's shape or sharding), full_shard, on
   a 4-row file (every step the whole file) give the losses and the final weights that
   torch.optim.AdamW gives transformers' model (losses within 1e-5, the test_hf_parity tolerance;
   the weights' change within 1% of transformers' change, in L2, and no weight further than 2e-4
@@ -48,30 +49,25 @@ BIN, DATA, WORK = sys.argv[1:4]
 FULL = "--full" in sys.argv[4:]
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1, tie_word_embeddings=False)
+# Variants that touch different code share one model (each part still fails the comparison on
+# its own): an activation with a shape or bias change, a RoPE kind with a storage format.
 VARIANTS = {
-    "gelu": (LlamaConfig, dict(hidden_act="gelu")),
-    "gelu_pytorch_tanh": (LlamaConfig, dict(hidden_act="gelu_pytorch_tanh")),
-    "relu": (LlamaConfig, dict(hidden_act="relu")),
-    "rope_theta_1e6": (LlamaConfig, dict(rope_theta=1e6)),
-    "rope_llama3": (LlamaConfig, dict(rope_theta=500000.0, rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
-                                                                             high_freq_factor=4.0, original_max_position_embeddings=16))),
-    "rope_linear": (LlamaConfig, dict(rope_scaling=dict(rope_type="linear", factor=2.0))),
-    "rope_dynamic": (LlamaConfig, dict(rope_scaling=dict(rope_type="dynamic", factor=2.0))),
-    "head_dim": (LlamaConfig, dict(head_dim=32)),
-    "attention_bias": (LlamaConfig, dict(attention_bias=True)),
-    "mlp_bias": (LlamaConfig, dict(mlp_bias=True)),
-    "tied": (LlamaConfig, dict(tie_word_embeddings=True)),
+    "gelu+head_dim": (LlamaConfig, dict(hidden_act="gelu", head_dim=32)),
+    "gelu_pytorch_tanh+attention_bias": (LlamaConfig, dict(hidden_act="gelu_pytorch_tanh", attention_bias=True)),
+    "relu+mlp_bias": (LlamaConfig, dict(hidden_act="relu", mlp_bias=True)),
+    "rope_theta_1e6+tied": (LlamaConfig, dict(rope_theta=1e6, tie_word_embeddings=True)),
+    "rope_linear+llama2_fp16": (LlamaConfig, dict(rope_scaling=dict(rope_type="linear", factor=2.0))),  # stored as the Hub's Llama-2 is: float16
+    # bfloat16 in several files with an index
+    "rope_llama3+bf16_sharded": (LlamaConfig, dict(rope_theta=500000.0, rope_scaling=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16))),
     "mistral_window": (MistralConfig, dict(sliding_window=16)),  # rows are 64 tokens: the window bites
-    "mistral_window_out_of_reach": (MistralConfig, dict(sliding_window=4096)),
+    "mistral_window_out_of_reach+rope_dynamic": (MistralConfig, dict(sliding_window=4096, rope_scaling=dict(rope_type="dynamic", factor=2.0))),
     "qwen2_tied": (Qwen2Config, dict(tie_word_embeddings=True)),
     "qwen2_sliding": (Qwen2Config, dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)),
-    "llama2_fp16": (LlamaConfig, dict()),  # stored as the Hub's Llama-2 is: float16
-    "llama2_bf16_sharded": (LlamaConfig, dict()),  # bfloat16 in several files with an index
 }
-# Activation, RoPE and attention-mask changes on Llama's shapes shard as the others do: one rank checks them.
-ONE_RANK = {"gelu", "gelu_pytorch_tanh", "relu", "rope_theta_1e6", "rope_llama3", "rope_linear", "rope_dynamic",
-            "mistral_window", "mistral_window_out_of_reach"}
-SAVED_AS = {"llama2_fp16": dict(dtype=torch.float16), "llama2_bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
+# Attention-mask and RoPE changes on Mistral's shapes shard as the others do: one rank checks them.
+ONE_RANK = {"mistral_window", "mistral_window_out_of_reach+rope_dynamic"}
+SAVED_AS = {"rope_linear+llama2_fp16": dict(dtype=torch.float16), "rope_llama3+bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 STEPS, ROWS = 3, 4
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")

@@ -8,11 +8,10 @@ fp32's rounding of the angle p * inv_freq grows with p, so at positions in the t
 position shows. Each case is one row of T = 8192 tokens through a tiny random one-layer Llama (save_pretrained,
 fp32, sdpa), with packed rows (several documents, positions restarting at 0, which transformers
 reads as its packed-sequence mask) and the rope_scaling kinds shardtrain implements:
-- default_single: one document, positions 0..8191;
 - default_packed, llama3_packed, linear_packed: documents of 600, 2400 and 5192 tokens (llama3's
   original_max_position_embeddings 1024, so the documents run past it, its three bands all in use);
 - dynamic_beyond: one document of 8192 positions past max_position_embeddings 4096, where dynamic
-  NTK grows the base from the longest position.
+  NTK grows the base from the longest position (the single-document case).
 Written per case: model/ (config.json + model.safetensors), tokens, positions, logits (fp32), and
 fp64_gap: the largest |logit| difference between transformers in fp32 and the same model run in fp64
 with fp64 angles (from the same fp32 inv_freq): what fp32 itself costs at these positions.
@@ -32,7 +31,6 @@ T = 8192
 PACKED = (600, 2400, 5192)
 LLAMA3 = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=1024)
 CASES = {
-    "default_single": (dict(), None),
     "default_packed": (dict(), PACKED),
     "llama3_packed": (dict(rope_theta=500000.0, rope_scaling=LLAMA3), PACKED),
     "linear_packed": (dict(rope_scaling=dict(rope_type="linear", factor=2.0)), PACKED),

@@ -51,7 +51,6 @@ void expect_transformers_logits(const std::string& name) {
 }
 }  // namespace
 
-TEST(RopePositions, SingleDocumentTo8191) { expect_transformers_logits("default_single"); }
 TEST(RopePositions, PackedDocumentsRestartTheirPositions) {
   expect_transformers_logits("default_packed");
 }
@@ -59,6 +58,7 @@ TEST(RopePositions, Llama3ScalingPastItsOriginalContext) {
   expect_transformers_logits("llama3_packed");
 }
 TEST(RopePositions, LinearScalingPacked) { expect_transformers_logits("linear_packed"); }
+// One document of 8192 positions.
 TEST(RopePositions, DynamicScalingPastMaxPositions) {
   expect_transformers_logits("dynamic_beyond");
 }
