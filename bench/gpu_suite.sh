@@ -45,20 +45,22 @@
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
 #               up to the first that runs out of memory;
 #   layers   5b. the most Llama-2 7B layers each trainer fits (random init, checkpointing, seq 2048, batch 1).
-# next     the parts that hold work no GPU has run yet (NEXT_PARTS below, the one list of them): what
-#          the next GPU session runs first. Work built on CPU adds its part here; a GPU run that
-#          passes takes it out.
+# next     the first of NEXT_CALLS below, the one list of the work no GPU has run yet: each call a set
+#          of parts sized for one 6-minute device call, in priority order (correctness first);
+#          next2, next3, ... the later ones. Work built on CPU adds its part to a call; a GPU run
+#          that passes takes it out.
 # The environment is always recorded. Default parts: check,tests,speed,profile,scale,layers. Exit
 # status 1 when a correctness check (2, 3, 6) fails, and on the CPU smoke test when any part fails to run.
 # Big scratch files (the 7B weights) go to --work (default: a new temporary folder), not --out.
-# On a GPU no attempt of scale, layers and offload starts after SUITE_DEADLINE seconds (570; 450
-# with --parts next, whose call has 8 minutes), or runs past it, so that one part fits a 600-second
-# call. The CPU smoke test checks that each part runs, not how fast: it has no deadline, and its
-# benches take their smallest shapes.
+# On a GPU no attempt of scale, layers, offload and fp8 starts after SUITE_DEADLINE seconds (570; 330
+# in a next call, which has 6 minutes), or runs past it, so that one part fits a 600-second call.
+# The CPU smoke test checks that each part runs, not how fast: it has no deadline, and its benches
+# take their smallest shapes.
 #
 #   bench/gpu_suite.sh --out DIR                 # on the GPU machine: bin/shardtrain of the bundle
 #   bench/gpu_suite.sh --out DIR --parts speed   # one part
-#   bench/gpu_suite.sh --out DIR --parts next    # what no GPU has run yet
+#   bench/gpu_suite.sh --out DIR --parts next    # the first call of what no GPU has run yet
+#   bench/gpu_suite.sh --out DIR --parts next2   # the second
 #   bench/gpu_suite.sh --out DIR --device cpu    # smoke test: small shapes, GPU-only steps skipped
 # Env: SHARDTRAIN_BIN, PYTHON (see bench/env.sh), BENCH_STEPS (speed steps, 20), SUITE_DEADLINE,
 #      BENCH_OFFLOAD_LAYERS (offload's layers, 12), BENCH_FP8_STEPS (fp8's steps, 200).
@@ -76,22 +78,23 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$out" ] || { echo "gpu_suite.sh: --out DIR is required" >&2; exit 2; }
-# The parts whose code changed since the last GPU run (2026-11-27, one H200: check and tests
-# passed there; since then the start-up checks that check's runs pass through, the hybrid-shard
-# reducer, the folded clip, the fused layer path with its tests and its part, fused, and CPU
-# offload with its tests (in tests) and its part, offload; FP8 with its tests and its part, fp8;
-# context parallelism's ring attention with its tests (in tests) and its part, ring; DPO's tests
-# (in tests)).
-NEXT_PARTS=check,tests,fused,offload,fp8,ring
-# The next call has 8 minutes; offload, fp8 and ring, the last parts, are cut to fit them (a guess:
-# check ~2, tests ~2, fused ~3, offload ~2, fp8 ~4, ring ~0.5 minutes, none of them timed on a GPU
-# yet): what is cut is the second call's.
-[[ ",$parts," == *",next,"* ]] && deadline=${SUITE_DEADLINE:-450}
-parts=$(sed "s/\(^\|,\)next\(,\|$\)/\1$NEXT_PARTS\2/" <<< "$parts")
+# The parts whose code changed since the last GPU run, as calls of at most 6 minutes each, in the
+# order they run: correctness first. The last GPU run (2026-12-04, one H200) passed check and
+# tests (the ring's and DPO's tests among them) and ran fused, fp8 and the ring's timings; since
+# then the step time read once the device has finished (Gpu.StepTimeCoversTheDevicesPhases, in
+# tests). CPU offload's part, offload, has never run on a GPU.
+NEXT_CALLS=("check,tests" "offload")
+if [[ $parts =~ ^next([0-9]*)$ ]]; then
+  call=${BASH_REMATCH[1]:-1}
+  [ "$call" -ge 1 ] && [ "$call" -le ${#NEXT_CALLS[@]} ] \
+    || { echo "gpu_suite.sh: --parts $parts: there are ${#NEXT_CALLS[@]} next calls (next, next2 .. next${#NEXT_CALLS[@]})" >&2; exit 2; }
+  parts=${NEXT_CALLS[call - 1]} deadline=${SUITE_DEADLINE:-330}
+  export BENCH_FP8_STEPS=${BENCH_FP8_STEPS:-100} BENCH_STEPS=${BENCH_STEPS:-12}  # speed parts cut to fit
+fi
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
   case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|fp8|ring|scale|layers) ;;
-    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, fp8, ring, scale, layers, next)" >&2; exit 2 ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, fp8, ring, scale, layers; or next, next2, .. alone)" >&2; exit 2 ;;
   esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }

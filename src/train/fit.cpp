@@ -40,6 +40,9 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     c.metrics.write_initial(m0);
   }
   StepReadback readback;  // steps whose loss and norm are still on the device
+  // The steps' time: from one host read to the next, when the device has finished them (the host
+  // alone runs ahead of a GPU), without the validation and checkpoints in between.
+  runtime::Stopwatch since_read;
   for (int64_t s = start; s < total; ++s) {
     const runtime::Stopwatch step_clock;
     c.faults.before_step(s + 1);
@@ -80,7 +83,6 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
         c.engine.memory().take_phase_peak();
     grads.clear();  // the shards live from backward to here only
     c.engine.release_grads();
-    m.step_time_s = step_clock.seconds();
     c.profiler.end(m.step);
     c.metrics.measure(m, data.global_rows);
     p.forward_backward = g.clock;
@@ -95,6 +97,9 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
                           c.checkpoints.due(step, signal.save, last || stop);
     if (!read_now) continue;
     std::vector<PendingStep> steps = readback.take();  // the one host read since the last
+    const double span = since_read.seconds();
+    for (PendingStep& done : steps)
+      c.metrics.timed(done.m, span / static_cast<double>(steps.size()));
     for (PendingStep& done : steps) {
       const NonfiniteVerdict finite =
           c.nonfinite.check(done.m.step, done.m.loss, done.m.grad_norm, done.rows);
@@ -120,6 +125,7 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
                                                 last || stop, c.loader.state());
     now.phases[runtime::Phase::kCheckpoint] = ckpt_clock.seconds();
     c.metrics.publish(now, log_step, last || stop, total, saved_s);
+    since_read.restart();  // the next steps' time starts here
     if (stop) {
       c.optimizer.settle();    // --cpu-offload: the host steps in flight
       c.checkpoints.finish();  // a background save still in flight

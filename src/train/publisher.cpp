@@ -79,9 +79,14 @@ void MetricsPublisher::begin_step() {
   if (runtime::host_tensor_memory_tracked()) runtime::reset_host_tensor_peak();
 }
 
+void MetricsPublisher::timed(StepMetrics& m, double step_time_s) {
+  m.step_time_s = step_time_s;
+  fill_throughput(m, m.input_tokens, flops_per_token_, cfg_.peak_tflops, env_.size());
+  interval_.add(m.input_tokens, step_time_s);
+}
+
 void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
-  fill_throughput(m, global_rows * seq_len_, flops_per_token_, cfg_.peak_tflops, env_.size());
-  interval_.add(global_rows * seq_len_, m.step_time_s);
+  m.input_tokens = global_rows * seq_len_;
   m.peak_mem_bytes = peak_host_memory_bytes();
   // Before validation and the checkpoint: the step's own collectives only.
   m.extra = {{"comm", comm_json(engine_.groups())},

@@ -13,6 +13,7 @@ namespace shardtrain::train {
 
 struct StepMetrics {
   int64_t step = 0, epoch = 0, tokens = 0;  // tokens: loss tokens in the global batch
+  int64_t input_tokens = 0;                 // every token of the global batch (B·T)
   double loss = 0, lr = 0, grad_norm = 0;
   double step_time_s = 0, tokens_per_s = 0, tflops_per_device = 0, mfu = 0;
   int64_t peak_mem_bytes = 0;

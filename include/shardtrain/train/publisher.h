@@ -27,8 +27,11 @@ class MetricsPublisher {
                    const runtime::MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len,
                    int64_t start_step, const RunParams& run);
   void begin_step();  // zeroes the collectives' per-step counts
-  // After the step's compute: throughput from m.step_time_s, memory and this step's collectives.
+  // After the step's compute is queued: its memory and collectives.
   void measure(StepMetrics& m, int64_t global_rows);
+  // Once the device has finished the step (its loss read on the host): its time, and the
+  // throughput from it.
+  void timed(StepMetrics& m, double step_time_s);
   // Collective on log steps (the cross-rank breakdown): the line, the logs, Prometheus. The
   // breakdown is printed every --breakdown-every progress lines and when the run ends.
   // checkpoint_s: the save's duration, or 0 when this step saved nothing.

@@ -137,6 +137,7 @@ TEST(GpuFp8, CheckpointsResumeWithAndWithoutFp8) {
        {std::pair{"--fp8 tensorwise", ""}, std::pair{"", "--fp8 rowwise"}}) {
     const auto dir = tmp("gpu_fp8_ckpt");
     std::filesystem::remove_all(dir);
+    std::filesystem::remove_all(dir + "_b");  // the resumed run's, from the pair before
     const auto a = train(
         "ckpt_a", std::string("--steps 4 --save-every 2 --checkpoint-dir ") + dir + " " + first);
     ASSERT_EQ(a.size(), 4u);
