@@ -10,6 +10,14 @@ cmd=${1:?start or stop}; dir=$(mkdir -p "${2:?DIR}" && cd "$2" && pwd); cpus=${3
 PACKAGES=(slurm-wlm slurmd slurmctld slurm-client slurm-wlm-basic-plugins munge)
 
 stop() {
+  # Jobs still running (a test left out of a partial ctest run, say) end with the cluster: killing
+  # the daemons alone would leave their steps training on with no time limit to end them.
+  if [ -f "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+    SLURM_CONF=$dir/slurm.conf scancel --user "$(id -un)" 2>/dev/null || true
+    for _ in $(seq 100); do
+      [ -z "$(SLURM_CONF=$dir/slurm.conf squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1
+    done
+  fi
   for d in slurmd slurmctld munged; do
     [ -f "$dir/$d.pid" ] || continue
     pid=$(cat "$dir/$d.pid")

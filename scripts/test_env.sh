@@ -12,6 +12,9 @@ export OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 # The transport Open MPI picks here anyway (ob1: no Omni-Path or EFA), named so it skips probing
 # the cm/PSM ones: the PSM libraries calibrate a clock at load, 0.2 s of every rank's start.
 export OMPI_MCA_pml=ob1
+# A Python test that dies of a signal prints where (dpo_trl's TRL side once died of SIGSEGV under
+# load, once in many runs, and left nothing to go on).
+export PYTHONFAULTHANDLER=1
 # Open MPI removes its session directory's top (TMPDIR/ompi.HOST.UID) when it is left empty at a
 # job's end; ctest runs mpiruns side by side, and one starting then fails to make its directory
 # there ("A call to mkdir was unable to create..."). A file kept in it keeps it.
