@@ -29,10 +29,11 @@ int64_t non_negative(const Values& saved, const std::string& key) {
 // layout at save time (information only) and the model's config, which a resume must match.
 class ModelShards : public Stateful {
  public:
-  explicit ModelShards(fsdp::FsdpEngine& engine) : engine_(engine) {}
+  ModelShards(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer)
+      : engine_(engine), optimizer_(optimizer) {}
   std::string name() const override { return "model"; }
   std::vector<TensorGroup> tensors() override {
-    engine_.settle();  // --cpu-offload: the host's steps in flight write these
+    optimizer_.settle();  // --cpu-offload: the host's steps in flight write these
     TensorGroup g{kTensorGroups[0], dataset_specs(engine_), {}};
     for (const auto& p : engine_.pieces())
       g.slices.push_back({p.name, p.param_offset, p.numel, p.master});
@@ -77,6 +78,7 @@ class ModelShards : public Stateful {
 
  private:
   fsdp::FsdpEngine& engine_;
+  optim::Optimizer& optimizer_;  // owns the host's steps in flight (--cpu-offload)
 };
 
 // AdamW's moments for the engine's shards (make_optimizer's slot order) and its step count.
@@ -86,7 +88,7 @@ class OptimizerState : public Stateful {
       : engine_(engine), optimizer_(optimizer) {}
   std::string name() const override { return "optimizer"; }
   std::vector<TensorGroup> tensors() override {
-    engine_.settle();
+    optimizer_.settle();
     const auto& pieces = engine_.pieces();
     auto& slots = optimizer_.adamw().slots();
     if (slots.size() != pieces.size())
@@ -101,7 +103,7 @@ class OptimizerState : public Stateful {
     return {avg, avg_sq};
   }
   void save_values(Values& out) const override {
-    engine_.settle();
+    optimizer_.settle();
     out.set_int(attr::kAdamStep, optimizer_.adamw().step_count());
   }
   void load_values(const Values& saved) override {
@@ -294,7 +296,7 @@ StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimiz
       g.layout.replicate_rank == 0;  // one replica writes: its shard group holds every byte once
   ranks.shard_rank = g.layout.shard_rank;
   StateRegistry reg(ranks);
-  reg.emplace<ModelShards>(engine);
+  reg.emplace<ModelShards>(engine, optimizer);
   reg.emplace<OptimizerState>(engine, optimizer);
   reg.emplace<TrainStep>(state);
   reg.emplace<LoaderPosition>(state);

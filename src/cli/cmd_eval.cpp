@@ -71,16 +71,16 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                     o.lora);  // every weight is read: no init to seed
   // --batch-size counts rows across all ranks (a context group's ranks share theirs), so any
   // world size reads the same batches.
-  const int64_t data_world = setup.engine->data_world();
+  const int64_t data_world = setup.groups.data_world();
   const int64_t per_rank = (o.batch_size + data_world - 1) / data_world;
   train::Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
   nlohmann::json j;
   std::string line;
   if (data && o.preference.enabled) {
     std::string reference;
-    const fsdp::ReferenceFn ref = eval_reference(o, *setup.engine, *data, &reference);
-    setup.engine->set_preference(o.preference.cfg, {});  // no training step: the loss's settings
-    validator.set_reference(ref);
+    validator.set_dpo(std::make_unique<train::DpoObjective>(
+        o.preference.cfg, eval_reference(o, *setup.engine, *data, &reference),
+        *setup.groups.context));
     const model::PreferenceMetrics r = validator.preference();
     j["loss"] = r.loss;
     j["pairs"] = r.pairs;

@@ -24,6 +24,7 @@
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/signals.h"
 #include "shardtrain/train/fit.h"
+#include "shardtrain/train/sft_objective.h"
 
 namespace shardtrain::cli {
 
@@ -58,8 +59,8 @@ data::LoaderConfig loader_config(const train::TrainConfig& t, const fsdp::FsdpEn
   lc.micro_batch = t.batch_size;
   lc.grad_accum = t.grad_accum;
   lc.seed = t.seed;
-  lc.rank = engine.data_rank();
-  lc.world = engine.data_world();
+  lc.rank = engine.groups().data_rank();
+  lc.world = engine.groups().data_world();
   return lc;
 }
 
@@ -175,10 +176,14 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size,
                              o.train.val_batches, o.train.val_every);
   Reference reference;  // DPO's: set before the first step, which may be a resumed one
+  std::unique_ptr<fsdp::Objective> objective = std::make_unique<train::SftObjective>();
   if (o.preference.enabled) {
     reference = make_reference(o, setup, *train, val.get());
-    engine.set_preference(o.preference.cfg, reference.train);
-    validator.set_reference(reference.val);
+    objective = std::make_unique<train::DpoObjective>(o.preference.cfg, reference.train,
+                                                      *setup.groups.context);
+    if (val)
+      validator.set_dpo(std::make_unique<train::DpoObjective>(o.preference.cfg, reference.val,
+                                                              *setup.groups.context));
     runtime::log::info(std::string("objective: DPO (") +
                        runtime::enum_name(model::kPreferenceLossNames, o.preference.cfg.loss) +
                        ", beta " + parts::round_trip(o.preference.cfg.beta) + ") against " +
@@ -195,8 +200,9 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
   train::StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(),
                                engine.device().is_cuda());
-  train::TrainComponents components{engine,  optimizer, loader, validator, checkpoints,
-                                    signals, metrics,   faults, nonfinite, profiler};
+  train::TrainComponents components{engine,    *objective,  optimizer, loader,
+                                    validator, checkpoints, signals,   metrics,
+                                    faults,    nonfinite,   profiler};
   // Fit.
   const train::FitEnd end = train::fit(o.train, o.optim, components, start);
   watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats

@@ -8,15 +8,18 @@
 #include "shardtrain/io/h5.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/train/logps_objective.h"
 #include "shardtrain/train/validator.h"
 
 namespace shardtrain::cli {
 
 namespace {
 
-fsdp::ReferenceFn from_file(at::Tensor logps) {
-  return [logps](const model::Batch& b) {
-    const at::Tensor rows = at::tensor(b.sample_ids, at::kLong);
+using shardtrain::train::ReferenceFn;
+
+ReferenceFn from_file(at::Tensor logps) {
+  return [logps](const model::MicroBatch& mb) {
+    const at::Tensor rows = at::tensor(mb.whole.sample_ids, at::kLong);
     return logps.index_select(0, rows);
   };
 }
@@ -28,6 +31,13 @@ bool zero_adapter_output(const io::SafetensorsModel& adapter) {
     if (name.find("lora_B") != std::string::npos && adapter.read(name).ne(0).any().item<bool>())
       return false;
   return true;
+}
+
+// A LoRA run's base alone: the engine's forward with the adapters switched off.
+ReferenceFn base_model(fsdp::FsdpEngine& engine) {
+  auto base = std::make_shared<shardtrain::train::RowLogpsObjective>(*engine.groups().context,
+                                                                     /*adapters=*/false);
+  return [&engine, base](const model::MicroBatch& mb) { return engine.evaluate(mb, *base); };
 }
 
 // Absolute: a resume may name the same file from another directory.
@@ -55,20 +65,21 @@ Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::
   Reference r;
   fsdp::FsdpEngine& engine = *setup.engine;
   const PreferenceOptions& p = o.preference;
-  fsdp::ReferenceFn model;  // the reference model's forward, when one is needed
+  ReferenceFn model;  // the reference model's forward, when one is needed
   const bool needs_model = p.reference_logps.empty() || (val && p.val_reference_logps.empty());
   // --lora-init with trained adapters: the starting model is base + those adapters (TRL's "ref"
   // copy of a pretrained adapter); without them, a LoRA run's base alone is.
   const bool trained_adapter = setup.adapter && !zero_adapter_output(*setup.adapter);
   if (needs_model && engine.config().lora.enabled() && !trained_adapter) {
-    model = [&engine](const model::Batch& b) { return engine.row_logps(b, /*adapters=*/false); };
+    model = base_model(engine);
     r.what = "the base model (LoRA's adapters switched off)";
   } else if (needs_model) {
     r.frozen = std::make_unique<fsdp::FsdpEngine>(
         o.model, engine.config(), setup.groups, o.train.seed, setup.weights.get(), engine.device(),
         trained_adapter ? setup.adapter.get() : nullptr);
     fsdp::FsdpEngine* frozen = r.frozen.get();
-    model = [frozen](const model::Batch& b) { return frozen->row_logps(b); };
+    auto logps = std::make_shared<shardtrain::train::RowLogpsObjective>(*frozen->groups().context);
+    model = [frozen, logps](const model::MicroBatch& mb) { return frozen->evaluate(mb, *logps); };
     r.what = std::string("a frozen sharded copy of the starting weights") +
              (trained_adapter ? " and --lora-init's adapters" : "");
   }
@@ -86,8 +97,8 @@ Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::
   return r;
 }
 
-fsdp::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
-                                 const data::TokenFile& data, std::string* what) {
+ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
+                           const data::TokenFile& data, std::string* what) {
   if (!o.preference.reference_logps.empty()) {
     *what = "--reference-logps " + o.preference.reference_logps;
     return from_file(read_logps("--reference-logps", o.preference.reference_logps, data));
@@ -96,7 +107,7 @@ fsdp::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
     throw runtime::Error(
         "eval --objective dpo: no reference (neither --reference-logps nor --lora)");
   *what = "the base model (the adapter switched off)";
-  return [&engine](const model::Batch& b) { return engine.row_logps(b, /*adapters=*/false); };
+  return base_model(engine);
 }
 
 void check_objective(const PreferenceOptions& p,
@@ -118,9 +129,14 @@ void check_objective(const PreferenceOptions& p,
 void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
                 int64_t batch_size, int rank) {
   std::vector<double> logps(static_cast<size_t>(data.rows()), 0.0);
+  const comm::ProcessGroups& g = engine.groups();
+  train::RowLogpsObjective objective(*g.context);
   train::for_each_batch(
-      data, batch_size, 0, engine.data_rank(), engine.data_world(), [&](const model::Batch& b) {
-        const at::Tensor l = engine.row_logps(b).contiguous();
+      data, batch_size, 0, g.data_rank(), g.data_world(), [&](const model::Batch& b) {
+        const at::Tensor l =
+            engine
+                .evaluate(model::context_split(b, g.context->size(), g.context->rank()), objective)
+                .contiguous();
         for (size_t i = 0; i < b.sample_ids.size(); ++i)
           logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
       });

@@ -72,8 +72,8 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
 
 void FsdpEngine::release_grads() { schedule_->release_grads(); }
 
-GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_batches,
-                                        bool read_loss) {
+GradResult FsdpEngine::forward_backward(const std::vector<model::MicroBatch>& micro_batches,
+                                        Objective& objective, bool read_loss) {
   GradResult r;
   auto clock = std::make_shared<PhaseClock>(groups_, device_.is_cuda());
   memory_->start_step();
@@ -82,70 +82,48 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
     auto& peak = r.peak_bytes[static_cast<int>(p)];
     peak = std::max(peak, memory_->take_phase_peak());
   };
-  // Context parallelism: each rank of a group trains its share of the group's rows.
-  const std::vector<model::ContextShard> shares = context_shares(micro_batches);
-  const auto batch = [&](size_t i) -> const model::Batch& {
-    return shares.empty() ? micro_batches[i] : shares[i].local;
-  };
-  // Under DPO a context group's ranks hold the same pairs: its first rank counts and reports them.
-  const bool reports = !preference() || groups_.context->rank() == 0;
-  int64_t local_tokens = 0, local_pairs = 0;
-  for (size_t i = 0; i < micro_batches.size(); ++i)
-    if (batch(i).tokens.size(0) > 0) {
-      local_tokens += model::count_loss_tokens(batch(i).labels, batch(i).aligned_labels);
-      if (reports) local_pairs += batch(i).tokens.size(0) / 2;
+  int64_t local_tokens = 0, local_units = 0;
+  for (const model::MicroBatch& mb : micro_batches)
+    if (mb.local().tokens.size(0) > 0) {
+      local_tokens += model::count_loss_tokens(mb.local().labels, mb.local().aligned_labels);
+      if (!objective.per_token()) local_units += objective.units(mb);
     }
   r.tokens =
       sum_on_host(*groups_.world, local_tokens);  // counted on the host from the host's labels
-  // DPO: the mean over the global batch's pairs, against the reference's log-probabilities,
-  // each micro-batch's taken before any training pass (the reference may be this very model).
-  std::vector<at::Tensor> reference;
-  if (preference())
-    for (const model::Batch& mb : micro_batches)
-      reference.push_back(reference_(mb));  // an empty batch too: a model's forward is collective
-  const int64_t units = preference() ? sum_on_host(*groups_.world, local_pairs) : r.tokens;
+  objective.before_forward(micro_batches);        // before any training pass changes the model
+  const int64_t units = objective.per_token() ? r.tokens : sum_on_host(*groups_.world, local_units);
   const double denom = static_cast<double>(std::max<int64_t>(1, units));
-  at::Tensor stats = at::zeros({model::kNumPreferenceStats},
-                               at::TensorOptions().dtype(at::kDouble).device(device_));
+  at::Tensor stats;
+  if (objective.num_stats() > 0)
+    stats =
+        at::zeros({objective.num_stats()}, at::TensorOptions().dtype(at::kDouble).device(device_));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
   if (HostOffload* offload = schedule_->offload()) offload->start_step();
   at::Tensor loss_sum =
       at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
   for (size_t i = 0; i < micro_batches.size(); ++i) {
-    const model::Batch& mb = batch(i);
+    const model::Batch& mb = micro_batches[i].local();
     Pass p;
     const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size,
                                                    model_.hidden_size, cfg_.loss_chunk);
     p.fused_head = chunk > 0;
     if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
-    auto logits = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions,
-                                     /*build_graph=*/true, shares.empty() ? nullptr : &shares[i]);
-    at::Tensor loss;  // under fused_head, logits holds the normed hidden
-    if (!p.empty) {
-      const auto labels = runtime::to_device(mb.labels, device_);
-      const bool aligned = mb.aligned_labels;
-      at::Tensor sum;
-      if (preference()) {
-        // The whole rows' log-probabilities and answer lengths (from the host's whole rows): the
-        // group's ranks each hold a share of every row's tokens and backpropagate through it.
-        const at::Tensor policy = context_row_sum(
-            p.fused_head ? model::chunked_row_logps(logits, p.head_weight, labels, chunk, aligned)
-                         : model::row_logps(logits, labels, aligned));
-        const model::Batch& whole = micro_batches[i];
-        const model::PreferenceTerms t = model::preference_loss(
-            policy, reference[i], model::row_answer_tokens(whole.labels, whole.aligned_labels),
-            preference_);
-        sum = t.losses.sum();
-        if (reports) stats += t.stats;
-      } else {
-        sum = p.fused_head ? model::chunked_lm_loss(logits, p.head_weight, labels, chunk,
-                                                    1.0 / denom, aligned)
-                           : model::causal_lm_loss(logits, labels, /*count=*/false, aligned).sum;
+    at::Tensor loss;
+    {
+      HeadOutput head;  // under fused_head, out holds the normed hidden
+      head.out = schedule_->forward(p, runtime::to_device(mb.tokens, device_), mb.positions,
+                                    /*build_graph=*/true, micro_batches[i].share.get());
+      if (!p.empty) {
+        head.head_weight = p.head_weight;
+        head.chunk = p.fused_head ? chunk : 0;
+        head.labels = runtime::to_device(mb.labels, device_);
+        head.aligned = mb.aligned_labels;
+        const LossTerms t = objective.loss(head, micro_batches[i], i, 1.0 / denom);
+        if (t.reported.defined()) loss_sum += t.reported;
+        if (t.stats.defined()) stats += t.stats;
+        loss = t.sum / denom;
       }
-      if (reports) loss_sum += sum.detach();
-      loss = sum / denom;
-    }
-    logits = at::Tensor();  // autograd keeps only what backward needs
+    }  // autograd keeps only what backward needs
     p.outputs.back() = at::Tensor();
     close_phase(runtime::Phase::kForward);
     schedule_->backward(p, loss, !cfg_.no_sync_accumulation, i + 1 == micro_batches.size());
@@ -156,9 +134,9 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::Batch>& micro_b
   groups_.world->all_reduce(
       loss_sum);  // on the device (NCCL: ordered on the stream; the host goes on)
   r.loss_t = loss_sum / denom;
-  if (preference()) {
+  if (stats.defined()) {
     groups_.world->all_reduce(stats);
-    r.preference = stats;
+    r.stats = stats;
   }
   if (read_loss) r.loss = r.loss_t.item<double>();
   close_phase(runtime::Phase::kBackward);  // the reductions' completion and the loss's all-reduce
@@ -189,83 +167,32 @@ std::vector<at::Tensor> FsdpEngine::grad_shards() {
   return g;
 }
 
-std::vector<model::ContextShard> FsdpEngine::context_shares(
-    const std::vector<model::Batch>& batches) const {
-  std::vector<model::ContextShard> out;
-  const int n = groups_.context->size();
-  if (n == 1) return out;
-  for (const model::Batch& b : batches)
-    out.push_back(model::context_shard(b, n, groups_.context->rank()));
+at::Tensor FsdpEngine::evaluate(const model::MicroBatch& mb, Objective& objective) {
+  c10::NoGradGuard no_grad;
+  objective.before_forward({mb});  // a reference model's forward is collective: empty batches too
+  const model::Batch& b = mb.local();
+  Pass p;
+  p.adapters_off = objective.base_only();
+  const int64_t chunk = objective.fused_head_in_eval()
+                            ? model::loss_chunk_tokens(b.tokens.numel(), model_.vocab_size,
+                                                       model_.hidden_size, cfg_.loss_chunk)
+                            : 0;
+  p.fused_head = chunk > 0;  // the head's logits a chunk at a time, as in training
+  HeadOutput head;
+  head.out = schedule_->forward(p, runtime::to_device(b.tokens, device_), b.positions,
+                                /*build_graph=*/false, mb.share.get());
+  if (p.empty) {
+    head.out = at::Tensor();
+  } else {
+    head.head_weight = p.head_weight;
+    head.chunk = chunk;
+    head.labels = runtime::to_device(b.labels, device_);
+    head.aligned = b.aligned_labels;
+  }
+  at::Tensor out = objective.evaluate(head, mb);
+  schedule_->release_all();
   return out;
 }
-
-model::LossSum FsdpEngine::eval_loss(const model::Batch& batch) {
-  c10::NoGradGuard no_grad;
-  const std::vector<model::ContextShard> shares = context_shares({batch});
-  const model::Batch& b = shares.empty() ? batch : shares.front().local;
-  Pass p;
-  const at::Tensor logits =
-      schedule_->forward(p, runtime::to_device(b.tokens, device_), b.positions,
-                         /*build_graph=*/false, shares.empty() ? nullptr : &shares.front());
-  schedule_->release_all();
-  model::LossSum r;
-  if (p.empty) return r;
-  r = model::causal_lm_loss(logits, runtime::to_device(b.labels, device_), /*count=*/false,
-                            b.aligned_labels);
-  r.count = model::count_loss_tokens(b.labels, b.aligned_labels);  // the host's labels
-  return r;
-}
-
-at::Tensor FsdpEngine::row_logps(const model::Batch& whole, bool adapters) {
-  c10::NoGradGuard no_grad;
-  const std::vector<model::ContextShard> shares = context_shares({whole});
-  const model::Batch& batch = shares.empty() ? whole : shares.front().local;
-  Pass p;
-  p.adapters_off = !adapters;
-  const int64_t chunk = model::loss_chunk_tokens(batch.tokens.numel(), model_.vocab_size,
-                                                 model_.hidden_size, cfg_.loss_chunk);
-  p.fused_head = chunk > 0;  // the head's logits a chunk at a time, as in training
-  const at::Tensor out =
-      schedule_->forward(p, runtime::to_device(batch.tokens, device_), batch.positions,
-                         /*build_graph=*/false, shares.empty() ? nullptr : &shares.front());
-  at::Tensor logps;
-  if (!p.empty) {
-    const auto labels = runtime::to_device(batch.labels, device_);
-    logps = context_row_sum(p.fused_head ? model::chunked_row_logps(out, p.head_weight, labels,
-                                                                    chunk, batch.aligned_labels)
-                                         : model::row_logps(out, labels, batch.aligned_labels));
-  }
-  schedule_->release_all();
-  if (p.empty) return at::zeros({0}, at::kDouble);
-  return logps.to(at::kCPU, at::kDouble);
-}
-
-at::Tensor FsdpEngine::context_row_sum(const at::Tensor& partial) const {
-  if (groups_.context->size() == 1) return partial;
-  at::Tensor whole = partial.detach().to(at::kDouble, /*non_blocking=*/false, /*copy=*/true);
-  groups_.context->all_reduce(whole);
-  // The value is the group's sum, alike on every rank; the gradient flows to this rank's share.
-  return whole.to(partial.scalar_type()) + (partial - partial.detach());
-}
-
-void FsdpEngine::set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference) {
-  preference_ = cfg;
-  reference_ = std::move(reference);
-}
-
-at::Tensor FsdpEngine::eval_preference(const model::Batch& batch, const ReferenceFn& reference) {
-  const at::Tensor ref = reference(batch);  // both forwards are collective: empty batches too
-  const at::Tensor policy = row_logps(batch);
-  // A context group's ranks hold the same pairs: its first rank reports them.
-  if (batch.tokens.size(0) == 0 || groups_.context->rank() != 0)
-    return at::zeros({model::kNumPreferenceStats}, at::kDouble);
-  return model::preference_loss(
-             policy, ref, model::row_answer_tokens(batch.labels, batch.aligned_labels), preference_)
-      .stats.to(at::kCPU);
-}
-
-int FsdpEngine::data_rank() const { return groups_.layout.context_color; }
-int FsdpEngine::data_world() const { return groups_.world->size() / groups_.context->size(); }
 
 at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positions, bool on_host) {
   c10::NoGradGuard no_grad;
@@ -282,12 +209,8 @@ std::map<std::string, at::Tensor> FsdpEngine::full_adapters() {
   return gather_full(schedule_->adapters());
 }
 
-void FsdpEngine::settle() {
-  if (HostOffload* offload = schedule_->offload()) offload->settle();
-}
-
 std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<FlatUnit>& units) {
-  settle();
+  if (HostOffload* offload = schedule_->offload()) offload->settle();  // the masters' host steps
   std::map<std::string, at::Tensor> out;
   for (auto& u : units) {
     if (u.empty()) continue;
@@ -307,7 +230,7 @@ std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<Flat
 
 optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg) {
   comm::Communicator& shard = *engine.groups().shard;
-  HostOffload* offload = engine.host_offload();
+  HostOffload* offload = engine.schedule_->offload();
   optim::Optimizer opt(cfg, [&shard, offload](at::Tensor& sq) {
     if (shard.size() == 1) return;
     if (offload)  // the norm is summed where the gradients are: on the host, over MPI

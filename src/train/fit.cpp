@@ -63,7 +63,10 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     // are never saved, a skipped one must leave the weights alone.
     if (c.optimizer.can_arm() && !c.nonfinite.skips())
       c.optimizer.arm(m.lr, c.engine.grad_shards());
-    const fsdp::GradResult g = c.engine.forward_backward(data.micro, /*read_loss=*/false);
+    const comm::ProcessGroups& groups = c.engine.groups();
+    const fsdp::GradResult g = c.engine.forward_backward(
+        model::context_split(data.micro, groups.context->size(), groups.context->rank()),
+        c.objective, /*read_loss=*/false);
     std::vector<at::Tensor> grads = c.engine.grad_shards();
     c.faults.after_backward(m.step, grads);
     m.tokens = g.tokens;
@@ -73,7 +76,7 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     {
       RECORD_USER_SCOPE(kOptimizerRange);  // the profile's optimizer share
       p.loss = g.loss_t;
-      p.preference = g.preference;
+      p.preference = g.stats;
       p.grad_norm =
           c.optimizer.grad_norm(grads);  // reduced, like the loss: every rank's guard agrees
       c.optimizer.apply(m.lr, grads, p.grad_norm, c.nonfinite.skip_on_device(p.loss, p.grad_norm));

@@ -6,6 +6,7 @@
 
 #include "shardtrain/data/loader.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/train/sft_objective.h"
 
 namespace shardtrain::train {
 
@@ -94,24 +95,38 @@ model::LogitsFn Validator::logits_fn() {
   return [this](const at::Tensor& t) { return engine_.logits(t); };
 }
 
+model::MicroBatch Validator::split(const model::Batch& b) const {
+  const comm::ProcessGroups& g = engine_.groups();
+  return model::context_split(b, g.context->size(), g.context->rank());
+}
+
 EvalResult Validator::loss() {
-  const BatchLossFn loss = [this](const model::Batch& b) { return engine_.eval_loss(b); };
-  return evaluate_loss(*val_, batch_size_, max_batches_, engine_.data_rank(), engine_.data_world(),
-                       loss,
+  SftObjective sft;
+  const BatchLossFn loss = [&](const model::Batch& b) {
+    const model::MicroBatch mb = split(b);
+    model::LossSum r;
+    r.sum = engine_.evaluate(mb, sft);
+    if (r.sum.defined())
+      r.count = model::count_loss_tokens(mb.local().labels, mb.local().aligned_labels);
+    return r;
+  };
+  const comm::ProcessGroups& g = engine_.groups();
+  return evaluate_loss(*val_, batch_size_, max_batches_, g.data_rank(), g.data_world(), loss,
                        [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
 }
 
 AccuracyResult Validator::accuracy() { return accuracy_->run(logits_fn(), engine_.model()); }
 
 model::PreferenceMetrics Validator::preference() {
+  const comm::ProcessGroups& g = engine_.groups();
   return evaluate_preference(
-      *val_, batch_size_, max_batches_, engine_.data_rank(), engine_.data_world(),
-      [this](const model::Batch& b) { return engine_.eval_preference(b, reference_); },
+      *val_, batch_size_, max_batches_, g.data_rank(), g.data_world(),
+      [this](const model::Batch& b) { return engine_.evaluate(split(b), *dpo_); },
       [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
 }
 
 void Validator::run(StepMetrics& m) {
-  if (val_ && engine_.preference()) {  // DPO: the held-out pairs' loss and metrics
+  if (val_ && dpo_) {  // DPO: the held-out pairs' loss and metrics
     m.val_preference = preference();
     m.val_loss = m.val_preference.loss;
   } else if (val_) {

@@ -12,13 +12,14 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/train/dpo_objective.h"
 
 namespace shardtrain::cli {
 
 struct Reference {
-  std::unique_ptr<fsdp::FsdpEngine> frozen;  // the frozen copy, when one runs
-  fsdp::ReferenceFn train, val;              // --data's rows, --val-data's
-  std::string what;                          // for the log: which reference this is
+  std::unique_ptr<fsdp::FsdpEngine> frozen;   // the frozen copy, when one runs
+  shardtrain::train::ReferenceFn train, val;  // --data's rows, --val-data's
+  std::string what;                           // for the log: which reference this is
 };
 
 // What DPO's reference is, from the options alone (the checkpoint records it before any step):
@@ -32,8 +33,8 @@ Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::
                          const data::TokenFile* val);
 // eval --objective dpo's reference for data: --reference-logps, or with --lora the base with the
 // adapter switched off; what: for the output.
-fsdp::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
-                                 const data::TokenFile& data, std::string* what);
+shardtrain::train::ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
+                                              const data::TokenFile& data, std::string* what);
 
 // --objective and the token files (option, file; null: not given) agree: a preference file goes
 // with --objective dpo, any other with sft. pairs_without_dpo: what to do instead when a

@@ -26,6 +26,9 @@ struct GroupLayout {
 struct ProcessGroups {
   GroupLayout layout;
   std::unique_ptr<Communicator> world, shard, replicate, context;
+  // The data-parallel position: the ranks of a context group share their rows (one data rank).
+  int data_rank() const { return layout.context_color; }
+  int data_world() const { return world->size() / context->size(); }
   std::array<Communicator*, 4> all() const {
     return {world.get(), shard.get(), replicate.get(), context.get()};
   }                                // in that order

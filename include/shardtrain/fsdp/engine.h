@@ -20,15 +20,15 @@
 
 #include "shardtrain/comm/process_groups.h"
 #include "shardtrain/fsdp/engine_memory.h"
+#include "shardtrain/fsdp/objective.h"
 #include "shardtrain/fsdp/phase_clock.h"
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/trainable_layout.h"
 #include "shardtrain/fsdp/unit_builder.h"
 #include "shardtrain/fsdp/unit_schedule.h"
 #include "shardtrain/io/safetensors.h"
-#include "shardtrain/model/batch.h"
 #include "shardtrain/model/llama.h"
-#include "shardtrain/model/preference_loss.h"
+#include "shardtrain/model/micro_batch.h"
 #include "shardtrain/optim/optimizer.h"
 #include "shardtrain/runtime/phases.h"
 
@@ -44,12 +44,9 @@ struct GradResult {
   std::shared_ptr<PhaseClock>
       clock;  // !read_loss: the phases, read later (clock->finish()), not here
   std::array<int64_t, runtime::kNumPhases>
-      peak_bytes{};       // forward and backward: see take_phase_peak()
-  at::Tensor preference;  // DPO: [kNumPreferenceStats] fp64 sums over the global batch's pairs
+      peak_bytes{};  // forward and backward: see take_phase_peak()
+  at::Tensor stats;  // the objective's statistics ([num_stats()] fp64 sums over all ranks)
 };
-
-// DPO's reference log-probabilities for a batch's rows: [B] summed answer log-probs.
-using ReferenceFn = std::function<at::Tensor(const model::Batch&)>;
 
 // The engine is a front: the units and their schedule (UnitSchedule), what trains
 // (TrainableLayout), the memory accounting (EngineMemory); here, a step and its results.
@@ -65,33 +62,18 @@ class FsdpEngine {
   FsdpEngine& operator=(const FsdpEngine&) = delete;
 
   // Forward and backward over this rank's micro-batches (rows may be 0: the rank still joins
-  // every collective). Leaves the reduced, sharded fp32 gradients for grad_shards().
-  // read_loss = false keeps the loss on the device (GradResult::loss_t): no host synchronisation.
-  GradResult forward_backward(const std::vector<model::Batch>& micro_batches,
-                              bool read_loss = true);
+  // every collective), training `objective`: the step's loss is the mean of its losses over the
+  // global batch. Leaves the reduced, sharded fp32 gradients for grad_shards(). read_loss = false
+  // keeps the loss on the device (GradResult::loss_t): no host synchronisation.
+  GradResult forward_backward(const std::vector<model::MicroBatch>& micro_batches,
+                              Objective& objective, bool read_loss = true);
   // Forward only, on this rank's tokens [B, T] (positions: Batch::positions); on the host, or
-  // where the engine computes (on_host = false: validation's loss, without copying logits).
+  // where the engine computes (on_host = false).
   at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {},
                     bool on_host = true);
-  // The loss summed over a batch's loss tokens, and their count, forward only: this rank's rows,
-  // or under context parallelism its share of them (the group's ranks sum to the rows' loss).
-  model::LossSum eval_loss(const model::Batch& batch);
-  // Each row's summed log-probability of its answer tokens, forward only, [B] fp64 on the host.
-  // adapters = false: a LoRA run's base model alone (DPO's reference, no second copy). Under
-  // context parallelism each rank sums its share and the group adds them: every rank gets the
-  // rows' whole sums.
-  at::Tensor row_logps(const model::Batch& batch, bool adapters = true);
-  // DPO: forward_backward trains cfg's preference loss on the rows' pairs (2i chosen, 2i + 1
-  // rejected) against reference's log-probabilities; the loss is the mean over the global
-  // batch's pairs, TRL's DPOTrainer's.
-  void set_preference(const model::PreferenceConfig& cfg, ReferenceFn reference);
-  bool preference() const { return static_cast<bool>(reference_); }
-  // DPO's loss and metrics' sums (preference_loss) for a batch against reference, forward only:
-  // validation. Collective: every rank calls it, with its rows or none.
-  at::Tensor eval_preference(const model::Batch& batch, const ReferenceFn& reference);
-  // The data-parallel position: ranks of a context group share their rows (one data rank).
-  int data_rank() const;
-  int data_world() const;
+  // Forward only: what `objective` makes of one micro-batch's head (Objective::evaluate).
+  // Collective: every rank calls it, with its rows or none.
+  at::Tensor evaluate(const model::MicroBatch& mb, Objective& objective);
   std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
   void release_grads();                   // frees the gradient shards (after the optimizer step)
   const std::vector<ShardPiece>& pieces() const {
@@ -107,10 +89,6 @@ class FsdpEngine {
   // parameter as read at construction, one row per llama_param_specs entry (none held: -1);
   // combined over the shard group into one checksum of the base (ckpt::base_crc32).
   const std::vector<runtime::CrcRow>& base_crc_rows() const { return base_crc_rows_; }
-  // --cpu-offload: the host side (gradients to the host, the optimizer's host thread); nullptr
-  // otherwise. settle(): every host step given is done (before reading masters or moments).
-  HostOffload* host_offload() { return schedule_->offload(); }
-  void settle();
   EngineMemory& memory() { return *memory_; }
   const UnitSchedule& schedule() const { return *schedule_; }
   const comm::ProcessGroups& groups() const { return groups_; }
@@ -119,14 +97,12 @@ class FsdpEngine {
   const at::Device& device() const { return device_; }
 
  private:
+  // The optimizer steps the shards, on the host thread under --cpu-offload: it owns that thread's
+  // work in flight (optim::Optimizer::settle), through the schedule's HostOffload.
+  friend optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg);
   std::vector<uint64_t> dropout_row_seeds(
       const model::Batch& mb);  // Pass::row_seeds for a training micro-batch
   std::map<std::string, at::Tensor> gather_full(const std::vector<FlatUnit>& units);
-  // Under context parallelism, this rank's share of each batch; empty without.
-  std::vector<model::ContextShard> context_shares(const std::vector<model::Batch>& batches) const;
-  // Each row's sum over the context group of this rank's partial sums [B]: the whole row's on
-  // every rank, differentiable in this rank's part only (each rank backpropagates its tokens).
-  at::Tensor context_row_sum(const at::Tensor& partial) const;
 
   model::ModelConfig model_;
   FsdpConfig cfg_;  // param_dtype resolved for the device
@@ -139,8 +115,6 @@ class FsdpEngine {
   std::vector<runtime::CrcRow> base_crc_rows_;
   uint64_t seed_ =
       0;  // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
-  model::PreferenceConfig preference_;
-  ReferenceFn reference_;  // set: DPO
   uint64_t unnamed_passes_ =
       0;  // batches without sample ids (tests, tools): each pass draws its own masks
 };

@@ -30,7 +30,7 @@ struct Pass {
   std::vector<at::Tensor> inputs, outputs;
   bool empty = false;               // this rank has no rows: it still joins every collective
   bool train = false;               // LoRA dropout applies
-  bool adapters_off = false;        // LoRA: the base model alone (DPO's reference)
+  bool adapters_off = false;        // LoRA: the base model alone (a reference pass)
   std::vector<uint64_t> row_seeds;  // [B] LoRA dropout's, the same in forward and in the recompute
   model::DropoutTokens dropout_tokens;  // context parallelism: the share's places (forward sets)
   bool fused_head =
@@ -72,6 +72,7 @@ class UnitSchedule {
   const std::vector<FlatUnit>& adapters() const { return adapters_; }
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
   HostOffload* offload() { return offload_.get(); }           // --cpu-offload; nullptr otherwise
+  const HostOffload* offload() const { return offload_.get(); }
   // Bytes that come and go within a step: gathered units, gradient shards, reductions in flight.
   int64_t transient_bytes() const;
 

@@ -1,8 +1,9 @@
 // The training loop, built from named components in the manner of torchtitan's train(): the
-// engine (forward and backward, sharded gradients), the optimizer (clip + AdamW on the shards),
-// the data loader, the validator, the checkpoint manager, the signal handler, the non-finite
-// guard and the metrics publisher. Each has a small interface of its own; the loop only calls them
-// in order.
+// engine (forward and backward, sharded gradients) and the objective it trains, the optimizer (clip
+// + AdamW on the shards), the data loader, the validator, the checkpoint manager, the signal
+// handler, the non-finite guard and the metrics publisher. Each has a small interface of its own;
+// the loop only calls them in order.
+//   a new objective:          an fsdp::Objective (train/sft_objective.h, train/dpo_objective.h)
 //   a new optimizer:          optim/ (the Optimizer the engine's shards are handed to)
 //   a new checkpoint trigger: ckpt::Manager::due(), or a new reason to pass `requested`
 //   a new metric or sink:     MetricsPublisher::measure() / publish()
@@ -25,6 +26,7 @@ namespace shardtrain::train {
 
 struct TrainComponents {
   fsdp::FsdpEngine& engine;
+  fsdp::Objective& objective;  // what the engine trains (train/sft_objective.h, dpo_objective.h)
   optim::Optimizer& optimizer;
   data::DataLoader& loader;
   Validator& validator;

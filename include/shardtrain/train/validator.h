@@ -14,6 +14,7 @@
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/model/generate.h"
 #include "shardtrain/train/accuracy.h"
+#include "shardtrain/train/dpo_objective.h"
 #include "shardtrain/train/metrics.h"
 
 namespace shardtrain::train {
@@ -75,17 +76,20 @@ class Validator {
   bool due(int64_t step, bool last) const { return last || (every_ > 0 && step % every_ == 0); }
   EvalResult loss();                      // collective
   model::PreferenceMetrics preference();  // collective: DPO's, on the validation pairs
-  void set_reference(fsdp::ReferenceFn r) { reference_ = std::move(r); }  // DPO's, for them
+  // DPO: the held-out pairs are validated against this objective's reference (its validation one).
+  void set_dpo(std::unique_ptr<DpoObjective> dpo) { dpo_ = std::move(dpo); }
   AccuracyResult accuracy();    // collective: every rank decodes every record
   void run(StepMetrics& m);     // collective: whatever is configured, into m
   model::LogitsFn logits_fn();  // the engine's forward, for generation
 
  private:
+  model::MicroBatch split(
+      const model::Batch& b) const;  // this rank's share under context parallelism
   fsdp::FsdpEngine& engine_;
   const data::TokenFile* val_;
   const AccuracyTask* accuracy_;
   int64_t batch_size_, max_batches_, every_;
-  fsdp::ReferenceFn reference_;
+  std::unique_ptr<DpoObjective> dpo_;  // set: DPO's validation; else the next-token loss
 };
 
 }  // namespace shardtrain::train

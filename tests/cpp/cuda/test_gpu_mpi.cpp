@@ -6,6 +6,7 @@
 
 #include "gpu_skip.h"
 #include "mpi_gtest_main.h"
+#include "sft_step.h"
 #include "shardtrain/runtime/mpi_env.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include <ATen/ATen.h>
@@ -113,7 +114,7 @@ TEST(GpuOffload, NoHostSyncInsideAStep) {
   const auto tokens = at::randint(3, m.vocab_size, {2, 64}, at::kLong);
   const std::vector<model::Batch> micro{{tokens, tokens.clone()}};
   for (int warm = 0; warm < 2; ++warm) {  // the allocators and the host thread warmed up
-    eng.forward_backward(micro);
+    test_steps::sft_step(eng, micro);
     opt.step(1e-3, eng.grad_shards());
     eng.release_grads();
   }
@@ -121,7 +122,7 @@ TEST(GpuOffload, NoHostSyncInsideAStep) {
   using clock = std::chrono::steady_clock;
   at::cuda::sleep(int64_t{2} << 30);  // about a second on the compute stream
   const auto t0 = clock::now();
-  const fsdp::GradResult g = eng.forward_backward(micro, /*read_loss=*/false);
+  const fsdp::GradResult g = test_steps::sft_step(eng, micro, /*read_loss=*/false);
   const double queued_s = std::chrono::duration<double>(clock::now() - t0).count();
   cuda::Event after;
   after.record(cuda::current_stream());
@@ -134,7 +135,7 @@ TEST(GpuOffload, NoHostSyncInsideAStep) {
   EXPECT_TRUE(std::isfinite(g.loss_t.item<double>()));
   opt.step(1e-3, grads);
   eng.release_grads();
-  eng.settle();
+  opt.settle();
 #endif
 }
 

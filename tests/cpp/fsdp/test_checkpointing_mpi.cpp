@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "mpi_gtest_main.h"
+#include "sft_step.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/runtime/mpi_env.h"
@@ -99,7 +100,7 @@ Outcome run(const model::ModelConfig& m, fsdp::FsdpConfig cfg, const Setting& s,
         EXPECT_NE(a.layout().numel % groups.shard->size(), 0) << "adapters of " << a.layout().numel;
   }
   Outcome o;
-  o.loss = eng.forward_backward(mine(b)).loss;
+  o.loss = test_steps::sft_step(eng, mine(b)).loss;
   std::vector<at::Tensor> g;
   for (const auto& shard : eng.grad_shards())
     g.push_back(shard.defined() ? shard.flatten() : at::zeros({0}));

@@ -18,6 +18,7 @@
 #include "mpi_gtest_main.h"
 #include "oracle/from_root.h"
 #include "oracle/trainer.h"
+#include "sft_step.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/io/safetensors.h"
@@ -170,7 +171,7 @@ Gaps compare(const Case& c, int n) {
   auto g_one = fsdp::make_mpi_groups(c.sharding, g_env->topology(), 0, 1);
   fsdp::FsdpEngine cp(c.model, config(c, n), g_cp, kSeed, &weights);
   fsdp::FsdpEngine one(c.model, config(c, 1), g_one, kSeed, &weights);
-  EXPECT_EQ(cp.data_world(), g_env->size() / n);
+  EXPECT_EQ(cp.groups().data_world(), g_env->size() / n);
   optim::OptimizerConfig oc;
   oc.adamw.eps = 1e-5;  // as FsdpMpi's comparison: summation-order noise stays below 1e-5
   optim::Optimizer ocp = fsdp::make_optimizer(cp, oc), oone = fsdp::make_optimizer(one, oc);
@@ -187,8 +188,9 @@ Gaps compare(const Case& c, int n) {
   Gaps g;
   for (int64_t s = 0; s < kSteps; ++s) {
     const model::Batch b = c.packed ? packed_batch(s, c.seq) : padded_batch(s, c.seq, c.rows);
-    const auto rc = cp.forward_backward(rows_of(b, cp.data_rank(), cp.data_world()));
-    const auto r1 = one.forward_backward(rows_of(b, g_env->rank(), g_env->size()));
+    const auto rc =
+        test_steps::sft_step(cp, rows_of(b, cp.groups().data_rank(), cp.groups().data_world()));
+    const auto r1 = test_steps::sft_step(one, rows_of(b, g_env->rank(), g_env->size()));
     EXPECT_EQ(rc.tokens, r1.tokens) << c.what;
     g.loss = std::max(g.loss, std::abs(rc.loss - r1.loss) / std::abs(r1.loss));
     if (s == 0) {
@@ -209,7 +211,7 @@ Gaps compare(const Case& c, int n) {
     one.release_grads();
   }
   if (c.offload) ocp.settle();
-  EXPECT_EQ(cp.host_offload() != nullptr, c.offload) << c.what;
+  EXPECT_EQ(cp.schedule().offload() != nullptr, c.offload) << c.what;
   const auto pc = c.lora ? cp.full_adapters() : cp.full_parameters();
   const auto p1 = c.lora ? one.full_adapters() : one.full_parameters();
   if (bf16) {  // bf16 is not a LoRA case here: ref holds the fp32 trainer's parameters

@@ -17,6 +17,7 @@
 #include "mpi_gtest_main.h"
 #include "oracle/from_root.h"
 #include "oracle/trainer.h"
+#include "sft_step.h"
 #include "shardtrain/data/prepare.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/data/token_file.h"
@@ -158,8 +159,8 @@ struct Stepper {
       : eng(e), opt(fsdp::make_optimizer(e, optim_config(clip))) {}
   fsdp::GradResult step(const std::vector<model::Batch>& micro, double lr) {
     if (opt.can_arm()) opt.arm(lr, eng.grad_shards());
-    const fsdp::GradResult g = eng.forward_backward(micro);
-    if (const fsdp::HostOffload* h = eng.host_offload())
+    const fsdp::GradResult g = test_steps::sft_step(eng, micro);
+    if (const fsdp::HostOffload* h = eng.schedule().offload())
       EXPECT_EQ(h->armed_jobs(), 0u) << "every armed unit's step started in the backward";
     grad_norm = opt.step(lr, eng.grad_shards());
     eng.release_grads();
@@ -230,7 +231,7 @@ Gaps compare(const Case& c, int64_t steps = kSteps) {
   io::SafetensorsModel weights(start);
   fsdp::FsdpEngine eng(c.model, fsdp_config(c), groups, kSeed, &weights);
   expect_padded(eng, groups, describe(c));
-  EXPECT_EQ(eng.host_offload() != nullptr, c.offload) << describe(c);
+  EXPECT_EQ(eng.schedule().offload() != nullptr, c.offload) << describe(c);
   Stepper run(eng, c.clip);
   // Without clipping, offload arms the steps: each unit's AdamW runs during the backward pass.
   if (c.offload) EXPECT_EQ(run.opt.can_arm(), c.clip == 0) << describe(c);
@@ -368,7 +369,7 @@ TEST(FsdpMpi, PackedRowsTrainWhatPaddedRowsTrain) {
         mine.push_back({b.tokens.index_select(0, idx), b.labels.index_select(0, idx),
                         b.positions.defined() ? b.positions.index_select(0, idx) : at::Tensor()});
       }
-      loss.push_back(eng.forward_backward(mine).loss);
+      loss.push_back(test_steps::sft_step(eng, mine).loss);
       std::vector<at::Tensor> g;
       for (const auto& s : eng.grad_shards())
         g.push_back(s.defined() ? s.flatten() : at::zeros({0}));
@@ -544,7 +545,8 @@ TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
   optim::Optimizer opt = fsdp::make_optimizer(eng, optim_config());
   for (auto& u : eng.schedule().units())
     EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
-  const auto g = eng.forward_backward(
+  const auto g = test_steps::sft_step(
+      eng,
       take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
   int64_t grads = 0, two_largest = 0;
   std::vector<int64_t> sizes;
@@ -681,7 +683,7 @@ Gaps lora_offload_gaps(const model::LoraConfig& lora, int steps) {
   on.cpu_offload = true;
   on.lora = off.lora = lora;
   fsdp::FsdpEngine a(tiny(), on, groups, kSeed, &weights), b(tiny(), off, groups, kSeed, &weights);
-  EXPECT_NE(a.host_offload(), nullptr);
+  EXPECT_NE(a.schedule().offload(), nullptr);
   Stepper ra(a), rb(b);
   Gaps g;
   for (int s = 0; s < steps; ++s) {
@@ -804,7 +806,8 @@ TEST(FsdpMpi, CpuOffloadSkipsANonFiniteStepOnTheHost) {
   f.cpu_offload = true;
   fsdp::FsdpEngine eng(tiny(), f, groups, kSeed);
   optim::Optimizer opt = fsdp::make_optimizer(eng, optim_config());
-  eng.forward_backward(
+  test_steps::sft_step(
+      eng,
       take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 1)));
   const auto before = eng.full_parameters();
   auto grads = eng.grad_shards();
@@ -827,7 +830,8 @@ TEST(FsdpMpi, CpuOffloadLeavesNoTrainingStateOnTheDevice) {
   int64_t shard = 0;
   for (const auto& u : eng.schedule().units()) shard += u.layout().shard_numel;
   EXPECT_EQ(m.host_bytes, (16 + 4) * shard) << "fp32 master, moments, gradient and fp32 mirror";
-  eng.forward_backward(
+  test_steps::sft_step(
+      eng,
       take(global_batch(0), data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), 2)));
   for (const auto& u : eng.schedule().units()) {
     EXPECT_FALSE(u.grad().defined()) << "each gradient shard left the device once copied";

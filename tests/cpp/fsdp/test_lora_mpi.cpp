@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "mpi_gtest_main.h"
+#include "sft_step.h"
 #include "shardtrain/data/sampler.h"
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/model/fp8.h"
@@ -126,7 +127,7 @@ TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
       accum = std::abs(accum);
       fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
       expect_padded_adapters(eng, groups);
-      const auto r = eng.forward_backward(my_rows(f.batch, accum));
+      const auto r = test_steps::sft_step(eng, my_rows(f.batch, accum));
       EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
       EXPECT_LE(worst_grad_gap(eng, f), 1e-5)
           << where() << " ac=" << fsdp::recompute_name(ac) << " accum=" << accum;
@@ -152,7 +153,7 @@ TEST(LoraMpi, FusedLayersGradientsEqualPeft) {
     auto c = config(ac);
     c.fused_layers = true;
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
-    const auto r = eng.forward_backward(my_rows(f.batch, 1));
+    const auto r = test_steps::sft_step(eng, my_rows(f.batch, 1));
     EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
     EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << fsdp::recompute_name(ac);
   }
@@ -170,7 +171,7 @@ TEST(LoraMpi, FusedLayersWithQAndVOnlyEqualPeft) {
     c.lora.targets = {"q_proj", "v_proj"};
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &qv);
     EXPECT_EQ(eng.full_adapters().size(), 8u);
-    const auto r = eng.forward_backward(my_rows(f.batch, 2));
+    const auto r = test_steps::sft_step(eng, my_rows(f.batch, 2));
     EXPECT_NEAR(r.loss, f.ref.read("qv.loss").item<double>(), 1e-5) << where();
     EXPECT_LE(worst_grad_gap(eng, f, "qv."), 1e-5) << where() << (fused ? " fused" : "");
   }
@@ -194,7 +195,7 @@ TEST(LoraMpi, Fp8BaseGemmsEqualPeftWithFloat8BaseLayers) {
     c.loss_chunk = -1;
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
     const int64_t before = model::fp8_gemm_count();
-    const auto r = eng.forward_backward(my_rows(f.batch, 1));
+    const auto r = test_steps::sft_step(eng, my_rows(f.batch, 1));
     // Forward and input gradient per projection, less the first layer's q, k and v (their input,
     // the frozen embedding's, needs no gradient); no weight gradient for the frozen base.
     EXPECT_EQ(model::fp8_gemm_count() - before, 2 * 7 * f.cfg.num_layers - 3) << variant;
@@ -226,7 +227,7 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
   optim::Optimizer opt = fsdp::make_optimizer(eng, oc);
   const auto losses = f.ref.read("adamw_losses");
   for (int64_t s = 0; s < 3; ++s) {
-    const auto r = eng.forward_backward(my_rows(f.batch, 1));
+    const auto r = test_steps::sft_step(eng, my_rows(f.batch, 1));
     opt.step(1e-3, eng.grad_shards());
     eng.release_grads();
     EXPECT_NEAR(r.loss, losses[s].item<double>(), 1e-4) << "step " << s << " " << where();
@@ -265,7 +266,7 @@ TEST(LoraMpi, Bf16KeepsTheBaseInBf16) {
         for (auto& a : eng.schedule().adapters()) n += a.layout().shard_numel;
         return n;
       }());
-  const auto r = eng.forward_backward(my_rows(f.batch, 2));
+  const auto r = test_steps::sft_step(eng, my_rows(f.batch, 2));
   EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 2e-2) << where();
 }
 
@@ -282,7 +283,7 @@ TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
     auto c = config(ac);
     c.lora.dropout = p;
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
-    eng.forward_backward(my_rows(f.batch, 1));
+    test_steps::sft_step(eng, my_rows(f.batch, 1));
     grads.push_back({});
     for (auto& g : eng.grad_shards()) grads.back().push_back(g.clone());
   }

@@ -1,0 +1,20 @@
+// One training step's forward and backward under the next-token objective, as the training loop
+// runs it: the micro-batches split for the engine's context group, then the engine's step.
+#pragma once
+#include <vector>
+
+#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/model/micro_batch.h"
+#include "shardtrain/train/sft_objective.h"
+
+namespace shardtrain::test_steps {
+
+inline fsdp::GradResult sft_step(fsdp::FsdpEngine& eng, const std::vector<model::Batch>& micro,
+                                 bool read_loss = true) {
+  static train::SftObjective sft;
+  const comm::ProcessGroups& g = eng.groups();
+  return eng.forward_backward(model::context_split(micro, g.context->size(), g.context->rank()),
+                              sft, read_loss);
+}
+
+}  // namespace shardtrain::test_steps
