@@ -83,7 +83,7 @@ void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::Fs
                at::ScalarType dtype, int rank, const TokenizerSource& tokenizer) {
   auto full = engine.full_parameters();  // collective: every rank takes part
   if (engine.config().lora.enabled())
-    merge_adapters(full, engine.full_adapters(), model, engine.config().lora);
+    merge_adapters(full, engine.full_parameters(/*adapters=*/true), model, engine.config().lora);
   if (rank != 0) return;
   io::NamedTensors named;
   for (const auto& spec : model::llama_param_specs(model))

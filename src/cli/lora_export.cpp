@@ -55,7 +55,7 @@ nlohmann::json peft_adapter_config(const model::LoraConfig& lora, const std::str
 
 void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base,
                  int rank, const TokenizerSource& tokenizer) {
-  const auto adapters = engine.full_adapters();  // collective
+  const auto adapters = engine.full_parameters(/*adapters=*/true);  // collective
   if (rank != 0) return;
   io::NamedTensors named;
   for (const auto& spec : engine.layout().trainable_specs())

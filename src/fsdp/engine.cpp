@@ -202,11 +202,8 @@ at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positi
   return on_host ? out.to(at::kCPU) : out;  // decoding runs its arithmetic on the host
 }
 
-std::map<std::string, at::Tensor> FsdpEngine::full_parameters() {
-  return gather_full(schedule_->units());
-}
-std::map<std::string, at::Tensor> FsdpEngine::full_adapters() {
-  return gather_full(schedule_->adapters());
+std::map<std::string, at::Tensor> FsdpEngine::full_parameters(bool adapters) {
+  return gather_full(adapters ? schedule_->adapters() : schedule_->units());
 }
 
 std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<FlatUnit>& units) {

@@ -39,9 +39,9 @@ at::Tensor DpoObjective::evaluate(const fsdp::HeadOutput& head, const model::Mic
   if (!head.out.defined()) return zeros;
   const at::Tensor policy = context_row_sum(head.row_logps(), context_).to(at::kCPU, at::kDouble);
   if (!reports()) return zeros;
-  return model::preference_loss(
-             policy, reference_logps_.front(),
-             model::row_answer_tokens(mb.whole.labels, mb.whole.aligned_labels), cfg_)
+  return model::preference_loss(policy, reference_logps_.front(),
+                                model::row_answer_tokens(mb.whole.labels, mb.whole.aligned_labels),
+                                cfg_)
       .stats.to(at::kCPU);
 }
 

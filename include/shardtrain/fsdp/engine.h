@@ -80,9 +80,9 @@ class FsdpEngine {
     return pieces_;
   }  // this rank's trainable ones, in model order
 
-  // Every base parameter, unsharded, fp32 (an all-gather per unit over the shard group).
-  std::map<std::string, at::Tensor> full_parameters();
-  std::map<std::string, at::Tensor> full_adapters();  // LoRA: every adapter, unsharded, fp32
+  // Every base parameter (adapters: every LoRA adapter instead), unsharded, fp32: an all-gather
+  // per unit over the shard group.
+  std::map<std::string, at::Tensor> full_parameters(bool adapters = false);
   // What trains and what checkpoints hold: the model's parameters, or a LoRA run's adapters.
   const TrainableLayout& layout() const { return *layout_; }
   // Frozen base: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each base

@@ -212,8 +212,8 @@ Gaps compare(const Case& c, int n) {
   }
   if (c.offload) ocp.settle();
   EXPECT_EQ(cp.schedule().offload() != nullptr, c.offload) << c.what;
-  const auto pc = c.lora ? cp.full_adapters() : cp.full_parameters();
-  const auto p1 = c.lora ? one.full_adapters() : one.full_parameters();
+  const auto pc = c.lora ? cp.full_parameters(/*adapters=*/true) : cp.full_parameters();
+  const auto p1 = c.lora ? one.full_parameters(/*adapters=*/true) : one.full_parameters();
   if (bf16) {  // bf16 is not a LoRA case here: ref holds the fp32 trainer's parameters
     if (ref)
       for (const auto& [name, t] : ref->params().named())

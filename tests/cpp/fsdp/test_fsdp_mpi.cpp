@@ -692,7 +692,8 @@ Gaps lora_offload_gaps(const model::LoraConfig& lora, int steps) {
     g.loss = std::max(g.loss, rel_gap(ra.step(micro, 3e-3).loss, rb.step(micro, 3e-3).loss));
     g.grad = std::max(g.grad, rel_gap(ra.grad_norm, rb.grad_norm));
   }
-  const auto full_a = a.full_adapters(), full_b = b.full_adapters();
+  const auto full_a = a.full_parameters(/*adapters=*/true),
+             full_b = b.full_parameters(/*adapters=*/true);
   EXPECT_EQ(full_a.size(), full_b.size());
   for (const auto& [name, t] : full_b)
     g.param = std::max(g.param, (full_a.at(name) - t).abs().max().item<double>());

@@ -170,7 +170,7 @@ TEST(LoraMpi, FusedLayersWithQAndVOnlyEqualPeft) {
     c.fused_layers = fused;
     c.lora.targets = {"q_proj", "v_proj"};
     fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &qv);
-    EXPECT_EQ(eng.full_adapters().size(), 8u);
+    EXPECT_EQ(eng.full_parameters(/*adapters=*/true).size(), 8u);
     const auto r = test_steps::sft_step(eng, my_rows(f.batch, 2));
     EXPECT_NEAR(r.loss, f.ref.read("qv.loss").item<double>(), 1e-5) << where();
     EXPECT_LE(worst_grad_gap(eng, f, "qv."), 1e-5) << where() << (fused ? " fused" : "");
@@ -204,7 +204,7 @@ TEST(LoraMpi, Fp8BaseGemmsEqualPeftWithFloat8BaseLayers) {
     EXPECT_LE(gap, 1e-5) << variant;
     // Float8 matters here: its gradients are far from fp32's, so the bound above can fail.
     double fp32_gap = 0;
-    for (const auto& [name, t] : eng.full_adapters())
+    for (const auto& [name, t] : eng.full_parameters(/*adapters=*/true))
       fp32_gap = std::max(fp32_gap, (f.ref.read(variant + "grad." + model::peft_key(name)) -
                                      f.ref.read("grad." + model::peft_key(name)))
                                         .abs()
@@ -233,7 +233,7 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
     EXPECT_NEAR(r.loss, losses[s].item<double>(), 1e-4) << "step " << s << " " << where();
   }
   double worst = 0;
-  for (const auto& [name, t] : eng.full_adapters()) {
+  for (const auto& [name, t] : eng.full_parameters(/*adapters=*/true)) {
     const auto want = f.ref.read("final." + model::peft_key(name));
     worst = std::max(worst, (t - want).abs().max().item<double>());
     EXPECT_GT((t - f.adapters.read(model::peft_key(name))).abs().max().item<double>(), 1e-4)
@@ -242,7 +242,7 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
   EXPECT_LE(worst, 1e-4) << where();
   if (g_env->rank() == 0)
     std::printf("  %s: adapters after 3 AdamW steps within %.1e of PEFT\n", where().c_str(), worst);
-  EXPECT_EQ(eng.full_adapters().size(), 28u);
+  EXPECT_EQ(eng.full_parameters(/*adapters=*/true).size(), 28u);
   // The base is frozen: byte-identical to the file it was read from.
   for (const auto& [name, t] : eng.full_parameters())
     EXPECT_TRUE(t.equal(f.base.read(name))) << name;
