@@ -33,11 +33,13 @@ bool zero_adapter_output(const io::SafetensorsModel& adapter) {
   return true;
 }
 
-// A LoRA run's base alone: the engine's forward with the adapters switched off.
-ReferenceFn base_model(fsdp::FsdpEngine& engine) {
-  auto base = std::make_shared<shardtrain::train::RowLogpsObjective>(*engine.groups().context,
-                                                                     /*adapters=*/false);
-  return [&engine, base](const model::MicroBatch& mb) { return engine.evaluate(mb, *base); };
+// The rows' answer log-probabilities from an engine's forward; adapters = false: a LoRA run's
+// base alone.
+ReferenceFn logps_of(fsdp::FsdpEngine& engine, bool adapters) {
+  auto objective =
+      std::make_shared<shardtrain::train::RowLogpsObjective>(*engine.groups().context, adapters);
+  return
+      [&engine, objective](const model::MicroBatch& mb) { return engine.evaluate(mb, *objective); };
 }
 
 // Absolute: a resume may name the same file from another directory.
@@ -71,15 +73,13 @@ Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::
   // copy of a pretrained adapter); without them, a LoRA run's base alone is.
   const bool trained_adapter = setup.adapter && !zero_adapter_output(*setup.adapter);
   if (needs_model && engine.config().lora.enabled() && !trained_adapter) {
-    model = base_model(engine);
+    model = logps_of(engine, /*adapters=*/false);
     r.what = "the base model (LoRA's adapters switched off)";
   } else if (needs_model) {
     r.frozen = std::make_unique<fsdp::FsdpEngine>(
         o.model, engine.config(), setup.groups, o.train.seed, setup.weights.get(), engine.device(),
         trained_adapter ? setup.adapter.get() : nullptr);
-    fsdp::FsdpEngine* frozen = r.frozen.get();
-    auto logps = std::make_shared<shardtrain::train::RowLogpsObjective>(*frozen->groups().context);
-    model = [frozen, logps](const model::MicroBatch& mb) { return frozen->evaluate(mb, *logps); };
+    model = logps_of(*r.frozen, /*adapters=*/true);
     r.what = std::string("a frozen sharded copy of the starting weights") +
              (trained_adapter ? " and --lora-init's adapters" : "");
   }
@@ -107,7 +107,7 @@ ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
     throw runtime::Error(
         "eval --objective dpo: no reference (neither --reference-logps nor --lora)");
   *what = "the base model (the adapter switched off)";
-  return base_model(engine);
+  return logps_of(engine, /*adapters=*/false);
 }
 
 void check_objective(const PreferenceOptions& p,
@@ -133,10 +133,7 @@ void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::T
   train::RowLogpsObjective objective(*g.context);
   train::for_each_batch(
       data, batch_size, 0, g.data_rank(), g.data_world(), [&](const model::Batch& b) {
-        const at::Tensor l =
-            engine
-                .evaluate(model::context_split(b, g.context->size(), g.context->rank()), objective)
-                .contiguous();
+        const at::Tensor l = engine.evaluate(fsdp::context_split(b, g), objective).contiguous();
         for (size_t i = 0; i < b.sample_ids.size(); ++i)
           logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
       });

@@ -8,6 +8,15 @@
 
 namespace shardtrain::fsdp {
 
+model::MicroBatch context_split(const model::Batch& rows, const comm::ProcessGroups& groups) {
+  return model::context_split(rows, groups.context->size(), groups.context->rank());
+}
+
+std::vector<model::MicroBatch> context_split(const std::vector<model::Batch>& batches,
+                                             const comm::ProcessGroups& groups) {
+  return model::context_split(batches, groups.context->size(), groups.context->rank());
+}
+
 at::Tensor HeadOutput::token_loss_sum(double grad_hint) const {
   return chunk > 0 ? model::chunked_lm_loss(out, head_weight, labels, chunk, grad_hint, aligned)
                    : model::causal_lm_loss(out, labels, /*count=*/false, aligned).sum;

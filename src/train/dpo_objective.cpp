@@ -17,14 +17,18 @@ int64_t DpoObjective::units(const model::MicroBatch& mb) const {
   return reports() ? mb.whole.tokens.size(0) / 2 : 0;
 }
 
+model::PreferenceTerms DpoObjective::terms(const fsdp::HeadOutput& head,
+                                           const model::MicroBatch& mb,
+                                           const at::Tensor& reference) const {
+  // The group's ranks each hold a share of every row's tokens and backpropagate through it.
+  const at::Tensor policy = context_row_sum(head.row_logps(), context_);
+  return model::preference_loss(
+      policy, reference, model::row_answer_tokens(mb.whole.labels, mb.whole.aligned_labels), cfg_);
+}
+
 fsdp::LossTerms DpoObjective::loss(const fsdp::HeadOutput& head, const model::MicroBatch& mb,
                                    size_t index, double) {
-  // The whole rows' log-probabilities and answer lengths (from the host's whole rows): the
-  // group's ranks each hold a share of every row's tokens and backpropagate through it.
-  const at::Tensor policy = context_row_sum(head.row_logps(), context_);
-  const model::PreferenceTerms t = model::preference_loss(
-      policy, reference_logps_[index],
-      model::row_answer_tokens(mb.whole.labels, mb.whole.aligned_labels), cfg_);
+  const model::PreferenceTerms t = terms(head, mb, reference_logps_[index]);
   fsdp::LossTerms out;
   out.sum = t.losses.sum();
   if (reports()) {
@@ -37,12 +41,8 @@ fsdp::LossTerms DpoObjective::loss(const fsdp::HeadOutput& head, const model::Mi
 at::Tensor DpoObjective::evaluate(const fsdp::HeadOutput& head, const model::MicroBatch& mb) {
   const at::Tensor zeros = at::zeros({model::kNumPreferenceStats}, at::kDouble);
   if (!head.out.defined()) return zeros;
-  const at::Tensor policy = context_row_sum(head.row_logps(), context_).to(at::kCPU, at::kDouble);
-  if (!reports()) return zeros;
-  return model::preference_loss(policy, reference_logps_.front(),
-                                model::row_answer_tokens(mb.whole.labels, mb.whole.aligned_labels),
-                                cfg_)
-      .stats.to(at::kCPU);
+  const model::PreferenceTerms t = terms(head, mb, reference_logps_.front());  // collective
+  return reports() ? t.stats.to(at::kCPU) : zeros;
 }
 
 }  // namespace shardtrain::train

@@ -63,10 +63,8 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     // are never saved, a skipped one must leave the weights alone.
     if (c.optimizer.can_arm() && !c.nonfinite.skips())
       c.optimizer.arm(m.lr, c.engine.grad_shards());
-    const comm::ProcessGroups& groups = c.engine.groups();
     const fsdp::GradResult g = c.engine.forward_backward(
-        model::context_split(data.micro, groups.context->size(), groups.context->rank()),
-        c.objective, /*read_loss=*/false);
+        fsdp::context_split(data.micro, c.engine.groups()), c.objective, /*read_loss=*/false);
     std::vector<at::Tensor> grads = c.engine.grad_shards();
     c.faults.after_backward(m.step, grads);
     m.tokens = g.tokens;
@@ -100,10 +98,9 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
                           c.checkpoints.due(step, signal.save, last || stop);
     if (!read_now) continue;
     std::vector<PendingStep> steps = readback.take();  // the one host read since the last
-    const double span = since_read.seconds();
-    for (PendingStep& done : steps)
-      c.metrics.timed(done.m, span / static_cast<double>(steps.size()));
+    const double step_s = since_read.seconds() / static_cast<double>(steps.size());
     for (PendingStep& done : steps) {
+      c.metrics.timed(done.m, step_s);
       const NonfiniteVerdict finite =
           c.nonfinite.check(done.m.step, done.m.loss, done.m.grad_norm, done.rows);
       done.m.skipped = !finite.finite;

@@ -95,15 +95,10 @@ model::LogitsFn Validator::logits_fn() {
   return [this](const at::Tensor& t) { return engine_.logits(t); };
 }
 
-model::MicroBatch Validator::split(const model::Batch& b) const {
-  const comm::ProcessGroups& g = engine_.groups();
-  return model::context_split(b, g.context->size(), g.context->rank());
-}
-
 EvalResult Validator::loss() {
   SftObjective sft;
   const BatchLossFn loss = [&](const model::Batch& b) {
-    const model::MicroBatch mb = split(b);
+    const model::MicroBatch mb = fsdp::context_split(b, engine_.groups());
     model::LossSum r;
     r.sum = engine_.evaluate(mb, sft);
     if (r.sum.defined())
@@ -121,7 +116,9 @@ model::PreferenceMetrics Validator::preference() {
   const comm::ProcessGroups& g = engine_.groups();
   return evaluate_preference(
       *val_, batch_size_, max_batches_, g.data_rank(), g.data_world(),
-      [this](const model::Batch& b) { return engine_.evaluate(split(b), *dpo_); },
+      [this](const model::Batch& b) {
+        return engine_.evaluate(fsdp::context_split(b, engine_.groups()), *dpo_);
+      },
       [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
 }
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "shardtrain/fsdp/engine.h"
-#include "shardtrain/model/micro_batch.h"
+#include "shardtrain/fsdp/objective.h"
 #include "shardtrain/train/sft_objective.h"
 
 namespace shardtrain::test_steps {
@@ -12,9 +12,7 @@ namespace shardtrain::test_steps {
 inline fsdp::GradResult sft_step(fsdp::FsdpEngine& eng, const std::vector<model::Batch>& micro,
                                  bool read_loss = true) {
   static train::SftObjective sft;
-  const comm::ProcessGroups& g = eng.groups();
-  return eng.forward_backward(model::context_split(micro, g.context->size(), g.context->rank()),
-                              sft, read_loss);
+  return eng.forward_backward(fsdp::context_split(micro, eng.groups()), sft, read_loss);
 }
 
 }  // namespace shardtrain::test_steps

@@ -8,9 +8,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "shardtrain/comm/process_groups.h"
 #include "shardtrain/model/micro_batch.h"
 
 namespace shardtrain::fsdp {
+
+// This rank's micro-batches: each one's rows, split among the rank's context group (the training
+// loop's, the validator's and eval's batch transform; the engine runs what it is given).
+model::MicroBatch context_split(const model::Batch& rows, const comm::ProcessGroups& groups);
+std::vector<model::MicroBatch> context_split(const std::vector<model::Batch>& batches,
+                                             const comm::ProcessGroups& groups);
 
 // The head's output for one micro-batch on this rank. Undefined `out`: the rank has no rows.
 struct HeadOutput {

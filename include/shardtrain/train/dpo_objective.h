@@ -38,6 +38,10 @@ class DpoObjective : public fsdp::Objective {
 
  private:
   bool reports() const { return context_.rank() == 0; }
+  // preference_loss on the whole rows: the policy's log-probabilities summed over the context
+  // group against the reference's, with the answer lengths of the host's whole rows.
+  model::PreferenceTerms terms(const fsdp::HeadOutput& head, const model::MicroBatch& mb,
+                               const at::Tensor& reference) const;
   model::PreferenceConfig cfg_;
   ReferenceFn reference_;
   comm::Communicator& context_;

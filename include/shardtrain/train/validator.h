@@ -83,8 +83,6 @@ class Validator {
   model::LogitsFn logits_fn();  // the engine's forward, for generation
 
  private:
-  model::MicroBatch split(
-      const model::Batch& b) const;  // this rank's share under context parallelism
   fsdp::FsdpEngine& engine_;
   const data::TokenFile* val_;
   const AccuracyTask* accuracy_;
