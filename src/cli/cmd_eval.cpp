@@ -11,9 +11,9 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
 #include "shardtrain/cli/options.h"
-#include "shardtrain/cli/reference.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/obs/prometheus.h"
+#include "shardtrain/train/dpo_reference.h"
 
 namespace shardtrain::cli {
 namespace {
@@ -62,10 +62,11 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                    o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
   // A preference file's next-token loss over chosen and rejected answers alike means nothing.
-  check_objective(o.preference, {{"--data", data.get()}},
-                  o.save_logps.empty() ? "evaluate them with --objective dpo, or write their "
-                                         "log-probabilities with --save-logps"
-                                       : nullptr);
+  train::check_objective_data(o.preference.enabled, {{"--data", data.get()}},
+                              o.save_logps.empty()
+                                  ? "evaluate them with --objective dpo, or write their "
+                                    "log-probabilities with --save-logps"
+                                  : nullptr);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0,
                     o.lora);  // every weight is read: no init to seed
@@ -79,7 +80,8 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (data && o.preference.enabled) {
     std::string reference;
     validator.set_dpo(std::make_unique<train::DpoObjective>(
-        o.preference.cfg, eval_reference(o, *setup.engine, *data, &reference),
+        o.preference.cfg,
+        train::eval_reference(o.preference.reference_logps, *setup.engine, *data, &reference),
         *setup.groups.context));
     const model::PreferenceMetrics r = validator.preference();
     j["loss"] = r.loss;
@@ -110,7 +112,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     for (const auto& e : r.examples) line += "\n  answer " + e;
   }
   if (!o.save_logps.empty()) {
-    save_logps(o.save_logps, *setup.engine, *data, per_rank, env.rank());
+    train::save_logps(o.save_logps, *setup.engine, *data, per_rank, env.rank());
     j["logps_file"] = o.save_logps;  // the JSON line says what was written, never null
     j["rows"] = data->rows();
     line += std::string(line.empty() ? "" : "\n") + "answer log-probabilities of " +

@@ -12,10 +12,11 @@
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/engine_setup.h"
-#include "shardtrain/cli/reference.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/cli/run_params.h"
 #include "shardtrain/data/data_identity.h"
+#include "shardtrain/exports/hf_export.h"
+#include "shardtrain/exports/peft_export.h"
 #include "shardtrain/hw/accelerators.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/runtime/counted.h"
@@ -23,6 +24,7 @@
 #include "shardtrain/runtime/host_tensor_memory.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/signals.h"
+#include "shardtrain/train/dpo_reference.h"
 #include "shardtrain/train/fit.h"
 #include "shardtrain/train/sft_objective.h"
 
@@ -52,6 +54,22 @@ void setup_threads(int threads, const runtime::MpiEnv& env) {
 }
 
 namespace {
+
+train::ReferenceSources reference_sources(const TrainOptions& o) {
+  return {o.weights, o.lora_init, o.train.seed, o.preference.reference_logps,
+          o.preference.val_reference_logps};
+}
+
+// The export tokenizer: --weights, --tokenizer and --data; resuming without --weights, what the
+// checkpoint's run recorded.
+exports::TokenizerSource train_tokenizer(const TrainOptions& o) {
+  if (!o.weights.empty() || o.resume_checkpoint.empty())
+    return {o.weights, o.accuracy.tokenizer, o.data};
+  exports::TokenizerSource src = exports::checkpoint_tokenizer(
+      o.resume_checkpoint, o.accuracy.tokenizer, "");  // the run it continues
+  src.data = o.data;
+  return src;
+}
 
 // The data-parallel position: a context group's ranks read the same rows.
 data::LoaderConfig loader_config(const train::TrainConfig& t, const fsdp::FsdpEngine& engine) {
@@ -132,8 +150,9 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   auto val = o.val_data.empty()
                  ? nullptr
                  : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
-  check_objective(o.preference, {{"--data", train.get()}, {"--val-data", val.get()}},
-                  "train them with --objective dpo");
+  train::check_objective_data(o.preference.enabled,
+                              {{"--data", train.get()}, {"--val-data", val.get()}},
+                              "train them with --objective dpo");
   runtime::log::info(start_line(
       o));  // the first line, once the inputs are known to be good: a bad one is a one-line error
   for (const auto& line : {checked_train, checked_val})
@@ -159,7 +178,8 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   initial.data = data::data_identity(*train, o.train.seed);
   initial.allow_data_change = o.ckpt.allow_data_change;
   initial.run_config = nlohmann::json{{"args", o.args}, {"optimizer", o.resume_said}};
-  if (o.preference.enabled) initial.run_config["reference"] = reference_identity(o);
+  if (o.preference.enabled)
+    initial.run_config["reference"] = train::reference_identity(reference_sources(o));
   ckpt::Manager checkpoints(o.ckpt, engine, optimizer, initial);
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);
@@ -175,10 +195,11 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
         std::to_string(loader.state().epoch) + " from row " + std::to_string(loader.state().row));
   train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size,
                              o.train.val_batches, o.train.val_every);
-  Reference reference;  // DPO's: set before the first step, which may be a resumed one
+  train::Reference reference;  // DPO's: set before the first step, which may be a resumed one
   std::unique_ptr<fsdp::Objective> objective = std::make_unique<train::SftObjective>();
   if (o.preference.enabled) {
-    reference = make_reference(o, setup, *train, val.get());
+    reference = train::make_reference(reference_sources(o), *setup.engine, setup.groups,
+                                      setup.weights.get(), setup.adapter.get(), *train, val.get());
     objective = std::make_unique<train::DpoObjective>(o.preference.cfg, reference.train,
                                                       *setup.groups.context);
     if (val)
@@ -215,10 +236,10 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   // Export.
   if (!o.save_model.empty()) {
     if (engine.config().lora.enabled() && !o.merge_lora) {
-      export_peft(o.save_model, engine, o.weights, env.rank(), train_tokenizer(o));
+      exports::export_peft(o.save_model, engine, o.weights, env.rank(), train_tokenizer(o));
       runtime::log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
     } else {
-      export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
+      exports::export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
       runtime::log::info(
           "saved " + std::string(engine.config().lora.enabled() ? "the merged model" : "model") +
           " to " + o.save_model);

@@ -238,15 +238,16 @@ void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env) {
     throw runtime::AgreedUsageError(agreed);
 }
 
-void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data,
+void check_tokenizers(const exports::TokenizerSource& src, const std::vector<std::string>& data,
                       const std::string& prompt_tokenizer, const model::ModelConfig& model,
                       const runtime::MpiEnv& env) {
   std::string failure;
   if (env.rank() == 0) {  // one reader of the files; the verdict is shared
     try {
       for (const std::string& file : data)
-        if (!file.empty()) check_export_tokenizer({src.weights, src.tokenizer, file}, model);
-      check_prompt_tokenizer(src.weights, prompt_tokenizer);
+        if (!file.empty())
+          exports::check_export_tokenizer({src.weights, src.tokenizer, file}, model);
+      exports::check_prompt_tokenizer(src.weights, prompt_tokenizer);
     } catch (const runtime::UsageError& e) {
       failure = e.what();
     }

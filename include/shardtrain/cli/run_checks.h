@@ -10,6 +10,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/data/token_file.h"
+#include "shardtrain/exports/tokenizer_export.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
 
@@ -72,7 +73,7 @@ void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);
 // with the model's tokenizer (src's --weights files, else its --tokenizer, as
 // check_export_tokenizer takes them), and the tokenizer that encodes prompts (prompt_tokenizer;
 // "" when none) is the --weights directory's.
-void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data,
+void check_tokenizers(const exports::TokenizerSource& src, const std::vector<std::string>& data,
                       const std::string& prompt_tokenizer, const model::ModelConfig& model,
                       const runtime::MpiEnv& env);
 

@@ -1,4 +1,4 @@
-#include "shardtrain/cli/reference.h"
+#include "shardtrain/train/dpo_reference.h"
 
 #include <mpi.h>
 
@@ -11,11 +11,9 @@
 #include "shardtrain/train/logps_objective.h"
 #include "shardtrain/train/validator.h"
 
-namespace shardtrain::cli {
+namespace shardtrain::train {
 
 namespace {
-
-using shardtrain::train::ReferenceFn;
 
 ReferenceFn from_file(at::Tensor logps) {
   return [logps](const model::MicroBatch& mb) {
@@ -36,8 +34,7 @@ bool zero_adapter_output(const io::SafetensorsModel& adapter) {
 // The rows' answer log-probabilities from an engine's forward; adapters = false: a LoRA run's
 // base alone.
 ReferenceFn logps_of(fsdp::FsdpEngine& engine, bool adapters) {
-  auto objective =
-      std::make_shared<shardtrain::train::RowLogpsObjective>(*engine.groups().context, adapters);
+  auto objective = std::make_shared<RowLogpsObjective>(*engine.groups().context, adapters);
   return
       [&engine, objective](const model::MicroBatch& mb) { return engine.evaluate(mb, *objective); };
 }
@@ -49,36 +46,35 @@ std::string absolute(const std::string& path) {
 
 }  // namespace
 
-std::string reference_identity(const TrainOptions& o) {
-  const PreferenceOptions& p = o.preference;
+std::string reference_identity(const ReferenceSources& s) {
   std::string id =
-      p.reference_logps.empty()
-          ? (o.weights.empty() ? "a random start (--seed " + std::to_string(o.train.seed) + ")"
-                               : "--weights " + absolute(o.weights)) +
-                (o.lora_init.empty() ? "" : " with --lora-init " + absolute(o.lora_init))
-          : "--reference-logps " + absolute(p.reference_logps);
-  if (!p.val_reference_logps.empty())
-    id += "; validation: --val-reference-logps " + absolute(p.val_reference_logps);
+      s.reference_logps.empty()
+          ? (s.weights.empty() ? "a random start (--seed " + std::to_string(s.seed) + ")"
+                               : "--weights " + absolute(s.weights)) +
+                (s.adapter_init.empty() ? "" : " with --lora-init " + absolute(s.adapter_init))
+          : "--reference-logps " + absolute(s.reference_logps);
+  if (!s.val_reference_logps.empty())
+    id += "; validation: --val-reference-logps " + absolute(s.val_reference_logps);
   return id;
 }
 
-Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::TokenFile& train,
+Reference make_reference(const ReferenceSources& p, fsdp::FsdpEngine& engine,
+                         comm::ProcessGroups& groups, const io::SafetensorsModel* weights,
+                         const io::SafetensorsModel* adapter, const data::TokenFile& train,
                          const data::TokenFile* val) {
   Reference r;
-  fsdp::FsdpEngine& engine = *setup.engine;
-  const PreferenceOptions& p = o.preference;
   ReferenceFn model;  // the reference model's forward, when one is needed
   const bool needs_model = p.reference_logps.empty() || (val && p.val_reference_logps.empty());
   // --lora-init with trained adapters: the starting model is base + those adapters (TRL's "ref"
   // copy of a pretrained adapter); without them, a LoRA run's base alone is.
-  const bool trained_adapter = setup.adapter && !zero_adapter_output(*setup.adapter);
+  const bool trained_adapter = adapter && !zero_adapter_output(*adapter);
   if (needs_model && engine.config().lora.enabled() && !trained_adapter) {
     model = logps_of(engine, /*adapters=*/false);
     r.what = "the base model (LoRA's adapters switched off)";
   } else if (needs_model) {
-    r.frozen = std::make_unique<fsdp::FsdpEngine>(
-        o.model, engine.config(), setup.groups, o.train.seed, setup.weights.get(), engine.device(),
-        trained_adapter ? setup.adapter.get() : nullptr);
+    r.frozen =
+        std::make_unique<fsdp::FsdpEngine>(engine.model(), engine.config(), groups, p.seed, weights,
+                                           engine.device(), trained_adapter ? adapter : nullptr);
     model = logps_of(*r.frozen, /*adapters=*/true);
     r.what = std::string("a frozen sharded copy of the starting weights") +
              (trained_adapter ? " and --lora-init's adapters" : "");
@@ -97,11 +93,11 @@ Reference make_reference(const TrainOptions& o, EngineSetup& setup, const data::
   return r;
 }
 
-ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
+ReferenceFn eval_reference(const std::string& reference_logps, fsdp::FsdpEngine& engine,
                            const data::TokenFile& data, std::string* what) {
-  if (!o.preference.reference_logps.empty()) {
-    *what = "--reference-logps " + o.preference.reference_logps;
-    return from_file(read_logps("--reference-logps", o.preference.reference_logps, data));
+  if (!reference_logps.empty()) {
+    *what = "--reference-logps " + reference_logps;
+    return from_file(read_logps("--reference-logps", reference_logps, data));
   }
   if (!engine.config().lora.enabled())  // parse_eval refuses this combination
     throw runtime::Error(
@@ -110,16 +106,16 @@ ReferenceFn eval_reference(const EvalOptions& o, fsdp::FsdpEngine& engine,
   return logps_of(engine, /*adapters=*/false);
 }
 
-void check_objective(const PreferenceOptions& p,
-                     const std::vector<std::pair<const char*, const data::TokenFile*>>& files,
-                     const char* pairs_without_dpo) {
+void check_objective_data(bool dpo,
+                          const std::vector<std::pair<const char*, const data::TokenFile*>>& files,
+                          const char* pairs_without_dpo) {
   for (const auto& [opt, file] : files) {
     if (!file) continue;
-    if (p.enabled && !file->preference())
+    if (dpo && !file->preference())
       throw runtime::AgreedUsageError(std::string("--objective dpo: ") + opt + " " + file->path() +
                                       " holds no preference pairs; prepare it with 'shardtrain "
                                       "prepare --format preference'");
-    if (!p.enabled && file->preference() && pairs_without_dpo)
+    if (!dpo && file->preference() && pairs_without_dpo)
       throw runtime::AgreedUsageError(std::string(opt) + " " + file->path() +
                                       " holds preference pairs (chosen, then rejected); " +
                                       pairs_without_dpo);
@@ -130,13 +126,12 @@ void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::T
                 int64_t batch_size, int rank) {
   std::vector<double> logps(static_cast<size_t>(data.rows()), 0.0);
   const comm::ProcessGroups& g = engine.groups();
-  train::RowLogpsObjective objective(*g.context);
-  train::for_each_batch(
-      data, batch_size, 0, g.data_rank(), g.data_world(), [&](const model::Batch& b) {
-        const at::Tensor l = engine.evaluate(fsdp::context_split(b, g), objective).contiguous();
-        for (size_t i = 0; i < b.sample_ids.size(); ++i)
-          logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
-      });
+  RowLogpsObjective objective(*g.context);
+  for_each_batch(data, batch_size, 0, g.data_rank(), g.data_world(), [&](const model::Batch& b) {
+    const at::Tensor l = engine.evaluate(fsdp::context_split(b, g), objective).contiguous();
+    for (size_t i = 0; i < b.sample_ids.size(); ++i)
+      logps[static_cast<size_t>(b.sample_ids[i])] = l[static_cast<int64_t>(i)].item<double>();
+  });
   // Each row is one data rank's (a context group's ranks all hold its whole sum: the group's
   // first gives it): the sum over ranks is every row's.
   if (engine.groups().context->rank() != 0) std::fill(logps.begin(), logps.end(), 0.0);
@@ -168,4 +163,4 @@ at::Tensor read_logps(const std::string& opt, const std::string& path,
   return at::tensor(io::h5::read_rows<double>(dset, rows, 1), at::kDouble);
 }
 
-}  // namespace shardtrain::cli
+}  // namespace shardtrain::train

@@ -1,12 +1,13 @@
 // The tokenizer files every export carries, so that AutoTokenizer.from_pretrained(export) and
 // pipeline("text-generation", model=export) work on what train and convert write.
+#include "shardtrain/exports/tokenizer_export.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "shardtrain/cli/commands.h"
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/runtime/atomic_write.h"
@@ -16,7 +17,7 @@
 
 namespace fs = std::filesystem;
 
-namespace shardtrain::cli {
+namespace shardtrain::exports {
 namespace {
 
 // What transformers reads of a tokenizer from a model directory (the chat template included).
@@ -144,15 +145,6 @@ void write_generation_config(const fs::path& dir, const model::ModelConfig& mode
 
 }  // namespace
 
-TokenizerSource train_tokenizer(const TrainOptions& o) {
-  if (!o.weights.empty() || o.resume_checkpoint.empty())
-    return {o.weights, o.accuracy.tokenizer, o.data};
-  TokenizerSource src =
-      checkpoint_tokenizer(o.resume_checkpoint, o.accuracy.tokenizer, "");  // the run it continues
-  src.data = o.data;
-  return src;
-}
-
 void check_export_tokenizer(const TokenizerSource& src, const model::ModelConfig& model) {
   const Resolved r = resolve(src);
   std::vector<std::string> shas;
@@ -230,4 +222,4 @@ void write_tokenizer_files(const std::string& dir, const TokenizerSource& src,
     write_generation_config(out, model);
 }
 
-}  // namespace shardtrain::cli
+}  // namespace shardtrain::exports

@@ -1,15 +1,16 @@
-// A LoRA run's outputs: the adapter in PEFT's format, and the merge into full weights.
+// A low-rank adapter run's outputs: the adapter in PEFT's format, and the merge into full weights.
+#include "shardtrain/exports/peft_export.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "shardtrain/cli/commands.h"
-#include "shardtrain/fsdp/engine.h"
+#include "shardtrain/io/safetensors.h"
 #include "shardtrain/runtime/atomic_write.h"
 
 namespace fs = std::filesystem;
 
-namespace shardtrain::cli {
+namespace shardtrain::exports {
 
 void merge_adapters(std::map<std::string, at::Tensor>& full,
                     const std::map<std::string, at::Tensor>& adapters,
@@ -22,6 +23,8 @@ void merge_adapters(std::map<std::string, at::Tensor>& full,
                             adapters.at(model::lora_name(i, p, 'B')), lora.scale());
     }
 }
+
+namespace {
 
 // The base as PEFT loads it from anywhere: an absolute directory (a relative one would be looked
 // up from the reader's directory, then on the Hub); a weights file stands for its directory.
@@ -53,6 +56,8 @@ nlohmann::json peft_adapter_config(const model::LoraConfig& lora, const std::str
           {"alpha_pattern", nlohmann::json::object()}};
 }
 
+}  // namespace
+
 void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::string& base,
                  int rank, const TokenizerSource& tokenizer) {
   const auto adapters = engine.full_parameters(/*adapters=*/true);  // collective
@@ -70,4 +75,4 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
   });
 }
 
-}  // namespace shardtrain::cli
+}  // namespace shardtrain::exports
