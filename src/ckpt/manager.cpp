@@ -57,16 +57,16 @@ bool CheckpointConfig::continues_dir() const {
          std::filesystem::equivalent(std::filesystem::absolute(resume, ec).parent_path(), dir, ec);
 }
 
-Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer,
-                 TrainState initial)
+Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, const comm::ParallelDims& dims,
+                 optim::Optimizer& optimizer, TrainState initial)
     : cfg_(std::move(cfg)),
       state_(std::move(initial)),
       // Collective: every rank builds the manager; a LoRA base is checksummed only for a save or a
       // resume.
-      registry_(training_state(engine, optimizer, state_, cfg_.base_weights,
+      registry_(training_state(engine, dims, optimizer, state_, cfg_.base_weights,
                                !cfg_.dir.empty() || !cfg_.resume.empty())) {
   if (!enabled()) return;
-  if (engine.groups().world->rank() == 0) {
+  if (dims.world->rank() == 0) {
     std::filesystem::create_directories(cfg_.dir);
     if (cfg_.overwrite) {
       const int removed = remove_checkpoints(cfg_.dir);

@@ -29,20 +29,20 @@ int64_t non_negative(const Values& saved, const std::string& key) {
 // layout at save time (information only) and the model's config, which a resume must match.
 class ModelShards : public Stateful {
  public:
-  ModelShards(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer)
-      : engine_(engine), optimizer_(optimizer) {}
+  ModelShards(fsdp::FsdpEngine& engine, int world_size, optim::Optimizer& optimizer)
+      : engine_(engine), world_size_(world_size), optimizer_(optimizer) {}
   std::string name() const override { return "model"; }
   std::vector<TensorGroup> tensors() override {
     optimizer_.settle();  // --cpu-offload: the host's steps in flight write these
     TensorGroup g{kTensorGroups[0], dataset_specs(engine_), {}};
-    for (const auto& p : engine_.pieces())
+    for (const auto& p : engine_.layout().pieces())
       g.slices.push_back({p.name, p.param_offset, p.numel, p.master});
     return {g};
   }
   void save_values(Values& out) const override {
-    out.set_int(attr::kWorldSize, engine_.groups().world->size());
-    out.set_text(attr::kSharding, fsdp::sharding_name(engine_.config().sharding));
-    out.set_json(attr::kModelConfig, model::model_to_hf_json(engine_.model()));
+    out.set_int(attr::kWorldSize, world_size_);
+    out.set_text(attr::kSharding, fsdp::sharding_name(engine_.spec().sharding.sharding));
+    out.set_json(attr::kModelConfig, model::model_to_hf_json(engine_.spec().model));
   }
   // Another model's checkpoint: refused with both shapes named, before any tensor is read (an
   // older checkpoint in the same directory would be just as wrong, so auto does not skip it).
@@ -56,7 +56,7 @@ class ModelShards : public Stateful {
       throw runtime::UsageError(path + ": its model_config attribute cannot be read (" + e.what() +
                                 "); the checkpoint is damaged");
     }
-    const model::ModelConfig& mine = engine_.model();
+    const model::ModelConfig& mine = engine_.spec().model;
     if (!model::same_shape(model, mine))
       throw ResumeRefused(
           "--resume: " + path + " holds a model of shape " + model::describe_shape(model) +
@@ -78,6 +78,7 @@ class ModelShards : public Stateful {
 
  private:
   fsdp::FsdpEngine& engine_;
+  int world_size_;
   optim::Optimizer& optimizer_;  // owns the host's steps in flight (--cpu-offload)
 };
 
@@ -89,7 +90,7 @@ class OptimizerState : public Stateful {
   std::string name() const override { return "optimizer"; }
   std::vector<TensorGroup> tensors() override {
     optimizer_.settle();
-    const auto& pieces = engine_.pieces();
+    const auto& pieces = engine_.layout().pieces();
     auto& slots = optimizer_.adamw().slots();
     if (slots.size() != pieces.size())
       throw runtime::Error("checkpoint: the optimizer does not hold this engine's shards");
@@ -231,7 +232,7 @@ class LoraBase : public Stateful {
       : engine_(engine), base_weights_(std::move(base_weights)), base_crc_(base_crc) {}
   std::string name() const override { return "lora"; }
   void save_values(Values& out) const override {
-    const auto& l = engine_.config().lora;
+    const auto& l = engine_.spec().plan.lora;
     if (!l.enabled()) return;
     out.set_int(attr::kLoraRank, l.rank);
     out.set_real(attr::kLoraAlpha, l.alpha);
@@ -244,7 +245,7 @@ class LoraBase : public Stateful {
     const std::string path = saved.origin();
     const int64_t rank = saved.has(attr::kLoraRank) ? non_negative(saved, attr::kLoraRank) : 0;
     const std::string targets = rank > 0 ? saved.get_text(attr::kLoraTargets) : "";
-    const auto& l = engine_.config().lora;
+    const auto& l = engine_.spec().plan.lora;
     if (rank != l.rank || (rank > 0 && targets != model::join_lora_targets(l.targets)))
       throw ResumeRefused("--resume: " + path + " holds " +
                           (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets
@@ -273,9 +274,9 @@ class LoraBase : public Stateful {
 
 }  // namespace
 
-int64_t base_crc32(fsdp::FsdpEngine& engine) {
-  const auto specs = model::llama_param_specs(engine.model());
-  const auto per_tensor = assemble_crcs(engine.groups().shard->mpi(), engine.base_crc_rows());
+int64_t base_crc32(fsdp::FsdpEngine& engine, const comm::ParallelDims& dims) {
+  const auto specs = model::llama_param_specs(engine.spec().model);
+  const auto per_tensor = assemble_crcs(dims.shard->mpi(), engine.layout().base_crc_rows());
   std::vector<runtime::CrcRow> tensors;  // the parameters one after another, as one fp32 buffer
   int64_t offset = 0;
   for (size_t d = 0; d < specs.size(); ++d) {
@@ -285,10 +286,9 @@ int64_t base_crc32(fsdp::FsdpEngine& engine) {
   return runtime::combine_crc_rows(std::move(tensors), sizeof(float));
 }
 
-StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer,
-                             TrainState& state, const std::string& base_weights,
-                             bool checksum_base) {
-  const auto& g = engine.groups();
+StateRegistry training_state(fsdp::FsdpEngine& engine, const comm::ParallelDims& g,
+                             optim::Optimizer& optimizer, TrainState& state,
+                             const std::string& base_weights, bool checksum_base) {
   Ranks ranks;
   ranks.world = g.world->mpi();
   ranks.shard = g.shard->mpi();
@@ -296,14 +296,14 @@ StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimiz
       g.layout.replicate_rank == 0;  // one replica writes: its shard group holds every byte once
   ranks.shard_rank = g.layout.shard_rank;
   StateRegistry reg(ranks);
-  reg.emplace<ModelShards>(engine, optimizer);
+  reg.emplace<ModelShards>(engine, g.world->size(), optimizer);
   reg.emplace<OptimizerState>(engine, optimizer);
   reg.emplace<TrainStep>(state);
   reg.emplace<LoaderPosition>(state);
   reg.emplace<RunConfig>(state);
   reg.emplace<LoraBase>(
       engine, base_weights,
-      engine.config().lora.enabled() && checksum_base ? base_crc32(engine) : -1);  // collective
+      engine.layout().base_frozen() && checksum_base ? base_crc32(engine, g) : -1);  // collective
   return reg;
 }
 

@@ -50,7 +50,7 @@ std::string start_line(const TrainOptions& o) {
 }
 
 std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
-                         const std::vector<std::string>& hosts, const comm::ProcessGroups& g,
+                         const std::vector<std::string>& hosts, const comm::ParallelDims& g,
                          const DeviceChoice& device, const BannerFacts& f) {
   const auto& m = o.model;
   const auto& t = o.train;
@@ -93,8 +93,8 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                   dtype_label(o.fsdp.param_dtype));
     b += buf;
   }
-  if (o.fsdp.lora.enabled()) {
-    const auto& l = o.fsdp.lora;
+  if (o.run.lora.enabled()) {
+    const auto& l = o.run.lora;
     std::snprintf(buf, sizeof buf,
                   "  lora        rank %lld, alpha %g, dropout %g, targets %s: %lld trainable "
                   "parameters | per rank: "
@@ -108,10 +108,10 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
   }
   // What the decoder layers run: a user who passed --fused-layers or --fp8 sees it took.
   const std::string layers =
-      std::string(o.fsdp.fused_layers ? "fused decoder layers (--fused-layers)"
-                                      : "composite decoder layers") +
-      (o.fsdp.fp8 != model::Fp8Mode::kOff
-           ? std::string(", float8 projections (--fp8 ") + model::fp8_mode_name(o.fsdp.fp8) + ")"
+      std::string(o.run.fused_layers ? "fused decoder layers (--fused-layers)"
+                                     : "composite decoder layers") +
+      (o.run.fp8 != model::Fp8Mode::kOff
+           ? std::string(", float8 projections (--fp8 ") + model::fp8_mode_name(o.run.fp8) + ")"
            : "");
   std::snprintf(buf, sizeof buf, "  device      %s, %s per rank | %s\n",
                 device.cuda ? (device.name + " + NCCL").c_str() : "cpu + MPI",

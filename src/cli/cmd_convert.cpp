@@ -28,16 +28,17 @@ int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   const model::ModelConfig model =
       to_hf ? exports::checkpoint_model(o.input) : model::resolve_model(o.input);
   auto groups = fsdp::make_mpi_groups(fsdp::Sharding::kFullShard, env.topology(), 0);
-  fsdp::FsdpConfig fc;
+  fsdp::ShardingConfig fc;
+  model::RunPlan run;
   std::string base = o.weights;
   if (to_hf)
-    fc.lora = exports::checkpoint_adapters(o.input, o.weights.empty() ? &base : &o.weights);
-  if (fc.lora.enabled() && !base.empty() && !fs::exists(base))
+    run.lora = exports::checkpoint_adapters(o.input, o.weights.empty() ? &base : &o.weights);
+  if (run.lora.enabled() && !base.empty() && !fs::exists(base))
     throw runtime::UsageError("convert: the checkpoint's base weights " + base +
                               " do not exist; pass --weights");
   // A LoRA checkpoint is loaded onto its base (the checksum is verified); the seeded init's base
   // has none to read.
-  const std::string read_from = !to_hf ? o.input : fc.lora.enabled() ? base : "";
+  const std::string read_from = !to_hf ? o.input : run.lora.enabled() ? base : "";
   std::unique_ptr<io::SafetensorsModel> weights =
       read_from.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(read_from);
   const exports::TokenizerSource tokenizer =
@@ -51,15 +52,16 @@ int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   }
   if (const std::string agreed = agreed_failure(failure); !agreed.empty())
     throw runtime::AgreedUsageError(agreed);
-  fsdp::FsdpEngine engine(model, fc, groups, /*seed=*/0, weights.get());
+  fsdp::FsdpEngine engine({model, fc, run}, groups, /*seed=*/0, weights.get());
   optim::Optimizer optimizer = fsdp::make_optimizer(
       engine, optim::OptimizerConfig{});  // a checkpoint holds its (empty) state
   ckpt::TrainState st;
   st.run_config = nlohmann::json{{"converted_from", o.input}};
-  ckpt::StateRegistry state = ckpt::training_state(engine, optimizer, st, base);  // collective
+  ckpt::StateRegistry state =
+      ckpt::training_state(engine, groups, optimizer, st, base);  // collective
   if (to_hf) {
     ckpt::load(o.input, state);  // verifies every checksum on the way
-    if (engine.config().lora.enabled() && !o.merge_lora)
+    if (engine.layout().base_frozen() && !o.merge_lora)
       exports::export_peft(o.output, engine, base, env.rank(), tokenizer);
     else
       exports::export_hf(o.output, model, engine, o.dtype, env.rank(), tokenizer);

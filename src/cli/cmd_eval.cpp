@@ -57,7 +57,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  check_groups(o.fsdp, env);
+  check_groups(o.fsdp, o.context_parallel, env);
   check_tokenizers({o.weights, o.accuracy.tokenizer, ""}, {o.data},
                    o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
@@ -68,20 +68,22 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                                     "log-probabilities with --save-logps"
                                   : nullptr);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
-  EngineSetup setup(o.model, o.fsdp, env, o.weights, /*seed=*/0,
+  EngineSetup setup(o.model, o.fsdp, o.run, o.context_parallel, env, o.weights, /*seed=*/0,
                     o.lora);  // every weight is read: no init to seed
   // --batch-size counts rows across all ranks (a context group's ranks share theirs), so any
   // world size reads the same batches.
   const int64_t data_world = setup.groups.data_world();
   const int64_t per_rank = (o.batch_size + data_world - 1) / data_world;
-  train::Validator validator(*setup.engine, data.get(), accuracy.get(), per_rank, o.max_batches);
+  train::Validator validator(*setup.engine, setup.groups, data.get(), accuracy.get(), per_rank,
+                             o.max_batches);
   nlohmann::json j;
   std::string line;
   if (data && o.preference.enabled) {
     std::string reference;
     validator.set_dpo(std::make_unique<train::DpoObjective>(
         o.preference.cfg,
-        train::eval_reference(o.preference.reference_logps, *setup.engine, *data, &reference),
+        train::eval_reference(o.preference.reference_logps, *setup.engine, setup.groups, *data,
+                              &reference),
         *setup.groups.context));
     const model::PreferenceMetrics r = validator.preference();
     j["loss"] = r.loss;
@@ -112,7 +114,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     for (const auto& e : r.examples) line += "\n  answer " + e;
   }
   if (!o.save_logps.empty()) {
-    train::save_logps(o.save_logps, *setup.engine, *data, per_rank, env.rank());
+    train::save_logps(o.save_logps, *setup.engine, setup.groups, *data, per_rank, env.rank());
     j["logps_file"] = o.save_logps;  // the JSON line says what was written, never null
     j["rows"] = data->rows();
     line += std::string(line.empty() ? "" : "\n") + "answer log-probabilities of " +

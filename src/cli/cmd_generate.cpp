@@ -43,11 +43,11 @@ int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                                       " (max_position_embeddings), prompt and answer together; "
                                       "shorten the prompt");
   }
-  if (o.fsdp.context_parallel != 1)  // one token at a time: there is no sequence to split
+  if (o.context_parallel != 1)  // one token at a time: there is no sequence to split
     throw runtime::UsageError(
         "--context-parallel applies to train and eval; generate decodes whole prompts on each "
         "rank (drop the option)");
-  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.seed, o.lora);
+  EngineSetup setup(o.model, o.fsdp, o.run, o.context_parallel, env, o.weights, o.seed, o.lora);
   const model::LogitsFn logits = [&](const at::Tensor& t) { return setup.engine->logits(t); };
   for (const auto& prompt : prompts) {
     const auto out = model::generate(logits, prompt, g);

@@ -72,20 +72,20 @@ exports::TokenizerSource train_tokenizer(const TrainOptions& o) {
 }
 
 // The data-parallel position: a context group's ranks read the same rows.
-data::LoaderConfig loader_config(const train::TrainConfig& t, const fsdp::FsdpEngine& engine) {
+data::LoaderConfig loader_config(const train::TrainConfig& t, const comm::ParallelDims& dims) {
   data::LoaderConfig lc;
   lc.micro_batch = t.batch_size;
   lc.grad_accum = t.grad_accum;
   lc.seed = t.seed;
-  lc.rank = engine.groups().data_rank();
-  lc.world = engine.groups().data_world();
+  lc.rank = dims.data_rank();
+  lc.world = dims.data_world();
   return lc;
 }
 
 BannerFacts banner_facts(const EngineSetup& s, const data::DataLoader& loader,
                          const data::TokenFile& train, const data::TokenFile* val) {
   BannerFacts f;
-  f.num_params = s.engine->model().num_params();
+  f.num_params = s.engine->spec().model.num_params();
   f.global_batch = loader.global_batch();
   f.threads = at::get_num_threads();
   const auto mem = s.engine->memory().report();
@@ -134,8 +134,8 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       !o.ckpt.dir.empty());  // now: a signal during the setup counts at the first step boundary
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  check_groups(o.fsdp, env);
-  check_fp8(o.model, o.fsdp, env);
+  check_groups(o.fsdp, o.context_parallel, env);
+  check_fp8(o.model, o.run, o.fsdp, env);
   runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor
                                         // exists
   check_writable_outputs(o, env);
@@ -158,12 +158,14 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   for (const auto& line : {checked_train, checked_val})
     if (!line.empty()) runtime::log::info(line);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
-  EngineSetup setup(o.model, o.fsdp, env, o.weights, o.train.seed, o.lora_init);
+  EngineSetup setup(o.model, o.fsdp, o.run, o.context_parallel, env, o.weights, o.train.seed,
+                    o.lora_init);
   fsdp::FsdpEngine& engine = *setup.engine;
-  o.fsdp = engine.config();  // as resolved for the device (--param-dtype auto), for the banner
+  o.fsdp =
+      engine.spec().sharding;  // as resolved for the device (--param-dtype auto), for the banner
   o.train.peak_tflops = hw::resolve_peak_tflops(o.train.peak_tflops, setup.device.name);
   optim::Optimizer optimizer = fsdp::make_optimizer(engine, o.optim);
-  data::DataLoader loader(*train, loader_config(o.train, engine));
+  data::DataLoader loader(*train, loader_config(o.train, setup.groups));
   const auto hosts = obs::all_hosts(env.host(), MPI_COMM_WORLD);
   runtime::log::info(start_banner(o, env.topology(), hosts, setup.groups, setup.device,
                                   banner_facts(setup, loader, *train, val.get())));
@@ -180,7 +182,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   initial.run_config = nlohmann::json{{"args", o.args}, {"optimizer", o.resume_said}};
   if (o.preference.enabled)
     initial.run_config["reference"] = train::reference_identity(reference_sources(o));
-  ckpt::Manager checkpoints(o.ckpt, engine, optimizer, initial);
+  ckpt::Manager checkpoints(o.ckpt, engine, setup.groups, optimizer, initial);
   const auto resumed = checkpoints.resume();
   if (resumed) loader.restore(resumed->loader);
   const train::RunStart start{resumed ? resumed->step : 0,
@@ -193,7 +195,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
         runtime::counted(loader.global_batch(), train->preference() ? "pair" : "row") +
         " (the checkpoint's run: " + std::to_string(resumed->saved_global_batch) + "): epoch " +
         std::to_string(loader.state().epoch) + " from row " + std::to_string(loader.state().row));
-  train::Validator validator(engine, val.get(), accuracy.get(), o.train.batch_size,
+  train::Validator validator(engine, setup.groups, val.get(), accuracy.get(), o.train.batch_size,
                              o.train.val_batches, o.train.val_every);
   train::Reference reference;  // DPO's: set before the first step, which may be a resumed one
   std::unique_ptr<fsdp::Objective> objective = std::make_unique<train::SftObjective>();
@@ -214,16 +216,16 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   train::NonfiniteGuard nonfinite(o.train.nonfinite, o.data);
   const train::RunParams params =
       run_params(o, env.size(), loader.global_batch(), train->seq_len(),
-                 engine.model().num_params(), engine.device().is_cuda() ? "cuda" : "cpu");
-  train::MetricsPublisher metrics(o.train, o.obs, engine, env, hosts, train->seq_len(), start.step,
-                                  params);
+                 engine.spec().model.num_params(), setup.device.cuda ? "cuda" : "cpu");
+  train::MetricsPublisher metrics(o.train, o.obs, engine, setup.groups, env, hosts,
+                                  train->seq_len(), start.step, params);
   auto watchdog =
       obs::start_watchdog(o.obs, setup.groups, hosts, env);  // after the groups: stops before them
   train::StepProfiler profiler(o.train.profile_step, o.train.profile_dir, env.rank(),
-                               engine.device().is_cuda());
-  train::TrainComponents components{engine,    *objective,  optimizer, loader,
-                                    validator, checkpoints, signals,   metrics,
-                                    faults,    nonfinite,   profiler};
+                               setup.device.cuda);
+  train::TrainComponents components{engine,  setup.groups, *objective,  optimizer,
+                                    loader,  validator,    checkpoints, signals,
+                                    metrics, faults,       nonfinite,   profiler};
   // Fit.
   const train::FitEnd end = train::fit(o.train, o.optim, components, start);
   watchdog.reset();  // every rank reaches this point before any stops exchanging heartbeats
@@ -235,14 +237,14 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   }
   // Export.
   if (!o.save_model.empty()) {
-    if (engine.config().lora.enabled() && !o.merge_lora) {
+    if (engine.layout().base_frozen() && !o.merge_lora) {
       exports::export_peft(o.save_model, engine, o.weights, env.rank(), train_tokenizer(o));
       runtime::log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
     } else {
       exports::export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
-      runtime::log::info(
-          "saved " + std::string(engine.config().lora.enabled() ? "the merged model" : "model") +
-          " to " + o.save_model);
+      runtime::log::info("saved " +
+                         std::string(engine.layout().base_frozen() ? "the merged model" : "model") +
+                         " to " + o.save_model);
     }
   }
   metrics.end_run(obs::RunStatus::kFinished);  // after the export: a failed export is a FAILED run

@@ -1,5 +1,6 @@
 #include "shardtrain/cli/engine_setup.h"
 
+#include "shardtrain/comm/mesh.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
@@ -11,11 +12,19 @@
 
 namespace shardtrain::cli {
 
-EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
-                         runtime::MpiEnv& env, const std::string& path, uint64_t seed,
-                         const std::string& lora_dir)
+comm::ParallelDims mesh(const fsdp::ShardingConfig& cfg, int context_parallel,
+                        const runtime::MpiEnv& env, bool nccl) {
+  const runtime::Topology& topo = env.topology();
+  const comm::GroupLayout dp = fsdp::group_layout(cfg.sharding, topo, cfg.shard_group_size);
+  return comm::make_parallel_dims(comm::with_context(dp, topo, context_parallel), topo, nccl,
+                                  env.host());
+}
+
+EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::ShardingConfig& cfg,
+                         const model::RunPlan& run, int context_parallel, runtime::MpiEnv& env,
+                         const std::string& path, uint64_t seed, const std::string& lora_dir)
     : device(choose_device(cfg.device, env)),
-      groups(fsdp::make_process_groups(cfg, env.topology(), device.cuda, env.host())),
+      groups(mesh(cfg, context_parallel, env, device.cuda)),
       weights(path.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(path)),
       adapter(lora_dir.empty() ? nullptr
                                : std::make_unique<io::SafetensorsModel>(
@@ -31,9 +40,9 @@ EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig
                              ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device.index))
                              : at::Device(at::kCPU);
   // TF32 for fp32 matmuls on CUDA, as torch.set_float32_matmul_precision("high"); CPU untouched.
-  if (device.cuda) at::globalContext().setFloat32MatmulPrecision(cfg.tf32 ? "high" : "highest");
-  engine = std::make_unique<fsdp::FsdpEngine>(model, cfg, groups, seed, weights.get(), dev,
-                                              adapter.get());
+  if (device.cuda) at::globalContext().setFloat32MatmulPrecision(run.tf32 ? "high" : "highest");
+  engine = std::make_unique<fsdp::FsdpEngine>(fsdp::EngineSpec{model, cfg, run, dev}, groups, seed,
+                                              weights.get(), adapter.get());
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device.cuda) cuda::reset_peak_memory(device.index);  // peaks count training, not the build
 #endif

@@ -31,18 +31,21 @@ void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw);
 
 // The sharding group shared by train, eval and generate (training adds the backward's options).
 struct FsdpArgs {
-  std::string sharding, reduce_dtype;  // fsdp_desc sets them from FsdpConfig's defaults
+  std::string sharding, reduce_dtype;  // fsdp_desc sets them from ShardingConfig's defaults
   std::string param_dtype = "auto", loss_chunk = "auto";
   std::string fp8 = "off";
   std::string activation_checkpointing = "none";
   int64_t ac_every = 1;
   bool no_tf32 = false;
 };
-po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training);
+// run: what each unit computes (--fused-layers, --fp8, --loss-chunk, --no-tf32); context_parallel:
+// the mesh's context dimension.
+po::options_description fsdp_desc(fsdp::ShardingConfig& f, model::RunPlan& run,
+                                  int& context_parallel, FsdpArgs& raw, bool training);
 // --activation-checkpointing [none|selective|full] and --ac-every N (train's and plan's), for
 // fsdp::parse_activation_checkpointing.
 void add_checkpointing_options(po::options_description& d, std::string& mode, int64_t& every);
-void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw);
+void check_fsdp(fsdp::ShardingConfig& f, model::RunPlan& run, const FsdpArgs& raw);
 int64_t parse_loss_chunk(
     const std::string& v);  // --loss-chunk: auto 0, off -1, N; throws UsageError
 

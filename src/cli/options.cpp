@@ -134,7 +134,7 @@ void resolve_checkpoint_model(TrainOptions& o) {
     o.model_from = "checkpoint " + candidates[i];
     o.resume_checkpoint = candidates[i];
     if (attrs.lora_rank == 0) return;
-    if (o.fsdp.lora.rank != attrs.lora_rank)
+    if (o.run.lora.rank != attrs.lora_rank)
       throw runtime::UsageError(
           "--resume: " + candidates[i] + " was trained with LoRA (--lora-rank " +
           std::to_string(attrs.lora_rank) + " --lora-alpha " + parts::round_trip(attrs.lora_alpha) +
@@ -303,7 +303,8 @@ void check_threads(const CommonOptions& c) {
     throw runtime::UsageError("--threads must be >= 0 (0: all of this rank's cores)");
 }
 
-po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool training) {
+po::options_description fsdp_desc(fsdp::ShardingConfig& f, model::RunPlan& run,
+                                  int& context_parallel, FsdpArgs& raw, bool training) {
   po::options_description d("Sharding and precision (FSDP)");
   raw.sharding = fsdp::sharding_name(f.sharding);
   raw.reduce_dtype = dtype_name(f.reduce_dtype);
@@ -313,7 +314,7 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "hybrid: ranks per shard group (0: one node)")(
       "ranks-per-node", po::value(&f.ranks_per_node)->default_value(f.ranks_per_node),
       "treat every K consecutive ranks as a node (0: ask MPI)")(
-      "context-parallel", po::value(&f.context_parallel)->default_value(f.context_parallel),
+      "context-parallel", po::value(&context_parallel)->default_value(context_parallel),
       "split each sequence over N consecutive ranks of a node (2N zigzag chunks, attention as a "
       "ring; --batch-size counts rows per group of N; docs/context-parallel.md); 1: off")(
       "device", po::value(&f.device)->default_value(f.device),
@@ -327,7 +328,7 @@ po::options_description fsdp_desc(fsdp::FsdpConfig& f, FsdpArgs& raw, bool train
       "max-inflight-gathers",
       po::value(&f.max_inflight_gathers)->default_value(f.max_inflight_gathers),
       "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)")(
-      "fused-layers", po::bool_switch(&f.fused_layers),
+      "fused-layers", po::bool_switch(&run.fused_layers),
       "decoder layers through the fused path: LibTorch's fused RMSNorm, q/k/v and gate/up each one "
       "matmul, and on "
       "CUDA shardtrain's rotary and SwiGLU kernels (bf16 results within rounding of the default "
@@ -378,14 +379,14 @@ int64_t parse_loss_chunk(const std::string& v) {
   return n;
 }
 
-void check_fsdp(fsdp::FsdpConfig& f, const FsdpArgs& raw) {
+void check_fsdp(fsdp::ShardingConfig& f, model::RunPlan& run, const FsdpArgs& raw) {
   f.sharding = fsdp::parse_sharding(raw.sharding);
   f.param_dtype = raw.param_dtype == "auto" ? at::ScalarType::Undefined
                                             : parse_dtype(raw.param_dtype, "--param-dtype");
-  f.tf32 = !raw.no_tf32;
+  run.tf32 = !raw.no_tf32;
   f.reduce_dtype = parse_dtype(raw.reduce_dtype, "--reduce-dtype");
-  f.loss_chunk = parse_loss_chunk(raw.loss_chunk);
-  f.fp8 = model::parse_fp8_mode(raw.fp8);
+  run.loss_chunk = parse_loss_chunk(raw.loss_chunk);
+  run.fp8 = model::parse_fp8_mode(raw.fp8);
   f.activation_checkpointing =
       fsdp::parse_activation_checkpointing(raw.activation_checkpointing, raw.ac_every);
   f.validate();
@@ -535,8 +536,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       .add(data)
       .add(train)
       .add(optim)
-      .add(fsdp_desc(o.fsdp, fa, true));
-  visible.add(lora_desc(o.fsdp.lora, lora));
+      .add(fsdp_desc(o.fsdp, o.run, o.context_parallel, fa, true));
+  visible.add(lora_desc(o.run.lora, lora));
   visible.add(preference_desc(o.preference, pref));
   visible.add(ckpt)
       .add(run_control_desc(t, run))
@@ -572,21 +573,21 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   t.validate();
   op.validate();
   check_threads(o.common);
-  check_lora(o.fsdp.lora, lora);
+  check_lora(o.run.lora, lora);
   if (!o.lora_init.empty()) {
     const model::LoraConfig init = read_adapter_config(o.lora_init, "--lora-init");
-    if (o.fsdp.lora.enabled() && o.fsdp.lora.rank != init.rank)
-      throw runtime::UsageError("--lora-rank " + std::to_string(o.fsdp.lora.rank) +
+    if (o.run.lora.enabled() && o.run.lora.rank != init.rank)
+      throw runtime::UsageError("--lora-rank " + std::to_string(o.run.lora.rank) +
                                 " but --lora-init " + o.lora_init + " has rank " +
                                 std::to_string(init.rank) + "; drop --lora-rank");
-    o.fsdp.lora = init;
-    o.fsdp.lora.dropout = adapter_dropout(o.lora_init);  // PEFT trains it with its own
+    o.run.lora = init;
+    o.run.lora.dropout = adapter_dropout(o.lora_init);  // PEFT trains it with its own
   }
   o.merge_lora = lora.merge;
   check_preference(o.preference, pref);
   if (o.preference.enabled && !o.preference.val_reference_logps.empty() && o.val_data.empty())
     throw runtime::UsageError("--val-reference-logps needs --val-data");
-  check_fsdp(o.fsdp, fa);
+  check_fsdp(o.fsdp, o.run, fa);
   check_run_control(t, run);
   ck.validate();
   o.obs.validate();
@@ -624,7 +625,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
       .add(data)
       .add(preference_desc(o.preference, pref, /*with_val=*/false))
       .add(accuracy_desc(o.accuracy, acc))
-      .add(fsdp_desc(o.fsdp, fa, false));
+      .add(fsdp_desc(o.fsdp, o.run, o.context_parallel, fa, false));
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
@@ -640,7 +641,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   require_file("--weights", o.weights);
   require_file("--data", o.data);
   check_accuracy(o.accuracy, acc);
-  if (!o.lora.empty()) o.fsdp.lora = read_adapter_config(o.lora);
+  if (!o.lora.empty()) o.run.lora = read_adapter_config(o.lora);
   if (o.data.empty() && o.accuracy.file.empty())
     throw runtime::UsageError(
         "nothing to evaluate: pass --data (loss) and/or --accuracy-file with --tokenizer (exact "
@@ -659,7 +660,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
         o.data + " --save-logps FILE' first), or --lora DIR (the base is the reference)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
   check_threads(o.common);
-  check_fsdp(o.fsdp, fa);
+  check_fsdp(o.fsdp, o.run, fa);
   return o;
 }
 

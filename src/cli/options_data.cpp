@@ -99,7 +99,10 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
       "lora", po::value(&o.lora),
       "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
   po::options_description all;
-  all.add(common_desc(o.common)).add(model_desc(m)).add(d).add(fsdp_desc(o.fsdp, fa, false));
+  all.add(common_desc(o.common))
+      .add(model_desc(m))
+      .add(d)
+      .add(fsdp_desc(o.fsdp, o.run, o.context_parallel, fa, false));
   parse_into(args, all);
   if (o.common.wants_help()) {
     if (help_text)
@@ -125,8 +128,8 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   if (o.temperature < 0) throw runtime::UsageError("--temperature must be >= 0 (0 is greedy)");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw runtime::UsageError("--top-p must be in (0, 1]");
   check_threads(o.common);
-  if (!o.lora.empty()) o.fsdp.lora = read_adapter_config(o.lora);
-  check_fsdp(o.fsdp, fa);
+  if (!o.lora.empty()) o.run.lora = read_adapter_config(o.lora);
+  check_fsdp(o.fsdp, o.run, fa);
   return o;
 }
 

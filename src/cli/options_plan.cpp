@@ -109,7 +109,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "no-allowances", po::bool_switch(&no_allowances),
       "leave out the NCCL and allocator allowances (compare with measured tensor bytes)");
   po::options_description visible;
-  visible.add(common_desc(o.common)).add(model_desc(m)).add(d).add(lora_desc(in.fsdp.lora, lora));
+  visible.add(common_desc(o.common)).add(model_desc(m)).add(d).add(lora_desc(in.run.lora, lora));
   po::options_description all;
   all.add(visible).add(hidden);
   parse_into(args, all);
@@ -136,8 +136,8 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
         "--host-memory-gib needs --cpu-offload: without it the plan keeps no state in host memory");
   in.host_memory_bytes = host_memory_gib * 1073741824.0;
   in.allowances = !no_allowances;
-  in.fsdp.loss_chunk = parse_loss_chunk(loss_chunk);
-  in.fsdp.fp8 = model::parse_fp8_mode(fp8);
+  in.run.loss_chunk = parse_loss_chunk(loss_chunk);
+  in.run.fp8 = model::parse_fp8_mode(fp8);
   in.fsdp.activation_checkpointing = fsdp::parse_activation_checkpointing(ac_mode, ac_every);
   in.nodes = parse_nodes(nodes);
   if (objective != "sft" && objective != "dpo")
@@ -165,7 +165,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   }
   in.fsdp.param_dtype = parse_dtype(param_dtype, "--param-dtype");
   in.fsdp.reduce_dtype = parse_dtype(reduce_dtype, "--reduce-dtype");
-  check_lora(in.fsdp.lora, lora);
+  check_lora(in.run.lora, lora);
   in.validate();
   in.fabric = plan::load_fabric(fabric);
   if (!calibrate.empty()) in.calibration = plan::read_calibration(calibrate);

@@ -22,10 +22,10 @@ namespace fs = std::filesystem;
 
 namespace shardtrain::cli {
 
-void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
-               const runtime::MpiEnv& env) {
-  if (cfg.fp8 == model::Fp8Mode::kOff) return;
-  const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(cfg.fp8) + ": ";
+void check_fp8(const model::ModelConfig& model, const model::RunPlan& run,
+               const fsdp::ShardingConfig& cfg, const runtime::MpiEnv& env) {
+  if (run.fp8 == model::Fp8Mode::kOff) return;
+  const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(run.fp8) + ": ";
   if (const std::string p = model::fp8_shape_problem(model); !p.empty())
     throw runtime::AgreedUsageError(opt + p + "; or run without --fp8");
   // Each rank asks about its own GPU (a mixed allocation differs): the first refusal is all's.
@@ -36,15 +36,17 @@ void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
   const std::string agreed =
       agreed_failure(mine.empty() ? "" : opt + mine + "; or run without --fp8");
   if (!agreed.empty()) throw runtime::AgreedUsageError(agreed);
-  if (cfg.fp8 == model::Fp8Mode::kRowwise && cfg.param_dtype == at::kFloat)
+  if (run.fp8 == model::Fp8Mode::kRowwise && cfg.param_dtype == at::kFloat)
     throw runtime::AgreedUsageError(
         opt + "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)");
 }
 
-void check_groups(const fsdp::FsdpConfig& cfg, const runtime::MpiEnv& env) {
+void check_groups(const fsdp::ShardingConfig& cfg, int context_parallel,
+                  const runtime::MpiEnv& env) {
   std::string mine;
   try {
-    fsdp::group_layout(cfg.sharding, env.topology(), cfg.shard_group_size, cfg.context_parallel);
+    comm::with_context(fsdp::group_layout(cfg.sharding, env.topology(), cfg.shard_group_size),
+                       env.topology(), context_parallel);
   } catch (const runtime::UsageError& e) {
     mine = e.what();
   }

@@ -40,12 +40,12 @@ train::RunParams run_params(const TrainOptions& o, int world_size, int64_t globa
                       {"data", o.data}};
   if (s.kind == "steplr") v["gamma"] = s.gamma;
   if (ac) v["ac_every"] = ac.every;
-  if (o.fsdp.lora.enabled()) {
-    v["lora_rank"] = o.fsdp.lora.rank;
-    v["lora_alpha"] = o.fsdp.lora.alpha;
-    v["lora_dropout"] = o.fsdp.lora.dropout;
+  if (o.run.lora.enabled()) {
+    v["lora_rank"] = o.run.lora.rank;
+    v["lora_alpha"] = o.run.lora.alpha;
+    v["lora_dropout"] = o.run.lora.dropout;
     std::string targets;
-    for (const auto& t : o.fsdp.lora.targets) targets += (targets.empty() ? "" : ",") + t;
+    for (const auto& t : o.run.lora.targets) targets += (targets.empty() ? "" : ",") + t;
     v["lora_targets"] = targets;
   }
   return {v, o.args, o.option_values};

@@ -8,14 +8,14 @@
 
 namespace shardtrain::comm {
 
-ProcessGroups make_nccl_groups(const GroupLayout& given, const runtime::Topology& topo,
-                               const std::string& host) {
+ParallelDims make_nccl_groups(const GroupLayout& given, const runtime::Topology& topo,
+                              const std::string& host) {
   const GroupLayout layout = with_lone_context(given, topo);  // the MPI split's colors, too
   // The world is bootstrapped once over MPI; the shard and replicate groups are split from it
   // (collective over the world, in this order on every rank), each with its own resources.
   const int64_t free_before = cuda::device_free_bytes();
   const NcclCommunicator* world = nullptr;
-  ProcessGroups pg = make_groups(layout, topo, [&](runtime::MpiComm c, const char* name) {
+  ParallelDims pg = make_groups(layout, topo, [&](runtime::MpiComm c, const char* name) {
     const std::string n = name;
     std::unique_ptr<NcclCommunicator> made;
     if (n == "world") {

@@ -75,8 +75,8 @@ TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string&
 void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::FsdpEngine& engine,
                at::ScalarType dtype, int rank, const TokenizerSource& tokenizer) {
   auto full = engine.full_parameters();  // collective: every rank takes part
-  if (engine.config().lora.enabled())
-    merge_adapters(full, engine.full_parameters(/*adapters=*/true), model, engine.config().lora);
+  if (engine.layout().base_frozen())
+    merge_adapters(full, engine.full_parameters(/*adapters=*/true), model, engine.spec().plan.lora);
   if (rank != 0) return;
   io::NamedTensors named;
   for (const auto& spec : model::llama_param_specs(model))

@@ -69,9 +69,10 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
   runtime::write_dir_atomically(dir, [&](const std::string& into) {
     io::write_safetensors((fs::path(into) / "adapter_model.safetensors").string(), named,
                           {{"format", "pt"}});
-    runtime::write_file_atomically((fs::path(into) / "adapter_config.json").string(),
-                                   peft_adapter_config(engine.config().lora, base).dump(2) + "\n");
-    write_tokenizer_files(into, tokenizer, engine.model(), /*full_model=*/false);
+    runtime::write_file_atomically(
+        (fs::path(into) / "adapter_config.json").string(),
+        peft_adapter_config(engine.spec().plan.lora, base).dump(2) + "\n");
+    write_tokenizer_files(into, tokenizer, engine.spec().model, /*full_model=*/false);
   });
 }
 

@@ -18,11 +18,12 @@ using comm::Communicator;
 
 namespace {
 
-FsdpConfig resolved(FsdpConfig cfg, at::Device device) {
-  cfg.validate();
-  if (cfg.param_dtype == at::ScalarType::Undefined)
-    cfg.param_dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
-  return cfg;
+EngineSpec resolved(EngineSpec spec) {
+  spec.sharding.validate();
+  spec.plan.validate();
+  if (spec.sharding.param_dtype == at::ScalarType::Undefined)
+    spec.sharding.param_dtype = spec.device.is_cuda() ? at::kBFloat16 : at::kFloat;
+  return spec;
 }
 
 // An MPI all-reduce of a host count: no device involved.
@@ -45,14 +46,14 @@ void sum_on_host(comm::Communicator& group, at::Tensor& t) {
 
 }  // namespace
 
-FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups,
-                       uint64_t seed, const io::SafetensorsModel* weights, at::Device device,
-                       const io::SafetensorsModel* adapters)
-    : model_(std::move(model)),
-      cfg_(resolved(std::move(cfg), device)),
-      groups_(groups),
-      device_(device),
-      layout_(make_trainable_layout(model_, cfg_.lora)),
+FsdpEngine::FsdpEngine(EngineSpec spec, comm::ParallelDims& dims, uint64_t seed,
+                       const io::SafetensorsModel* weights, const io::SafetensorsModel* adapters)
+    : spec_(resolved(std::move(spec))),
+      model_(spec_.model),
+      cfg_(spec_.sharding),
+      device_(spec_.device),
+      groups_(dims),
+      layout_(std::make_unique<TrainableLayout>(model_, spec_.plan.trained(model_))),
       seed_(seed) {
   const int shard_size = groups_.shard->size();
   const TrainingSizes sizes = layout_->sizes(shard_size);
@@ -61,13 +62,12 @@ FsdpEngine::FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGr
                        static_cast<int>(c10::elementSize(cfg_.param_dtype)), cfg_.cpu_offload);
   memory_ = std::make_unique<EngineMemory>(
       report, device_, [this] { return schedule_ ? schedule_->transient_bytes() : 0; });
-  BuiltUnits built = build_units(*layout_, cfg_, shard_size, groups_.shard->rank(), seed, weights,
-                                 adapters, device_);
-  pieces_ = std::move(built.pieces);
-  base_crc_rows_ = std::move(built.base_crc_rows);
-  schedule_ =
-      std::make_unique<UnitSchedule>(model_, cfg_, groups_, device_, sizes, std::move(built.units),
-                                     std::move(built.adapters), [this] { memory_->note(); });
+  BuiltUnits built = build_units(*layout_, cfg_, spec_.plan.merged_projections(), shard_size,
+                                 groups_.shard->rank(), seed, weights, adapters, device_);
+  layout_->hold(std::move(built.pieces), std::move(built.base_crc_rows));
+  schedule_ = std::make_unique<UnitSchedule>(model_, cfg_, spec_.plan, groups_, device_, sizes,
+                                             std::move(built.units), std::move(built.adapters),
+                                             [this] { memory_->note(); });
 }
 
 void FsdpEngine::release_grads() { schedule_->release_grads(); }
@@ -104,10 +104,9 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::MicroBatch>& mi
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const model::Batch& mb = micro_batches[i].local();
     Pass p;
-    const int64_t chunk = model::loss_chunk_tokens(mb.tokens.numel(), model_.vocab_size,
-                                                   model_.hidden_size, cfg_.loss_chunk);
+    const int64_t chunk = spec_.plan.head_chunk(model_, mb.tokens.numel());
     p.fused_head = chunk > 0;
-    if (cfg_.lora.enabled() && cfg_.lora.dropout > 0) p.row_seeds = dropout_row_seeds(mb);
+    if (spec_.plan.draws_row_seeds()) p.unit.row_seeds = dropout_row_seeds(mb);
     at::Tensor loss;
     {
       HeadOutput head;  // under fused_head, out holds the normed hidden
@@ -159,7 +158,7 @@ std::vector<uint64_t> FsdpEngine::dropout_row_seeds(const model::Batch& mb) {
 std::vector<at::Tensor> FsdpEngine::grad_shards() {
   if (HostOffload* offload = schedule_->offload()) offload->wait_grads();
   std::vector<at::Tensor> g;
-  for (const auto& p : pieces_) {
+  for (const auto& p : layout_->pieces()) {
     FlatUnit& unit = schedule_->trainable(p.unit);
     const at::Tensor& shard = unit.offloaded() ? unit.host_grad() : unit.grad();
     g.push_back(shard.defined() ? shard.narrow(0, p.shard_offset, p.numel) : at::Tensor());
@@ -172,11 +171,9 @@ at::Tensor FsdpEngine::evaluate(const model::MicroBatch& mb, Objective& objectiv
   objective.before_forward({mb});  // a reference model's forward is collective: empty batches too
   const model::Batch& b = mb.local();
   Pass p;
-  p.adapters_off = objective.base_only();
-  const int64_t chunk = objective.fused_head_in_eval()
-                            ? model::loss_chunk_tokens(b.tokens.numel(), model_.vocab_size,
-                                                       model_.hidden_size, cfg_.loss_chunk)
-                            : 0;
+  p.unit.adapters_off = objective.base_only();
+  const int64_t chunk =
+      objective.fused_head_in_eval() ? spec_.plan.head_chunk(model_, b.tokens.numel()) : 0;
   p.fused_head = chunk > 0;  // the head's logits a chunk at a time, as in training
   HeadOutput head;
   head.out = schedule_->forward(p, runtime::to_device(b.tokens, device_), b.positions,
@@ -226,7 +223,7 @@ std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<Flat
 }
 
 optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg) {
-  comm::Communicator& shard = *engine.groups().shard;
+  comm::Communicator& shard = *engine.groups_.shard;
   HostOffload* offload = engine.schedule_->offload();
   optim::Optimizer opt(cfg, [&shard, offload](at::Tensor& sq) {
     if (shard.size() == 1) return;
@@ -235,12 +232,12 @@ optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig
     else
       shard.all_reduce(sq);  // on the device: NCCL orders it on the stream, no host read
   });
-  for (const ShardPiece& p : engine.pieces())
+  const auto& pieces = engine.layout().pieces();
+  for (const ShardPiece& p : pieces)
     opt.add(p.master, p.decay);  // padding is zero: pieces cover the norm
   if (offload) {  // one group of slots per unit, stepped on the host thread in model order
     optim::GroupRunner runner;
     std::vector<int64_t> group_unit;
-    const auto& pieces = engine.pieces();
     for (size_t i = 0; i < pieces.size(); ++i) {
       if (i + 1 == pieces.size() || pieces[i + 1].unit != pieces[i].unit) {
         runner.group_ends.push_back(i + 1);

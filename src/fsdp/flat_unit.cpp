@@ -165,7 +165,7 @@ void FlatUnit::set_merged(bool on) {
     for (size_t k = 0; k < piece.count; ++k) {
       const FlatEntry& e = layout_.entries[piece.first + k];
       index_.emplace(e.name, slots_.size());
-      // A group's member is rows of the group's view (only a LoRA-targeted member reads it); -1:
+      // A group's member is rows of the group's view (only a member with an adapter reads it); -1:
       // the whole piece.
       slots_.push_back({pieces_.size(), row, piece.name.empty() ? -1 : e.shape[0]});
       row += e.shape[0];

@@ -22,7 +22,7 @@ size_t reductions_to_complete(const std::vector<int64_t>& in_flight, int64_t inc
   return n;
 }
 
-GradientReducer::GradientReducer(comm::ProcessGroups& groups, at::ScalarType reduce_dtype,
+GradientReducer::GradientReducer(comm::ParallelDims& groups, at::ScalarType reduce_dtype,
                                  GradShard grad_of, std::function<void()> on_change)
     : groups_(groups),
       reduce_dtype_(reduce_dtype),

@@ -134,13 +134,12 @@ struct Walk {
 
 }  // namespace
 
-StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const StepShape& s,
+StepPeak step_peak(const TrainingSizes& sizes, const ShardingConfig& cfg, const StepShape& s,
                    const model::ActivationBytes& act, int64_t persistent) {
   const std::vector<UnitSize>& base = sizes.base;
   const int64_t U = static_cast<int64_t>(base.size());
   const int64_t tokens = s.micro_batch_rows * s.seq_len;
-  const int64_t fused_chunk =
-      model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);  // 0: unfused
+  const int64_t fused_chunk = s.head_chunk;  // 0: unfused
   Walk w{sizes, base, s,  persistent, std::vector<bool>(U), std::vector<bool>(U),
          {},    {},   {}, {},         runs_backward(sizes)};
   w.offload = cfg.cpu_offload;
@@ -193,7 +192,7 @@ StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const Step
       if (head && fused_chunk > 0) {
         // fp32: the accumulator is the weight gradient, then the unit's gradient is made from it;
         // bf16: each chunk's [V, H] product and the cast of the accumulator sit beside it.
-        // A frozen head (LoRA) gets no weight gradient at all.
+        // A frozen head (adapters beside it) gets no weight gradient at all.
         const int64_t acc = frozen ? 0 : act.fused_fixed;
         const int64_t product =
             frozen || s.param_elt == 4 ? 0 : act.vocab * act.hidden * s.param_elt;

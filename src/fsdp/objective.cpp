@@ -8,12 +8,12 @@
 
 namespace shardtrain::fsdp {
 
-model::MicroBatch context_split(const model::Batch& rows, const comm::ProcessGroups& groups) {
+model::MicroBatch context_split(const model::Batch& rows, const comm::ParallelDims& groups) {
   return model::context_split(rows, groups.context->size(), groups.context->rank());
 }
 
 std::vector<model::MicroBatch> context_split(const std::vector<model::Batch>& batches,
-                                             const comm::ProcessGroups& groups) {
+                                             const comm::ParallelDims& groups) {
   return model::context_split(batches, groups.context->size(), groups.context->rank());
 }
 

@@ -22,7 +22,7 @@ struct PhaseClock::Events {
 struct PhaseClock::Events {};
 #endif
 
-PhaseClock::PhaseClock(const comm::ProcessGroups& groups, bool on_cuda)
+PhaseClock::PhaseClock(const comm::ParallelDims& groups, bool on_cuda)
     : comms_(groups.all()), mark_(runtime::monotonic_seconds()), wait_mark_(wait_seconds()) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (on_cuda) {

@@ -1,8 +1,5 @@
 #include "shardtrain/fsdp/sharding.h"
 
-#ifdef SHARDTRAIN_HAVE_CUDA
-#include "shardtrain/comm/nccl_communicator.h"
-#endif
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::fsdp {
@@ -74,25 +71,8 @@ comm::GroupLayout strategy_layout(Sharding s, const runtime::Topology& t, int sh
 
 }  // namespace
 
-comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size,
-                               int context_parallel) {
-  comm::GroupLayout g = strategy_layout(s, t, shard_group_size);
-  const int n = context_parallel;
-  if (n < 1) throw runtime::UsageError("--context-parallel must be 1 or more (1: off)");
-  if (n == 1) return g;  // each rank its own group: comm::with_lone_context
-  // A ring stays inside a node (NVLink), and inside the shard group where parameters are split.
-  if (t.local_size % n != 0 || t.local_size * t.num_nodes != t.world)
-    throw runtime::UsageError("--context-parallel " + std::to_string(n) +
-                              " must divide the ranks per node (" + std::to_string(t.local_size) +
-                              " here); pick a divisor, or set --ranks-per-node");
-  if (g.shard_size > 1 && g.shard_size % n != 0)
-    throw runtime::UsageError("--context-parallel " + std::to_string(n) +
-                              " must divide the shard group (--shard-group-size " +
-                              std::to_string(g.shard_size) + ")");
-  g.context_size = n;
-  g.context_color = t.node * (t.local_size / n) + t.local_rank / n;
-  g.context_rank = t.local_rank % n;
-  return g;
+comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
+  return strategy_layout(s, t, shard_group_size);
 }
 
 void check_device_option(const std::string& spec) {
@@ -100,7 +80,7 @@ void check_device_option(const std::string& spec) {
     throw runtime::UsageError("--device must be auto, cpu or cuda");
 }
 
-void FsdpConfig::validate() const {
+void ShardingConfig::validate() const {
   // --shard-group-size is checked against the world by group_layout, the one place that knows it.
   if (ranks_per_node < 0) throw runtime::UsageError("--ranks-per-node must be >= 0 (0: ask MPI)");
   if (max_inflight_gathers < 1)
@@ -110,26 +90,11 @@ void FsdpConfig::validate() const {
   if (!dtype_ok(param_dtype) && param_dtype != at::ScalarType::Undefined)
     throw runtime::UsageError("--param-dtype must be auto, fp32 or bf16");
   if (!dtype_ok(reduce_dtype)) throw runtime::UsageError("--reduce-dtype must be fp32 or bf16");
-  lora.validate();  // --context-parallel: group_layout, which knows the ranks per node
 }
 
-comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo,
-                                        bool nccl, const std::string& host) {
-  const comm::GroupLayout layout =
-      group_layout(cfg.sharding, topo, cfg.shard_group_size, cfg.context_parallel);
-#ifdef SHARDTRAIN_HAVE_CUDA
-  if (nccl) return comm::make_nccl_groups(layout, topo, host);
-#endif
-  if (nccl)
-    throw runtime::UsageError(
-        "--device cuda: this build has no NCCL (rebuild where nvcc and nccl.h are found)");
-  (void)host;
-  return comm::make_mpi_groups(layout, topo);
-}
-
-comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size,
-                                    int context_parallel) {
-  return comm::make_mpi_groups(group_layout(s, topo, shard_group_size, context_parallel), topo);
+comm::ParallelDims make_mpi_groups(Sharding s, const runtime::Topology& topo,
+                                   int shard_group_size) {
+  return comm::make_mpi_groups(group_layout(s, topo, shard_group_size), topo);
 }
 
 }  // namespace shardtrain::fsdp

@@ -26,9 +26,10 @@ at::Tensor fill_shard(const FlatLayout& layout, int shard_rank, const at::Tensor
 
 }  // namespace
 
-BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size,
-                       int shard_rank, uint64_t seed, const io::SafetensorsModel* weights,
-                       const io::SafetensorsModel* trained, at::Device device) {
+BuiltUnits build_units(const TrainableLayout& layout, const ShardingConfig& cfg, bool merged,
+                       int shard_size, int shard_rank, uint64_t seed,
+                       const io::SafetensorsModel* weights, const io::SafetensorsModel* trained,
+                       at::Device device) {
   BuiltUnits b;
   const bool frozen = layout.base_frozen();
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
@@ -46,8 +47,10 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
         .narrow(0, from, to - from);
   };
   const ReadPiece trained_piece = [&](const FlatEntry& e, int64_t from, int64_t to) {
-    if (trained) return trained->read_flat(layout.trainable_key(e.name), from, to).to(at::kFloat);
-    return layout.init_trainable(trainable_specs[e.spec], seed)
+    if (trained)
+      return trained->read_flat(layout.trained().trainable_key(e.name), from, to).to(at::kFloat);
+    return layout.trained()
+        .init_trainable(trainable_specs[e.spec], seed)
         .flatten()
         .narrow(0, from, to - from);
   };
@@ -64,7 +67,7 @@ BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int
                    (frozen ? fp32 : trained_fp32).dtype(layout.base_dtype(cfg.param_dtype)),
                    base_piece, frozen ? checksum : SeePiece());
     b.units.emplace_back(unit_specs[u], std::move(base_layout), master, frozen);
-    b.units.back().set_merged(cfg.fused_layers);
+    b.units.back().set_merged(merged);
     if (frozen) {  // what trains: a second, small flat unit, sharded like the base
       FlatLayout trained_layout = flat_layout(trainable_specs, u, shard_size);
       at::Tensor shard = fill_shard(trained_layout, shard_rank, trained_fp32, trained_piece);

@@ -27,12 +27,14 @@ model::ContextRing context_ring(comm::Communicator& group) {
 }
 }  // namespace
 
-UnitSchedule::UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg,
-                           comm::ProcessGroups& groups, at::Device device,
-                           const TrainingSizes& sizes, std::vector<FlatUnit> units,
-                           std::vector<FlatUnit> adapters, std::function<void()> on_memory)
+UnitSchedule::UnitSchedule(const model::ModelConfig& model, const ShardingConfig& cfg,
+                           const model::RunPlan& plan, comm::ParallelDims& groups,
+                           at::Device device, const TrainingSizes& sizes,
+                           std::vector<FlatUnit> units, std::vector<FlatUnit> adapters,
+                           std::function<void()> on_memory)
     : model_(model),
       cfg_(cfg),
+      plan_(plan),
       groups_(groups),
       device_(device),
       rope_(model_, model_.max_position_embeddings),
@@ -170,22 +172,16 @@ at::Tensor UnitSchedule::run_unit(int64_t u, const at::Tensor& x, const Pass& p)
   const auto lookup = [&unit, &tied](const std::string& name) -> at::Tensor {
     return tied.defined() && name == model::names::kEmbed ? tied : unit.view(name);
   };
-  model::LayerPath path;
   // Selective checkpointing: the layer's norms and activation keep only their inputs
   // (model/checkpointed.h).
-  path.selective = unit.kind() == model::UnitKind::kDecoderLayer &&
-                   cfg_.activation_checkpointing.selective(unit.spec().layer);
-  path.fused = cfg_.fused_layers;
-  path.fp8 = cfg_.fp8;
-  if (!parts_[u].adapter || p.adapters_off)
-    return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, nullptr,
-                               path);
-  const FlatUnit& adapters = *parts_[u].adapter;
-  const model::LoraRun run{&cfg_.lora,
-                           [&adapters](const std::string& name) { return adapters.view(name); },
-                           p.row_seeds, p.train, p.dropout_tokens};
-  return model::unit_forward(model_, unit.spec(), lookup, x, p.layout, cfg_.param_dtype, &run,
-                             path);
+  const bool selective = unit.kind() == model::UnitKind::kDecoderLayer &&
+                         cfg_.activation_checkpointing.selective(unit.spec().layer);
+  const FlatUnit* adapters = parts_[u].adapter;
+  const model::WeightLookup adapter_views = [adapters](const std::string& name) {
+    return adapters->view(name);
+  };
+  return plan_.unit(model_, unit.spec(), lookup, adapters ? &adapter_views : nullptr, x, p.unit,
+                    cfg_.param_dtype, selective);
 }
 
 at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Tensor& positions,
@@ -194,17 +190,9 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
   p.inputs.assign(units_.size(), at::Tensor());
   p.outputs.assign(units_.size(), at::Tensor());
   p.empty = tokens.size(0) == 0;
-  p.train = build_graph;
-  // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
-  const bool gather = !(cfg_.fused_layers && device_.is_cuda());
-  if (!p.empty && share) {
-    p.layout = model::context_token_layout(rope_, *share, ring_, device_);
-    const at::Tensor& places = p.layout.context->places[share->rank];
-    p.dropout_tokens.index = places.clamp_max(share->real_len - 1);
-    p.dropout_tokens.row_tokens = share->real_len;
-  } else if (!p.empty)
-    p.layout =
-        model::token_layout(rope_, positions, tokens.size(1), device_, cfg_.param_dtype, gather);
+  p.unit.train = build_graph;
+  if (!p.empty)
+    plan_.lay_out(p.unit, rope_, tokens, positions, share, ring_, device_, cfg_.param_dtype);
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);
@@ -225,8 +213,7 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
         // whole-unit gradient in backward.
         p.head_weight =
             reads_embedding(u) ? lm_head_view() : units_[u].view(model::names::lm_head(model_));
-        p.outputs[u] = model::rms_norm(x, units_[u].view(model::names::kNorm), model_.rms_norm_eps,
-                                       cfg_.fused_layers);
+        p.outputs[u] = plan_.head_norm(model_, x, units_[u].view(model::names::kNorm));
         x = p.outputs[u];
       } else {
         p.outputs[u] = run_unit(u, x, p);
@@ -253,8 +240,7 @@ void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now, bo
     if (reads_embedding(u)) gather_tied_embedding();
     prefetch_from(u, -1);
     if (!p.empty &&
-        parts_[u]
-            .runs_backward) {  // a LoRA run's embedding trains nothing and needs no input gradient
+        parts_[u].runs_backward) {  // a frozen embedding trains nothing and needs no input gradient
       if (units_[u].kind() == model::UnitKind::kHead) {
         loss.backward();
       } else {
@@ -267,7 +253,7 @@ void UnitSchedule::backward(Pass& p, const at::Tensor& loss, bool reduce_now, bo
       }
       if (units_[u].kind() != model::UnitKind::kEmbedding) grad_out = p.inputs[u].grad();
     }
-    FlatUnit& t = trainable(u);  // the base, or under LoRA the unit's adapters
+    FlatUnit& t = trainable(u);  // the base, or the unit's adapters beside a frozen one
     if (!t.empty()) {
       at::Tensor g = t.leaf_grad();
       if (!g.defined())

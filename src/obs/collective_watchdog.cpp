@@ -80,7 +80,7 @@ std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beat
   return msg + "Exiting with code " + std::to_string(exit_code) + ".";
 }
 
-CollectiveWatchdog::CollectiveWatchdog(const comm::ProcessGroups& groups,
+CollectiveWatchdog::CollectiveWatchdog(const comm::ParallelDims& groups,
                                        std::vector<std::string> hosts, double timeout_s,
                                        int dump_last)
     : groups_{groups.world.get(), groups.shard.get(), groups.replicate.get()},

@@ -56,7 +56,7 @@ void ObsConfig::resolve_run_name(const std::string& checkpoint_dir) {
 }
 
 std::unique_ptr<CollectiveWatchdog> start_watchdog(const ObsConfig& cfg,
-                                                   const comm::ProcessGroups& groups,
+                                                   const comm::ParallelDims& groups,
                                                    const std::vector<std::string>& hosts,
                                                    const runtime::MpiEnv& env) {
   if (cfg.collective_timeout <= 0) return nullptr;

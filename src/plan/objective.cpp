@@ -40,15 +40,16 @@ model::ActivationBytes with_objective(model::ActivationBytes a, const Objective&
 }
 
 ReferenceMemory add_reference(ReferenceModel ref, const fsdp::TrainingSizes& sizes,
-                              const fsdp::FsdpConfig& cfg, const fsdp::StepShape& shape,
+                              const fsdp::ShardingConfig& cfg, const fsdp::StepShape& shape,
                               const model::ActivationBytes& act, fsdp::StepPeak& peak) {
   ReferenceMemory m;
   if (ref == ReferenceModel::kNone) return m;
   const int pe = shape.param_elt;
   if (ref == ReferenceModel::kFrozenCopy) {
-    // A second engine with the same FsdpConfig (cli/reference.cpp): the policy's units sharded
-    // the same way, its fp32 master shards (offloaded: on the host beside their compute-dtype
-    // mirror and the gradient shard offload allocates) and no-sync buffers; no optimizer steps it.
+    // A second engine with the same ShardingConfig (train/dpo_reference.cpp): the policy's units
+    // sharded the same way, its fp32 master shards (offloaded: on the host beside their
+    // compute-dtype mirror and the gradient shard offload allocates) and no-sync buffers; no
+    // optimizer steps it.
     const fsdp::MemoryReport f =
         fsdp::persistent_bytes(sizes, cfg.no_sync_accumulation, pe, cfg.cpu_offload);
     int64_t shard = 0;
@@ -65,7 +66,7 @@ ReferenceMemory add_reference(ReferenceModel ref, const fsdp::TrainingSizes& siz
   // states; unfused: the logits as the head makes them, then their fp32 copy and log-softmax with
   // every unit released.
   const int64_t tokens = shape.micro_batch_rows * shape.seq_len;
-  const int64_t chunk = model::loss_chunk_tokens(tokens, act.vocab, act.hidden, cfg.loss_chunk);
+  const int64_t chunk = shape.head_chunk;
   const int64_t U = static_cast<int64_t>(sizes.base.size());
   const int ahead = cfg.prefetch ? cfg.max_inflight_gathers - 1 : 0;
   const auto gathered = [&](int64_t u) {

@@ -12,7 +12,7 @@ double gib(int64_t b) { return static_cast<double>(b) / (1 << 30); }
 
 std::string describe_objective(const PlanInput& in) {
   if (!in.objective.dpo) return "";
-  const ReferenceModel ref = reference_model(in.objective, in.fsdp.lora.enabled());
+  const ReferenceModel ref = reference_model(in.objective, in.run.lora.enabled());
   return std::string(", DPO (") + std::to_string(micro_batch_rows(in.objective, in.batch_size)) +
          " rows per micro-batch, reference " +
          (ref == ReferenceModel::kFrozenCopy ? "a frozen copy"
@@ -23,7 +23,7 @@ std::string describe_objective(const PlanInput& in) {
 
 std::string objective_line(const PlanInput& in, const std::vector<PlanRow>& rows) {
   if (!in.objective.dpo) return "";
-  const ReferenceModel ref = reference_model(in.objective, in.fsdp.lora.enabled());
+  const ReferenceModel ref = reference_model(in.objective, in.run.lora.enabled());
   const PlanRow* best = best_row(rows);
   const PlanRow* shown = best ? best : (rows.empty() ? nullptr : &rows.front());
   const std::string at = shown ? std::string(" at ") + fsdp::sharding_name(shown->sharding) +
@@ -33,7 +33,7 @@ std::string objective_line(const PlanInput& in, const std::vector<PlanRow>& rows
       "DPO: --batch-size " + std::to_string(in.batch_size) + " counts pairs, " +
       std::to_string(micro_batch_rows(in.objective, in.batch_size)) +
       " rows (chosen, rejected) per micro-batch, tok/s counting both; the head " +
-      (head_recomputes_logits(in.objective, in.fsdp.loss_chunk)
+      (head_recomputes_logits(in.objective, in.run.loss_chunk)
            ? "fused as --loss-chunk says, its backward recomputing each chunk's logits and "
              "holding an fp32 copy of each chunk's weight-gradient product, in activ."
            : "unfused (--loss-chunk off)") +

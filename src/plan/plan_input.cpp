@@ -38,8 +38,8 @@ void PlanInput::validate() const {
   if (!(default_mfu > 0 && default_mfu <= 1)) throw runtime::UsageError("--mfu must be in (0, 1]");
   if (fsdp.no_sync_accumulation && grad_accum < 2)
     throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
-  if (fsdp.fp8 != model::Fp8Mode::kOff) {
-    const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(fsdp.fp8) + ": ";
+  if (run.fp8 != model::Fp8Mode::kOff) {
+    const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(run.fp8) + ": ";
     if (gpu.fp8_tflops <= 0)
       throw runtime::UsageError(opt + "--gpu " + gpu.name +
                                 " has no float8 tensor cores (h100-80gb and h200-141gb have)");
@@ -48,8 +48,8 @@ void PlanInput::validate() const {
   }
   // --objective dpo: what train refuses with it (packed rows).
   validate_objective(objective, packed);
-  fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes,
-                    // --lora-*
+  fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes
+  run.validate();   // --lora-*
 }
 
 }  // namespace shardtrain::plan

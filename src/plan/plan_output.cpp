@@ -36,10 +36,10 @@ std::string describe(const PlanInput& in) {
      << (in.fsdp.activation_checkpointing
              ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing)
              : "")
-     << (in.fsdp.lora.enabled() ? ", LoRA rank " + std::to_string(in.fsdp.lora.rank) : "")
+     << (in.run.lora.enabled() ? ", LoRA rank " + std::to_string(in.run.lora.rank) : "")
      << (in.fsdp.cpu_offload ? ", CPU offload" : "")
-     << (in.fsdp.fp8 != model::Fp8Mode::kOff
-             ? std::string(", FP8 ") + model::fp8_mode_name(in.fsdp.fp8)
+     << (in.run.fp8 != model::Fp8Mode::kOff
+             ? std::string(", FP8 ") + model::fp8_mode_name(in.run.fp8)
              : "")
      << describe_objective(in) << "; compute "
      << (in.calibration.source.empty()
@@ -102,7 +102,7 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   }
   const bool ring = in.context_parallel > 1;
   if (ring) os << "  ring-exp";
-  const bool ref = reference_model(in.objective, in.fsdp.lora.enabled()) ==
+  const bool ref = reference_model(in.objective, in.run.lora.enabled()) ==
                    ReferenceModel::kFrozenCopy;  // DPO's frozen copy
   if (ref) os << "  " << std::setw(8) << "ref.";
   os << "\n";
@@ -229,7 +229,7 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
               {"peak_tflops", in.gpu.peak_tflops},
               {"memory_bytes", in.gpu.memory_bytes},
               {"fp8_tflops", in.gpu.fp8_tflops}};
-  j["fp8"] = model::fp8_mode_name(in.fsdp.fp8);
+  j["fp8"] = model::fp8_mode_name(in.run.fp8);
   j["fabric"] = {{"name", in.fabric.name}, {"source", in.fabric.source}};
   if (in.fsdp.cpu_offload) {
     const HostSpec host = host_spec(in.gpu);
@@ -283,11 +283,11 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                            {"tokens_per_s_per_gpu", rem.best.tokens_per_s_per_gpu},
                            {"total_bytes", rem.best.total}}
           : nlohmann::json();
-  const ReferenceModel rm = reference_model(in.objective, in.fsdp.lora.enabled());
+  const ReferenceModel rm = reference_model(in.objective, in.run.lora.enabled());
   j["objective"] = {
       {"name", in.objective.dpo ? "dpo" : "sft"},
       {"rows_per_micro_batch", micro_batch_rows(in.objective, in.batch_size)},
-      {"head_recomputes_logits", head_recomputes_logits(in.objective, in.fsdp.loss_chunk)},
+      {"head_recomputes_logits", head_recomputes_logits(in.objective, in.run.loss_chunk)},
       {"reference", rm == ReferenceModel::kFrozenCopy ? "frozen_copy"
                     : rm == ReferenceModel::kBase     ? "base_adapters_off"
                     : in.objective.dpo                ? "reference_logps"

@@ -138,22 +138,22 @@ Calibration read_calibration(const std::string& metrics_file) {
 std::vector<PlanRow> plan_rows(const PlanInput& in) {
   std::vector<PlanRow> rows;
   const model::ModelConfig& m = in.model;
-  const auto layout = fsdp::make_trainable_layout(m, in.fsdp.lora);
+  const fsdp::TrainableLayout layout(m, in.run.trained(m));
   const int pe = elt_of(in.fsdp.param_dtype);
   const int re = elt_of(in.fsdp.reduce_dtype);
   const bool cuda = in.gpu.name != "cpu";
   const model::PackedRows packed{in.seq_len,
                                  model::packed_rows_use_varlen(cuda, in.fsdp.param_dtype)};
-  model::ActivationBytes act = layout->activation_bytes(pe, in.packed ? &packed : nullptr);
-  if (in.fsdp.fp8 != model::Fp8Mode::kOff)
-    act = model::with_fp8(act, m, pe, in.fsdp.fused_layers, &in.fsdp.lora);
+  model::ActivationBytes act = layout.trained().activation_bytes(pe, in.packed ? &packed : nullptr);
+  if (in.run.fp8 != model::Fp8Mode::kOff)
+    act = model::with_fp8(act, m, pe, in.run.fused_layers, &in.run.lora);
   const auto [fwd_tflops, bwd_tflops] = rates(in);
   // Context parallelism: a rank holds its share of each row; every activation is per token.
   const int cp = in.context_parallel;
   const int64_t rank_seq = model::context_tokens_per_rank(in.seq_len, cp);
   act = model::with_context_parallel(act, m, pe, cp);
-  act = with_objective(act, in.objective, in.fsdp.loss_chunk);  // DPO's head
-  const ReferenceModel reference = reference_model(in.objective, in.fsdp.lora.enabled());
+  act = with_objective(act, in.objective, in.run.loss_chunk);  // DPO's head
+  const ReferenceModel reference = reference_model(in.objective, in.run.lora.enabled());
   const RingCost ring = ring_cost(in);
   const int64_t rows_mb = micro_batch_rows(in.objective, in.batch_size);  // DPO: two per pair
   const int64_t tokens_mb = rows_mb * rank_seq;  // per rank per micro-batch
@@ -169,13 +169,14 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const comm::GroupLayout g = fsdp::group_layout(s, topo, in.fsdp.shard_group_size);
       r.shard_size = g.shard_size;
       r.replicas = g.replicate_size;
-      const fsdp::TrainingSizes sizes = layout->sizes(r.shard_size);
+      const fsdp::TrainingSizes sizes = layout.sizes(r.shard_size);
       const std::vector<UnitSize>& base = sizes.base;
-      fsdp::FsdpConfig cfg = in.fsdp;
+      fsdp::ShardingConfig cfg = in.fsdp;
       cfg.sharding = s;
       r.state = fsdp::persistent_bytes(sizes, cfg.no_sync_accumulation, pe, cfg.cpu_offload);
-      const fsdp::StepShape shape{rows_mb, rank_seq,     in.grad_accum,        pe,
-                                  re,      r.shard_size, m.tie_word_embeddings};
+      const fsdp::StepShape shape{
+          rows_mb, rank_seq,     in.grad_accum,         pe,
+          re,      r.shard_size, m.tie_word_embeddings, in.run.head_chunk(m, rows_mb * rank_seq)};
       fsdp::StepPeak peak = fsdp::step_peak(sizes, cfg, shape, act, r.state.persistent());
       const ReferenceMemory ref = add_reference(reference, sizes, cfg, shape, act, peak);
       r.reference = ref.device;
@@ -215,7 +216,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const int U = static_cast<int>(base.size());
       std::vector<UnitComm> c(U);
       std::vector<double> fwd(U), bwd(U), ring_f(U), ring_b(U);  // ring: its exposed seconds
-      const double backward_ratio = layout->backward_flops_ratio();
+      const double backward_ratio = layout.trained().backward_flops_ratio();
       const std::vector<bool> runs_backward = fsdp::runs_backward(sizes);
       for (int u = 0; u < U; ++u) {
         const double f =
@@ -228,17 +229,17 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
                                cfg.activation_checkpointing.full(u - 1);
         bwd[u] = backward_ratio * f / (bwd_tflops * 1e12) + (recompute ? fwd[u] : 0.0);
         if (base[u].kind == model::UnitKind::kHead &&
-            head_recomputes_logits(in.objective, cfg.loss_chunk))
+            head_recomputes_logits(in.objective, in.run.loss_chunk))
           bwd[u] += fwd[u];  // DPO's chunked head makes its logits again in backward
         if (base[u].kind == model::UnitKind::kDecoderLayer) {  // a recomputed forward rings again
           ring_f[u] = ring.exposed_forward_s;
           ring_b[u] = ring.exposed_backward_s + (recompute ? ring.exposed_forward_s : 0.0);
         }
-        if (cfg.fp8 != model::Fp8Mode::kOff && base[u].kind == model::UnitKind::kDecoderLayer) {
+        if (in.run.fp8 != model::Fp8Mode::kOff && base[u].kind == model::UnitKind::kDecoderLayer) {
           // The projections' GEMMs at the float8 rate (the same efficiency at its peak), the
           // casts at the memory bandwidth; attention, norms and the rest as they were.
           const Fp8Costs k =
-              fp8_costs(m, cfg.fp8, tokens_mb, pe, !cfg.lora.enabled(), cfg.fused_layers);
+              fp8_costs(m, in.run.fp8, tokens_mb, pe, !in.run.lora.enabled(), in.run.fused_layers);
           const double fast = f - k.gemm_flops * (1 - in.gpu.peak_tflops / in.gpu.fp8_tflops);
           fwd[u] = fast / (fwd_tflops * 1e12) + k.forward_bytes / (in.gpu.hbm_gbps * 1e9);
           bwd[u] = backward_ratio * fast / (bwd_tflops * 1e12) +

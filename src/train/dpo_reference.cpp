@@ -31,10 +31,10 @@ bool zero_adapter_output(const io::SafetensorsModel& adapter) {
   return true;
 }
 
-// The rows' answer log-probabilities from an engine's forward; adapters = false: a LoRA run's
-// base alone.
-ReferenceFn logps_of(fsdp::FsdpEngine& engine, bool adapters) {
-  auto objective = std::make_shared<RowLogpsObjective>(*engine.groups().context, adapters);
+// The rows' answer log-probabilities from an engine's forward; adapters = false: the frozen base
+// alone.
+ReferenceFn logps_of(fsdp::FsdpEngine& engine, comm::ParallelDims& dims, bool adapters) {
+  auto objective = std::make_shared<RowLogpsObjective>(*dims.context, adapters);
   return
       [&engine, objective](const model::MicroBatch& mb) { return engine.evaluate(mb, *objective); };
 }
@@ -59,7 +59,7 @@ std::string reference_identity(const ReferenceSources& s) {
 }
 
 Reference make_reference(const ReferenceSources& p, fsdp::FsdpEngine& engine,
-                         comm::ProcessGroups& groups, const io::SafetensorsModel* weights,
+                         comm::ParallelDims& groups, const io::SafetensorsModel* weights,
                          const io::SafetensorsModel* adapter, const data::TokenFile& train,
                          const data::TokenFile* val) {
   Reference r;
@@ -68,14 +68,13 @@ Reference make_reference(const ReferenceSources& p, fsdp::FsdpEngine& engine,
   // --lora-init with trained adapters: the starting model is base + those adapters (TRL's "ref"
   // copy of a pretrained adapter); without them, a LoRA run's base alone is.
   const bool trained_adapter = adapter && !zero_adapter_output(*adapter);
-  if (needs_model && engine.config().lora.enabled() && !trained_adapter) {
-    model = logps_of(engine, /*adapters=*/false);
+  if (needs_model && engine.layout().base_frozen() && !trained_adapter) {
+    model = logps_of(engine, groups, /*adapters=*/false);
     r.what = "the base model (LoRA's adapters switched off)";
   } else if (needs_model) {
-    r.frozen =
-        std::make_unique<fsdp::FsdpEngine>(engine.model(), engine.config(), groups, p.seed, weights,
-                                           engine.device(), trained_adapter ? adapter : nullptr);
-    model = logps_of(*r.frozen, /*adapters=*/true);
+    r.frozen = std::make_unique<fsdp::FsdpEngine>(engine.spec(), groups, p.seed, weights,
+                                                  trained_adapter ? adapter : nullptr);
+    model = logps_of(*r.frozen, groups, /*adapters=*/true);
     r.what = std::string("a frozen sharded copy of the starting weights") +
              (trained_adapter ? " and --lora-init's adapters" : "");
   }
@@ -94,16 +93,17 @@ Reference make_reference(const ReferenceSources& p, fsdp::FsdpEngine& engine,
 }
 
 ReferenceFn eval_reference(const std::string& reference_logps, fsdp::FsdpEngine& engine,
-                           const data::TokenFile& data, std::string* what) {
+                           comm::ParallelDims& dims, const data::TokenFile& data,
+                           std::string* what) {
   if (!reference_logps.empty()) {
     *what = "--reference-logps " + reference_logps;
     return from_file(read_logps("--reference-logps", reference_logps, data));
   }
-  if (!engine.config().lora.enabled())  // parse_eval refuses this combination
+  if (!engine.layout().base_frozen())  // parse_eval refuses this combination
     throw runtime::Error(
         "eval --objective dpo: no reference (neither --reference-logps nor --lora)");
   *what = "the base model (the adapter switched off)";
-  return logps_of(engine, /*adapters=*/false);
+  return logps_of(engine, dims, /*adapters=*/false);
 }
 
 void check_objective_data(bool dpo,
@@ -122,10 +122,9 @@ void check_objective_data(bool dpo,
   }
 }
 
-void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
-                int64_t batch_size, int rank) {
+void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const comm::ParallelDims& g,
+                const data::TokenFile& data, int64_t batch_size, int rank) {
   std::vector<double> logps(static_cast<size_t>(data.rows()), 0.0);
-  const comm::ProcessGroups& g = engine.groups();
   RowLogpsObjective objective(*g.context);
   for_each_batch(data, batch_size, 0, g.data_rank(), g.data_world(), [&](const model::Batch& b) {
     const at::Tensor l = engine.evaluate(fsdp::context_split(b, g), objective).contiguous();
@@ -134,10 +133,9 @@ void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::T
   });
   // Each row is one data rank's (a context group's ranks all hold its whole sum: the group's
   // first gives it): the sum over ranks is every row's.
-  if (engine.groups().context->rank() != 0) std::fill(logps.begin(), logps.end(), 0.0);
+  if (g.context->rank() != 0) std::fill(logps.begin(), logps.end(), 0.0);
   MPI_CHECK(MPI_Reduce(rank == 0 ? MPI_IN_PLACE : logps.data(), logps.data(),
-                       static_cast<int>(logps.size()), MPI_DOUBLE, MPI_SUM, 0,
-                       engine.groups().world->mpi()));
+                       static_cast<int>(logps.size()), MPI_DOUBLE, MPI_SUM, 0, g.world->mpi()));
   if (rank != 0) return;
   auto file = io::h5::create_file(path);
   io::h5::write_matrix(file, "logps", logps, logps.size(), 1);  // [rows, 1]

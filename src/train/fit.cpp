@@ -25,15 +25,15 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
         "the schedule's total changes from " + std::to_string(from.schedule_steps) + " to " +
         std::to_string(sched.total_steps) + " steps of global batch " + std::to_string(ref) +
         " (--steps or --epochs differ from the checkpoint's run)");
-  runtime::log::info("training " + c.engine.model().name + " (" +
-                     std::to_string(c.engine.model().num_params()) + " parameters) for " +
+  runtime::log::info("training " + c.engine.spec().model.name + " (" +
+                     std::to_string(c.engine.spec().model.num_params()) + " parameters) for " +
                      std::to_string(total) + " steps, " +
                      std::to_string(c.loader.steps_per_epoch()) + " steps/epoch" +
                      (ref == c.loader.global_batch()
                           ? std::string()
                           : "; the schedule counts " + std::to_string(sched.total_steps) +
                                 " steps of the first run's global batch " + std::to_string(ref)));
-  SampleLog samples(cfg.sample_ids_file, c.engine.groups().world->rank());
+  SampleLog samples(cfg.sample_ids_file, c.dims.world->rank());
   if (c.validator.has_accuracy() && start == 0) {  // the starting point, so the climb is visible
     StepMetrics m0;
     c.validator.run(m0);
@@ -63,14 +63,13 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
     // are never saved, a skipped one must leave the weights alone.
     if (c.optimizer.can_arm() && !c.nonfinite.skips())
       c.optimizer.arm(m.lr, c.engine.grad_shards());
-    const fsdp::GradResult g = c.engine.forward_backward(
-        fsdp::context_split(data.micro, c.engine.groups()), c.objective, /*read_loss=*/false);
+    const fsdp::GradResult g = c.engine.forward_backward(fsdp::context_split(data.micro, c.dims),
+                                                         c.objective, /*read_loss=*/false);
     std::vector<at::Tensor> grads = c.engine.grad_shards();
     c.faults.after_backward(m.step, grads);
     m.tokens = g.tokens;
     m.peak_bytes = g.peak_bytes;
-    p.optimizer =
-        std::make_shared<fsdp::PhaseClock>(c.engine.groups(), c.engine.device().is_cuda());
+    p.optimizer = std::make_shared<fsdp::PhaseClock>(c.dims, c.engine.spec().device.is_cuda());
     {
       RECORD_USER_SCOPE(kOptimizerRange);  // the profile's optimizer share
       p.loss = g.loss_t;

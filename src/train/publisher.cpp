@@ -18,7 +18,7 @@
 namespace shardtrain::train {
 namespace {
 
-nlohmann::json comm_json(const comm::ProcessGroups& g) {
+nlohmann::json comm_json(const comm::ParallelDims& g) {
   nlohmann::json j;
   for (const comm::Communicator* c : g.all())
     for (int k = 0; k < comm::kNumOps; ++k) {
@@ -48,15 +48,16 @@ nlohmann::json memory_json(const fsdp::MemoryReport& m) {
 }  // namespace
 
 MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs,
-                                   fsdp::FsdpEngine& engine, const runtime::MpiEnv& env,
-                                   std::vector<std::string> hosts, int64_t seq_len,
-                                   int64_t start_step, const RunParams& run)
+                                   fsdp::FsdpEngine& engine, comm::ParallelDims& dims,
+                                   const runtime::MpiEnv& env, std::vector<std::string> hosts,
+                                   int64_t seq_len, int64_t start_step, const RunParams& run)
     : cfg_(cfg),
       engine_(engine),
+      dims_(dims),
       env_(env),
       hosts_(std::move(hosts)),
       seq_len_(seq_len),
-      flops_per_token_(model::flops_per_token(engine.model(), seq_len)),
+      flops_per_token_(model::flops_per_token(engine.spec().model, seq_len)),
       start_step_(start_step),
       writer_(env.rank() == 0 ? cfg.metrics_file : "", start_step) {
   if (obs.metrics_port > 0)
@@ -69,13 +70,13 @@ MetricsPublisher::MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig&
     trackers_.push_back(std::move(tensorboard));
   }
   if (env.rank() == 0 && !obs.mlflow_uri.empty())
-    trackers_.push_back(std::make_unique<MlflowSink>(obs, env.host(), env.rank(), env.size(),
-                                                     fsdp::sharding_name(engine.config().sharding),
-                                                     run));
+    trackers_.push_back(
+        std::make_unique<MlflowSink>(obs, env.host(), env.rank(), env.size(),
+                                     fsdp::sharding_name(engine.spec().sharding.sharding), run));
 }
 
 void MetricsPublisher::begin_step() {
-  for (auto* c : engine_.groups().all()) c->reset_stats();
+  for (auto* c : dims_.all()) c->reset_stats();
   if (runtime::host_tensor_memory_tracked()) runtime::reset_host_tensor_peak();
 }
 
@@ -89,8 +90,7 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   m.input_tokens = global_rows * seq_len_;
   m.peak_mem_bytes = peak_host_memory_bytes();
   // Before validation and the checkpoint: the step's own collectives only.
-  m.extra = {{"comm", comm_json(engine_.groups())},
-             {"memory", memory_json(engine_.memory().report())}};
+  m.extra = {{"comm", comm_json(dims_)}, {"memory", memory_json(engine_.memory().report())}};
   m.extra["memory"]["peak_gathered_units"] = engine_.schedule().peak_gathered_units();
   auto& by_phase = m.extra["memory"]["peak_bytes_by_phase"];
   for (runtime::Phase p :
@@ -104,13 +104,13 @@ void MetricsPublisher::measure(StepMetrics& m, int64_t global_rows) {
   const fsdp::MemoryPeaks step_peak =
       engine_.memory().end_step_peaks();  // every phase's, not only the last one's
 #ifdef SHARDTRAIN_HAVE_CUDA
-  if (engine_.device().is_cuda()) {
+  if (engine_.spec().device.is_cuda()) {
     const fsdp::MemoryPeaks run_peak = engine_.memory().run_peaks();
     m.extra["memory"]["gpu_peak_allocated_bytes"] = step_peak.allocated;
     m.extra["memory"]["gpu_peak_reserved_bytes"] = step_peak.reserved;
     m.extra["memory"]["gpu_run_peak_allocated_bytes"] = run_peak.allocated;
     m.extra["memory"]["gpu_run_peak_reserved_bytes"] = run_peak.reserved;
-    m.extra["memory"]["gpu_total_bytes"] = cuda::device_memory(engine_.device().index()).total;
+    m.extra["memory"]["gpu_total_bytes"] = cuda::device_memory(engine_.spec().device.index()).total;
     gpu_peaks_ = {static_cast<double>(run_peak.allocated), static_cast<double>(run_peak.reserved)};
   }
 #else
@@ -127,7 +127,7 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   // Every rank reaches the same log_step verdict, so the summary is a collective all join; the
   // metrics line gets it on every progress step, the log only at --breakdown-every.
   std::string breakdown;
-  comm::Communicator& world = *engine_.groups().world;
+  comm::Communicator& world = *dims_.world;
   if (log_step) {
     world.host_collective(comm::Op::kAllGather, 0, [&] {
       breakdown = obs::summarize_across_ranks(m.phases, m.extra, world.mpi(), hosts_);
@@ -176,7 +176,7 @@ void MetricsPublisher::publish(StepMetrics& m, bool log_step, bool run_ends, int
   r.skipped_steps = static_cast<double>(m.skipped_steps);
   r.pairs = static_cast<double>(m.preference.pairs);
   r.preference = m.preference.values;
-  const auto groups = engine_.groups().all();
+  const auto groups = dims_.all();
   for (int k = 0; k < obs::RankSeries::kProcessGroups; ++k)
     for (int op = 0; op < comm::kNumOps; ++op) {
       r.calls[k][op] += static_cast<double>(groups[k]->stats().ops[op].calls);

@@ -81,10 +81,11 @@ std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& o,
   return task;
 }
 
-Validator::Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val,
+Validator::Validator(fsdp::FsdpEngine& engine, comm::ParallelDims& dims, const data::TokenFile* val,
                      const AccuracyTask* accuracy, int64_t batch_size, int64_t max_batches,
                      int64_t every)
     : engine_(engine),
+      dims_(dims),
       val_(val),
       accuracy_(accuracy),
       batch_size_(batch_size),
@@ -98,28 +99,28 @@ model::LogitsFn Validator::logits_fn() {
 EvalResult Validator::loss() {
   SftObjective sft;
   const BatchLossFn loss = [&](const model::Batch& b) {
-    const model::MicroBatch mb = fsdp::context_split(b, engine_.groups());
+    const model::MicroBatch mb = fsdp::context_split(b, dims_);
     model::LossSum r;
     r.sum = engine_.evaluate(mb, sft);
     if (r.sum.defined())
       r.count = model::count_loss_tokens(mb.local().labels, mb.local().aligned_labels);
     return r;
   };
-  const comm::ProcessGroups& g = engine_.groups();
+  const comm::ParallelDims& g = dims_;
   return evaluate_loss(*val_, batch_size_, max_batches_, g.data_rank(), g.data_world(), loss,
-                       [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
+                       [this](double v) { return dims_.world->all_reduce_sum(v); });
 }
 
-AccuracyResult Validator::accuracy() { return accuracy_->run(logits_fn(), engine_.model()); }
+AccuracyResult Validator::accuracy() { return accuracy_->run(logits_fn(), engine_.spec().model); }
 
 model::PreferenceMetrics Validator::preference() {
-  const comm::ProcessGroups& g = engine_.groups();
+  const comm::ParallelDims& g = dims_;
   return evaluate_preference(
       *val_, batch_size_, max_batches_, g.data_rank(), g.data_world(),
       [this](const model::Batch& b) {
-        return engine_.evaluate(fsdp::context_split(b, engine_.groups()), *dpo_);
+        return engine_.evaluate(fsdp::context_split(b, dims_), *dpo_);
       },
-      [this](double v) { return engine_.groups().world->all_reduce_sum(v); });
+      [this](double v) { return dims_.world->all_reduce_sum(v); });
 }
 
 void Validator::run(StepMetrics& m) {

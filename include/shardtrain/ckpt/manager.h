@@ -32,8 +32,8 @@ class Manager {
  public:
   // Collective over the world. initial: this run's side (its global batch, data identity and
   // arguments, which go into every checkpoint); a resume fills in the saved position.
-  Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, optim::Optimizer& optimizer,
-          TrainState initial);
+  Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, const comm::ParallelDims& dims,
+          optim::Optimizer& optimizer, TrainState initial);
   Manager(const Manager&) = delete;  // the registered states refer to state_
   Manager& operator=(const Manager&) = delete;
   bool enabled() const { return !cfg_.dir.empty(); }

@@ -39,14 +39,14 @@ struct TrainState {
 
 // Collective over the shard group: the CRC-32 of every base parameter's fp32 bytes, in Hugging
 // Face order, as the engine read them (the same at any world size, strategy and --param-dtype).
-int64_t base_crc32(fsdp::FsdpEngine& engine);
+int64_t base_crc32(fsdp::FsdpEngine& engine, const comm::ParallelDims& dims);
 
 // Collective over the world when it checksums a LoRA base. The states hold references to engine,
 // optimizer and state, which must outlive the registry. base_weights: a LoRA run's --weights
 // ("" for the seeded init), recorded beside its checksum. checksum_base: false for a registry
 // that never saves or loads (a run without checkpoints), which skips reading the whole base.
-StateRegistry training_state(fsdp::FsdpEngine& engine, optim::Optimizer& optimizer,
-                             TrainState& state, const std::string& base_weights = "",
-                             bool checksum_base = true);
+StateRegistry training_state(fsdp::FsdpEngine& engine, const comm::ParallelDims& dims,
+                             optim::Optimizer& optimizer, TrainState& state,
+                             const std::string& base_weights = "", bool checksum_base = true);
 
 }  // namespace shardtrain::ckpt

@@ -6,7 +6,7 @@
 
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/options.h"
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 
 namespace shardtrain::cli {
 
@@ -27,7 +27,7 @@ struct BannerFacts {
 
 // hosts: every rank's host, by rank. Pure apart from formatting.
 std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
-                         const std::vector<std::string>& hosts, const comm::ProcessGroups& g,
+                         const std::vector<std::string>& hosts, const comm::ParallelDims& g,
                          const DeviceChoice& device, const BannerFacts& f);
 
 // The run's first line: what it starts from (pretrained weights, a checkpoint, or random

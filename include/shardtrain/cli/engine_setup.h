@@ -9,17 +9,24 @@
 
 namespace shardtrain::cli {
 
+// The mesh of a run: the strategy's data-parallel groups with the context dimension, over MPI or
+// NCCL. Collective over the world.
+comm::ParallelDims mesh(const fsdp::ShardingConfig& cfg, int context_parallel,
+                        const runtime::MpiEnv& env, bool nccl);
+
 class EngineSetup {
  public:
-  // Collective over the world. weights: a safetensors path, or "" for the seeded init. lora_dir:
-  // a PEFT adapter to start from (cfg.lora holds its settings), or "" (a LoRA run's fresh init).
-  EngineSetup(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg, runtime::MpiEnv& env,
+  // Collective over the world: the mesh first, then the engine on it. weights: a safetensors
+  // path, or "" for the seeded init. lora_dir: a PEFT adapter to start from (run.lora holds its
+  // settings), or "" (fresh adapters).
+  EngineSetup(const model::ModelConfig& model, const fsdp::ShardingConfig& cfg,
+              const model::RunPlan& run, int context_parallel, runtime::MpiEnv& env,
               const std::string& weights, uint64_t seed, const std::string& lora_dir = "");
   EngineSetup(const EngineSetup&) = delete;  // the engine refers to the groups in place
   EngineSetup& operator=(const EngineSetup&) = delete;
 
   DeviceChoice device;
-  comm::ProcessGroups groups;
+  comm::ParallelDims groups;
   std::unique_ptr<io::SafetensorsModel> weights;  // null: seeded init
   std::unique_ptr<io::SafetensorsModel> adapter;  // null: no adapter file
   std::unique_ptr<fsdp::FsdpEngine> engine;

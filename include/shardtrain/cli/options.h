@@ -10,6 +10,7 @@
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/preference_loss.h"
+#include "shardtrain/model/run_plan.h"
 #include "shardtrain/obs/config.h"
 #include "shardtrain/optim/optimizer.h"
 #include "shardtrain/plan/planner.h"
@@ -63,7 +64,9 @@ struct TrainOptions {
   std::map<std::string, std::string>
       resume_said;  // the optimizer's, schedule's and DPO's settings: a resume says which changed
   train::TrainConfig train;
-  fsdp::FsdpConfig fsdp;
+  fsdp::ShardingConfig fsdp;
+  model::RunPlan run;        // what each unit computes: adapters, fp8, fused layers, loss chunks
+  int context_parallel = 1;  // the mesh's context dimension (comm::with_context)
   optim::OptimizerConfig optim;
   ckpt::CheckpointConfig ckpt;
   train::AccuracyConfig accuracy;
@@ -77,13 +80,15 @@ struct EvalOptions {
   CommonOptions common;
   model::ModelConfig model;
   std::string weights;
-  std::string lora;         // a PEFT adapter directory to apply (fsdp.lora holds its settings)
+  std::string lora;         // a PEFT adapter directory to apply (run.lora holds its settings)
   std::string data;         // token file: loss and perplexity
   std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other
                             // implementations
   std::string save_logps;   // HDF5: each row's summed answer log-probability (DPO's reference)
   train::AccuracyConfig accuracy;
-  fsdp::FsdpConfig fsdp;
+  fsdp::ShardingConfig fsdp;
+  model::RunPlan run;  // run.lora: --lora's adapter settings
+  int context_parallel = 1;
   PreferenceOptions preference;  // --objective dpo: DPO's loss and metrics on --data's pairs
   int64_t batch_size = 8, max_batches = 0;
 };
@@ -95,10 +100,12 @@ struct PrepareCliOptions {
 
 struct GenerateOptions {
   CommonOptions common;
-  fsdp::FsdpConfig fsdp;
+  fsdp::ShardingConfig fsdp;
+  model::RunPlan run;  // run.lora: --lora's adapter settings
+  int context_parallel = 1;
   model::ModelConfig model;
   std::string weights, tokenizer;
-  std::string lora;  // a PEFT adapter directory to apply (fsdp.lora holds its settings)
+  std::string lora;  // a PEFT adapter directory to apply (run.lora holds its settings)
   std::vector<std::string> prompts;
   std::string template_name = "none", input;  // alpaca: the prompt is the instruction
   int64_t max_new_tokens = 64;

@@ -59,12 +59,13 @@ std::string probe_writable_file(const std::string& path);
 // --fp8 where it cannot run, before anything else is spent: a projection not in multiples of 16,
 // a device without float8 tensor cores (the CPU included), rowwise with fp32 compute. Throws
 // AgreedUsageError naming the option.
-void check_fp8(const model::ModelConfig& model, const fsdp::FsdpConfig& cfg,
-               const runtime::MpiEnv& env);
+void check_fp8(const model::ModelConfig& model, const model::RunPlan& run,
+               const fsdp::ShardingConfig& cfg, const runtime::MpiEnv& env);
 
 // --context-parallel (and the strategy's groups) where the ranks cannot form them, before
 // anything else is spent: one agreed line naming the option (the first rank's reason).
-void check_groups(const fsdp::FsdpConfig& cfg, const runtime::MpiEnv& env);
+void check_groups(const fsdp::ShardingConfig& cfg, int context_parallel,
+                  const runtime::MpiEnv& env);
 
 // Collective: --checkpoint-dir, --save-model and --metrics-file's directory can be written.
 void check_writable_outputs(const TrainOptions& o, const runtime::MpiEnv& env);

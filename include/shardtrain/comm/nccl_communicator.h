@@ -12,7 +12,7 @@
 #include <string>
 
 #include "shardtrain/comm/communicator.h"
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/cuda/cuda_handles.h"
 #include "shardtrain/cuda/nccl_comm.h"
 #include "shardtrain/runtime/mpi_env.h"
@@ -69,7 +69,7 @@ class NcclCommunicator : public Communicator {
 // The world, shard and replicate groups as NCCL communicators: MPI_Comm_split makes each group,
 // then rank 0 of each broadcasts its ncclUniqueId over that group's MPI communicator. A watchdog
 // thread polls every communicator's async error and aborts the job naming rank and host.
-ProcessGroups make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo,
-                               const std::string& host);
+ParallelDims make_nccl_groups(const GroupLayout& layout, const runtime::Topology& topo,
+                              const std::string& host);
 
 }  // namespace shardtrain::comm

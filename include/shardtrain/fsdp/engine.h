@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/fsdp/engine_memory.h"
 #include "shardtrain/fsdp/objective.h"
 #include "shardtrain/fsdp/phase_clock.h"
@@ -29,12 +29,14 @@
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/micro_batch.h"
+#include "shardtrain/model/run_plan.h"
 #include "shardtrain/optim/optimizer.h"
 #include "shardtrain/runtime/phases.h"
 
 namespace shardtrain::fsdp {
 
-// What a step's forward and backward produced; the gradients stay in the shards (pieces()).
+// What a step's forward and backward produced; the gradients stay in the shards
+// (layout().pieces()).
 struct GradResult {
   at::Tensor
       loss_t;       // 0-d fp64 on the device: the mean over the global batch's loss tokens, reduced
@@ -48,15 +50,24 @@ struct GradResult {
   at::Tensor stats;  // the objective's statistics ([num_stats()] fp64 sums over all ranks)
 };
 
+// What an engine runs: the model, how it is sharded, what each unit computes (the model side's
+// plan, which the engine hands to its schedule without looking inside), and where.
+struct EngineSpec {
+  model::ModelConfig model;
+  ShardingConfig sharding;  // param_dtype resolved for the device
+  model::RunPlan plan;
+  at::Device device = at::kCPU;
+};
+
 // The engine is a front: the units and their schedule (UnitSchedule), what trains
 // (TrainableLayout), the memory accounting (EngineMemory); here, a step and its results.
 class FsdpEngine {
  public:
   // Weights: the seeded init (identical at any world size), or `weights` read shard by shard.
-  // With cfg.lora enabled, the base is frozen and the trainable pieces are the adapters: seeded
-  // (PEFT's init), or read from `adapters` (PEFT's adapter_model.safetensors keys).
-  FsdpEngine(model::ModelConfig model, FsdpConfig cfg, comm::ProcessGroups& groups, uint64_t seed,
-             const io::SafetensorsModel* weights = nullptr, at::Device device = at::kCPU,
+  // Where the plan freezes the base, the trainable pieces are its adapters: seeded, or read from
+  // `adapters` (their trainable_key() names). dims: the mesh, whose groups the engine uses.
+  FsdpEngine(EngineSpec spec, comm::ParallelDims& dims, uint64_t seed,
+             const io::SafetensorsModel* weights = nullptr,
              const io::SafetensorsModel* adapters = nullptr);
   FsdpEngine(const FsdpEngine&) = delete;  // the schedule and memory read through `this`
   FsdpEngine& operator=(const FsdpEngine&) = delete;
@@ -74,47 +85,38 @@ class FsdpEngine {
   // Forward only: what `objective` makes of one micro-batch's head (Objective::evaluate).
   // Collective: every rank calls it, with its rows or none.
   at::Tensor evaluate(const model::MicroBatch& mb, Objective& objective);
-  std::vector<at::Tensor> grad_shards();  // pieces()' gradients after forward_backward, same order
-  void release_grads();                   // frees the gradient shards (after the optimizer step)
-  const std::vector<ShardPiece>& pieces() const {
-    return pieces_;
-  }  // this rank's trainable ones, in model order
+  std::vector<at::Tensor>
+  grad_shards();         // layout().pieces()' gradients after forward_backward, same order
+  void release_grads();  // frees the gradient shards (after the optimizer step)
 
-  // Every base parameter (adapters: every LoRA adapter instead), unsharded, fp32: an all-gather
-  // per unit over the shard group.
+  // Every base parameter (adapters: every adapter instead), unsharded, fp32: an all-gather per
+  // unit over the shard group.
   std::map<std::string, at::Tensor> full_parameters(bool adapters = false);
-  // What trains and what checkpoints hold: the model's parameters, or a LoRA run's adapters.
+  // What trains and what checkpoints hold (the model's parameters, or adapters), and this rank's
+  // pieces of it.
   const TrainableLayout& layout() const { return *layout_; }
-  // Frozen base: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each base
-  // parameter as read at construction, one row per llama_param_specs entry (none held: -1);
-  // combined over the shard group into one checksum of the base (ckpt::base_crc32).
-  const std::vector<runtime::CrcRow>& base_crc_rows() const { return base_crc_rows_; }
   EngineMemory& memory() { return *memory_; }
   const UnitSchedule& schedule() const { return *schedule_; }
-  const comm::ProcessGroups& groups() const { return groups_; }
-  const model::ModelConfig& model() const { return model_; }
-  const FsdpConfig& config() const { return cfg_; }
-  const at::Device& device() const { return device_; }
+  const EngineSpec& spec() const { return spec_; }
 
  private:
   // The optimizer steps the shards, on the host thread under --cpu-offload: it owns that thread's
   // work in flight (optim::Optimizer::settle), through the schedule's HostOffload.
   friend optim::Optimizer make_optimizer(FsdpEngine& engine, const optim::OptimizerConfig& cfg);
   std::vector<uint64_t> dropout_row_seeds(
-      const model::Batch& mb);  // Pass::row_seeds for a training micro-batch
+      const model::Batch& mb);  // UnitPass::row_seeds for a training micro-batch
   std::map<std::string, at::Tensor> gather_full(const std::vector<FlatUnit>& units);
 
-  model::ModelConfig model_;
-  FsdpConfig cfg_;  // param_dtype resolved for the device
-  comm::ProcessGroups& groups_;
-  at::Device device_;
+  EngineSpec spec_;
+  const model::ModelConfig& model_;  // spec_'s, by their usual names
+  const ShardingConfig& cfg_;
+  const at::Device& device_;
+  comm::ParallelDims& groups_;
   std::unique_ptr<TrainableLayout> layout_;
   std::unique_ptr<EngineMemory> memory_;
   std::unique_ptr<UnitSchedule> schedule_;
-  std::vector<ShardPiece> pieces_;  // this rank's pieces of every unit's shard
-  std::vector<runtime::CrcRow> base_crc_rows_;
   uint64_t seed_ =
-      0;  // LoRA dropout's masks come from it and each row's sample (model::dropout_row_seeds)
+      0;  // adapter dropout's masks come from it and each row's sample (model::dropout_row_seeds)
   uint64_t unnamed_passes_ =
       0;  // batches without sample ids (tests, tools): each pass draws its own masks
 };

@@ -14,7 +14,7 @@ namespace shardtrain::fsdp {
 
 class FlatUnit {
  public:
-  // frozen (a LoRA run's base): master is kept in the compute dtype and the gathered leaf does
+  // frozen (a base beside adapters): master is kept in the compute dtype and the gathered leaf does
   // not require grad, so autograd computes no weight gradient for it.
   FlatUnit(model::UnitSpec spec, FlatLayout layout, at::Tensor master, bool frozen = false);
   bool frozen() const { return frozen_; }

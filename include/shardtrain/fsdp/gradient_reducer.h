@@ -15,7 +15,7 @@
 #include <functional>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 
 namespace shardtrain::fsdp {
 
@@ -32,7 +32,7 @@ class GradientReducer {
  public:
   using GradShard = std::function<at::Tensor&(int64_t unit)>;  // the unit's fp32 gradient shard
                                                                // (may be undefined)
-  GradientReducer(comm::ProcessGroups& groups, at::ScalarType reduce_dtype, GradShard grad_of,
+  GradientReducer(comm::ParallelDims& groups, at::ScalarType reduce_dtype, GradShard grad_of,
                   std::function<void()> on_change);
   // The most send and receive bytes in flight at once (scatter_bytes): the engine passes its
   // largest unit's, so one reduce-scatter overlaps the next unit's backward.
@@ -68,7 +68,7 @@ class GradientReducer {
   void complete_oldest();  // the oldest reduction, all-reduce included, added to its gradient shard
   void add(Pending& r);    // into the unit's fp32 gradient shard (after its all-reduce)
 
-  comm::ProcessGroups& groups_;
+  comm::ParallelDims& groups_;
   at::ScalarType reduce_dtype_;
   GradShard grad_of_;
   std::function<void()> on_change_;  // memory accounting: buffers came or went

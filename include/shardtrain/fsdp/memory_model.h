@@ -52,6 +52,8 @@ struct StepShape {
   int shard_size = 1;           // the ranks a unit is sharded over
   bool tied_embedding = false;  // the head multiplies by the embedding: gathered for it, its
                                 // gradient kept until the embedding's backward
+  int64_t head_chunk = 0;       // tokens of the head's logits at once (model::RunPlan::head_chunk);
+                                // 0: the whole head unfused
 };
 // With cfg.cpu_offload the walk also holds, per unit whose all-gather is in flight, its shard
 // copied from the host in the compute dtype (staging), and keeps a gradient shard on the device
@@ -64,7 +66,7 @@ struct StepPeak {
   int64_t staging = 0;  // --cpu-offload: shards copied from the host for gathers in flight
   int gathered_units = 0;
 };
-StepPeak step_peak(const TrainingSizes& sizes, const FsdpConfig& cfg, const StepShape& shape,
+StepPeak step_peak(const TrainingSizes& sizes, const ShardingConfig& cfg, const StepShape& shape,
                    const model::ActivationBytes& act, int64_t persistent);
 
 }  // namespace shardtrain::fsdp

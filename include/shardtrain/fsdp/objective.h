@@ -8,16 +8,16 @@
 #include <cstdint>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/model/micro_batch.h"
 
 namespace shardtrain::fsdp {
 
 // This rank's micro-batches: each one's rows, split among the rank's context group (the training
 // loop's, the validator's and eval's batch transform; the engine runs what it is given).
-model::MicroBatch context_split(const model::Batch& rows, const comm::ProcessGroups& groups);
+model::MicroBatch context_split(const model::Batch& rows, const comm::ParallelDims& groups);
 std::vector<model::MicroBatch> context_split(const std::vector<model::Batch>& batches,
-                                             const comm::ProcessGroups& groups);
+                                             const comm::ParallelDims& groups);
 
 // The head's output for one micro-batch on this rank. Undefined `out`: the rank has no rows.
 struct HeadOutput {
@@ -57,7 +57,7 @@ class Objective {
                          double inv_denominator) = 0;
   virtual int64_t num_stats() const { return 0; }  // the step's statistics, fp64, summed
   // Forward only: whether the head runs fused (training's follows the engine's loss chunking),
-  // whether the trained adapters are off (a LoRA base alone), and what the pass yields.
+  // whether the trained adapters are off (the frozen base alone), and what the pass yields.
   virtual bool fused_head_in_eval() const { return false; }
   virtual bool base_only() const { return false; }
   virtual at::Tensor evaluate(const HeadOutput& head, const model::MicroBatch& mb) = 0;

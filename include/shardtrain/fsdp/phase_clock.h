@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/runtime/phases.h"
 
 namespace shardtrain::fsdp {
@@ -19,7 +19,7 @@ class PhaseClock {
  public:
   // Starts now; exposed communication is the time blocked on the groups' collectives (CPU) or
   // the compute stream's stalls at their waits (on_cuda).
-  PhaseClock(const comm::ProcessGroups& groups, bool on_cuda);
+  PhaseClock(const comm::ParallelDims& groups, bool on_cuda);
   ~PhaseClock();
   PhaseClock(const PhaseClock&) = delete;
   PhaseClock& operator=(const PhaseClock&) = delete;

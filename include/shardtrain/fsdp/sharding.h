@@ -1,15 +1,14 @@
 // The sharding concern: PyTorch FSDP's strategies and mixed-precision options, parsed by the
-// CLI straight into FsdpConfig and checked once by validate(); and which ranks form the shard
-// and replicate groups under each strategy (pure arithmetic, unit-tested).
+// CLI straight into ShardingConfig and checked once by validate(); and which ranks form the shard
+// and replicate groups under each strategy (pure arithmetic, unit-tested). What each unit computes
+// is not sharding's: model::RunPlan.
 #pragma once
 #include <ATen/core/ScalarType.h>
 
 #include <string>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/fsdp/activation_checkpointing.h"
-#include "shardtrain/model/fp8.h"
-#include "shardtrain/model/lora.h"
 #include "shardtrain/runtime/enum_names.h"
 #include "shardtrain/runtime/mpi_env.h"
 
@@ -28,7 +27,7 @@ const char* sharding_name(Sharding s);
 bool reshard_after_forward(Sharding s);
 bool is_hybrid(Sharding s);
 
-struct FsdpConfig {
+struct ShardingConfig {
   Sharding sharding = Sharding::kFullShard;
   int shard_group_size = 0;     // hybrid: ranks per shard group; 0: one node
   int ranks_per_node = 0;       // topology override (simulated nodes); 0: ask MPI
@@ -46,41 +45,22 @@ struct FsdpConfig {
   // Units gathered at once, the one computing included, like PyTorch FSDP's limit_all_gathers:
   // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
   int max_inflight_gathers = 2;
-  bool tf32 = true;        // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
-  model::LoraConfig lora;  // rank > 0: the base is frozen and only the adapters train
-  // Training's head and loss fused (model/lm_loss.h): tokens whose logits live at once; 0: auto
-  // (a chunk of logits about the size of the hidden states); -1: unfused (all logits, then the
-  // loss).
-  int64_t loss_chunk = 0;
-  // Decoder layers through the fused path (model::LayerPath::fused): fused RMSNorm, merged q k v
-  // and gate up matmuls, and on CUDA shardtrain's rotary and SwiGLU kernels.
-  bool fused_layers = false;
   // --cpu-offload: the fp32 master shards, AdamW's moments and the gradient shards live in host
   // memory (pinned beside a GPU) and AdamW steps on the CPU, unit by unit (docs/fsdp.md).
   bool cpu_offload = false;
-  // --fp8: the decoder layers' projections multiply in float8 (model/fp8.h; docs/gpu.md).
-  model::Fp8Mode fp8 = model::Fp8Mode::kOff;
-  // --context-parallel: each sequence split over this many consecutive ranks of a node, attention
-  // as a ring (model/context_parallel.h; docs/context-parallel.md); 1: off.
-  int context_parallel = 1;
   void validate() const;  // throws UsageError naming the option to change
 };
 
 // --device (train, eval, generate, preflight): auto, cpu or cuda; throws UsageError otherwise.
 void check_device_option(const std::string& spec);
 
-// Pure: the groups of `rank`. Hybrid strategies shard within a node (topology.local_size ranks)
-// unless shard_group_size > 0 picks contiguous blocks of that size. Throws UsageError, with
-// the same message on every rank, when the sizes do not divide. context_parallel > 1: rings of
-// that many consecutive ranks of a node, inside the shard group.
-comm::GroupLayout group_layout(Sharding s, const runtime::Topology& topo, int shard_group_size,
-                               int context_parallel = 1);
+// Pure: the data-parallel groups of `rank` (comm::with_context adds the context dimension).
+// Hybrid strategies shard within a node (topology.local_size ranks) unless shard_group_size > 0
+// picks contiguous blocks of that size. Throws UsageError, with the same message on every rank,
+// when the sizes do not divide.
+comm::GroupLayout group_layout(Sharding s, const runtime::Topology& topo, int shard_group_size);
 
-// The strategy's groups as MPI communicators (CPU), or NCCL ones bootstrapped over the same MPI
-// groups (CUDA builds, nccl = true).
-comm::ProcessGroups make_process_groups(const FsdpConfig& cfg, const runtime::Topology& topo,
-                                        bool nccl = false, const std::string& host = "");
-comm::ProcessGroups make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size,
-                                    int context_parallel = 1);
+// The strategy's groups as MPI communicators (tests, tools): no context dimension.
+comm::ParallelDims make_mpi_groups(Sharding s, const runtime::Topology& topo, int shard_group_size);
 
 }  // namespace shardtrain::fsdp

@@ -1,8 +1,7 @@
 // Which tensors of each unit train and which are a frozen base, their sizes and dtypes: the one
-// answer the unit builder, the engine's memory and the planner share. Full fine-tuning trains
-// the model's parameters (an fp32 master each); LoRA trains small adapters beside a base frozen
-// in the compute dtype. Another kind of training (a quantized base, a frozen reference model)
-// is one more implementation of TrainableLayout.
+// answer the unit builder, the engine's memory and the planner share. What trains is the model
+// side's (model::TrainedParams: the parameters, or adapters beside a frozen base); this adds
+// the units' sizes at a shard group size.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -13,8 +12,9 @@
 
 #include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/model/activation_memory.h"
-#include "shardtrain/model/lora.h"
 #include "shardtrain/model/params.h"
+#include "shardtrain/model/trained_params.h"
+#include "shardtrain/runtime/checksum.h"
 
 namespace shardtrain::fsdp {
 
@@ -45,40 +45,55 @@ struct TrainingSizes {
 };
 
 // Whether each unit's backward runs: it trains, or a unit before it does and needs its input's
-// gradient (a frozen embedding under LoRA runs none).
+// gradient (a frozen embedding beside adapters runs none).
 std::vector<bool> runs_backward(const TrainingSizes& sizes);
+
+// A piece of one parameter held by this rank: what the optimizer steps and checkpoints save.
+struct ShardPiece {
+  std::string name;
+  std::vector<int64_t> shape;  // the parameter's logical shape
+  int64_t param_offset = 0;    // flat range of the parameter: [param_offset, + numel)
+  int64_t numel = 0;
+  bool decay = true;         // false for norm weights
+  at::Tensor master;         // [numel] fp32 view of the persistent master shard
+  int64_t unit = 0;          // where its gradient sits: that unit's gradient shard,
+  int64_t shard_offset = 0;  // at this offset
+};
 
 class TrainableLayout {
  public:
-  virtual ~TrainableLayout() = default;
+  TrainableLayout(const model::ModelConfig& model, std::unique_ptr<model::TrainedParams> trained);
   const model::ModelConfig& model() const { return model_; }
   const std::vector<model::ParamSpec>& base_specs() const { return base_specs_; }
   // What trains and what checkpoints hold: the model's parameters, or the adapters.
-  virtual const std::vector<model::ParamSpec>& trainable_specs() const = 0;
-  virtual bool base_frozen() const = 0;
+  const std::vector<model::ParamSpec>& trainable_specs() const {
+    return trained_->trainable_specs();
+  }
+  bool base_frozen() const { return trained_->base_frozen(); }
   // The dtype of a base shard: the fp32 master where it trains, else the compute dtype.
   at::ScalarType base_dtype(at::ScalarType compute) const {
     return base_frozen() ? compute : at::kFloat;
   }
-  // A frozen base's trainable tensor: seeded (identical at any world size) ...
-  virtual at::Tensor init_trainable(const model::ParamSpec& spec, uint64_t seed) const = 0;
-  // ... or read from a file under this key (PEFT's adapter_model.safetensors names).
-  virtual std::string trainable_key(const std::string& name) const = 0;
-  // Backward's FLOPs over forward's: 2 (input and weight gradients), 1 where the weights are
-  // frozen.
-  virtual double backward_flops_ratio() const = 0;
-  virtual model::ActivationBytes activation_bytes(int elt,
-                                                  const model::PackedRows* packed) const = 0;
+  const model::TrainedParams& trained() const { return *trained_; }
   TrainingSizes sizes(int shard_size) const;
 
- protected:
-  explicit TrainableLayout(const model::ModelConfig& model);
+  // This rank's trainable pieces, in model order (the engine's, once built).
+  const std::vector<ShardPiece>& pieces() const { return pieces_; }
+  // Frozen base: (param_offset, numel, CRC-32 of the fp32 values) of this rank's piece of each
+  // base parameter as read at construction, one row per llama_param_specs entry (none held: -1);
+  // combined over the shard group into one checksum of the base (ckpt::base_crc32).
+  const std::vector<runtime::CrcRow>& base_crc_rows() const { return base_crc_rows_; }
+  void hold(std::vector<ShardPiece> pieces, std::vector<runtime::CrcRow> base_crc_rows) {
+    pieces_ = std::move(pieces);
+    base_crc_rows_ = std::move(base_crc_rows);
+  }
+
+ private:
+  std::vector<ShardPiece> pieces_;
+  std::vector<runtime::CrcRow> base_crc_rows_;
   model::ModelConfig model_;
   std::vector<model::ParamSpec> base_specs_;
+  std::unique_ptr<model::TrainedParams> trained_;
 };
-
-// The layout for a run: LoRA's when lora.enabled(), else full fine-tuning's.
-std::unique_ptr<TrainableLayout> make_trainable_layout(const model::ModelConfig& model,
-                                                       const model::LoraConfig& lora);
 
 }  // namespace shardtrain::fsdp

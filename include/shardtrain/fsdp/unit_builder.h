@@ -21,18 +21,6 @@
 
 namespace shardtrain::fsdp {
 
-// A piece of one parameter held by this rank: what the optimizer steps and checkpoints save.
-struct ShardPiece {
-  std::string name;
-  std::vector<int64_t> shape;  // the parameter's logical shape
-  int64_t param_offset = 0;    // flat range of the parameter: [param_offset, + numel)
-  int64_t numel = 0;
-  bool decay = true;         // false for norm weights
-  at::Tensor master;         // [numel] fp32 view of the persistent master shard
-  int64_t unit = 0;          // where its gradient sits: that unit's gradient shard,
-  int64_t shard_offset = 0;  // at this offset
-};
-
 struct BuiltUnits {
   std::vector<FlatUnit> units;     // [num_layers + 2], model_units() order; the base
   std::vector<FlatUnit> adapters;  // [num_layers + 2] where the base is frozen; empty otherwise
@@ -42,9 +30,11 @@ struct BuiltUnits {
 };
 
 // weights: the base's file (nullptr: seeded); trained: the file of what trains beside a frozen
-// base, under layout.trainable_key() names (nullptr: seeded).
-BuiltUnits build_units(const TrainableLayout& layout, const FsdpConfig& cfg, int shard_size,
-                       int shard_rank, uint64_t seed, const io::SafetensorsModel* weights,
-                       const io::SafetensorsModel* trained, at::Device device);
+// base, under trainable_key() names (nullptr: seeded). merged: the units bind q k v's and gate
+// up's weights as one view each (model::RunPlan::merged_projections).
+BuiltUnits build_units(const TrainableLayout& layout, const ShardingConfig& cfg, bool merged,
+                       int shard_size, int shard_rank, uint64_t seed,
+                       const io::SafetensorsModel* weights, const io::SafetensorsModel* trained,
+                       at::Device device);
 
 }  // namespace shardtrain::fsdp

@@ -14,13 +14,14 @@
 #include <utility>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/fsdp/flat_unit.h"
 #include "shardtrain/fsdp/gradient_reducer.h"
 #include "shardtrain/fsdp/host_offload.h"
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/fsdp/trainable_layout.h"
 #include "shardtrain/model/llama.h"
+#include "shardtrain/model/run_plan.h"
 
 namespace shardtrain::fsdp {
 
@@ -28,25 +29,23 @@ namespace shardtrain::fsdp {
 // [units].
 struct Pass {
   std::vector<at::Tensor> inputs, outputs;
-  bool empty = false;               // this rank has no rows: it still joins every collective
-  bool train = false;               // LoRA dropout applies
-  bool adapters_off = false;        // LoRA: the base model alone (a reference pass)
-  std::vector<uint64_t> row_seeds;  // [B] LoRA dropout's, the same in forward and in the recompute
-  model::DropoutTokens dropout_tokens;  // context parallelism: the share's places (forward sets)
+  bool empty = false;    // this rank has no rows: it still joins every collective
+  model::UnitPass unit;  // what the run plan's units read: set by forward, kept for the recompute
   bool fused_head =
       false;  // the head returns the final norm's output; the loss applies lm_head (lm_loss.h)
-  at::Tensor head_weight;     // fused_head: lm_head's view from the same split as the norm's (one
-                              // gradient buffer)
-  model::TokenLayout layout;  // positions and documents, for forward and the recompute
+  at::Tensor head_weight;  // fused_head: lm_head's view from the same split as the norm's (one
+                           // gradient buffer)
 };
 
 class UnitSchedule {
  public:
   // units: the base; adapters: what trains beside a frozen base ([units], empty where the base
-  // trains). on_memory: called whenever gathered units or reductions come or go.
-  // sizes: the units' (TrainableLayout::sizes), which decide the backward skips and the budget.
-  UnitSchedule(const model::ModelConfig& model, const FsdpConfig& cfg, comm::ProcessGroups& groups,
-               at::Device device, const TrainingSizes& sizes, std::vector<FlatUnit> units,
+  // trains). plan: what each unit computes, called as it is. on_memory: called whenever
+  // gathered units or reductions come or go. sizes: the units' (TrainableLayout::sizes), which
+  // decide the backward skips and the budget.
+  UnitSchedule(const model::ModelConfig& model, const ShardingConfig& cfg,
+               const model::RunPlan& plan, comm::ParallelDims& groups, at::Device device,
+               const TrainingSizes& sizes, std::vector<FlatUnit> units,
                std::vector<FlatUnit> adapters, std::function<void()> on_memory);
   UnitSchedule(const UnitSchedule&) = delete;  // the reducer reads the units through `this`
   UnitSchedule& operator=(const UnitSchedule&) = delete;
@@ -104,8 +103,9 @@ class UnitSchedule {
                    bool last);  // issues, does not wait
 
   const model::ModelConfig& model_;
-  const FsdpConfig& cfg_;
-  comm::ProcessGroups& groups_;
+  const ShardingConfig& cfg_;
+  const model::RunPlan& plan_;
+  comm::ParallelDims& groups_;
   at::Device device_;
   model::Rotary rope_;
   model::ContextRing ring_;          // the context group as a ring (size 1: no context parallelism)

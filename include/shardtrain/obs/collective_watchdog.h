@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::obs {
@@ -53,7 +53,7 @@ std::string verdict_message(const Verdict& v, const std::vector<Heartbeat>& beat
 class CollectiveWatchdog {
  public:
   // Collective over MPI_COMM_WORLD; watches this rank's world, shard and replicate groups.
-  CollectiveWatchdog(const comm::ProcessGroups& groups, std::vector<std::string> hosts,
+  CollectiveWatchdog(const comm::ParallelDims& groups, std::vector<std::string> hosts,
                      double timeout_s, int dump_last);
   ~CollectiveWatchdog();  // keeps exchanging until every rank has stopped, then joins
   CollectiveWatchdog(const CollectiveWatchdog&) = delete;

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/obs/collective_watchdog.h"
 #include "shardtrain/runtime/mpi_env.h"
 
@@ -32,7 +32,7 @@ struct ObsConfig {
 // The hang watchdog over every group, or null when --collective-timeout is 0 or this MPI lacks
 // MPI_THREAD_MULTIPLE (rank 0 then says so). Collective over the world.
 std::unique_ptr<CollectiveWatchdog> start_watchdog(const ObsConfig& cfg,
-                                                   const comm::ProcessGroups& groups,
+                                                   const comm::ParallelDims& groups,
                                                    const std::vector<std::string>& hosts,
                                                    const runtime::MpiEnv& env);
 

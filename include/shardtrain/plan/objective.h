@@ -45,9 +45,9 @@ struct ReferenceMemory {
 };
 // peak: the policy's step (fsdp::step_peak); gains the copy's device bytes, and becomes the
 // reference forward's moment (gathers, logits; no gradient shard, no activation kept) where that
-// is higher. cfg: the policy's (the copy is built with the same FsdpConfig).
+// is higher. cfg: the policy's (the copy is built with the same ShardingConfig).
 ReferenceMemory add_reference(ReferenceModel ref, const fsdp::TrainingSizes& sizes,
-                              const fsdp::FsdpConfig& cfg, const fsdp::StepShape& shape,
+                              const fsdp::ShardingConfig& cfg, const fsdp::StepShape& shape,
                               const model::ActivationBytes& act, fsdp::StepPeak& peak);
 
 }  // namespace shardtrain::plan

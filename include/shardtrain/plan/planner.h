@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "shardtrain/fsdp/memory_model.h"
+#include "shardtrain/model/run_plan.h"
 #include "shardtrain/plan/hardware.h"
 #include "shardtrain/plan/objective.h"
 
@@ -24,7 +25,8 @@ Calibration read_calibration(
 
 struct PlanInput {
   model::ModelConfig model;
-  fsdp::FsdpConfig fsdp;  // sharding is overridden per row
+  fsdp::ShardingConfig fsdp;  // sharding is overridden per row
+  model::RunPlan run;         // what each unit computes: adapters, fp8, fused layers, loss chunking
   GpuSpec gpu;
   Fabric fabric;
   Calibration calibration;

@@ -36,13 +36,14 @@ std::string reference_identity(const ReferenceSources& s);
 // Collective. engine: the policy, built from weights and adapter (either may be null); val may be
 // null.
 Reference make_reference(const ReferenceSources& s, fsdp::FsdpEngine& engine,
-                         comm::ProcessGroups& groups, const io::SafetensorsModel* weights,
+                         comm::ParallelDims& groups, const io::SafetensorsModel* weights,
                          const io::SafetensorsModel* adapter, const data::TokenFile& train,
                          const data::TokenFile* val);
 // eval --objective dpo's reference for data: reference_logps (--reference-logps), or an adapter
 // engine's base with the adapter switched off; what: for the output.
 ReferenceFn eval_reference(const std::string& reference_logps, fsdp::FsdpEngine& engine,
-                           const data::TokenFile& data, std::string* what);
+                           comm::ParallelDims& dims, const data::TokenFile& data,
+                           std::string* what);
 
 // The objective and the token files (option, file; null: not given) agree: a preference file goes
 // with DPO, any other with SFT. pairs_without_dpo: what to do instead when a preference file
@@ -53,8 +54,8 @@ void check_objective_data(bool dpo,
 
 // eval --save-logps: each row's summed answer log-probability of data, [rows] fp64 in /logps,
 // with data's token_file_identity; collective, rank 0 writes.
-void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const data::TokenFile& data,
-                int64_t batch_size, int rank);
+void save_logps(const std::string& path, fsdp::FsdpEngine& engine, const comm::ParallelDims& dims,
+                const data::TokenFile& data, int64_t batch_size, int rank);
 // Reads a save_logps file for data; throws UsageError naming opt when it was written for another
 // token file.
 at::Tensor read_logps(const std::string& opt, const std::string& path, const data::TokenFile& data);

@@ -26,6 +26,7 @@ namespace shardtrain::train {
 
 struct TrainComponents {
   fsdp::FsdpEngine& engine;
+  comm::ParallelDims& dims;    // the mesh: the data rank, the world, the context group
   fsdp::Objective& objective;  // what the engine trains (train/sft_objective.h, dpo_objective.h)
   optim::Optimizer& optimizer;
   data::DataLoader& loader;

@@ -24,8 +24,9 @@ class MetricsPublisher {
   // Collective over the world (the exporter's node communicator). start_step: a resumed run
   // keeps its metrics file's lines up to there. run: the settings the trackers record.
   MetricsPublisher(const TrainConfig& cfg, const obs::ObsConfig& obs, fsdp::FsdpEngine& engine,
-                   const runtime::MpiEnv& env, std::vector<std::string> hosts, int64_t seq_len,
-                   int64_t start_step, const RunParams& run);
+                   comm::ParallelDims& dims, const runtime::MpiEnv& env,
+                   std::vector<std::string> hosts, int64_t seq_len, int64_t start_step,
+                   const RunParams& run);
   void begin_step();  // zeroes the collectives' per-step counts
   // After the step's compute is queued: its memory and collectives.
   void measure(StepMetrics& m, int64_t global_rows);
@@ -47,6 +48,7 @@ class MetricsPublisher {
  private:
   TrainConfig cfg_;
   fsdp::FsdpEngine& engine_;
+  comm::ParallelDims& dims_;
   const runtime::MpiEnv& env_;
   std::vector<std::string> hosts_;
   int64_t seq_len_;

@@ -69,8 +69,9 @@ std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& cfg,
 class Validator {
  public:
   // val and accuracy may be null. every: validate every N steps (0: at the end only).
-  Validator(fsdp::FsdpEngine& engine, const data::TokenFile* val, const AccuracyTask* accuracy,
-            int64_t batch_size, int64_t max_batches, int64_t every = 0);
+  Validator(fsdp::FsdpEngine& engine, comm::ParallelDims& dims, const data::TokenFile* val,
+            const AccuracyTask* accuracy, int64_t batch_size, int64_t max_batches,
+            int64_t every = 0);
   bool has_loss() const { return val_ != nullptr; }
   bool has_accuracy() const { return accuracy_ != nullptr; }
   bool due(int64_t step, bool last) const { return last || (every_ > 0 && step % every_ == 0); }
@@ -84,6 +85,7 @@ class Validator {
 
  private:
   fsdp::FsdpEngine& engine_;
+  comm::ParallelDims& dims_;
   const data::TokenFile* val_;
   const AccuracyTask* accuracy_;
   int64_t batch_size_, max_batches_, every_;

@@ -7,6 +7,7 @@
 #include "gpu_skip.h"
 #include "mpi_gtest_main.h"
 #include "sft_step.h"
+#include "shardtrain/comm/mesh.h"
 #include "shardtrain/runtime/mpi_env.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include <ATen/ATen.h>
@@ -104,12 +105,14 @@ TEST(GpuOffload, NoHostSyncInsideAStep) {
   SKIP_WITHOUT_GPU();
 #ifdef SHARDTRAIN_TORCH_CUDA
   cuda::set_device(0);
-  fsdp::FsdpConfig f;
+  test_steps::EngineOptions f;
   f.cpu_offload = true;
   f.param_dtype = at::kBFloat16;
-  auto groups = fsdp::make_process_groups(f, g_env->topology(), /*nccl=*/true);
+  const runtime::Topology& topo = g_env->topology();
+  auto groups = comm::make_parallel_dims(fsdp::group_layout(f.sharding, topo, 0), topo,
+                                         /*nccl=*/true);
   model::ModelConfig m = model::model_preset("tiny");
-  fsdp::FsdpEngine eng(m, f, groups, 3, nullptr, at::Device(at::kCUDA, 0));
+  fsdp::FsdpEngine eng(test_steps::spec(m, f, at::Device(at::kCUDA, 0)), groups, 3, nullptr);
   optim::Optimizer opt = fsdp::make_optimizer(eng, optim::OptimizerConfig{});
   const auto tokens = at::randint(3, m.vocab_size, {2, 64}, at::kLong);
   const std::vector<model::Batch> micro{{tokens, tokens.clone()}};

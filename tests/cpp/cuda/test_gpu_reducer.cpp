@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/cuda/cuda_handles.h"
 #include "shardtrain/fsdp/gradient_reducer.h"
 #endif
@@ -100,8 +100,8 @@ class LoopGroup : public comm::Communicator {
   std::vector<at::Tensor> keep_;
 };
 
-comm::ProcessGroups loop_groups(int shard, int replicate, int64_t spin) {
-  comm::ProcessGroups g;
+comm::ParallelDims loop_groups(int shard, int replicate, int64_t spin) {
+  comm::ParallelDims g;
   g.layout.shard_size = shard;
   g.layout.replicate_size = replicate;
   g.world = std::make_unique<LoopGroup>(shard * replicate, spin);

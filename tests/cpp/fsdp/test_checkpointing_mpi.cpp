@@ -85,12 +85,12 @@ struct Outcome {
   at::Tensor grads;  // this rank's gradient shards, concatenated
 };
 
-Outcome run(const model::ModelConfig& m, fsdp::FsdpConfig cfg, const Setting& s,
+Outcome run(const model::ModelConfig& m, test_steps::EngineOptions cfg, const Setting& s,
             const model::Batch& b) {
   cfg.activation_checkpointing.mode = s.mode;
   cfg.activation_checkpointing.every = s.every;
   auto groups = fsdp::make_mpi_groups(cfg.sharding, g_env->topology(), 0);
-  fsdp::FsdpEngine eng(m, cfg, groups, /*seed=*/11);
+  fsdp::FsdpEngine eng(test_steps::spec(m, cfg), groups, /*seed=*/11);
   if (groups.shard->size() % 3 == 0) {  // the padding stays under test if the models change
     for (auto& u : eng.schedule().units())
       EXPECT_NE(u.layout().numel % groups.shard->size(), 0)
@@ -123,8 +123,8 @@ std::pair<double, double> gaps(const at::Tensor& a, const at::Tensor& b) {
 // which LoRA's GEMMs then spread: on an AVX-512 EPYC Qwen2's tensorwise LoRA case measured 8.4e-4
 // (norm) and 1.9e-3 (an element). Gradients are held to 2e-3 and 5e-3 there, under float8's own
 // gap to fp32 (2e-2), so a recompute that left float8 still fails; losses stay exact.
-void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& cfg, bool packed,
-                           const std::string& what) {
+void expect_settings_agree(const model::ModelConfig& m, const test_steps::EngineOptions& cfg,
+                           bool packed, const std::string& what) {
   const bool fp8 = cfg.fp8 != model::Fp8Mode::kOff;
   const double norm_bound = fp8 ? 2e-3 : 1e-6, element_bound = fp8 ? 5e-3 : 1e-6;
   const model::Batch b = global_batch(packed);
@@ -145,8 +145,8 @@ void expect_settings_agree(const model::ModelConfig& m, const fsdp::FsdpConfig& 
   }
 }
 
-fsdp::FsdpConfig base_config() {
-  fsdp::FsdpConfig f;
+test_steps::EngineOptions base_config() {
+  test_steps::EngineOptions f;
   f.sharding = fsdp::Sharding::kFullShard;
   f.param_dtype = at::kFloat;
   return f;
@@ -163,7 +163,7 @@ TEST(CheckpointingMpi, EverySettingGivesTheSameLossAndGradients) {
 
 // LoRA on every projection, with dropout: the adapters' gradients, and the masks drawn again alike.
 TEST(CheckpointingMpi, LoraWithDropoutGivesTheSameGradients) {
-  fsdp::FsdpConfig cfg = base_config();
+  test_steps::EngineOptions cfg = base_config();
   cfg.lora.rank = 4;
   cfg.lora.dropout = 0.2;
   cfg.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -174,7 +174,7 @@ TEST(CheckpointingMpi, LoraWithDropoutGivesTheSameGradients) {
 // setting still agrees, with LoRA's adapters on a float8 base too.
 TEST(CheckpointingMpi, Fp8GivesTheSameLossAndGradientsUnderEverySetting) {
   for (const model::Fp8Mode m : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise}) {
-    fsdp::FsdpConfig cfg = base_config();
+    test_steps::EngineOptions cfg = base_config();
     cfg.fp8 = m;
     const std::string name = std::string("fp8 ") + model::fp8_mode_name(m);
     expect_settings_agree(four_layers(false), cfg, /*packed=*/true, name + " packed");

@@ -112,13 +112,12 @@ std::string start_weights(const model::ModelConfig& m) {
   return path;
 }
 
-fsdp::FsdpConfig config(const Case& c, int cp) {
-  fsdp::FsdpConfig f;
+test_steps::EngineOptions config(const Case& c, int cp) {
+  test_steps::EngineOptions f;
   f.sharding = c.sharding;
   f.param_dtype = c.dtype;
   f.fused_layers = c.fused;
   f.cpu_offload = c.offload && cp > 1;
-  f.context_parallel = cp;
   f.activation_checkpointing.mode = c.ac;
   f.loss_chunk = c.loss_chunk;
   if (c.lora) {
@@ -167,11 +166,13 @@ double rel_gap(double got, double want) { return std::abs(got - want) / std::abs
 // Trains the case at context parallel n and at 1 over the same world and rows.
 Gaps compare(const Case& c, int n) {
   io::SafetensorsModel weights(start_weights(c.model));
-  auto g_cp = fsdp::make_mpi_groups(c.sharding, g_env->topology(), 0, n);
-  auto g_one = fsdp::make_mpi_groups(c.sharding, g_env->topology(), 0, 1);
-  fsdp::FsdpEngine cp(c.model, config(c, n), g_cp, kSeed, &weights);
-  fsdp::FsdpEngine one(c.model, config(c, 1), g_one, kSeed, &weights);
-  EXPECT_EQ(cp.groups().data_world(), g_env->size() / n);
+  const runtime::Topology& topo = g_env->topology();
+  auto g_cp = comm::make_mpi_groups(
+      comm::with_context(fsdp::group_layout(c.sharding, topo, 0), topo, n), topo);
+  auto g_one = fsdp::make_mpi_groups(c.sharding, topo, 0);
+  fsdp::FsdpEngine cp(test_steps::spec(c.model, config(c, n)), g_cp, kSeed, &weights);
+  fsdp::FsdpEngine one(test_steps::spec(c.model, config(c, 1)), g_one, kSeed, &weights);
+  EXPECT_EQ(g_cp.data_world(), g_env->size() / n);
   optim::OptimizerConfig oc;
   oc.adamw.eps = 1e-5;  // as FsdpMpi's comparison: summation-order noise stays below 1e-5
   optim::Optimizer ocp = fsdp::make_optimizer(cp, oc), oone = fsdp::make_optimizer(one, oc);
@@ -189,7 +190,7 @@ Gaps compare(const Case& c, int n) {
   for (int64_t s = 0; s < kSteps; ++s) {
     const model::Batch b = c.packed ? packed_batch(s, c.seq) : padded_batch(s, c.seq, c.rows);
     const auto rc =
-        test_steps::sft_step(cp, rows_of(b, cp.groups().data_rank(), cp.groups().data_world()));
+        test_steps::sft_step(cp, rows_of(b, g_cp.data_rank(), g_cp.data_world()), true, &g_cp);
     const auto r1 = test_steps::sft_step(one, rows_of(b, g_env->rank(), g_env->size()));
     EXPECT_EQ(rc.tokens, r1.tokens) << c.what;
     g.loss = std::max(g.loss, std::abs(rc.loss - r1.loss) / std::abs(r1.loss));

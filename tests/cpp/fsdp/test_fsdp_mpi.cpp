@@ -124,8 +124,8 @@ std::string describe(const Case& c) {
          (c.offload ? " offload" : "") + (c.clip != 1.0 ? " clip=" + std::to_string(c.clip) : "");
 }
 
-fsdp::FsdpConfig fsdp_config(const Case& c) {
-  fsdp::FsdpConfig f;
+test_steps::EngineOptions fsdp_config(const Case& c) {
+  test_steps::EngineOptions f;
   f.sharding = c.sharding;
   f.activation_checkpointing.mode = c.ac ? fsdp::Recompute::kFull : fsdp::Recompute::kNone;
   f.param_dtype = c.dtype;
@@ -204,7 +204,7 @@ std::string start_weights(const model::ModelConfig& m) {
 
 // Where the shard group is a multiple of 3, every unit of these models ends in padding: the
 // comparison covers it and cannot silently stop covering it if the models change.
-void expect_padded(fsdp::FsdpEngine& eng, const comm::ProcessGroups& groups,
+void expect_padded(fsdp::FsdpEngine& eng, const comm::ParallelDims& groups,
                    const std::string& what) {
   if (groups.shard->size() % 3 != 0) return;
   for (auto& u : eng.schedule().units())
@@ -229,7 +229,7 @@ Gaps compare(const Case& c, int64_t steps = kSteps) {
   auto groups = fsdp::make_mpi_groups(c.sharding, g_env->topology(), c.shard_group_size);
   const std::string start = start_weights(c.model);
   io::SafetensorsModel weights(start);
-  fsdp::FsdpEngine eng(c.model, fsdp_config(c), groups, kSeed, &weights);
+  fsdp::FsdpEngine eng(test_steps::spec(c.model, fsdp_config(c)), groups, kSeed, &weights);
   expect_padded(eng, groups, describe(c));
   EXPECT_EQ(eng.schedule().offload() != nullptr, c.offload) << describe(c);
   Stepper run(eng, c.clip);
@@ -356,7 +356,7 @@ TEST(FsdpMpi, PackedRowsTrainWhatPaddedRowsTrain) {
   };
   for (const model::ModelConfig& m : {tiny(), tiny_qwen2()}) {
     auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
-    fsdp::FsdpEngine eng(m, fsdp_config({}), groups, kSeed);
+    fsdp::FsdpEngine eng(test_steps::spec(m, fsdp_config({})), groups, kSeed);
     std::vector<double> loss;
     std::vector<at::Tensor> grads;
     for (const data::TokenFile* f : {&packed, &padded}) {
@@ -477,7 +477,7 @@ TEST(FsdpMpi, BytesEqualTheAnalyticVolume) {
     const int64_t accum = 2;
     Case c{s, 0, false, accum};
     auto groups = fsdp::make_mpi_groups(s, g_env->topology(), 0);
-    fsdp::FsdpEngine eng(tiny(), fsdp_config(c), groups, kSeed);
+    fsdp::FsdpEngine eng(test_steps::spec(tiny(), fsdp_config(c)), groups, kSeed);
     Stepper run(eng);
     run.step(take(global_batch(0),
                   data::rank_micro_batches(all_rows(), g_env->rank(), g_env->size(), accum)),
@@ -521,7 +521,7 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
     auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
     auto cfg = fsdp_config({});
     cfg.max_inflight_gathers = limit;
-    fsdp::FsdpEngine eng(tiny(), cfg, groups, kSeed);
+    fsdp::FsdpEngine eng(test_steps::spec(tiny(), cfg), groups, kSeed);
     Stepper run(eng);
     std::vector<double> losses;
     for (int64_t step = 0; step < 3; ++step)
@@ -541,7 +541,7 @@ TEST(FsdpMpi, InflightGatherLimitBoundsGatheredUnitsAndKeepsLosses) {
 // step, and the per-phase peaks say so (CPU: the bytes the engine holds).
 TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
-  fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
+  fsdp::FsdpEngine eng(test_steps::spec(tiny(), fsdp_config({})), groups, kSeed);
   optim::Optimizer opt = fsdp::make_optimizer(eng, optim_config());
   for (auto& u : eng.schedule().units())
     EXPECT_FALSE(u.grad().defined()) << "no gradient before the first backward";
@@ -577,7 +577,7 @@ TEST(FsdpMpi, GradientShardsLiveOnlyFromBackwardToTheOptimizer) {
 
 TEST(FsdpMpi, FullShardKeepsAQuarterOfTheMemoryAtWorldFour) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
-  fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed);
+  fsdp::FsdpEngine eng(test_steps::spec(tiny(), fsdp_config({})), groups, kSeed);
   const auto m = eng.memory().report();
   const int w = g_env->size();
   EXPECT_LE(m.persistent(), m.unsharded_bytes / w + 16 * m.padding_elements);
@@ -597,7 +597,7 @@ TEST(FsdpMpi, ShardedLoadingReadsOnlyThisRanksBytes) {
   MPI_Barrier(MPI_COMM_WORLD);
   io::SafetensorsModel st(dir + "/model.safetensors");
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
-  fsdp::FsdpEngine eng(tiny(), fsdp_config({}), groups, kSeed, &st);
+  fsdp::FsdpEngine eng(test_steps::spec(tiny(), fsdp_config({})), groups, kSeed, &st);
   const double total = 4.0 * ref.numel(), w = g_env->size();
   EXPECT_LE(st.bytes_read(), total / w + 4.0 * eng.memory().report().padding_elements);
   EXPECT_GE(st.bytes_read(), total / w - 4.0 * eng.memory().report().padding_elements);
@@ -655,10 +655,11 @@ Fp8Gap fp8_loss_gap(model::Fp8Mode m, const model::LoraConfig& lora, bool fused,
   io::SafetensorsModel weights(start_weights(tiny()));
   Case c;
   c.fused = fused;
-  fsdp::FsdpConfig on = fsdp_config(c), off = fsdp_config(c);
+  test_steps::EngineOptions on = fsdp_config(c), off = fsdp_config(c);
   on.fp8 = m;
   on.lora = off.lora = lora;
-  fsdp::FsdpEngine a(tiny(), on, groups, kSeed, &weights), b(tiny(), off, groups, kSeed, &weights);
+  fsdp::FsdpEngine a(test_steps::spec(tiny(), on), groups, kSeed, &weights),
+      b(test_steps::spec(tiny(), off), groups, kSeed, &weights);
   Stepper ra(a), rb(b);
   Fp8Gap gap;
   for (int s = 0; s < steps; ++s) {
@@ -679,10 +680,11 @@ Fp8Gap fp8_loss_gap(model::Fp8Mode m, const model::LoraConfig& lora, bool fused,
 Gaps lora_offload_gaps(const model::LoraConfig& lora, int steps) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
   io::SafetensorsModel weights(start_weights(tiny()));
-  fsdp::FsdpConfig on = fsdp_config({}), off = fsdp_config({});
+  test_steps::EngineOptions on = fsdp_config({}), off = fsdp_config({});
   on.cpu_offload = true;
   on.lora = off.lora = lora;
-  fsdp::FsdpEngine a(tiny(), on, groups, kSeed, &weights), b(tiny(), off, groups, kSeed, &weights);
+  fsdp::FsdpEngine a(test_steps::spec(tiny(), on), groups, kSeed, &weights),
+      b(test_steps::spec(tiny(), off), groups, kSeed, &weights);
   EXPECT_NE(a.schedule().offload(), nullptr);
   Stepper ra(a), rb(b);
   Gaps g;
@@ -803,9 +805,9 @@ TEST(FsdpMpi, CpuOffloadOfLoraTrainsWhatTheDeviceTrains) {
 
 TEST(FsdpMpi, CpuOffloadSkipsANonFiniteStepOnTheHost) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
-  fsdp::FsdpConfig f = fsdp_config({});
+  test_steps::EngineOptions f = fsdp_config({});
   f.cpu_offload = true;
-  fsdp::FsdpEngine eng(tiny(), f, groups, kSeed);
+  fsdp::FsdpEngine eng(test_steps::spec(tiny(), f), groups, kSeed);
   optim::Optimizer opt = fsdp::make_optimizer(eng, optim_config());
   test_steps::sft_step(
       eng,
@@ -823,9 +825,9 @@ TEST(FsdpMpi, CpuOffloadSkipsANonFiniteStepOnTheHost) {
 
 TEST(FsdpMpi, CpuOffloadLeavesNoTrainingStateOnTheDevice) {
   auto groups = fsdp::make_mpi_groups(Sharding::kFullShard, g_env->topology(), 0);
-  fsdp::FsdpConfig f = fsdp_config({});
+  test_steps::EngineOptions f = fsdp_config({});
   f.cpu_offload = true;
-  fsdp::FsdpEngine eng(tiny(), f, groups, kSeed);
+  fsdp::FsdpEngine eng(test_steps::spec(tiny(), f), groups, kSeed);
   const fsdp::MemoryReport m = eng.memory().report();
   EXPECT_EQ(m.persistent(), 0) << "master and moments live on the host";
   int64_t shard = 0;

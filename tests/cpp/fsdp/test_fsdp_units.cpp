@@ -16,6 +16,7 @@
 #include "shardtrain/fsdp/peak_tracker.h"
 #include "shardtrain/fsdp/sharding.h"
 #include "shardtrain/model/llama.h"
+#include "shardtrain/model/run_plan.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 
@@ -205,9 +206,10 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
   const model::ModelConfig m = model::model_preset("tiny");
   const auto units = unit_sizes(m, model::llama_param_specs(m), 4);
   const model::ActivationBytes act = model::activation_bytes_per_token(m, 4);
-  const StepShape shape{2, 64, 1, 4, 4, 4};
+  StepShape shape{2, 64, 1, 4, 4, 4};
+  shape.head_chunk = model::RunPlan{}.head_chunk(m, 2 * 64);  // the default plan's head
   auto peak_units = [&](Sharding s, int inflight) {
-    FsdpConfig c;
+    ShardingConfig c;
     c.sharding = s;
     c.max_inflight_gathers = inflight;
     return step_peak(TrainingSizes{units, {}}, c, shape, act, 0).gathered_units;
@@ -216,7 +218,7 @@ TEST(MemoryModel, GatheredUnitsFollowTheStrategyAndTheInflightLimit) {
   EXPECT_EQ(peak_units(Sharding::kFullShard, 3), 3);
   EXPECT_EQ(peak_units(Sharding::kShardGradOp, 2),
             static_cast<int>(units.size()));  // kept from forward to backward
-  FsdpConfig c;
+  ShardingConfig c;
   c.activation_checkpointing.mode = Recompute::kFull;
   const auto with_ac = step_peak(TrainingSizes{units, {}}, c, shape, act, 0);
   c.activation_checkpointing.mode = Recompute::kNone;
@@ -246,9 +248,10 @@ TEST(MemoryModel, CheckpointingSettingsKeepWhatTheirLayersKeep) {
   EXPECT_EQ(layer_kept(parse_activation_checkpointing("none", 1), act, 0), act.layer);
 
   const auto units = unit_sizes(m, model::llama_param_specs(m), 1);
-  const StepShape shape{2, 64, 1, 4, 4, 1};
+  StepShape shape{2, 64, 1, 4, 4, 1};
+  shape.head_chunk = model::RunPlan{}.head_chunk(m, 2 * 64);  // the default plan's head
   const auto activations = [&](const std::string& mode, int64_t every) {
-    FsdpConfig c;
+    ShardingConfig c;
     c.activation_checkpointing = parse_activation_checkpointing(mode, every);
     return step_peak(TrainingSizes{units, {}}, c, shape, act, 0).activations;
   };

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/fsdp/gradient_reducer.h"
 
 using namespace shardtrain;
@@ -104,8 +104,8 @@ class DeferredGroup : public comm::Communicator {
   int n_;
 };
 
-comm::ProcessGroups deferred_groups(DeferredDevice& dev, int shard, int replicate) {
-  comm::ProcessGroups g;
+comm::ParallelDims deferred_groups(DeferredDevice& dev, int shard, int replicate) {
+  comm::ParallelDims g;
   g.layout.shard_size = shard;
   g.layout.replicate_size = replicate;
   g.world = std::make_unique<DeferredGroup>(dev, shard * replicate);

@@ -48,9 +48,9 @@ Sharding strategy() {
                                                       : Sharding::kFullShard;
 }
 
-fsdp::FsdpConfig config(fsdp::Recompute ac = fsdp::Recompute::kNone,
-                        at::ScalarType dtype = at::kFloat) {
-  fsdp::FsdpConfig f;
+test_steps::EngineOptions config(fsdp::Recompute ac = fsdp::Recompute::kNone,
+                                 at::ScalarType dtype = at::kFloat) {
+  test_steps::EngineOptions f;
   f.sharding = strategy();
   f.activation_checkpointing.mode = ac;
   f.param_dtype = dtype;
@@ -76,7 +76,7 @@ std::string where() {
 // Where the shard group is a multiple of 3, every layer's adapters end in padding (4,352
 // elements), so the uneven shards are compared with PEFT; checked here so that a change of the
 // reference model cannot silently stop it.
-void expect_padded_adapters(fsdp::FsdpEngine& eng, const comm::ProcessGroups& groups) {
+void expect_padded_adapters(fsdp::FsdpEngine& eng, const comm::ParallelDims& groups) {
   const int size = groups.shard->size();
   if (size % 3 != 0) return;
   for (auto& a : eng.schedule().adapters())
@@ -91,8 +91,8 @@ void expect_padded_adapters(fsdp::FsdpEngine& eng, const comm::ProcessGroups& gr
 double worst_grad_gap(fsdp::FsdpEngine& eng, const Fixture& f, const std::string& variant = "") {
   const auto grads = eng.grad_shards();
   double worst = 0;
-  for (size_t i = 0; i < eng.pieces().size(); ++i) {
-    const auto& p = eng.pieces()[i];
+  for (size_t i = 0; i < eng.layout().pieces().size(); ++i) {
+    const auto& p = eng.layout().pieces()[i];
     const auto want = f.ref.read(variant + "grad." + model::peft_key(p.name))
                           .flatten()
                           .narrow(0, p.param_offset, p.numel);
@@ -106,13 +106,14 @@ double worst_grad_gap(fsdp::FsdpEngine& eng, const Fixture& f, const std::string
 TEST(LoraMpi, LogitsEqualPeft) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
-  fsdp::FsdpEngine eng(f.cfg, config(), groups, 1, &f.base, at::kCPU, &f.adapters);
+  fsdp::FsdpEngine eng(test_steps::spec(f.cfg, config(), at::kCPU), groups, 1, &f.base,
+                       &f.adapters);
   const auto logits = eng.logits(f.batch.tokens);
   EXPECT_LE((logits - f.ref.read("logits")).abs().max().item<double>(), 1e-5) << where();
   // The adapters matter: without them the logits are the base model's, far from PEFT's.
-  fsdp::FsdpConfig off = config();
+  test_steps::EngineOptions off = config();
   off.lora.rank = 0;
-  fsdp::FsdpEngine plain(f.cfg, off, groups, 1, &f.base);
+  fsdp::FsdpEngine plain(test_steps::spec(f.cfg, off), groups, 1, &f.base);
   EXPECT_GT((plain.logits(f.batch.tokens) - f.ref.read("logits")).abs().max().item<double>(), 1e-3);
 }
 
@@ -125,14 +126,14 @@ TEST(LoraMpi, AdapterGradientsEqualPeftAndTheBaseHasNone) {
       auto c = config(ac);
       c.no_sync_accumulation = accum < 0;
       accum = std::abs(accum);
-      fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+      fsdp::FsdpEngine eng(test_steps::spec(f.cfg, c, at::kCPU), groups, 1, &f.base, &f.adapters);
       expect_padded_adapters(eng, groups);
       const auto r = test_steps::sft_step(eng, my_rows(f.batch, accum));
       EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
       EXPECT_LE(worst_grad_gap(eng, f), 1e-5)
           << where() << " ac=" << fsdp::recompute_name(ac) << " accum=" << accum;
       // The trainable pieces are the adapters only, 28 tensors sharded over the shard group.
-      for (const auto& p : eng.pieces())
+      for (const auto& p : eng.layout().pieces())
         EXPECT_NE(p.name.find(".lora_"), std::string::npos) << p.name;
       for (auto& u : eng.schedule().units()) {
         EXPECT_TRUE(u.frozen());
@@ -152,7 +153,7 @@ TEST(LoraMpi, FusedLayersGradientsEqualPeft) {
   for (fsdp::Recompute ac : {fsdp::Recompute::kNone, fsdp::Recompute::kFull}) {
     auto c = config(ac);
     c.fused_layers = true;
-    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+    fsdp::FsdpEngine eng(test_steps::spec(f.cfg, c, at::kCPU), groups, 1, &f.base, &f.adapters);
     const auto r = test_steps::sft_step(eng, my_rows(f.batch, 1));
     EXPECT_NEAR(r.loss, f.ref.read("loss").item<double>(), 1e-5) << where();
     EXPECT_LE(worst_grad_gap(eng, f), 1e-5) << where() << " ac=" << fsdp::recompute_name(ac);
@@ -169,7 +170,7 @@ TEST(LoraMpi, FusedLayersWithQAndVOnlyEqualPeft) {
     auto c = config();
     c.fused_layers = fused;
     c.lora.targets = {"q_proj", "v_proj"};
-    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &qv);
+    fsdp::FsdpEngine eng(test_steps::spec(f.cfg, c, at::kCPU), groups, 1, &f.base, &qv);
     EXPECT_EQ(eng.full_parameters(/*adapters=*/true).size(), 8u);
     const auto r = test_steps::sft_step(eng, my_rows(f.batch, 2));
     EXPECT_NEAR(r.loss, f.ref.read("qv.loss").item<double>(), 1e-5) << where();
@@ -193,7 +194,7 @@ TEST(LoraMpi, Fp8BaseGemmsEqualPeftWithFloat8BaseLayers) {
     c.fp8 = m;
     // transformers' loss: the chunked one's summation order can tip a float8 tie.
     c.loss_chunk = -1;
-    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+    fsdp::FsdpEngine eng(test_steps::spec(f.cfg, c, at::kCPU), groups, 1, &f.base, &f.adapters);
     const int64_t before = model::fp8_gemm_count();
     const auto r = test_steps::sft_step(eng, my_rows(f.batch, 1));
     // Forward and input gradient per projection, less the first layer's q, k and v (their input,
@@ -219,7 +220,8 @@ TEST(LoraMpi, Fp8BaseGemmsEqualPeftWithFloat8BaseLayers) {
 TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
-  fsdp::FsdpEngine eng(f.cfg, config(), groups, 1, &f.base, at::kCPU, &f.adapters);
+  fsdp::FsdpEngine eng(test_steps::spec(f.cfg, config(), at::kCPU), groups, 1, &f.base,
+                       &f.adapters);
   expect_padded_adapters(eng, groups);
   optim::OptimizerConfig oc;
   oc.adamw = {0.9, 0.95, 1e-8, 0.1};
@@ -253,8 +255,9 @@ TEST(LoraMpi, ThreeAdamWStepsEqualPeftAndTorchAdamW) {
 TEST(LoraMpi, Bf16KeepsTheBaseInBf16) {
   Fixture f;
   auto groups = fsdp::make_mpi_groups(strategy(), g_env->topology(), 0);
-  fsdp::FsdpEngine eng(f.cfg, config(fsdp::Recompute::kFull, at::kBFloat16), groups, 1, &f.base,
-                       at::kCPU, &f.adapters);
+  fsdp::FsdpEngine eng(
+      test_steps::spec(f.cfg, config(fsdp::Recompute::kFull, at::kBFloat16), at::kCPU), groups, 1,
+      &f.base, &f.adapters);
   for (auto& u : eng.schedule().units()) EXPECT_EQ(u.master().scalar_type(), at::kBFloat16);
   const auto m = eng.memory().report();
   int64_t base_elems = 0;
@@ -282,7 +285,7 @@ TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
                        std::pair{Recompute::kSelective, 0.3}, std::pair{Recompute::kNone, 0.0}}) {
     auto c = config(ac);
     c.lora.dropout = p;
-    fsdp::FsdpEngine eng(f.cfg, c, groups, 1, &f.base, at::kCPU, &f.adapters);
+    fsdp::FsdpEngine eng(test_steps::spec(f.cfg, c, at::kCPU), groups, 1, &f.base, &f.adapters);
     test_steps::sft_step(eng, my_rows(f.batch, 1));
     grads.push_back({});
     for (auto& g : eng.grad_shards()) grads.back().push_back(g.clone());

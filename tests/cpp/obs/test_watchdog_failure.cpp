@@ -17,7 +17,7 @@
 #include "gtest_skip.h"
 #include "run_binary.h"
 #include "shardtrain/comm/mpi_communicator.h"
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/obs/collective_watchdog.h"
 #include "shardtrain/obs/rank_summary.h"
 #include "shardtrain/runtime/error.h"
@@ -54,7 +54,7 @@ int child(int argc, char** argv) {
   layout.shard_rank = env.rank();
   layout.replicate_color = env.rank();
   BrokenProbeCommunicator* world = nullptr;
-  comm::ProcessGroups groups =
+  comm::ParallelDims groups =
       comm::make_groups(layout, env.topology(), [&](runtime::MpiComm c, const char* name) {
         auto made = std::make_unique<BrokenProbeCommunicator>(std::move(c), name);
         if (std::strcmp(name, "world") == 0) world = made.get();

@@ -12,6 +12,7 @@
 #include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/model/activation_memory.h"
 #include "shardtrain/model/params.h"
+#include "shardtrain/model/run_plan.h"
 #include "shardtrain/plan/planner.h"
 #include "shardtrain/runtime/error.h"
 
@@ -38,7 +39,7 @@ fsdp::TrainingSizes tiny_sizes(int shard, int64_t lora_rank) {
   const model::ModelConfig m = model::model_preset("tiny");
   model::LoraConfig lora;
   lora.rank = lora_rank;
-  return fsdp::make_trainable_layout(m, lora)->sizes(shard);
+  return fsdp::TrainableLayout(m, model::RunPlan{lora}.trained(m)).sizes(shard);
 }
 
 // The tiny preset has 158016 parameters, 79008 per rank over 2 with no padding (the hand-worked
@@ -79,11 +80,12 @@ TEST(PlanOffload, LoraOffloadsOnlyTheAdapters) {
 TEST(PlanOffload, DeviceHoldsTwoGradientShardsAndTheStagedShards) {
   model::ModelConfig m = model::model_preset("tiny");
   m.num_layers = 6;
-  const fsdp::TrainingSizes sizes = fsdp::make_trainable_layout(m, model::LoraConfig{})->sizes(4);
+  const fsdp::TrainingSizes sizes = fsdp::TrainableLayout(m, model::full_training(m)).sizes(4);
   const model::ActivationBytes act = model::activation_bytes_per_token(m, 2);
-  fsdp::FsdpConfig cfg;
+  fsdp::ShardingConfig cfg;
   cfg.activation_checkpointing.mode = fsdp::Recompute::kFull;  // the peak late in the backward
-  const fsdp::StepShape shape{1, 64, 1, 2, 4, 4};
+  fsdp::StepShape shape{1, 64, 1, 2, 4, 4};
+  shape.head_chunk = model::RunPlan{}.head_chunk(m, 64);  // the default plan's head
   int64_t largest = 0, all = 0;
   for (const auto& u : sizes.base) {
     largest = std::max(largest, u.shard_numel);

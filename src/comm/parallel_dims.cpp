@@ -1,4 +1,4 @@
-#include "shardtrain/comm/process_groups.h"
+#include "shardtrain/comm/parallel_dims.h"
 
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/runtime/error.h"
@@ -20,6 +20,24 @@ std::pair<int, int> GroupLayout::color_key(const std::string& group) const {
   throw runtime::Error("no process group named " + group);
 }
 
+GroupLayout with_context(GroupLayout g, const runtime::Topology& t, int n) {
+  if (n < 1) throw runtime::UsageError("--context-parallel must be 1 or more (1: off)");
+  if (n == 1) return g;  // each rank its own group: with_lone_context
+  // A ring stays inside a node (NVLink), and inside the shard group where parameters are split.
+  if (t.local_size % n != 0 || t.local_size * t.num_nodes != t.world)
+    throw runtime::UsageError("--context-parallel " + std::to_string(n) +
+                              " must divide the ranks per node (" + std::to_string(t.local_size) +
+                              " here); pick a divisor, or set --ranks-per-node");
+  if (g.shard_size > 1 && g.shard_size % n != 0)
+    throw runtime::UsageError("--context-parallel " + std::to_string(n) +
+                              " must divide the shard group (--shard-group-size " +
+                              std::to_string(g.shard_size) + ")");
+  g.context_size = n;
+  g.context_color = t.node * (t.local_size / n) + t.local_rank / n;
+  g.context_rank = t.local_rank % n;
+  return g;
+}
+
 GroupLayout with_lone_context(GroupLayout layout, const runtime::Topology& topo) {
   if (layout.context_size == 1) {
     layout.context_color = topo.rank;
@@ -28,9 +46,9 @@ GroupLayout with_lone_context(GroupLayout layout, const runtime::Topology& topo)
   return layout;
 }
 
-ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo,
-                          const Backend& backend) {
-  ProcessGroups pg;
+ParallelDims make_groups(const GroupLayout& layout, const runtime::Topology& topo,
+                         const Backend& backend) {
+  ParallelDims pg;
   pg.layout = with_lone_context(layout, topo);
   pg.world = backend(split(0, topo.rank), "world");
   pg.shard = backend(split(pg.layout.shard_color, pg.layout.shard_rank), "shard");
@@ -46,7 +64,7 @@ ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& to
   return pg;
 }
 
-ProcessGroups make_mpi_groups(const GroupLayout& layout, const runtime::Topology& topo) {
+ParallelDims make_mpi_groups(const GroupLayout& layout, const runtime::Topology& topo) {
   return make_groups(layout, topo, [](runtime::MpiComm c, const char* name) {
     return std::make_unique<MpiCommunicator>(std::move(c), name);
   });

@@ -1,8 +1,9 @@
-// Process groups made from MPI alone (MPI_Comm_split): the world, the shard group (parameters
-// are split across it), the replicate group (holds copies) and the context group (the ranks that
-// share each sequence under context parallelism: a ring of N consecutive ranks). Which ranks go
-// together is the sharding strategy's business (fsdp/sharding.h); comm only builds what a
-// GroupLayout says.
+// The device mesh, built before anything else and handed to whatever needs ranks: the world, the
+// shard group (parameters are split across it), the replicate group (holds copies) and the
+// context group (the ranks that share each sequence under context parallelism: a ring of N
+// consecutive ranks), made from MPI alone (MPI_Comm_split). The data-parallel layout is the
+// sharding strategy's (fsdp::group_layout); with_context adds the context dimension and checks
+// which sizes divide which. A new dimension (experts, tensor slices) is one more group here.
 #pragma once
 #include <array>
 #include <functional>
@@ -23,17 +24,25 @@ struct GroupLayout {
   std::pair<int, int> color_key(const std::string& group) const;
 };
 
-struct ProcessGroups {
+struct ParallelDims {
   GroupLayout layout;
   std::unique_ptr<Communicator> world, shard, replicate, context;
   // The data-parallel position: the ranks of a context group share their rows (one data rank).
   int data_rank() const { return layout.context_color; }
   int data_world() const { return world->size() / context->size(); }
+  int shard_size() const { return layout.shard_size; }
+  int replicate_size() const { return layout.replicate_size; }
+  int context_size() const { return layout.context_size; }
   std::array<Communicator*, 4> all() const {
     return {world.get(), shard.get(), replicate.get(), context.get()};
   }                                // in that order
   std::shared_ptr<void> watchdog;  // declared last: stops before the communicators are destroyed
 };
+
+// The strategy's layout with the context dimension: rings of n consecutive ranks of a node,
+// inside the shard group (n = 1: none). Throws UsageError naming --context-parallel, the same
+// on every rank, where the ranks cannot form them.
+GroupLayout with_context(GroupLayout layout, const runtime::Topology& topo, int n);
 
 // A layout whose context group has one rank (no context parallelism) gets it whatever its
 // context color says: each rank alone, so layouts written without the context fields hold.
@@ -42,8 +51,8 @@ GroupLayout with_lone_context(GroupLayout layout, const runtime::Topology& topo)
 // The groups split from MPI_COMM_WORLD by the layout, each wrapped by `backend` (MPI or NCCL).
 using Backend =
     std::function<std::unique_ptr<Communicator>(runtime::MpiComm group, const char* name)>;
-ProcessGroups make_groups(const GroupLayout& layout, const runtime::Topology& topo,
-                          const Backend& backend);
-ProcessGroups make_mpi_groups(const GroupLayout& layout, const runtime::Topology& topo);
+ParallelDims make_groups(const GroupLayout& layout, const runtime::Topology& topo,
+                         const Backend& backend);
+ParallelDims make_mpi_groups(const GroupLayout& layout, const runtime::Topology& topo);
 
 }  // namespace shardtrain::comm
