@@ -21,7 +21,7 @@ namespace shardtrain::cli {
 
 int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  ConvertOptions o = parse_on_every_rank([&] { return parse_convert(args, &help); });
+  ConvertOptions o = runtime::parse_on_every_rank([&] { return parse_convert(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   setup_threads(o.common.threads, env);
   const bool to_hf = o.from_checkpoint;
@@ -50,7 +50,7 @@ int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   } catch (const runtime::UsageError& e) {
     failure = e.what();
   }
-  if (const std::string agreed = agreed_failure(failure); !agreed.empty())
+  if (const std::string agreed = runtime::agreed_failure(failure); !agreed.empty())
     throw runtime::AgreedUsageError(agreed);
   fsdp::FsdpEngine engine({model, fc, run}, groups, /*seed=*/0, weights.get());
   optim::Optimizer optimizer = fsdp::make_optimizer(

@@ -53,14 +53,14 @@ void save_logits(const std::string& path, fsdp::FsdpEngine& engine, const data::
 
 int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  EvalOptions o = parse_on_every_rank([&] { return parse_eval(args, &help); });
+  EvalOptions o = runtime::parse_on_every_rank([&] { return parse_eval(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   check_groups(o.fsdp, o.context_parallel, env);
-  check_tokenizers({o.weights, o.accuracy.tokenizer, ""}, {o.data},
-                   o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
-  auto data = o.data.empty() ? nullptr : open_token_file("--data", o.data, o.model, env);
+  exports::check_tokenizers({o.weights, o.accuracy.tokenizer, ""}, {o.data},
+                            o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
+  auto data = o.data.empty() ? nullptr : data::open_token_file("--data", o.data, o.model, env);
   // A preference file's next-token loss over chosen and rejected answers alike means nothing.
   train::check_objective_data(o.preference.enabled, {{"--data", data.get()}},
                               o.save_logps.empty()

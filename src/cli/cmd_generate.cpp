@@ -17,11 +17,11 @@ namespace shardtrain::cli {
 
 int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  GenerateOptions o = parse_on_every_rank([&] { return parse_generate(args, &help); });
+  GenerateOptions o = runtime::parse_on_every_rank([&] { return parse_generate(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
-  check_tokenizers({o.weights, o.tokenizer, ""}, {}, o.tokenizer, o.model, env);
+  exports::check_tokenizers({o.weights, o.tokenizer, ""}, {}, o.tokenizer, o.model, env);
   data::Tokenizer tok(o.tokenizer);
   tok.require_fits(o.model.vocab_size);  // every rank reads the same file: all throw alike
   model::GenerateConfig g;

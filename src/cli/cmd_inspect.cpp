@@ -73,7 +73,7 @@ Row check(hid_t file, const std::string& path) {
 
 int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  InspectOptions o = parse_on_every_rank([&] { return parse_inspect(args, &help); });
+  InspectOptions o = runtime::parse_on_every_rank([&] { return parse_inspect(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::lock_guard<std::recursive_mutex> lock(io::h5::library_lock());

@@ -143,7 +143,7 @@ Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at:
 
 int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  PreflightOptions o = parse_on_every_rank([&] { return parse_preflight(args, &help); });
+  PreflightOptions o = runtime::parse_on_every_rank([&] { return parse_preflight(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   env.set_ranks_per_node(o.ranks_per_node);
   setup_threads(o.common.threads, env);

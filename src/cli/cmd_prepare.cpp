@@ -9,7 +9,7 @@ namespace shardtrain::cli {
 
 int cmd_prepare(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  PrepareCliOptions o = parse_on_every_rank([&] { return parse_prepare(args, &help); });
+  PrepareCliOptions o = runtime::parse_on_every_rank([&] { return parse_prepare(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   if (env.size() > 1)
     throw runtime::AgreedUsageError(
@@ -18,7 +18,7 @@ int cmd_prepare(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   for (const auto& [opt, out] : {std::pair{"--output", o.prepare.output},
                                  {"--val-output", data::val_output_path(o.prepare)}}) {
     if (out.empty()) continue;
-    if (const std::string why = probe_writable_file(out); !why.empty())
+    if (const std::string why = runtime::probe_writable_file(out); !why.empty())
       throw runtime::UsageError(std::string(opt) + ": cannot write " + out + ": " + why);
   }
   const data::PrepareReport r = data::run_prepare(o.prepare);

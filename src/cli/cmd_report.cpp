@@ -21,7 +21,7 @@ void draw(const fs::path& path, const report::ChartSpec& c) {
 
 int cmd_report(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  ReportOptions o = parse_on_every_rank([&] { return parse_report(args, &help); });
+  ReportOptions o = runtime::parse_on_every_rank([&] { return parse_report(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::vector<std::string> notes;

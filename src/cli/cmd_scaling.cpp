@@ -48,7 +48,7 @@ report::RunSteps read_run(const ScalingRun& run, std::vector<std::string>& notes
 
 int cmd_scaling(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  ScalingOptions o = parse_on_every_rank([&] { return parse_scaling(args, &help); });
+  ScalingOptions o = runtime::parse_on_every_rank([&] { return parse_scaling(args, &help); });
   if (o.common.wants_help()) return print_help(help, env);
   if (env.rank() != 0) return 0;
   std::vector<std::string> notes;

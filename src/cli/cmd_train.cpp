@@ -122,7 +122,7 @@ int stop_message(train::FitEnd end, const train::SignalVerdict& signal,
 
 int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
-  TrainOptions o = parse_on_every_rank([&] {
+  TrainOptions o = runtime::parse_on_every_rank([&] {
     TrainOptions parsed = parse_train(args, &help);
     if (!parsed.common.wants_help())
       resolve_checkpoint_model(parsed);  // reads --resume's checkpoint
@@ -140,16 +140,16 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                                         // exists
   check_writable_outputs(o, env);
   // The data and the prompts in the model's own ids, before a step is spent on others.
-  check_tokenizers(train_tokenizer(o), {o.data, o.val_data},
-                   o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
+  exports::check_tokenizers(train_tokenizer(o), {o.data, o.val_data},
+                            o.accuracy.file.empty() ? "" : o.accuracy.tokenizer, o.model, env);
   // One writer per checkpoint directory, held until the export is done (docs/reliability.md).
   const ckpt::DirLock dir_lock =
       o.ckpt.dir.empty() ? ckpt::DirLock() : ckpt::DirLock::acquire(MPI_COMM_WORLD, o.ckpt.dir);
   std::string checked_train, checked_val;
-  auto train = open_token_file("--data", o.data, o.model, env, &checked_train);
+  auto train = data::open_token_file("--data", o.data, o.model, env, &checked_train);
   auto val = o.val_data.empty()
                  ? nullptr
-                 : open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
+                 : data::open_token_file("--val-data", o.val_data, o.model, env, &checked_val);
   train::check_objective_data(o.preference.enabled,
                               {{"--data", train.get()}, {"--val-data", val.get()}},
                               "train them with --objective dpo");

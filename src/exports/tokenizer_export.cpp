@@ -10,6 +10,7 @@
 
 #include "shardtrain/data/token_file.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/runtime/agreement.h"
 #include "shardtrain/runtime/atomic_write.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
@@ -220,6 +221,23 @@ void write_tokenizer_files(const std::string& dir, const TokenizerSource& src,
     copy_unchanged(r.copy_from / "generation_config.json", out / "generation_config.json");
   else
     write_generation_config(out, model);
+}
+
+void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data,
+                      const std::string& prompt_tokenizer, const model::ModelConfig& model,
+                      const runtime::MpiEnv& env) {
+  std::string failure;
+  if (env.rank() == 0) {  // one reader of the files; the verdict is shared
+    try {
+      for (const std::string& file : data)
+        if (!file.empty()) check_export_tokenizer({src.weights, src.tokenizer, file}, model);
+      check_prompt_tokenizer(src.weights, prompt_tokenizer);
+    } catch (const runtime::UsageError& e) {
+      failure = e.what();
+    }
+  }
+  if (const std::string agreed = runtime::agreed_failure(failure); !agreed.empty())
+    throw runtime::AgreedUsageError(agreed);
 }
 
 }  // namespace shardtrain::exports

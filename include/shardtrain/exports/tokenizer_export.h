@@ -3,7 +3,10 @@
 #pragma once
 #include <string>
 
+#include <vector>
+
 #include "shardtrain/model/config.h"
+#include "shardtrain/runtime/mpi_env.h"
 
 namespace shardtrain::exports {
 
@@ -28,5 +31,13 @@ void check_prompt_tokenizer(const std::string& weights, const std::string& token
 // stands and one warning line says how to add one.
 void write_tokenizer_files(const std::string& dir, const TokenizerSource& src,
                            const model::ModelConfig& model, bool full_model);
+
+// Collective, before any compute: every token file in `data` ("" entries skipped) was prepared
+// with the model's tokenizer (src's --weights files, else its --tokenizer, as
+// check_export_tokenizer takes them), and the tokenizer that encodes prompts (prompt_tokenizer;
+// "" when none) is the --weights directory's.
+void check_tokenizers(const TokenizerSource& src, const std::vector<std::string>& data,
+                      const std::string& prompt_tokenizer, const model::ModelConfig& model,
+                      const runtime::MpiEnv& env);
 
 }  // namespace shardtrain::exports

@@ -20,6 +20,7 @@
 #include "shardtrain/io/h5.h"
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/runtime/signals.h"
+#include "shardtrain/runtime/writable.h"
 #include "shardtrain/train/nonfinite.h"
 #include "shardtrain/train/signal_handler.h"
 
@@ -127,11 +128,11 @@ TEST(RunChecks, ProbeWritableDirCreatesNothing) {
   const auto base = tmp("probe");
   fs::remove_all(base);
   fs::create_directories(base);
-  EXPECT_EQ(cli::probe_writable_dir(base + "/a/b/c"), "");
+  EXPECT_EQ(runtime::probe_writable_dir(base + "/a/b/c"), "");
   EXPECT_FALSE(fs::exists(base + "/a")) << "the probe must not leave directories behind";
   EXPECT_TRUE(fs::is_empty(base)) << "nor probe files";
   std::ofstream(base + "/file") << "x";
-  EXPECT_NE(cli::probe_writable_dir(base + "/file/ckpt"), "");
+  EXPECT_NE(runtime::probe_writable_dir(base + "/file/ckpt"), "");
 }
 
 // ---- item 3: data and file errors, through the binary ----
