@@ -135,7 +135,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   env.set_ranks_per_node(o.fsdp.ranks_per_node);
   setup_threads(o.common.threads, env);
   check_groups(o.fsdp, o.context_parallel, env);
-  check_fp8(o.model, o.run, o.fsdp, env);
+  check_run(o, env);
   runtime::track_host_tensor_memory();  // the metrics' host_tensor_peak_bytes, before any tensor
                                         // exists
   check_writable_outputs(o, env);

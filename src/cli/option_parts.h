@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "shardtrain/cli/options.h"
+#include "shardtrain/spec/spec_options.h"
 
 namespace shardtrain::cli::parts {
 
@@ -29,25 +30,18 @@ struct AccuracyArgs {
 po::options_description accuracy_desc(train::AccuracyConfig& a, AccuracyArgs& raw);
 void check_accuracy(train::AccuracyConfig& a, const AccuracyArgs& raw);
 
-// The sharding group shared by train, eval and generate (training adds the backward's options).
+// The sharding group of train, eval and generate (training adds the backward's options): the
+// options plan shares come from spec::add_layout_options.
 struct FsdpArgs {
-  std::string sharding, reduce_dtype;  // fsdp_desc sets them from ShardingConfig's defaults
-  std::string param_dtype = "auto", loss_chunk = "auto";
-  std::string fp8 = "off";
-  std::string activation_checkpointing = "none";
-  int64_t ac_every = 1;
+  std::string sharding;  // fsdp_desc sets it from ShardingConfig's default
   bool no_tf32 = false;
+  spec::SpecArgs spec;
 };
 // run: what each unit computes (--fused-layers, --fp8, --loss-chunk, --no-tf32); context_parallel:
 // the mesh's context dimension.
 po::options_description fsdp_desc(fsdp::ShardingConfig& f, model::RunPlan& run,
                                   int& context_parallel, FsdpArgs& raw, bool training);
-// --activation-checkpointing [none|selective|full] and --ac-every N (train's and plan's), for
-// fsdp::parse_activation_checkpointing.
-void add_checkpointing_options(po::options_description& d, std::string& mode, int64_t& every);
-void check_fsdp(fsdp::ShardingConfig& f, model::RunPlan& run, const FsdpArgs& raw);
-int64_t parse_loss_chunk(
-    const std::string& v);  // --loss-chunk: auto 0, off -1, N; throws UsageError
+void check_fsdp(fsdp::ShardingConfig& f, model::RunPlan& run, const FsdpArgs& raw, bool training);
 
 // train's --lora-* options; raw.targets is parsed by check_lora.
 struct LoraArgs {
@@ -92,12 +86,13 @@ std::string unknown_option_message(const std::string& typed, const po::options_d
 // option that has a value (typed, from --config, or its default) as option name -> text.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,
                 const po::positional_options_description* positional = nullptr,
-                std::vector<std::pair<std::string, std::string>>* values = nullptr);
+                std::vector<std::pair<std::string, std::string>>* values = nullptr,
+                std::vector<std::string>* given = nullptr);
 std::string usage_text(const CommonOptions& c, const std::string& usage,
                        const po::options_description& all);
 void positive(const char* opt, double v, const char* hint);
-at::ScalarType parse_dtype(const std::string& s, const char* opt);
-const char* dtype_name(at::ScalarType t);  // parse_dtype's inverse: fp32 or bf16
+using spec::dtype_name;
+using spec::parse_dtype;
 void check_threads(const CommonOptions& c);
 
 po::options_description observability_desc(obs::ObsConfig& o);

@@ -199,7 +199,8 @@ std::vector<std::string> join_optional_values(const std::vector<std::string>& ar
 
 void parse_into(const std::vector<std::string>& raw_args, const po::options_description& all,
                 const po::positional_options_description* positional,
-                std::vector<std::pair<std::string, std::string>>* values) {
+                std::vector<std::pair<std::string, std::string>>* values,
+                std::vector<std::string>* given) {
   po::variables_map vm;
   const std::vector<std::string> args = join_optional_values(raw_args, all);
   bool placeholder = std::any_of(args.begin(), args.end(), has_placeholder);
@@ -228,6 +229,10 @@ void parse_into(const std::vector<std::string>& raw_args, const po::options_desc
       for (const auto& d : all.options())
         if (vm.count(d->long_name()))
           values->emplace_back(d->long_name(), option_value_text(vm[d->long_name()].value()));
+    if (given)
+      for (const auto& d : all.options())
+        if (vm.count(d->long_name()) && !vm[d->long_name()].defaulted())
+          given->push_back(d->long_name());
   } catch (const po::error_with_option_name& e) {
     if (placeholder)
       throw runtime::UsageError(
@@ -288,16 +293,6 @@ void positive(const char* opt, double v, const char* hint) {
   }
 }
 
-at::ScalarType parse_dtype(const std::string& s, const char* opt) {
-  if (s == "fp32" || s == "float32") return at::kFloat;
-  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
-  throw runtime::UsageError(std::string(opt) + " must be fp32 or bf16" +
-                            (std::string(opt) == "--param-dtype" ? " (or auto)" : "") + ", got '" +
-                            s + "'");
-}
-
-const char* dtype_name(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : "fp32"; }
-
 void check_threads(const CommonOptions& c) {
   if (c.threads < 0)
     throw runtime::UsageError("--threads must be >= 0 (0: all of this rank's cores)");
@@ -307,88 +302,27 @@ po::options_description fsdp_desc(fsdp::ShardingConfig& f, model::RunPlan& run,
                                   int& context_parallel, FsdpArgs& raw, bool training) {
   po::options_description d("Sharding and precision (FSDP)");
   raw.sharding = fsdp::sharding_name(f.sharding);
-  raw.reduce_dtype = dtype_name(f.reduce_dtype);
   d.add_options()("sharding", po::value(&raw.sharding)->default_value(raw.sharding),
                   runtime::enum_choices(fsdp::kShardingNames).c_str())(
-      "shard-group-size", po::value(&f.shard_group_size)->default_value(f.shard_group_size),
-      "hybrid: ranks per shard group (0: one node)")(
       "ranks-per-node", po::value(&f.ranks_per_node)->default_value(f.ranks_per_node),
       "treat every K consecutive ranks as a node (0: ask MPI)")(
-      "context-parallel", po::value(&context_parallel)->default_value(context_parallel),
-      "split each sequence over N consecutive ranks of a node (2N zigzag chunks, attention as a "
-      "ring; --batch-size counts rows per group of N; docs/context-parallel.md); 1: off")(
       "device", po::value(&f.device)->default_value(f.device),
       "auto (the GPU of the rank's place among the ranks on its machine, else cpu), cuda (NCCL "
-      "groups) or cpu (MPI groups)")("param-dtype",
-                                     po::value(&raw.param_dtype)->default_value(raw.param_dtype),
-                                     "compute and all-gather dtype: auto (bf16 on CUDA, fp32 on "
-                                     "CPU), fp32 or bf16 (master weights stay fp32)")(
+      "groups) or cpu (MPI groups)")(
       "no-tf32", po::bool_switch(&raw.no_tf32),
       "CUDA: keep fp32 matmuls in full fp32 (TF32 tensor cores are on by default)")(
-      "max-inflight-gathers",
-      po::value(&f.max_inflight_gathers)->default_value(f.max_inflight_gathers),
-      "units gathered at once, the computing one included (2: prefetch one ahead; bounds memory)")(
       "fused-layers", po::bool_switch(&run.fused_layers),
       "decoder layers through the fused path: LibTorch's fused RMSNorm, q/k/v and gate/up each one "
-      "matmul, and on "
-      "CUDA shardtrain's rotary and SwiGLU kernels (bf16 results within rounding of the default "
-      "path; docs/gpu.md)");
-  if (training)
-    d.add_options()("reduce-dtype", po::value(&raw.reduce_dtype)->default_value(raw.reduce_dtype),
-                    "gradient reduction dtype: fp32 or bf16")(
-        "no-sync-accumulation", po::bool_switch(&f.no_sync_accumulation),
-        "with --grad-accum: reduce once per step from unsharded fp32 grads (4 bytes x parameters "
-        "more per rank)")(
-        "cpu-offload", po::bool_switch(&f.cpu_offload),
-        "keep the fp32 master weights, AdamW's moments and the gradient shards in host memory and "
-        "step AdamW on the CPU, unit by unit (a full fine-tune that does not fit the GPU; "
-        "docs/fsdp.md)")("fp8", po::value(&raw.fp8)->default_value(raw.fp8),
-                         "off, tensorwise or rowwise: the decoder layers' projections multiply in "
-                         "float8 (e4m3 weights and activations, e5m2 gradients, scales from each "
-                         "tensor's or row's amax); needs float8 tensor cores (H100, H200, L40S; "
-                         "docs/gpu.md)")(
-        "loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
-        "the head's matmul and the cross-entropy fused, over chunks of this many "
-        "tokens, so fp32 logits never exist "
-        "for the whole batch: auto (a chunk of logits about the hidden states' "
-        "size), N, or off (unfused)");
-  if (training) add_checkpointing_options(d, raw.activation_checkpointing, raw.ac_every);
+      "matmul, and on CUDA shardtrain's rotary and SwiGLU kernels (bf16 results within rounding "
+      "of the default path; docs/gpu.md)");
+  spec::add_layout_options(d, f, context_parallel, raw.spec, training);
   return d;
 }
 
-void add_checkpointing_options(po::options_description& d, std::string& mode, int64_t& every) {
-  d.add_options()("activation-checkpointing",
-                  po::value(&mode)->default_value(mode)->implicit_value("full"),
-                  "what decoder layers recompute in backward instead of keeping: none; selective "
-                  "(the RMSNorms and the "
-                  "MLP's activation; the matmuls' and attention's outputs are kept); full (the "
-                  "whole layer from its input). "
-                  "The bare flag: full")("ac-every", po::value(&every)->default_value(every),
-                                         "with --activation-checkpointing: only decoder layers "
-                                         "whose index is a multiple of N (2: every other layer)");
-}
-
-int64_t parse_loss_chunk(const std::string& v) {
-  if (v == "auto") return 0;
-  if (v == "off") return -1;
-  char* end = nullptr;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < 1 || n > (1ll << 40))
-    throw runtime::UsageError("--loss-chunk must be auto, off or a number of tokens >= 1, got '" +
-                              v + "'");
-  return n;
-}
-
-void check_fsdp(fsdp::ShardingConfig& f, model::RunPlan& run, const FsdpArgs& raw) {
+void check_fsdp(fsdp::ShardingConfig& f, model::RunPlan& run, const FsdpArgs& raw, bool training) {
   f.sharding = fsdp::parse_sharding(raw.sharding);
-  f.param_dtype = raw.param_dtype == "auto" ? at::ScalarType::Undefined
-                                            : parse_dtype(raw.param_dtype, "--param-dtype");
   run.tf32 = !raw.no_tf32;
-  f.reduce_dtype = parse_dtype(raw.reduce_dtype, "--reduce-dtype");
-  run.loss_chunk = parse_loss_chunk(raw.loss_chunk);
-  run.fp8 = model::parse_fp8_mode(raw.fp8);
-  f.activation_checkpointing =
-      fsdp::parse_activation_checkpointing(raw.activation_checkpointing, raw.ac_every);
+  spec::resolve_layout(f, run, raw.spec, training);
   f.validate();
 }
 
@@ -446,18 +380,15 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)")(
       "lora-init", po::value(&o.lora_init),
       "start LoRA from this PEFT adapter (adapter_config.json + adapter_model.safetensors): its "
-      "rank, alpha, targets and dropout")(
-      "batch-size", po::value(&t.batch_size)->default_value(t.batch_size),
-      "micro-batch size per rank (rows of seq_len; pairs under --objective dpo)");
+      "rank, alpha, targets and dropout");
   po::options_description train("Training");
+  spec::add_batch_options(train, t.batch_size, t.grad_accum);
   train.add_options()("steps", po::value(&t.steps)->default_value(t.steps),
                       "optimizer steps (0: --epochs worth); a resume at another global batch "
                       "counts them in the first "
                       "run's global batches, so it trains the same rows")(
       "epochs", po::value(&t.epochs)->default_value(t.epochs), "epochs when --steps is 0")(
-      "grad-accum", po::value(&t.grad_accum)->default_value(t.grad_accum),
-      "micro-batches per optimizer step")("seed", po::value(&t.seed)->default_value(t.seed),
-                                          "seed for init and data order")(
+      "seed", po::value(&t.seed)->default_value(t.seed), "seed for init and data order")(
       "val-every", po::value(&t.val_every)->default_value(t.val_every),
       "validation every N steps (0: at the end)")(
       "val-batches", po::value(&t.val_batches)->default_value(t.val_batches), "validation batches")(
@@ -587,7 +518,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   check_preference(o.preference, pref);
   if (o.preference.enabled && !o.preference.val_reference_logps.empty() && o.val_data.empty())
     throw runtime::UsageError("--val-reference-logps needs --val-data");
-  check_fsdp(o.fsdp, o.run, fa);
+  check_fsdp(o.fsdp, o.run, fa, /*training=*/true);
   check_run_control(t, run);
   ck.validate();
   o.obs.validate();
@@ -660,7 +591,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
         o.data + " --save-logps FILE' first), or --lora DIR (the base is the reference)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
   check_threads(o.common);
-  check_fsdp(o.fsdp, o.run, fa);
+  check_fsdp(o.fsdp, o.run, fa, /*training=*/false);
   return o;
 }
 

@@ -129,7 +129,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   if (!(o.top_p > 0 && o.top_p <= 1)) throw runtime::UsageError("--top-p must be in (0, 1]");
   check_threads(o.common);
   if (!o.lora.empty()) o.run.lora = read_adapter_config(o.lora);
-  check_fsdp(o.fsdp, o.run, fa);
+  check_fsdp(o.fsdp, o.run, fa, /*training=*/false);
   return o;
 }
 

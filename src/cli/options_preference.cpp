@@ -7,16 +7,11 @@ namespace shardtrain::cli::parts {
 po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& raw, bool with_val) {
   po::options_description d("Objective (DPO: preference pairs from 'prepare --format preference')");
   raw.loss = runtime::enum_name(model::kPreferenceLossNames, p.cfg.loss);
-  d.add_options()("objective", po::value(&raw.objective)->default_value(raw.objective),
-                  "sft (next-token loss on the answers) or dpo (direct preference optimisation "
-                  "on chosen/rejected pairs)")(
-      "dpo-beta", real(&p.cfg.beta, p.cfg.beta),
-      "DPO's beta: how far the policy may move from the reference (TRL's default)")(
+  spec::add_objective_options(d, raw.objective, p.reference_logps);
+  d.add_options()("dpo-beta", real(&p.cfg.beta, p.cfg.beta),
+                  "DPO's beta: how far the policy may move from the reference (TRL's default)")(
       "dpo-loss", po::value(&raw.loss)->default_value(raw.loss),
-      "sigmoid (DPO) or ipo (IPO, log-ratios averaged over the answer's tokens)")(
-      "reference-logps", po::value(&p.reference_logps),
-      "the reference's log-probabilities of --data, from 'shardtrain eval --save-logps': no "
-      "reference model in memory");
+      "sigmoid (DPO) or ipo (IPO, log-ratios averaged over the answer's tokens)");
   if (with_val)
     d.add_options()("val-reference-logps", po::value(&p.val_reference_logps),
                     "the same for --val-data");
@@ -24,9 +19,7 @@ po::options_description preference_desc(PreferenceOptions& p, PreferenceArgs& ra
 }
 
 void check_preference(PreferenceOptions& p, const PreferenceArgs& raw) {
-  if (raw.objective != "sft" && raw.objective != "dpo")
-    throw runtime::UsageError("--objective must be sft or dpo, got '" + raw.objective + "'");
-  p.enabled = raw.objective == "dpo";
+  p.enabled = spec::resolve_objective(raw.objective);
   const auto loss = runtime::parse_enum(model::kPreferenceLossNames, raw.loss);
   if (!loss)
     throw runtime::UsageError("--dpo-loss must be " +
@@ -35,8 +28,7 @@ void check_preference(PreferenceOptions& p, const PreferenceArgs& raw) {
   p.cfg.loss = *loss;
   if (!(p.cfg.beta > 0))
     throw runtime::UsageError("--dpo-beta must be positive; try 0.1 (TRL's default)");
-  if (!p.enabled && !p.reference_logps.empty())
-    throw runtime::UsageError("--reference-logps needs --objective dpo");
+  spec::check_objective(p.enabled, p.reference_logps);
   if (!p.enabled && !p.val_reference_logps.empty())
     throw runtime::UsageError("--val-reference-logps needs --objective dpo");
   require_file("--reference-logps", p.reference_logps);

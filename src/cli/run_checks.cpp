@@ -22,23 +22,34 @@ namespace fs = std::filesystem;
 
 namespace shardtrain::cli {
 
-void check_fp8(const model::ModelConfig& model, const model::RunPlan& run,
-               const fsdp::ShardingConfig& cfg, const runtime::MpiEnv& env) {
-  if (run.fp8 == model::Fp8Mode::kOff) return;
-  const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(run.fp8) + ": ";
-  if (const std::string p = model::fp8_shape_problem(model); !p.empty())
-    throw runtime::AgreedUsageError(opt + p + "; or run without --fp8");
+spec::TrainSpec train_spec(const TrainOptions& o) {
+  spec::TrainSpec s;
+  s.sharding = o.fsdp;
+  s.run = o.run;
+  s.context_parallel = o.context_parallel;
+  s.batch_size = o.train.batch_size;
+  s.grad_accum = o.train.grad_accum;
+  s.dpo = o.preference.enabled;
+  s.reference_logps = o.preference.reference_logps;
+  return s;
+}
+
+void check_run(const TrainOptions& o, const runtime::MpiEnv& env) {
+  try {  // pure: every rank refuses alike
+    spec::validate(train_spec(o), o.model, /*packed=*/false);
+  } catch (const runtime::UsageError& e) {
+    throw runtime::AgreedUsageError(e.what());
+  }
+  if (o.run.fp8 == model::Fp8Mode::kOff) return;
   // Each rank asks about its own GPU (a mixed allocation differs): the first refusal is all's.
-  const DeviceChoice d = choose_device(cfg.device, env);
+  const DeviceChoice d = choose_device(o.fsdp.device, env);
   const std::string mine = model::fp8_device_problem(
       d.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index))
              : at::Device(at::kCPU));
+  const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(o.run.fp8) + ": ";
   const std::string agreed =
       runtime::agreed_failure(mine.empty() ? "" : opt + mine + "; or run without --fp8");
   if (!agreed.empty()) throw runtime::AgreedUsageError(agreed);
-  if (run.fp8 == model::Fp8Mode::kRowwise && cfg.param_dtype == at::kFloat)
-    throw runtime::AgreedUsageError(
-        opt + "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)");
 }
 
 void check_groups(const fsdp::ShardingConfig& cfg, int context_parallel,

@@ -16,16 +16,6 @@ int64_t micro_batch_rows(const Objective& o, int64_t batch_size) {
   return o.dpo ? 2 * batch_size : batch_size;
 }
 
-void validate_objective(const Objective& o, bool packed) {
-  if (o.reference_logps && !o.dpo)
-    throw runtime::UsageError("--reference-logps needs --objective dpo");
-  if (!o.dpo) return;
-  if (packed)
-    throw runtime::UsageError(
-        "--objective dpo with --packed: preference pairs are one row each (prepare --format "
-        "preference refuses --mode packing); plan unpacked rows");
-}
-
 bool head_recomputes_logits(const Objective& o, int64_t loss_chunk) {
   return o.dpo && loss_chunk >= 0;  // fsdp/engine.cpp: fused_head when the chunk is > 0
 }

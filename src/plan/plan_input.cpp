@@ -36,18 +36,13 @@ void PlanInput::validate() const {
                               " with --packed: the planner does not model the ring's document "
                               "masks; plan unpacked rows");
   if (!(default_mfu > 0 && default_mfu <= 1)) throw runtime::UsageError("--mfu must be in (0, 1]");
-  if (fsdp.no_sync_accumulation && grad_accum < 2)
-    throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
   if (run.fp8 != model::Fp8Mode::kOff) {
     const std::string opt = std::string("--fp8 ") + model::fp8_mode_name(run.fp8) + ": ";
     if (gpu.fp8_tflops <= 0)
       throw runtime::UsageError(opt + "--gpu " + gpu.name +
                                 " has no float8 tensor cores (h100-80gb and h200-141gb have)");
-    if (const std::string p = model::fp8_shape_problem(model); !p.empty())
-      throw runtime::UsageError(opt + p);
   }
-  // --objective dpo: what train refuses with it (packed rows).
-  validate_objective(objective, packed);
+  // The combinations train refuses too are spec::validate's (the option parser calls it).
   fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes
   run.validate();   // --lora-*
 }

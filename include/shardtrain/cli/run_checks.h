@@ -16,14 +16,16 @@
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/mpi_env.h"
 #include "shardtrain/runtime/writable.h"
+#include "shardtrain/spec/train_spec.h"
 
 namespace shardtrain::cli {
 
-// --fp8 where it cannot run, before anything else is spent: a projection not in multiples of 16,
-// a device without float8 tensor cores (the CPU included), rowwise with fp32 compute. Throws
-// AgreedUsageError naming the option.
-void check_fp8(const model::ModelConfig& model, const model::RunPlan& run,
-               const fsdp::ShardingConfig& cfg, const runtime::MpiEnv& env);
+// train's options as the run description plan shares.
+spec::TrainSpec train_spec(const TrainOptions& o);
+// Collective, before anything else is spent: the combinations spec::validate refuses, and --fp8
+// on a device without float8 tensor cores (the CPU included). Throws AgreedUsageError naming the
+// option.
+void check_run(const TrainOptions& o, const runtime::MpiEnv& env);
 
 // --context-parallel (and the strategy's groups) where the ranks cannot form them, before
 // anything else is spent: one agreed line naming the option (the first rank's reason).

@@ -23,8 +23,6 @@ ReferenceModel reference_model(const Objective& o, bool lora);
 
 // Rows per rank (per context group) per micro-batch: --batch-size, pairs under DPO (2 rows each).
 int64_t micro_batch_rows(const Objective& o, int64_t batch_size);
-// Throws UsageError naming the option: what train --objective dpo refuses.
-void validate_objective(const Objective& o, bool packed);
 
 // DPO's head runs fused like SFT's (--loss-chunk; off: unfused, the same terms as SFT's) but
 // through model::chunked_row_logps, whose backward recomputes each chunk's logits (one more head

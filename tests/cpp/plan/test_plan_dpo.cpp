@@ -41,7 +41,7 @@ constexpr int64_t kHeadNumel = int64_t{128256} * 4096;
 TEST(PlanDpo, FullFineTuningHoldsAFrozenCopyOfTheParameterShards) {
   const PlanInput in = planned({"--objective", "dpo"});
   const PlanRow dpo = row_of(in), sft = row({});
-  const PlanRow logps = row({"--objective", "dpo", "--reference-logps"});
+  const PlanRow logps = row({"--objective", "dpo", "--reference-logps", "ref-logps.h5"});
   const int64_t shard_params = in.model.num_params() / 8;
   EXPECT_GE(dpo.reference, 4 * shard_params);
   EXPECT_LT(dpo.reference, 4 * shard_params + (int64_t{1} << 20));  // padding: a few elements
@@ -67,17 +67,18 @@ TEST(PlanDpo, FullFineTuningHoldsAFrozenCopyOfTheParameterShards) {
 // --reference-logps: no reference model, no reference forward. Unfused, exactly SFT's 2 rows.
 TEST(PlanDpo, ReferenceLogpsHoldsNoCopyAndRunsNoReferenceForward) {
   const PlanRow dpo = row({"--objective", "dpo"});
-  const PlanRow logps = row({"--objective", "dpo", "--reference-logps"});
+  const PlanRow logps = row({"--objective", "dpo", "--reference-logps", "ref-logps.h5"});
   EXPECT_EQ(logps.reference, 0);
   EXPECT_EQ(logps.reference_peak, 0);
   EXPECT_EQ(logps.reference_s, 0);
   EXPECT_GE(dpo.total - logps.total, dpo.reference);
-  const PlanRow off = row({"--objective", "dpo", "--reference-logps", "--loss-chunk", "off"});
+  const PlanRow off =
+      row({"--objective", "dpo", "--reference-logps", "ref-logps.h5", "--loss-chunk", "off"});
   const PlanRow same_rows = row({"--batch-size", "2", "--loss-chunk", "off"});
   EXPECT_EQ(off.tensor_peak, same_rows.tensor_peak);
   EXPECT_EQ(off.total, same_rows.total);
   EXPECT_DOUBLE_EQ(off.step_s, same_rows.step_s);
-  const PlanInput in = planned({"--objective", "dpo", "--reference-logps"});
+  const PlanInput in = planned({"--objective", "dpo", "--reference-logps", "ref-logps.h5"});
   EXPECT_EQ(plan_table(in, {logps}).find(" ref."), std::string::npos);
 }
 
@@ -98,8 +99,8 @@ TEST(PlanDpo, LoraHasNoCopy) {
 // Each pair is two rows: DPO --batch-size 3 plans SFT's --batch-size 6 activations, compute and
 // tokens (the head unfused in both, where they differ in nothing else); the header and JSON say so.
 TEST(PlanDpo, RowsAreDoubled) {
-  const PlanInput in = planned(
-      {"--objective", "dpo", "--batch-size", "3", "--reference-logps", "--loss-chunk", "off"});
+  const PlanInput in = planned({"--objective", "dpo", "--batch-size", "3", "--reference-logps",
+                                "ref-logps.h5", "--loss-chunk", "off"});
   EXPECT_EQ(micro_batch_rows(in.objective, in.batch_size), 6);
   const PlanRow dpo = row_of(in);
   const PlanRow same_rows = row({"--batch-size", "6", "--loss-chunk", "off"});
@@ -108,7 +109,7 @@ TEST(PlanDpo, RowsAreDoubled) {
   EXPECT_DOUBLE_EQ(dpo.tokens_per_s_per_gpu, same_rows.tokens_per_s_per_gpu);
   EXPECT_EQ(plan_json(in, {dpo})["objective"]["rows_per_micro_batch"], 6);
   EXPECT_NE(plan_table(in, {dpo}).find("batch 3 pairs per rank"), std::string::npos);
-  const PlanInput one = planned({"--objective", "dpo", "--reference-logps"});
+  const PlanInput one = planned({"--objective", "dpo", "--reference-logps", "ref-logps.h5"});
   EXPECT_NE(plan_table(one, {row_of(one)}).find("batch 1 pair per rank"), std::string::npos);
 }
 
@@ -122,9 +123,9 @@ TEST(PlanDpo, HeadIsChunkedWithOneMoreFp32WeightProduct) {
     return row_of(in).activations;
   };
   const int64_t more = 65536, tokens = 2 * 4096;
-  const PlanInput dpo = planned({"--objective", "dpo", "--reference-logps"});
+  const PlanInput dpo = planned({"--objective", "dpo", "--reference-logps", "ref-logps.h5"});
   const PlanInput unfused =
-      planned({"--objective", "dpo", "--reference-logps", "--loss-chunk", "off"});
+      planned({"--objective", "dpo", "--reference-logps", "ref-logps.h5", "--loss-chunk", "off"});
   EXPECT_LT(grown(dpo, more) - grown(dpo, 0), 12 * more * tokens / 2);
   EXPECT_GE(grown(unfused, more) - grown(unfused, 0), 12 * more * tokens);
   EXPECT_EQ(row_of(dpo).activations - row({"--batch-size", "2"}).activations, 4 * kHeadNumel);
@@ -162,7 +163,8 @@ TEST(PlanDpo, OffloadedCopyLivesOnTheHost) {
 TEST(PlanDpo, RefusedByName) {
   EXPECT_NE(plan_refusal({"--objective", "ppo"}).find("--objective must be sft or dpo"),
             std::string::npos);
-  EXPECT_NE(plan_refusal({"--reference-logps"}).find("--reference-logps needs --objective dpo"),
+  EXPECT_NE(plan_refusal({"--reference-logps", "ref-logps.h5"})
+                .find("--reference-logps needs --objective dpo"),
             std::string::npos);
   EXPECT_EQ(plan_refusal({"--objective", "dpo", "--context-parallel", "2"}), "accepted")
       << "DPO splits its rows over a context group as SFT does";
