@@ -129,4 +129,16 @@ int remove_checkpoints(const std::string& dir) {
   return n;
 }
 
+bool is_checkpoint_input(const std::string& path) {
+  const fs::path p(path);
+  std::error_code ec;
+  if (!fs::is_directory(p, ec)) return p.extension() == ".h5" || p.filename() == "latest";
+  if (fs::exists(p / "config.json", ec)) return false;  // a Hugging Face model directory
+  if (holds_checkpoints(path)) return true;
+  throw runtime::UsageError(
+      "--input " + path +
+      " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
+      "directory (no latest or step-*.h5); pass one of those or a step-N.h5 file");
+}
+
 }  // namespace shardtrain::ckpt

@@ -1,4 +1,5 @@
 #include "shardtrain/cli/banner.h"
+#include "shardtrain/obs/rank_summary.h"
 
 #include "shardtrain/model/context_parallel.h"
 #include "shardtrain/runtime/counted.h"
@@ -22,19 +23,6 @@ std::string cadence(int64_t every, const std::string& unit) {
   return "every " + (every == 1 ? unit : std::to_string(every) + " " + unit + "s");
 }
 
-std::string host_ranges(const std::vector<std::string>& hosts) {
-  std::string out;
-  for (size_t i = 0; i < hosts.size();) {
-    size_t j = i;
-    while (j + 1 < hosts.size() && hosts[j + 1] == hosts[i]) ++j;
-    out += (out.empty() ? "" : "; ") + hosts[i] + ": " +
-           (i == j ? "rank " + std::to_string(i)
-                   : "ranks " + std::to_string(i) + "-" + std::to_string(j));
-    i = j + 1;
-  }
-  return out;
-}
-
 std::string start_line(const TrainOptions& o) {
   const std::string name = o.model.name;
   if (o.resumes)
@@ -51,7 +39,7 @@ std::string start_line(const TrainOptions& o) {
 
 std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                          const std::vector<std::string>& hosts, const comm::ParallelDims& g,
-                         const DeviceChoice& device, const BannerFacts& f) {
+                         const comm::DeviceChoice& device, const BannerFacts& f) {
   const auto& m = o.model;
   const auto& t = o.train;
   const auto& op = o.optim;
@@ -59,7 +47,7 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
   std::string b = "shardtrain train: job " + o.obs.metrics_job + "\n";
   b += "  topology    " + runtime::counted(topo.world, "rank") + " on " +
        runtime::counted(topo.num_nodes, "node") + " x " +
-       runtime::counted(topo.local_size, "rank") + " per node (" + host_ranges(hosts) + ")\n";
+       runtime::counted(topo.local_size, "rank") + " per node (" + obs::host_ranges(hosts) + ")\n";
   std::snprintf(buf, sizeof buf,
                 "  strategy    %s: shard groups of %d, %s | param %s, reduce %s | "
                 "activation checkpointing %s | "

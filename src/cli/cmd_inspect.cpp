@@ -9,6 +9,7 @@
 
 #include "shardtrain/ckpt/checkpoint.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
+#include "shardtrain/ckpt/dataset_check.h"
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/io/h5.h"
@@ -17,60 +18,6 @@
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::cli {
-namespace {
-
-struct Row {
-  std::string name, shape, status;
-};
-
-#if H5_VERSION_GE(1, 12, 0)
-using LinkInfo = H5L_info2_t;
-#else
-using LinkInfo = H5L_info_t;  // Debian 12 ships HDF5 1.10
-#endif
-
-herr_t collect(hid_t, const char* name, const LinkInfo*, void* out) {
-  static_cast<std::vector<std::string>*>(out)->push_back(name);
-  return 0;
-}
-
-std::vector<std::string> children(hid_t parent, const std::string& path) {
-  std::vector<std::string> names;
-  io::h5::Handle g(H5_CHECK(H5Gopen2(parent, path.c_str(), H5P_DEFAULT)), H5Gclose);
-  H5_CHECK(H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect, &names));
-  return names;
-}
-
-Row check(hid_t file, const std::string& path) {
-  io::h5::Handle d = io::h5::open_dataset(file, path);
-  const auto dims = io::h5::dataset_shape(d);
-  std::ostringstream shape;
-  shape << "[";
-  hsize_t n = 1;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    shape << (i ? ", " : "") << dims[i];
-    n *= dims[i];
-  }
-  shape << "]";
-  // HDF5 would convert any other type to float and the CRC would merely fail: name the type
-  // instead.
-  const io::h5::Expected any_f32{io::h5::Element::kFloat32, std::vector<int64_t>(dims.size(), -1),
-                                 ""};
-  if (!io::h5::dataset_mismatch(d, "", path, any_f32).empty()) {
-    io::h5::Handle type(H5_CHECK(H5Dget_type(d)), H5Tclose);
-    return {path, shape.str(), "NOT float32 but " + io::h5::type_name(type)};
-  }
-  std::vector<float> buf(n);
-  H5_CHECK(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()));
-  const uint32_t crc =
-      ckpt::crc_of(at::from_blob(buf.data(), {static_cast<int64_t>(n)}, at::kFloat));
-  const bool has = io::h5::has_attr(d, "crc32");
-  const bool ok = has && io::h5::read_attr_int(d, "crc32") == static_cast<int64_t>(crc);
-  return {path, shape.str(), !has ? "no checksum" : ok ? "ok" : "CORRUPT"};
-}
-
-}  // namespace
-
 int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   std::string help;
   InspectOptions o = runtime::parse_on_every_rank([&] { return parse_inspect(args, &help); });
@@ -95,15 +42,12 @@ int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
               << a.lora_dropout << ", targets " << a.lora_targets << " | base " << a.base_weights
               << " (CRC-32 " << a.base_crc32 << ")\n";
   int bad = 0, total = 0;
-  for (const std::string& group :
-       children(f, "/"))  // every piece's tensors, whichever registered them
-    for (const auto& name : children(f, group)) {
-      const Row r = check(f, std::string("/") + group + "/" + name);
-      bad += r.status != "ok";
-      ++total;
-      std::cout << "  " << std::left << std::setw(58) << r.name << std::setw(14) << r.shape
-                << "float32  " << r.status << "\n";
-    }
+  for (const ckpt::DatasetCheck& r : ckpt::check_datasets(f)) {
+    bad += r.status != "ok";
+    ++total;
+    std::cout << "  " << std::left << std::setw(58) << r.name << std::setw(14) << r.shape
+              << "float32  " << r.status << "\n";
+  }
   std::cout << total << " datasets, "
             << (bad ? std::to_string(bad) + " FAILED their checksum" : "all checksums ok")
             << std::endl;

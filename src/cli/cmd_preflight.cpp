@@ -15,6 +15,7 @@
 #include "shardtrain/cli/commands.h"
 #include "shardtrain/cli/run_checks.h"
 #include "shardtrain/comm/bus_bandwidth.h"
+#include "shardtrain/comm/collective_sweep.h"
 #include "shardtrain/comm/mpi_communicator.h"
 #include "shardtrain/net/fabric_probe.h"
 #include "shardtrain/obs/rank_summary.h"
@@ -47,98 +48,6 @@ std::string device_line(bool use_cuda, int device) {
   return buf;
 }
 
-// A group of ranks to sweep: the MPI communicator, and the backend's communicator over it.
-struct Scope {
-  std::string name;
-  runtime::MpiComm mpi;
-  std::unique_ptr<comm::Communicator> comm;
-};
-
-Scope make_scope(const std::string& name, int color, int key, bool use_cuda) {
-  MPI_Comm c;
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, color, key, &c));
-  MPI_Comm dup;  // the backend gets its own communicator; the scope's carries the timing reductions
-  MPI_CHECK(MPI_Comm_dup(c, &dup));
-  Scope s{name, runtime::MpiComm(c), nullptr};
-#ifdef SHARDTRAIN_HAVE_CUDA
-  if (use_cuda)
-    s.comm = std::make_unique<comm::NcclCommunicator>(runtime::MpiComm(dup), name,
-                                                      cuda::NcclComm::bootstrap(dup));
-#endif
-  if (!s.comm) s.comm = std::make_unique<comm::MpiCommunicator>(runtime::MpiComm(dup), name);
-  return s;
-}
-
-Op op_of(const std::string& name) {
-  return name == "all_gather"       ? Op::kAllGather
-         : name == "reduce_scatter" ? Op::kReduceScatter
-                                    : Op::kAllReduce;
-}
-
-struct Row {
-  int64_t bytes = 0, count = 0;
-  double seconds = 0, algbw = 0, busbw = 0;  // of the slowest group
-  int64_t wrong = 0;
-  int slowest_rank = 0;
-};
-
-void sync_device(bool use_cuda) {
-#ifdef SHARDTRAIN_HAVE_CUDA
-  if (use_cuda) cuda::device_synchronize();
-#endif
-  (void)use_cuda;
-}
-
-// Times one collective of `bytes` on the scope; every group of the scope runs at once.
-Row measure(Scope& s, Op op, int64_t bytes, const PreflightOptions& o, const at::TensorOptions& opt,
-            bool use_cuda) {
-  auto& c = *s.comm;
-  const int n = c.size(), r = c.rank();
-  Row row;
-  row.count = comm::sweep_elements(bytes, 4, n);
-  row.bytes = row.count * 4;
-  const int64_t per = row.count / n;
-  at::Tensor in =
-      at::full({op == Op::kAllGather ? per : row.count}, static_cast<double>(r + 1), opt);
-  at::Tensor out = at::empty({op == Op::kAllGather ? row.count : per}, opt);
-  auto run = [&] {
-    if (op == Op::kAllGather)
-      c.all_gather_async(in, out)->wait();
-    else if (op == Op::kReduceScatter)
-      c.reduce_scatter_async(in, out)->wait();
-    else
-      c.all_reduce_async(in)->wait();
-  };
-  for (int i = 0; i < o.warmup; ++i) run();
-  sync_device(use_cuda);
-  MPI_CHECK(MPI_Barrier(s.mpi.get()));
-  const double t0 = MPI_Wtime();
-  for (int i = 0; i < o.iters; ++i) run();
-  sync_device(use_cuda);
-  // The slowest group sets the row: a bad node shows up as the scope's bandwidth.
-  struct {
-    double secs;
-    int rank;
-  } mine{(MPI_Wtime() - t0) / o.iters, 0}, slowest{};
-  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &mine.rank));
-  MPI_CHECK(MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD));
-  // Correctness on a fresh input (all-reduce works in place, so the timed runs changed it).
-  in.fill_(static_cast<double>(r + 1));
-  run();
-  at::Tensor expect;
-  if (op == Op::kAllGather)
-    expect = at::arange(1, n + 1, opt).repeat_interleave(per);
-  else
-    expect = at::full({op == Op::kReduceScatter ? per : row.count}, n * (n + 1) / 2.0, opt);
-  row.wrong = (op == Op::kAllReduce ? in : out).ne(expect).sum().item<int64_t>();
-  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &row.wrong, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
-  row.seconds = slowest.secs;
-  row.slowest_rank = slowest.rank;
-  row.algbw = row.bytes / row.seconds / 1e9;
-  row.busbw = row.algbw * comm::bus_factor(op, n);
-  return row;
-}
-
 }  // namespace
 
 int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
@@ -148,7 +57,7 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   env.set_ranks_per_node(o.ranks_per_node);
   setup_threads(o.common.threads, env);
   const auto& t = env.topology();
-  const auto choice = choose_device(o.device, env);
+  const auto choice = comm::choose_device(o.device, env);
   const bool use_cuda = choice.cuda;
   const int device = choice.index;
   const bool root = env.rank() == 0;
@@ -194,9 +103,9 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   const auto opt = at::TensorOptions()
                        .dtype(at::kFloat)
                        .device(use_cuda ? at::Device(at::kCUDA, device) : at::Device(at::kCPU));
-  std::vector<Scope> scopes;
-  if (o.intra) scopes.push_back(make_scope("intra-node", t.node, t.local_rank, use_cuda));
-  if (o.inter) scopes.push_back(make_scope("inter-node", t.local_rank, t.node, use_cuda));
+  std::vector<comm::Scope> scopes;
+  if (o.intra) scopes.push_back(comm::make_scope("intra-node", t.node, t.local_rank, use_cuda));
+  if (o.inter) scopes.push_back(comm::make_scope("inter-node", t.local_rank, t.node, use_cuda));
   std::vector<std::string> failures;
   // The fabric file: per scope its group size, and preflight's inter-node scope runs one group
   // per local rank at once (docs/planner.md turns that into a spanning collective's bandwidth).
@@ -215,7 +124,7 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       continue;
     }
     for (const auto& name : o.ops) {
-      const Op op = op_of(name);
+      const Op op = comm::op_of(name);
       if (root) {
         std::printf("# %s, %s: %s of %d ranks, %s, float32\n", name.c_str(), s.name.c_str(),
                     runtime::counted(t.world / s.comm->size(), "group").c_str(), s.comm->size(),
@@ -227,7 +136,7 @@ int cmd_preflight(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       int rows = 0;
       int64_t wrong = 0;
       for (int64_t b : comm::sweep_sizes(o.min_bytes, o.max_bytes, o.step_factor)) {
-        const Row row = measure(s, op, b, o, opt, use_cuda);
+        const comm::SweepRow row = comm::measure(s, op, b, o.warmup, o.iters, opt, use_cuda);
         sum += row.busbw;
         ++rows;
         wrong += row.wrong;

@@ -23,7 +23,7 @@ comm::ParallelDims mesh(const fsdp::ShardingConfig& cfg, int context_parallel,
 EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::ShardingConfig& cfg,
                          const model::RunPlan& run, int context_parallel, runtime::MpiEnv& env,
                          const std::string& path, uint64_t seed, const std::string& lora_dir)
-    : device(choose_device(cfg.device, env)),
+    : device(comm::choose_device(cfg.device, env)),
       groups(mesh(cfg, context_parallel, env, device.cuda)),
       weights(path.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(path)),
       adapter(lora_dir.empty() ? nullptr

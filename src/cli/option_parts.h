@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "shardtrain/cli/options.h"
+#include "shardtrain/exports/peft_export.h"
+#include "shardtrain/runtime/text.h"
 #include "shardtrain/spec/spec_options.h"
 
 namespace shardtrain::cli::parts {
@@ -51,8 +53,8 @@ struct LoraArgs {
 po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw);
 void check_lora(model::LoraConfig& l, const LoraArgs& raw);
 // eval/generate --lora DIR: the settings of a PEFT adapter (adapter_config.json); dropout 0.
-model::LoraConfig read_adapter_config(const std::string& dir, const std::string& opt = "--lora");
-double adapter_dropout(const std::string& dir);  // its lora_dropout (train --lora-init)
+using exports::adapter_dropout;
+using exports::read_adapter_config;
 
 // train's and eval's --objective and the DPO settings; check_preference reads raw.objective and
 // raw.loss. with_val: train's --val-reference-logps.
@@ -73,8 +75,7 @@ inline constexpr const char* kTokenizerHelp =
 // A double option with its default shown in --help as one types it (1e-4, 0.95), not as Boost's
 // lexical_cast prints it (0.0001000000000000000048). Every double option with a default uses it.
 po::typed_value<double>* real(double* target, double default_value);
-// The shortest text that reads back as exactly v: 1e-4, 0.1, 0.95, 1e-8, 32.
-std::string round_trip(double v);
+using runtime::round_trip;
 // A parsed option's value as one would type it (doubles as round_trip writes them); "" for a
 // type that no option has.
 std::string option_value_text(const boost::any& v);

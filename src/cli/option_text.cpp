@@ -8,20 +8,10 @@
 #include <vector>
 
 #include "option_parts.h"
+#include "shardtrain/runtime/text.h"
 
 namespace shardtrain::cli::parts {
 namespace {
-
-// "1e-08" -> "1e-8", "1e+20" -> "1e20": the exponent as one types it.
-std::string plain_exponent(std::string s) {
-  const size_t e = s.find('e');
-  if (e == std::string::npos) return s;
-  size_t digits = e + 1;
-  if (s[digits] == '+') s.erase(digits, 1);
-  if (s[digits] == '-') ++digits;
-  while (digits + 1 < s.size() && s[digits] == '0') s.erase(digits, 1);
-  return s;
-}
 
 // Flags of PyTorch scripts, llama-recipes and Hugging Face's Trainer, with dashes for
 // underscores, and what to pass to shardtrain instead. The first --option named must exist in
@@ -76,21 +66,6 @@ constexpr Foreign kForeign[] = {
     {"max-seq-length", "--data's rows keep the length they were prepared with (prepare --seq-len)"},
 };
 
-// Optimal string alignment distance: edits, with a swap of neighbours as one.
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i)
-    for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min(
-          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  return d[a.size()][b.size()];
-}
-
 // "did you mean --a?" or "did you mean --a, --b or --c?"
 std::string did_you_mean(const std::vector<std::string>& names, const std::string& dash) {
   std::string s = "did you mean ";
@@ -120,7 +95,7 @@ std::string suggestion(const std::string& name, const std::vector<std::string>& 
   size_t best = close + 1;
   std::string nearest;
   for (const auto& o : options)
-    if (const size_t d = edit_distance(name, o); d < best && d < name.size()) {
+    if (const size_t d = runtime::edit_distance(name, o); d < best && d < name.size()) {
       best = d;
       nearest = o;
     }
@@ -129,27 +104,8 @@ std::string suggestion(const std::string& name, const std::vector<std::string>& 
 
 }  // namespace
 
-std::string round_trip(double v) {
-  char buf[512];  // %f of 1e308 has 309 digits
-  int digits = 1;
-  for (; digits < 17; ++digits) {  // 17 significant digits always read back exactly
-    std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
-    if (std::strtod(buf, nullptr) == v) break;
-  }
-  std::snprintf(buf, sizeof buf, "%.*e", digits - 1, v);
-  const std::string exponent = plain_exponent(buf);
-  std::string fixed;
-  for (int decimals = 0; decimals <= 20 && fixed.empty(); ++decimals) {
-    std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    if (std::strtod(buf, nullptr) == v) fixed = buf;
-  }
-  if (fixed.empty()) return exponent;
-  if (std::abs(v) >= 1 && std::abs(v) < 1e6) return fixed;   // 600, not 6e2
-  return exponent.size() < fixed.size() ? exponent : fixed;  // 1e-4, not 0.0001; 0.5, not 5e-1
-}
-
 po::typed_value<double>* real(double* target, double default_value) {
-  return po::value(target)->default_value(default_value, round_trip(default_value));
+  return po::value(target)->default_value(default_value, runtime::round_trip(default_value));
 }
 
 std::string unknown_option_message(const std::string& typed, const po::options_description& all,
@@ -171,7 +127,7 @@ std::string unknown_option_message(const std::string& typed, const po::options_d
 std::string option_value_text(const boost::any& v) {
   if (const auto* x = boost::any_cast<std::string>(&v)) return *x;
   if (const auto* x = boost::any_cast<bool>(&v)) return *x ? "true" : "false";
-  if (const auto* x = boost::any_cast<double>(&v)) return round_trip(*x);
+  if (const auto* x = boost::any_cast<double>(&v)) return runtime::round_trip(*x);
   if (const auto* x = boost::any_cast<int>(&v)) return std::to_string(*x);
   if (const auto* x = boost::any_cast<long>(&v)) return std::to_string(*x);
   if (const auto* x = boost::any_cast<long long>(&v)) return std::to_string(*x);

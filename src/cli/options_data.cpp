@@ -162,25 +162,13 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
   if (o.input.empty() || o.output.empty())
     throw runtime::UsageError("convert needs --input and --output");
   require_file("--input", o.input);
-  o.from_checkpoint = is_checkpoint_input(o.input);
+  o.from_checkpoint = ckpt::is_checkpoint_input(o.input);
   if (o.from_checkpoint) o.input = ckpt::resolve_checkpoint(o.input, "--input");
   require_file("--weights", o.weights);
   require_tokenizer(o.tokenizer);
   o.dtype = parse_dtype(dtype, "--dtype");
   check_threads(o.common);
   return o;
-}
-
-bool is_checkpoint_input(const std::string& path) {
-  const fs::path p(path);
-  std::error_code ec;
-  if (!fs::is_directory(p, ec)) return p.extension() == ".h5" || p.filename() == "latest";
-  if (fs::exists(p / "config.json", ec)) return false;  // a Hugging Face model directory
-  if (ckpt::holds_checkpoints(path)) return true;
-  throw runtime::UsageError(
-      "--input " + path +
-      " is neither a Hugging Face model directory (no config.json) nor a checkpoint "
-      "directory (no latest or step-*.h5); pass one of those or a step-N.h5 file");
 }
 
 TokenizeOptions parse_tokenize(const std::vector<std::string>& args, std::string* help_text) {

@@ -42,7 +42,7 @@ void check_run(const TrainOptions& o, const runtime::MpiEnv& env) {
   }
   if (o.run.fp8 == model::Fp8Mode::kOff) return;
   // Each rank asks about its own GPU (a mixed allocation differs): the first refusal is all's.
-  const DeviceChoice d = choose_device(o.fsdp.device, env);
+  const comm::DeviceChoice d = comm::choose_device(o.fsdp.device, env);
   const std::string mine = model::fp8_device_problem(
       d.cuda ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(d.index))
              : at::Device(at::kCPU));

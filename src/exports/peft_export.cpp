@@ -1,12 +1,14 @@
 // A low-rank adapter run's outputs: the adapter in PEFT's format, and the merge into full weights.
 #include "shardtrain/exports/peft_export.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "shardtrain/io/safetensors.h"
 #include "shardtrain/runtime/atomic_write.h"
+#include "shardtrain/runtime/error.h"
 
 namespace fs = std::filesystem;
 
@@ -74,6 +76,56 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
         peft_adapter_config(engine.spec().plan.lora, base).dump(2) + "\n");
     write_tokenizer_files(into, tokenizer, engine.spec().model, /*full_model=*/false);
   });
+}
+
+double adapter_dropout(const std::string& dir) {
+  read_adapter_config(dir, "--lora-init");  // the checks
+  nlohmann::json j;
+  std::ifstream(fs::path(dir) / "adapter_config.json") >> j;
+  const double d = j.value("lora_dropout", 0.0);
+  if (d < 0 || d >= 1)
+    throw runtime::UsageError("--lora-init: " + dir + "/adapter_config.json has lora_dropout " +
+                              std::to_string(d) + "; it must be in [0, 1)");
+  return d;
+}
+
+model::LoraConfig read_adapter_config(const std::string& dir, const std::string& opt) {
+  const fs::path cfg = fs::path(dir) / "adapter_config.json",
+                 weights = fs::path(dir) / "adapter_model.safetensors";
+  std::error_code ec;
+  if (!fs::exists(cfg, ec) || !fs::exists(weights, ec))
+    throw runtime::UsageError(
+        opt + ": " + dir +
+        " needs adapter_config.json and adapter_model.safetensors (a PEFT adapter)");
+  nlohmann::json j;
+  try {
+    std::ifstream(cfg) >> j;
+  } catch (const std::exception& e) {
+    throw runtime::UsageError(opt + ": cannot parse " + cfg.string() + ": " + e.what());
+  }
+  if (j.value("peft_type", "") != "LORA" || j.value("use_dora", false) ||
+      j.value("use_rslora", false) || !j.value("rank_pattern", nlohmann::json::object()).empty() ||
+      !j.value("alpha_pattern", nlohmann::json::object()).empty())
+    throw runtime::UsageError(
+        opt + ": " + cfg.string() +
+        " is not a plain LoRA adapter (peft_type LORA, no DoRA/rsLoRA/patterns)");
+  model::LoraConfig l;
+  l.rank = j.at("r").get<int64_t>();
+  l.alpha = j.at("lora_alpha").get<double>();
+  l.dropout = 0;  // inference
+  l.targets.clear();
+  for (const auto& t : j.at("target_modules")) l.targets.push_back(t.get<std::string>());
+  // PEFT stores the targets as a set; shardtrain's order is the layer's.
+  std::vector<std::string> ordered;
+  for (model::Proj p : model::kProjections)
+    if (std::find(l.targets.begin(), l.targets.end(), model::proj_name(p)) != l.targets.end())
+      ordered.push_back(model::proj_name(p));
+  if (ordered.size() != l.targets.size())
+    throw runtime::UsageError(opt + ": " + cfg.string() +
+                              " targets modules shardtrain does not know");
+  l.targets = ordered;
+  l.validate();
+  return l;
 }
 
 }  // namespace shardtrain::exports

@@ -76,4 +76,17 @@ std::string summarize_across_ranks(const runtime::PhaseTimes& mine, nlohmann::js
   return breakdown_line(s, size, hosts);
 }
 
+std::string host_ranges(const std::vector<std::string>& hosts) {
+  std::string out;
+  for (size_t i = 0; i < hosts.size();) {
+    size_t j = i;
+    while (j + 1 < hosts.size() && hosts[j + 1] == hosts[i]) ++j;
+    out += (out.empty() ? "" : "; ") + hosts[i] + ": " +
+           (i == j ? "rank " + std::to_string(i)
+                   : "ranks " + std::to_string(i) + "-" + std::to_string(j));
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace shardtrain::obs

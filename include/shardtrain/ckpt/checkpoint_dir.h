@@ -24,6 +24,9 @@ std::vector<std::string> resume_candidates(const std::string& spec, const std::s
 std::string resolve_checkpoint(const std::string& spec, const std::string& opt);
 // Whether dir holds checkpoints or a `latest`.
 bool holds_checkpoints(const std::string& dir);
+// convert --input: a checkpoint (a .h5 file, `latest`, or a directory of checkpoints) rather than
+// a Hugging Face model directory; throws UsageError for a directory that is neither.
+bool is_checkpoint_input(const std::string& path);
 // Rank 0: removes every checkpoint and `latest` in dir (--overwrite-checkpoints); returns how many
 // files.
 int remove_checkpoints(const std::string& dir);

@@ -28,7 +28,7 @@ struct BannerFacts {
 // hosts: every rank's host, by rank. Pure apart from formatting.
 std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                          const std::vector<std::string>& hosts, const comm::ParallelDims& g,
-                         const DeviceChoice& device, const BannerFacts& f);
+                         const comm::DeviceChoice& device, const BannerFacts& f);
 
 // The run's first line: what it starts from (pretrained weights, a checkpoint, or random
 // initialization, which is rarely what a fine-tuning user wants, so it says how to change it).
@@ -37,8 +37,5 @@ std::string start_line(const TrainOptions& o);
 // "every 500 steps", "every step", or "only at the end" for 0 (--save-every, --val-every,
 // --breakdown-every).
 std::string cadence(int64_t every, const std::string& unit);
-
-// "vm: ranks 0-1; vm2: ranks 2-3" (consecutive ranks on one host collapse into a range).
-std::string host_ranges(const std::vector<std::string>& hosts);
 
 }  // namespace shardtrain::cli

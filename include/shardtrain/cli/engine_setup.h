@@ -25,7 +25,7 @@ class EngineSetup {
   EngineSetup(const EngineSetup&) = delete;  // the engine refers to the groups in place
   EngineSetup& operator=(const EngineSetup&) = delete;
 
-  DeviceChoice device;
+  comm::DeviceChoice device;
   comm::ParallelDims groups;
   std::unique_ptr<io::SafetensorsModel> weights;  // null: seeded init
   std::unique_ptr<io::SafetensorsModel> adapter;  // null: no adapter file

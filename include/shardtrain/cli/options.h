@@ -197,10 +197,7 @@ PreflightOptions parse_preflight(const std::vector<std::string>& args, std::stri
 ScalingOptions parse_scaling(const std::vector<std::string>& args, std::string* help_text);
 PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_text);
 ReportOptions parse_report(const std::vector<std::string>& args, std::string* help_text);
-int64_t parse_bytes(const std::string& s, const char* opt);
-// convert --input: a checkpoint (a .h5 file, `latest`, or a directory of checkpoints) rather than
-// a Hugging Face model directory; throws UsageError for a directory that is neither.
-bool is_checkpoint_input(const std::string& path);  // 4096, 64K, 1M, 2G (powers of 1024)
+int64_t parse_bytes(const std::string& s, const char* opt);  // 4096, 64K, 1M, 2G (powers of 1024)
 
 std::string top_level_help();
 

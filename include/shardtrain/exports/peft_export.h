@@ -20,4 +20,9 @@ void merge_adapters(std::map<std::string, at::Tensor>& full,
                     const std::map<std::string, at::Tensor>& adapters,
                     const model::ModelConfig& model, const model::LoraConfig& lora);
 
+// The settings of a PEFT adapter directory (adapter_config.json beside adapter_model.safetensors)
+// for inference (dropout 0); throws UsageError naming opt for anything but a plain LoRA.
+model::LoraConfig read_adapter_config(const std::string& dir, const std::string& opt = "--lora");
+double adapter_dropout(const std::string& dir);  // its lora_dropout (train --lora-init)
+
 }  // namespace shardtrain::exports

@@ -16,6 +16,8 @@ namespace shardtrain::obs {
 std::vector<std::string> allgather_strings(const std::string& mine, MPI_Comm comm);
 // Collective over comm: every rank gets every rank's host name, by rank (allgather_strings).
 std::vector<std::string> all_hosts(const std::string& host, MPI_Comm comm);
+// The ranks of each host, in runs: "node1: ranks 0-7; node2: ranks 8-15".
+std::string host_ranges(const std::vector<std::string>& hosts);
 
 // Collective over comm: gathers every rank's phases to rank 0, which adds "phases_across_ranks"
 // and "straggler" to `extra` (the metrics line) and returns the log line; other ranks return "".

@@ -19,7 +19,8 @@ namespace {
 // A machine's ranks in world order, as MPI_COMM_TYPE_SHARED numbers them (key = world rank).
 std::vector<int> gpus_of_machine(int ranks, int gpus) {
   std::vector<int> chosen;
-  for (int r = 0; r < ranks; ++r) chosen.push_back(cli::gpu_for_rank(r, ranks, gpus, "gpu-node-7"));
+  for (int r = 0; r < ranks; ++r)
+    chosen.push_back(comm::gpu_for_rank(r, ranks, gpus, "gpu-node-7"));
   return chosen;
 }
 }  // namespace
@@ -41,7 +42,7 @@ TEST(DeviceChoice, SimulatedNodesOnOneMachineStillGetDistinctGpus) {
       const runtime::Topology sim = runtime::topology_from_ranks_per_node(rank, world, per_node);
       simulated_local.insert(sim.local_rank);
       // The real machine holds every rank: its local rank is the world rank here.
-      gpus.insert(cli::gpu_for_rank(rank, world, world, "one-machine"));
+      gpus.insert(comm::gpu_for_rank(rank, world, world, "one-machine"));
     }
     EXPECT_EQ(static_cast<int>(simulated_local.size()), per_node)
         << "the simulated layout repeats local ranks";
@@ -63,7 +64,7 @@ TEST(DeviceChoice, EachMachineNumbersItsOwnRanks) {
       local += r < rank;
       ++size;
     }
-    got.push_back(cli::gpu_for_rank(local, size, 2, host_of_rank[rank]));
+    got.push_back(comm::gpu_for_rank(local, size, 2, host_of_rank[rank]));
   }
   EXPECT_EQ(got, std::vector<int>({0, 0, 1, 1}));
 }
@@ -72,7 +73,7 @@ TEST(DeviceChoice, MoreRanksThanGpusIsAUsageErrorNamingHostRanksAndGpus) {
   for (const auto& [ranks, gpus, gpu_word] : std::vector<std::tuple<int, int, std::string>>{
            {2, 1, "1 GPU "}, {3, 2, "2 GPUs "}, {9, 8, "8 GPUs "}}) {
     try {
-      cli::gpu_for_rank(0, ranks, gpus, "gpu-node-7");
+      comm::gpu_for_rank(0, ranks, gpus, "gpu-node-7");
       ADD_FAILURE() << ranks << " ranks on " << gpus << " GPUs were accepted";
     } catch (const runtime::UsageError& e) {
       const std::string m = e.what();
@@ -84,5 +85,5 @@ TEST(DeviceChoice, MoreRanksThanGpusIsAUsageErrorNamingHostRanksAndGpus) {
       EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
     }
   }
-  EXPECT_NO_THROW(cli::gpu_for_rank(1, 2, 2, "h"));
+  EXPECT_NO_THROW(comm::gpu_for_rank(1, 2, 2, "h"));
 }

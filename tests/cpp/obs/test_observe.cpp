@@ -188,9 +188,9 @@ TEST(Prometheus, DpoRunsServeTrlsMetricsAsOneLabelledFamily) {
 }
 
 TEST(Banner, HostRangesCollapseConsecutiveRanks) {
-  EXPECT_EQ(cli::host_ranges({"a", "a", "b", "b", "b", "c"}),
+  EXPECT_EQ(obs::host_ranges({"a", "a", "b", "b", "b", "c"}),
             "a: ranks 0-1; b: ranks 2-4; c: rank 5");
-  EXPECT_EQ(cli::host_ranges({"a", "b", "a"}), "a: rank 0; b: rank 1; a: rank 2");
+  EXPECT_EQ(obs::host_ranges({"a", "b", "a"}), "a: rank 0; b: rank 1; a: rank 2");
 }
 
 TEST(HttpServer, RequestsAreClassifiedFromTheirFirstLineAndSize) {

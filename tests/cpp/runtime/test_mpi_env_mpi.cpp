@@ -81,8 +81,8 @@ TEST(MpiEnvMpi, RanksSharingAMachinePickDistinctGpus) {
   std::map<std::string, std::set<int>> gpus_of_host;
   std::map<std::string, int> ranks_of_host;
   for (int r = 0; r < g_env->size(); ++r) {
-    gpus_of_host[hosts[r]].insert(cli::gpu_for_rank(seen[r].machine_local, seen[r].machine_size,
-                                                    seen[r].machine_size, hosts[r]));
+    gpus_of_host[hosts[r]].insert(comm::gpu_for_rank(seen[r].machine_local, seen[r].machine_size,
+                                                     seen[r].machine_size, hosts[r]));
     ++ranks_of_host[hosts[r]];
   }
   for (const auto& [host, gpus] : gpus_of_host)

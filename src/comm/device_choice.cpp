@@ -1,10 +1,10 @@
-#include "shardtrain/cli/commands.h"
+#include "shardtrain/comm/device_choice.h"
 #include "shardtrain/runtime/error.h"
 #ifdef SHARDTRAIN_HAVE_CUDA
 #include "shardtrain/cuda/cuda_handles.h"
 #endif
 
-namespace shardtrain::cli {
+namespace shardtrain::comm {
 
 int gpu_for_rank(int machine_local_rank, int machine_local_size, int visible_gpus,
                  const std::string& host) {
@@ -44,4 +44,4 @@ DeviceChoice choose_device(const std::string& spec, const runtime::MpiEnv& env) 
   return d;
 }
 
-}  // namespace shardtrain::cli
+}  // namespace shardtrain::comm
