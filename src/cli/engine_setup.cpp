@@ -12,19 +12,18 @@
 
 namespace shardtrain::cli {
 
-comm::ParallelDims mesh(const fsdp::ShardingConfig& cfg, int context_parallel,
-                        const runtime::MpiEnv& env, bool nccl) {
-  const runtime::Topology& topo = env.topology();
-  const comm::GroupLayout dp = fsdp::group_layout(cfg.sharding, topo, cfg.shard_group_size);
-  return comm::make_parallel_dims(comm::with_context(dp, topo, context_parallel), topo, nccl,
-                                  env.host());
+comm::GroupLayout mesh_layout(const fsdp::ShardingConfig& cfg, int context_parallel,
+                              const runtime::Topology& topo) {
+  return comm::with_context(fsdp::group_layout(cfg.sharding, topo, cfg.shard_group_size), topo,
+                            context_parallel);
 }
 
 EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::ShardingConfig& cfg,
                          const model::RunPlan& run, int context_parallel, runtime::MpiEnv& env,
                          const std::string& path, uint64_t seed, const std::string& lora_dir)
     : device(comm::choose_device(cfg.device, env)),
-      groups(mesh(cfg, context_parallel, env, device.cuda)),
+      groups(comm::make_parallel_dims(mesh_layout(cfg, context_parallel, env.topology()),
+                                      env.topology(), device.cuda, env.host())),
       weights(path.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(path)),
       adapter(lora_dir.empty() ? nullptr
                                : std::make_unique<io::SafetensorsModel>(

@@ -125,8 +125,8 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   // A plan is for GPUs: --param-dtype auto is bf16 there.
   if (in.fsdp.param_dtype == at::ScalarType::Undefined) in.fsdp.param_dtype = at::kBFloat16;
   check_lora(in.run.lora, lora);
-  spec::TrainSpec run{in.fsdp,       in.run,        in.context_parallel, in.context_parallel_given,
-                      in.batch_size, in.grad_accum, in.objective.dpo,    reference_logps};
+  spec::TrainSpec run{in.fsdp,       in.run,           in.context_parallel, in.batch_size,
+                      in.grad_accum, in.objective.dpo, reference_logps};
   spec::validate(run, in.model, in.packed);
   in.validate();
   in.fabric = plan::load_fabric(fabric);

@@ -1,5 +1,7 @@
 #include "shardtrain/cli/run_checks.h"
 
+#include "shardtrain/cli/engine_setup.h"
+
 #include <fcntl.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -56,8 +58,7 @@ void check_groups(const fsdp::ShardingConfig& cfg, int context_parallel,
                   const runtime::MpiEnv& env) {
   std::string mine;
   try {
-    comm::with_context(fsdp::group_layout(cfg.sharding, env.topology(), cfg.shard_group_size),
-                       env.topology(), context_parallel);
+    mesh_layout(cfg, context_parallel, env.topology());
   } catch (const runtime::UsageError& e) {
     mine = e.what();
   }

@@ -1,14 +1,8 @@
 #include "shardtrain/cli/run_params.h"
 
+#include "shardtrain/spec/spec_options.h"
+
 namespace shardtrain::cli {
-namespace {
-
-const char* dtype_name(at::ScalarType t) {  // the options' spelling
-  return t == at::kBFloat16 ? "bf16" : t == at::kFloat ? "fp32" : "auto";
-}
-
-}  // namespace
-
 train::RunParams run_params(const TrainOptions& o, int world_size, int64_t global_batch,
                             int64_t seq_len, int64_t num_params, const std::string& device) {
   const auto& s = o.optim.schedule;
@@ -34,8 +28,8 @@ train::RunParams run_params(const TrainOptions& o, int world_size, int64_t globa
                       {"world_size", world_size},
                       {"device", device},
                       {"sharding", fsdp::sharding_name(o.fsdp.sharding)},
-                      {"param_dtype", dtype_name(o.fsdp.param_dtype)},
-                      {"reduce_dtype", dtype_name(o.fsdp.reduce_dtype)},
+                      {"param_dtype", spec::dtype_name(o.fsdp.param_dtype)},
+                      {"reduce_dtype", spec::dtype_name(o.fsdp.reduce_dtype)},
                       {"activation_checkpointing", fsdp::recompute_name(ac.mode)},
                       {"data", o.data}};
   if (s.kind == "steplr") v["gamma"] = s.gamma;

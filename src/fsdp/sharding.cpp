@@ -19,9 +19,7 @@ bool is_hybrid(Sharding s) {
   return s == Sharding::kHybridShard || s == Sharding::kHybridShardZero2;
 }
 
-namespace {
-
-comm::GroupLayout strategy_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
+comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
   comm::GroupLayout g;
   const int r = t.rank, w = t.world;
   if (shard_group_size < 0)
@@ -67,12 +65,6 @@ comm::GroupLayout strategy_layout(Sharding s, const runtime::Topology& t, int sh
   g.replicate_color = t.local_rank;
   g.replicate_rank = t.node;
   return g;
-}
-
-}  // namespace
-
-comm::GroupLayout group_layout(Sharding s, const runtime::Topology& t, int shard_group_size) {
-  return strategy_layout(s, t, shard_group_size);
 }
 
 void check_device_option(const std::string& spec) {

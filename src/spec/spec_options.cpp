@@ -97,7 +97,9 @@ at::ScalarType parse_dtype(const std::string& s, const char* opt) {
                             s + "'");
 }
 
-const char* dtype_name(at::ScalarType t) { return t == at::kBFloat16 ? "bf16" : "fp32"; }
+const char* dtype_name(at::ScalarType t) {
+  return t == at::kBFloat16 ? "bf16" : t == at::kFloat ? "fp32" : "auto";
+}
 
 int64_t parse_loss_chunk(const std::string& v) {
   if (v == "auto") return 0;

@@ -9,10 +9,10 @@
 
 namespace shardtrain::cli {
 
-// The mesh of a run: the strategy's data-parallel groups with the context dimension, over MPI or
-// NCCL. Collective over the world.
-comm::ParallelDims mesh(const fsdp::ShardingConfig& cfg, int context_parallel,
-                        const runtime::MpiEnv& env, bool nccl);
+// The mesh of a run: the strategy's data-parallel layout with the context dimension. Pure;
+// throws UsageError naming the option whose sizes do not divide.
+comm::GroupLayout mesh_layout(const fsdp::ShardingConfig& cfg, int context_parallel,
+                              const runtime::Topology& topo);
 
 class EngineSetup {
  public:

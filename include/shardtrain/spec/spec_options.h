@@ -17,7 +17,8 @@ namespace po = boost::program_options;
 
 // The options typed as text, parsed by resolve().
 struct SpecArgs {
-  std::string param_dtype = "auto", reduce_dtype = "fp32", loss_chunk = "auto", fp8 = "off";
+  std::string param_dtype = "auto", loss_chunk = "auto", fp8 = "off";
+  std::string reduce_dtype;  // add_layout_options sets it from ShardingConfig's default
   std::string activation_checkpointing = "none";
   int64_t ac_every = 1;
 };
@@ -41,7 +42,7 @@ bool resolve_objective(const std::string& objective);  // dpo; throws UsageError
 
 // fp32 or bf16 (float32, bfloat16); throws UsageError naming opt.
 at::ScalarType parse_dtype(const std::string& s, const char* opt);
-const char* dtype_name(at::ScalarType t);        // parse_dtype's inverse: fp32 or bf16
+const char* dtype_name(at::ScalarType t);        // parse_dtype's inverse: fp32, bf16 or auto
 int64_t parse_loss_chunk(const std::string& v);  // auto 0, off -1, N; throws UsageError
 
 }  // namespace shardtrain::spec

@@ -15,8 +15,7 @@ namespace shardtrain::spec {
 struct TrainSpec {
   fsdp::ShardingConfig sharding;
   model::RunPlan run;
-  int context_parallel = 1;             // the mesh's context dimension (comm::with_context)
-  bool context_parallel_given = false;  // plan: not given, it names the smallest that fits
+  int context_parallel = 1;  // the mesh's context dimension (comm::with_context)
   // Rows (DPO: pairs) per rank per micro-batch, and micro-batches per step. The commands keep
   // their own defaults: train's in train::TrainConfig, plan's in plan::PlanInput.
   int64_t batch_size = 1, grad_accum = 1;

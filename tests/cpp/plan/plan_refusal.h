@@ -9,9 +9,10 @@
 
 namespace shardtrain::plan {
 
-// Llama 3.1 8B planned with args: the UsageError's message, or "accepted".
-inline std::string plan_refusal(std::vector<std::string> args) {
-  args.insert(args.begin(), {"--model", "llama3.1-8b"});
+// `model` (Llama 3.1 8B unless named) planned with args: the UsageError's message, or "accepted".
+inline std::string plan_refusal(std::vector<std::string> args,
+                                const std::string& model = "llama3.1-8b") {
+  args.insert(args.begin(), {"--model", model});
   try {
     cli::parse_plan(args, nullptr);
   } catch (const runtime::UsageError& e) {
