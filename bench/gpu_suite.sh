@@ -35,11 +35,14 @@
 #   fp8      4h. --fp8 tensorwise and rowwise against bf16: the 7B shape (4 layers), seq 4096, batch 4,
 #               200 steps each (BENCH_FP8_STEPS) from the same random init: tokens/s, peak GPU memory,
 #               and the mean loss of the last 20 steps within 1% of bf16's (a correctness check);
+#               then the column-wise cast's time against the GEMM it feeds (GpuFp8.Times*);
 #   ring     4i. context parallelism's ring attention blocks (test_gpu --gtest_filter='GpuRing*'):
-#               block_attention through flash's kernel and through the math path against SDPA in bf16
-#               and fp16 (GQA), halves merged by their log-sum-exp, the backward against autograd (a
-#               correctness check), and each path's forward and backward time on a 7B layer's blocks
-#               at 8192 tokens over 2 ranks; under a minute; on the CPU the tests skip, saying so;
+#               block_attention through flash's kernel, the memory-efficient kernel (masked blocks:
+#               documents, sliding windows) and the math path against SDPA in bf16 and fp16 (GQA),
+#               halves merged by their log-sum-exp, the backward against autograd (a correctness
+#               check), and each path's forward and backward time on a 7B layer's blocks at 8192
+#               tokens over 2 ranks, packed and sliding, as a multiple of the unmasked flash block;
+#               under a minute; on the CPU the tests skip, saying so;
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -82,8 +85,12 @@ done
 # order they run: correctness first. The last GPU run (2026-12-04, one H200) passed check and
 # tests (the ring's and DPO's tests among them) and ran fused, fp8 and the ring's timings; since
 # then the step time read once the device has finished (Gpu.StepTimeCoversTheDevicesPhases, in
-# tests). CPU offload's part, offload, has never run on a GPU.
-NEXT_CALLS=("check,tests" "offload")
+# tests), the offload thread's device (GpuOffload.HostThreadRunsOnTheEnginesDevice), the masked
+# blocks' kernel (GpuRing.Masked*, DocumentAndWindowMasksFollowSdpa; ring's timings) and the
+# column-wise fp8 cast split across the grid (GpuFp8.CastKernelsWriteTheCompositeBits; fp8's
+# cast timing) and tensorwise fp8's float8 all-gather codec (fp8's codec timing). CPU offload's
+# part, offload, has never run on a GPU.
+NEXT_CALLS=("check,tests" "ring,fp8" "offload")
 if [[ $parts =~ ^next([0-9]*)$ ]]; then
   call=${BASH_REMATCH[1]:-1}
   [ "$call" -ge 1 ] && [ "$call" -le ${#NEXT_CALLS[@]} ] \
@@ -393,6 +400,19 @@ part_fp8() {  # 4h: bf16, then each --fp8 mode, from the same seed on the same r
     --table "$dir/results.md"
   cat "$dir/results.md" >> "$results"
   for mode in "${late[@]}"; do skip "$mode"; done
+  # The column-wise cast against the GEMM it feeds, and the float8 all-gather's encode and decode
+  # (GpuFp8.Times*).
+  local cmd=()
+  if [ -x "$repo/libexec/tests/run" ]; then cmd=("$repo/libexec/tests/run" test_gpu)
+  elif [ -x "$repo/build/tests/test_gpu" ]; then cmd=("$repo/build/tests/test_gpu"); fi
+  if [ "$device" = cuda ] && [ ${#cmd[@]} -gt 0 ] && [ $((deadline - SECONDS)) -ge 30 ]; then
+    timeout 60 "${cmd[@]}" --gtest_filter='GpuFp8.Times*' > "$dir/cast_timing.log" 2>&1
+    record ""
+    grep '^fp8 timing: ' "$dir/cast_timing.log" | sed 's/^fp8 timing: /- /' >> "$results"
+    grep -q '^fp8 timing: ' "$dir/cast_timing.log" || record "- no cast timing was printed (fp8/cast_timing.log)"
+  else
+    skip "4h. the column-wise cast's time against its GEMM (GPU only, with the GPU test programs and 30 s left)"
+  fi
 }
 
 part_ring() {  # 4i: GpuRing's tests of the ring attention blocks, and the flash and math paths' times
@@ -414,7 +434,7 @@ part_ring() {  # 4i: GpuRing's tests of the ring attention blocks, and the flash
     --device "$device" --rc "$rc"
   if [ "$device" = cuda ]; then
     record ""
-    record "Per call, the median of 10 after 3 (GpuRing.TimesFlashAndMathPaths; the math path is the one a mask sends a block down):"
+    record "Per call, the median of 10 after 3 (GpuRing.TimesFlashAndMathPaths; a masked block takes the memory-efficient kernel, the math path is the fallback):"
     record ""
     grep '^ring timing: ' "$out/ring/test_gpu.log" | sed 's/^ring timing: /- /' >> "$results"
     grep -q '^ring timing: ' "$out/ring/test_gpu.log" || record "- no timing was printed (ring/test_gpu.log)"

@@ -1,6 +1,7 @@
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 
 #include <mutex>
+#include <sstream>
 #include <vector>
 
 #include "shardtrain/io/h5.h"
@@ -97,6 +98,41 @@ CheckpointAttrs read_attrs(hid_t file, const std::string& path) {
     throw runtime::Error(
         path + ": negative step, loader position or lora_rank; the checkpoint is damaged");
   return a;
+}
+
+model::LoraConfig CheckpointAttrs::adapters() const {
+  model::LoraConfig l;
+  if (lora_rank == 0) return l;
+  l.rank = lora_rank;
+  l.alpha = lora_alpha;
+  l.dropout = lora_dropout;
+  l.targets = model::parse_lora_targets(lora_targets);
+  return l;
+}
+
+void put_adapters(Values& out, const model::LoraConfig& l) {
+  if (!l.enabled()) return;
+  out.set_int(attr::kLoraRank, l.rank);
+  out.set_real(attr::kLoraAlpha, l.alpha);
+  out.set_real(attr::kLoraDropout, l.dropout);
+  out.set_text(attr::kLoraTargets, model::join_lora_targets(l.targets));
+}
+
+nlohmann::json adapter_params(const model::LoraConfig& l) {
+  if (!l.enabled()) return nlohmann::json::object();
+  return {{attr::kLoraRank, l.rank},
+          {attr::kLoraAlpha, l.alpha},
+          {attr::kLoraDropout, l.dropout},
+          {attr::kLoraTargets, model::join_lora_targets(l.targets)}};
+}
+
+std::string adapters_line(const CheckpointAttrs& a) {
+  if (a.lora_rank == 0) return "";
+  std::ostringstream os;
+  os << "lora rank " << a.lora_rank << ", alpha " << a.lora_alpha << ", dropout " << a.lora_dropout
+     << ", targets " << a.lora_targets << " | base " << a.base_weights << " (CRC-32 "
+     << a.base_crc32 << ")";
+  return os.str();
 }
 
 CheckpointAttrs read_attrs(const std::string& path) {

@@ -61,8 +61,8 @@ Manager::Manager(CheckpointConfig cfg, fsdp::FsdpEngine& engine, const comm::Par
                  optim::Optimizer& optimizer, TrainState initial)
     : cfg_(std::move(cfg)),
       state_(std::move(initial)),
-      // Collective: every rank builds the manager; a LoRA base is checksummed only for a save or a
-      // resume.
+      // Collective: every rank builds the manager; a frozen base is checksummed only for a save or
+      // a resume.
       registry_(training_state(engine, dims, optimizer, state_, cfg_.base_weights,
                                !cfg_.dir.empty() || !cfg_.resume.empty())) {
   if (!enabled()) return;
@@ -90,7 +90,7 @@ std::optional<TrainState> Manager::resume() {
                          seconds_and_rate(clock.seconds(), path) + ")");
       return state_;
     } catch (const ResumeRefused&) {
-      throw;  // another base or other LoRA settings: an older checkpoint would be just as wrong
+      throw;  // another base or other adapter settings: an older checkpoint would be just as wrong
     } catch (const runtime::Error& e) {
       if (cfg_.resume != "auto") throw;
       if (is_rank_zero(registry_.ranks().world))

@@ -232,12 +232,9 @@ class LoraBase : public Stateful {
       : engine_(engine), base_weights_(std::move(base_weights)), base_crc_(base_crc) {}
   std::string name() const override { return "lora"; }
   void save_values(Values& out) const override {
-    const auto& l = engine_.spec().plan.lora;
+    const auto& l = engine_.spec().plan.adapters;
     if (!l.enabled()) return;
-    out.set_int(attr::kLoraRank, l.rank);
-    out.set_real(attr::kLoraAlpha, l.alpha);
-    out.set_real(attr::kLoraDropout, l.dropout);
-    out.set_text(attr::kLoraTargets, model::join_lora_targets(l.targets));
+    put_adapters(out, l);
     out.set_text(attr::kBaseWeights, base_weights_);
     out.set_int(attr::kBaseCrc32, base_crc_);
   }
@@ -245,7 +242,7 @@ class LoraBase : public Stateful {
     const std::string path = saved.origin();
     const int64_t rank = saved.has(attr::kLoraRank) ? non_negative(saved, attr::kLoraRank) : 0;
     const std::string targets = rank > 0 ? saved.get_text(attr::kLoraTargets) : "";
-    const auto& l = engine_.spec().plan.lora;
+    const auto& l = engine_.spec().plan.adapters;
     if (rank != l.rank || (rank > 0 && targets != model::join_lora_targets(l.targets)))
       throw ResumeRefused("--resume: " + path + " holds " +
                           (rank > 0 ? "LoRA rank " + std::to_string(rank) + " on " + targets

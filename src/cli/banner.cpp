@@ -81,8 +81,8 @@ std::string start_banner(const TrainOptions& o, const runtime::Topology& topo,
                   dtype_label(o.fsdp.param_dtype));
     b += buf;
   }
-  if (o.run.lora.enabled()) {
-    const auto& l = o.run.lora;
+  if (o.run.adapters.enabled()) {
+    const auto& l = o.run.adapters;
     std::snprintf(buf, sizeof buf,
                   "  lora        rank %lld, alpha %g, dropout %g, targets %s: %lld trainable "
                   "parameters | per rank: "

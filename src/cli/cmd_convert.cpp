@@ -31,14 +31,17 @@ int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   fsdp::ShardingConfig fc;
   model::RunPlan run;
   std::string base = o.weights;
-  if (to_hf)
-    run.lora = exports::checkpoint_adapters(o.input, o.weights.empty() ? &base : &o.weights);
-  if (run.lora.enabled() && !base.empty() && !fs::exists(base))
+  if (to_hf) {
+    const ckpt::CheckpointAttrs saved = ckpt::read_attrs(o.input);
+    run.adapters = saved.adapters();
+    if (run.adapters.enabled() && base.empty()) base = saved.base_weights;
+  }
+  if (run.adapters.enabled() && !base.empty() && !fs::exists(base))
     throw runtime::UsageError("convert: the checkpoint's base weights " + base +
                               " do not exist; pass --weights");
-  // A LoRA checkpoint is loaded onto its base (the checksum is verified); the seeded init's base
-  // has none to read.
-  const std::string read_from = !to_hf ? o.input : run.lora.enabled() ? base : "";
+  // A checkpoint with adapters is loaded onto its base (the checksum is verified); the seeded
+  // init's base has none to read.
+  const std::string read_from = !to_hf ? o.input : run.adapters.enabled() ? base : "";
   std::unique_ptr<io::SafetensorsModel> weights =
       read_from.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(read_from);
   const exports::TokenizerSource tokenizer =
@@ -61,7 +64,7 @@ int cmd_convert(const std::vector<std::string>& args, runtime::MpiEnv& env) {
       ckpt::training_state(engine, groups, optimizer, st, base);  // collective
   if (to_hf) {
     ckpt::load(o.input, state);  // verifies every checksum on the way
-    if (engine.layout().base_frozen() && !o.merge_lora)
+    if (engine.layout().base_frozen() && !o.merge_adapters)
       exports::export_peft(o.output, engine, base, env.rank(), tokenizer);
     else
       exports::export_hf(o.output, model, engine, o.dtype, env.rank(), tokenizer);

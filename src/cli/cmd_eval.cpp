@@ -69,7 +69,7 @@ int cmd_eval(const std::vector<std::string>& args, runtime::MpiEnv& env) {
                                   : nullptr);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, o.run, o.context_parallel, env, o.weights, /*seed=*/0,
-                    o.lora);  // every weight is read: no init to seed
+                    o.adapter);  // every weight is read: no init to seed
   // --batch-size counts rows across all ranks (a context group's ranks share theirs), so any
   // world size reads the same batches.
   const int64_t data_world = setup.groups.data_world();

@@ -47,7 +47,7 @@ int cmd_generate(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     throw runtime::UsageError(
         "--context-parallel applies to train and eval; generate decodes whole prompts on each "
         "rank (drop the option)");
-  EngineSetup setup(o.model, o.fsdp, o.run, o.context_parallel, env, o.weights, o.seed, o.lora);
+  EngineSetup setup(o.model, o.fsdp, o.run, o.context_parallel, env, o.weights, o.seed, o.adapter);
   const model::LogitsFn logits = [&](const at::Tensor& t) { return setup.engine->logits(t); };
   for (const auto& prompt : prompts) {
     const auto out = model::generate(logits, prompt, g);

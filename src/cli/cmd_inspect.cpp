@@ -37,10 +37,8 @@ int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     std::cout << ", global batch " << runtime::counted(a.global_batch, unit)
               << " (schedule in steps of " << runtime::counted(a.schedule_batch, unit) << ")";
   std::cout << "\n  model " << a.model_config.dump() << "\n  run " << a.run_config.dump() << "\n";
-  if (a.lora_rank > 0)  // a LoRA run: the datasets are its adapters
-    std::cout << "  lora rank " << a.lora_rank << ", alpha " << a.lora_alpha << ", dropout "
-              << a.lora_dropout << ", targets " << a.lora_targets << " | base " << a.base_weights
-              << " (CRC-32 " << a.base_crc32 << ")\n";
+  if (const std::string adapters = ckpt::adapters_line(a); !adapters.empty())
+    std::cout << "  " << adapters << "\n";  // the datasets are its adapters
   int bad = 0, total = 0;
   for (const ckpt::DatasetCheck& r : ckpt::check_datasets(f)) {
     bad += r.status != "ok";

@@ -56,7 +56,7 @@ void setup_threads(int threads, const runtime::MpiEnv& env) {
 namespace {
 
 train::ReferenceSources reference_sources(const TrainOptions& o) {
-  return {o.weights, o.lora_init, o.train.seed, o.preference.reference_logps,
+  return {o.weights, o.adapter_init, o.train.seed, o.preference.reference_logps,
           o.preference.val_reference_logps};
 }
 
@@ -159,7 +159,7 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
     if (!line.empty()) runtime::log::info(line);
   auto accuracy = train::load_accuracy_task(o.accuracy, o.model);
   EngineSetup setup(o.model, o.fsdp, o.run, o.context_parallel, env, o.weights, o.train.seed,
-                    o.lora_init);
+                    o.adapter_init);
   fsdp::FsdpEngine& engine = *setup.engine;
   o.fsdp =
       engine.spec().sharding;  // as resolved for the device (--param-dtype auto), for the banner
@@ -237,9 +237,9 @@ int cmd_train(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   }
   // Export.
   if (!o.save_model.empty()) {
-    if (engine.layout().base_frozen() && !o.merge_lora) {
+    if (engine.layout().base_frozen() && !o.merge_adapters) {
       exports::export_peft(o.save_model, engine, o.weights, env.rank(), train_tokenizer(o));
-      runtime::log::info("saved the LoRA adapter (PEFT format) to " + o.save_model);
+      runtime::log::info("saved the adapter (PEFT format) to " + o.save_model);
     } else {
       exports::export_hf(o.save_model, o.model, engine, at::kFloat, env.rank(), train_tokenizer(o));
       runtime::log::info("saved " +

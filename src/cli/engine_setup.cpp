@@ -20,14 +20,14 @@ comm::GroupLayout mesh_layout(const fsdp::ShardingConfig& cfg, int context_paral
 
 EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::ShardingConfig& cfg,
                          const model::RunPlan& run, int context_parallel, runtime::MpiEnv& env,
-                         const std::string& path, uint64_t seed, const std::string& lora_dir)
+                         const std::string& path, uint64_t seed, const std::string& adapter_dir)
     : device(comm::choose_device(cfg.device, env)),
       groups(comm::make_parallel_dims(mesh_layout(cfg, context_parallel, env.topology()),
                                       env.topology(), device.cuda, env.host())),
       weights(path.empty() ? nullptr : std::make_unique<io::SafetensorsModel>(path)),
-      adapter(lora_dir.empty() ? nullptr
-                               : std::make_unique<io::SafetensorsModel>(
-                                     lora_dir + "/adapter_model.safetensors")) {
+      adapter(adapter_dir.empty() ? nullptr
+                                  : std::make_unique<io::SafetensorsModel>(
+                                        adapter_dir + "/adapter_model.safetensors")) {
   if (weights) {  // every rank reads the same headers, so every rank throws alike
     try {
       model::check_weights(model, *weights);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/cli/options.h"
 #include "shardtrain/exports/peft_export.h"
 #include "shardtrain/runtime/text.h"
@@ -45,16 +46,27 @@ po::options_description fsdp_desc(fsdp::ShardingConfig& f, model::RunPlan& run,
                                   int& context_parallel, FsdpArgs& raw, bool training);
 void check_fsdp(fsdp::ShardingConfig& f, model::RunPlan& run, const FsdpArgs& raw, bool training);
 
-// train's --lora-* options; raw.targets is parsed by check_lora.
-struct LoraArgs {
-  std::string targets;  // lora_desc sets it from LoraConfig's default
+// LoRA's options, all declared in options_lora.cpp. train's --lora-* and --lora-init;
+// check_adapters parses raw.targets and reads raw.init's adapter_config.json into l.
+struct AdapterArgs {
+  std::string targets;  // adapter_desc sets it from LoraConfig's default
+  std::string init;     // --lora-init: a PEFT adapter to start from
   bool merge = false;
 };
-po::options_description lora_desc(model::LoraConfig& l, LoraArgs& raw);
-void check_lora(model::LoraConfig& l, const LoraArgs& raw);
-// eval/generate --lora DIR: the settings of a PEFT adapter (adapter_config.json); dropout 0.
-using exports::adapter_dropout;
+po::options_description adapter_desc(model::LoraConfig& l, AdapterArgs& raw);
+void add_adapter_init(po::options_description& d, AdapterArgs& raw);  // in train's Data group
+void check_adapters(model::LoraConfig& l, const AdapterArgs& raw);
+// eval's and generate's --lora DIR (a PEFT adapter to apply); read_adapter_config reads its
+// settings (dropout 0).
+inline constexpr const char* kAdapterDirOption = "--lora";
+void add_adapter_dir(po::options_description& d, std::string& dir);
 using exports::read_adapter_config;
+// convert's --weights (a LoRA checkpoint's base) and --merge-lora.
+void add_convert_adapters(po::options_description& d, std::string& weights, bool& merge);
+// train --resume of checkpoint `path` whose attributes are `saved`: false for a full fine-tune's;
+// true for one with adapters, after checking that this run's --lora-* are its settings.
+bool check_resume_adapters(const model::LoraConfig& run, const ckpt::CheckpointAttrs& saved,
+                           const std::string& path);
 
 // train's and eval's --objective and the DPO settings; check_preference reads raw.objective and
 // raw.loss. with_val: train's --val-reference-logps.

@@ -119,8 +119,9 @@ void resolve_checkpoint_model(TrainOptions& o) {
     return;  // --model, --weights or no checkpoint: parse_train resolved it
   const auto& ck = o.ckpt;
   const auto candidates = ckpt::resume_candidates(ck.resume, ck.dir);
-  // A resumed run without --model or --weights is the checkpoint's model (and a LoRA run's recorded
-  // base): the first candidate that reads, as the resume itself falls back past a damaged one.
+  // A resumed run without --model or --weights is the checkpoint's model (and an adapter run's
+  // recorded base): the first candidate that reads, as the resume itself falls back past a damaged
+  // one.
   for (size_t i = 0; i < candidates.size(); ++i) {
     ckpt::CheckpointAttrs attrs;
     try {
@@ -133,13 +134,7 @@ void resolve_checkpoint_model(TrainOptions& o) {
     o.model = parts::resolve(o.model_args, &saved);
     o.model_from = "checkpoint " + candidates[i];
     o.resume_checkpoint = candidates[i];
-    if (attrs.lora_rank == 0) return;
-    if (o.run.lora.rank != attrs.lora_rank)
-      throw runtime::UsageError(
-          "--resume: " + candidates[i] + " was trained with LoRA (--lora-rank " +
-          std::to_string(attrs.lora_rank) + " --lora-alpha " + parts::round_trip(attrs.lora_alpha) +
-          " --lora-targets " + attrs.lora_targets +
-          "); pass the same --lora-* options to resume it");
+    if (!parts::check_resume_adapters(o.run.adapters, attrs, candidates[i])) return;
     o.weights = attrs.base_weights;
     parts::require_file("--weights", o.weights);
     return;
@@ -207,7 +202,7 @@ void parse_into(const std::vector<std::string>& raw_args, const po::options_desc
   std::string config_path;  // set while the --config file is parsed
   try {
     po::command_line_parser parser(args);
-    // No allow_guessing: --lora-r must not become --lora-rank. The config file never guesses.
+    // No allow_guessing: a prefix must not become a longer option. The config file never guesses.
     parser.options(all).style(po::command_line_style::default_style &
                               ~po::command_line_style::allow_guessing);
     if (positional) parser.positional(*positional);
@@ -367,7 +362,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   ModelArgs& m = o.model_args;
   FsdpArgs fa;
   AccuracyArgs acc;
-  LoraArgs lora;
+  AdapterArgs adapters;
   PreferenceArgs pref;
   std::string debug_sleep, debug_nan;
   RunControlArgs run;
@@ -377,10 +372,8 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   po::options_description data("Data");
   data.add_options()("data", po::value(&o.data),
                      "token file made by 'shardtrain prepare' (required)")(
-      "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)")(
-      "lora-init", po::value(&o.lora_init),
-      "start LoRA from this PEFT adapter (adapter_config.json + adapter_model.safetensors): its "
-      "rank, alpha, targets and dropout");
+      "val-data", po::value(&o.val_data), "validation token file (e.g. prepare's *.val.h5)");
+  add_adapter_init(data, adapters);
   po::options_description train("Training");
   spec::add_batch_options(train, t.batch_size, t.grad_accum);
   train.add_options()("steps", po::value(&t.steps)->default_value(t.steps),
@@ -468,7 +461,7 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
       .add(train)
       .add(optim)
       .add(fsdp_desc(o.fsdp, o.run, o.context_parallel, fa, true));
-  visible.add(lora_desc(o.run.lora, lora));
+  visible.add(adapter_desc(o.run.adapters, adapters));
   visible.add(preference_desc(o.preference, pref));
   visible.add(ckpt)
       .add(run_control_desc(t, run))
@@ -504,17 +497,9 @@ TrainOptions parse_train(const std::vector<std::string>& args, std::string* help
   t.validate();
   op.validate();
   check_threads(o.common);
-  check_lora(o.run.lora, lora);
-  if (!o.lora_init.empty()) {
-    const model::LoraConfig init = read_adapter_config(o.lora_init, "--lora-init");
-    if (o.run.lora.enabled() && o.run.lora.rank != init.rank)
-      throw runtime::UsageError("--lora-rank " + std::to_string(o.run.lora.rank) +
-                                " but --lora-init " + o.lora_init + " has rank " +
-                                std::to_string(init.rank) + "; drop --lora-rank");
-    o.run.lora = init;
-    o.run.lora.dropout = adapter_dropout(o.lora_init);  // PEFT trains it with its own
-  }
-  o.merge_lora = lora.merge;
+  check_adapters(o.run.adapters, adapters);
+  o.adapter_init = adapters.init;
+  o.merge_adapters = adapters.merge;
   check_preference(o.preference, pref);
   if (o.preference.enabled && !o.preference.val_reference_logps.empty() && o.val_data.empty())
     throw runtime::UsageError("--val-reference-logps needs --val-data");
@@ -547,9 +532,8 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
       "write the first --batch-size rows of --data and their fp32 logits to this HDF5 file")(
       "save-logps", po::value(&o.save_logps),
       "write each row's summed answer log-probability of --data to this HDF5 file (train "
-      "--reference-logps: DPO without a reference model)")(
-      "lora", po::value(&o.lora),
-      "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
+      "--reference-logps: DPO without a reference model)");
+  add_adapter_dir(data, o.adapter);
   po::options_description all;
   all.add(common_desc(o.common))
       .add(model_desc(m))
@@ -572,7 +556,7 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   require_file("--weights", o.weights);
   require_file("--data", o.data);
   check_accuracy(o.accuracy, acc);
-  if (!o.lora.empty()) o.run.lora = read_adapter_config(o.lora);
+  if (!o.adapter.empty()) o.run.adapters = read_adapter_config(o.adapter);
   if (o.data.empty() && o.accuracy.file.empty())
     throw runtime::UsageError(
         "nothing to evaluate: pass --data (loss) and/or --accuracy-file with --tokenizer (exact "
@@ -584,11 +568,12 @@ EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_t
   check_preference(o.preference, pref);
   if (o.preference.enabled && o.data.empty())
     throw runtime::UsageError("--objective dpo needs --data (a token file of preference pairs)");
-  if (o.preference.enabled && o.preference.reference_logps.empty() && o.lora.empty())
+  if (o.preference.enabled && o.preference.reference_logps.empty() && o.adapter.empty())
     throw runtime::UsageError(
         "eval --objective dpo needs the reference model's log-probabilities: --reference-logps "
         "FILE (run 'shardtrain eval --weights REFERENCE --data " +
-        o.data + " --save-logps FILE' first), or --lora DIR (the base is the reference)");
+        o.data + " --save-logps FILE' first), or " + kAdapterDirOption +
+        " DIR (the base is the reference)");
   positive("--batch-size", static_cast<double>(o.batch_size), "use 1 or more");
   check_threads(o.common);
   check_fsdp(o.fsdp, o.run, fa, /*training=*/false);

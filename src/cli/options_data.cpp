@@ -95,9 +95,8 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
       "tokens to generate at most")("temperature", real(&o.temperature, o.temperature),
                                     "0: greedy; > 0: sample")(
       "top-p", real(&o.top_p, o.top_p), "nucleus sampling mass, with --temperature > 0")(
-      "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed")(
-      "lora", po::value(&o.lora),
-      "apply this PEFT LoRA adapter (adapter_config.json + adapter_model.safetensors)");
+      "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed");
+  add_adapter_dir(d, o.adapter);
   po::options_description all;
   all.add(common_desc(o.common))
       .add(model_desc(m))
@@ -128,7 +127,7 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   if (o.temperature < 0) throw runtime::UsageError("--temperature must be >= 0 (0 is greedy)");
   if (!(o.top_p > 0 && o.top_p <= 1)) throw runtime::UsageError("--top-p must be in (0, 1]");
   check_threads(o.common);
-  if (!o.lora.empty()) o.run.lora = read_adapter_config(o.lora);
+  if (!o.adapter.empty()) o.run.adapters = read_adapter_config(o.adapter);
   check_fsdp(o.fsdp, o.run, fa, /*training=*/false);
   return o;
 }
@@ -142,10 +141,9 @@ ConvertOptions parse_convert(const std::vector<std::string>& args, std::string* 
                   "Face model directory")("output", po::value(&o.output),
                                           "a Hugging Face model directory, or a checkpoint file")(
       "dtype", po::value(&dtype)->default_value(dtype),
-      "dtype of exported safetensors: fp32 or bf16")(
-      "weights", po::value(&o.weights), "a LoRA checkpoint's base (default: the path it records)")(
-      "merge-lora", po::bool_switch(&o.merge_lora),
-      "a LoRA checkpoint: write merged full weights, not the PEFT adapter")(
+      "dtype of exported safetensors: fp32 or bf16");
+  add_convert_adapters(d, o.weights, o.merge_adapters);
+  d.add_options()(
       "tokenizer", po::value(&o.tokenizer),
       "tokenizer the export carries: a SentencePiece .model, a tokenizer.json or a model directory "
       "(default: the tokenizer "

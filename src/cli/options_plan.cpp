@@ -39,7 +39,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   PlanOptions o;
   plan::PlanInput& in = o.input;
   ModelArgs m;
-  LoraArgs lora;
+  AdapterArgs adapters;
   spec::SpecArgs raw;
   std::string gpu = "h100-80gb", fabric = "p5", nodes = "1,2,4,8,16,32,64", strategy = "all",
               calibrate, objective = "sft", reference_logps;
@@ -79,7 +79,10 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
       "no-allowances", po::bool_switch(&no_allowances),
       "leave out the NCCL and allocator allowances (compare with measured tensor bytes)");
   po::options_description visible;
-  visible.add(common_desc(o.common)).add(model_desc(m)).add(d).add(lora_desc(in.run.lora, lora));
+  visible.add(common_desc(o.common))
+      .add(model_desc(m))
+      .add(d)
+      .add(adapter_desc(in.run.adapters, adapters));
   po::options_description all;
   all.add(visible).add(hidden);
   parse_into(args, all, nullptr, nullptr, &given);
@@ -124,7 +127,7 @@ PlanOptions parse_plan(const std::vector<std::string>& args, std::string* help_t
   spec::resolve_layout(in.fsdp, in.run, raw, /*training=*/true);
   // A plan is for GPUs: --param-dtype auto is bf16 there.
   if (in.fsdp.param_dtype == at::ScalarType::Undefined) in.fsdp.param_dtype = at::kBFloat16;
-  check_lora(in.run.lora, lora);
+  check_adapters(in.run.adapters, adapters);
   spec::TrainSpec run{in.fsdp,       in.run,           in.context_parallel, in.batch_size,
                       in.grad_accum, in.objective.dpo, reference_logps};
   spec::validate(run, in.model, in.packed);

@@ -1,5 +1,6 @@
 #include "shardtrain/cli/run_params.h"
 
+#include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/spec/spec_options.h"
 
 namespace shardtrain::cli {
@@ -34,14 +35,7 @@ train::RunParams run_params(const TrainOptions& o, int world_size, int64_t globa
                       {"data", o.data}};
   if (s.kind == "steplr") v["gamma"] = s.gamma;
   if (ac) v["ac_every"] = ac.every;
-  if (o.run.lora.enabled()) {
-    v["lora_rank"] = o.run.lora.rank;
-    v["lora_alpha"] = o.run.lora.alpha;
-    v["lora_dropout"] = o.run.lora.dropout;
-    std::string targets;
-    for (const auto& t : o.run.lora.targets) targets += (targets.empty() ? "" : ",") + t;
-    v["lora_targets"] = targets;
-  }
+  v.update(ckpt::adapter_params(o.run.adapters));
   return {v, o.args, o.option_values};
 }
 

@@ -78,7 +78,7 @@ StepData DataLoader::load(LoaderState s) {
     const std::vector<int64_t> idx = rows_of(examples);
     d.rows.insert(d.rows.end(), idx.begin(), idx.end());
     d.micro.push_back(file_->read(idx));
-    d.micro.back().sample_ids = idx;  // LoRA dropout's masks are drawn per sample, not per rank
+    d.micro.back().sample_ids = idx;  // adapter dropout's masks are drawn per sample, not per rank
     d.micro.back().epoch = s.epoch;
   }
   return d;

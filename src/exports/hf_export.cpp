@@ -35,18 +35,6 @@ model::ModelConfig checkpoint_model(const std::string& path) {
   return model::model_from_hf_json(ckpt::read_attrs(path).model_config, path);
 }
 
-model::LoraConfig checkpoint_adapters(const std::string& path, std::string* base) {
-  const ckpt::CheckpointAttrs a = ckpt::read_attrs(path);
-  model::LoraConfig l;
-  if (a.lora_rank == 0) return l;
-  l.rank = a.lora_rank;
-  l.alpha = a.lora_alpha;
-  l.dropout = a.lora_dropout;
-  l.targets = model::parse_lora_targets(a.lora_targets);
-  *base = a.base_weights;
-  return l;
-}
-
 TokenizerSource checkpoint_tokenizer(const std::string& path, const std::string& tokenizer,
                                      const std::string& base) {
   nlohmann::json run;
@@ -76,7 +64,8 @@ void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::Fs
                at::ScalarType dtype, int rank, const TokenizerSource& tokenizer) {
   auto full = engine.full_parameters();  // collective: every rank takes part
   if (engine.layout().base_frozen())
-    merge_adapters(full, engine.full_parameters(/*adapters=*/true), model, engine.spec().plan.lora);
+    merge_adapters(full, engine.full_parameters(/*adapters=*/true), model,
+                   engine.spec().plan.adapters);
   if (rank != 0) return;
   io::NamedTensors named;
   for (const auto& spec : model::llama_param_specs(model))

@@ -73,7 +73,7 @@ void export_peft(const std::string& dir, fsdp::FsdpEngine& engine, const std::st
                           {{"format", "pt"}});
     runtime::write_file_atomically(
         (fs::path(into) / "adapter_config.json").string(),
-        peft_adapter_config(engine.spec().plan.lora, base).dump(2) + "\n");
+        peft_adapter_config(engine.spec().plan.adapters, base).dump(2) + "\n");
     write_tokenizer_files(into, tokenizer, engine.spec().model, /*full_model=*/false);
   });
 }

@@ -59,11 +59,26 @@ void FlatUnit::start(comm::Communicator& shard) {
       1) {  // nothing to gather: cast into an alias with its own version counter, in one kernel
     at::from_blob(flat_.data_ptr(), {layout_.padded}, flat_.options().requires_grad(false))
         .copy_(shard_src, /*non_blocking=*/offloaded());
+  } else if (codec_) {
+    const at::Tensor stats = codec_->statistics(shard_src);
+    const at::Tensor all = at::empty({stats.numel() * shard.size()}, stats.options());
+    shard.all_gather_async(stats, all)->wait();  // every rank encodes with the same statistics
+    const auto bytes = flat_.options().dtype(at::kByte).requires_grad(false);
+    send_ = at::empty({codec_->send_bytes()}, bytes);
+    codec_->encode(shard_src, all, send_);
+    coded_ = at::empty({codec_->send_bytes() * shard.size()}, bytes);
+    pending_ = shard.all_gather_async(send_, coded_);
   } else {
     send_ = shard_src.to(flat_.scalar_type());
     pending_ = shard.all_gather_async(send_, flat_);
   }
   gathered_ = true;
+}
+
+std::vector<model::FlatPiece> FlatUnit::pieces() const {
+  std::vector<model::FlatPiece> out;
+  for (const FlatEntry& e : layout_.entries) out.push_back({e.name, e.offset, e.numel});
+  return out;
 }
 
 void FlatUnit::begin_gather(comm::Communicator& shard, at::ScalarType dtype) {
@@ -89,6 +104,11 @@ void FlatUnit::wait() {
     pending_.reset();
   }
   send_ = at::Tensor();
+  if (coded_.defined()) {  // into an alias of the leaf with its own version counter, as start's
+    codec_->decode(coded_, at::from_blob(flat_.data_ptr(), {layout_.padded},
+                                         flat_.options().requires_grad(false)));
+    coded_ = at::Tensor();
+  }
 }
 
 void FlatUnit::free_storage() {

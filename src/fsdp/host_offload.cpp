@@ -25,14 +25,22 @@ struct HostOffload::Copies {
 struct HostOffload::Copies {};
 #endif
 
-HostOffload::HostOffload(at::Device device, std::vector<FlatUnit*> units)
+void HostOffload::select_device(at::Device device) {
+#ifdef SHARDTRAIN_HAVE_CUDA
+  if (device.is_cuda()) c10::cuda::set_device(device.index());
+#endif
+  (void)device;
+}
+
+HostOffload::HostOffload(at::Device device, std::vector<FlatUnit*> units, ThreadStart start)
     : device_(device),
       units_(std::move(units)),
       in_flight_(units_.size()),
       armed_(units_.size()),
       staging_(units_.size()),
       fresh_(units_.size(), true),
-      outstanding_(units_.size(), 0) {
+      outstanding_(units_.size(), 0),
+      start_(std::move(start)) {
 #ifdef SHARDTRAIN_HAVE_CUDA
   if (device_.is_cuda()) copies_ = std::make_unique<Copies>(device_, units_.size());
 #endif
@@ -160,7 +168,8 @@ void HostOffload::run(int64_t u, std::function<void()> job, bool refresh) {
 }
 
 void HostOffload::work() {
-  at::init_num_threads();  // this thread's intra-op threads: the rank's (at::set_num_threads)
+  if (start_) start_(device_);  // before any CUDA call on this thread
+  at::init_num_threads();       // this thread's intra-op threads: the rank's (at::set_num_threads)
   for (;;) {
     Job job;
     {

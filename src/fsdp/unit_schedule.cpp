@@ -51,6 +51,9 @@ UnitSchedule::UnitSchedule(const model::ModelConfig& model, const ShardingConfig
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitParts& p = parts_[u];
     p.base = &units_[u];
+    units_[u].set_gather_codec(plan_.gather_codec(model_, units_[u].spec(), units_[u].pieces(),
+                                                  units_[u].layout().padded, groups_.shard->size(),
+                                                  groups_.shard->rank(), cfg_.param_dtype));
     if (!adapters_.empty() && !adapters_[u].empty()) p.adapter = &adapters_[u];
     p.trainable = adapters_.empty() ? &units_[u] : &adapters_[u];
     p.input_grad = u > 0 && runs[u - 1];  // a unit before it trains: its input needs a gradient

@@ -17,21 +17,17 @@ struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& h, const at::Tensor& w,
                             const at::Tensor& y, int64_t chunk, double hint) {
     const int64_t n = h.size(0);
-    const bool want_dh = h.requires_grad(), want_dw = w.requires_grad();  // a LoRA head is frozen
+    const bool want_dh = h.requires_grad(),
+               want_dw = w.requires_grad();  // a frozen base's head has none
     auto total = at::zeros({}, h.options().dtype(at::kFloat));
     at::Tensor dh = want_dh ? at::empty_like(h) : at::Tensor();
     // The weight's gradient sums over every chunk: in fp32, as one unchunked GEMM accumulates.
     at::Tensor dw = want_dw ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
-    // bf16/fp16 GEMMs with fp32 output where the device has them (CUDA's mm.dtype): no
-    // half-precision [m, V] logits nor [V, H] product per chunk. A CPU computes half precision
-    // through a cast.
-    const bool fp32_out = h.is_cuda() && h.scalar_type() != at::kFloat;
     for (int64_t r = 0; r < n; r += chunk) {
       const int64_t m = std::min(chunk, n - r);
       const auto hc = h.narrow(0, r, m), yc = y.narrow(0, r, m);
-      auto logits =
-          fp32_out ? at::mm(hc, w.t(), at::kFloat) : at::mm(hc, w.t()).to(at::kFloat);  // [m, V]
-      const auto lse = at::logsumexp(logits, {1});                                      // [m]
+      auto logits = head_logits(hc, w);             // [m, V] fp32
+      const auto lse = at::logsumexp(logits, {1});  // [m]
       const auto valid = yc.ne(-100), target = yc.clamp_min(0).unsqueeze(1);
       total +=
           at::where(valid, lse - logits.gather(1, target).squeeze(1), at::zeros_like(lse)).sum();
@@ -44,12 +40,7 @@ struct ChunkedLmLoss : public torch::autograd::Function<ChunkedLmLoss> {
         auto rows = dh.narrow(0, r, m);
         at::mm_out(rows, dl, w);
       }
-      if (want_dw && dl.scalar_type() == at::kFloat)
-        dw.addmm_(dl.t(), hc);  // no [V, H] temporary
-      else if (want_dw && fp32_out)
-        at::addmm_out(dw, dw, dl.t(), hc, at::kFloat);
-      else if (want_dw)
-        dw.add_(at::mm(dl.t(), hc));
+      if (want_dw) add_head_weight_grad(dw, dl, hc);
     }
     ctx->saved_data["hint"] = hint;
     ctx->saved_data["dh"] = dh;
@@ -77,6 +68,20 @@ at::Tensor next_token_labels(const at::Tensor& labels) {
 }
 
 }  // namespace
+
+at::Tensor head_logits(const at::Tensor& hc, const at::Tensor& w) {
+  const bool fp32_out = hc.is_cuda() && hc.scalar_type() != at::kFloat;
+  return fp32_out ? at::mm(hc, w.t(), at::kFloat) : at::mm(hc, w.t()).to(at::kFloat);
+}
+
+void add_head_weight_grad(at::Tensor& dw, const at::Tensor& dl, const at::Tensor& hc) {
+  if (dl.scalar_type() == at::kFloat && hc.scalar_type() == at::kFloat)
+    dw.addmm_(dl.t(), hc);
+  else if (dl.is_cuda())
+    at::addmm_out(dw, dw, dl.t(), hc, at::kFloat);
+  else
+    dw.addmm_(dl.t().to(at::kFloat), hc.to(at::kFloat));
+}
 
 int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t requested) {
   if (requested < 0 || tokens <= 0) return 0;

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "shardtrain/model/masked_block.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
@@ -21,10 +22,14 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// Flash's kernel takes the block where no mask beyond causality applies: bf16/fp16 on CUDA.
-bool flash_block(const at::Tensor& q, const at::Tensor& mask) {
-  return q.is_cuda() && !mask.defined() &&
-         (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) && q.size(-1) <= 256;
+// The path a block takes: the one asked for, or the device's best. A mask needs a path that
+// reads it.
+BlockPath choose(BlockPath path, const at::Tensor& q, const at::Tensor& mask) {
+  if (path == BlockPath::kAuto)
+    return block_path(q.is_cuda(), q.scalar_type(), mask.defined(), q.size(-1));
+  if (path != BlockPath::kMath && (!q.is_cuda() || (path == BlockPath::kFlash && mask.defined())))
+    throw runtime::Error("block_attention: that kernel does not take this block");
+  return path;
 }
 
 // [B, nkv, L, D] -> [B, nh, L, D]: kv head h / rep serves query head h (transformers' repeat_kv).
@@ -39,25 +44,23 @@ at::Tensor sum_kv(const at::Tensor& g, int64_t nkv) {
   return g.view({g.size(0), nkv, rep, g.size(2), g.size(3)}).sum(2);
 }
 
-// Scaled scores with masked keys at -inf: [B, nh, Lq, Lk] fp32.
+// Scaled scores with masked keys at -inf: [B, nh, Lq, Lk] fp32. kr: the repeated keys, fp32.
 at::Tensor scores(const at::Tensor& q, const at::Tensor& kr, const at::Tensor& mask) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  at::Tensor s = at::matmul(q.to(at::kFloat), kr.to(at::kFloat).transpose(-2, -1)).mul_(scale);
+  at::Tensor s = at::matmul(q.to(at::kFloat), kr.transpose(-2, -1)).mul_(scale);
   if (mask.defined()) s.masked_fill_(mask.logical_not(), kNegInf);
   return s;
 }
 
 at::Tensor finite_or_zero(const at::Tensor& lse) { return lse.masked_fill(lse.isneginf(), 0.0); }
 
-// The math path takes a block's query rows a span at a time, so its fp32 scores (and their
-// softmax and gradient) stay near kScoreElements elements whatever the block's size.
-constexpr int64_t kScoreElements = int64_t{1} << 18;
+// The math path takes a block's query rows a span at a time (math_span_rows), so its fp32 scores
+// (and their softmax and gradient) stay bounded whatever the block's size.
 struct RowSpan {
   int64_t first = 0, rows = 0;
 };
 std::vector<RowSpan> row_spans(const at::Tensor& q, const at::Tensor& k) {
-  const int64_t per_row = q.size(0) * q.size(1) * k.size(2);
-  const int64_t step = std::max<int64_t>(16, kScoreElements / std::max<int64_t>(1, per_row));
+  const int64_t step = math_span_rows(q.size(0), q.size(1), k.size(2), q.is_cuda());
   std::vector<RowSpan> out;
   for (int64_t first = 0; first < q.size(2); first += step)
     out.push_back({first, std::min(step, q.size(2) - first)});
@@ -230,16 +233,20 @@ class RingAttention : public torch::autograd::Function<RingAttention> {
 }  // namespace
 
 BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const at::Tensor& mask, bool causal) {
-  if (flash_block(q, mask)) {
+                         const at::Tensor& mask, bool causal, BlockPath path) {
+  path = choose(path, q, mask);
+  if (path == BlockPath::kMasked)
+    return masked_block_attention(q, k, v,
+                                  block_keys(mask, causal, q.size(2), k.size(2), q.device()));
+  if (path == BlockPath::kFlash) {
     const auto t = [](const at::Tensor& x) { return x.transpose(1, 2).contiguous(); };
     auto res = at::_flash_attention_forward(t(q), t(k), t(v), std::nullopt, std::nullopt, q.size(2),
                                             k.size(2), 0.0, causal,
                                             /*return_debug_mask=*/false);
     return {std::get<0>(res).transpose(1, 2).to(at::kFloat), std::get<1>(res)};
   }
-  const int64_t rep = q.size(1) / k.size(1);
-  const at::Tensor kr = repeat_kv(k, rep), vr = repeat_kv(v, rep).to(at::kFloat);
+  const int64_t rep = q.size(1) / k.size(1);  // the casts once a block, not once a span
+  const at::Tensor kr = repeat_kv(k, rep).to(at::kFloat), vr = repeat_kv(v, rep).to(at::kFloat);
   BlockOut b;
   b.out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
   b.lse = at::empty({q.size(0), q.size(1), q.size(2)}, b.out.options());
@@ -256,8 +263,12 @@ BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
 BlockGrads block_attention_backward(const at::Tensor& dout, const at::Tensor& q,
                                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                                     const at::Tensor& lse, const at::Tensor& dsum,
-                                    const at::Tensor& mask, bool causal) {
-  if (flash_block(q, mask)) {
+                                    const at::Tensor& mask, bool causal, BlockPath path) {
+  path = choose(path, q, mask);
+  if (path == BlockPath::kMasked)
+    return masked_block_attention_backward(
+        dout, q, k, v, out, lse, block_keys(mask, causal, q.size(2), k.size(2), q.device()));
+  if (path == BlockPath::kFlash) {
     const auto t = [](const at::Tensor& x) { return x.transpose(1, 2).contiguous(); };
     const at::Tensor none = at::empty({0}, q.options().dtype(at::kLong));  // no dropout: no rng
     auto g = at::_flash_attention_backward(t(dout), t(q), t(k), t(v), t(out), lse.contiguous(),

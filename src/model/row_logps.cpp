@@ -1,5 +1,7 @@
 #include "shardtrain/model/row_logps.h"
 
+#include "shardtrain/model/lm_loss.h"
+
 #include <torch/autograd.h>
 
 #include <algorithm>
@@ -33,7 +35,7 @@ struct ChunkedRowLogps : public torch::autograd::Function<ChunkedRowLogps> {
     for (int64_t r = 0; r < h.size(0); r += chunk) {
       const int64_t m = std::min(chunk, h.size(0) - r);
       const auto yc = y.narrow(0, r, m);
-      const auto logits = logits_of(h.narrow(0, r, m), w);
+      const auto logits = head_logits(h.narrow(0, r, m), w);
       const auto valid = yc.ne(-100);
       const auto target = yc.clamp_min(0).unsqueeze(1);
       const auto lp = logits.gather(1, target).squeeze(1) - at::logsumexp(logits, {1});
@@ -49,14 +51,15 @@ struct ChunkedRowLogps : public torch::autograd::Function<ChunkedRowLogps> {
     const at::Tensor &h = saved[0], &w = saved[1], &y = saved[2], &row = saved[3];
     const int64_t chunk = ctx->saved_data["chunk"].toInt();
     const at::Tensor g = grad_out[0].to(at::kFloat);  // [B]: d loss / d each row's log-prob
-    const bool want_dh = h.requires_grad(), want_dw = w.requires_grad();  // a LoRA head is frozen
+    const bool want_dh = h.requires_grad(),
+               want_dw = w.requires_grad();  // a frozen base's head has none
     at::Tensor dh = want_dh ? at::empty_like(h) : at::Tensor();
     at::Tensor dw = want_dw ? at::zeros(w.sizes(), w.options().dtype(at::kFloat)) : at::Tensor();
     for (int64_t r = 0; r < h.size(0); r += chunk) {
       const int64_t m = std::min(chunk, h.size(0) - r);
       const auto hc = h.narrow(0, r, m);
       const auto yc = y.narrow(0, r, m);
-      auto p = logits_of(hc, w);
+      auto p = head_logits(hc, w);
       p = p.sub_(at::logsumexp(p, {1}, true)).exp_();  // softmax
       // d log p[target] / d logits = onehot - softmax, weighted by the token's row gradient.
       p.neg_().scatter_add_(1, yc.clamp_min(0).unsqueeze(1), at::ones({m, 1}, p.options()));
@@ -66,17 +69,11 @@ struct ChunkedRowLogps : public torch::autograd::Function<ChunkedRowLogps> {
         auto rows = dh.narrow(0, r, m);
         at::mm_out(rows, dl, w);
       }
-      if (want_dw) dw.add_(at::mm(dl.t(), hc).to(at::kFloat));
+      if (want_dw) add_head_weight_grad(dw, dl, hc);
     }
     return {dh,           want_dw ? dw.to(w.scalar_type()) : dw,
             at::Tensor(), at::Tensor(),
             at::Tensor(), at::Tensor()};
-  }
-
-  // fp32 logits [m, V]: CUDA's half-precision GEMMs give fp32 outputs directly.
-  static at::Tensor logits_of(const at::Tensor& hc, const at::Tensor& w) {
-    const bool fp32_out = hc.is_cuda() && hc.scalar_type() != at::kFloat;
-    return fp32_out ? at::mm(hc, w.t(), at::kFloat) : at::mm(hc, w.t()).to(at::kFloat);
   }
 };
 

@@ -1,14 +1,17 @@
 #include "shardtrain/model/run_plan.h"
 
+#include <algorithm>
+
 #include "shardtrain/model/lm_loss.h"
 #include "shardtrain/model/norm_activation.h"
+#include "shardtrain/model/projections.h"
 
 namespace shardtrain::model {
 
-void RunPlan::validate() const { lora.validate(); }
+void RunPlan::validate() const { adapters.validate(); }
 
 std::unique_ptr<TrainedParams> RunPlan::trained(const ModelConfig& model) const {
-  return lora.enabled() ? lora_training(model, lora) : full_training(model);
+  return adapters.enabled() ? lora_training(model, adapters) : full_training(model);
 }
 
 int64_t RunPlan::head_chunk(const ModelConfig& model, int64_t tokens) const {
@@ -32,16 +35,74 @@ void RunPlan::lay_out(UnitPass& p, const Rotary& rope, const at::Tensor& tokens,
 }
 
 at::Tensor RunPlan::unit(const ModelConfig& model, const UnitSpec& spec, const WeightLookup& base,
-                         const WeightLookup* adapters, const at::Tensor& x, const UnitPass& p,
-                         at::ScalarType dtype, bool selective) const {
+                         const WeightLookup* adapter_weights, const at::Tensor& x,
+                         const UnitPass& p, at::ScalarType dtype, bool selective) const {
   LayerPath path;
   path.selective = selective;
   path.fused = fused_layers;
   path.fp8 = fp8;
-  if (!adapters || p.adapters_off)
+  if (!adapter_weights || p.adapters_off)
     return unit_forward(model, spec, base, x, p.layout, dtype, nullptr, path);
-  const LoraRun run{&lora, *adapters, p.row_seeds, p.train, p.dropout_tokens};
+  const LoraRun run{&adapters, *adapter_weights, p.row_seeds, p.train, p.dropout_tokens};
   return unit_forward(model, spec, base, x, p.layout, dtype, &run, path);
+}
+
+namespace {
+
+// The float8 gather's scale group of each projection: the merged q k v and gate up share one
+// when the fused layers run them as one float8 GEMM (no adapter on a member), as the layer does.
+std::vector<int> scale_groups(const RunPlan& plan, int64_t layer,
+                              const std::vector<FlatPiece>& pieces) {
+  std::vector<int> group(pieces.size(), -1);
+  for (size_t i = 0; i < pieces.size(); ++i)
+    for (Proj p : kProjections) {
+      if (pieces[i].name != proj_weight_name(layer, p)) continue;
+      group[i] = static_cast<int>(p);
+      for (const Merged m : kMerged) {
+        const auto members = merged_members(m);
+        if (!plan.fused_layers || std::find(members.begin(), members.end(), p) == members.end())
+          continue;
+        const bool adapted = std::any_of(members.begin(), members.end(), [&](Proj q) {
+          return plan.adapters.enabled() && plan.adapters.targets_proj(q);
+        });
+        if (!adapted) group[i] = static_cast<int>(members.front());
+      }
+    }
+  return group;
+}
+
+bool gathers_fp8(const RunPlan& plan, UnitKind kind) {
+  return plan.fp8 == Fp8Mode::kTensorwise && plan.fp8_all_gather && kind == UnitKind::kDecoderLayer;
+}
+
+}  // namespace
+
+std::unique_ptr<GatherCodec> RunPlan::gather_codec(const ModelConfig& model, const UnitSpec& spec,
+                                                   std::vector<FlatPiece> pieces, int64_t padded,
+                                                   int shard_size, int shard_rank,
+                                                   at::ScalarType dtype) const {
+  (void)model;
+  if (!gathers_fp8(*this, spec.kind) || shard_size < 2) return nullptr;
+  std::vector<int> groups = scale_groups(*this, spec.layer, pieces);
+  // Group ids dense from 0 in first-use order.
+  std::vector<int> dense(kProjections.size(), -1);
+  int next = 0;
+  for (int& g : groups)
+    if (g >= 0) g = dense[g] >= 0 ? dense[g] : (dense[g] = next++);
+  return fp8_gather_codec(std::move(pieces), std::move(groups), padded, shard_size, shard_rank,
+                          dtype);
+}
+
+double RunPlan::gathered_bytes(const ModelConfig& model, UnitKind kind, int64_t numel,
+                               int64_t elt) const {
+  const double all = static_cast<double>(numel * elt);
+  if (!gathers_fp8(*this, kind)) return all;
+  int64_t weights = 0;
+  for (Proj p : kProjections) {
+    const ProjShape shape = proj_shape(model, p);
+    weights += shape.in * shape.out;
+  }
+  return all - static_cast<double>(weights * (elt - 1));
 }
 
 at::Tensor RunPlan::head_norm(const ModelConfig& model, const at::Tensor& x,

@@ -52,7 +52,7 @@ void ObsConfig::resolve_run_name(const std::string& checkpoint_dir) {
   }
   if (run_name.find('/') != std::string::npos || run_name == "." || run_name == "..")
     throw runtime::UsageError("--run-name '" + run_name +
-                              "' must be one directory name, without '/' (e.g. llama7b-lora-r16)");
+                              "' must be one directory name, without '/' (e.g. llama7b-sft-r16)");
 }
 
 std::unique_ptr<CollectiveWatchdog> start_watchdog(const ObsConfig& cfg,

@@ -87,6 +87,13 @@ void Optimizer::close_in_groups(const at::Tensor& found_inf) {
   runner_.run(last_group, [this, found_inf] { adamw_.end_step(found_inf); });
 }
 
+Optimizer::~Optimizer() {
+  try {
+    settle();
+  } catch (...) {  // a destructor does not throw; settle() reported it to whoever asked
+  }
+}
+
 void Optimizer::settle() {
   if (runner_.wait) runner_.wait();
 }

@@ -7,9 +7,9 @@
 
 namespace shardtrain::plan {
 
-ReferenceModel reference_model(const Objective& o, bool lora) {
+ReferenceModel reference_model(const Objective& o, bool frozen_base) {
   if (!o.dpo || o.reference_logps) return ReferenceModel::kNone;
-  return lora ? ReferenceModel::kBase : ReferenceModel::kFrozenCopy;
+  return frozen_base ? ReferenceModel::kBase : ReferenceModel::kFrozenCopy;
 }
 
 int64_t micro_batch_rows(const Objective& o, int64_t batch_size) {

@@ -12,7 +12,7 @@ double gib(int64_t b) { return static_cast<double>(b) / (1 << 30); }
 
 std::string describe_objective(const PlanInput& in) {
   if (!in.objective.dpo) return "";
-  const ReferenceModel ref = reference_model(in.objective, in.run.lora.enabled());
+  const ReferenceModel ref = reference_model(in.objective, in.run.adapters.enabled());
   return std::string(", DPO (") + std::to_string(micro_batch_rows(in.objective, in.batch_size)) +
          " rows per micro-batch, reference " +
          (ref == ReferenceModel::kFrozenCopy ? "a frozen copy"
@@ -23,7 +23,7 @@ std::string describe_objective(const PlanInput& in) {
 
 std::string objective_line(const PlanInput& in, const std::vector<PlanRow>& rows) {
   if (!in.objective.dpo) return "";
-  const ReferenceModel ref = reference_model(in.objective, in.run.lora.enabled());
+  const ReferenceModel ref = reference_model(in.objective, in.run.adapters.enabled());
   const PlanRow* best = best_row(rows);
   const PlanRow* shown = best ? best : (rows.empty() ? nullptr : &rows.front());
   const std::string at = shown ? std::string(" at ") + fsdp::sharding_name(shown->sharding) +
@@ -54,7 +54,7 @@ std::string objective_line(const PlanInput& in, const std::vector<PlanRow>& rows
       std::snprintf(line, sizeof line, ", %.2f GiB per rank%s", gib(shown->reference), at.c_str());
     if (shown) out += line;
   } else {
-    out += "the base with LoRA's adapters switched off (no second copy";
+    out += "the base with its adapters switched off (no second copy";
   }
   out += "), and one forward per micro-batch without autograd, in step(s)";
   if (shown && shown->step_s > 0) {

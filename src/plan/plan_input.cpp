@@ -44,7 +44,7 @@ void PlanInput::validate() const {
   }
   // The combinations train refuses too are spec::validate's (the option parser calls it).
   fsdp.validate();  // the options plan shares with train: --max-inflight-gathers, the dtypes
-  run.validate();   // --lora-*
+  run.validate();   // the adapters' options
 }
 
 }  // namespace shardtrain::plan

@@ -36,7 +36,7 @@ std::string describe(const PlanInput& in) {
      << (in.fsdp.activation_checkpointing
              ? ", activation checkpointing " + fsdp::describe(in.fsdp.activation_checkpointing)
              : "")
-     << (in.run.lora.enabled() ? ", LoRA rank " + std::to_string(in.run.lora.rank) : "")
+     << (in.run.adapters.enabled() ? ", LoRA rank " + std::to_string(in.run.adapters.rank) : "")
      << (in.fsdp.cpu_offload ? ", CPU offload" : "")
      << (in.run.fp8 != model::Fp8Mode::kOff
              ? std::string(", FP8 ") + model::fp8_mode_name(in.run.fp8)
@@ -102,7 +102,7 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   }
   const bool ring = in.context_parallel > 1;
   if (ring) os << "  ring-exp";
-  const bool ref = reference_model(in.objective, in.run.lora.enabled()) ==
+  const bool ref = reference_model(in.objective, in.run.adapters.enabled()) ==
                    ReferenceModel::kFrozenCopy;  // DPO's frozen copy
   if (ref) os << "  " << std::setw(8) << "ref.";
   os << "\n";
@@ -283,7 +283,7 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                            {"tokens_per_s_per_gpu", rem.best.tokens_per_s_per_gpu},
                            {"total_bytes", rem.best.total}}
           : nlohmann::json();
-  const ReferenceModel rm = reference_model(in.objective, in.run.lora.enabled());
+  const ReferenceModel rm = reference_model(in.objective, in.run.adapters.enabled());
   j["objective"] = {
       {"name", in.objective.dpo ? "dpo" : "sft"},
       {"rows_per_micro_batch", micro_batch_rows(in.objective, in.batch_size)},

@@ -48,7 +48,7 @@ double unit_forward_flops(const model::ModelConfig& m, const UnitSize& u, int64_
 // forward and in backward. Each activation or gradient element is read twice (amax, cast) and
 // written once per float8 copy: tensorwise one pass writes it and its transpose; rowwise a
 // row-scaled and a column-scaled pass. A weight is cast once in forward and, transposed, in
-// backward. Without weight gradients (LoRA's frozen base) no transposed copy of an input or of
+// backward. Without weight gradients (a frozen base) no transposed copy of an input or of
 // the output gradient is made. Merged (--fused-layers): q/k/v's input and gate/up's are cast once.
 struct Fp8Costs {
   double gemm_flops = 0, forward_bytes = 0, backward_bytes = 0;
@@ -146,14 +146,14 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
                                  model::packed_rows_use_varlen(cuda, in.fsdp.param_dtype)};
   model::ActivationBytes act = layout.trained().activation_bytes(pe, in.packed ? &packed : nullptr);
   if (in.run.fp8 != model::Fp8Mode::kOff)
-    act = model::with_fp8(act, m, pe, in.run.fused_layers, &in.run.lora);
+    act = model::with_fp8(act, m, pe, in.run.fused_layers, &in.run.adapters);
   const auto [fwd_tflops, bwd_tflops] = rates(in);
   // Context parallelism: a rank holds its share of each row; every activation is per token.
   const int cp = in.context_parallel;
   const int64_t rank_seq = model::context_tokens_per_rank(in.seq_len, cp);
   act = model::with_context_parallel(act, m, pe, cp);
   act = with_objective(act, in.objective, in.run.loss_chunk);  // DPO's head
-  const ReferenceModel reference = reference_model(in.objective, in.run.lora.enabled());
+  const ReferenceModel reference = reference_model(in.objective, in.run.adapters.enabled());
   const RingCost ring = ring_cost(in);
   const int64_t rows_mb = micro_batch_rows(in.objective, in.batch_size);  // DPO: two per pair
   const int64_t tokens_mb = rows_mb * rank_seq;  // per rank per micro-batch
@@ -223,7 +223,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
             unit_forward_flops(m, base[u], in.seq_len) * static_cast<double>(tokens_mb);
         fwd[u] = f / (fwd_tflops * 1e12);
         // Backward is twice forward's FLOPs (input and weight gradients), once with frozen weights
-        // (LoRA), plus the recomputed forward under full activation checkpointing (selective
+        // (adapters), plus the recomputed forward under full activation checkpointing (selective
         // recomputes only element-wise ops, whose FLOPs the model leaves out).
         const bool recompute = base[u].kind == model::UnitKind::kDecoderLayer &&
                                cfg.activation_checkpointing.full(u - 1);
@@ -238,14 +238,14 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         if (in.run.fp8 != model::Fp8Mode::kOff && base[u].kind == model::UnitKind::kDecoderLayer) {
           // The projections' GEMMs at the float8 rate (the same efficiency at its peak), the
           // casts at the memory bandwidth; attention, norms and the rest as they were.
-          const Fp8Costs k =
-              fp8_costs(m, in.run.fp8, tokens_mb, pe, !in.run.lora.enabled(), in.run.fused_layers);
+          const Fp8Costs k = fp8_costs(m, in.run.fp8, tokens_mb, pe, !in.run.adapters.enabled(),
+                                       in.run.fused_layers);
           const double fast = f - k.gemm_flops * (1 - in.gpu.peak_tflops / in.gpu.fp8_tflops);
           fwd[u] = fast / (fwd_tflops * 1e12) + k.forward_bytes / (in.gpu.hbm_gbps * 1e9);
           bwd[u] = backward_ratio * fast / (bwd_tflops * 1e12) +
                    k.backward_bytes / (in.gpu.hbm_gbps * 1e9) + (recompute ? fwd[u] : 0.0);
         }
-        const double gbytes = static_cast<double>(sizes.gathered_numel(u) * pe);
+        const double gbytes = in.run.gathered_bytes(m, base[u].kind, sizes.gathered_numel(u), pe);
         const UnitSize& t = sizes.trainable(u);
         c[u].gather = in.fabric.seconds(Op::kAllGather, gbytes, r.shard_size, shard_spans);
         const bool again = regather && base[u].kind != model::UnitKind::kHead && runs_backward[u];

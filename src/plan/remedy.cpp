@@ -105,7 +105,7 @@ std::string remedy_text(const PlanInput& in, const std::vector<PlanRow>& rows, c
   if (r.activations_bind) {
     std::vector<std::string> shrink_state = {"more nodes"};
     if (!in.fsdp.cpu_offload) shrink_state.push_back("--cpu-offload");
-    if (!in.run.lora.enabled()) shrink_state.push_back("LoRA");
+    if (!in.run.adapters.enabled()) shrink_state.push_back("LoRA");
     std::string state_only = shrink_state[0];
     for (size_t i = 1; i < shrink_state.size(); ++i)
       state_only += (i + 1 == shrink_state.size() ? " or " : ", ") + shrink_state[i];
@@ -132,14 +132,14 @@ std::string remedy_text(const PlanInput& in, const std::vector<PlanRow>& rows, c
   }
   const bool offload = in.fsdp.cpu_offload;
   const bool ref =
-      reference_model(in.objective, in.run.lora.enabled()) == ReferenceModel::kFrozenCopy;
+      reference_model(in.objective, in.run.adapters.enabled()) == ReferenceModel::kFrozenCopy;
   os << "nothing fits"
      << (r.tried_checkpointing ? ", even with --activation-checkpointing full" : "")
      << ": try more nodes, a smaller --batch-size or --seq-len"
      << (ref ? ", --reference-logps (no reference model)" : "")
-     << (in.run.lora.enabled() ? ""
-         : offload             ? ", or LoRA (--lora-rank)"
-                               : ", --cpu-offload, or LoRA (--lora-rank)")
+     << (in.run.adapters.enabled() ? ""
+         : offload                 ? ", or LoRA (--lora-rank)"
+                                   : ", --cpu-offload, or LoRA (--lora-rank)")
      << (std::any_of(rows.begin(), rows.end(), [](const PlanRow& x) { return !x.host_fits; })
              ? "; hosts with more memory (--host-memory-gib)"
              : "")

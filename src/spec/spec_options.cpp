@@ -38,6 +38,9 @@ void add_layout_options(po::options_description& d, fsdp::ShardingConfig& f, int
                        "float8 (e4m3 weights and activations, e5m2 gradients, scales from each "
                        "tensor's or row's amax); needs float8 tensor cores (H100, H200, L40S; "
                        "docs/gpu.md)")(
+      "no-fp8-all-gather", po::bool_switch(&raw.no_fp8_all_gather),
+      "with --fp8 tensorwise: all-gather the projections' weights in the compute dtype, not in "
+      "float8 (rowwise always gathers in the compute dtype)")(
       "loss-chunk", po::value(&raw.loss_chunk)->default_value(raw.loss_chunk),
       "the head's matmul and the cross-entropy fused, over chunks of this many tokens, so fp32 "
       "logits never exist for the whole batch: auto (a chunk of logits about the hidden states' "
@@ -79,6 +82,7 @@ void resolve_layout(fsdp::ShardingConfig& f, model::RunPlan& run, const SpecArgs
   f.reduce_dtype = parse_dtype(raw.reduce_dtype, "--reduce-dtype");
   run.loss_chunk = parse_loss_chunk(raw.loss_chunk);
   run.fp8 = model::parse_fp8_mode(raw.fp8);
+  run.fp8_all_gather = !raw.no_fp8_all_gather;
   f.activation_checkpointing =
       fsdp::parse_activation_checkpointing(raw.activation_checkpointing, raw.ac_every);
 }

@@ -37,7 +37,7 @@ nlohmann::json memory_json(const fsdp::MemoryReport& m) {
           {"no_sync_bytes", m.no_sync_bytes},
           {"persistent_bytes", m.persistent()},
           {"unsharded_bytes", m.unsharded_bytes},
-          // LoRA: the frozen base and the adapters (master + AdamW) per rank; 0 and persistent
+          // adapters: the frozen base and the adapters (master + AdamW) per rank; 0 and persistent
           // otherwise
           {"base_bytes", m.base_bytes},
           {"adapter_bytes", m.base_bytes > 0 ? m.trainable_bytes() : 0},

@@ -11,6 +11,7 @@
 
 #include "shardtrain/ckpt/values.h"
 #include "shardtrain/data/loader.h"
+#include "shardtrain/model/lora.h"
 
 namespace shardtrain::ckpt {
 
@@ -72,7 +73,17 @@ struct CheckpointAttrs {
   double lora_dropout = 0;
   std::string lora_targets, base_weights;
   int64_t base_crc32 = -1;
+  // The adapters' settings it records (rank 0: a full fine-tune's).
+  model::LoraConfig adapters() const;
 };
+
+// A run's adapter settings under the names a checkpoint records them by (nothing when off); a
+// run's reported parameters (trackers' hyperparameters) take the same names.
+void put_adapters(Values& out, const model::LoraConfig& l);
+nlohmann::json adapter_params(const model::LoraConfig& l);
+// inspect's line for a checkpoint with adapters ("lora rank 4, alpha 16, dropout 0, targets
+// q_proj,v_proj | base W (CRC-32 N)"); "" for a full fine-tune's.
+std::string adapters_line(const CheckpointAttrs& a);
 
 // Throws UsageError as read_values does, and Error naming the file and attribute for a missing
 // or malformed one.

@@ -22,7 +22,7 @@ struct CheckpointConfig {
   bool async = false;              // host copy at the step boundary, write on a background thread
   bool overwrite = false;          // a new run may replace the checkpoints another run left in dir
   bool allow_data_change = false;  // a resume may continue on another --seed or token file
-  std::string base_weights;  // LoRA: the frozen base's --weights, recorded in every checkpoint
+  std::string base_weights;  // adapters: the frozen base's --weights, recorded in every checkpoint
   void validate() const;     // throws UsageError naming the option
   // Whether this run continues the checkpoints already in dir (--resume auto, or a file in dir).
   bool continues_dir() const;

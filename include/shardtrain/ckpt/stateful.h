@@ -38,7 +38,7 @@ struct TensorGroup {
   std::vector<TensorSlice> slices;  // at most one per dataset; none where this rank holds nothing
 };
 
-// A checkpoint this run must not continue from (another model, other LoRA settings or another
+// A checkpoint this run must not continue from (another model, other adapter settings or another
 // base). --resume auto does not fall back to an older checkpoint, which would be just as wrong.
 class ResumeRefused : public runtime::AgreedUsageError {
  public:

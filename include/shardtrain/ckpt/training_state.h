@@ -1,7 +1,7 @@
 // The states a training run checkpoints, and the one place they are registered:
 // the model's shards, the optimizer (AdamW's moments and step count), the train step, the data
 // loader's position (with the schedule's reference batch and the data's identity), the run's
-// configuration and a LoRA run's adapters settings and base. A new state is a Stateful registered
+// configuration and an adapter run's settings and base. A new state is a Stateful registered
 // in training_state(); the file format needs no change.
 #pragma once
 #include <cstdint>
@@ -41,8 +41,8 @@ struct TrainState {
 // Face order, as the engine read them (the same at any world size, strategy and --param-dtype).
 int64_t base_crc32(fsdp::FsdpEngine& engine, const comm::ParallelDims& dims);
 
-// Collective over the world when it checksums a LoRA base. The states hold references to engine,
-// optimizer and state, which must outlive the registry. base_weights: a LoRA run's --weights
+// Collective over the world when it checksums a frozen base. The states hold references to engine,
+// optimizer and state, which must outlive the registry. base_weights: an adapter run's --weights
 // ("" for the seeded init), recorded beside its checksum. checksum_base: false for a registry
 // that never saves or loads (a run without checkpoints), which skips reading the whole base.
 StateRegistry training_state(fsdp::FsdpEngine& engine, const comm::ParallelDims& dims,

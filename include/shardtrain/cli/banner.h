@@ -17,9 +17,9 @@ struct BannerFacts {
   int64_t persistent_bytes = 0,
           unsharded_bytes = 0;  // per rank: sharded state vs the whole model's
   int64_t base_bytes = 0,
-          adapter_bytes = 0;       // LoRA, per rank: the frozen base; the adapters' master + AdamW
-  int64_t adapter_params = 0;      // LoRA: trainable parameters in the whole model
-  int64_t host_bytes = 0;          // --cpu-offload, per rank: the trainable state in host memory
+          adapter_bytes = 0;   // adapters, per rank: the frozen base; the adapters' master + AdamW
+  int64_t adapter_params = 0;  // adapters: trainable parameters in the whole model
+  int64_t host_bytes = 0;      // --cpu-offload, per rank: the trainable state in host memory
   int64_t weights_bytes_read = 0;  // by this rank, from --weights
   int64_t train_rows = 0, val_rows = 0, seq_len = 0;
   std::string packing, format;  // of the training token file

@@ -17,11 +17,11 @@ comm::GroupLayout mesh_layout(const fsdp::ShardingConfig& cfg, int context_paral
 class EngineSetup {
  public:
   // Collective over the world: the mesh first, then the engine on it. weights: a safetensors
-  // path, or "" for the seeded init. lora_dir: a PEFT adapter to start from (run.lora holds its
-  // settings), or "" (fresh adapters).
+  // path, or "" for the seeded init. adapter_dir: a PEFT adapter to start from (run.adapters holds
+  // its settings), or "" (fresh adapters).
   EngineSetup(const model::ModelConfig& model, const fsdp::ShardingConfig& cfg,
               const model::RunPlan& run, int context_parallel, runtime::MpiEnv& env,
-              const std::string& weights, uint64_t seed, const std::string& lora_dir = "");
+              const std::string& weights, uint64_t seed, const std::string& adapter_dir = "");
   EngineSetup(const EngineSetup&) = delete;  // the engine refers to the groups in place
   EngineSetup& operator=(const EngineSetup&) = delete;
 

@@ -55,9 +55,9 @@ struct TrainOptions {
       resume_checkpoint;   // without --model and --weights: the checkpoint the model comes from
   std::string data;        // token file from 'shardtrain prepare'
   std::string val_data;    // optional validation token file
-  std::string save_model;  // directory for model.safetensors + config.json (LoRA: the PEFT adapter)
-  bool merge_lora = false;  // LoRA: --save-model writes merged full weights instead of the adapter
-  std::string lora_init;    // a PEFT adapter to start from (its settings replace --lora-*'s)
+  std::string save_model;  // directory for model.safetensors + config.json (adapters: PEFT's)
+  bool merge_adapters = false;    // --save-model writes merged full weights instead of the adapter
+  std::string adapter_init;       // a PEFT adapter to start from (its settings are run.adapters)
   std::vector<std::string> args;  // as given, stored in checkpoints
   std::vector<std::pair<std::string, std::string>>
       option_values;  // every option's value, typed or default (MLflow's params)
@@ -80,14 +80,14 @@ struct EvalOptions {
   CommonOptions common;
   model::ModelConfig model;
   std::string weights;
-  std::string lora;         // a PEFT adapter directory to apply (run.lora holds its settings)
+  std::string adapter;      // a PEFT adapter directory to apply (run.adapters holds its settings)
   std::string data;         // token file: loss and perplexity
   std::string save_logits;  // HDF5: the first batch's tokens and fp32 logits, to compare with other
                             // implementations
   std::string save_logps;   // HDF5: each row's summed answer log-probability (DPO's reference)
   train::AccuracyConfig accuracy;
   fsdp::ShardingConfig fsdp;
-  model::RunPlan run;  // run.lora: --lora's adapter settings
+  model::RunPlan run;  // run.adapters: the adapter's settings
   int context_parallel = 1;
   PreferenceOptions preference;  // --objective dpo: DPO's loss and metrics on --data's pairs
   int64_t batch_size = 8, max_batches = 0;
@@ -101,11 +101,11 @@ struct PrepareCliOptions {
 struct GenerateOptions {
   CommonOptions common;
   fsdp::ShardingConfig fsdp;
-  model::RunPlan run;  // run.lora: --lora's adapter settings
+  model::RunPlan run;  // run.adapters: the adapter's settings
   int context_parallel = 1;
   model::ModelConfig model;
   std::string weights, tokenizer;
-  std::string lora;  // a PEFT adapter directory to apply (run.lora holds its settings)
+  std::string adapter;  // a PEFT adapter directory to apply (run.adapters holds its settings)
   std::vector<std::string> prompts;
   std::string template_name = "none", input;  // alpaca: the prompt is the instruction
   int64_t max_new_tokens = 64;
@@ -119,8 +119,8 @@ struct ConvertOptions {
   bool from_checkpoint =
       false;  // --input is a checkpoint (resolved to its file), not a model directory
   at::ScalarType dtype = at::kFloat;  // of the exported safetensors
-  std::string weights;      // a LoRA checkpoint's base; empty: the path the checkpoint records
-  bool merge_lora = false;  // a LoRA checkpoint: merged full weights instead of the PEFT adapter
+  std::string weights;  // the base of a checkpoint with adapters; empty: the path it records
+  bool merge_adapters = false;  // adapters: merged full weights instead of the PEFT adapter
   std::string
       tokenizer;  // the export's tokenizer when the checkpoint's --weights directory has none
 };
@@ -184,7 +184,7 @@ struct ReportOptions {
 // A --help request sets common.help and leaves usage text in *help_text.
 TrainOptions parse_train(const std::vector<std::string>& args, std::string* help_text);
 // Where the run is built, after parse_train: a resume without --model and --weights takes the
-// model (and a LoRA run's base weights) recorded in the checkpoint, which this reads; nothing
+// model (and an adapter run's base weights) recorded in the checkpoint, which this reads; nothing
 // to do otherwise. Throws UsageError as parse_train does.
 void resolve_checkpoint_model(TrainOptions& o);
 EvalOptions parse_eval(const std::vector<std::string>& args, std::string* help_text);

@@ -1,4 +1,4 @@
-// What a run trains on, as far as a resume must match it: the seed (the epochs' order, LoRA
+// What a run trains on, as far as a resume must match it: the seed (the epochs' order, adapter
 // dropout's masks) and the token file, named by a digest of its recorded provenance.
 #pragma once
 #include <cstdint>

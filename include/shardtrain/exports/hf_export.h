@@ -18,9 +18,6 @@ void export_hf(const std::string& dir, const model::ModelConfig& model, fsdp::Fs
 
 // A checkpoint's model, from the config it records.
 model::ModelConfig checkpoint_model(const std::string& path);
-// A checkpoint's adapter settings (rank 0: none) and, when it has adapters, the base path it
-// records (into *base).
-model::LoraConfig checkpoint_adapters(const std::string& path, std::string* base);
 // A checkpoint's export tokenizer: `tokenizer` and `base` when given, else what its run recorded
 // (--weights, or for a converted checkpoint the model directory it came from; an existing
 // --tokenizer) and its --data.

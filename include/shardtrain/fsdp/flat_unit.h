@@ -3,12 +3,14 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "shardtrain/comm/communicator.h"
 #include "shardtrain/fsdp/flat_layout.h"
+#include "shardtrain/model/gather_codec.h"
 
 namespace shardtrain::fsdp {
 
@@ -39,6 +41,13 @@ class FlatUnit {
   // Makes the mirror equal to the master if the master changed since (its version counter, which
   // copy_ bumps), or always (force): the fused AdamW kernel writes without bumping it.
   void refresh_mirror(bool force = false);
+
+  // The layout's entries as the model side names them (what a gather codec is built from).
+  std::vector<model::FlatPiece> pieces() const;
+  // How the gathers travel when not in the leaf's dtype (model::RunPlan::gather_codec); nullptr:
+  // as they are. The codec's statistics are gathered first, then its bytes, decoded by wait().
+  void set_gather_codec(std::unique_ptr<model::GatherCodec> codec) { codec_ = std::move(codec); }
+  bool coded_gather() const { return codec_ != nullptr; }
 
   // A fresh leaf [padded] in `dtype`, filled by an async all-gather of the master shards.
   void begin_gather(comm::Communicator& shard, at::ScalarType dtype);
@@ -73,6 +82,8 @@ class FlatUnit {
   int64_t mirror_version_ = -1;    // the master's version the mirror holds
   at::Tensor flat_;  // [padded] leaf, requires grad; storage present only while gathered
   at::Tensor send_;  // the master shard in the compute dtype, kept alive for the gather
+  std::unique_ptr<model::GatherCodec> codec_;
+  at::Tensor coded_;  // the codec's gathered bytes until wait() decodes them
   comm::WorkPtr pending_;
   bool gathered_ = false;
   bool frozen_ = false;

@@ -25,8 +25,12 @@ namespace shardtrain::fsdp {
 
 class HostOffload {
  public:
+  // The host thread's first act, before any job: select_device makes the rank's GPU current, so
+  // the thread's first CUDA call creates no context on GPU 0 (as the NCCL watchdog does).
+  using ThreadStart = std::function<void(at::Device)>;
+  static void select_device(at::Device device);
   // units: [units] the trainable flat unit of each (offloaded ones), nullptr where none trains.
-  HostOffload(at::Device device, std::vector<FlatUnit*> units);
+  HostOffload(at::Device device, std::vector<FlatUnit*> units, ThreadStart start = select_device);
   HostOffload(const HostOffload&) = delete;
   HostOffload& operator=(const HostOffload&) = delete;
   ~HostOffload();  // the steps already given run to their end
@@ -76,6 +80,7 @@ class HostOffload {
   std::vector<int> outstanding_;  // [units] jobs given and not done
   std::exception_ptr error_;
   bool stop_ = false;
+  ThreadStart start_;
   std::thread worker_;  // last: started once the rest exists
 };
 

@@ -14,7 +14,7 @@ struct Batch {
   // [B, T] int64: each token's position in its document, 0 where a packed document starts (HF's
   // position_ids); undefined: one document per row, positions 0..T-1.
   at::Tensor positions;
-  // [B] each row's sample (the token file's row) and the epoch it is read in: LoRA dropout draws
+  // [B] each row's sample (the token file's row) and the epoch it is read in: adapter dropout draws
   // a row's masks from these, so they do not depend on the rank or the batch layout. Empty: none.
   std::vector<int64_t> sample_ids;
   int64_t epoch = 0;

@@ -24,4 +24,12 @@ at::Tensor chunked_lm_loss(const at::Tensor& hidden, const at::Tensor& weight,
 // at least 256; < 0 unfused.
 int64_t loss_chunk_tokens(int64_t tokens, int64_t vocab, int64_t hidden, int64_t requested);
 
+// The chunked heads' shared GEMMs (this loss and row_logps.h's). A chunk's fp32 logits [m, V] =
+// hc w^T: CUDA's half-precision GEMMs write fp32 directly; a CPU's run in the inputs' dtype.
+at::Tensor head_logits(const at::Tensor& hc, const at::Tensor& w);
+// dw (fp32 [V, H]) += dl^T hc, accumulated in fp32 with no [V, H] temporary and no rounding of a
+// chunk's product to half precision: CUDA's fp32-output GEMM into dw; a CPU widens the half-
+// precision rows first (exactly), which is the same sum.
+void add_head_weight_grad(at::Tensor& dw, const at::Tensor& dl, const at::Tensor& hc);
+
 }  // namespace shardtrain::model

@@ -1,6 +1,6 @@
 // A decoder layer's seven linear projections, named once: their Hugging Face module names, their
 // weight shapes and the order in which everything that walks them (parameter specs, weight
-// loading, LoRA targets, export, memory accounting) takes them.
+// loading, adapter targets, export, memory accounting) takes them.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -18,7 +18,7 @@ inline constexpr int kNumProjections = 7;
 inline constexpr std::array<Proj, kNumProjections> kProjections = {
     Proj::kQ, Proj::kK, Proj::kV, Proj::kO, Proj::kGate, Proj::kUp, Proj::kDown};
 
-// "q_proj": the name --lora-targets and PEFT's target_modules use.
+// "q_proj": the name PEFT's target_modules (and our adapter targets) use.
 const char* proj_name(Proj p);
 // "self_attn.q_proj": the module inside "model.layers.<i>.".
 const char* proj_module(Proj p);

@@ -8,27 +8,24 @@
 #include <cstdint>
 
 #include "shardtrain/model/context_parallel.h"
+#include "shardtrain/model/masked_block.h"
 
 namespace shardtrain::model {
 
 // One block's attention: q [B, nh, Lq, D] over k, v [B, nkv, Lk, D] (GQA: nkv divides nh) where
 // mask [B or 1, 1, Lq, Lk] is true (undefined: every key). Returns out [B, nh, Lq, D] and the
 // log-sum-exp of the scaled scores [B, nh, Lq], both fp32; rows with no key: out 0, lse -inf.
-// causal: key j only for query i >= j, the mask's diagonal block (on CUDA: the flash kernel).
-struct BlockOut {
-  at::Tensor out, lse;
-};
+// causal: key j only for query i >= j, the mask's diagonal block. On CUDA a block without a
+// mask runs flash's kernel, a masked one the memory-efficient kernel; `path` forces one (tests).
 BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const at::Tensor& mask, bool causal);
+                         const at::Tensor& mask, bool causal, BlockPath path = BlockPath::kAuto);
 // The block's gradients given the whole row's out and lse (flash attention's backward): dq
 // [B, nh, Lq, D], dk, dv [B, nkv, Lk, D], fp32. dsum: rowsum(dout * out) [B, nh, Lq].
-struct BlockGrads {
-  at::Tensor dq, dk, dv;
-};
 BlockGrads block_attention_backward(const at::Tensor& dout, const at::Tensor& q,
                                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                                     const at::Tensor& lse, const at::Tensor& dsum,
-                                    const at::Tensor& mask, bool causal);
+                                    const at::Tensor& mask, bool causal,
+                                    BlockPath path = BlockPath::kAuto);
 // Merges a block into running (out, lse) in place: out = out * e^(lse - new) + b.out * e^(b.lse -
 // new), new = logaddexp(lse, b.lse).
 void merge_block(at::Tensor& out, at::Tensor& lse, const BlockOut& b);

@@ -12,6 +12,7 @@
 
 #include "shardtrain/model/context_parallel.h"
 #include "shardtrain/model/fp8.h"
+#include "shardtrain/model/gather_codec.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/lora.h"
 #include "shardtrain/model/trained_params.h"
@@ -29,7 +30,7 @@ struct UnitPass {
 };
 
 struct RunPlan {
-  LoraConfig lora;  // rank > 0: the base is frozen and only the adapters train
+  LoraConfig adapters;  // rank > 0: the base is frozen and only the adapters train
   // Training's head and loss fused (model/lm_loss.h): tokens whose logits live at once; 0: auto
   // (a chunk of logits about the size of the hidden states); -1: unfused (all logits, then the
   // loss).
@@ -39,6 +40,9 @@ struct RunPlan {
   bool fused_layers = false;
   // The decoder layers' projections multiply in float8 (model/fp8.h; docs/gpu.md).
   Fp8Mode fp8 = Fp8Mode::kOff;
+  // Tensorwise fp8: the projections' weights all-gathered in float8 (gather_codec); false: in the
+  // compute dtype (--no-fp8-all-gather). Rowwise always gathers in the compute dtype.
+  bool fp8_all_gather = true;
   bool tf32 = true;  // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
 
   void validate() const;  // throws UsageError naming the option
@@ -49,17 +53,26 @@ struct RunPlan {
   // Tokens of the head's logits computed at once in a pass of `tokens`; 0: the head unfused.
   int64_t head_chunk(const ModelConfig& model, int64_t tokens) const;
   // Training passes draw per-row seeds for the adapters' dropout (the rows' sample ids).
-  bool draws_row_seeds() const { return lora.enabled() && lora.dropout > 0; }
+  bool draws_row_seeds() const { return adapters.enabled() && adapters.dropout > 0; }
   // The pass's token layout: whole rows at `positions`, or a context-parallel share whose
   // attention runs round `ring`.
   void lay_out(UnitPass& p, const Rotary& rope, const at::Tensor& tokens,
                const at::Tensor& positions, const ContextShard* share, const ContextRing& ring,
                const at::Device& device, at::ScalarType dtype) const;
-  // One unit's forward on the views `base` (and `adapters` where the unit has any: nullptr
+  // One unit's forward on the views `base` (and `adapter_weights` where the unit has any: nullptr
   // none); selective: the layer's selective activation checkpointing.
   at::Tensor unit(const ModelConfig& model, const UnitSpec& spec, const WeightLookup& base,
-                  const WeightLookup* adapters, const at::Tensor& x, const UnitPass& p,
+                  const WeightLookup* adapter_weights, const at::Tensor& x, const UnitPass& p,
                   at::ScalarType dtype, bool selective) const;
+  // How unit `spec`'s flat buffer (pieces, padded over shard_size ranks) is all-gathered in
+  // `dtype`: nullptr for the compute dtype as it is, or the float8 codec of tensorwise fp8.
+  std::unique_ptr<GatherCodec> gather_codec(const ModelConfig& model, const UnitSpec& spec,
+                                            std::vector<FlatPiece> pieces, int64_t padded,
+                                            int shard_size, int shard_rank,
+                                            at::ScalarType dtype) const;
+  // Bytes of `numel` gathered elements of `elt` bytes each that a unit of `kind` puts on the wire
+  // (the float8 weights one byte each); for the planner.
+  double gathered_bytes(const ModelConfig& model, UnitKind kind, int64_t numel, int64_t elt) const;
   // The fused head's final norm (its loss applies lm_head a chunk at a time).
   at::Tensor head_norm(const ModelConfig& model, const at::Tensor& x,
                        const at::Tensor& weight) const;

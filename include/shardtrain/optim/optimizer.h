@@ -39,6 +39,11 @@ class Optimizer {
   // sum_across: adds a squared norm (a 0-d fp64 device tensor) over the ranks, in place, on the
   // device.
   explicit Optimizer(const OptimizerConfig& cfg, std::function<void(at::Tensor&)> sum_across = {});
+  Optimizer(Optimizer&&) = default;
+  Optimizer& operator=(Optimizer&&) = default;
+  // The steps handed to the runner refer to this optimizer: they finish before it goes (an
+  // error of theirs was the caller's to read from settle()).
+  ~Optimizer();
   // params[i] is stepped with the i-th gradient given to step(); decay: false for norm weights.
   void add(const at::Tensor& param, bool decay) { adamw_.add(param, decay); }
   // Clips grads by the global norm, then takes an AdamW step. Returns the norm before clipping.

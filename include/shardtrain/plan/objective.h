@@ -1,7 +1,8 @@
 // `plan --objective dpo`: what direct preference optimisation (train --objective dpo) costs beside
 // SFT on one rank: two rows per pair, its head's weight gradient and recomputed logits, and the
-// reference model (a frozen sharded copy of the starting weights, LoRA's base with the adapters
-// off, or nothing with --reference-logps) with its forward per micro-batch. docs/planner.md, "DPO".
+// reference model (a frozen sharded copy of the starting weights, an adapter run's base with the
+// adapters off, or nothing with --reference-logps) with its forward per micro-batch.
+// docs/planner.md, "DPO".
 #pragma once
 #include <cstdint>
 
@@ -16,10 +17,10 @@ struct Objective {
 
 enum class ReferenceModel {
   kNone,        // SFT, or DPO with --reference-logps
-  kBase,        // DPO with LoRA: the base with the adapters switched off (no second copy)
+  kBase,        // DPO with adapters: the base with the adapters switched off (no second copy)
   kFrozenCopy,  // DPO, full fine-tuning: a second engine holding the starting weights' shards
 };
-ReferenceModel reference_model(const Objective& o, bool lora);
+ReferenceModel reference_model(const Objective& o, bool frozen_base);
 
 // Rows per rank (per context group) per micro-batch: --batch-size, pairs under DPO (2 rows each).
 int64_t micro_batch_rows(const Objective& o, int64_t batch_size);

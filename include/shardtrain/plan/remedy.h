@@ -1,6 +1,7 @@
 // When no row of a plan fits: the cheapest change that makes one fit, tried in the order of what
 // it costs (recomputing activations on the same GPUs, then a context group, then both), or, when
-// none does, what binds: the per-rank memory that more nodes, --cpu-offload and LoRA cannot shrink.
+// none does, what binds: the per-rank memory that more nodes, --cpu-offload and adapters cannot
+// shrink.
 #pragma once
 #include <string>
 #include <vector>

@@ -21,11 +21,12 @@ struct SpecArgs {
   std::string reduce_dtype;  // add_layout_options sets it from ShardingConfig's default
   std::string activation_checkpointing = "none";
   int64_t ac_every = 1;
+  bool no_fp8_all_gather = false;
 };
 
 // Sharding and precision: --shard-group-size, --context-parallel, --param-dtype,
 // --max-inflight-gathers; training adds --reduce-dtype, --no-sync-accumulation, --cpu-offload,
-// --fp8, --loss-chunk and activation checkpointing.
+// --fp8, --no-fp8-all-gather, --loss-chunk and activation checkpointing.
 void add_layout_options(po::options_description& d, fsdp::ShardingConfig& f, int& context_parallel,
                         SpecArgs& raw, bool training);
 // --batch-size and --grad-accum.

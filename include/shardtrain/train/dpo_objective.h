@@ -1,8 +1,8 @@
 // Direct preference optimisation as TRL's DPOTrainer trains it: rows in pairs (2i chosen, 2i + 1
 // rejected), the loss a mean over the global batch's pairs of model::preference_loss on the rows'
 // summed answer log-probabilities against a reference's, with TRL's metrics as the statistics.
-// The objective owns its reference (train/dpo_reference.h builds it: a frozen model, the LoRA base,
-// or a log-probabilities file).
+// The objective owns its reference (train/dpo_reference.h builds it: a frozen model, the adapters'
+// base, or a log-probabilities file).
 #pragma once
 #include <functional>
 #include <vector>

@@ -16,7 +16,7 @@
 namespace shardtrain::train {
 
 // Where DPO's reference comes from: the run's starting weights (the seed of a random start,
-// --weights, --lora-init's adapters) unless --reference-logps / --val-reference-logps name files.
+// --weights, the starting adapters) unless --reference-logps / --val-reference-logps name files.
 struct ReferenceSources {
   std::string weights, adapter_init;
   uint64_t seed = 0;

@@ -12,7 +12,7 @@ at::Tensor context_row_sum(const at::Tensor& partial, comm::Communicator& contex
 
 class RowLogpsObjective : public fsdp::Objective {
  public:
-  // adapters = false: a LoRA run's base model alone (DPO's reference, no second copy).
+  // adapters = false: an adapter run's base model alone (DPO's reference, no second copy).
   RowLogpsObjective(comm::Communicator& context, bool adapters = true)
       : context_(context), adapters_(adapters) {}
   fsdp::LossTerms loss(const fsdp::HeadOutput& head, const model::MicroBatch& mb, size_t index,

@@ -1,7 +1,8 @@
 // Float8 casts: amax (a grid-stride reduction), the tensorwise cast with its transpose through a
-// shared-memory tile, and the rowwise and column-wise casts, each keeping its scales' amax and
-// its cast in one kernel. Magnitudes are compared as fp32 bit patterns: for non-negative floats
-// the order is the same, and a NaN (above +inf's pattern) wins, as torch.amax propagates it.
+// shared-memory tile, the rowwise cast (a row's amax and cast in one block), and the column-wise
+// cast (the columns' amax over slabs of rows across the grid, then a tiled cast-transpose).
+// Magnitudes are compared as fp32 bit patterns: for non-negative floats the order is the same, and
+// a NaN (above +inf's pattern) wins, as torch.amax propagates it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -87,41 +88,51 @@ __global__ void rowwise_kernel(const typename S::T* x, int64_t cols, Fp8Format f
     out[c] = fp8_quantize(S::load(row[c]), scale, f);
 }
 
-// A block takes 32 columns: their amax over every row, then the cast, a 32 x 32 tile at a time,
-// written transposed.
+// The column-wise amax: a block takes a slab of kColwiseSlabRows rows of 32 columns and merges
+// its column maxima into amax_bits[cols] (zeroed before) with an atomic max.
 template <class S>
-__global__ void colwise_transpose_kernel(const typename S::T* x, int64_t rows, int64_t cols,
-                                         Fp8Format f, uint8_t* qt, float* inv) {
+__global__ void colwise_amax_kernel(const typename S::T* x, int64_t rows, int64_t cols,
+                                    uint32_t* amax_bits) {
   __shared__ uint32_t red[kTileRows][kTile];
-  __shared__ float scale[kTile];
-  __shared__ uint8_t tile[kTile][kTile + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kColwiseSlabRows;
+  const int64_t r1 = min(rows, r0 + kColwiseSlabRows);
   uint32_t m = 0;
   if (c < cols)
-    for (int64_t r = threadIdx.y; r < rows; r += kTileRows)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows)
       m = max(m, magnitude_bits(S::load(x[r * cols + c])));
   red[threadIdx.y][threadIdx.x] = m;
   __syncthreads();
-  if (threadIdx.y == 0) {
-    for (int i = 1; i < kTileRows; ++i) m = max(m, red[i][threadIdx.x]);
-    scale[threadIdx.x] = fp8_scale(bits_float(m), f);
-    if (c < cols) inv[c] = 1.0f / scale[threadIdx.x];
+  if (threadIdx.y != 0 || c >= cols) return;
+  for (int i = 1; i < kTileRows; ++i) m = max(m, red[i][threadIdx.x]);
+  atomicMax(amax_bits + c, m);
+}
+
+// The cast with a scale per column, through a 32 x 32 tile written transposed: rows on grid.x,
+// columns on grid.y, as cast_transpose_kernel.
+template <class S>
+__global__ void colwise_cast_transpose_kernel(const typename S::T* x, int64_t rows, int64_t cols,
+                                              Fp8Format f, const uint32_t* amax_bits, uint8_t* qt) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.y) * kTile + threadIdx.x;
+  const float scale = c < cols ? fp8_scale(bits_float(amax_bits[c]), f) : 1.0f;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kTile + i;
+    if (r < rows && c < cols)
+      tile[i][threadIdx.x] = fp8_quantize(S::load(x[r * cols + c]), scale, f);
   }
   __syncthreads();
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
-    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-      const int64_t r = r0 + i;
-      if (r < rows && c < cols)
-        tile[i][threadIdx.x] = fp8_quantize(S::load(x[r * cols + c]), scale[threadIdx.x], f);
-    }
-    __syncthreads();
-    const int64_t r = r0 + threadIdx.x;
-    for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-      const int64_t cc = static_cast<int64_t>(blockIdx.x) * kTile + i;
-      if (r < rows && cc < cols) qt[cc * rows + r] = tile[threadIdx.x][i];
-    }
-    __syncthreads();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kTile + threadIdx.x;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t cc = static_cast<int64_t>(blockIdx.y) * kTile + i;
+    if (r < rows && cc < cols) qt[cc * rows + r] = tile[threadIdx.x][i];
   }
+}
+
+// inv[c] = 1 / scale, in place of the column's amax bits (the same buffer).
+__global__ void colwise_inverse_kernel(int64_t cols, Fp8Format f, float* inv) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c < cols) inv[c] = 1.0f / fp8_scale(bits_float(reinterpret_cast<uint32_t*>(inv)[c]), f);
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -172,13 +183,30 @@ cudaError_t launch_fp8_colwise_transpose(ElemType type, const void* x, int64_t r
                                          Fp8Format f, uint8_t* qt, float* inv,
                                          cudaStream_t stream) {
   if (cols == 0) return cudaSuccess;
-  return dispatch_elem(type, [&](auto s) {
-    using S = decltype(s);
-    colwise_transpose_kernel<S>
-        <<<static_cast<unsigned>(ceil_div(cols, kTile)), dim3(kTile, kTileRows), 0, stream>>>(
-            static_cast<const typename S::T*>(x), rows, cols, f, qt, inv);
-    return cudaGetLastError();
-  });
+  if (ceil_div(cols, kTile) > 65535 || ceil_div(rows, kColwiseSlabRows) > 65535)
+    return cudaErrorInvalidValue;  // on grid.y
+  // inv holds the columns' amax bits until the last kernel turns them into 1 / scale.
+  auto* amax_bits = reinterpret_cast<uint32_t*>(inv);
+  cudaError_t err = cudaMemsetAsync(inv, 0, sizeof(float) * static_cast<size_t>(cols), stream);
+  if (err != cudaSuccess) return err;
+  if (rows > 0) {
+    err = dispatch_elem(type, [&](auto s) {
+      using S = decltype(s);
+      const auto* in = static_cast<const typename S::T*>(x);
+      colwise_amax_kernel<S><<<dim3(static_cast<unsigned>(ceil_div(cols, kTile)),
+                                    static_cast<unsigned>(ceil_div(rows, kColwiseSlabRows))),
+                               dim3(kTile, kTileRows), 0, stream>>>(in, rows, cols, amax_bits);
+      const dim3 grid(static_cast<unsigned>(ceil_div(rows, kTile)),
+                      static_cast<unsigned>(ceil_div(cols, kTile)));
+      colwise_cast_transpose_kernel<S>
+          <<<grid, dim3(kTile, kTileRows), 0, stream>>>(in, rows, cols, f, amax_bits, qt);
+      return cudaGetLastError();
+    });
+    if (err != cudaSuccess) return err;
+  }
+  colwise_inverse_kernel<<<static_cast<unsigned>(ceil_div(cols, kThreads)), kThreads, 0, stream>>>(
+      cols, f, inv);
+  return cudaGetLastError();
 }
 
 }  // namespace shardtrain::cuda::kernels

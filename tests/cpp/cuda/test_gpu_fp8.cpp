@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,7 +15,9 @@
 #include "gpu_skip.h"
 #include "gpu_support.h"
 #include "run_binary.h"
+#include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/model/fp8.h"
+#include "shardtrain/model/run_plan.h"
 
 using namespace testing_support;
 using namespace shardtrain;
@@ -60,6 +63,67 @@ TEST(GpuFp8, CastKernelsWriteTheCompositeBits) {
             EXPECT_TRUE(at::equal(k.q.view(at::kByte), c.q.view(at::kByte))) << what;
             EXPECT_TRUE(at::equal(k.inv, c.inv)) << what;
           }
+}
+
+// The column-wise cast (rowwise --fp8's x^T for the weight gradient) against the GEMM it feeds, at
+// a 7B projection's input of 2 x 4096 tokens: the cast must be a small part of the GEMM's time
+// (bench/gpu_suite.sh --parts fp8 reads the "fp8 timing:" line).
+TEST(GpuFp8, TimesTheColumnwiseCastAgainstItsGemm) {
+  SKIP_WITHOUT_FP8_GPU();
+  const int64_t tokens = 8192, in = 4096, out = 4096;
+  const at::Tensor x = spread({tokens, in}, at::kBFloat16, 7);
+  const at::Tensor dy = spread({tokens, out}, at::kBFloat16, 8);
+  const auto xt = model::fp8_quantize(x, Fp8Format::kE4M3, /*rowwise=*/true, /*transpose=*/true);
+  const auto dyt = model::fp8_quantize(dy, Fp8Format::kE5M2, true, true);
+  const double cast = time_ms(
+      [&] { model::fp8_quantize(x, Fp8Format::kE4M3, /*rowwise=*/true, /*transpose=*/true); });
+  const double gemm = time_ms([&] { model::fp8_matmul(dyt, xt, at::kBFloat16); });  // dW [out, in]
+  const double bf16 = time_ms([&] { at::mm(dy.t(), x); });
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "fp8 timing: column-wise cast of [%lld, %lld] bf16 %.3f ms; the rowwise float8 "
+                "weight-gradient GEMM it feeds %.3f ms (bf16: %.3f ms); cast/GEMM %.2f",
+                static_cast<long long>(tokens), static_cast<long long>(in), cast, gemm, bf16,
+                cast / gemm);
+  std::printf("%s\n", line);
+  RecordProperty("timing", line);
+  EXPECT_GT(gemm, 0.0);
+}
+
+// Tensorwise --fp8's float8 all-gather of a Llama-2 7B layer over 8 ranks (one GPU plays rank 0
+// and decodes all 8 shards from its own bytes): the encode (amax, exchange left out, cast) and the
+// decode, against the bytes it saves (bench/gpu_suite.sh --parts fp8 reads the line). One GPU has
+// no gather to time; the multi-rank equality is FsdpMpi.Fp8AllGatherTrainsWhatTheComputeDtype...
+TEST(GpuFp8, TimesTheFloat8GatherCodec) {
+  SKIP_WITHOUT_FP8_GPU();
+  const model::ModelConfig m = model::model_preset("llama2-7b");
+  const int ranks = 8;
+  const fsdp::FlatLayout layout = fsdp::flat_layout(model::llama_param_specs(m), 1, ranks);
+  std::vector<model::FlatPiece> pieces;
+  for (const fsdp::FlatEntry& e : layout.entries) pieces.push_back({e.name, e.offset, e.numel});
+  model::RunPlan run;
+  run.fp8 = Fp8Mode::kTensorwise;
+  auto codec = run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded,
+                                ranks, 0, at::kBFloat16);
+  ASSERT_NE(codec, nullptr);
+  const auto o = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor shard = at::randn({layout.shard_numel}, o.dtype(at::kFloat)) * 0.02;
+  const at::Tensor send = at::empty({codec->send_bytes()}, o.dtype(at::kByte));
+  const at::Tensor stats = codec->statistics(shard).repeat({ranks});
+  codec->encode(shard, stats, send);
+  const at::Tensor gathered = send.repeat({ranks});
+  const at::Tensor full = at::empty({layout.padded}, o.dtype(at::kBFloat16));
+  const double enc =
+      time_ms([&] { codec->encode(shard, codec->statistics(shard).repeat({ranks}), send); });
+  const double dec = time_ms([&] { codec->decode(gathered, full); });
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "fp8 timing: float8 all-gather of a Llama-2 7B layer over %d ranks: %.1f MB on the "
+                "wire per rank against %.1f MB in bf16; encode %.3f ms, decode %.3f ms",
+                ranks, codec->send_bytes() / 1e6, layout.shard_numel * 2 / 1e6, enc, dec);
+  std::printf("%s\n", line);
+  RecordProperty("gather_timing", line);
+  EXPECT_LT(codec->send_bytes(), layout.shard_numel * 2 * 0.55) << "about half of bf16's";
 }
 
 TEST(GpuFp8, ScaledMmFollowsTheEmulatedGemm) {

@@ -20,6 +20,7 @@
 #include "shardtrain/comm/nccl_communicator.h"
 #include "shardtrain/cuda/cuda_handles.h"
 #include "shardtrain/fsdp/engine.h"
+#include "shardtrain/fsdp/host_offload.h"
 #include "shardtrain/model/lora.h"
 #endif
 
@@ -94,6 +95,24 @@ TEST(GpuLora, DropoutMaskIsDrawnOnTheDeviceAndReproducible) {
   // Another generator's draws between two calls change nothing: the mask has its own generator.
   (void)at::rand({1000}, x.options().dtype(at::kFloat));
   EXPECT_TRUE(y.equal(model::lora_dropout(x, p, 17)));
+#endif
+}
+
+// The offload's host thread makes the engine's GPU current before its first job (the default
+// ThreadStart): its CUDA calls land on the rank's device, not on a new context on GPU 0.
+TEST(GpuOffload, HostThreadRunsOnTheEnginesDevice) {
+  SKIP_WITHOUT_GPU();
+#ifdef SHARDTRAIN_TORCH_CUDA
+  const int last = cuda::device_count() - 1;  // a rank's device need not be 0
+  cuda::set_device(last);
+  int seen = -1;
+  {
+    fsdp::HostOffload host(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(last)), {nullptr});
+    host.run(
+        0, [&] { seen = cuda::current_device(); }, /*refresh=*/false);
+    host.settle();
+  }
+  EXPECT_EQ(seen, last);
 #endif
 }
 

@@ -1,12 +1,13 @@
 // Ring attention's blocks on the GPU (model/ring_attention.h), in bf16 and fp16 with grouped-query
-// heads: block_attention through flash's kernel (no mask) and through the math path (a mask of all
-// true), each against at::scaled_dot_product_attention in fp32 over the same values (K/V repeated
-// for GQA) and its log-sum-exp against one of the scaled scores computed here; two halves' blocks
-// merged by merge_block, as the ring lays them out, against the whole block;
-// block_attention_backward given the whole row's out and lse against autograd through SDPA, whole
-// and as the ring's blocks. GpuRing.TimesFlashAndMathPaths prints each path's time
-// (bench/gpu_suite.sh --parts ring reads the "ring timing:" lines). Skipped, with the reason
-// printed, without a GPU.
+// heads: block_attention through flash's kernel (no mask), the memory-efficient kernel and the math
+// path (each forced, with a mask of all true), each against at::scaled_dot_product_attention in
+// fp32 over the same values (K/V repeated for GQA) and its log-sum-exp against one of the scaled
+// scores computed here; two halves' blocks merged by merge_block, as the ring lays them out,
+// against the whole block; block_attention_backward given the whole row's out and lse against
+// autograd through SDPA, whole and as the ring's blocks; the masked kernel on document and
+// sliding-window masks against SDPA with the same mask, forward and backward.
+// GpuRing.TimesFlashAndMathPaths prints each path's time (bench/gpu_suite.sh --parts ring reads the
+// "ring timing:" lines). Skipped, with the reason printed, without a GPU.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -20,6 +21,7 @@
 
 #include "gpu_skip.h"
 #include "gpu_support.h"
+#include "shardtrain/model/masked_block.h"
 #include "shardtrain/model/ring_attention.h"
 #ifdef SHARDTRAIN_TORCH_CUDA
 #include "shardtrain/cuda/cuda_handles.h"
@@ -31,7 +33,7 @@ using model::BlockOut;
 
 namespace {
 
-enum class Path { kFlash, kMath };
+using Path = model::BlockPath;
 
 struct Shape {
   int64_t B, nh, nkv, L, D;
@@ -72,7 +74,10 @@ std::string name(const Shape& s, at::ScalarType t, Path p, bool causal) {
   return std::string(t == at::kBFloat16 ? "bf16" : "fp16") + " B=" + std::to_string(s.B) +
          " nh=" + std::to_string(s.nh) + " nkv=" + std::to_string(s.nkv) +
          " L=" + std::to_string(s.L) + " D=" + std::to_string(s.D) +
-         (causal ? " causal" : " non-causal") + (p == Path::kFlash ? " flash" : " math");
+         (causal ? " causal" : " non-causal") +
+         (p == Path::kFlash    ? " flash"
+          : p == Path::kMasked ? " masked kernel"
+                               : " math");
 }
 
 double max_abs(const at::Tensor& a, const at::Tensor& b) {
@@ -89,14 +94,14 @@ Inputs inputs(const Shape& s, at::ScalarType t, uint64_t seed) {
           at::randn({s.B, s.nkv, s.L, s.D}, o).to(t), at::randn({s.B, s.nh, s.L, s.D}, o).to(t)};
 }
 
-// The mask that sends a block down the math path: every key, [1, 1, Lq, Lk]. Flash: none.
+// The mask a masked path reads: every key, [1, 1, Lq, Lk]. Flash: none.
 at::Tensor mask_for(Path p, int64_t lq, int64_t lk) {
   if (p == Path::kFlash) return at::Tensor();
   return at::ones({1, 1, lq, lk}, at::TensorOptions().device(at::kCUDA).dtype(at::kBool));
 }
 
 BlockOut block(Path p, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal) {
-  return model::block_attention(q, k, v, mask_for(p, q.size(2), k.size(2)), causal);
+  return model::block_attention(q, k, v, mask_for(p, q.size(2), k.size(2)), causal, p);
 }
 
 // SDPA in fp32 over the same (rounded) values, K/V repeated for GQA, with its gradients for dout;
@@ -123,10 +128,10 @@ Reference reference(const Inputs& in, bool causal) {
   return r;
 }
 
-// Which path ran: flash's output is the element type's values, the math path's fp32 sums.
+// Which path ran: the kernels' output is the element type's values, the math path's fp32 sums.
 void expect_path(const BlockOut& b, at::ScalarType t, Path p, const std::string& what) {
   const bool rounded = at::equal(b.out, b.out.to(t).to(at::kFloat));
-  EXPECT_EQ(rounded, p == Path::kFlash) << what << ": the other path ran";
+  EXPECT_EQ(rounded, p != Path::kMath) << what << ": the math path ran, or did not";
 }
 
 void check_forward(Path p) {
@@ -201,7 +206,7 @@ void check_backward(Path p) {
           const auto r = [&](const at::Tensor& x) { return x.narrow(2, q0, ql); };
           const auto k = [&](const at::Tensor& x) { return x.narrow(2, k0, kl); };
           return model::block_attention_backward(r(in.dout), r(in.q), k(in.k), k(in.v), r(out),
-                                                 r(lse), r(dsum), mask_for(p, ql, kl), c);
+                                                 r(lse), r(dsum), mask_for(p, ql, kl), c, p);
         };
         // Whole.
         const BlockGrads g = grads(0, s.L, 0, s.L, causal);
@@ -236,34 +241,75 @@ void check_backward(Path p) {
       }
 }
 
-void sync() {
-#ifdef SHARDTRAIN_TORCH_CUDA
-  cuda::device_synchronize();
-#endif
-}
-
-// Milliseconds per call of fn, the median of 10 after 3 warm-up calls.
-template <class F>
-double time_ms(F fn) {
-  for (int i = 0; i < 3; ++i) fn();
-  std::vector<double> ms;
-  for (int i = 0; i < 10; ++i) {
-    sync();
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    sync();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return (ms[4] + ms[5]) / 2;
-}
-
 }  // namespace
 
 TEST(GpuRing, FlashForwardFollowsSdpa) {
   SKIP_WITHOUT_GPU();
   check_forward(Path::kFlash);
+}
+
+TEST(GpuRing, MaskedKernelForwardFollowsSdpa) {
+  SKIP_WITHOUT_GPU();
+  check_forward(Path::kMasked);
+}
+
+TEST(GpuRing, MaskedKernelMergedHalvesEqualTheWholeBlock) {
+  SKIP_WITHOUT_GPU();
+  check_merge(Path::kMasked);
+}
+
+TEST(GpuRing, MaskedKernelBackwardFollowsSdpaAutograd) {
+  SKIP_WITHOUT_GPU();
+  check_backward(Path::kMasked);
+}
+
+// A packed row's documents and a sliding window (Mistral's), as block_mask builds them: the
+// masked kernel (what a masked block takes by default) and the math path against SDPA in fp32
+// with the same boolean mask, a row that sees no key in the block blanked (out 0, lse -inf), and
+// the backward given the whole row's out and lse.
+TEST(GpuRing, DocumentAndWindowMasksFollowSdpa) {
+  SKIP_WITHOUT_GPU();
+  FullFp32 fp32;
+  const Shape s{2, 8, 2, 512, 128};
+  const auto dev = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor pos = at::arange(s.L, dev.dtype(at::kLong));
+  const at::Tensor doc = at::floor_divide(pos, 100).unsqueeze(0).repeat({s.B, 1});  // [B, L]
+  for (at::ScalarType t : kTypes)
+    for (int64_t window : {int64_t{0}, int64_t{64}}) {
+      const Inputs in = inputs(s, t, 5);
+      const at::Tensor back = pos.unsqueeze(1) - pos.unsqueeze(0);
+      at::Tensor m = back.ge(0);
+      if (window > 0) m = m.logical_and(back.lt(window));
+      m = m.unsqueeze(0).logical_and(doc.unsqueeze(2).eq(doc.unsqueeze(1))).unsqueeze(1);
+      const int64_t rep = s.nh / s.nkv;
+      const at::Tensor q = in.q.to(at::kFloat).requires_grad_(true);
+      const at::Tensor k = in.k.to(at::kFloat).requires_grad_(true);
+      const at::Tensor v = in.v.to(at::kFloat).requires_grad_(true);
+      const at::Tensor ref = at::scaled_dot_product_attention(q, k.repeat_interleave(rep, 1),
+                                                              v.repeat_interleave(rep, 1), m);
+      ref.backward(in.dout.to(at::kFloat));
+      for (Path p : {Path::kAuto, Path::kMath}) {
+        const std::string what = std::string(t == at::kBFloat16 ? "bf16" : "fp16") + " window " +
+                                 std::to_string(window) + (p == Path::kAuto ? " kernel" : " math");
+        const BlockOut b = model::block_attention(in.q, in.k, in.v, m, /*causal=*/false, p);
+        expect_path(b, t, p == Path::kAuto ? Path::kMasked : Path::kMath, what);
+        EXPECT_LT(rel(b.out, ref.detach()), out_tol(t)) << what << ": out";
+        const at::Tensor out = b.out.to(t);
+        const at::Tensor dsum = (in.dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);
+        const BlockGrads g = model::block_attention_backward(in.dout, in.q, in.k, in.v, out, b.lse,
+                                                             dsum, m, false, p);
+        EXPECT_LT(rel(g.dq, q.grad()), grad_tol(t)) << what << ": dq";
+        EXPECT_LT(rel(g.dk, k.grad()), grad_tol(t)) << what << ": dk";
+        EXPECT_LT(rel(g.dv, v.grad()), grad_tol(t)) << what << ": dv";
+      }
+      // A block whose first rows see none of its keys (a later document's keys only).
+      const at::Tensor later = m.narrow(3, 200, 100);  // keys of document 2
+      const BlockOut b = model::block_attention(in.q, in.k.narrow(2, 200, 100),
+                                                in.v.narrow(2, 200, 100), later, false);
+      EXPECT_TRUE(b.lse.narrow(2, 0, 200).isneginf().all().item<bool>()) << "no key: lse -inf";
+      EXPECT_TRUE(b.out.narrow(2, 0, 200).eq(0).all().item<bool>()) << "no key: out 0";
+      EXPECT_TRUE(b.lse.narrow(2, 200, 100).isfinite().all().item<bool>());
+    }
 }
 
 TEST(GpuRing, MathForwardFollowsSdpa) {
@@ -292,45 +338,60 @@ TEST(GpuRing, MathBackwardFollowsSdpaAutograd) {
 }
 
 // The blocks a 7B layer's ring computes at 8192 tokens over 2 ranks (32 heads, 8 K/V heads, bf16):
-// the diagonal (4096 x 4096, causal) and an off-diagonal one (4096 x 2048). Prints each path's
-// forward and backward time; the two paths' outputs must agree.
+// the diagonal (4096 x 4096, causal) and an off-diagonal one (4096 x 2048). Prints flash's forward
+// and backward time without a mask, and for a packed row (documents of 1,000 tokens) and a sliding
+// window (1,024) the masked kernel's and the math path's, each as a multiple of unmasked flash.
 TEST(GpuRing, TimesFlashAndMathPaths) {
   SKIP_WITHOUT_GPU();
   FullFp32 fp32;
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   at::manual_seed(4);
-  const int64_t B = 1, nh = 32, nkv = 8, L = 4096, D = 128;
+  const int64_t B = 1, nh = 32, nkv = 8, L = 4096, D = 128, window = 1024;
   const at::Tensor q = at::randn({B, nh, L, D}, o), dout = at::randn({B, nh, L, D}, o);
   const at::Tensor k = at::randn({B, nkv, L, D}, o), v = at::randn({B, nkv, L, D}, o);
+  const at::Tensor pos = at::arange(L, o.dtype(at::kLong));
   for (bool causal : {true, false}) {
     const int64_t lk = causal ? L : L / 2;
     const at::Tensor kb = k.narrow(2, 0, lk), vb = v.narrow(2, 0, lk);
-    double fwd[2], bwd[2];
-    at::Tensor outs[2];
-    for (Path p : {Path::kFlash, Path::kMath}) {
-      const int i = p == Path::kFlash ? 0 : 1;
-      const at::Tensor mask = mask_for(p, L, lk);
-      const BlockOut b = model::block_attention(q, kb, vb, mask, causal);
-      outs[i] = b.out;
+    // Off the diagonal the keys are the previous chunk's: positions L - lk .. L - 1 back.
+    const at::Tensor kpos = causal ? pos.narrow(0, 0, lk) : pos.narrow(0, 0, lk) - lk;
+    const at::Tensor back = pos.unsqueeze(1) - kpos.unsqueeze(0);
+    const at::Tensor qdoc = at::floor_divide(pos + L, 1000),
+                     kdoc = at::floor_divide(kpos + L, 1000);
+    const at::Tensor packed = qdoc.unsqueeze(1).eq(kdoc.unsqueeze(0)).unsqueeze(0).unsqueeze(0);
+    const at::Tensor sliding = back.lt(window).unsqueeze(0).unsqueeze(0);
+    // ms forward, backward of one path on one mask; the output for the agreement check.
+    const auto timed = [&](const at::Tensor& mask, Path p, at::Tensor* out_f) {
+      const BlockOut b = model::block_attention(q, kb, vb, mask, causal, p);
+      if (out_f) *out_f = b.out;
       const at::Tensor out = b.out.to(at::kBFloat16);
       const at::Tensor dsum = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);
-      fwd[i] = time_ms([&] { model::block_attention(q, kb, vb, mask, causal); });
-      bwd[i] = time_ms([&] {
-        model::block_attention_backward(dout, q, kb, vb, out, b.lse, dsum, mask, causal);
+      const double f = time_ms([&] { model::block_attention(q, kb, vb, mask, causal, p); });
+      const double g = time_ms([&] {
+        model::block_attention_backward(dout, q, kb, vb, out, b.lse, dsum, mask, causal, p);
       });
+      return std::pair<double, double>{f, g};
+    };
+    const auto flash = timed({}, Path::kFlash, nullptr);
+    for (const auto& [what, mask] : {std::pair{"packed", packed}, std::pair{"sliding", sliding}}) {
+      at::Tensor kernel_out, math_out;
+      const auto kern = timed(mask, Path::kMasked, &kernel_out);
+      const auto math = timed(mask, Path::kMath, &math_out);
+      EXPECT_LT(rel(kernel_out, math_out), out_tol(at::kBFloat16)) << what << ": paths differ";
+      char line[400];
+      std::snprintf(line, sizeof line,
+                    "ring timing: bf16 B=%lld nh=%lld nkv=%lld Lq=%lld Lk=%lld D=%lld %s, %s: "
+                    "flash unmasked forward %.3f ms, backward %.3f ms; masked kernel forward "
+                    "%.3f ms (x%.2f of flash), backward %.3f ms (x%.2f); math forward %.3f ms "
+                    "(x%.1f), backward %.3f ms (x%.1f)",
+                    static_cast<long long>(B), static_cast<long long>(nh),
+                    static_cast<long long>(nkv), static_cast<long long>(L),
+                    static_cast<long long>(lk), static_cast<long long>(D),
+                    causal ? "causal" : "non-causal", what, flash.first, flash.second, kern.first,
+                    kern.first / flash.first, kern.second, kern.second / flash.second, math.first,
+                    math.first / flash.first, math.second, math.second / flash.second);
+      std::printf("%s\n", line);
+      RecordProperty(std::string("timing_") + (causal ? "causal_" : "non_causal_") + what, line);
     }
-    EXPECT_LT(rel(outs[0], outs[1]), out_tol(at::kBFloat16)) << "flash and math paths differ";
-    char line[320];
-    std::snprintf(line, sizeof line,
-                  "ring timing: bf16 B=%lld nh=%lld nkv=%lld Lq=%lld Lk=%lld D=%lld %s: flash "
-                  "forward %.3f ms, backward %.3f ms; math forward %.3f ms, backward %.3f ms; "
-                  "flash faster x%.1f forward, x%.1f backward",
-                  static_cast<long long>(B), static_cast<long long>(nh),
-                  static_cast<long long>(nkv), static_cast<long long>(L),
-                  static_cast<long long>(lk), static_cast<long long>(D),
-                  causal ? "causal" : "non-causal", fwd[0], bwd[0], fwd[1], bwd[1], fwd[1] / fwd[0],
-                  bwd[1] / bwd[0]);
-    std::printf("%s\n", line);
-    RecordProperty(causal ? "timing_causal" : "timing_non_causal", line);
   }
 }

@@ -164,9 +164,10 @@ TEST(CheckpointingMpi, EverySettingGivesTheSameLossAndGradients) {
 // LoRA on every projection, with dropout: the adapters' gradients, and the masks drawn again alike.
 TEST(CheckpointingMpi, LoraWithDropoutGivesTheSameGradients) {
   test_steps::EngineOptions cfg = base_config();
-  cfg.lora.rank = 4;
-  cfg.lora.dropout = 0.2;
-  cfg.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  cfg.adapters.rank = 4;
+  cfg.adapters.dropout = 0.2;
+  cfg.adapters.targets = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                          "gate_proj", "up_proj", "down_proj"};
   expect_settings_agree(four_layers(false), cfg, /*packed=*/true, "lora");
 }
 
@@ -178,9 +179,9 @@ TEST(CheckpointingMpi, Fp8GivesTheSameLossAndGradientsUnderEverySetting) {
     cfg.fp8 = m;
     const std::string name = std::string("fp8 ") + model::fp8_mode_name(m);
     expect_settings_agree(four_layers(false), cfg, /*packed=*/true, name + " packed");
-    cfg.lora.rank = 4;
-    cfg.lora.dropout = 0.2;
-    cfg.lora.targets = {"q_proj", "v_proj", "o_proj", "down_proj"};
+    cfg.adapters.rank = 4;
+    cfg.adapters.dropout = 0.2;
+    cfg.adapters.targets = {"q_proj", "v_proj", "o_proj", "down_proj"};
     expect_settings_agree(four_layers(true), cfg, /*packed=*/false, name + " lora qwen2");
   }
 }

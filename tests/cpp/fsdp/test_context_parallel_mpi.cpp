@@ -121,9 +121,9 @@ test_steps::EngineOptions config(const Case& c, int cp) {
   f.activation_checkpointing.mode = c.ac;
   f.loss_chunk = c.loss_chunk;
   if (c.lora) {
-    f.lora.rank = 4;
-    f.lora.dropout = 0.1;
-    f.lora.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"};
+    f.adapters.rank = 4;
+    f.adapters.dropout = 0.1;
+    f.adapters.targets = {"q_proj", "k_proj", "v_proj", "o_proj", "down_proj"};
   }
   return f;
 }

@@ -657,7 +657,7 @@ Fp8Gap fp8_loss_gap(model::Fp8Mode m, const model::LoraConfig& lora, bool fused,
   c.fused = fused;
   test_steps::EngineOptions on = fsdp_config(c), off = fsdp_config(c);
   on.fp8 = m;
-  on.lora = off.lora = lora;
+  on.adapters = off.adapters = lora;
   fsdp::FsdpEngine a(test_steps::spec(tiny(), on), groups, kSeed, &weights),
       b(test_steps::spec(tiny(), off), groups, kSeed, &weights);
   Stepper ra(a), rb(b);
@@ -682,7 +682,7 @@ Gaps lora_offload_gaps(const model::LoraConfig& lora, int steps) {
   io::SafetensorsModel weights(start_weights(tiny()));
   test_steps::EngineOptions on = fsdp_config({}), off = fsdp_config({});
   on.cpu_offload = true;
-  on.lora = off.lora = lora;
+  on.adapters = off.adapters = lora;
   fsdp::FsdpEngine a(test_steps::spec(tiny(), on), groups, kSeed, &weights),
       b(test_steps::spec(tiny(), off), groups, kSeed, &weights);
   EXPECT_NE(a.schedule().offload(), nullptr);
@@ -705,6 +705,52 @@ Gaps lora_offload_gaps(const model::LoraConfig& lora, int steps) {
 }
 
 }  // namespace
+
+// Tensorwise --fp8 gathers the projections' weights in float8 (one scale per weight, or per
+// merged group under --fused-layers, from the amax over the shard group), decoded to the compute
+// dtype; the float8 linear's cast of that gives back the same float8 values and scale, so it
+// trains what the gather in the compute dtype trains: in bf16 exactly, in fp32 within an ulp of a
+// scale. Every strategy, fused layers, LoRA's frozen base, offload and checkpointing.
+TEST(FsdpMpi, Fp8AllGatherTrainsWhatTheComputeDtypeGatherTrains) {
+  model::LoraConfig lora;
+  lora.rank = 4;
+  lora.dropout = 0;
+  lora.targets = {"q_proj", "down_proj"};
+  std::vector<std::pair<Case, model::LoraConfig>> cases;
+  for (Sharding s : strategies()) cases.push_back({{s, 0, false, 1, at::kBFloat16}, {}});
+  Case fused{Sharding::kFullShard, 0, /*ac=*/true, /*accum=*/2, at::kBFloat16};
+  fused.fused = true;
+  cases.push_back({fused, {}});
+  cases.push_back({{Sharding::kFullShard, 0, false, 1, at::kBFloat16}, lora});
+  Case offload{Sharding::kHybridShard, 0, false, 2, at::kFloat};
+  offload.offload = true;
+  cases.push_back({offload, {}});
+  for (auto& [c, l] : cases) {
+    c.fp8 = model::Fp8Mode::kTensorwise;
+    auto groups = fsdp::make_mpi_groups(c.sharding, g_env->topology(), 0);
+    io::SafetensorsModel weights(start_weights(tiny()));
+    test_steps::EngineOptions on = fsdp_config(c), off = fsdp_config(c);
+    on.adapters = off.adapters = l;
+    off.fp8_all_gather = false;
+    fsdp::FsdpEngine a(test_steps::spec(tiny(), on), groups, kSeed, &weights),
+        b(test_steps::spec(tiny(), off), groups, kSeed, &weights);
+    const std::string what = describe(c) + (l.enabled() ? " lora" : "");
+    const bool sharded = groups.shard->size() > 1;
+    for (const fsdp::FlatUnit& u : a.schedule().units())
+      EXPECT_EQ(u.coded_gather(), sharded && u.kind() == model::UnitKind::kDecoderLayer) << what;
+    for (const fsdp::FlatUnit& u : b.schedule().units()) EXPECT_FALSE(u.coded_gather()) << what;
+    Stepper ra(a), rb(b);
+    for (int s = 0; s < 3; ++s) {
+      const auto micro = take(global_batch(s), data::rank_micro_batches(all_rows(), g_env->rank(),
+                                                                        g_env->size(), c.accum));
+      const double la = ra.step(micro, 3e-3).loss, lb = rb.step(micro, 3e-3).loss;
+      if (c.dtype == at::kBFloat16)
+        EXPECT_EQ(la, lb) << what << " step " << s;
+      else
+        EXPECT_LE(rel_gap(la, lb), 1e-6) << what << " step " << s;
+    }
+  }
+}
 
 // --fp8 (emulated on the CPU): every strategy, accumulation with checkpointing, no-sync
 // accumulation, CPU offload (its steps armed) and a biased tied model train what the single-rank

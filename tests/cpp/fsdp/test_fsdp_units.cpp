@@ -10,8 +10,12 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "shardtrain/fsdp/flat_layout.h"
+#include "shardtrain/fsdp/host_offload.h"
 #include "shardtrain/fsdp/memory_model.h"
 #include "shardtrain/fsdp/peak_tracker.h"
 #include "shardtrain/fsdp/sharding.h"
@@ -414,4 +418,31 @@ TEST(PeakTracker, DiscardedMemoryCountsInNoStep) {
   t.close_phase();
   EXPECT_EQ(t.end_step().allocated, 10);
   EXPECT_EQ(t.run().allocated, 10);
+}
+
+// --cpu-offload's host thread binds the engine's device before its first job, on itself: a GPU
+// rank's thread would otherwise make its first CUDA call on GPU 0 (another context there).
+TEST(HostOffload, TheThreadStartsOnTheEnginesDeviceBeforeAnyJob) {
+  std::vector<std::string> order;  // the worker alone appends, and settle() orders the reads
+  std::thread::id started_on, job_on;
+  at::Device bound = at::kMeta;
+  {
+    HostOffload host(at::kCPU, {nullptr}, [&](at::Device d) {
+      bound = d;
+      started_on = std::this_thread::get_id();
+      order.push_back("start");
+    });
+    host.run(
+        0,
+        [&] {
+          job_on = std::this_thread::get_id();
+          order.push_back("job");
+        },
+        /*refresh=*/false);
+    host.settle();
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"start", "job"}));
+  EXPECT_EQ(bound, at::Device(at::kCPU));
+  EXPECT_EQ(started_on, job_on);
+  EXPECT_NE(started_on, std::this_thread::get_id());
 }

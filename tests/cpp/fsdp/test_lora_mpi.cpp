@@ -54,7 +54,7 @@ test_steps::EngineOptions config(fsdp::Recompute ac = fsdp::Recompute::kNone,
   f.sharding = strategy();
   f.activation_checkpointing.mode = ac;
   f.param_dtype = dtype;
-  f.lora = peft_lora();
+  f.adapters = peft_lora();
   return f;
 }
 
@@ -112,7 +112,7 @@ TEST(LoraMpi, LogitsEqualPeft) {
   EXPECT_LE((logits - f.ref.read("logits")).abs().max().item<double>(), 1e-5) << where();
   // The adapters matter: without them the logits are the base model's, far from PEFT's.
   test_steps::EngineOptions off = config();
-  off.lora.rank = 0;
+  off.adapters.rank = 0;
   fsdp::FsdpEngine plain(test_steps::spec(f.cfg, off), groups, 1, &f.base);
   EXPECT_GT((plain.logits(f.batch.tokens) - f.ref.read("logits")).abs().max().item<double>(), 1e-3);
 }
@@ -169,7 +169,7 @@ TEST(LoraMpi, FusedLayersWithQAndVOnlyEqualPeft) {
   for (const bool fused : {true, false}) {
     auto c = config();
     c.fused_layers = fused;
-    c.lora.targets = {"q_proj", "v_proj"};
+    c.adapters.targets = {"q_proj", "v_proj"};
     fsdp::FsdpEngine eng(test_steps::spec(f.cfg, c, at::kCPU), groups, 1, &f.base, &qv);
     EXPECT_EQ(eng.full_parameters(/*adapters=*/true).size(), 8u);
     const auto r = test_steps::sft_step(eng, my_rows(f.batch, 2));
@@ -284,7 +284,7 @@ TEST(LoraMpi, DropoutRecomputesTheSameMasks) {
   for (auto [ac, p] : {std::pair{Recompute::kNone, 0.3}, std::pair{Recompute::kFull, 0.3},
                        std::pair{Recompute::kSelective, 0.3}, std::pair{Recompute::kNone, 0.0}}) {
     auto c = config(ac);
-    c.lora.dropout = p;
+    c.adapters.dropout = p;
     fsdp::FsdpEngine eng(test_steps::spec(f.cfg, c, at::kCPU), groups, 1, &f.base, &f.adapters);
     test_steps::sft_step(eng, my_rows(f.batch, 1));
     grads.push_back({});

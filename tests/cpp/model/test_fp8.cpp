@@ -10,12 +10,16 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "shardtrain/cuda/kernels/fp8_math.h"
+#include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/model/config.h"
 #include "shardtrain/model/fp8.h"
+#include "shardtrain/model/params.h"
+#include "shardtrain/model/run_plan.h"
 #include "shardtrain/runtime/error.h"
 
 using namespace shardtrain;
@@ -109,6 +113,17 @@ TEST(Fp8Math, ScaleMapsTheAmaxToTheLargestValueAndSaturates) {
   EXPECT_EQ(kn::fp8_quantize(1e6f, 1.0f, Fp8Format::kE5M2), 0x7b) << "saturates to 57344, not inf";
   EXPECT_EQ(kn::fp8_scale(0.0f, Fp8Format::kE4M3), 448.0f / kn::kFp8AmaxFloor);
   EXPECT_TRUE(std::isnan(kn::fp8_scale(std::nanf(""), Fp8Format::kE5M2))) << "NaN is not hidden";
+}
+
+// The column-wise cast's amax pass fills an H100 (132 SMs) several times over for a 7B
+// projection's input at 2,048 to 8,192 tokens: rows are split across the grid, not walked by one
+// block per 32 columns (128 blocks for 4,096 columns, whatever the tokens).
+TEST(Fp8Math, ColumnwiseAmaxSplitsRowsAcrossTheGrid) {
+  constexpr int64_t kSms = 132;
+  for (const int64_t tokens : {2048, 8192})
+    EXPECT_GE(kn::colwise_amax_blocks(tokens, 4096), 4 * kSms) << tokens << " tokens";
+  EXPECT_EQ(kn::colwise_amax_blocks(8192, 4096), 128 * (8192 / kn::kColwiseSlabRows));
+  EXPECT_EQ(kn::colwise_amax_blocks(1, 33), 2) << "a partial tile and a partial slab each count";
 }
 
 namespace {
@@ -281,4 +296,69 @@ TEST(Fp8Options, ModesShapesAndDevicesAreCheckedByName) {
   EXPECT_NE(model::fp8_shape_problem(cfg).find("gate_proj is [172, "), std::string::npos)
       << model::fp8_shape_problem(cfg);
   EXPECT_NE(model::fp8_device_problem(at::Device(at::kCPU)), "");
+}
+
+// The float8 all-gather's codec (model/gather_codec.h), four ranks played in one process: every
+// rank's shard encoded with the scales of the whole weights, the bytes laid end to end as the
+// all-gather lays them, decoded: each projection weight is PyTorch's float8 cast of the whole
+// bf16 weight (one scale per weight) scaled back, the norms exactly their bf16 values, and a
+// layer's bytes on the wire about half of bf16's.
+TEST(Fp8GatherCodec, DecodesEachWeightAsItsWholeTensorsFloat8Cast) {
+  model::ModelConfig m = model::model_preset("tiny");
+  const int ranks = 4;
+  const auto specs = model::llama_param_specs(m);
+  const fsdp::FlatLayout layout = fsdp::flat_layout(specs, 1, ranks);
+  std::vector<model::FlatPiece> pieces;
+  for (const fsdp::FlatEntry& e : layout.entries) pieces.push_back({e.name, e.offset, e.numel});
+  at::manual_seed(11);
+  const at::Tensor flat = (at::randn({layout.padded}) * at::exp(at::randn({layout.padded})))
+                              .narrow(0, 0, layout.padded)
+                              .contiguous();
+  flat.narrow(0, layout.numel, layout.padded - layout.numel).zero_();
+  model::RunPlan run;
+  run.fp8 = Fp8Mode::kTensorwise;
+  std::vector<std::unique_ptr<model::GatherCodec>> codecs;
+  std::vector<at::Tensor> stats, sends;
+  for (int r = 0; r < ranks; ++r) {
+    codecs.push_back(run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded,
+                                      ranks, r, at::kBFloat16));
+    ASSERT_NE(codecs.back(), nullptr);
+    stats.push_back(
+        codecs[r]->statistics(flat.narrow(0, r * layout.shard_numel, layout.shard_numel)));
+  }
+  const at::Tensor all = at::cat(stats);
+  for (int r = 0; r < ranks; ++r) {
+    sends.push_back(at::empty({codecs[r]->send_bytes()}, at::kByte));
+    codecs[r]->encode(flat.narrow(0, r * layout.shard_numel, layout.shard_numel), all, sends[r]);
+  }
+  const at::Tensor full = at::empty({layout.padded}, at::kBFloat16);
+  codecs[0]->decode(at::cat(sends), full);
+  int weights = 0;
+  for (const fsdp::FlatEntry& e : layout.entries) {
+    const at::Tensor want = flat.narrow(0, e.offset, e.numel).to(at::kBFloat16);
+    const at::Tensor got = full.narrow(0, e.offset, e.numel);
+    if (e.name.find("proj.weight") == std::string::npos) {
+      EXPECT_TRUE(got.equal(want)) << e.name << " travels in bf16";
+      continue;
+    }
+    ++weights;
+    const at::Tensor amax = want.to(at::kFloat).abs().amax();
+    const at::Tensor scale = 448.0 / amax.clamp_min(kn::kFp8AmaxFloor);
+    const at::Tensor codes = (want.to(at::kFloat) * scale).clamp(-448, 448).to(at::kFloat8_e4m3fn);
+    EXPECT_TRUE(got.equal((codes.to(at::kFloat) * scale.reciprocal()).to(at::kBFloat16))) << e.name;
+  }
+  EXPECT_EQ(weights, 7);
+  EXPECT_TRUE(full.narrow(0, layout.numel, layout.padded - layout.numel).eq(0).all().item<bool>());
+  EXPECT_LT(codecs[0]->send_bytes(), layout.shard_numel * 2 * 0.6);
+  // No codec where nothing is sharded, nor for rowwise or the layers' neighbours.
+  EXPECT_EQ(run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded, 1, 0,
+                             at::kBFloat16),
+            nullptr);
+  EXPECT_EQ(run.gather_codec(m, {model::UnitKind::kHead, -1}, pieces, layout.padded, ranks, 0,
+                             at::kBFloat16),
+            nullptr);
+  run.fp8 = Fp8Mode::kRowwise;
+  EXPECT_EQ(run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded, ranks,
+                             0, at::kBFloat16),
+            nullptr);
 }

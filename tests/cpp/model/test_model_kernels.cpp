@@ -109,3 +109,27 @@ TEST(ModelKernels, LossChunkTokens) {
   EXPECT_EQ(model::loss_chunk_tokens(100, 512, 64, 7), 7);
   EXPECT_EQ(model::loss_chunk_tokens(100, 512, 64, -1), 0);
 }
+
+// The chunked heads' weight gradient sums every chunk in fp32: no chunk's [V, H] product is
+// rounded to bf16 before it is added (as an unchunked GEMM with fp32 accumulation sums). The
+// rounding that used to happen per chunk moved the sum by about 2^-9 of a chunk's size.
+TEST(ModelKernels, HeadWeightGradSumsBf16ChunksInFp32) {
+  at::manual_seed(5);
+  const int64_t V = 96, H = 48, m = 8, chunks = 16;
+  at::Tensor dw = at::zeros({V, H}, at::kFloat);
+  at::Tensor ref = at::zeros({V, H}, at::kDouble);
+  for (int64_t c = 0; c < chunks; ++c) {
+    const auto dl = at::randn({m, V}).to(at::kBFloat16);
+    const auto hc = at::randn({m, H}).to(at::kBFloat16);
+    model::add_head_weight_grad(dw, dl, hc);
+    ref += at::mm(dl.to(at::kDouble).t(), hc.to(at::kDouble));
+  }
+  const double err = (dw.to(at::kDouble) - ref).abs().max().item<double>();
+  const double scale = ref.abs().max().item<double>();
+  EXPECT_LT(err, 1e-5 * scale) << "a chunk's product was rounded below fp32";
+  // The fp32 path is the same sum.
+  at::Tensor dw32 = at::zeros({V, H}, at::kFloat);
+  const auto dl = at::randn({m, V}), hc = at::randn({m, H});
+  model::add_head_weight_grad(dw32, dl, hc);
+  EXPECT_TRUE(at::allclose(dw32, at::mm(dl.t(), hc), 1e-5, 1e-5));
+}

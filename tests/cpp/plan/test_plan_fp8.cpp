@@ -89,3 +89,29 @@ TEST(PlanFp8, RefusedByNameWithoutFloat8TensorCores) {
 }
 
 }  // namespace shardtrain::plan
+
+namespace shardtrain::plan {
+
+// Tensorwise --fp8 all-gathers each layer's projection weights in float8: of a layer's bf16
+// gather, the 218.1M weights (counted above) take one byte each, the norms two. Rowwise and
+// --no-fp8-all-gather gather bf16 as without --fp8; the embedding and the head always do.
+TEST(PlanFp8, TensorwiseGathersTheWeightsInOneByte) {
+  const double w = 2.0 * 4096 * 4096 + 2.0 * 1024 * 4096 + 3.0 * 14336 * 4096;
+  const int64_t layer = static_cast<int64_t>(w) + 2 * 4096;  // the two RMSNorms' weights
+  const PlanInput tw = planned({"--fp8", "tensorwise"});
+  EXPECT_EQ(tw.run.gathered_bytes(tw.model, model::UnitKind::kDecoderLayer, layer, 2),
+            2.0 * layer - w);
+  EXPECT_EQ(tw.run.gathered_bytes(tw.model, model::UnitKind::kHead, 1000, 2), 2000.0);
+  const PlanInput bf16 = planned({"--fp8", "tensorwise", "--no-fp8-all-gather"});
+  EXPECT_EQ(bf16.run.gathered_bytes(bf16.model, model::UnitKind::kDecoderLayer, layer, 2),
+            2.0 * layer);
+  const PlanInput rw = planned({"--fp8", "rowwise"});
+  EXPECT_EQ(rw.run.gathered_bytes(rw.model, model::UnitKind::kDecoderLayer, layer, 2), 2.0 * layer);
+  const PlanRow off = row({}), on = row({"--fp8", "tensorwise"});
+  const PlanRow plain = row({"--fp8", "tensorwise", "--no-fp8-all-gather"});
+  EXPECT_LT(on.comm_s, off.comm_s) << "the gathers shrink";
+  EXPECT_DOUBLE_EQ(plain.comm_s, off.comm_s);
+  EXPECT_DOUBLE_EQ(row({"--fp8", "rowwise"}).comm_s, off.comm_s);
+}
+
+}  // namespace shardtrain::plan

@@ -28,6 +28,8 @@ cudaError_t launch_fp8_rowwise(ElemType type, const void* x, int64_t rows, int64
                                Fp8Format f, uint8_t* q, float* inv, cudaStream_t stream);
 
 // A scale per column, written transposed: qt [cols, rows], inv [cols] (a scale per row of qt).
+// Three launches: the columns' amax over row slabs (colwise_amax_blocks), the cast-transpose,
+// and inv from the amax (held in inv meanwhile).
 cudaError_t launch_fp8_colwise_transpose(ElemType type, const void* x, int64_t rows, int64_t cols,
                                          Fp8Format f, uint8_t* qt, float* inv, cudaStream_t stream);
 

@@ -70,6 +70,15 @@ ST_HD inline float fp8_decode(uint8_t code, Fp8Format f) {
   return s * ldexpf(static_cast<float>((1 << mant) + m), e - bias - mant);
 }
 
+// The column-wise cast's amax pass splits rows across the grid: a block reduces a slab of
+// kColwiseSlabRows rows of 32 columns into the columns' amax (an atomic max), so a [tokens, 4096]
+// input runs cols/32 x rows/slab blocks (4,096 at 8,192 tokens), not one block per 32 columns
+// walking every row (128 blocks: a tenth of an H100's SMs busy).
+constexpr int64_t kColwiseSlabRows = 256;
+ST_HD inline int64_t colwise_amax_blocks(int64_t rows, int64_t cols) {
+  return ((cols + 31) / 32) * ((rows + kColwiseSlabRows - 1) / kColwiseSlabRows);
+}
+
 // One element quantised with `scale`: saturate(v * scale), then the cast.
 ST_HD inline uint8_t fp8_quantize(float v, float scale, Fp8Format f) {
   return fp8_encode(fp8_saturate(v * scale, f), f);
