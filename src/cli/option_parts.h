@@ -10,6 +10,7 @@
 #include "shardtrain/cli/options.h"
 #include "shardtrain/exports/peft_export.h"
 #include "shardtrain/runtime/text.h"
+#include "shardtrain/spec/option_text.h"
 #include "shardtrain/spec/spec_options.h"
 
 namespace shardtrain::cli::parts {
@@ -84,17 +85,10 @@ void require_tokenizer(const std::string& path);
 // Every command's --tokenizer takes the same kinds of path (data::resolve_tokenizer_file).
 inline constexpr const char* kTokenizerHelp =
     "SentencePiece .model, Hugging Face tokenizer.json, or a model directory holding one";
-// A double option with its default shown in --help as one types it (1e-4, 0.95), not as Boost's
-// lexical_cast prints it (0.0001000000000000000048). Every double option with a default uses it.
-po::typed_value<double>* real(double* target, double default_value);
 using runtime::round_trip;
-// A parsed option's value as one would type it (doubles as round_trip writes them); "" for a
-// type that no option has.
-std::string option_value_text(const boost::any& v);
-// One line for an unknown option: the command's nearest option, or shardtrain's equivalent of
-// a PyTorch / Hugging Face Trainer flag. config: the --config file it was read from, or "".
-std::string unknown_option_message(const std::string& typed, const po::options_description& all,
-                                   const std::string& config);
+using spec::option_value_text;
+using spec::real;
+using spec::unknown_option_message;
 // Parses args, then --config FILE, into the variables bound by `all`. values: when given, every
 // option that has a value (typed, from --config, or its default) as option name -> text.
 void parse_into(const std::vector<std::string>& args, const po::options_description& all,

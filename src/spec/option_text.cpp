@@ -1,16 +1,14 @@
-// What the options print besides their own errors: --help's defaults and the options' values as
-// one would type them, and the one line for an unknown option (the nearest option, or
-// shardtrain's name for a flag that PyTorch or Hugging Face's Trainer uses).
+#include "shardtrain/spec/option_text.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#include "option_parts.h"
 #include "shardtrain/runtime/text.h"
 
-namespace shardtrain::cli::parts {
+namespace shardtrain::spec {
 namespace {
 
 // Flags of PyTorch scripts, llama-recipes and Hugging Face's Trainer, with dashes for
@@ -142,4 +140,4 @@ std::string option_value_text(const boost::any& v) {
   return "";
 }
 
-}  // namespace shardtrain::cli::parts
+}  // namespace shardtrain::spec
