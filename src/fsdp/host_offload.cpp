@@ -168,8 +168,13 @@ void HostOffload::run(int64_t u, std::function<void()> job, bool refresh) {
 }
 
 void HostOffload::work() {
-  if (start_) start_(device_);  // before any CUDA call on this thread
-  at::init_num_threads();       // this thread's intra-op threads: the rank's (at::set_num_threads)
+  try {
+    if (start_) start_(device_);  // before any CUDA call on this thread
+  } catch (...) {                 // the steps' waits report it; the thread goes on taking jobs
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+  }
+  at::init_num_threads();  // this thread's intra-op threads: the rank's (at::set_num_threads)
   for (;;) {
     Job job;
     {

@@ -28,7 +28,7 @@ at::Tensor sum_heads(const at::Tensor& g, int64_t nkv) {
 BlockPath block_path(bool cuda, at::ScalarType dtype, bool masked, int64_t head_dim) {
   if (!cuda) return BlockPath::kMath;
   const bool half = dtype == at::kBFloat16 || dtype == at::kHalf;
-  if (!masked && half && head_dim <= 256) return BlockPath::kFlash;
+  if (!masked) return half && head_dim <= 256 ? BlockPath::kFlash : BlockPath::kMath;
   // The memory-efficient kernel reads heads in 16-byte vectors, any float type.
   const bool aligned = head_dim % 8 == 0 && head_dim <= 256;
   if (aligned && (half || dtype == at::kFloat)) return BlockPath::kMasked;

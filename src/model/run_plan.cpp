@@ -49,8 +49,19 @@ at::Tensor RunPlan::unit(const ModelConfig& model, const UnitSpec& spec, const W
 
 namespace {
 
+// Under the fused layers, a merged group's members run as one float8 GEMM (one scale) where no
+// adapter is on a member, and apart where one is; a pass with the adapters off (DPO's reference)
+// merges them all the same. Such a weight has no one float8 form for every pass.
+bool member_adapted(const RunPlan& plan) {
+  if (!plan.fused_layers || !plan.adapters.enabled()) return false;
+  for (const Merged m : kMerged)
+    for (Proj p : merged_members(m))
+      if (plan.adapters.targets_proj(p)) return true;
+  return false;
+}
+
 // The float8 gather's scale group of each projection: the merged q k v and gate up share one
-// when the fused layers run them as one float8 GEMM (no adapter on a member), as the layer does.
+// under the fused layers, as the layer's merged GEMM scales them.
 std::vector<int> scale_groups(const RunPlan& plan, int64_t layer,
                               const std::vector<FlatPiece>& pieces) {
   std::vector<int> group(pieces.size(), -1);
@@ -60,19 +71,16 @@ std::vector<int> scale_groups(const RunPlan& plan, int64_t layer,
       group[i] = static_cast<int>(p);
       for (const Merged m : kMerged) {
         const auto members = merged_members(m);
-        if (!plan.fused_layers || std::find(members.begin(), members.end(), p) == members.end())
-          continue;
-        const bool adapted = std::any_of(members.begin(), members.end(), [&](Proj q) {
-          return plan.adapters.enabled() && plan.adapters.targets_proj(q);
-        });
-        if (!adapted) group[i] = static_cast<int>(members.front());
+        if (plan.fused_layers && std::find(members.begin(), members.end(), p) != members.end())
+          group[i] = static_cast<int>(members.front());
       }
     }
   return group;
 }
 
 bool gathers_fp8(const RunPlan& plan, UnitKind kind) {
-  return plan.fp8 == Fp8Mode::kTensorwise && plan.fp8_all_gather && kind == UnitKind::kDecoderLayer;
+  return plan.fp8 == Fp8Mode::kTensorwise && plan.fp8_all_gather && !member_adapted(plan) &&
+         kind == UnitKind::kDecoderLayer;
 }
 
 }  // namespace

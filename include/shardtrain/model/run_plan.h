@@ -41,7 +41,9 @@ struct RunPlan {
   // The decoder layers' projections multiply in float8 (model/fp8.h; docs/gpu.md).
   Fp8Mode fp8 = Fp8Mode::kOff;
   // Tensorwise fp8: the projections' weights all-gathered in float8 (gather_codec); false: in the
-  // compute dtype (--no-fp8-all-gather). Rowwise always gathers in the compute dtype.
+  // compute dtype (--no-fp8-all-gather). Rowwise always gathers in the compute dtype, and so do
+  // fused layers with an adapter on a merged projection's member (no one float8 form serves the
+  // passes with and without the adapters).
   bool fp8_all_gather = true;
   bool tf32 = true;  // CUDA: TF32 tensor cores for fp32 matmuls (--no-tf32 turns it off)
 

@@ -39,8 +39,10 @@ class Optimizer {
   // sum_across: adds a squared norm (a 0-d fp64 device tensor) over the ranks, in place, on the
   // device.
   explicit Optimizer(const OptimizerConfig& cfg, std::function<void(at::Tensor&)> sum_across = {});
+  // Moved only before any step is handed to the runner (make_optimizer's return): a step in
+  // flight refers to this object.
   Optimizer(Optimizer&&) = default;
-  Optimizer& operator=(Optimizer&&) = default;
+  Optimizer& operator=(Optimizer&&) = delete;
   // The steps handed to the runner refer to this optimizer: they finish before it goes (an
   // error of theirs was the caller's to read from settle()).
   ~Optimizer();

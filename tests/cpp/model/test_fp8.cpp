@@ -357,6 +357,19 @@ TEST(Fp8GatherCodec, DecodesEachWeightAsItsWholeTensorsFloat8Cast) {
   EXPECT_EQ(run.gather_codec(m, {model::UnitKind::kHead, -1}, pieces, layout.padded, ranks, 0,
                              at::kBFloat16),
             nullptr);
+  // Fused layers with an adapter on q: the adapters-off pass (DPO's reference) merges q k v under
+  // one scale, the training pass scales q apart; no one float8 form serves both.
+  run.fused_layers = true;
+  run.adapters.rank = 4;
+  run.adapters.targets = {"o_proj"};
+  EXPECT_NE(run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded, ranks,
+                             0, at::kBFloat16),
+            nullptr)
+      << "o_proj is no merged projection's member";
+  run.adapters.targets = {"q_proj"};
+  EXPECT_EQ(run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded, ranks,
+                             0, at::kBFloat16),
+            nullptr);
   run.fp8 = Fp8Mode::kRowwise;
   EXPECT_EQ(run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded, ranks,
                              0, at::kBFloat16),

@@ -21,6 +21,8 @@ TEST(MaskedBlock, EachBlockTakesTheKernelThatReadsItsMask) {
       << "documents or a window: a kernel, not the math path";
   EXPECT_EQ(model::block_path(true, at::kHalf, true, 64), BlockPath::kMasked);
   EXPECT_EQ(model::block_path(true, at::kFloat, true, 128), BlockPath::kMasked);
+  EXPECT_EQ(model::block_path(true, at::kFloat, false, 128), BlockPath::kMath)
+      << "no mask to read: no all-true mask is made for the kernel";
   EXPECT_EQ(model::block_path(true, at::kBFloat16, true, 100), BlockPath::kMath)
       << "a head size the kernel cannot read in 16-byte vectors";
 }
