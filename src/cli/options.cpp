@@ -12,6 +12,7 @@
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
+#include "shardtrain/runtime/text.h"
 
 namespace fs = std::filesystem;
 
@@ -85,6 +86,10 @@ model::ModelConfig resolve(const ModelArgs& m, const model::ModelConfig* from) {
   if (m.vocab) c.vocab_size = m.vocab;
   if (m.max_pos) c.max_position_embeddings = m.max_pos;
   c.validate();
+  if (c.attn_softcap > 0)  // said once: no fused attention kernel soft-caps the scores
+    runtime::log::info("attention: attn_logit_softcapping " + runtime::round_trip(c.attn_softcap) +
+                       " runs the eager path (the [T, T] scores of a row's heads in memory; "
+                       "context parallelism's blocks on their math path)");
   return c;
 }
 

@@ -195,7 +195,8 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
   p.empty = tokens.size(0) == 0;
   p.unit.train = build_graph;
   if (!p.empty)
-    plan_.lay_out(p.unit, rope_, tokens, positions, share, ring_, device_, cfg_.param_dtype);
+    plan_.lay_out(p.unit, model_, rope_, tokens, positions, share, ring_, device_,
+                  cfg_.param_dtype);
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {
     cuda::NvtxRange range(nvtx_names_[u].first);

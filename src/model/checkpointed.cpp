@@ -46,16 +46,21 @@ variable_list rerun(const variable_list& saved,
 class CheckpointedNorm : public torch::autograd::Function<CheckpointedNorm> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            double eps) {
+                            double eps, int64_t style) {
     ctx->save_for_backward({x, weight});
     ctx->saved_data["eps"] = eps;
-    return rms_norm(x, weight, eps);
+    ctx->saved_data["style"] = style;
+    return rms_norm(x, weight, eps, false, static_cast<NormWeight>(style));
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const double eps = ctx->saved_data["eps"].toDouble();
-    const auto norm = [eps](const variable_list& in) { return rms_norm(in[0], in[1], eps); };
+    const auto style = static_cast<NormWeight>(ctx->saved_data["style"].toInt());
+    const auto norm = [eps, style](const variable_list& in) {
+      return rms_norm(in[0], in[1], eps, false, style);
+    };
     variable_list grads = rerun(ctx->get_saved_variables(), norm, grad_outputs[0]);
     grads.emplace_back();  // eps
+    grads.emplace_back();  // style
     return grads;
   }
 };
@@ -79,8 +84,9 @@ class CheckpointedGated : public torch::autograd::Function<CheckpointedGated> {
 
 }  // namespace
 
-at::Tensor checkpointed_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  return CheckpointedNorm::apply(x, weight, eps);
+at::Tensor checkpointed_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                 NormWeight style) {
+  return CheckpointedNorm::apply(x, weight, eps, static_cast<int64_t>(style));
 }
 
 at::Tensor checkpointed_gated(const std::string& act, const at::Tensor& gate,

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "shardtrain/model/config_fields.h"
+#include "shardtrain/model/family.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
@@ -42,7 +43,8 @@ ModelConfig llama3(const std::string& name, int64_t hidden, int64_t inter, int64
 
 const std::map<std::string, ModelConfig>& presets() {
   // Shapes from the published config.json files on the Hugging Face Hub: meta-llama/Llama-2-*-hf,
-  // meta-llama/Llama-3.1-*, meta-llama/Llama-3.2-*, mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B.
+  // meta-llama/Llama-3.1-*, meta-llama/Llama-3.2-*, mistralai/Mistral-7B-v0.3, Qwen/Qwen2.5-7B and
+  // those named below.
   static const std::map<std::string, ModelConfig> p = [] {
     std::map<std::string, ModelConfig> m = {
         {"tiny", make("tiny", 512, 64, 176, 2, 4, 2, 512)},
@@ -66,6 +68,19 @@ const std::map<std::string, ModelConfig>& presets() {
     qwen.rms_norm_eps = 1e-6;
     qwen.max_window_layers = 28;
     m["qwen2.5-7b"] = qwen;
+    // Qwen/Qwen3-8B and allenai/OLMo-2-1124-7B.
+    ModelConfig qwen3 = make("qwen3-8b", 151936, 4096, 12288, 36, 32, 8, 40960);
+    qwen3.model_type = "qwen3";
+    qwen3.explicit_head_dim = 128;
+    qwen3.rope_theta = 1e6;
+    qwen3.rms_norm_eps = 1e-6;
+    qwen3.max_window_layers = 36;
+    m["qwen3-8b"] = qwen3;
+    ModelConfig olmo2 = make("olmo2-7b", 100352, 4096, 11008, 32, 32, 32, 4096);
+    olmo2.model_type = "olmo2";
+    olmo2.rope_theta = 500000.0;
+    olmo2.rms_norm_eps = 1e-6;
+    m["olmo2-7b"] = olmo2;
     return m;
   }();
   return p;
@@ -79,7 +94,7 @@ void require(bool ok, const std::string& msg) {
 void require_family(const std::string& name, const std::string& model_type) {
   require(std::find(model_types().begin(), model_types().end(), model_type) != model_types().end(),
           name + ": model_type is " + model_type +
-              ", which shardtrain does not implement (it implements llama, mistral and qwen2)");
+              ", which shardtrain does not implement (it implements " + family_names() + ")");
 }
 
 }  // namespace
@@ -110,6 +125,9 @@ void ModelConfig::validate() const {
           "embeddings, got " +
               std::to_string(head_dim()));
   require(sliding_window >= 0, name + ": sliding_window must be positive or null");
+  require(pad_token_id >= -1 && pad_token_id < vocab_size,
+          name + ": pad_token_id " + std::to_string(pad_token_id) + " is outside the vocabulary (" +
+              std::to_string(vocab_size) + " tokens)");
   require(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_layers,
           name + ": layer_types must name one kind per layer (num_hidden_layers)");
   require(rms_norm_eps > 0, "rms_norm_eps must be positive");
@@ -140,12 +158,26 @@ int64_t ModelConfig::num_matmul_params() const {
 }
 
 int64_t ModelConfig::attention_window(int64_t layer) const {
-  if (sliding_window <= 0) return 0;
-  return sliding_layers.empty() || sliding_layers[static_cast<size_t>(layer)] ? sliding_window : 0;
+  return sliding_window > 0 && sliding_layer(layer) ? sliding_window : 0;
+}
+
+bool ModelConfig::sliding_layer(int64_t layer) const {
+  return sliding_layers.empty() ? sliding_window > 0 : sliding_layers[static_cast<size_t>(layer)];
+}
+
+double ModelConfig::query_scale() const {
+  // Folded into q: (q s) k^T / sqrt(D) = q k^T / sqrt(query_pre_attn_scalar), s = sqrt(D / qpas).
+  if (query_pre_attn_scalar <= 0 || query_pre_attn_scalar == static_cast<double>(head_dim()))
+    return 1.0;
+  return std::sqrt(static_cast<double>(head_dim()) / query_pre_attn_scalar);
 }
 
 const std::vector<std::string>& model_types() {
-  static const std::vector<std::string> t = {"llama", "mistral", "qwen2"};
+  static const std::vector<std::string> t = [] {
+    std::vector<std::string> v;
+    for (const Family& f : families()) v.push_back(f.model_type);
+    return v;
+  }();
   return t;
 }
 
@@ -174,35 +206,94 @@ ModelConfig model_preset(const std::string& name) {
 
 namespace {
 
-// What sets the families apart, read as transformers' LlamaConfig, MistralConfig and Qwen2Config
-// read it: biases, tied embeddings, the sliding window and which layers use it.
+// config.json's layer_types into c.sliding_layers; false when it has none.
+bool read_layer_types(const nlohmann::json& j, const std::string& origin, ModelConfig& c) {
+  if (!j.contains("layer_types") || j["layer_types"].is_null()) return false;
+  if (!j["layer_types"].is_array())
+    throw runtime::UsageError("--model " + origin + ": \"layer_types\" must be a list");
+  for (const auto& t : j["layer_types"]) {
+    if (t != "full_attention" && t != "sliding_attention")
+      throw runtime::UsageError(
+          "--model " + origin + ": layer_types holds " + t.dump() +
+          ", which shardtrain does not implement (full_attention or sliding_attention)");
+    c.sliding_layers.push_back(t == "sliding_attention");
+  }
+  return true;
+}
+
+// Gemma 3's two RoPEs: transformers 5 nests them in rope_parameters by layer type; transformers 4
+// gave rope_theta, rope_scaling (the full layers') and rope_local_base_freq. The sliding layers'
+// is unscaled.
+void read_local_rope(const nlohmann::json& j, const std::string& origin, ModelConfig& c) {
+  if (!j.contains("rope_theta") || j["rope_theta"].is_null())
+    c.rope_theta = 1e6;  // Gemma3TextConfig.default_theta["global"]
+  c.rope_local_theta = 10000.0;
+  const nlohmann::json* nested = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+      (j["rope_parameters"].contains("full_attention") ||
+       j["rope_parameters"].contains("sliding_attention")))
+    nested = &j["rope_parameters"];
+  if (nested) {
+    for (const auto& [k, v] : nested->items())
+      if (k != "full_attention" && k != "sliding_attention")
+        throw runtime::UsageError("--model " + origin + ": rope_parameters." + k +
+                                  " is not a layer type (full_attention or sliding_attention)");
+    if (nested->contains("full_attention"))
+      c.rope_scaling = parse_rope_scaling((*nested)["full_attention"],
+                                          "rope_parameters.full_attention", origin, &c.rope_theta);
+    if (nested->contains("sliding_attention") &&
+        parse_rope_scaling((*nested)["sliding_attention"], "rope_parameters.sliding_attention",
+                           origin, &c.rope_local_theta)
+            .scaled())
+      throw runtime::UsageError("--model " + origin +
+                                ": rope_parameters.sliding_attention is scaled, which "
+                                "shardtrain does not implement (Gemma 3 scales the full layers)");
+    return;
+  }
+  if (j.contains("rope_local_base_freq") && j["rope_local_base_freq"].is_number())
+    c.rope_local_theta = j["rope_local_base_freq"].get<double>();
+}
+
+// What sets the families apart, read as each family's config class reads it (model/family.h):
+// biases, tied embeddings, the sliding window and which layers use it.
 template <class Get, class Flag>
 void read_family_fields(const nlohmann::json& j, const std::string& origin, ModelConfig& c, Get get,
                         Flag flag) {
+  const Family& fam = family(c.model_type);
   c.tie_word_embeddings = flag(j, "tie_word_embeddings");
-  if (c.model_type == "llama") {
+  if (fam.biases == Biases::kFlags || fam.biases == Biases::kAttention)
     c.attention_bias = flag(j, "attention_bias");
-    c.mlp_bias = flag(j, "mlp_bias");
+  if (fam.biases == Biases::kFlags) c.mlp_bias = flag(j, "mlp_bias");
+  if (fam.sliding == Sliding::kAll) c.sliding_window = get("sliding_window", int64_t{0}, false);
+  if (fam.gemma_attention) {
+    c.query_pre_attn_scalar = static_cast<double>(get(
+        "query_pre_attn_scalar", static_cast<int64_t>(fam.default_query_pre_attn_scalar), false));
+    // Absent: the config class's default; null: no cap.
+    auto cap = [&](const char* key, double fallback) {
+      if (!j.contains(key)) return fallback;
+      return j[key].is_null() ? 0.0 : get(key, 0.0, false);
+    };
+    c.attn_softcap = cap("attn_logit_softcapping", fam.default_attn_softcap);
+    c.final_softcap = cap("final_logit_softcapping", fam.default_final_softcap);
   }
-  if (c.model_type == "mistral") c.sliding_window = get("sliding_window", int64_t{0}, false);
-  if (c.model_type != "qwen2") return;
-  // Qwen2Config: the window applies only with use_sliding_window, to the layers layer_types marks
-  // "sliding_attention" (by default those from max_window_layers on).
+  if (fam.sliding == Sliding::kPattern) {
+    // Gemma: layer_types, by default every layer sliding but each n-th (sliding_window_pattern).
+    if (!j.contains("sliding_window") || !j["sliding_window"].is_null())
+      c.sliding_window = get("sliding_window", int64_t{4096}, false);
+    const int64_t pattern = get("sliding_window_pattern", fam.default_pattern, false);
+    if (pattern <= 0)
+      throw runtime::UsageError("--model " + origin + ": sliding_window_pattern must be positive");
+    if (!read_layer_types(j, origin, c))
+      for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back((i + 1) % pattern != 0);
+    return;
+  }
+  if (fam.sliding != Sliding::kLayerTypes) return;
+  // Qwen2Config, Qwen3Config: the window applies only with use_sliding_window, to the layers
+  // layer_types marks "sliding_attention" (by default those from max_window_layers on).
   c.max_window_layers = get("max_window_layers", int64_t{28}, false);
   if (flag(j, "use_sliding_window")) c.sliding_window = get("sliding_window", int64_t{4096}, false);
-  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
-    if (!j["layer_types"].is_array())
-      throw runtime::UsageError("--model " + origin + ": \"layer_types\" must be a list");
-    for (const auto& t : j["layer_types"]) {
-      if (t != "full_attention" && t != "sliding_attention")
-        throw runtime::UsageError(
-            "--model " + origin + ": layer_types holds " + t.dump() +
-            ", which shardtrain does not implement (full_attention or sliding_attention)");
-      c.sliding_layers.push_back(t == "sliding_attention");
-    }
-  } else if (c.sliding_window > 0) {
+  if (!read_layer_types(j, origin, c) && c.sliding_window > 0)
     for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back(i >= c.max_window_layers);
-  }
 }
 
 }  // namespace
@@ -250,6 +341,7 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
     c.model_type = j["model_type"].get<std::string>();
     require_family(origin, c.model_type);
   }
+  const Family& fam = family(c.model_type);
   c.vocab_size = get("vocab_size", int64_t{32000}, true);
   c.hidden_size = get("hidden_size", int64_t{0}, true);
   c.intermediate_size = get("intermediate_size", int64_t{0}, true);
@@ -257,13 +349,17 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   c.num_heads = get("num_attention_heads", int64_t{0}, true);
   c.num_kv_heads = get("num_key_value_heads", c.num_heads, false);
   c.max_position_embeddings = get("max_position_embeddings", int64_t{4096}, false);
-  c.rms_norm_eps = get("rms_norm_eps", 1e-5, false);
+  c.rms_norm_eps = get("rms_norm_eps", fam.default_rms_norm_eps, false);
   c.rope_theta = get("rope_theta", 10000.0, false);
   // transformers 4: "rope_scaling": {"rope_type": "llama3", ...}; transformers 5 nests all of it,
   // the base included: "rope_parameters": {"rope_theta": ..., "rope_type": "default" | "llama3",
   // ...}.
+  if (fam.local_rope) read_local_rope(j, origin, c);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
+    if (fam.local_rope && std::string(key) == "rope_parameters" &&
+        j[key].contains("full_attention"))
+      continue;  // read_local_rope's
     const RopeScaling r = parse_rope_scaling(j[key], key, origin, &c.rope_theta);
     if (r.scaled() || !c.rope_scaling.scaled()) c.rope_scaling = r;
   }
@@ -274,15 +370,23 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
                                 "\" must be a string such as \"bfloat16\"");
     c.torch_dtype = j[key].get<std::string>();
   }
-  c.explicit_head_dim = get("head_dim", int64_t{0}, false);
+  c.explicit_head_dim = get("head_dim", fam.default_head_dim, false);
   read_family_fields(j, origin, c, get, flag);
   c.initializer_range = get("initializer_range", 0.02, false);
-  if (j.contains("hidden_act") && !j["hidden_act"].is_null()) {
-    if (!j["hidden_act"].is_string())
-      throw runtime::UsageError("--model " + origin +
-                                ": \"hidden_act\" must be a string such as \"silu\"");
-    c.hidden_act = j["hidden_act"].get<std::string>();
+  c.hidden_act = fam.default_activation;
+  if (j.contains(fam.activation_key) && !j[fam.activation_key].is_null()) {
+    if (!j[fam.activation_key].is_string())
+      throw runtime::UsageError("--model " + origin + ": \"" + fam.activation_key +
+                                "\" must be a string such as \"silu\"");
+    c.hidden_act = j[fam.activation_key].get<std::string>();
   }
+  c.pad_token_id = fam.default_pad_token_id;
+  if (j.contains("pad_token_id"))
+    c.pad_token_id = j["pad_token_id"].is_null() ? -1 : get("pad_token_id", int64_t{-1}, false);
+  // nn.Embedding counts a negative padding_idx from the end.
+  if (c.pad_token_id < -1 ||
+      (c.pad_token_id == -1 && j.contains("pad_token_id") && !j["pad_token_id"].is_null()))
+    c.pad_token_id += c.vocab_size;
   nlohmann::json ids = nlohmann::json::object();  // kept for exports: generation reads them
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (j.contains(key)) ids[key] = j[key];
@@ -306,10 +410,8 @@ bool same_shape(const ModelConfig& a, const ModelConfig& b) {
 }
 
 nlohmann::json model_to_hf_json(const ModelConfig& c) {
-  const std::map<std::string, std::string> architectures = {{"llama", "LlamaForCausalLM"},
-                                                            {"mistral", "MistralForCausalLM"},
-                                                            {"qwen2", "Qwen2ForCausalLM"}};
-  nlohmann::json j = {{"architectures", {architectures.at(c.model_type)}},
+  const Family& fam = family(c.model_type);
+  nlohmann::json j = {{"architectures", {fam.architecture}},
                       {"model_type", c.model_type},
                       {"vocab_size", c.vocab_size},
                       {"hidden_size", c.hidden_size},
@@ -323,29 +425,39 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
                       {"rope_theta", c.rope_theta},
                       {"rope_scaling", rope_scaling_json(c.rope_scaling)},
                       {"initializer_range", c.initializer_range},
-                      {"hidden_act", c.hidden_act},
+                      {fam.activation_key, c.hidden_act},
                       {"attention_dropout", 0.0},
                       {"tie_word_embeddings", c.tie_word_embeddings},
                       {"bos_token_id", 1},
                       {"eos_token_id", 2},
                       {"torch_dtype", "float32"}};
   if (!c.special_token_ids.empty()) j.update(nlohmann::json::parse(c.special_token_ids));
-  if (c.model_type == "llama") {
+  if (fam.biases == Biases::kFlags || fam.biases == Biases::kAttention)
     j["attention_bias"] = c.attention_bias;
-    j["mlp_bias"] = c.mlp_bias;
-  }
+  if (fam.biases == Biases::kFlags) j["mlp_bias"] = c.mlp_bias;
   const nlohmann::json window =
       c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nlohmann::json(nullptr);
-  if (c.model_type == "mistral") j["sliding_window"] = window;
-  if (c.model_type == "qwen2") {
+  if (fam.sliding == Sliding::kAll) j["sliding_window"] = window;
+  nlohmann::json types = nlohmann::json::array();
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    types.push_back(c.sliding_layer(i) ? "sliding_attention" : "full_attention");
+  if (fam.sliding == Sliding::kLayerTypes) {
     j["use_sliding_window"] = c.sliding_window > 0;
     j["sliding_window"] = window;
     j["max_window_layers"] = c.max_window_layers;
-    nlohmann::json types = nlohmann::json::array();
-    for (int64_t i = 0; i < c.num_layers; ++i)
-      types.push_back(c.attention_window(i) > 0 ? "sliding_attention" : "full_attention");
     j["layer_types"] = types;
   }
+  if (fam.sliding == Sliding::kPattern) {
+    j["sliding_window"] = window;
+    j["layer_types"] = types;
+  }
+  const auto cap = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  if (fam.gemma_attention) {
+    j["query_pre_attn_scalar"] = static_cast<int64_t>(c.query_pre_attn_scalar);  // an int there
+    j["attn_logit_softcapping"] = cap(c.attn_softcap);
+    j["final_logit_softcapping"] = cap(c.final_softcap);
+  }
+  if (fam.local_rope) j["rope_local_base_freq"] = c.rope_local_theta;
   return j;
 }
 

@@ -17,6 +17,7 @@ struct Accepted {
 const std::vector<Accepted>& accepted_values() {
   static const std::vector<Accepted> a = {
       {"attention_dropout", 0, "attention has no dropout here"},
+      {"use_bidirectional_attention", false, "causal attention"},
   };
   return a;
 }
@@ -53,20 +54,39 @@ const std::vector<ConfigField>& config_fields() {
        false},
       {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype", false},
       {"model_type", FieldUse::kRead,
-       "llama, mistral or qwen2 (others refused): which of the switches below apply"},
+       "llama, mistral, qwen2, qwen3, olmo2, gemma2 or gemma3_text (others refused): which of "
+       "the switches below apply"},
       {"attention_bias", FieldUse::kRead,
-       "llama: biases on q, k, v and o (qwen2 always has q, k and v biases; mistral none)"},
+       "llama, qwen3, olmo2, gemma2, gemma3_text: biases on q, k, v and o (qwen2 always has q, k "
+       "and v biases; mistral none)"},
       {"mlp_bias", FieldUse::kRead, "llama: biases on gate, up and down"},
       {"sliding_window", FieldUse::kRead,
        "mistral: each query attends to this many positions (itself included); qwen2: with "
        "use_sliding_window"},
       {"use_sliding_window", FieldUse::kRead,
-       "qwen2: the sliding window applies (to the layers layer_types marks)"},
+       "qwen2, qwen3: the sliding window applies (to the layers layer_types marks)"},
       {"max_window_layers", FieldUse::kRead,
-       "qwen2: layers from this index on slide, unless layer_types says otherwise"},
-      {"layer_types", FieldUse::kRead, "qwen2: full_attention or sliding_attention per layer"},
+       "qwen2, qwen3: layers from this index on slide, unless layer_types says otherwise"},
+      {"layer_types", FieldUse::kRead,
+       "qwen2, qwen3, gemma2, gemma3_text: full_attention or sliding_attention per layer"},
+      {"sliding_window_pattern", FieldUse::kRead,
+       "gemma2, gemma3_text: without layer_types, every n-th layer is global (2 and 6)"},
+      {"_sliding_window_pattern", FieldUse::kHarmless,
+       "gemma3_text: transformers' own copy; layer_types decides"},
       {"hidden_act", FieldUse::kRead,
-       "the MLP's activation: silu (swish), gelu, gelu_pytorch_tanh or relu"},
+       "the MLP's activation: silu (swish), gelu, gelu_pytorch_tanh or relu (gemma reads "
+       "hidden_activation instead and ignores it)"},
+      {"hidden_activation", FieldUse::kRead, "gemma2, gemma3_text: the MLP's activation"},
+      {"query_pre_attn_scalar", FieldUse::kRead,
+       "gemma2, gemma3_text: attention scores scale by its inverse square root"},
+      {"attn_logit_softcapping", FieldUse::kRead,
+       "gemma2: attention scores capped at cap * tanh(s / cap) (the eager path; null: none)"},
+      {"final_logit_softcapping", FieldUse::kRead,
+       "gemma2: logits capped at cap * tanh(x / cap) (the unfused head; null: none)"},
+      {"rope_local_base_freq", FieldUse::kRead,
+       "gemma3_text: the sliding layers' RoPE base (unscaled)"},
+      {"use_bidirectional_attention", FieldUse::kChecked, "false only"},
+      {"cache_implementation", FieldUse::kHarmless, "inference's key/value cache"},
       {"attention_dropout", FieldUse::kChecked, "0 only"},
       {"tie_word_embeddings", FieldUse::kRead,
        "lm_head is the embedding matrix: one parameter, both gradients summed"},
@@ -78,7 +98,9 @@ const std::vector<ConfigField>& config_fields() {
        "the class name; the weights' names are checked on load"},
       {"bos_token_id", FieldUse::kHarmless, "generation's tokens; training takes the tokenizer's"},
       {"eos_token_id", FieldUse::kHarmless, "generation's tokens; training takes the tokenizer's"},
-      {"pad_token_id", FieldUse::kHarmless, "padding is masked out of the loss by its labels"},
+      {"pad_token_id", FieldUse::kRead,
+       "the embedding's padding_idx (negative: from the end): its row gets no gradient from the "
+       "lookup (a tied head's still does); padding is masked out of the loss by its labels"},
       {"use_cache", FieldUse::kHarmless, "inference's key/value cache"},
       {"transformers_version", FieldUse::kHarmless, "the writer's version"},
       {"_name_or_path", FieldUse::kHarmless, "where the writer loaded it from"},

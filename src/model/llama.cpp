@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "shardtrain/model/checkpointed.h"
+#include "shardtrain/model/family.h"
 #include "shardtrain/model/fused_ops.h"
 #include "shardtrain/runtime/error.h"
 
@@ -32,6 +33,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
                                 const LoraRun* lora, bool merge, Fp8Mode fp8) {
   LayerWeights lw;
   lw.window = cfg.attention_window(layer);
+  lw.local_rope = family(cfg.model_type).local_rope && cfg.sliding_layer(layer);
   for (Proj p : kProjections) {
     Projection& proj = lw.proj[static_cast<int>(p)];
     proj.weight = w(proj_weight_name(layer, p));
@@ -61,8 +63,8 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     proj.fp8 = fp8;
     if (has_bias(cfg, members.front())) proj.bias = w(merged_bias_name(layer, m));
   }
-  lw.input_norm = w(names::layer(layer, names::kInputNorm));
-  lw.post_norm = w(names::layer(layer, names::kPostNorm));
+  for (const LayerNormSpec& n : layer_norms(cfg))
+    lw.norms[static_cast<int>(n.role)] = w(names::layer(layer, n.local));
   return lw;
 }
 
@@ -96,29 +98,51 @@ at::Tensor gated_mlp(const ModelConfig& cfg, const LayerWeights& w, const at::Te
                         : activation(cfg.hidden_act, gate) * up;
 }
 
-at::Tensor layer_norm(const at::Tensor& x, const at::Tensor& weight, double eps, LayerPath path) {
-  if (path.fused) return rms_norm(x, weight, eps, /*fused=*/true);  // keeps its input and rstd only
-  return path.selective ? checkpointed_rms_norm(x, weight, eps) : rms_norm(x, weight, eps);
+at::Tensor layer_norm(const ModelConfig& cfg, const at::Tensor& x, const at::Tensor& weight,
+                      LayerPath path) {
+  const NormWeight style = family(cfg.model_type).norm_weight;
+  const double eps = cfg.rms_norm_eps;
+  if (path.fused) return rms_norm(x, weight, eps, /*fused=*/true, style);  // keeps x and rstd only
+  return path.selective ? checkpointed_rms_norm(x, weight, eps, style)
+                        : rms_norm(x, weight, eps, false, style);
+}
+
+// The norm of role r where the family has one; x itself where it has none.
+at::Tensor maybe_norm(const ModelConfig& cfg, const LayerWeights& w, NormRole r,
+                      const at::Tensor& x, LayerPath path) {
+  return w.norm(r).defined() ? layer_norm(cfg, x, w.norm(r), path) : x;
 }
 
 }  // namespace
 
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
-                         const TokenLayout& layout, LayerPath path) {
+                         const TokenLayout& all_layers, LayerPath path) {
+  const TokenLayout& layout = w.local_rope && all_layers.local ? *all_layers.local : all_layers;
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t D = cfg.head_dim();
   const int64_t nh = cfg.num_heads;
   const int64_t nkv = cfg.num_kv_heads;
-  const double eps = cfg.rms_norm_eps;
   // Rotary and the residual adds are not recomputed: they keep nothing beyond the layout's cos
   // and sin, so a region around them would only keep q and k twice.
-  auto h = layer_norm(x, w.input_norm, eps, path);
+  auto h = maybe_norm(cfg, w, NormRole::kAttnIn, x, path);
   at::Tensor q, k, v;
   {
     auto proj = qkv_projections(cfg, w, h);  // dropped here: rotary's outputs replace q and k
-    q = proj[0].view({B, T, nh, D}).transpose(1, 2);   // [B, nh, T, D]
-    k = proj[1].view({B, T, nkv, D}).transpose(1, 2);  // [B, nkv, T, D]
+    // q/k norms before RoPE: over the whole projection (OLMo 2) or, after the split, each head.
+    const bool whole = family(cfg.model_type).qk_norm == QkNorm::kWhole;
+    if (whole) {
+      proj[0] = maybe_norm(cfg, w, NormRole::kQ, proj[0], path);
+      proj[1] = maybe_norm(cfg, w, NormRole::kK, proj[1], path);
+    }
+    q = proj[0].view({B, T, nh, D});
+    k = proj[1].view({B, T, nkv, D});
+    if (!whole) {
+      q = maybe_norm(cfg, w, NormRole::kQ, q, path);
+      k = maybe_norm(cfg, w, NormRole::kK, k, path);
+    }
+    q = q.transpose(1, 2);  // [B, nh, T, D]
+    k = k.transpose(1, 2);  // [B, nkv, T, D]
     v = proj[2].view({B, T, nkv, D}).transpose(1, 2);
   }
   const bool kernel = path.fused && fused_kernels_available(q);
@@ -139,34 +163,50 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
       k = apply_rotary(k, c, s);
     }
   }
-  auto attn = layout_attention(layout, q, k, v, w.window);
+  if (const double s = cfg.query_scale(); s != 1.0) q = q * s;  // query_pre_attn_scalar
+  auto attn = layout_attention(layout, q, k, v, w.window, cfg.attn_softcap);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
-  auto out = x + w[Proj::kO](attn);
-  auto m = layer_norm(out, w.post_norm, eps, path);
-  return out + w[Proj::kDown](gated_mlp(cfg, w, m, path));
+  auto out = x + maybe_norm(cfg, w, NormRole::kAttnOut, w[Proj::kO](attn), path);
+  auto m = maybe_norm(cfg, w, NormRole::kMlpIn, out, path);
+  return out +
+         maybe_norm(cfg, w, NormRole::kMlpOut, w[Proj::kDown](gated_mlp(cfg, w, m, path)), path);
 }
 
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w,
                         const at::Tensor& x, const TokenLayout& layout,
                         at::ScalarType compute_dtype, const LoraRun* lora, LayerPath path) {
   switch (unit.kind) {
-    case UnitKind::kEmbedding:
-      return at::embedding(w(names::kEmbed), x).to(compute_dtype);
+    case UnitKind::kEmbedding: {
+      // padding_idx: pad_token_id's row gets no gradient from the lookup, as in nn.Embedding.
+      const at::Tensor e = at::embedding(w(names::kEmbed), x, cfg.pad_token_id).to(compute_dtype);
+      if (!family(cfg.model_type).embed_scale) return e;
+      // Gemma: times sqrt(hidden_size) as an fp32 scalar rounded to the compute dtype.
+      return e * at::scalar_tensor(std::sqrt(static_cast<double>(cfg.hidden_size)), at::kFloat)
+                     .to(compute_dtype)
+                     .to(e.device());
+    }
     case UnitKind::kDecoderLayer:
       return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused, path.fp8),
                            x, layout, path);
     case UnitKind::kHead:
       break;
   }
-  return at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps, path.fused),
-                    w(names::lm_head(cfg)));
+  return softcap_logits(cfg, at::linear(rms_norm(x, w(names::kNorm), cfg.rms_norm_eps, path.fused,
+                                                 family(cfg.model_type).norm_weight),
+                                        w(names::lm_head(cfg))));
+}
+
+at::Tensor softcap_logits(const ModelConfig& cfg, const at::Tensor& logits) {
+  if (cfg.final_softcap <= 0) return logits;
+  return at::tanh(logits / cfg.final_softcap) * cfg.final_softcap;
 }
 
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens,
                          const Rotary& rope, at::ScalarType compute_dtype, const LoraRun* lora,
                          const at::Tensor& positions, LayerPath path) {
   const TokenLayout layout =
-      token_layout(rope, positions, tokens.size(1), tokens.device(), compute_dtype);
+      token_layout(rope, positions, tokens.size(1), tokens.device(), compute_dtype,
+                   /*gather=*/true, /*varlen=*/cfg.attn_softcap <= 0);
   at::Tensor x = tokens;
   for (const UnitSpec& u : model_units(cfg))
     x = unit_forward(cfg, u, w, x, layout, compute_dtype, lora, path);

@@ -1,6 +1,7 @@
 // The parameter count walks the projections' shapes, so it is defined here beside them rather
 // than in config.cpp, which projections.h itself depends on.
 #include "shardtrain/model/config.h"
+#include "shardtrain/model/params.h"
 #include "shardtrain/model/projections.h"
 
 namespace shardtrain::model {
@@ -9,7 +10,8 @@ namespace {
 // Every parameter once, in T (double first: sizes past int64 are caught before they wrap).
 template <class T>
 T count_params(const ModelConfig& c) {
-  T layer = 2 * static_cast<T>(c.hidden_size);  // the two norms
+  T layer = 0;
+  for (const LayerNormSpec& n : layer_norms(c)) layer += static_cast<T>(n.size);
   for (Proj p : kProjections) {
     const ProjShape s = proj_shape(c, p);
     layer += static_cast<T>(s.out) * static_cast<T>(s.in) +

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "shardtrain/model/family.h"
 #include "shardtrain/model/projections.h"
 #include "shardtrain/runtime/error.h"
 
@@ -25,8 +26,39 @@ std::vector<UnitSpec> model_units(const ModelConfig& c) {
   return u;
 }
 
+std::vector<LayerNormSpec> layer_norms(const ModelConfig& c) {
+  const Family& fam = family(c.model_type);
+  const int64_t h = c.hidden_size;
+  std::vector<LayerNormSpec> n;
+  if (fam.qk_norm == QkNorm::kPerHead) {
+    n.push_back({NormRole::kQ, names::kQNorm, c.head_dim()});
+    n.push_back({NormRole::kK, names::kKNorm, c.head_dim()});
+  } else if (fam.qk_norm == QkNorm::kWhole) {
+    n.push_back({NormRole::kQ, names::kQNorm, c.num_heads * c.head_dim()});
+    n.push_back({NormRole::kK, names::kKNorm, c.num_kv_heads * c.head_dim()});
+  }
+  switch (fam.norms) {
+    case NormPlacement::kPre:
+      n.push_back({NormRole::kAttnIn, names::kInputNorm, h});
+      n.push_back({NormRole::kMlpIn, names::kPostNorm, h});
+      break;
+    case NormPlacement::kPost:
+      n.push_back({NormRole::kAttnOut, names::kPostNorm, h});
+      n.push_back({NormRole::kMlpOut, names::kPostFfnNorm, h});
+      break;
+    case NormPlacement::kSandwich:
+      n.push_back({NormRole::kAttnIn, names::kInputNorm, h});
+      n.push_back({NormRole::kAttnOut, names::kPostNorm, h});
+      n.push_back({NormRole::kMlpIn, names::kPreFfnNorm, h});
+      n.push_back({NormRole::kMlpOut, names::kPostFfnNorm, h});
+      break;
+  }
+  return n;
+}
+
 std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
   const int64_t h = c.hidden_size;
+  const bool zero_norm = family(c.model_type).norm_weight == NormWeight::kUnitOffset;
   std::vector<ParamSpec> s;
   s.push_back({names::kEmbed, {c.vocab_size, h}, false, 0});
   for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -36,17 +68,18 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
       if (has_bias(c, p))
         s.push_back({proj_bias_name(i, p), {shape.out}, false, i + 1, /*is_bias=*/true});
     }
-    s.push_back({names::layer(i, names::kInputNorm), {h}, true, i + 1});
-    s.push_back({names::layer(i, names::kPostNorm), {h}, true, i + 1});
+    for (const LayerNormSpec& n : layer_norms(c))
+      s.push_back({names::layer(i, n.local), {n.size}, true, i + 1, false, zero_norm});
   }
-  s.push_back({names::kNorm, {h}, true, c.num_layers + 1});
+  s.push_back({names::kNorm, {h}, true, c.num_layers + 1, false, zero_norm});
   if (!c.tie_word_embeddings)
     s.push_back({names::kLmHead, {c.vocab_size, h}, false, c.num_layers + 1});
   return s;
 }
 
 at::Tensor init_param(const ParamSpec& spec, uint64_t seed, double std) {
-  if (spec.is_norm) return at::ones(spec.shape, at::kFloat);
+  if (spec.is_norm)
+    return spec.zero_norm ? at::zeros(spec.shape, at::kFloat) : at::ones(spec.shape, at::kFloat);
   if (spec.is_bias)
     return at::zeros(spec.shape, at::kFloat);  // transformers' _init_weights zeroes Linear biases
   uint64_t hsh = 1469598103934665603ull;       // FNV-1a of the name, mixed with the seed

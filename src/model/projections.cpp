@@ -1,5 +1,6 @@
 #include "shardtrain/model/projections.h"
 
+#include "shardtrain/model/family.h"
 #include "shardtrain/model/param_names.h"
 
 namespace shardtrain::model {
@@ -84,8 +85,16 @@ std::string merged_bias_name(int64_t layer, Merged m) { return merged_module(lay
 
 bool has_bias(const ModelConfig& c, Proj p) {
   const bool attention = p == Proj::kQ || p == Proj::kK || p == Proj::kV || p == Proj::kO;
-  if (c.model_type == "qwen2") return attention && p != Proj::kO;
-  if (c.model_type == "mistral") return false;
+  switch (family(c.model_type).biases) {
+    case Biases::kQkv:
+      return attention && p != Proj::kO;
+    case Biases::kNone:
+      return false;
+    case Biases::kAttention:
+      return attention && c.attention_bias;
+    case Biases::kFlags:
+      break;
+  }
   return attention ? c.attention_bias : c.mlp_bias;
 }
 

@@ -24,7 +24,8 @@ constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // The path a block takes: the one asked for, or the device's best. A mask needs a path that
 // reads it.
-BlockPath choose(BlockPath path, const at::Tensor& q, const at::Tensor& mask) {
+BlockPath choose(BlockPath path, const at::Tensor& q, const at::Tensor& mask, double softcap) {
+  if (softcap > 0) return BlockPath::kMath;  // no kernel soft-caps the scores
   if (path == BlockPath::kAuto)
     return block_path(q.is_cuda(), q.scalar_type(), mask.defined(), q.size(-1));
   if (path != BlockPath::kMath && (!q.is_cuda() || (path == BlockPath::kFlash && mask.defined())))
@@ -45,9 +46,16 @@ at::Tensor sum_kv(const at::Tensor& g, int64_t nkv) {
 }
 
 // Scaled scores with masked keys at -inf: [B, nh, Lq, Lk] fp32. kr: the repeated keys, fp32.
-at::Tensor scores(const at::Tensor& q, const at::Tensor& kr, const at::Tensor& mask) {
+// softcap > 0: cap * tanh(s / cap), and *capped gets tanh(s / cap) for backward's chain rule.
+at::Tensor scores(const at::Tensor& q, const at::Tensor& kr, const at::Tensor& mask,
+                  double softcap = 0, at::Tensor* capped = nullptr) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   at::Tensor s = at::matmul(q.to(at::kFloat), kr.transpose(-2, -1)).mul_(scale);
+  if (softcap > 0) {
+    s = s.div_(softcap).tanh_();
+    if (capped) *capped = s.clone();
+    s.mul_(softcap);
+  }
   if (mask.defined()) s.masked_fill_(mask.logical_not(), kNegInf);
   return s;
 }
@@ -126,7 +134,7 @@ std::pair<at::Tensor, at::Tensor> unpack(const at::Tensor& kv, at::IntArrayRef s
 
 std::pair<at::Tensor, at::Tensor> ring_forward(const ContextLayout& cl, const at::Tensor& q,
                                                const at::Tensor& k, const at::Tensor& v,
-                                               int64_t window) {
+                                               int64_t window, double softcap) {
   const int n = cl.ring.size, r = cl.ring.rank;
   const int64_t c = q.size(2) / 2;
   at::Tensor acc = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
@@ -146,7 +154,8 @@ std::pair<at::Tensor, at::Tensor> ring_forward(const ContextLayout& cl, const at
     const at::Tensor mask = block_mask(cl, r, s, sel, window, &skip);
     if (!skip) {
       const BlockOut b = block_attention(q.narrow(2, sel.q0, sel.ql), ks.narrow(2, sel.k0, sel.kl),
-                                         vs.narrow(2, sel.k0, sel.kl), mask, sel.causal);
+                                         vs.narrow(2, sel.k0, sel.kl), mask, sel.causal,
+                                         BlockPath::kAuto, softcap);
       at::Tensor o = acc.narrow(2, sel.q0, sel.ql);
       at::Tensor l = lse.narrow(2, sel.q0, sel.ql);
       merge_block(o, l, b);
@@ -162,7 +171,7 @@ std::pair<at::Tensor, at::Tensor> ring_forward(const ContextLayout& cl, const at
 std::array<at::Tensor, 3> ring_backward(const ContextLayout& cl, const at::Tensor& dout,
                                         const at::Tensor& q, const at::Tensor& k,
                                         const at::Tensor& v, const at::Tensor& out,
-                                        const at::Tensor& lse, int64_t window) {
+                                        const at::Tensor& lse, int64_t window, double softcap) {
   const int n = cl.ring.size, r = cl.ring.rank;
   const int64_t c = q.size(2) / 2;
   const at::Tensor dsum = (dout.to(at::kFloat) * out.to(at::kFloat)).sum(-1);  // [B, nh, L]
@@ -189,7 +198,7 @@ std::array<at::Tensor, 3> ring_backward(const ContextLayout& cl, const at::Tenso
       const auto keys = [&sel](const at::Tensor& t) { return t.narrow(2, sel.k0, sel.kl); };
       const BlockGrads bg =
           block_attention_backward(rows(dout), rows(q), keys(ks), keys(vs), rows(out), rows(lse),
-                                   rows(dsum), mask, sel.causal);
+                                   rows(dsum), mask, sel.causal, BlockPath::kAuto, softcap);
       rows(dq).add_(bg.dq);
       keys(gk).add_(bg.dk);
       keys(gv).add_(bg.dv);
@@ -213,28 +222,31 @@ std::array<at::Tensor, 3> ring_backward(const ContextLayout& cl, const at::Tenso
 class RingAttention : public torch::autograd::Function<RingAttention> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, const ContextLayout* cl, int64_t window) {
-    auto [out, lse] = ring_forward(*cl, q, k, v, window);
+                            const at::Tensor& v, const ContextLayout* cl, int64_t window,
+                            double softcap) {
+    auto [out, lse] = ring_forward(*cl, q, k, v, window, softcap);
     ctx->save_for_backward({q, k, v, out, lse});
     // The layout outlives the pass's backward (the engine's Pass holds it), so a pointer serves.
     ctx->saved_data["layout"] = reinterpret_cast<int64_t>(cl);
     ctx->saved_data["window"] = window;
+    ctx->saved_data["softcap"] = softcap;
     return out;
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grad_out) {
     const auto saved = ctx->get_saved_variables();
     const auto* cl = reinterpret_cast<const ContextLayout*>(ctx->saved_data["layout"].toInt());
-    const auto g = ring_backward(*cl, grad_out[0], saved[0], saved[1], saved[2], saved[3], saved[4],
-                                 ctx->saved_data["window"].toInt());
-    return {g[0], g[1], g[2], at::Tensor(), at::Tensor()};
+    const auto g =
+        ring_backward(*cl, grad_out[0], saved[0], saved[1], saved[2], saved[3], saved[4],
+                      ctx->saved_data["window"].toInt(), ctx->saved_data["softcap"].toDouble());
+    return {g[0], g[1], g[2], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
 BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const at::Tensor& mask, bool causal, BlockPath path) {
-  path = choose(path, q, mask);
+                         const at::Tensor& mask, bool causal, BlockPath path, double softcap) {
+  path = choose(path, q, mask, softcap);
   if (path == BlockPath::kMasked)
     return masked_block_attention(q, k, v,
                                   block_keys(mask, causal, q.size(2), k.size(2), q.device()));
@@ -251,7 +263,8 @@ BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
   b.out = at::empty(q.sizes(), q.options().dtype(at::kFloat));
   b.lse = at::empty({q.size(0), q.size(1), q.size(2)}, b.out.options());
   for (const RowSpan r : row_spans(q, k)) {
-    const at::Tensor s = scores(q.narrow(2, r.first, r.rows), kr, rows_of(mask, causal, r, k));
+    const at::Tensor s =
+        scores(q.narrow(2, r.first, r.rows), kr, rows_of(mask, causal, r, k), softcap);
     at::Tensor lse = b.lse.narrow(2, r.first, r.rows);
     lse.copy_(at::logsumexp(s, -1));
     const at::Tensor p = (s - finite_or_zero(lse).unsqueeze(-1)).exp_();
@@ -263,8 +276,9 @@ BlockOut block_attention(const at::Tensor& q, const at::Tensor& k, const at::Ten
 BlockGrads block_attention_backward(const at::Tensor& dout, const at::Tensor& q,
                                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                                     const at::Tensor& lse, const at::Tensor& dsum,
-                                    const at::Tensor& mask, bool causal, BlockPath path) {
-  path = choose(path, q, mask);
+                                    const at::Tensor& mask, bool causal, BlockPath path,
+                                    double softcap) {
+  path = choose(path, q, mask, softcap);
   if (path == BlockPath::kMasked)
     return masked_block_attention_backward(
         dout, q, k, v, out, lse, block_keys(mask, causal, q.size(2), k.size(2), q.device()));
@@ -286,9 +300,12 @@ BlockGrads block_attention_backward(const at::Tensor& dout, const at::Tensor& q,
   for (const RowSpan r : row_spans(q, k)) {
     const auto rows = [&r](const at::Tensor& x) { return x.narrow(2, r.first, r.rows); };
     const at::Tensor qf = rows(q).to(at::kFloat), dof = rows(dout).to(at::kFloat);
-    const at::Tensor p =
-        (scores(rows(q), kr, rows_of(mask, causal, r, k)) - rows(lse).unsqueeze(-1)).exp_();
-    const at::Tensor ds = p * (at::matmul(dof, vr.transpose(-2, -1)) - rows(dsum).unsqueeze(-1));
+    at::Tensor capped;  // tanh(s / cap): d(capped score) / d(score) = 1 - tanh^2
+    const at::Tensor p = (scores(rows(q), kr, rows_of(mask, causal, r, k), softcap, &capped) -
+                          rows(lse).unsqueeze(-1))
+                             .exp_();
+    at::Tensor ds = p * (at::matmul(dof, vr.transpose(-2, -1)) - rows(dsum).unsqueeze(-1));
+    if (softcap > 0) ds.mul_(1 - capped.square());
     rows(g.dq).copy_(at::matmul(ds, kr).mul_(scale));
     dk.add_(at::matmul(ds.transpose(-2, -1), qf).mul_(scale));
     dv.add_(at::matmul(p.transpose(-2, -1), dof));
@@ -306,12 +323,12 @@ void merge_block(at::Tensor& out, at::Tensor& lse, const BlockOut& b) {
 }
 
 at::Tensor ring_attention(const ContextLayout& ctx, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& v, int64_t window) {
+                          const at::Tensor& v, int64_t window, double softcap) {
   if (q.size(2) % 2 != 0 || q.size(2) * ctx.ring.size != ctx.full_len)
     throw runtime::Error("ring_attention: " + std::to_string(q.size(2)) + " tokens on a rank of " +
                          std::to_string(ctx.ring.size) + " over rows of " +
                          std::to_string(ctx.full_len));
-  return RingAttention::apply(q, k, v, &ctx, window);
+  return RingAttention::apply(q, k, v, &ctx, window, softcap);
 }
 
 }  // namespace shardtrain::model

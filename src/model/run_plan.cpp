@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/model/family.h"
 #include "shardtrain/model/lm_loss.h"
 #include "shardtrain/model/norm_activation.h"
 #include "shardtrain/model/projections.h"
@@ -15,12 +16,15 @@ std::unique_ptr<TrainedParams> RunPlan::trained(const ModelConfig& model) const 
 }
 
 int64_t RunPlan::head_chunk(const ModelConfig& model, int64_t tokens) const {
+  // Soft-capped logits (Gemma 2) take the unfused head: the chunked loss's hand-written gradient
+  // has no cap in it.
+  if (model.final_softcap > 0) return 0;
   return loss_chunk_tokens(tokens, model.vocab_size, model.hidden_size, loss_chunk);
 }
 
-void RunPlan::lay_out(UnitPass& p, const Rotary& rope, const at::Tensor& tokens,
-                      const at::Tensor& positions, const ContextShard* share,
-                      const ContextRing& ring, const at::Device& device,
+void RunPlan::lay_out(UnitPass& p, const ModelConfig& model, const Rotary& rope,
+                      const at::Tensor& tokens, const at::Tensor& positions,
+                      const ContextShard* share, const ContextRing& ring, const at::Device& device,
                       at::ScalarType dtype) const {
   if (share) {
     p.layout = context_token_layout(rope, *share, ring, device);
@@ -31,7 +35,9 @@ void RunPlan::lay_out(UnitPass& p, const Rotary& rope, const at::Tensor& tokens,
   }
   // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
   const bool gather = !(fused_layers && device.is_cuda());
-  p.layout = token_layout(rope, positions, tokens.size(1), device, dtype, gather);
+  // Soft-capped attention (Gemma 2) masks packed rows itself: no variable-length kernel.
+  p.layout = token_layout(rope, positions, tokens.size(1), device, dtype, gather,
+                          /*varlen=*/model.attn_softcap <= 0);
 }
 
 at::Tensor RunPlan::unit(const ModelConfig& model, const UnitSpec& spec, const WeightLookup& base,
@@ -115,7 +121,8 @@ double RunPlan::gathered_bytes(const ModelConfig& model, UnitKind kind, int64_t 
 
 at::Tensor RunPlan::head_norm(const ModelConfig& model, const at::Tensor& x,
                               const at::Tensor& weight) const {
-  return rms_norm(x, weight, model.rms_norm_eps, fused_layers);
+  return rms_norm(x, weight, model.rms_norm_eps, fused_layers,
+                  family(model.model_type).norm_weight);
 }
 
 }  // namespace shardtrain::model

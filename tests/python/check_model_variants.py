@@ -2,8 +2,8 @@
 exports exactly as transformers does. For each variant (Llama's activations, RoPE theta and scaling
 kinds, explicit head_dim, attention and MLP biases, tied embeddings, weights in float16 as the Hub's
 Llama-2 and in bfloat16 shards with an index; Mistral with and without its sliding window in reach;
-Qwen2 with its q/k/v biases, tied embeddings and sliding layers; variants that touch different code
-share a model), a tiny random model written by transformers' save_pretrained (biases drawn non-zero,
+Qwen2 with its q/k/v biases, tied embeddings and sliding layers; Qwen3, OLMo 2, Gemma 2 and Gemma 3 with
+what each adds; variants that touch different code share a model), a tiny random model written by transformers' save_pretrained (biases drawn non-zero,
 so that they count):
 - `shardtrain eval` on the first rows of a token file equals transformers' loss (2e-5 relative, fp32);
   by default only for the weights transformers stored in float16 and in bfloat16 shards (the other
@@ -22,7 +22,7 @@ so that they count):
   weights equal the straight run's;
 - tied variants also train LoRA adapters (the base, tied head included, frozen): 2 ranks give 1 rank's
   losses, and PEFT applies the exported adapter to the base with the loss `eval --lora` gives (by
-  default Qwen2's tied head only; Llama's is the same tied path).
+  default Qwen2's tied head, Qwen3 and Gemma 2; Llama's is the same tied path).
 
 --full (the `slow` label's model_variants_full): every variant's eval of transformers' files, 2
 ranks for every variant, and LoRA on every tied variant.
@@ -38,7 +38,8 @@ import sys
 import h5py
 import torch
 from safetensors.torch import load_file
-from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config
+from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
+                          Olmo2Config, Qwen2Config, Qwen3Config)
 from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,9 +65,22 @@ VARIANTS = {
     "mistral_window_out_of_reach+rope_dynamic": (MistralConfig, dict(sliding_window=4096, rope_scaling=dict(rope_type="dynamic", factor=2.0))),
     "qwen2_tied": (Qwen2Config, dict(tie_word_embeddings=True)),
     "qwen2_sliding": (Qwen2Config, dict(use_sliding_window=True, sliding_window=16, max_window_layers=1)),
+    # q/k norms per head, an explicit head_dim, attention_bias on q k v o, a sliding layer, tied
+    "qwen3_tied+sliding+bias": (Qwen3Config, dict(head_dim=32, attention_bias=True, tie_word_embeddings=True,
+                                                  use_sliding_window=True, sliding_window=16, max_window_layers=1)),
+    "olmo2": (Olmo2Config, dict()),  # norms after the blocks, q/k norms over the whole projection
+    # (1 + w) norms around both blocks, scaled embeddings, GeGLU, query_pre_attn_scalar, both soft-caps biting,
+    # alternating sliding layers
+    "gemma2": (Gemma2Config, dict(head_dim=16, query_pre_attn_scalar=24, sliding_window=16, attn_logit_softcapping=5.0,
+                                  final_logit_softcapping=3.0, tie_word_embeddings=True)),
+    # Gemma 2's layer with q/k norms, a sliding:global pattern, the local RoPE base and linear scaling on the global layers
+    "gemma3": (Gemma3TextConfig, dict(head_dim=16, sliding_window=16, num_hidden_layers=3, sliding_window_pattern=2,
+                                      rope_scaling=dict(rope_type="linear", factor=8.0), rope_local_base_freq=100.0)),
 }
 # Attention-mask and RoPE changes on Mistral's shapes shard as the others do: one rank checks them.
 ONE_RANK = {"mistral_window", "mistral_window_out_of_reach+rope_dynamic"}
+# LoRA against PEFT by default: Qwen2's tied head, and the families whose layers hold norms beside the projections.
+LORA = {"qwen2_tied", "qwen3_tied+sliding+bias", "gemma2"}
 SAVED_AS = {"rope_linear+llama2_fp16": dict(dtype=torch.float16), "rope_llama3+bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 STEPS, ROWS = 3, 4
@@ -196,10 +210,12 @@ for name, (config_class, extra) in VARIANTS.items():
     torch.manual_seed(0)
     d = os.path.join(WORK, name)
     model = AutoModelForCausalLM.from_config(config_class(**{**TINY, **extra}), attn_implementation="eager").float()
-    with torch.no_grad():  # transformers initializes biases to zero: draw them, or a bias would test nothing
+    with torch.no_grad():  # transformers initializes biases to zero and norms to 1 (Gemma's to 0): draw them
         for n, p in model.named_parameters():
             if n.endswith(".bias"):
                 p.normal_(0.0, 0.5)
+            if "norm" in n:
+                p.add_(torch.randn_like(p) * 0.3)
     save = SAVED_AS.get(name, {})
     model.to(save.get("dtype", torch.float32)).save_pretrained(d, **({"max_shard_size": save["max_shard_size"]} if "max_shard_size" in save else {}))
     if "max_shard_size" in save:
@@ -240,8 +256,12 @@ for name, (config_class, extra) in VARIANTS.items():
 
     config = json.load(open(os.path.join(export, "config.json")))
     reread = AutoConfig.from_pretrained(export)
-    kept = all(k == "rope_scaling" or config.get(k) == v for k, v in extra.items()) and \
-        all(reread.rope_parameters.get(k) == v for k, v in extra.get("rope_scaling", {}).items()) and \
+    # Gemma 3 nests its RoPEs by layer type (the scaled one is the full layers'); a sliding pattern is kept as the
+    # layer_types it gave.
+    rope = reread.rope_parameters.get("full_attention", reread.rope_parameters)
+    kept = all(k in ("rope_scaling", "sliding_window_pattern") or config.get(k) == v for k, v in extra.items()) and \
+        all(rope.get(k) == v for k, v in extra.get("rope_scaling", {}).items()) and \
+        getattr(reread, "layer_types", None) == getattr(model.config, "layer_types", None) and \
         config["model_type"] == model.config.model_type
     check(kept, f"{name}: the export's config.json keeps model_type {model.config.model_type} and {extra}")
     validated = [s["val_loss"] for s in steps if "val_loss" in s]
@@ -250,7 +270,7 @@ for name, (config_class, extra) in VARIANTS.items():
     check(len(validated) == 1 and rel <= 2e-5,
           f"{name}: the trained weights' loss {ours:.7f} (validated once, after step {STEPS}), transformers "
           f"loading the export {theirs:.7f} (rel {rel:.1e})")
-    if model.config.tie_word_embeddings and (FULL or name == "qwen2_tied"):
+    if model.config.tie_word_embeddings and (FULL or name in LORA):
         lora_check(name, d)
     if name == "qwen2_tied":
         resume_check(name, d, got, export)

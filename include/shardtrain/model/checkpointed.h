@@ -8,10 +8,13 @@
 
 #include <string>
 
+#include "shardtrain/model/family.h"
+
 namespace shardtrain::model {
 
 // rms_norm(x, weight, eps), keeping x and the weight but not the fp32 normalized tensor.
-at::Tensor checkpointed_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+at::Tensor checkpointed_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps,
+                                 NormWeight style = NormWeight::kAfterCast);
 // activation(act, gate) * up, keeping gate and up but not the activation's output.
 at::Tensor checkpointed_gated(const std::string& act, const at::Tensor& gate, const at::Tensor& up);
 

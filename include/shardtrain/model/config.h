@@ -16,7 +16,7 @@ const std::vector<std::string>& model_types();
 
 struct ModelConfig {
   std::string name = "custom";
-  std::string model_type = "llama";  // one of model_types(): llama, mistral or qwen2
+  std::string model_type = "llama";  // one of model_types() (model/family.h)
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
   int64_t intermediate_size = 11008;
@@ -42,9 +42,21 @@ struct ModelConfig {
   std::vector<bool>
       sliding_layers;  // qwen2: [num_layers]; empty: all layers slide when sliding_window > 0
   int64_t max_window_layers = 0;  // qwen2's config field, kept for exports
+  // Gemma: scores scale by query_pre_attn_scalar^-0.5 (0: head_dim^-0.5), and soft-capping
+  // (cap * tanh(x / cap); 0: none) of the attention scores and of the final logits.
+  double query_pre_attn_scalar = 0;
+  double attn_softcap = 0;
+  double final_softcap = 0;
+  // Gemma 3: the sliding layers' RoPE base (rope_local_base_freq), unscaled; 0: every layer
+  // takes rope_theta and rope_scaling.
+  double rope_local_theta = 0;
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; ""
   // when not given.
   std::string torch_dtype;
+  // config.json's pad_token_id (or the family's default): transformers' nn.Embedding padding_idx,
+  // whose row the embedding lookup gives no gradient (negative values counted from the end);
+  // -1: none.
+  int64_t pad_token_id = -1;
   // config.json's bos/eos/pad_token_id as given, a JSON object kept for exports ("": Llama-2's 1
   // and 2).
   std::string special_token_ids;
@@ -56,6 +68,10 @@ struct ModelConfig {
   }
   // How far back layer `layer` attends (0: the whole prefix).
   int64_t attention_window(int64_t layer) const;
+  // Whether layer `layer` is one of layer_types' sliding layers (its window may reach the row).
+  bool sliding_layer(int64_t layer) const;
+  // What multiplies q so that SDPA's head_dim^-0.5 gives the family's score scale (1: none).
+  double query_scale() const;
   // Throws UsageError naming the option (and config.json key) to change.
   void validate() const;
   int64_t num_params() const;  // every parameter once: a tied lm_head is the embedding

@@ -51,9 +51,12 @@ struct LayerWeights {
   // By Merged, bound only when merging: q k v [H + 2 KV, H] and gate up [2F, H] as one
   // projection each (undefined weight: computed one by one, e.g. where LoRA targets a member).
   std::array<Projection, 2> merged;
-  at::Tensor input_norm, post_norm;  // [H]
-  int64_t window = 0;                // attention reaches this far back (0: the whole prefix)
+  // By NormRole (params.h): the family's norms; undefined where it has none.
+  std::array<at::Tensor, 6> norms;
+  int64_t window = 0;       // attention reaches this far back (0: the whole prefix)
+  bool local_rope = false;  // Gemma 3's sliding layers: the layout's local RoPE tables
   const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }
+  const at::Tensor& norm(NormRole r) const { return norms[static_cast<int>(r)]; }
   const Projection& operator[](Merged m) const { return merged[static_cast<int>(m)]; }
   // By Hugging Face name; lora (nullptr: none) gives each projection it targets its adapter.
   // merge: the lookup also answers merged_weight_name/merged_bias_name (an FSDP unit's views).
@@ -88,6 +91,8 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
                         const at::Tensor& x, const TokenLayout& layout,
                         at::ScalarType compute_dtype, const LoraRun* lora = nullptr,
                         LayerPath path = {});
+// Gemma's final soft-capping (cap * tanh(logits / cap)); the logits as they are for the others.
+at::Tensor softcap_logits(const ModelConfig& cfg, const at::Tensor& logits);
 // Every unit in order: tokens [B, T] int64 -> logits [B, T, V] in the compute dtype; positions
 // [B, T] as Batch::positions (undefined: one document per row); path as unit_forward's.
 at::Tensor llama_forward(const ModelConfig& cfg, const WeightLookup& w, const at::Tensor& tokens,

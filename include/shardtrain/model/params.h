@@ -31,13 +31,25 @@ struct ParamSpec {
   bool is_norm = false;        // RMSNorm weights: initialized to 1, no weight decay
   int64_t unit = 0;            // index into model_units(): 0 embedding, 1..L layers, L+1 head
   bool is_bias = false;        // a projection's bias: initialized to 0, no weight decay
+  bool zero_norm = false;      // a norm that scales by (1 + weight) (Gemma): initialized to 0
   int64_t numel() const;
   // Weight decay applies, as Hugging Face's Trainer groups it: not to norms, not to biases.
   bool decays() const { return !is_norm && !is_bias; }
 };
 
+// A decoder layer's RMSNorms by what they normalise: the queries and keys (QkNorm), and the
+// inputs and outputs of the attention and MLP blocks (NormPlacement).
+enum class NormRole { kQ, kK, kAttnIn, kAttnOut, kMlpIn, kMlpOut };
+struct LayerNormSpec {
+  NormRole role;
+  const char* local;  // the name inside "model.layers.<i>." (param_names.h)
+  int64_t size;       // the weight's length
+};
+// The family's norms of one layer (model/family.h), q and k first.
+std::vector<LayerNormSpec> layer_norms(const ModelConfig& cfg);
+
 // Hugging Face order: embeddings, each layer (q k v o gate up down, each weight followed by its
-// bias if it has one; two norms), norm, lm_head (absent when tied: the embedding serves).
+// bias if it has one; the layer's norms), norm, lm_head (absent when tied: the embedding serves).
 std::vector<ParamSpec> llama_param_specs(const ModelConfig& cfg);
 
 // Deterministic per-parameter init: the same tensor whatever world size or strategy asks for it,

@@ -33,8 +33,7 @@ struct ProjShape {
 ProjShape proj_shape(const ModelConfig& cfg, Proj p);
 // "model.layers.<i>.self_attn.q_proj.weight"
 std::string proj_weight_name(int64_t layer, Proj p);
-// Whether transformers builds the projection with a bias: qwen2's q, k and v; llama's attention
-// (attention_bias) and MLP (mlp_bias) projections; never in mistral.
+// Whether transformers builds the projection with a bias, by the family's Biases (family.h).
 bool has_bias(const ModelConfig& cfg, Proj p);
 // "model.layers.<i>.self_attn.q_proj.bias": [out]
 std::string proj_bias_name(int64_t layer, Proj p);

@@ -12,6 +12,8 @@ namespace shardtrain::model {
 // cos/sin tables in Hugging Face's rotate-half layout, computed in fp32.
 struct Rotary {
   at::Tensor cos, sin;  // [max_pos, head_dim]
+  // Gemma 3's sliding layers' tables (rope_local_theta, unscaled); undefined for other models.
+  at::Tensor local_cos, local_sin;
   Rotary(const ModelConfig& cfg, int64_t max_pos);
   // The compute dtype: cast once here, not in every layer's forward (the same rounding).
   Rotary& to(const at::Device& device, at::ScalarType dtype = at::kFloat);

@@ -58,7 +58,7 @@ struct RunPlan {
   bool draws_row_seeds() const { return adapters.enabled() && adapters.dropout > 0; }
   // The pass's token layout: whole rows at `positions`, or a context-parallel share whose
   // attention runs round `ring`.
-  void lay_out(UnitPass& p, const Rotary& rope, const at::Tensor& tokens,
+  void lay_out(UnitPass& p, const ModelConfig& model, const Rotary& rope, const at::Tensor& tokens,
                const at::Tensor& positions, const ContextShard* share, const ContextRing& ring,
                const at::Device& device, at::ScalarType dtype) const;
   // One unit's forward on the views `base` (and `adapter_weights` where the unit has any: nullptr

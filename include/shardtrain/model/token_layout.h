@@ -27,6 +27,9 @@ struct TokenLayout {
   // Context parallelism: the rank holds a share of each row and attention runs as a ring
   // (model/ring_attention.h); cos/sin and positions are the share's tokens'.
   std::shared_ptr<const ContextLayout> context;
+  // Gemma 3: the same tokens with the sliding layers' RoPE tables (Rotary::local_cos); null for
+  // other models.
+  std::shared_ptr<const TokenLayout> local;
   bool packed() const { return same_doc.defined() || cu_seqlens.defined(); }
 };
 
@@ -35,8 +38,10 @@ struct TokenLayout {
 // rows go to the variable-length flash kernel (cu_seqlens) instead of a [T, T] mask.
 // gather = false (the fused layers' rotary kernel on CUDA): packed rows carry positions and the
 // whole tables instead of each token's gathered cos and sin.
+// varlen = false: packed rows keep the [T, T] mask on CUDA too (soft-capped attention needs it).
 TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T,
-                         const at::Device& device, at::ScalarType dtype, bool gather = true);
+                         const at::Device& device, at::ScalarType dtype, bool gather = true,
+                         bool varlen = true);
 
 // The layout of a context-parallel share (context_shard): each token's cos and sin at its place in
 // the row (positions, too, for the rotary kernel) and the ring's view of the whole row.
@@ -62,8 +67,14 @@ at::Tensor masked_attention(const at::Tensor& q, const at::Tensor& k, const at::
                             const at::Tensor& mask);
 
 // Attention of q [B, nh, T, D] over k, v [B, nkv, T, D] as the layout allows (causal, within
-// documents when packed), keys at most `window` back (0: all). Returns [B, nh, T, D].
+// documents when packed), keys at most `window` back (0: all). softcap > 0: the scores are
+// soft-capped (cap * tanh(s / cap), Gemma), which no fused kernel does: the eager path
+// (softcapped_attention). Returns [B, nh, T, D].
 at::Tensor layout_attention(const TokenLayout& layout, const at::Tensor& q, const at::Tensor& k,
-                            const at::Tensor& v, int64_t window);
+                            const at::Tensor& v, int64_t window, double softcap = 0);
+// transformers' eager attention with soft-capping: scores q k^T / sqrt(D) in q's dtype, capped,
+// masked where mask [B or 1, 1, T, T] (causal when undefined) is false, softmax in fp32, then V.
+at::Tensor softcapped_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const at::Tensor& mask, double softcap);
 
 }  // namespace shardtrain::model
