@@ -36,7 +36,12 @@ int cmd_inspect(const std::vector<std::string>& args, runtime::MpiEnv& env) {
   if (a.global_batch > 0)
     std::cout << ", global batch " << runtime::counted(a.global_batch, unit)
               << " (schedule in steps of " << runtime::counted(a.schedule_batch, unit) << ")";
-  std::cout << "\n  model " << a.model_config.dump() << "\n  run " << a.run_config.dump() << "\n";
+  const nlohmann::json arch = a.model_config.value("architectures", nlohmann::json::array());
+  std::cout << "\n  family " << a.model_config.value("model_type", "llama")
+            << (arch.is_array() && !arch.empty() && arch[0].is_string()
+                    ? " (" + arch[0].get<std::string>() + ")"
+                    : std::string())
+            << "\n  model " << a.model_config.dump() << "\n  run " << a.run_config.dump() << "\n";
   if (const std::string adapters = ckpt::adapters_line(a); !adapters.empty())
     std::cout << "  " << adapters << "\n";  // the datasets are its adapters
   int bad = 0, total = 0;

@@ -10,6 +10,7 @@
 #include "option_parts.h"
 #include "shardtrain/ckpt/checkpoint_attrs.h"
 #include "shardtrain/data/tokenizer.h"
+#include "shardtrain/model/family.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/logging.h"
 #include "shardtrain/runtime/text.h"
@@ -37,12 +38,13 @@ po::options_description model_desc(ModelArgs& m) {
   std::string presets;
   for (const auto& n : model::model_preset_names()) presets += (presets.empty() ? "" : ", ") + n;
   po::options_description d("Model");
-  d.add_options()("model", po::value(&m.spec),
-                  ("preset (" + presets +
-                   ") or a Hugging Face config.json / model directory "
-                   "(default: the config.json beside --weights; tiny without --weights)")
-                      .c_str())("weights", po::value(&m.weights),
-                                "safetensors file, directory or model.safetensors.index.json")(
+  d.add_options()(
+      "model", po::value(&m.spec),
+      ("preset (" + presets + ") or a Hugging Face config.json / model directory of model_type " +
+       model::family_names() +
+       " (default: the config.json beside --weights; tiny without --weights)")
+          .c_str())("weights", po::value(&m.weights),
+                    "safetensors file, directory or model.safetensors.index.json")(
       "n-layers", po::value(&m.n_layers), "override num_hidden_layers")(
       "hidden-size", po::value(&m.hidden), "override hidden_size")(
       "intermediate-size", po::value(&m.inter), "override intermediate_size")(

@@ -24,7 +24,8 @@ namespace {
 
 bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
-const char* const kPass = "; pass --chat-template llama2, llama3, mistral or chatml";
+const char* const kPass =
+    "; pass --chat-template llama2, llama3, mistral, chatml, qwen3, gemma or gemma2";
 
 }  // namespace
 
@@ -41,6 +42,18 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
           "Llama-3.1's or later (it adds \"Cutting Knowledge Date\" lines), which is not "
           "implemented");
     return ChatTemplate::kLlama3;
+  }
+  if (has(j, "<start_of_turn>") && has(j, "<end_of_turn>")) {
+    if (has(j, "first_user_prefix")) return ChatTemplate::kGemma;
+    if (has(j, "System role not supported")) return ChatTemplate::kGemma2;
+    return refuse("a Gemma template other than Gemma 2-it's or Gemma 3-it's");
+  }
+  if (has(j, "<|im_start|>") && has(j, "reasoning_content") && has(j, "last_query_index")) {
+    // Qwen3's (hybrid thinking); Qwen3-2507's thinking-only models open <think> themselves.
+    if (has(j, "enable_thinking")) return ChatTemplate::kQwen3;
+    return refuse(
+        "a Qwen3 template without enable_thinking (a 2507 release), which is not "
+        "implemented");
   }
   if (has(j, "<|im_start|>")) {
     if (has(j, "You are Qwen, created by Alibaba Cloud"))
@@ -63,8 +76,8 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
         "implemented");
   }
   return refuse(
-      "not one of Llama-2-chat's, Llama-3-Instruct's, Mistral-Instruct v0.1/v0.2's or "
-      "Qwen2-Instruct's");
+      "not one of Llama-2-chat's, Llama-3-Instruct's, Mistral-Instruct v0.1/v0.2's, "
+      "Qwen2-Instruct's, Qwen3's, Gemma 2-it's or Gemma 3-it's");
 }
 
 ChatTemplate detect_chat_template(const std::string& tokenizer_file) {
@@ -224,11 +237,88 @@ void chatml(Out& o, const std::vector<ChatMessage>& m) {
   }
 }
 
+// Python's str.strip(chars), lstrip and rstrip for '\n' only (the Jinja template's .strip('\n')).
+std::string strip_newlines(std::string s, bool left, bool right) {
+  while (right && !s.empty() && s.back() == '\n') s.pop_back();
+  size_t b = 0;
+  while (left && b < s.size() && s[b] == '\n') ++b;
+  return s.substr(b);
+}
+
+// Qwen3: ChatML turns without a default system message. An assistant message's reasoning is the
+// text before "</think>" (after any "<think>"); turns after the last user turn render it as
+// <think>\n...\n</think>\n\n before the answer, the last one even when empty.
+void qwen3(Out& o, const std::vector<ChatMessage>& m) {
+  const auto is_query = [](const ChatMessage& msg) {
+    const std::string& c = msg.content;
+    const std::string open = "<tool_response>", close = "</tool_response>";
+    const bool tool = c.compare(0, open.size(), open) == 0 && c.size() >= close.size() &&
+                      c.compare(c.size() - close.size(), close.size(), close) == 0;
+    return msg.role == ChatRole::kUser && !tool;
+  };
+  size_t last_query = m.size() - 1;
+  for (size_t i = m.size(); i-- > 0;)
+    if (is_query(m[i])) {
+      last_query = i;
+      break;
+    }
+  for (size_t i = 0; i < m.size(); ++i) {
+    const bool a = m[i].role == ChatRole::kAssistant;
+    o.special("<|im_start|>");
+    o.text(std::string(role_name(m[i].role)) + "\n");
+    if (!a) {
+      o.text(m[i].content);
+      o.special("<|im_end|>");
+      o.text("\n");
+      continue;
+    }
+    std::string content = m[i].content, reasoning;
+    const size_t end = content.find("</think>");
+    if (end != std::string::npos) {
+      reasoning = strip_newlines(content.substr(0, end), false, true);
+      const size_t open = reasoning.rfind("<think>");
+      if (open != std::string::npos) reasoning = reasoning.substr(open + 7);
+      reasoning = strip_newlines(reasoning, true, false);
+      content = strip_newlines(content.substr(content.rfind("</think>") + 8), true, false);
+    }
+    const bool think = i > last_query && (i + 1 == m.size() || !reasoning.empty());
+    if (think)
+      o.text("<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" +
+                 strip_newlines(content, true, false),
+             true);
+    else
+      o.text(content, true);
+    o.special("<|im_end|>", true);
+    // A dialogue cut after this turn renders it the same only where it keeps its block either way.
+    o.text("\n", false, think && (i + 1 == m.size() || !reasoning.empty()));
+  }
+}
+
+// Gemma-it: <bos><start_of_turn>{user|model}\n{content | trim}<end_of_turn>\n; Gemma 3 opens the
+// first turn with the system message and two newlines.
+void gemma(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, bool system_ok) {
+  const bool sys = has_system(m);
+  if (sys && !system_ok)
+    throw runtime::UsageError(
+        "Gemma 2's chat template refuses a system message (\"System role not supported\"); "
+        "drop it from the data or pass --chat-template gemma (Gemma 3's, which prepends it)");
+  o.special(bos);
+  for (size_t i = sys ? 1 : 0; i < m.size(); ++i) {
+    const bool a = m[i].role == ChatRole::kAssistant;
+    o.special("<start_of_turn>");
+    o.text(std::string(a ? "model" : "user") + "\n" +
+           (sys && i == 1 ? m[0].content + "\n\n" : std::string()));
+    o.text(python_strip(m[i].content), a);
+    o.special("<end_of_turn>", a);
+    o.text("\n", false, a);
+  }
+}
+
 }  // namespace
 
 std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
                                    const std::string& bos, const std::string& eos,
-                                   bool add_generation_prompt) {
+                                   bool add_generation_prompt, bool enable_thinking) {
   Out o;
   switch (t) {
     case ChatTemplate::kLlama2:
@@ -251,6 +341,28 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
       if (add_generation_prompt) {
         o.special("<|im_start|>");
         o.text("assistant\n");
+      }
+      break;
+    case ChatTemplate::kQwen3:
+      if (has_system(messages)) {
+        o.special("<|im_start|>");
+        o.text("system\n" + messages[0].content);
+        o.special("<|im_end|>");
+        o.text("\n");
+      }
+      qwen3(o, std::vector<ChatMessage>(messages.begin() + (has_system(messages) ? 1 : 0),
+                                        messages.end()));
+      if (add_generation_prompt) {
+        o.special("<|im_start|>");
+        o.text(enable_thinking ? "assistant\n" : "assistant\n<think>\n\n</think>\n\n");
+      }
+      break;
+    case ChatTemplate::kGemma:
+    case ChatTemplate::kGemma2:
+      gemma(o, messages, bos, t == ChatTemplate::kGemma);
+      if (add_generation_prompt) {
+        o.special("<start_of_turn>");
+        o.text("model\n");
       }
       break;
     default:

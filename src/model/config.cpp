@@ -81,6 +81,22 @@ const std::map<std::string, ModelConfig>& presets() {
     olmo2.rope_theta = 500000.0;
     olmo2.rms_norm_eps = 1e-6;
     m["olmo2-7b"] = olmo2;
+    // google/gemma-3-12b-it's text model.
+    ModelConfig gemma3 = make("gemma3-12b", 262208, 3840, 15360, 48, 16, 8, 131072);
+    gemma3.model_type = "gemma3_text";
+    gemma3.explicit_head_dim = 256;
+    gemma3.hidden_act = "gelu_pytorch_tanh";
+    gemma3.rms_norm_eps = 1e-6;
+    gemma3.rope_theta = 1e6;
+    gemma3.rope_scaling = {"linear", 8.0};
+    gemma3.rope_local_theta = 10000.0;
+    gemma3.query_pre_attn_scalar = 256;
+    gemma3.sliding_window = 1024;
+    for (int64_t i = 0; i < gemma3.num_layers; ++i)
+      gemma3.sliding_layers.push_back((i + 1) % 6 != 0);
+    gemma3.tie_word_embeddings = true;
+    gemma3.pad_token_id = 0;
+    m["gemma3-12b"] = gemma3;
     return m;
   }();
   return p;

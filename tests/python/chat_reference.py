@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference chat tokenizations from transformers' apply_chat_template, for `prepare --format chat`.
 
-Builds four tokenizers offline: Llama-3- and Qwen2-shaped tokenizer.json ones (tokenizer_json_reference's
+Builds the tokenizers offline: Llama-3- and Qwen2-shaped tokenizer.json ones (tokenizer_json_reference's
 `train`, `make_llama3`, `make_qwen2`) and a Llama-2-style SentencePiece model (tokenizer_reference's
 `train`) used twice, for Llama-2 and for Mistral. Each model directory gets a tokenizer_config.json
 holding the family's chat_template as the Hub's model repositories have it:
@@ -10,6 +10,8 @@ holding the family's chat_template as the Hub's model repositories have it:
   llama3   meta-llama/Meta-Llama-3-8B-Instruct (Llama-3.0: no "Cutting Knowledge Date" lines)
   mistral  mistralai/Mistral-7B-Instruct-v0.1 and v0.2 (the current one: system before the first user turn)
   chatml   Qwen/Qwen2-7B-Instruct (default system "You are a helpful assistant.")
+  qwen3    Qwen/Qwen3-8B (reasoning in <think> blocks)
+  gemma    google/gemma-3-1b-it (on the Qwen2-shaped tokenizer with Gemma's turn tokens added)
 
 For conversations in both input layouts (messages; ShareGPT conversations) it writes the rendered
 text, transformers' ids and the assistant mask. The mask is computed by rendering prefixes: an
@@ -63,8 +65,74 @@ QWEN2_TEMPLATE = (
     "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-TEMPLATES = {"llama2": LLAMA2_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "mistral": MISTRAL_TEMPLATE, "chatml": QWEN2_TEMPLATE}
-END_TOKEN = {"llama2": "</s>", "llama3": "<|eot_id|>", "mistral": "</s>", "chatml": "<|im_end|>"}
+QWEN3_TEMPLATE = (  # Qwen/Qwen3-8B
+    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    {%- if messages[0].role == 'system' %}\n"
+    "        {{- messages[0].content + '\\n\\n' }}\n    {%- endif %}\n"
+    "    {{- \"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with "
+    "function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n        {{- tool | tojson }}\n    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": "
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages[0].role == 'system' %}\n"
+    "        {{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+    "{%- for message in messages[::-1] %}\n    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+    "    {%- if ns.multi_step_tool and message.role == \"user\" and message.content is string and "
+    "not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}\n"
+    "        {%- set ns.multi_step_tool = false %}\n        {%- set ns.last_query_index = index %}\n    {%- endif %}\n"
+    "{%- endfor %}\n{%- for message in messages %}\n    {%- if message.content is string %}\n"
+    "        {%- set content = message.content %}\n    {%- else %}\n        {%- set content = '' %}\n    {%- endif %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not loop.first) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>' + '\\n' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n        {%- set reasoning_content = '' %}\n"
+    "        {%- if message.reasoning_content is string %}\n            {%- set reasoning_content = message.reasoning_content %}\n"
+    "        {%- else %}\n            {%- if '</think>' in content %}\n"
+    "                {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}\n"
+    "                {%- set content = content.split('</think>')[-1].lstrip('\\n') %}\n            {%- endif %}\n        {%- endif %}\n"
+    "        {%- if loop.index0 > ns.last_query_index %}\n"
+    "            {%- if loop.last or (not loop.last and reasoning_content) %}\n"
+    "                {{- '<|im_start|>' + message.role + '\\n<think>\\n' + reasoning_content.strip('\\n') + "
+    "'\\n</think>\\n\\n' + content.lstrip('\\n') }}\n            {%- else %}\n"
+    "                {{- '<|im_start|>' + message.role + '\\n' + content }}\n            {%- endif %}\n        {%- else %}\n"
+    "            {{- '<|im_start|>' + message.role + '\\n' + content }}\n        {%- endif %}\n"
+    "        {%- if message.tool_calls %}\n            {%- for tool_call in message.tool_calls %}\n"
+    "                {%- if (loop.first and content) or (not loop.first) %}\n                    {{- '\\n' }}\n"
+    "                {%- endif %}\n                {%- if tool_call.function %}\n"
+    "                    {%- set tool_call = tool_call.function %}\n                {%- endif %}\n"
+    "                {{- '<tool_call>\\n{\"name\": \"' }}\n                {{- tool_call.name }}\n"
+    "                {{- '\", \"arguments\": ' }}\n                {%- if tool_call.arguments is string %}\n"
+    "                    {{- tool_call.arguments }}\n                {%- else %}\n"
+    "                    {{- tool_call.arguments | tojson }}\n                {%- endif %}\n"
+    "                {{- '}\\n</tool_call>' }}\n            {%- endfor %}\n        {%- endif %}\n"
+    "        {{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if loop.first or (messages[loop.index0 - 1].role != \"tool\") %}\n            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n        {{- '\\n<tool_response>\\n' }}\n        {{- content }}\n        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n            {{- '<|im_end|>\\n' }}\n"
+    "        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n    {%- if enable_thinking is defined and enable_thinking is false %}\n"
+    "        {{- '<think>\\n\\n</think>\\n\\n' }}\n    {%- endif %}\n{%- endif %}")
+GEMMA3_TEMPLATE = (  # google/gemma-3-1b-it
+    "{{ bos_token }}\n{%- if messages[0]['role'] == 'system' -%}\n    {%- if messages[0]['content'] is string -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n    {%- else -%}\n"
+    "        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\\n\\n' -%}\n    {%- endif -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n{%- else -%}\n    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n{%- endif -%}\n{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate user/assistant/user/assistant/...\") }}\n    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n"
+    "    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n"
+    "            {%- if item['type'] == 'image' -%}\n                {{ '<start_of_image>' }}\n"
+    "            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n            {%- endif -%}\n"
+    "        {%- endfor -%}\n    {%- else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\\n'}}\n"
+    "{%- endif -%}\n")
+TEMPLATES = {"llama2": LLAMA2_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "mistral": MISTRAL_TEMPLATE, "chatml": QWEN2_TEMPLATE,
+             "qwen3": QWEN3_TEMPLATE, "gemma": GEMMA3_TEMPLATE}
+END_TOKEN = {"llama2": "</s>", "llama3": "<|eot_id|>", "mistral": "</s>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>",
+             "gemma": "<end_of_turn>"}
 
 
 def conversations():
@@ -82,6 +150,10 @@ def conversations():
                         m(u, "ok")]),  # Unicode spaces: llama2 and llama3 strip them as Python's str.strip()
         ("code", [m(s, "Write Python."), m(u, "Square x."), m(a, "def f(x):\n    return x ** 2\n\nprint(f(3))")]),
         ("trailing_user", [m(u, "Hello there"), m(a, "Hi! How can I help?"), m(u, "Tell me a joke.")]),
+        # Qwen3 keeps the reasoning of the turns after the last user turn only, and an empty block on the last
+        ("thinking", [m(u, "What is 6 * 7?"), m(a, "<think>\nSix sevens.\n</think>\n\n42."), m(u, "Plus one?"),
+                      m(a, "<think>\n42 + 1\n</think>\n\n43.")]),
+        ("thinking_last_plain", [m(s, "Be brief."), m(u, "Hi"), m(a, "Hello!")]),
     ]
 
 
@@ -144,16 +216,27 @@ def llama_dirs(out):
 def json_dirs(out):
     from transformers import AutoTokenizer
     base = tjr.train(tjr.LLAMA3_REGEX, nfc=False, ignore_merges=True, vocab=1500)
-    made = {"llama3": tjr.make_llama3(out, base), "chatml": tjr.make_qwen2(out)}
-    os.rename(made["chatml"], os.path.join(out, "chatml"))
-    made["chatml"] = os.path.join(out, "chatml")
-    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>"}  # the Instruct models' eos_token
+    made = {"llama3": tjr.make_llama3(out, base)}
+    for family in ("chatml", "qwen3", "gemma"):  # Qwen2-shaped tokenizer.json files
+        os.rename(tjr.make_qwen2(out), os.path.join(out, family))
+        made[family] = os.path.join(out, family)
+    # Gemma's turn tokens and BOS as special tokens of the Qwen2-shaped tokenizer: the template's rendering and
+    # masks, not Gemma's own SentencePiece vocabulary.
+    from tokenizers import AddedToken, Tokenizer
+    gemma = Tokenizer.from_file(os.path.join(made["gemma"], "tokenizer.json"))
+    gemma.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<bos>", "<start_of_turn>", "<end_of_turn>")])
+    gemma.save(os.path.join(made["gemma"], "tokenizer.json"))
+    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>", "gemma": "<end_of_turn>"}  # the Instruct models'
+    bos = {"gemma": "<bos>"}
     hfs = {}
     for family, d in made.items():
         path = os.path.join(d, "tokenizer_config.json")
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
         config["chat_template"], config["eos_token"] = TEMPLATES[family], eos[family]
+        if family in bos:
+            config["bos_token"] = bos[family]
+            config.pop("added_tokens_decoder", None)  # the tokenizer.json's own, with the new tokens
         with open(path, "w", encoding="utf-8") as f:
             json.dump(config, f, ensure_ascii=False, indent=2)
         hfs[family] = AutoTokenizer.from_pretrained(d)
@@ -200,6 +283,10 @@ def turn_ends(family, hf, msgs, ids):
     for i, msg in enumerate(msgs):
         if msg["role"] == "assistant":
             head = ids_of(hf, msgs[:i + 1])
+            # Qwen3 renders a last assistant turn with its <think> block and earlier ones without: a dialogue cut
+            # there renders otherwise, so only the turns that render alike are places to cut.
+            if family == "qwen3" and ids[:len(head)] != head:
+                continue
             assert ids[:len(head)] == head, (family, i)
             ends.append(len(head))
     return ends

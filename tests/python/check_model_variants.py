@@ -20,6 +20,8 @@ so that they count):
   validation after its last step, over check_hf_export's rows), its config.json keeping the variant;
 - Qwen2 (biases, tied head) resumes at 1 rank from a checkpoint written at 2: its step-3 loss and
   weights equal the straight run's;
+- Gemma 2 (soft-capped scores) and Gemma 3 (two RoPE tables) train the same losses with each row split over a
+  context-parallel ring of 2 ranks;
 - tied variants also train LoRA adapters (the base, tied head included, frozen): 2 ranks give 1 rank's
   losses, and PEFT applies the exported adapter to the base with the loss `eval --lora` gives (by
   default Qwen2's tied head, Qwen3 and Gemma 2; Llama's is the same tied path).
@@ -81,6 +83,9 @@ VARIANTS = {
 ONE_RANK = {"mistral_window", "mistral_window_out_of_reach+rope_dynamic"}
 # LoRA against PEFT by default: Qwen2's tied head, and the families whose layers hold norms beside the projections.
 LORA = {"qwen2_tied", "qwen3_tied+sliding+bias", "gemma2"}
+# Context parallelism's ring with what it must carry: Gemma 2's soft-capped scores (math blocks, the cap's gradient),
+# Gemma 3's two RoPE tables.
+CONTEXT = {"gemma2", "gemma3"}
 SAVED_AS = {"rope_linear+llama2_fp16": dict(dtype=torch.float16), "rope_llama3+bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 STEPS, ROWS = 3, 4
@@ -193,6 +198,21 @@ def resume_check(name, base, straight_losses, straight_export):
           f"{name}: the resumed step 3 has loss {resumed} (straight {straight_losses[-1]:.7f}), weights within {worst:.1e}")
 
 
+def context_check(name, base, straight_losses):
+    """The same steps with each row split over a ring of 2 ranks equal the straight run's losses."""
+    metrics = os.path.join(WORK, name + "-cp.jsonl")
+    p = subprocess.run(launch(2) + [BIN, "train", "--weights", base, "--data", small, "--steps", str(STEPS), "--batch-size",
+                       str(ROWS), "--threads", "1", "--lr", "1e-3", "--lr-schedule", "constant", "--warmup-steps", "0",
+                       "--weight-decay", "0.1", "--beta1", "0.9", "--beta2", "0.95", "--grad-clip", "1", "--context-parallel", "2",
+                       "--metrics-file", metrics], capture_output=True, text=True, env=ENV)
+    check(p.returncode == 0, f"{name}: --context-parallel 2" + ("" if p.returncode == 0 else "\n" + p.stderr[-600:]))
+    if p.returncode != 0:
+        return
+    ring = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line][:STEPS]
+    worst = max(abs(a - b) for a, b in zip(ring, straight_losses)) if len(ring) == STEPS else float("inf")
+    check(worst <= 1e-5, f"{name}: context-parallel losses {['%.6f' % x for x in ring]} equal the straight run's (max diff {worst:.1e})")
+
+
 def saved_weights(export):
     out = {}
     for f in sorted(os.listdir(export)):
@@ -274,5 +294,7 @@ for name, (config_class, extra) in VARIANTS.items():
         lora_check(name, d)
     if name == "qwen2_tied":
         resume_check(name, d, got, export)
+    if name in CONTEXT:
+        context_check(name, d, got)
 
 sys.exit(1 if failures else 0)

@@ -14,14 +14,17 @@ namespace shardtrain::data {
 // kLlama2: Llama-2-7b-chat-hf's template. kLlama3: Meta-Llama-3-8B-Instruct's (Llama-3.0, without
 // Llama-3.1's "Cutting Knowledge Date" system lines). kMistral: Mistral-7B-Instruct-v0.1's and
 // v0.2's (system message prepended to the first user message). kChatml: Qwen2-7B-Instruct's
-// (default system "You are a helpful assistant.").
-enum class ChatTemplate { kAuto, kLlama2, kLlama3, kMistral, kChatml };
+// (default system "You are a helpful assistant."). kQwen3: Qwen3's (no default system; an
+// assistant turn after the last user turn keeps its <think> block, earlier ones lose it).
+// kGemma: Gemma 3-it's (the system message opens the first user turn; "model" for the
+// assistant); kGemma2: Gemma 2-it's (the same turns; a system message is refused, as its
+// template raises).
+enum class ChatTemplate { kAuto, kLlama2, kLlama3, kMistral, kChatml, kQwen3, kGemma, kGemma2 };
 inline constexpr runtime::EnumName<ChatTemplate> kChatTemplateNames[] = {
-    {ChatTemplate::kLlama2, "llama2"},
-    {ChatTemplate::kLlama3, "llama3"},
-    {ChatTemplate::kMistral, "mistral"},
-    {ChatTemplate::kChatml, "chatml"},
-    {ChatTemplate::kAuto, "auto"}};
+    {ChatTemplate::kLlama2, "llama2"},   {ChatTemplate::kLlama3, "llama3"},
+    {ChatTemplate::kMistral, "mistral"}, {ChatTemplate::kChatml, "chatml"},
+    {ChatTemplate::kQwen3, "qwen3"},     {ChatTemplate::kGemma, "gemma"},
+    {ChatTemplate::kGemma2, "gemma2"},   {ChatTemplate::kAuto, "auto"}};
 ChatTemplate parse_chat_template(const std::string& s);  // throws UsageError naming --chat-template
 const char* chat_template_name(ChatTemplate t);
 
@@ -42,11 +45,12 @@ struct ChatPiece {
 
 // messages must be in the order parse_chat checks. bos/eos: the tokenizer's BOS and EOS token
 // text (bos_token and eos_token in the templates); bos "" when it has none.
-// add_generation_prompt: the templates' own (Llama-3's and Qwen2's assistant header; Llama-2's
-// and Mistral's templates have none and render nothing more).
+// add_generation_prompt: the templates' own (Llama-3's, Qwen's and Gemma's assistant header;
+// Llama-2's and Mistral's templates have none and render nothing more). enable_thinking = false:
+// Qwen3's generation prompt closes an empty <think> block (its template's enable_thinking).
 std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
                                    const std::string& bos, const std::string& eos,
-                                   bool add_generation_prompt = false);
+                                   bool add_generation_prompt = false, bool enable_thinking = true);
 
 // Python's str.strip(): Jinja's trim filter and .strip() drop Unicode whitespace at both ends.
 std::string python_strip(std::string_view s);

@@ -1,6 +1,9 @@
 // Model configuration: published parameter counts, Hugging Face names and config.json fields,
 // the seeded init, FLOPs per token and the accelerator table MFU reads.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include <fstream>
 #include <map>
@@ -263,4 +266,74 @@ TEST(Config, ModelsDocListsEveryFieldWithItsUse) {
   }
   EXPECT_EQ(doc.size(), model::config_fields().size())
       << "docs/models.md lists a field the code does not";
+}
+
+// What a config.json of each new family leaves out takes the family's default, as its config class
+// does; what it gives is read where the family reads it.
+TEST(Config, FamilyDefaultsAndFieldsAsTheirConfigClassesReadThem) {
+  const nlohmann::json base = {{"hidden_size", 64},        {"intermediate_size", 176},
+                               {"num_hidden_layers", 6},   {"num_attention_heads", 4},
+                               {"num_key_value_heads", 2}, {"vocab_size", 512}};
+  auto read = [&](const char* type, nlohmann::json extra) {
+    nlohmann::json j = base;
+    j["model_type"] = type;
+    j.update(extra);
+    return model::model_from_hf_json(j, type);
+  };
+  const auto qwen3 = read("qwen3", {{"attention_bias", true}});
+  EXPECT_EQ(qwen3.head_dim(), 128);  // Qwen3Config's head_dim, not hidden / heads
+  EXPECT_DOUBLE_EQ(qwen3.rms_norm_eps, 1e-6);
+  EXPECT_EQ(qwen3.pad_token_id, -1);
+  EXPECT_EQ(model::llama_param_specs(qwen3)[1].name, "model.layers.0.self_attn.q_proj.weight");
+  int biases = 0;
+  for (const auto& s : model::llama_param_specs(qwen3)) biases += s.is_bias;
+  EXPECT_EQ(biases, 4 * 6);  // q k v o in every layer
+  const auto olmo2 = read("olmo2", nlohmann::json::object());
+  EXPECT_EQ(olmo2.pad_token_id, 1);
+  const auto gemma2 = read("gemma2", {{"head_dim", 16}});
+  EXPECT_DOUBLE_EQ(gemma2.attn_softcap, 50.0);
+  EXPECT_DOUBLE_EQ(gemma2.final_softcap, 30.0);
+  EXPECT_EQ(gemma2.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_DOUBLE_EQ(gemma2.query_scale(), std::sqrt(16.0 / 256.0));
+  EXPECT_EQ(gemma2.attention_window(0), 4096);  // sliding, global, sliding, ...
+  EXPECT_EQ(gemma2.attention_window(1), 0);
+  const auto uncapped =
+      read("gemma2", {{"attn_logit_softcapping", nullptr}, {"final_logit_softcapping", nullptr}});
+  EXPECT_EQ(uncapped.attn_softcap, 0.0);  // null is no cap; absent is the default
+  EXPECT_EQ(uncapped.final_softcap, 0.0);
+  // Gemma 3 in transformers 4's layout: rope_theta, rope_local_base_freq and the pattern.
+  const auto gemma3 =
+      read("gemma3_text", {{"head_dim", 16},
+                           {"rope_theta", 500000.0},
+                           {"rope_local_base_freq", 100.0},
+                           {"sliding_window_pattern", 3},
+                           {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}},
+                           {"pad_token_id", -1}});
+  EXPECT_DOUBLE_EQ(gemma3.rope_theta, 500000.0);
+  EXPECT_DOUBLE_EQ(gemma3.rope_local_theta, 100.0);
+  EXPECT_EQ(gemma3.rope_scaling.type, "linear");
+  EXPECT_TRUE(gemma3.sliding_layer(0) && gemma3.sliding_layer(1) && !gemma3.sliding_layer(2));
+  EXPECT_EQ(gemma3.pad_token_id, 511);  // nn.Embedding counts a negative padding_idx from the end
+  // ... and in transformers 5's: RoPE by layer type.
+  const auto nested = read(
+      "gemma3_text", {{"rope_parameters",
+                       {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                        {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}}}});
+  EXPECT_DOUBLE_EQ(nested.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(nested.rope_local_theta, 1e4);
+  // Norms by family: OLMo 2 after the blocks, Gemma around them, (1 + w) norms initialised to 0.
+  int gemma_norms = 0;
+  for (const auto& s : model::llama_param_specs(gemma3))
+    if (s.is_norm && s.name.rfind("model.layers.0.", 0) == 0) {
+      ++gemma_norms;
+      EXPECT_TRUE(model::init_param(s, 1, 0.02).eq(0).all().item<bool>()) << s.name;
+    }
+  EXPECT_EQ(gemma_norms, 6);  // q, k, and four around the blocks
+  for (const char* preset : {"qwen3-8b", "olmo2-7b", "gemma3-12b"})
+    EXPECT_NO_THROW(model::model_preset(preset).validate()) << preset;
+  // Qwen/Qwen3-8B's model card: 8.2B parameters, 6.95B of them not embeddings (the head untied).
+  const auto q8 = model::model_preset("qwen3-8b");
+  EXPECT_NEAR(static_cast<double>(q8.num_params()), 8.2e9, 0.05e9);
+  EXPECT_NEAR(static_cast<double>(q8.num_params() - 2 * q8.num_embedding_params()), 6.95e9,
+              0.005e9);
 }
