@@ -18,7 +18,7 @@ void merge_adapters(std::map<std::string, at::Tensor>& full,
                     const std::map<std::string, at::Tensor>& adapters,
                     const model::ModelConfig& model, const model::LoraConfig& lora) {
   for (int64_t i = 0; i < model.num_layers; ++i)
-    for (model::Proj p : model::kProjections) {
+    for (model::Proj p : model::layer_projections(model)) {
       if (!lora.targets_proj(p)) continue;
       auto& w = full.at(model::proj_weight_name(i, p));
       w = model::merge_lora(w, adapters.at(model::lora_name(i, p, 'A')),
@@ -117,8 +117,9 @@ model::LoraConfig read_adapter_config(const std::string& dir, const std::string&
   for (const auto& t : j.at("target_modules")) l.targets.push_back(t.get<std::string>());
   // PEFT stores the targets as a set; shardtrain's order is the layer's.
   std::vector<std::string> ordered;
-  for (model::Proj p : model::kProjections)
-    if (std::find(l.targets.begin(), l.targets.end(), model::proj_name(p)) != l.targets.end())
+  for (int i = 0; i < model::kNumProjections; ++i)
+    if (const auto p = static_cast<model::Proj>(i);
+        std::find(l.targets.begin(), l.targets.end(), model::proj_name(p)) != l.targets.end())
       ordered.push_back(model::proj_name(p));
   if (ordered.size() != l.targets.size())
     throw runtime::UsageError(opt + ": " + cfg.string() +

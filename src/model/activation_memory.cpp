@@ -36,7 +36,7 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
     // input, the dropout mask and A's output. The norms keep only fp32 x (a copy under bf16).
     const int64_t frozen_norm = e == 4 ? 0 : 4 * h;
     int64_t adapter = 0;
-    for (Proj p : kProjections)
+    for (Proj p : layer_projections(cfg))
       if (lora->targets_proj(p)) adapter += 2 * e * proj_shape(cfg, p).in + e * lora->rank;
     a.layer = e * h + frozen_norm + sdpa + e * h + frozen_norm + 3 * e * i + adapter;
     a.layer_selective =

@@ -13,6 +13,7 @@
 #include "shardtrain/model/config_fields.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/text.h"
 
 namespace shardtrain::model {
 namespace fs = std::filesystem;
@@ -97,6 +98,14 @@ const std::map<std::string, ModelConfig>& presets() {
     gemma3.tie_word_embeddings = true;
     gemma3.pad_token_id = 0;
     m["gemma3-12b"] = gemma3;
+    // microsoft/Phi-4-mini-instruct's shapes (its longrope factors left out: RoPE's table does not
+    // change a plan).
+    ModelConfig phi4 = make("phi4-mini", 200064, 3072, 8192, 32, 24, 8, 131072);
+    phi4.model_type = "phi3";
+    phi4.partial_rotary_factor = 0.75;
+    phi4.tie_word_embeddings = true;
+    phi4.pad_token_id = 199999;
+    m["phi4-mini"] = phi4;
     return m;
   }();
   return p;
@@ -136,6 +145,8 @@ void ModelConfig::validate() const {
           "--n-heads (num_attention_heads) = " + std::to_string(num_heads) +
               " is not a multiple of --n-kv-heads (num_key_value_heads) = " +
               std::to_string(num_kv_heads) + "; pick n_kv_heads dividing n_heads");
+  require(partial_rotary_factor > 0 && partial_rotary_factor <= 1 && rotary_dim() % 2 == 0,
+          name + ": partial_rotary_factor must give an even number of rotary dimensions");
   require(head_dim() % 2 == 0,
           "the head dimension (head_dim, or --hidden-size / --n-heads) must be even for rotary "
           "embeddings, got " +
@@ -175,6 +186,10 @@ int64_t ModelConfig::num_matmul_params() const {
 
 int64_t ModelConfig::attention_window(int64_t layer) const {
   return sliding_window > 0 && sliding_layer(layer) ? sliding_window : 0;
+}
+
+int64_t ModelConfig::rotary_dim() const {
+  return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor);
 }
 
 bool ModelConfig::sliding_layer(int64_t layer) const {
@@ -371,13 +386,33 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   // the base included: "rope_parameters": {"rope_theta": ..., "rope_type": "default" | "llama3",
   // ...}.
   if (fam.local_rope) read_local_rope(j, origin, c);
+  double partial = 0;  // partial_rotary_factor, top-level or in the RoPE block
+  if (j.contains("partial_rotary_factor") && !j["partial_rotary_factor"].is_null())
+    partial = get("partial_rotary_factor", 1.0, false);
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
     if (fam.local_rope && std::string(key) == "rope_parameters" &&
         j[key].contains("full_attention"))
       continue;  // read_local_rope's
     const RopeScaling r = parse_rope_scaling(j[key], key, origin, &c.rope_theta);
+    if (r.partial_rotary_factor > 0) partial = r.partial_rotary_factor;
     if (r.scaled() || !c.rope_scaling.scaled()) c.rope_scaling = r;
+  }
+  if (partial > 0 && partial != 1.0) {
+    if (!fam.fused_checkpoint)  // Phi3Config's alone among the families
+      throw runtime::UsageError("--model " + origin + ": partial_rotary_factor is " +
+                                runtime::round_trip(partial) + ", which shardtrain does not " +
+                                "implement for " + c.model_type + " (the whole head rotates)");
+    c.partial_rotary_factor = partial;
+  }
+  if (c.rope_scaling.type == "longrope") {
+    // Phi3Config: the pre-training context at the top level when the RoPE block lacks it.
+    if (c.rope_scaling.original_max_position_embeddings <= 0)
+      c.rope_scaling.original_max_position_embeddings =
+          get("original_max_position_embeddings", int64_t{0}, false);
+    if (c.rope_scaling.original_max_position_embeddings <= 0)
+      throw runtime::UsageError("--model " + origin +
+                                ": longrope needs original_max_position_embeddings");
   }
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!j.contains(key) || j[key].is_null() || !c.torch_dtype.empty()) continue;
@@ -474,6 +509,11 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
     j["final_logit_softcapping"] = cap(c.final_softcap);
   }
   if (fam.local_rope) j["rope_local_base_freq"] = c.rope_local_theta;
+  if (fam.fused_checkpoint) {
+    j["partial_rotary_factor"] = c.partial_rotary_factor;
+    if (c.rope_scaling.type == "longrope")
+      j["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+  }
   return j;
 }
 

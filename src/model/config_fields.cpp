@@ -18,6 +18,8 @@ const std::vector<Accepted>& accepted_values() {
   static const std::vector<Accepted> a = {
       {"attention_dropout", 0, "attention has no dropout here"},
       {"use_bidirectional_attention", false, "causal attention"},
+      {"resid_pdrop", 0, "the residual stream has no dropout here"},
+      {"embd_pdrop", 0, "the embeddings have no dropout here"},
   };
   return a;
 }
@@ -46,23 +48,24 @@ const std::vector<ConfigField>& config_fields() {
       {"rope_parameters", FieldUse::kRead,
        "transformers 5's RoPE block: rope_theta and rope_scaling's keys"},
       {"rope_scaling", FieldUse::kRead,
-       "rope_type default, linear (factor), dynamic (factor) or llama3 (factor, "
-       "low/high_freq_factor, original_max_position_embeddings); others refused"},
+       "rope_type default, linear (factor), dynamic (factor), llama3 (factor, "
+       "low/high_freq_factor, original_max_position_embeddings) or longrope (short_factor, "
+       "long_factor, factor, attention_factor); others refused"},
       {"initializer_range", FieldUse::kRead,
        "the std of the seeded init of a run without --weights", false},
       {"torch_dtype", FieldUse::kRead, "the dtype the weights are stored in (exports keep it)",
        false},
       {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype", false},
       {"model_type", FieldUse::kRead,
-       "llama, mistral, qwen2, qwen3, olmo2, gemma2 or gemma3_text (others refused): which of "
-       "the switches below apply"},
+       "llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text or phi3 (others refused): "
+       "which of the switches below apply"},
       {"attention_bias", FieldUse::kRead,
        "llama, qwen3, olmo2, gemma2, gemma3_text: biases on q, k, v and o (qwen2 always has q, k "
-       "and v biases; mistral none)"},
+       "and v biases; mistral and phi3 none)"},
       {"mlp_bias", FieldUse::kRead, "llama: biases on gate, up and down"},
       {"sliding_window", FieldUse::kRead,
-       "mistral: each query attends to this many positions (itself included); qwen2: with "
-       "use_sliding_window"},
+       "mistral, phi3: each query attends to this many positions (itself included); qwen2, "
+       "qwen3: with use_sliding_window; gemma: in the sliding layers"},
       {"use_sliding_window", FieldUse::kRead,
        "qwen2, qwen3: the sliding window applies (to the layers layer_types marks)"},
       {"max_window_layers", FieldUse::kRead,
@@ -86,6 +89,12 @@ const std::vector<ConfigField>& config_fields() {
       {"rope_local_base_freq", FieldUse::kRead,
        "gemma3_text: the sliding layers' RoPE base (unscaled)"},
       {"use_bidirectional_attention", FieldUse::kChecked, "false only"},
+      {"partial_rotary_factor", FieldUse::kRead,
+       "phi3 (Phi-4-mini): RoPE turns this fraction of each head (1 elsewhere; others refused)"},
+      {"original_max_position_embeddings", FieldUse::kRead,
+       "phi3: longrope's pre-training context (long factors past it)"},
+      {"resid_pdrop", FieldUse::kChecked, "0 only"},
+      {"embd_pdrop", FieldUse::kChecked, "0 only"},
       {"cache_implementation", FieldUse::kHarmless, "inference's key/value cache"},
       {"attention_dropout", FieldUse::kChecked, "0 only"},
       {"tie_word_embeddings", FieldUse::kRead,

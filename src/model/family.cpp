@@ -51,7 +51,12 @@ const std::vector<Family>& families() {
     gemma3.default_attn_softcap = 0;
     gemma3.default_final_softcap = 0;
     gemma3.local_rope = true;
-    return std::vector<Family>{llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3};
+    Family phi3{"phi3", "Phi3ForCausalLM"};  // Phi-3, Phi-3.5, Phi-4-mini
+    phi3.biases = Biases::kNone;
+    phi3.sliding = Sliding::kAll;
+    phi3.default_pad_token_id = 32000;
+    phi3.fused_checkpoint = true;
+    return std::vector<Family>{llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3, phi3};
   }();
   return f;
 }

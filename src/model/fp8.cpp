@@ -264,7 +264,7 @@ bool fp8_kernels_built() {
 }
 
 std::string fp8_shape_problem(const ModelConfig& cfg) {
-  for (const Proj p : kProjections) {
+  for (const Proj p : layer_projections(cfg)) {
     const ProjShape s = proj_shape(cfg, p);
     if (s.out % kFp8Align != 0 || s.in % kFp8Align != 0)
       return std::string(proj_name(p)) + " is [" + std::to_string(s.out) + ", " +

@@ -14,7 +14,13 @@
 namespace shardtrain::model {
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  // x: [B, heads, T, D]; cos/sin: [T, D]. rotate_half(x) = cat(-x2, x1).
+  // x: [B, heads, T, D]; cos/sin: [T, R]. rotate_half(x) = cat(-x2, x1) over the first R dims;
+  // the rest pass (Phi-4-mini's partial rotary).
+  if (cos.size(-1) < x.size(-1)) {
+    const int64_t r = cos.size(-1);
+    return at::cat({apply_rotary(x.narrow(-1, 0, r), cos, sin), x.narrow(-1, r, x.size(-1) - r)},
+                   -1);
+  }
   const int64_t half = x.size(-1) / 2;
   auto x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   auto rotated = at::cat({-x2, x1}, -1);
@@ -34,7 +40,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   LayerWeights lw;
   lw.window = cfg.attention_window(layer);
   lw.local_rope = family(cfg.model_type).local_rope && cfg.sliding_layer(layer);
-  for (Proj p : kProjections) {
+  for (Proj p : layer_projections(cfg)) {
     Projection& proj = lw.proj[static_cast<int>(p)];
     proj.weight = w(proj_weight_name(layer, p));
     proj.fp8 = fp8;
@@ -52,6 +58,11 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
     proj.adapter = std::move(a);
   }
   for (const Merged m : kMerged) {
+    // Phi-3's checkpoint holds the merged weights themselves: they run merged on every path.
+    if (family(cfg.model_type).fused_checkpoint) {
+      lw.merged[static_cast<int>(m)] = lw[merged_proj(m)];
+      continue;
+    }
     if (!merge) break;
     const auto members = merged_members(m);
     // A member with an adapter runs on its own: LoRA's update is per projection.
@@ -145,7 +156,8 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
     k = k.transpose(1, 2);  // [B, nkv, T, D]
     v = proj[2].view({B, T, nkv, D}).transpose(1, 2);
   }
-  const bool kernel = path.fused && fused_kernels_available(q);
+  // The rotary kernel turns whole heads: a partial rotary takes the composite path.
+  const bool kernel = path.fused && fused_kernels_available(q) && cfg.rotary_dim() == D;
   if (kernel && layout.positions.defined()) {
     std::tie(q, k) = fused_rotary_at(q, k, layout.table_cos.to(x.scalar_type()),
                                      layout.table_sin.to(x.scalar_type()), layout.positions);

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -71,8 +72,16 @@ std::vector<ParamSpec> lora_param_specs(const ModelConfig& c, const LoraConfig& 
   const int64_t r = lora.rank;
   std::vector<ParamSpec> s;
   if (!lora.enabled()) return s;
+  // A target the model's layers lack (q_proj of Phi-3's merged qkv_proj) would train nothing.
+  const std::vector<Proj>& layer = layer_projections(c);
+  std::string have;
+  for (Proj p : layer) have += (have.empty() ? "" : ",") + std::string(proj_name(p));
+  for (const auto& t : lora.targets)
+    if (std::none_of(layer.begin(), layer.end(), [&](Proj p) { return t == proj_name(p); }))
+      throw runtime::UsageError("--lora-targets: " + c.model_type + " layers have no " + t +
+                                " (theirs: " + have + "); pass --lora-targets with those names");
   for (int64_t i = 0; i < c.num_layers; ++i)
-    for (Proj p : kProjections) {
+    for (Proj p : layer_projections(c)) {
       if (!lora.targets_proj(p)) continue;
       const ProjShape shape = proj_shape(c, p);
       s.push_back({lora_name(i, p, 'A'), {r, shape.in}, false, i + 1});

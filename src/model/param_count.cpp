@@ -12,7 +12,7 @@ template <class T>
 T count_params(const ModelConfig& c) {
   T layer = 0;
   for (const LayerNormSpec& n : layer_norms(c)) layer += static_cast<T>(n.size);
-  for (Proj p : kProjections) {
+  for (Proj p : layer_projections(c)) {
     const ProjShape s = proj_shape(c, p);
     layer += static_cast<T>(s.out) * static_cast<T>(s.in) +
              (has_bias(c, p) ? static_cast<T>(s.out) : T{0});

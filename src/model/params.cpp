@@ -62,7 +62,7 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
   std::vector<ParamSpec> s;
   s.push_back({names::kEmbed, {c.vocab_size, h}, false, 0});
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    for (Proj p : kProjections) {
+    for (Proj p : layer_projections(c)) {
       const ProjShape shape = proj_shape(c, p);
       s.push_back({proj_weight_name(i, p), {shape.out, shape.in}, false, i + 1});
       if (has_bias(c, p))

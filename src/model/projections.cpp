@@ -12,9 +12,11 @@ struct ProjInfo {
 };
 // Indexed by Proj.
 constexpr ProjInfo kInfo[kNumProjections] = {
-    {"q_proj", "self_attn.q_proj"}, {"k_proj", "self_attn.k_proj"}, {"v_proj", "self_attn.v_proj"},
-    {"o_proj", "self_attn.o_proj"}, {"gate_proj", "mlp.gate_proj"}, {"up_proj", "mlp.up_proj"},
-    {"down_proj", "mlp.down_proj"}};
+    {"q_proj", "self_attn.q_proj"},      {"k_proj", "self_attn.k_proj"},
+    {"v_proj", "self_attn.v_proj"},      {"o_proj", "self_attn.o_proj"},
+    {"gate_proj", "mlp.gate_proj"},      {"up_proj", "mlp.up_proj"},
+    {"down_proj", "mlp.down_proj"},      {"qkv_proj", "self_attn.qkv_proj"},
+    {"gate_up_proj", "mlp.gate_up_proj"}};
 const ProjInfo& info(Proj p) { return kInfo[static_cast<int>(p)]; }
 }  // namespace
 
@@ -22,19 +24,27 @@ const char* proj_name(Proj p) { return info(p).name; }
 const char* proj_module(Proj p) { return info(p).module; }
 
 std::optional<Proj> proj_by_name(const std::string& name) {
-  for (Proj p : kProjections)
-    if (name == proj_name(p)) return p;
+  for (int i = 0; i < kNumProjections; ++i)
+    if (name == proj_name(static_cast<Proj>(i))) return static_cast<Proj>(i);
   return std::nullopt;
 }
 
 std::string proj_names_csv() {
   std::string s;
-  for (Proj p : kProjections) {
+  for (int i = 0; i < kNumProjections; ++i) {
     if (!s.empty()) s += ",";
-    s += proj_name(p);
+    s += proj_name(static_cast<Proj>(i));
   }
   return s;
 }
+
+const std::vector<Proj>& layer_projections(const ModelConfig& cfg) {
+  static const std::vector<Proj> separate(kProjections.begin(), kProjections.end());
+  static const std::vector<Proj> fused = {Proj::kQKV, Proj::kO, Proj::kGateUp, Proj::kDown};
+  return family(cfg.model_type).fused_checkpoint ? fused : separate;
+}
+
+Proj merged_proj(Merged m) { return m == Merged::kQKV ? Proj::kQKV : Proj::kGateUp; }
 
 ProjShape proj_shape(const ModelConfig& c, Proj p) {
   const int64_t h = c.hidden_size;
@@ -56,6 +66,10 @@ ProjShape proj_shape(const ModelConfig& c, Proj p) {
       return {f, h};
     case Proj::kDown:
       return {h, f};
+    case Proj::kQKV:
+      return {q + 2 * kv, h};
+    case Proj::kGateUp:
+      return {2 * f, h};
   }
   return {};
 }
@@ -72,19 +86,16 @@ std::vector<Proj> merged_members(Merged m) {
   return {Proj::kGate, Proj::kUp};
 }
 
-namespace {
-std::string merged_module(int64_t layer, Merged m) {
-  return names::layer(layer, m == Merged::kQKV ? "self_attn.qkv_proj" : "mlp.gate_up_proj");
-}
-}  // namespace
-
 std::string merged_weight_name(int64_t layer, Merged m) {
-  return merged_module(layer, m) + ".weight";
+  return proj_weight_name(layer, merged_proj(m));
 }
-std::string merged_bias_name(int64_t layer, Merged m) { return merged_module(layer, m) + ".bias"; }
+std::string merged_bias_name(int64_t layer, Merged m) {
+  return proj_bias_name(layer, merged_proj(m));
+}
 
 bool has_bias(const ModelConfig& c, Proj p) {
-  const bool attention = p == Proj::kQ || p == Proj::kK || p == Proj::kV || p == Proj::kO;
+  const bool attention =
+      p == Proj::kQ || p == Proj::kK || p == Proj::kV || p == Proj::kO || p == Proj::kQKV;
   switch (family(c.model_type).biases) {
     case Biases::kQkv:
       return attention && p != Proj::kO;

@@ -34,7 +34,7 @@ void RunPlan::lay_out(UnitPass& p, const ModelConfig& model, const Rotary& rope,
     return;
   }
   // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
-  const bool gather = !(fused_layers && device.is_cuda());
+  const bool gather = !(fused_layers && device.is_cuda()) || model.rotary_dim() != model.head_dim();
   // Soft-capped attention (Gemma 2) masks packed rows itself: no variable-length kernel.
   p.layout = token_layout(rope, positions, tokens.size(1), device, dtype, gather,
                           /*varlen=*/model.attn_softcap <= 0);
@@ -72,7 +72,8 @@ std::vector<int> scale_groups(const RunPlan& plan, int64_t layer,
                               const std::vector<FlatPiece>& pieces) {
   std::vector<int> group(pieces.size(), -1);
   for (size_t i = 0; i < pieces.size(); ++i)
-    for (Proj p : kProjections) {
+    for (int k = 0; k < kNumProjections; ++k) {
+      const Proj p = static_cast<Proj>(k);
       if (pieces[i].name != proj_weight_name(layer, p)) continue;
       group[i] = static_cast<int>(p);
       for (const Merged m : kMerged) {
@@ -99,7 +100,7 @@ std::unique_ptr<GatherCodec> RunPlan::gather_codec(const ModelConfig& model, con
   if (!gathers_fp8(*this, spec.kind) || shard_size < 2) return nullptr;
   std::vector<int> groups = scale_groups(*this, spec.layer, pieces);
   // Group ids dense from 0 in first-use order.
-  std::vector<int> dense(kProjections.size(), -1);
+  std::vector<int> dense(kNumProjections, -1);
   int next = 0;
   for (int& g : groups)
     if (g >= 0) g = dense[g] >= 0 ? dense[g] : (dense[g] = next++);
@@ -112,7 +113,7 @@ double RunPlan::gathered_bytes(const ModelConfig& model, UnitKind kind, int64_t 
   const double all = static_cast<double>(numel * elt);
   if (!gathers_fp8(*this, kind)) return all;
   int64_t weights = 0;
-  for (Proj p : kProjections) {
+  for (Proj p : layer_projections(model)) {
     const ProjShape shape = proj_shape(model, p);
     weights += shape.in * shape.out;
   }

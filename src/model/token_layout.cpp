@@ -49,15 +49,24 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   // A row whose positions never restart is one document: the plain causal path, no gather.
   const bool packed = positions.defined() && positions.size(0) > 0 && T > 1 &&
                       positions.narrow(1, 1, T - 1).eq(0).any().item<bool>();
+  // longrope: the long factors' tables once the batch reaches past the original context
+  // (transformers: max(position_ids) + 1).
+  const auto reach = [&](int64_t positions_seen) {
+    const bool long_rope = rope.long_cos.defined() && positions_seen > rope.long_after;
+    return std::make_pair(long_rope ? rope.long_cos : rope.cos,
+                          long_rope ? rope.long_sin : rope.sin);
+  };
   if (!packed) {
-    put_tables(l, rope.cos, rope.sin, {}, 1, T, gather);
+    const auto [cos, sin] = reach(T);
+    put_tables(l, cos, sin, {}, 1, T, gather);
     put_local(l, rope, {}, 1, T, gather);
     return l;
   }
   const int64_t B = positions.size(0);
   const at::Tensor pos = positions.to(at::kLong).contiguous();  // [B, T], host
   const at::Tensor index = runtime::to_device(pos.flatten(), device);
-  put_tables(l, rope.cos, rope.sin, index, B, T, gather);
+  const auto [cos, sin] = reach(pos.max().item<int64_t>() + 1);
+  put_tables(l, cos, sin, index, B, T, gather);
   at::Tensor starts = pos.eq(0);
   starts.select(1, 0).fill_(true);  // every row opens a document
   if (varlen && packed_rows_use_varlen(device.is_cuda(), dtype)) {
@@ -89,10 +98,19 @@ TokenLayout context_token_layout(const Rotary& rope, const ContextShard& share, 
   // Padding's positions run past the row; no real token sees them, so the table's last serves.
   const at::Tensor index =
       runtime::to_device(pos.clamp_max(rope.cos.size(0) - 1).flatten(), device);
-  put_tables(l, rope.cos, rope.sin, index, B, L, /*gather=*/true);
+  // longrope picks its tables by the batch's furthest position, which a share alone does not
+  // know when rows are packed; whole rows reach full_len.
+  if (rope.long_cos.defined() && share.doc.defined())
+    throw runtime::UsageError(
+        "--context-parallel: longrope RoPE (rope_scaling) on packed rows is not implemented; "
+        "prepare the data with --mode padding or train without context parallelism");
+  const bool long_rope = rope.long_cos.defined() && share.full_len > rope.long_after;
+  const at::Tensor& cos = long_rope ? rope.long_cos : rope.cos;
+  const at::Tensor& sin = long_rope ? rope.long_sin : rope.sin;
+  put_tables(l, cos, sin, index, B, L, /*gather=*/true);
   l.positions = index.view({B, L});
-  l.table_cos = rope.cos;
-  l.table_sin = rope.sin;
+  l.table_cos = cos;
+  l.table_sin = sin;
   auto ctx = std::make_shared<ContextLayout>();
   ctx->ring = std::move(ring);
   ctx->full_len = share.full_len;

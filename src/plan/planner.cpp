@@ -57,7 +57,7 @@ struct Fp8Costs {
 Fp8Costs fp8_costs(const model::ModelConfig& m, model::Fp8Mode mode, int64_t tokens, int e,
                    bool weight_grads, bool merged) {
   double weights = 0, in = 0, out = 0;
-  for (model::Proj p : model::kProjections) {
+  for (model::Proj p : model::layer_projections(m)) {
     const model::ProjShape s = model::proj_shape(m, p);
     weights += static_cast<double>(s.out * s.in);
     in += static_cast<double>(s.in);

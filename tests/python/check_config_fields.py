@@ -1,7 +1,7 @@
 """config.json files as transformers writes them, given to `shardtrain train --model` as a user would:
 every field that changes the math and that shardtrain does not implement is refused with exit 2 and one
-line naming the field and its value (another family, Phi-3, by its model_type alone); transformers' own Llama, Mistral,
-Qwen2, Qwen3, OLMo 2, Gemma 2 and Gemma 3 configs (biases, tied embeddings, sliding windows included) pass without a
+line naming the field and its value (another family, Phi-2, by its model_type alone); transformers' own Llama, Mistral,
+Qwen2, Qwen3, OLMo 2, Gemma 2, Gemma 3 and Phi-3 configs (biases, tied embeddings, sliding windows included) pass without a
 warning about an unknown field; a field nobody
 knows is named in a warning and the run goes on; weights that lack a bias their config declares, or
 hold one it does not, are refused naming the tensor.
@@ -16,7 +16,7 @@ import sys
 
 import torch
 from transformers import (Gemma2Config, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig, Olmo2Config,
-                          Phi3Config, Qwen2Config, Qwen3Config)
+                          Phi3Config, PhiConfig, Qwen2Config, Qwen3Config)
 
 BIN, DATA, WORK = sys.argv[1:4]
 os.makedirs(WORK, exist_ok=True)
@@ -55,7 +55,7 @@ refusals = [
     (Gemma2Config(**TINY), {"use_bidirectional_attention": True}, "use_bidirectional_attention", "true"),
     # A family shardtrain does not implement, as transformers writes it: the family refused alone,
     # before any of its fields is called unknown.
-    (Phi3Config(**TINY), None, "model_type", "phi3"),
+    (PhiConfig(**TINY), None, "model_type", "phi"),
 ]
 for i, (config, edit, field, value) in enumerate(refusals):
     code, out = run(config, f"refused-{i}", edit)
@@ -72,7 +72,8 @@ for name, config in {"llama-biases-tied": LlamaConfig(**TINY, attention_bias=Tru
                      "qwen3": Qwen3Config(**TINY, use_sliding_window=True, sliding_window=8, max_window_layers=1),
                      "olmo2": Olmo2Config(**TINY, pad_token_id=1, eos_token_id=2),
                      "gemma2": Gemma2Config(**TINY, head_dim=16),
-                     "gemma3_text": Gemma3TextConfig(**TINY, head_dim=16)}.items():
+                     "gemma3_text": Gemma3TextConfig(**TINY, head_dim=16),
+                     "phi3": Phi3Config(**TINY, pad_token_id=0, partial_rotary_factor=0.5)}.items():
     code, out = run(config, name)
     check(code == 0 and "is not one shardtrain knows" not in out,
           f"transformers' own {name} config: exit {code}, no unknown-field warning" + ("" if code == 0 else "\n" + out[-600:]))

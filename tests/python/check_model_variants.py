@@ -41,7 +41,7 @@ import h5py
 import torch
 from safetensors.torch import load_file
 from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          Olmo2Config, Qwen2Config, Qwen3Config)
+                          Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config)
 from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -52,6 +52,7 @@ BIN, DATA, WORK = sys.argv[1:4]
 FULL = "--full" in sys.argv[4:]
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=512, initializer_range=0.1, tie_word_embeddings=False)
+SHORT, LONG = [1.0 + 0.1 * i for i in range(8)], [2.0 + 0.3 * i for i in range(8)]  # longrope's per-frequency divisors
 # Variants that touch different code share one model (each part still fails the comparison on
 # its own): an activation with a shape or bias change, a RoPE kind with a storage format.
 VARIANTS = {
@@ -78,11 +79,20 @@ VARIANTS = {
     # Gemma 2's layer with q/k norms, a sliding:global pattern, the local RoPE base and linear scaling on the global layers
     "gemma3": (Gemma3TextConfig, dict(head_dim=16, sliding_window=16, num_hidden_layers=3, sliding_window_pattern=2,
                                       rope_scaling=dict(rope_type="linear", factor=8.0), rope_local_base_freq=100.0)),
+    # q k v and gate up stored merged, a sliding window, longrope past its original context of 32 (rows are 64)
+    "phi3_window+longrope": (Phi3Config, dict(sliding_window=16, pad_token_id=0, original_max_position_embeddings=32,
+                                              rope_scaling=dict(rope_type="longrope", short_factor=SHORT, long_factor=LONG))),
+    # Phi-4-mini's shape: RoPE on 3/4 of each head, longrope within its original context, tied
+    "phi4mini_partial+tied": (Phi3Config, dict(partial_rotary_factor=0.75, tie_word_embeddings=True, pad_token_id=0,
+                                               original_max_position_embeddings=128, rope_scaling=dict(
+                                                   rope_type="longrope", short_factor=SHORT[:6], long_factor=LONG[:6]))),
 }
 # Attention-mask and RoPE changes on Mistral's shapes shard as the others do: one rank checks them.
 ONE_RANK = {"mistral_window", "mistral_window_out_of_reach+rope_dynamic"}
 # LoRA against PEFT by default: Qwen2's tied head, and the families whose layers hold norms beside the projections.
-LORA = {"qwen2_tied", "qwen3_tied+sliding+bias", "gemma2"}
+LORA = {"qwen2_tied", "qwen3_tied+sliding+bias", "gemma2", "phi4mini_partial+tied"}
+# Every projection of a layer, by the names PEFT targets (Phi-3's merged ones as it names them).
+TARGETS = {"phi3": "qkv_proj,o_proj,gate_up_proj,down_proj"}
 # Context parallelism's ring with what it must carry: Gemma 2's soft-capped scores (math blocks, the cap's gradient),
 # Gemma 3's two RoPE tables.
 CONTEXT = {"gemma2", "gemma3"}
@@ -142,7 +152,7 @@ def transformers_steps(model_dir, tokens, labels, positions):
     return losses, {n: p.detach() for n, p in named}
 
 
-def lora_check(name, base):
+def lora_check(name, base, model_type):
     """LoRA over a tied base: world sizes agree, and PEFT reads the adapter as shardtrain applies it."""
     losses = {}
     for np_ in (1, 2):
@@ -151,7 +161,7 @@ def lora_check(name, base):
         p = subprocess.run(launch(np_) + [BIN, "train", "--weights", base,
                             "--data", small, "--steps", str(STEPS), "--batch-size", str(ROWS), "--threads", "1", "--lr", "1e-2",
                             "--lr-schedule", "constant", "--warmup-steps", "0", "--lora-rank", "4", "--lora-dropout", "0",
-                            "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj",
+                            "--lora-targets", TARGETS.get(model_type, "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"),
                             "--metrics-file", metrics, "--save-model", out], capture_output=True, text=True, env=ENV)
         check(p.returncode == 0, f"{name}: LoRA at {np_} rank(s)" + ("" if p.returncode == 0 else "\n" + p.stderr[-800:]))
         if p.returncode != 0:
@@ -291,7 +301,7 @@ for name, (config_class, extra) in VARIANTS.items():
           f"{name}: the trained weights' loss {ours:.7f} (validated once, after step {STEPS}), transformers "
           f"loading the export {theirs:.7f} (rel {rel:.1e})")
     if model.config.tie_word_embeddings and (FULL or name in LORA):
-        lora_check(name, d)
+        lora_check(name, d, model.config.model_type)
     if name == "qwen2_tied":
         resume_check(name, d, got, export)
     if name in CONTEXT:

@@ -50,6 +50,8 @@ struct ModelConfig {
   // Gemma 3: the sliding layers' RoPE base (rope_local_base_freq), unscaled; 0: every layer
   // takes rope_theta and rope_scaling.
   double rope_local_theta = 0;
+  // Phi-4-mini: RoPE turns the first partial_rotary_factor of each head's dimensions only.
+  double partial_rotary_factor = 1.0;
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; ""
   // when not given.
   std::string torch_dtype;
@@ -70,6 +72,8 @@ struct ModelConfig {
   int64_t attention_window(int64_t layer) const;
   // Whether layer `layer` is one of layer_types' sliding layers (its window may reach the row).
   bool sliding_layer(int64_t layer) const;
+  // The dimensions of a head RoPE turns: int(head_dim * partial_rotary_factor), as transformers.
+  int64_t rotary_dim() const;
   // What multiplies q so that SDPA's head_dim^-0.5 gives the family's score scale (1: none).
   double query_scale() const;
   // Throws UsageError naming the option (and config.json key) to change.

@@ -71,6 +71,8 @@ struct Family {
   double default_attn_softcap = 0;
   double default_final_softcap = 0;
   bool local_rope = false;  // Gemma 3: sliding layers take rope_local_base_freq, unscaled
+  // Phi-3: q k v and gate up are one checkpoint tensor each (qkv_proj, gate_up_proj).
+  bool fused_checkpoint = false;
 };
 
 // The families shardtrain implements, in the order messages list them.

@@ -12,11 +12,19 @@
 
 namespace shardtrain::model {
 
-enum class Proj { kQ, kK, kV, kO, kGate, kUp, kDown };
-inline constexpr int kNumProjections = 7;
+// Projections that read the same input, computed as one matmul in the fused layer path.
+enum class Merged { kQKV, kGateUp };
+
+// kQKV and kGateUp: Phi-3's checkpoint projections (q k v and gate up stored as one weight each);
+// the same names serve the other families' merged views (Merged).
+enum class Proj { kQ, kK, kV, kO, kGate, kUp, kDown, kQKV, kGateUp };
+inline constexpr int kNumProjections = 9;
 // Hugging Face's order inside a layer: attention (q k v o), then the MLP (gate up down).
-inline constexpr std::array<Proj, kNumProjections> kProjections = {
-    Proj::kQ, Proj::kK, Proj::kV, Proj::kO, Proj::kGate, Proj::kUp, Proj::kDown};
+inline constexpr std::array<Proj, 7> kProjections = {Proj::kQ,    Proj::kK,  Proj::kV,   Proj::kO,
+                                                     Proj::kGate, Proj::kUp, Proj::kDown};
+// The projections a layer of this model has as parameters: kProjections, or Phi-3's
+// qkv_proj, o_proj, gate_up_proj, down_proj (family.h's fused_checkpoint).
+const std::vector<Proj>& layer_projections(const ModelConfig& cfg);
 
 // "q_proj": the name PEFT's target_modules (and our adapter targets) use.
 const char* proj_name(Proj p);
@@ -26,6 +34,8 @@ const char* proj_module(Proj p);
 std::optional<Proj> proj_by_name(const std::string& name);
 // "q_proj,k_proj,...": every name, for messages that list the choices.
 std::string proj_names_csv();
+// The projection of Merged m's name (kQKV, kGateUp).
+Proj merged_proj(Merged m);
 
 struct ProjShape {
   int64_t out = 0, in = 0;  // the weight is [out, in]; x [.., in] -> [.., out]
@@ -40,7 +50,6 @@ std::string proj_bias_name(int64_t layer, Proj p);
 
 // Projections that read the same input, computed as one matmul in the fused layer path (FSDP
 // units lay their weights, and their biases, side by side for it): q k v, and gate up.
-enum class Merged { kQKV, kGateUp };
 inline constexpr std::array<Merged, 2> kMerged = {Merged::kQKV, Merged::kGateUp};
 std::vector<Proj> merged_members(Merged m);  // in kProjections' order
 // shardtrain's own names for the merged views ("model.layers.<i>.self_attn.qkv_proj.weight");

@@ -329,7 +329,16 @@ TEST(Config, FamilyDefaultsAndFieldsAsTheirConfigClassesReadThem) {
       EXPECT_TRUE(model::init_param(s, 1, 0.02).eq(0).all().item<bool>()) << s.name;
     }
   EXPECT_EQ(gemma_norms, 6);  // q, k, and four around the blocks
-  for (const char* preset : {"qwen3-8b", "olmo2-7b", "gemma3-12b"})
+  // Phi-3: q k v and gate up are one checkpoint tensor each; partial rotary from either place.
+  const auto phi3 = read("phi3", {{"partial_rotary_factor", 0.75}, {"head_dim", 32}});
+  EXPECT_EQ(phi3.rotary_dim(), 24);
+  EXPECT_EQ(phi3.pad_token_id, 32000);  // Phi3Config's default: outside this 512-token vocabulary,
+  EXPECT_THROW(phi3.validate(), runtime::UsageError);  // which nn.Embedding refuses too
+  const auto specs = model::llama_param_specs(phi3);
+  EXPECT_EQ(specs[1].name, "model.layers.0.self_attn.qkv_proj.weight");
+  EXPECT_EQ(specs[1].shape, (std::vector<int64_t>{(4 + 2 * 2) * 32, 64}));
+  EXPECT_THROW(read("llama", {{"partial_rotary_factor", 0.5}}), runtime::UsageError);
+  for (const char* preset : {"qwen3-8b", "olmo2-7b", "gemma3-12b", "phi4-mini"})
     EXPECT_NO_THROW(model::model_preset(preset).validate()) << preset;
   // Qwen/Qwen3-8B's model card: 8.2B parameters, 6.95B of them not embeddings (the head untied).
   const auto q8 = model::model_preset("qwen3-8b");
