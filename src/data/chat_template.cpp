@@ -25,7 +25,7 @@ namespace {
 bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 const char* const kPass =
-    "; pass --chat-template llama2, llama3, mistral, chatml, qwen3, gemma or gemma2";
+    "; pass --chat-template llama2, llama3, mistral, chatml, qwen3, gemma, gemma2 or phi3";
 
 }  // namespace
 
@@ -47,6 +47,12 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
     if (has(j, "first_user_prefix")) return ChatTemplate::kGemma;
     if (has(j, "System role not supported")) return ChatTemplate::kGemma2;
     return refuse("a Gemma template other than Gemma 2-it's or Gemma 3-it's");
+  }
+  if (has(j, "<|user|>") && has(j, "<|assistant|>") && has(j, "<|end|>")) {
+    // Phi-3-mini's first template and Phi-3-small's open with bos_token; Phi-3-medium's has no
+    // system turn and puts <|assistant|> after each user turn.
+    if (!has(j, "bos_token") && has(j, "<|system|>")) return ChatTemplate::kPhi3;
+    return refuse("a Phi-3 template other than Phi-3-mini-instruct's current one or Phi-3.5's");
   }
   if (has(j, "<|im_start|>") && has(j, "reasoning_content") && has(j, "last_query_index")) {
     // Qwen3's (hybrid thinking); Qwen3-2507's thinking-only models open <think> themselves.
@@ -77,7 +83,7 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
   }
   return refuse(
       "not one of Llama-2-chat's, Llama-3-Instruct's, Mistral-Instruct v0.1/v0.2's, "
-      "Qwen2-Instruct's, Qwen3's, Gemma 2-it's or Gemma 3-it's");
+      "Qwen2-Instruct's, Qwen3's, Gemma 2-it's, Gemma 3-it's or Phi-3-instruct's");
 }
 
 ChatTemplate detect_chat_template(const std::string& tokenizer_file) {
@@ -314,6 +320,27 @@ void gemma(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, bo
   }
 }
 
+// Phi-3-mini-instruct, Phi-3.5: <|{role}|>\n{content}<|end|>\n per message, then EOS (the
+// generation prompt <|assistant|>\n instead).
+void phi3(Out& o, const std::vector<ChatMessage>& m, const std::string& eos,
+          bool add_generation_prompt) {
+  for (const auto& msg : m) {
+    const bool a = msg.role == ChatRole::kAssistant;
+    o.special(std::string("<|") + role_name(msg.role) + "|>");
+    o.text("\n");
+    o.text(msg.content, a);
+    o.special("<|end|>", a);
+    o.text("\n");
+  }
+  if (add_generation_prompt) {
+    o.special("<|assistant|>");
+    o.text("\n");
+  } else {
+    // A dialogue cut earlier would render without this EOS: only the whole one ends a turn.
+    o.special(eos, false, !m.empty() && m.back().role == ChatRole::kAssistant);
+  }
+}
+
 }  // namespace
 
 std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
@@ -364,6 +391,9 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
         o.special("<start_of_turn>");
         o.text("model\n");
       }
+      break;
+    case ChatTemplate::kPhi3:
+      phi3(o, messages, eos, add_generation_prompt);
       break;
     default:
       throw runtime::Error("render_chat: the chat template is not resolved");

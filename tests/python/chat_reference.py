@@ -12,6 +12,7 @@ holding the family's chat_template as the Hub's model repositories have it:
   chatml   Qwen/Qwen2-7B-Instruct (default system "You are a helpful assistant.")
   qwen3    Qwen/Qwen3-8B (reasoning in <think> blocks)
   gemma    google/gemma-3-1b-it (on the Qwen2-shaped tokenizer with Gemma's turn tokens added)
+  phi3     microsoft/Phi-3-mini-4k-instruct (the same, with Phi-3's role tokens added)
 
 For conversations in both input layouts (messages; ShareGPT conversations) it writes the rendered
 text, transformers' ids and the assistant mask. The mask is computed by rendering prefixes: an
@@ -129,10 +130,15 @@ GEMMA3_TEMPLATE = (  # google/gemma-3-1b-it
     "        {%- endfor -%}\n    {%- else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n"
     "    {{ '<end_of_turn>\\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\\n'}}\n"
     "{%- endif -%}\n")
+PHI3_TEMPLATE = (  # microsoft/Phi-3-mini-4k-instruct
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
+    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}")
 TEMPLATES = {"llama2": LLAMA2_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "mistral": MISTRAL_TEMPLATE, "chatml": QWEN2_TEMPLATE,
-             "qwen3": QWEN3_TEMPLATE, "gemma": GEMMA3_TEMPLATE}
+             "qwen3": QWEN3_TEMPLATE, "gemma": GEMMA3_TEMPLATE, "phi3": PHI3_TEMPLATE}
 END_TOKEN = {"llama2": "</s>", "llama3": "<|eot_id|>", "mistral": "</s>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>",
-             "gemma": "<end_of_turn>"}
+             "gemma": "<end_of_turn>", "phi3": "<|end|>"}
 
 
 def conversations():
@@ -217,7 +223,7 @@ def json_dirs(out):
     from transformers import AutoTokenizer
     base = tjr.train(tjr.LLAMA3_REGEX, nfc=False, ignore_merges=True, vocab=1500)
     made = {"llama3": tjr.make_llama3(out, base)}
-    for family in ("chatml", "qwen3", "gemma"):  # Qwen2-shaped tokenizer.json files
+    for family in ("chatml", "qwen3", "gemma", "phi3"):  # Qwen2-shaped tokenizer.json files
         os.rename(tjr.make_qwen2(out), os.path.join(out, family))
         made[family] = os.path.join(out, family)
     # Gemma's turn tokens and BOS as special tokens of the Qwen2-shaped tokenizer: the template's rendering and
@@ -226,8 +232,14 @@ def json_dirs(out):
     gemma = Tokenizer.from_file(os.path.join(made["gemma"], "tokenizer.json"))
     gemma.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<bos>", "<start_of_turn>", "<end_of_turn>")])
     gemma.save(os.path.join(made["gemma"], "tokenizer.json"))
-    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>", "gemma": "<end_of_turn>"}  # the Instruct models'
+    phi3 = Tokenizer.from_file(os.path.join(made["phi3"], "tokenizer.json"))  # Phi-3's role tokens, the same way
+    phi3.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                             for t in ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")])
+    phi3.save(os.path.join(made["phi3"], "tokenizer.json"))
+    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>", "gemma": "<end_of_turn>",
+           "phi3": "<|endoftext|>"}  # the Instruct models'
     bos = {"gemma": "<bos>"}
+    fresh = {"gemma", "phi3"}  # tokens added to tokenizer.json: transformers takes them from there
     hfs = {}
     for family, d in made.items():
         path = os.path.join(d, "tokenizer_config.json")
@@ -236,6 +248,7 @@ def json_dirs(out):
         config["chat_template"], config["eos_token"] = TEMPLATES[family], eos[family]
         if family in bos:
             config["bos_token"] = bos[family]
+        if family in fresh:
             config.pop("added_tokens_decoder", None)  # the tokenizer.json's own, with the new tokens
         with open(path, "w", encoding="utf-8") as f:
             json.dump(config, f, ensure_ascii=False, indent=2)
@@ -285,7 +298,8 @@ def turn_ends(family, hf, msgs, ids):
             head = ids_of(hf, msgs[:i + 1])
             # Qwen3 renders a last assistant turn with its <think> block and earlier ones without: a dialogue cut
             # there renders otherwise, so only the turns that render alike are places to cut.
-            if family == "qwen3" and ids[:len(head)] != head:
+            # Phi-3's template closes a conversation with EOS: only the whole one ends there.
+            if family in ("qwen3", "phi3") and ids[:len(head)] != head:
                 continue
             assert ids[:len(head)] == head, (family, i)
             ends.append(len(head))

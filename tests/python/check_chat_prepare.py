@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`prepare --format chat` against chat_reference.py's transformers references:
 
-- every family (llama2, llama3, mistral, chatml, qwen3, gemma), from JSONL and from a JSON array, with the template
+- every family (llama2, llama3, mistral, chatml, qwen3, gemma, phi3), from JSONL and from a JSON array, with the template
   named and with --chat-template auto: h5py reads back rows whose ids equal apply_chat_template's and
   whose loss mask is the assistant turns (content and end-of-turn token); --format auto picks chat;
 - --train-on all puts every token in the loss;
@@ -110,8 +110,8 @@ def main(binary, ref, tmp):
     one = write_jsonl(os.path.join(tmp, "multi.jsonl"),
                       [json.loads(l) for l in open(cases["jsonl"], encoding="utf-8") if '"multi_system"' in l])
     for family, v in fams.items():
-        if family == "qwen3":
-            continue  # its earlier turns render without their <think> blocks: no place to cut but the end
+        if family in ("qwen3", "phi3"):
+            continue  # no place to cut but the end: Qwen3's earlier turns lose their <think>, Phi-3 ends with EOS
         c = next(c for c in v["cases"] if c["name"] == "multi_system")
         ends = c["turn_ends"]
         assert len(ends) == 3 and ends[-1] == len(c["ids"]) or family in ("chatml", "gemma"), (family, ends, len(c["ids"]))

@@ -18,13 +18,25 @@ namespace shardtrain::data {
 // assistant turn after the last user turn keeps its <think> block, earlier ones lose it).
 // kGemma: Gemma 3-it's (the system message opens the first user turn; "model" for the
 // assistant); kGemma2: Gemma 2-it's (the same turns; a system message is refused, as its
-// template raises).
-enum class ChatTemplate { kAuto, kLlama2, kLlama3, kMistral, kChatml, kQwen3, kGemma, kGemma2 };
+// template raises). kPhi3: Phi-3-mini-instruct's and Phi-3.5's (<|role|>\n{content}<|end|>\n,
+// then EOS).
+enum class ChatTemplate {
+  kAuto,
+  kLlama2,
+  kLlama3,
+  kMistral,
+  kChatml,
+  kQwen3,
+  kGemma,
+  kGemma2,
+  kPhi3
+};
 inline constexpr runtime::EnumName<ChatTemplate> kChatTemplateNames[] = {
     {ChatTemplate::kLlama2, "llama2"},   {ChatTemplate::kLlama3, "llama3"},
     {ChatTemplate::kMistral, "mistral"}, {ChatTemplate::kChatml, "chatml"},
     {ChatTemplate::kQwen3, "qwen3"},     {ChatTemplate::kGemma, "gemma"},
-    {ChatTemplate::kGemma2, "gemma2"},   {ChatTemplate::kAuto, "auto"}};
+    {ChatTemplate::kGemma2, "gemma2"},   {ChatTemplate::kPhi3, "phi3"},
+    {ChatTemplate::kAuto, "auto"}};
 ChatTemplate parse_chat_template(const std::string& s);  // throws UsageError naming --chat-template
 const char* chat_template_name(ChatTemplate t);
 
