@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shardtrain/model/fp8.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/params.h"
 #include "shardtrain/model/rotary.h"
@@ -34,7 +35,7 @@ model::ModelConfig family_config(const char* type, nlohmann::json extra) {
 
 // Logits of one batch (two rows, the second packed as two documents) on `device` in `dtype`.
 at::Tensor logits(const model::ModelConfig& m, const at::Device& device, at::ScalarType dtype,
-                  bool fused) {
+                  bool fused, model::Fp8Mode fp8 = model::Fp8Mode::kOff) {
   const auto store = model::ParamStore::initialize(m, 3);
   std::map<std::string, at::Tensor> w;
   for (const auto& [name, t] : store.named())
@@ -93,6 +94,14 @@ TEST(GpuFamilies, EachFamilysForwardOnCudaEqualsTheCpus) {
                   fused, fp32, bf16);
       EXPECT_LE(fp32, 1e-3) << name << " fused " << fused;  // TF32 may be on: fp32 matmuls differ
       EXPECT_LE(bf16, 2e-2) << name << " fused " << fused;
+    }
+    // The projections' GEMMs in float8 (tensorwise) where the GPU has them: every family's
+    // shapes here are multiples of 16.
+    if (model::fp8_device_problem(gpu).empty()) {
+      const at::Tensor f8 = logits(m, gpu, at::kBFloat16, true, model::Fp8Mode::kTensorwise);
+      const double rel = ((f8 - ref).norm() / ref.norm()).item<double>();
+      std::printf("family %s fp8 tensorwise: relative L2 %.2e\n", name.c_str(), rel);
+      EXPECT_LE(rel, 0.15) << name << " fp8";  // e4m3's 3 mantissa bits, a few layers deep
     }
   }
 #endif
