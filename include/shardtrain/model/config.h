@@ -1,4 +1,4 @@
-// The architecture's hyper-parameters (Llama, Mistral and Qwen2: one decoder with switches):
+// The architecture's hyper-parameters (every family of model/family.h: one decoder with switches):
 // named presets, Hugging Face config.json, validation.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,7 @@
-// The Llama-2 forward pass, written once, unit by unit. Each unit reads its weights by Hugging
-// Face name through a lookup, so the FSDP engine hands over all-gathered views just in time
-// and single-rank code hands over its own tensors; both run these same functions.
+// The decoder's forward pass (every family of model/family.h), written once, unit by unit. Each
+// unit reads its weights by Hugging Face name through a lookup, so the FSDP engine hands over
+// all-gathered views just in time and single-rank code hands over its own tensors; both run these
+// same functions.
 #pragma once
 #include <ATen/core/Tensor.h>
 
