@@ -176,6 +176,18 @@ bool has_system(const std::vector<ChatMessage>& m) {
   return !m.empty() && m.front().role == ChatRole::kSystem;
 }
 
+// One turn of the templates that wrap each message in their own tokens: open, the header text,
+// the content (the loss's where `assistant`), close (also the loss's), a newline; `cut`: a
+// dialogue may be cut after it.
+void turn(Out& o, const std::string& open, const std::string& header, const std::string& content,
+          const std::string& close, bool assistant, bool cut) {
+  o.special(open);
+  o.text(header);
+  o.text(content, assistant);
+  o.special(close, assistant);
+  o.text("\n", false, cut);
+}
+
 // Llama-2-chat: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s>, contents
 // stripped.
 void llama2(Out& o, const std::vector<ChatMessage>& m, const std::string& bos,
@@ -227,19 +239,12 @@ void mistral(Out& o, const std::vector<ChatMessage>& m, const std::string& bos,
 
 // Qwen2-7B-Instruct: <|im_start|>{role}\n{content}<|im_end|>\n, with a default system message.
 void chatml(Out& o, const std::vector<ChatMessage>& m) {
-  if (!has_system(m)) {
-    o.special("<|im_start|>");
-    o.text("system\nYou are a helpful assistant.");
-    o.special("<|im_end|>");
-    o.text("\n");
-  }
+  if (!has_system(m))
+    turn(o, "<|im_start|>", "system\n", "You are a helpful assistant.", "<|im_end|>", false, false);
   for (const auto& msg : m) {
     const bool a = msg.role == ChatRole::kAssistant;
-    o.special("<|im_start|>");
-    o.text(std::string(role_name(msg.role)) + "\n");
-    o.text(msg.content, a);
-    o.special("<|im_end|>", a);
-    o.text("\n", false, a);
+    turn(o, "<|im_start|>", std::string(role_name(msg.role)) + "\n", msg.content, "<|im_end|>", a,
+         a);
   }
 }
 
@@ -269,13 +274,9 @@ void qwen3(Out& o, const std::vector<ChatMessage>& m) {
       break;
     }
   for (size_t i = 0; i < m.size(); ++i) {
-    const bool a = m[i].role == ChatRole::kAssistant;
-    o.special("<|im_start|>");
-    o.text(std::string(role_name(m[i].role)) + "\n");
-    if (!a) {
-      o.text(m[i].content);
-      o.special("<|im_end|>");
-      o.text("\n");
+    const std::string header = std::string(role_name(m[i].role)) + "\n";
+    if (m[i].role != ChatRole::kAssistant) {
+      turn(o, "<|im_start|>", header, m[i].content, "<|im_end|>", false, false);
       continue;
     }
     std::string content = m[i].content, reasoning;
@@ -287,16 +288,12 @@ void qwen3(Out& o, const std::vector<ChatMessage>& m) {
       reasoning = strip_newlines(reasoning, true, false);
       content = strip_newlines(content.substr(content.rfind("</think>") + 8), true, false);
     }
+    // A dialogue cut after this turn renders it alike only where it keeps its block either way.
     const bool think = i > last_query && (i + 1 == m.size() || !reasoning.empty());
     if (think)
-      o.text("<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" +
-                 strip_newlines(content, true, false),
-             true);
-    else
-      o.text(content, true);
-    o.special("<|im_end|>", true);
-    // A dialogue cut after this turn renders it the same only where it keeps its block either way.
-    o.text("\n", false, think && (i + 1 == m.size() || !reasoning.empty()));
+      content = "<think>\n" + strip_newlines(reasoning, true, true) + "\n</think>\n\n" +
+                strip_newlines(content, true, false);
+    turn(o, "<|im_start|>", header, content, "<|im_end|>", true, think);
   }
 }
 
@@ -311,12 +308,10 @@ void gemma(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, bo
   o.special(bos);
   for (size_t i = sys ? 1 : 0; i < m.size(); ++i) {
     const bool a = m[i].role == ChatRole::kAssistant;
-    o.special("<start_of_turn>");
-    o.text(std::string(a ? "model" : "user") + "\n" +
-           (sys && i == 1 ? m[0].content + "\n\n" : std::string()));
-    o.text(python_strip(m[i].content), a);
-    o.special("<end_of_turn>", a);
-    o.text("\n", false, a);
+    turn(o, "<start_of_turn>",
+         std::string(a ? "model" : "user") + "\n" +
+             (sys && i == 1 ? m[0].content + "\n\n" : std::string()),
+         python_strip(m[i].content), "<end_of_turn>", a, a);
   }
 }
 
@@ -324,14 +319,9 @@ void gemma(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, bo
 // generation prompt <|assistant|>\n instead).
 void phi3(Out& o, const std::vector<ChatMessage>& m, const std::string& eos,
           bool add_generation_prompt) {
-  for (const auto& msg : m) {
-    const bool a = msg.role == ChatRole::kAssistant;
-    o.special(std::string("<|") + role_name(msg.role) + "|>");
-    o.text("\n");
-    o.text(msg.content, a);
-    o.special("<|end|>", a);
-    o.text("\n");
-  }
+  for (const auto& msg : m)
+    turn(o, std::string("<|") + role_name(msg.role) + "|>", "\n", msg.content, "<|end|>",
+         msg.role == ChatRole::kAssistant, false);
   if (add_generation_prompt) {
     o.special("<|assistant|>");
     o.text("\n");
@@ -371,14 +361,7 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
       }
       break;
     case ChatTemplate::kQwen3:
-      if (has_system(messages)) {
-        o.special("<|im_start|>");
-        o.text("system\n" + messages[0].content);
-        o.special("<|im_end|>");
-        o.text("\n");
-      }
-      qwen3(o, std::vector<ChatMessage>(messages.begin() + (has_system(messages) ? 1 : 0),
-                                        messages.end()));
+      qwen3(o, messages);  // a first system message renders as any turn does
       if (add_generation_prompt) {
         o.special("<|im_start|>");
         o.text(enable_thinking ? "assistant\n" : "assistant\n<think>\n\n</think>\n\n");

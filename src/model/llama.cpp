@@ -38,8 +38,9 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
 LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer,
                                 const LoraRun* lora, bool merge, Fp8Mode fp8) {
   LayerWeights lw;
+  const Family& fam = family(cfg.model_type);
   lw.window = cfg.attention_window(layer);
-  lw.local_rope = family(cfg.model_type).local_rope && cfg.sliding_layer(layer);
+  lw.local_rope = fam.local_rope && cfg.sliding_layer(layer);
   for (Proj p : layer_projections(cfg)) {
     Projection& proj = lw.proj[static_cast<int>(p)];
     proj.weight = w(proj_weight_name(layer, p));
@@ -59,7 +60,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   }
   for (const Merged m : kMerged) {
     // Phi-3's checkpoint holds the merged weights themselves: they run merged on every path.
-    if (family(cfg.model_type).fused_checkpoint) {
+    if (fam.fused_checkpoint) {
       lw.merged[static_cast<int>(m)] = lw[merged_proj(m)];
       continue;
     }
@@ -109,26 +110,28 @@ at::Tensor gated_mlp(const ModelConfig& cfg, const LayerWeights& w, const at::Te
                         : activation(cfg.hidden_act, gate) * up;
 }
 
-at::Tensor layer_norm(const ModelConfig& cfg, const at::Tensor& x, const at::Tensor& weight,
-                      LayerPath path) {
-  const NormWeight style = family(cfg.model_type).norm_weight;
-  const double eps = cfg.rms_norm_eps;
-  if (path.fused) return rms_norm(x, weight, eps, /*fused=*/true, style);  // keeps x and rstd only
-  return path.selective ? checkpointed_rms_norm(x, weight, eps, style)
-                        : rms_norm(x, weight, eps, false, style);
-}
-
-// The norm of role r where the family has one; x itself where it has none.
-at::Tensor maybe_norm(const ModelConfig& cfg, const LayerWeights& w, NormRole r,
-                      const at::Tensor& x, LayerPath path) {
-  return w.norm(r).defined() ? layer_norm(cfg, x, w.norm(r), path) : x;
-}
+// The layer's norm of role r, in the family's style, where the family has one; x where it has none.
+struct LayerNorms {
+  const LayerWeights& w;
+  NormWeight style;
+  double eps;
+  LayerPath path;
+  at::Tensor operator()(NormRole r, const at::Tensor& x) const {
+    const at::Tensor& weight = w.norm(r);
+    if (!weight.defined()) return x;
+    if (path.fused) return rms_norm(x, weight, eps, /*fused=*/true, style);  // keeps x and rstd
+    return path.selective ? checkpointed_rms_norm(x, weight, eps, style)
+                          : rms_norm(x, weight, eps, false, style);
+  }
+};
 
 }  // namespace
 
 at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at::Tensor& x,
                          const TokenLayout& all_layers, LayerPath path) {
   const TokenLayout& layout = w.local_rope && all_layers.local ? *all_layers.local : all_layers;
+  const Family& fam = family(cfg.model_type);
+  const LayerNorms norm{w, fam.norm_weight, cfg.rms_norm_eps, path};
   const int64_t B = x.size(0);
   const int64_t T = x.size(1);
   const int64_t D = cfg.head_dim();
@@ -136,21 +139,21 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   const int64_t nkv = cfg.num_kv_heads;
   // Rotary and the residual adds are not recomputed: they keep nothing beyond the layout's cos
   // and sin, so a region around them would only keep q and k twice.
-  auto h = maybe_norm(cfg, w, NormRole::kAttnIn, x, path);
+  auto h = norm(NormRole::kAttnIn, x);
   at::Tensor q, k, v;
   {
     auto proj = qkv_projections(cfg, w, h);  // dropped here: rotary's outputs replace q and k
     // q/k norms before RoPE: over the whole projection (OLMo 2) or, after the split, each head.
-    const bool whole = family(cfg.model_type).qk_norm == QkNorm::kWhole;
+    const bool whole = fam.qk_norm == QkNorm::kWhole;
     if (whole) {
-      proj[0] = maybe_norm(cfg, w, NormRole::kQ, proj[0], path);
-      proj[1] = maybe_norm(cfg, w, NormRole::kK, proj[1], path);
+      proj[0] = norm(NormRole::kQ, proj[0]);
+      proj[1] = norm(NormRole::kK, proj[1]);
     }
     q = proj[0].view({B, T, nh, D});
     k = proj[1].view({B, T, nkv, D});
     if (!whole) {
-      q = maybe_norm(cfg, w, NormRole::kQ, q, path);
-      k = maybe_norm(cfg, w, NormRole::kK, k, path);
+      q = norm(NormRole::kQ, q);
+      k = norm(NormRole::kK, k);
     }
     q = q.transpose(1, 2);  // [B, nh, T, D]
     k = k.transpose(1, 2);  // [B, nkv, T, D]
@@ -178,10 +181,9 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   if (const double s = cfg.query_scale(); s != 1.0) q = q * s;  // query_pre_attn_scalar
   auto attn = layout_attention(layout, q, k, v, w.window, cfg.attn_softcap);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
-  auto out = x + maybe_norm(cfg, w, NormRole::kAttnOut, w[Proj::kO](attn), path);
-  auto m = maybe_norm(cfg, w, NormRole::kMlpIn, out, path);
-  return out +
-         maybe_norm(cfg, w, NormRole::kMlpOut, w[Proj::kDown](gated_mlp(cfg, w, m, path)), path);
+  auto out = x + norm(NormRole::kAttnOut, w[Proj::kO](attn));
+  auto m = norm(NormRole::kMlpIn, out);
+  return out + norm(NormRole::kMlpOut, w[Proj::kDown](gated_mlp(cfg, w, m, path)));
 }
 
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w,
@@ -192,10 +194,11 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
       // padding_idx: pad_token_id's row gets no gradient from the lookup, as in nn.Embedding.
       const at::Tensor e = at::embedding(w(names::kEmbed), x, cfg.pad_token_id).to(compute_dtype);
       if (!family(cfg.model_type).embed_scale) return e;
-      // Gemma: times sqrt(hidden_size) as an fp32 scalar rounded to the compute dtype.
+      // Gemma: times sqrt(hidden_size) as an fp32 scalar rounded to the compute dtype (on the
+      // host).
       return e * at::scalar_tensor(std::sqrt(static_cast<double>(cfg.hidden_size)), at::kFloat)
                      .to(compute_dtype)
-                     .to(e.device());
+                     .item<double>();
     }
     case UnitKind::kDecoderLayer:
       return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused, path.fp8),

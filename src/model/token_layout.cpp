@@ -65,7 +65,7 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
   const int64_t B = positions.size(0);
   const at::Tensor pos = positions.to(at::kLong).contiguous();  // [B, T], host
   const at::Tensor index = runtime::to_device(pos.flatten(), device);
-  const auto [cos, sin] = reach(pos.max().item<int64_t>() + 1);
+  const auto [cos, sin] = reach(rope.long_cos.defined() ? pos.max().item<int64_t>() + 1 : T);
   put_tables(l, cos, sin, index, B, T, gather);
   at::Tensor starts = pos.eq(0);
   starts.select(1, 0).fill_(true);  // every row opens a document

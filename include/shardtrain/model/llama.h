@@ -53,7 +53,7 @@ struct LayerWeights {
   // projection each (undefined weight: computed one by one, e.g. where LoRA targets a member).
   std::array<Projection, 2> merged;
   // By NormRole (params.h): the family's norms; undefined where it has none.
-  std::array<at::Tensor, 6> norms;
+  std::array<at::Tensor, kNumNormRoles> norms;
   int64_t window = 0;       // attention reaches this far back (0: the whole prefix)
   bool local_rope = false;  // Gemma 3's sliding layers: the layout's local RoPE tables
   const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }

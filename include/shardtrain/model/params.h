@@ -40,6 +40,7 @@ struct ParamSpec {
 // A decoder layer's RMSNorms by what they normalise: the queries and keys (QkNorm), and the
 // inputs and outputs of the attention and MLP blocks (NormPlacement).
 enum class NormRole { kQ, kK, kAttnIn, kAttnOut, kMlpIn, kMlpOut };
+inline constexpr int kNumNormRoles = 6;
 struct LayerNormSpec {
   NormRole role;
   const char* local;  // the name inside "model.layers.<i>." (param_names.h)
