@@ -432,12 +432,11 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
     c.hidden_act = j[fam.activation_key].get<std::string>();
   }
   c.pad_token_id = fam.default_pad_token_id;
-  if (j.contains("pad_token_id"))
-    c.pad_token_id = j["pad_token_id"].is_null() ? -1 : get("pad_token_id", int64_t{-1}, false);
-  // nn.Embedding counts a negative padding_idx from the end.
-  if (c.pad_token_id < -1 ||
-      (c.pad_token_id == -1 && j.contains("pad_token_id") && !j["pad_token_id"].is_null()))
-    c.pad_token_id += c.vocab_size;
+  if (j.contains("pad_token_id") && j["pad_token_id"].is_null()) c.pad_token_id = -1;
+  if (j.contains("pad_token_id") && !j["pad_token_id"].is_null()) {
+    const int64_t id = get("pad_token_id", int64_t{0}, true);
+    c.pad_token_id = id < 0 ? id + c.vocab_size : id;  // nn.Embedding counts back from the end
+  }
   nlohmann::json ids = nlohmann::json::object();  // kept for exports: generation reads them
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
     if (j.contains(key)) ids[key] = j[key];
