@@ -34,6 +34,11 @@ QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                    "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
 QWEN2_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Phi-4-mini's (tiktoken's o200k): case runs split before capitals, digits in threes, "/" kept with punctuation.
+O200K_REGEX = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+               r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|"
+               r"\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+PHI4_SPECIALS = ["<|endoftext|>", "<|assistant|>", "<|end|>", "<|user|>", "<|system|>"]
 BIG_SHIFT = 70000  # "big": every vocabulary id moved up by this, so ordinary words have ids >= 65536
 
 
@@ -62,7 +67,8 @@ def case_texts():
         "hot dog, dogs, hotdog, dog", "[MASK] in   [MASK]   middle", "x[MASK]y",
         "مرحبا بالعالم", "שלום עולם", "Привет, мир! Ёлка", "ᚠᛇᚻ", "Grüße aus Köln",
         "mixed: abc123def 456ghi", "!!!???...,,,", "--- *** ___ ```python```",
-        "\u200b zero\u200bwidth \ufeff bom", "\U0001F600\U0001F601 \U00010348 gothic",
+        "\u200b zero\u200bwidth \ufeff bom", "CamelCaseWords HTTPServer iPhone McDONALD'S ǅungla",
+        "path/to/file/\nnext /\r\n",  # o200k keeps "/" and line ends with punctuation; Lt, Lm, marks in words "\U0001F600\U0001F601 \U00010348 gothic",
     ] + corpus + [long_text()]
 
 
@@ -162,6 +168,18 @@ def make_qwen2(out):
     return write_dir(out, "qwen2", tok, {"tokenizer_config.json": config})
 
 
+def make_gpt2_class(out, name, regex, specials, config):
+    # OLMo 2's and Phi-4-mini's directories: tokenizer_config.json names GPT2Tokenizer, whose transformers-5 class
+    # would rebuild GPT-2's pre-tokenizer; config.json's model_type makes AutoTokenizer take tokenizer.json as it is.
+    tok = train(regex, nfc=False, ignore_merges=False, vocab=1400)
+    tok.add_special_tokens(specials)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    config = {"add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
+              "tokenizer_class": "GPT2Tokenizer", "added_tokens_decoder": added_decoder(tok), **config}
+    return write_dir(out, name, tok, {"tokenizer_config.json": config,
+                                      "config.json": {"model_type": "olmo2" if name == "olmo2" else "phi3"}})
+
+
 def make_gpt2(out):
     # GPT-2's ByteLevel (its own regex, add_prefix_space) after Splits of every other behavior.
     tok = Tokenizer(models.BPE())
@@ -242,7 +260,13 @@ def main():
     os.makedirs(out, exist_ok=True)
     base = train(LLAMA3_REGEX, nfc=False, ignore_merges=True, vocab=1500)
     dirs = {"llama3": make_llama3(out, base), "qwen2": make_qwen2(out), "big": make_big(out, base), "gpt2": make_gpt2(out),
-            "fallback": make_char_bpe(out, "fallback", True), "unk": make_char_bpe(out, "unk", False)}
+            "fallback": make_char_bpe(out, "fallback", True), "unk": make_char_bpe(out, "unk", False),
+            "olmo2": make_gpt2_class(out, "olmo2", LLAMA3_REGEX, ["<|endoftext|>", "<|pad|>"], {  # cl100k's regex
+                "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|pad|>",
+                "unk_token": "<|endoftext|>", "model_max_length": 4096}),
+            "phi4mini": make_gpt2_class(out, "phi4mini", O200K_REGEX, PHI4_SPECIALS, {
+                "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                "unk_token": "<|endoftext|>", "model_max_length": 131072})}
     make_refused(out)
     result, problems = {"tokenizers": {}}, []
     for name, d in dirs.items():
