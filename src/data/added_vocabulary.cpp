@@ -165,4 +165,10 @@ const std::string* AddedVocabulary::id_to_token(int32_t id) const {
   return it == by_id_.end() ? nullptr : &tokens_[it->second].match;
 }
 
+std::pair<bool, bool> AddedVocabulary::strips(int32_t id) const {
+  const auto it = by_id_.find(id);
+  if (it == by_id_.end()) return {false, false};
+  return {tokens_[it->second].lstrip, tokens_[it->second].rstrip};
+}
+
 }  // namespace shardtrain::data

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shardtrain/data/unicode_text.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::data {
@@ -16,7 +17,8 @@ int32_t ChatEncoder::special_id(const std::string& text) const {
   if (text == eos_) return tok_.eos_id();
   const auto it = special_ids_.find(text);
   if (it != special_ids_.end()) return it->second;
-  const auto ids = tok_.encode(text, /*add_bos=*/false);
+  const int32_t id = tok_.token_id(text);
+  const auto ids = id >= 0 ? std::vector<int32_t>{id} : tok_.encode(text, /*add_bos=*/false);
   if (ids.size() != 1)
     throw runtime::UsageError(std::string("--chat-template ") + chat_template_name(t_) +
                               ": its token " + text + " is not one token of " + tok_.path() +
@@ -24,18 +26,54 @@ int32_t ChatEncoder::special_id(const std::string& text) const {
   return special_ids_[text] = ids[0];
 }
 
-std::vector<int32_t> ChatEncoder::encode_text(const std::string& text) const {
-  // SentencePiece adds its "▁" dummy prefix to every run, as transformers' legacy Llama tokenizer
-  // (Metaspace, prepend_scheme "always") does, except to a run that already starts with a space.
-  if (!tok_.is_json() && text.size() > 1 && text[0] == ' ')
-    return tok_.encode(text.substr(1), /*add_bos=*/false);
-  return tok_.encode(text, /*add_bos=*/false);
+namespace {
+
+size_t leading_space(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size() && is_unicode_whitespace(utf8_decode_at(s, i)))
+    i += utf8_char_len(static_cast<unsigned char>(s[i]));
+  return i;
+}
+
+size_t trailing_space(const std::string& s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t b = end - 1;
+    while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;  // the char's lead
+    if (!is_unicode_whitespace(utf8_decode_at(s, b))) break;
+    end = b;
+  }
+  return s.size() - end;
+}
+
+}  // namespace
+
+void ChatEncoder::strip_beside_specials(std::vector<ChatPiece>& pieces) const {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (!pieces[i].special) continue;
+    const auto [lstrip, rstrip] = tok_.strips(special_id(pieces[i].text));
+    for (size_t k = i + 1; rstrip && k < pieces.size() && !pieces[k].special; ++k) {
+      std::string& t = pieces[k].text;
+      const size_t n = leading_space(t);
+      const bool all = n == t.size();
+      t.erase(0, n);
+      if (!all) break;
+    }
+    for (size_t k = i; lstrip && k-- > 0 && !pieces[k].special;) {
+      std::string& t = pieces[k].text;
+      const size_t n = trailing_space(t);
+      const bool all = n == t.size();
+      t.resize(t.size() - n);
+      if (!all) break;
+    }
+  }
 }
 
 ChatSample ChatEncoder::encode(const std::vector<ChatMessage>& messages, bool train_on_all,
                                bool add_generation_prompt) const {
-  const std::vector<ChatPiece> pieces =
-      render_chat(t_, messages, bos_, eos_, add_generation_prompt);
+  std::vector<ChatPiece> pieces = render_chat(t_, messages, bos_, eos_, add_generation_prompt);
+  // An added token with lstrip/rstrip takes the whitespace beside it (Phi-3's role tokens).
+  strip_beside_specials(pieces);
   ChatSample out;
   Sample& s = out.sample;
   auto emit = [&](const std::vector<int32_t>& ids, size_t from, size_t to, const ChatPiece& p) {
@@ -56,13 +94,13 @@ ChatSample ChatEncoder::encode(const std::vector<ChatMessage>& messages, bool tr
     std::vector<size_t> ends;  // each piece's end offset in run
     for (; j < pieces.size() && !pieces[j].special; ++j)
       ends.push_back((run += pieces[j].text).size());
-    const auto ids = encode_text(run);
+    const auto ids = tok_.encode_run(run, /*after_special=*/i > 0);
     size_t from = 0;
     for (size_t k = i; k < j; ++k) {
       size_t to = ids.size();
       const bool last = k + 1 == j;
       if (!last && (pieces[k].assistant != pieces[k + 1].assistant || pieces[k].turn_end)) {
-        const auto head = encode_text(run.substr(0, ends[k - i]));
+        const auto head = tok_.encode_run(run.substr(0, ends[k - i]), i > 0);
         to = 0;
         while (to < head.size() && to < ids.size() && head[to] == ids[to]) ++to;
         to = std::max(to, from);

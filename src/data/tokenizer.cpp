@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "shardtrain/data/bpe_tokenizer.h"
+#include "shardtrain/data/sentencepiece_proto.h"
 #include "shardtrain/data/tokenizer_config.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/sha256.h"
@@ -65,17 +66,8 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-int32_t Tokenizer::special_id(const SpecialTokenName& name, const char* key,
-                              const TokenizerConfig& cfg) const {
-  int32_t id = -1;
-  if (bpe_) {
-    id = bpe_->token_to_id(name.content);
-  } else {
-    id = sp_->PieceToId(name.content);  // SentencePiece answers unk for an unknown piece: check
-    if (id < 0 || sp_->IdToPiece(id) != name.content) id = -1;
-    for (const auto& [added, content] : cfg.added_tokens)
-      if (id < 0 && content == name.content) id = added;
-  }
+int32_t Tokenizer::special_id(const SpecialTokenName& name, const char* key) const {
+  const int32_t id = token_id(name.content);
   if (id < 0)
     throw runtime::UsageError(
         name.file + ": " + key + " \"" + name.content + "\" is not a token of " + path_ +
@@ -91,15 +83,31 @@ void Tokenizer::load_sentencepiece(const TokenizerConfig& cfg) {
                               st.ToString() + "; " + kWhatToPass);
   sp_pieces_ = sp_->GetPieceSize();
   vocab_ = sp_pieces_;
-  for (const auto& [id, content] : cfg.added_tokens) vocab_ = std::max(vocab_, id + 1);
+  for (const auto& [id, entry] : cfg.added_tokens) {
+    vocab_ = std::max(vocab_, id + 1);
+    if (entry.lstrip || entry.rstrip) sp_strips_[id] = {entry.lstrip, entry.rstrip};
+    sp_added_.emplace(entry.content, id);
+  }
+  // LlamaTokenizer's default; a model whose SentencePiece adds no "▁" (Gemma's) has none to place.
+  sp_legacy_ = cfg.legacy.value_or(true);
+  std::vector<std::string> probe;
+  sp_dummy_prefix_ = sp_->Encode("a", &probe).ok() && !probe.empty() &&
+                     probe[0].rfind("\xe2\x96\x81", 0) == 0;  // "▁a" or "▁", "a"
+  if (sp_dummy_prefix_ && !sp_legacy_) {  // the same model without its "▁", for later runs
+    sp_plain_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
+    const auto st =
+        sp_plain_->LoadFromSerializedProto(without_dummy_prefix(sp_->serialized_model_proto()));
+    if (!st.ok())
+      throw runtime::Error("sentencepiece could not reload " + path_ + ": " + st.ToString());
+  }
   // Without config files: the model's own ids, as before tokenizer_config.json was read.
-  bos_ = cfg.bos.set()                                     ? special_id(cfg.bos, "bos_token", cfg)
+  bos_ = cfg.bos.set()                                     ? special_id(cfg.bos, "bos_token")
          : cfg.bos.state == SpecialTokenName::State::kNull ? -1
                                                            : sp_->bos_id();
-  eos_ = cfg.eos.set()                                     ? special_id(cfg.eos, "eos_token", cfg)
+  eos_ = cfg.eos.set()                                     ? special_id(cfg.eos, "eos_token")
          : cfg.eos.state == SpecialTokenName::State::kNull ? -1
                                                            : sp_->eos_id();
-  pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token", cfg) : -1;
+  pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token") : -1;
   add_bos_token_ = cfg.add_bos_token.value_or(true);  // LlamaTokenizer's defaults
   add_eos_token_ = cfg.add_eos_token.value_or(false);
   if ((cfg.bos.state == SpecialTokenName::State::kAbsent && bos_ < 0) || eos_ < 0)
@@ -113,13 +121,13 @@ void Tokenizer::load_json(const TokenizerConfig& cfg) {
   bpe_->set_split_special_tokens(cfg.split_special_tokens);
   vocab_ = bpe_->vocab_size();
   using State = SpecialTokenName::State;
-  bos_ = cfg.bos.set()                     ? special_id(cfg.bos, "bos_token", cfg)
+  bos_ = cfg.bos.set()                     ? special_id(cfg.bos, "bos_token")
          : cfg.bos.state == State::kAbsent ? cfg.generation_bos
                                            : -1;
-  eos_ = cfg.eos.set()                     ? special_id(cfg.eos, "eos_token", cfg)
+  eos_ = cfg.eos.set()                     ? special_id(cfg.eos, "eos_token")
          : cfg.eos.state == State::kAbsent ? cfg.generation_eos
                                            : -1;
-  pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token", cfg) : -1;
+  pad_ = cfg.pad.set() ? special_id(cfg.pad, "pad_token") : -1;
   const std::string dir = fs::path(path_).parent_path().string();
   if (eos_ < 0)
     throw runtime::UsageError(
@@ -162,6 +170,35 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   const auto st = sp_->Decode(keep, &text);
   if (!st.ok()) throw runtime::Error("sentencepiece could not decode ids: " + st.ToString());
   return text;
+}
+
+std::vector<int32_t> Tokenizer::encode_run(const std::string& text, bool after_special) const {
+  if (bpe_ || !sp_dummy_prefix_) return encode(text, /*add_bos=*/false);
+  if (after_special && !sp_legacy_) {
+    // transformers' non-legacy LlamaTokenizer puts no "▁" after a special token.
+    std::vector<int> ids;
+    const auto st = sp_plain_->Encode(text, &ids);
+    if (!st.ok()) throw runtime::Error("sentencepiece could not encode text: " + st.ToString());
+    return {ids.begin(), ids.end()};
+  }
+  // Metaspace (prepend_scheme "always", or "first" on the first run) puts no "▁" before a run that
+  // already starts with a space; SentencePiece always does.
+  if (text.size() > 1 && text[0] == ' ') return encode(text.substr(1), /*add_bos=*/false);
+  return encode(text, /*add_bos=*/false);
+}
+
+int32_t Tokenizer::token_id(const std::string& token) const {
+  if (bpe_) return bpe_->token_to_id(token);
+  const int32_t id = sp_->PieceToId(token);  // SentencePiece answers unk for an unknown piece
+  if (id >= 0 && sp_->IdToPiece(id) == token) return id;
+  const auto it = sp_added_.find(token);
+  return it == sp_added_.end() ? -1 : it->second;
+}
+
+std::pair<bool, bool> Tokenizer::strips(int32_t id) const {
+  if (bpe_) return bpe_->strips(id);
+  const auto it = sp_strips_.find(id);
+  return it == sp_strips_.end() ? std::pair<bool, bool>{false, false} : it->second;
 }
 
 int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id() : sp_->unk_id(); }

@@ -53,11 +53,13 @@ void read_names(const nlohmann::json& j, const std::string& file, TokenizerConfi
   read_name(j, "unk_token", file, &c->unk);
 }
 
-std::optional<bool> read_flag(const nlohmann::json& j, const char* key, const std::string& file) {
+std::optional<bool> read_flag(const nlohmann::json& j, const char* key, const std::string& file,
+                              const std::string& where = "") {
   const auto it = j.find(key);
   if (it == j.end() || it->is_null()) return std::nullopt;
   if (!it->is_boolean())
-    throw runtime::UsageError(file + ": " + key + " is " + it->dump() + ", not true or false");
+    throw runtime::UsageError(file + ": " + where + key + " is " + it->dump() +
+                              ", not true or false");
   return it->get<bool>();
 }
 
@@ -85,6 +87,7 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
     c.add_bos_token = read_flag(config, "add_bos_token", config_file);
     c.add_eos_token = read_flag(config, "add_eos_token", config_file);
     c.split_special_tokens = read_flag(config, "split_special_tokens", config_file).value_or(false);
+    c.legacy = read_flag(config, "legacy", config_file);
     const auto dec = config.find("added_tokens_decoder");
     has_decoder = dec != config.end() && dec->is_object();
     if (has_decoder)
@@ -93,7 +96,11 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
           throw runtime::UsageError(config_file + ": added_tokens_decoder." + id +
                                     " has no \"content\" string");
         try {
-          c.added_tokens[std::stoi(id)] = tok["content"].get<std::string>();
+          AddedTokenEntry& e = c.added_tokens[std::stoi(id)];
+          e.content = tok["content"].get<std::string>();
+          const std::string at = "added_tokens_decoder." + id + ".";
+          e.lstrip = read_flag(tok, "lstrip", config_file, at).value_or(false);
+          e.rstrip = read_flag(tok, "rstrip", config_file, at).value_or(false);
         } catch (const std::exception&) {
           throw runtime::UsageError(config_file + ": added_tokens_decoder key '" + id +
                                     "' is not a token id");

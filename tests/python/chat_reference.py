@@ -11,8 +11,8 @@ holding the family's chat_template as the Hub's model repositories have it:
   mistral  mistralai/Mistral-7B-Instruct-v0.1 and v0.2 (the current one: system before the first user turn)
   chatml   Qwen/Qwen2-7B-Instruct (default system "You are a helpful assistant.")
   qwen3    Qwen/Qwen3-8B (reasoning in <think> blocks)
-  gemma    google/gemma-3-1b-it (on the Qwen2-shaped tokenizer with Gemma's turn tokens added)
-  phi3     microsoft/Phi-3-mini-4k-instruct (the same, with Phi-3's role tokens added)
+  gemma    google/gemma-3-1b-it (a Gemma-shaped SentencePiece: no "▁" prefix, the turn tokens as pieces)
+  phi3     microsoft/Phi-3-mini-4k-instruct (Llama-2's SentencePiece, role tokens with rstrip, legacy false)
 
 For conversations in both input layouts (messages; ShareGPT conversations) it writes the rendered
 text, transformers' ids and the assistant mask. The mask is computed by rendering prefixes: an
@@ -223,36 +223,67 @@ def json_dirs(out):
     from transformers import AutoTokenizer
     base = tjr.train(tjr.LLAMA3_REGEX, nfc=False, ignore_merges=True, vocab=1500)
     made = {"llama3": tjr.make_llama3(out, base)}
-    for family in ("chatml", "qwen3", "gemma", "phi3"):  # Qwen2-shaped tokenizer.json files
+    for family in ("chatml", "qwen3"):  # Qwen2-shaped tokenizer.json files
         os.rename(tjr.make_qwen2(out), os.path.join(out, family))
         made[family] = os.path.join(out, family)
-    # Gemma's turn tokens and BOS as special tokens of the Qwen2-shaped tokenizer: the template's rendering and
-    # masks, not Gemma's own SentencePiece vocabulary.
-    from tokenizers import AddedToken, Tokenizer
-    gemma = Tokenizer.from_file(os.path.join(made["gemma"], "tokenizer.json"))
-    gemma.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in ("<bos>", "<start_of_turn>", "<end_of_turn>")])
-    gemma.save(os.path.join(made["gemma"], "tokenizer.json"))
-    phi3 = Tokenizer.from_file(os.path.join(made["phi3"], "tokenizer.json"))  # Phi-3's role tokens, the same way
-    phi3.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                             for t in ("<|system|>", "<|user|>", "<|assistant|>", "<|end|>")])
-    phi3.save(os.path.join(made["phi3"], "tokenizer.json"))
-    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>", "gemma": "<end_of_turn>",
-           "phi3": "<|endoftext|>"}  # the Instruct models'
-    bos = {"gemma": "<bos>"}
-    fresh = {"gemma", "phi3"}  # tokens added to tokenizer.json: transformers takes them from there
+    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>"}  # the Instruct models'
     hfs = {}
     for family, d in made.items():
         path = os.path.join(d, "tokenizer_config.json")
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
         config["chat_template"], config["eos_token"] = TEMPLATES[family], eos[family]
-        if family in bos:
-            config["bos_token"] = bos[family]
-        if family in fresh:
-            config.pop("added_tokens_decoder", None)  # the tokenizer.json's own, with the new tokens
         with open(path, "w", encoding="utf-8") as f:
             json.dump(config, f, ensure_ascii=False, indent=2)
         hfs[family] = AutoTokenizer.from_pretrained(d)
+        assert hfs[family].chat_template == TEMPLATES[family]
+    return made, hfs
+
+
+def added_entry(content, rstrip=False):
+    return {"content": content, "lstrip": False, "normalized": False, "rstrip": rstrip, "single_word": False, "special": True}
+
+
+def sentencepiece_dirs(out):
+    """Gemma 3's and Phi-3's directories as the Hub ships them: tokenizer.model beside the tokenizer.json transformers
+    writes from it, and their tokenizer_config.json. Gemma's SentencePiece puts no "▁" before a text and holds its turn
+    tokens as pieces; Phi-3's is Llama-2's with role tokens added after it that take the whitespace to their right
+    (rstrip), read with legacy false (no "▁" after a special token)."""
+    from transformers import AutoTokenizer, GemmaTokenizer, LlamaTokenizer
+    from tokenizers import AddedToken
+    made, hfs = {}, {}
+    gemma = os.path.join(out, "gemma")
+    os.makedirs(gemma)
+    tr.train(os.path.join(gemma, "tokenizer.model"), add_dummy_prefix=False, pad_id=0, eos_id=1, bos_id=2, unk_id=3,
+             bos_piece="<bos>", eos_piece="<eos>", user_defined_symbols=["<mask>", "<start_of_turn>", "<end_of_turn>"])
+    GemmaTokenizer.from_pretrained(gemma).save_pretrained(gemma)
+    config = {"add_bos_token": True, "add_eos_token": False, "bos_token": "<bos>", "eos_token": "<eos>",
+              "pad_token": "<pad>", "unk_token": "<unk>", "mask_token": "<mask>", "tokenizer_class": "GemmaTokenizer",
+              "added_tokens_decoder": {str(i): added_entry(t) for i, t in enumerate(
+                  ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"])},
+              "chat_template": TEMPLATES["gemma"]}
+    phi3 = os.path.join(out, "phi3")
+    os.makedirs(phi3)
+    tr.train(os.path.join(phi3, "tokenizer.model"))
+    hf = LlamaTokenizer.from_pretrained(phi3, legacy=False)
+    roles = ["<|assistant|>", "<|system|>", "<|end|>", "<|user|>"]
+    hf.add_special_tokens({"additional_special_tokens": [AddedToken("<|endoftext|>", special=True, normalized=False)] +
+                           [AddedToken(t, special=True, rstrip=True, normalized=False) for t in roles]})
+    hf.save_pretrained(phi3)
+    decoder = {"0": added_entry("<unk>"), "1": added_entry("<s>"), "2": added_entry("</s>")}
+    for t in ["<|endoftext|>"] + roles:
+        decoder[str(hf.convert_tokens_to_ids(t))] = added_entry(t, rstrip=t in roles)
+    phi3_config = {"add_bos_token": False, "add_eos_token": False, "added_tokens_decoder": decoder, "bos_token": "<s>",
+                   "clean_up_tokenization_spaces": False, "eos_token": "<|endoftext|>", "legacy": False,
+                   "model_max_length": 4096, "pad_token": "<|endoftext|>", "padding_side": "left", "sp_model_kwargs": {},
+                   "tokenizer_class": "LlamaTokenizer", "unk_token": "<unk>", "use_default_system_prompt": False,
+                   "chat_template": TEMPLATES["phi3"]}
+    for family, d, cfg, model_type in (("gemma", gemma, config, "gemma3_text"), ("phi3", phi3, phi3_config, "phi3")):
+        os.remove(os.path.join(d, "tokenizer_config.json"))
+        for name, content in (("tokenizer_config.json", cfg), ("config.json", {"model_type": model_type})):
+            with open(os.path.join(d, name), "w", encoding="utf-8") as f:
+                json.dump(content, f, ensure_ascii=False, indent=2)
+        made[family], hfs[family] = d, AutoTokenizer.from_pretrained(d)
         assert hfs[family].chat_template == TEMPLATES[family]
     return made, hfs
 
@@ -262,9 +293,9 @@ def main():
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(os.path.join(out, "inputs"))
     dirs, hfs = llama_dirs(out)
-    d2, h2 = json_dirs(out)
-    dirs.update(d2)
-    hfs.update(h2)
+    for more in (json_dirs(out), sentencepiece_dirs(out)):
+        dirs.update(more[0])
+        hfs.update(more[1])
     convs = conversations()
     jsonl = os.path.join(out, "inputs", "chat.jsonl")
     with open(jsonl, "w", encoding="utf-8") as f:

@@ -33,13 +33,13 @@ def load_demo(n=None):
         return [json.loads(line) for line in f][:n]
 
 
-def train(out_path):
+def train(out_path, **overrides):
     with open(CORPUS, encoding="utf-8") as f:
         lines = f.read().split("\n")
     texts = [template(s) + " " + s["output"] for s in load_demo()] + [l for l in lines if l]
     with open(out_path, "wb") as f:  # in-memory trainer; the writer gets the serialized proto
         spm.SentencePieceTrainer.train(sentence_iterator=iter(texts), model_writer=f,
-                                       vocab_size=VOCAB, **LLAMA2_SPM)
+                                       vocab_size=VOCAB, **{**LLAMA2_SPM, **overrides})
 
 
 def long_line(n=20000):
@@ -90,6 +90,18 @@ def hf_may_differ(text):
     return text[:1] in (" ", "\u2581") or "<s>" in text or "</s>" in text
 
 
+def no_prefix_cases(path):
+    # The model with add_dummy_prefix false, edited through sentencepiece's own protobuf classes: what a run after a
+    # special token becomes under LlamaTokenizer's legacy=false.
+    from sentencepiece import sentencepiece_model_pb2 as pb
+    m = pb.ModelProto()
+    with open(path, "rb") as f:
+        m.ParseFromString(f.read())
+    m.normalizer_spec.add_dummy_prefix = False
+    sp = spm.SentencePieceProcessor(model_proto=m.SerializeToString())
+    return [{"text": t, "ids": sp.encode(t)} for t in cases_texts()[:40]]
+
+
 def main():
     out = os.path.abspath(sys.argv[1])
     os.makedirs(out, exist_ok=True)
@@ -111,7 +123,8 @@ def main():
             cases.append(case)
     with open(os.path.join(out, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
         json.dump({"models": models, "cases": cases, "vocab_size": sizes, "bos_id": BOS,
-                   "eos_id": EOS, "sha256": {n: sha256(p) for n, p in models.items()}},
+                   "eos_id": EOS, "sha256": {n: sha256(p) for n, p in models.items()},
+                   "no_prefix": no_prefix_cases(SHIPPED)},
                   f, ensure_ascii=False, indent=1)
     print(f"{len(cases)} cases, vocab sizes {sizes}, {len(diffs)} differ from transformers")
     for name, text in diffs:

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/data/bpe_model.h"
@@ -35,6 +36,7 @@ class AddedVocabulary {
   int32_t token_to_id(const std::string& content) const;  // -1 when no added token has it
   const std::string* id_to_token(int32_t id) const;       // the form the decoder sees
   bool is_special(const std::string& token) const { return special_.count(token) > 0; }
+  std::pair<bool, bool> strips(int32_t id) const;  // lstrip, rstrip; false for other ids
   int32_t max_id() const { return max_id_; }
 
  private:

@@ -32,6 +32,7 @@ class BpeTokenizer {
     return suffix_;
   }  // what with_special appends
   int32_t unk_id() const { return model_.unk_id(); }
+  std::pair<bool, bool> strips(int32_t id) const { return added_.strips(id); }
   // transformers' split_special_tokens: special-token text in the input is tokenized as text.
   void set_split_special_tokens(bool v) { split_special_ = v; }
 

@@ -30,7 +30,7 @@ class ChatEncoder {
   ChatTemplate chat_template() const { return t_; }
 
  private:
-  std::vector<int32_t> encode_text(const std::string& text) const;
+  void strip_beside_specials(std::vector<ChatPiece>& pieces) const;
   int32_t special_id(const std::string& text) const;
 
   const Tokenizer& tok_;

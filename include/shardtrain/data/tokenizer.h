@@ -3,8 +3,10 @@
 // tokenizer_config.json, special_tokens_map.json and generation_config.json name.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sentencepiece {
@@ -36,6 +38,13 @@ class Tokenizer {
   // (Llama-2's and Llama-3's BOS; nothing for Qwen2). add_eos: EOS appended after them, once.
   std::vector<int32_t> encode(const std::string& text, bool add_bos = true,
                               bool add_eos = false) const;
+  // A run of text between two special tokens of a rendered chat (after_special: one precedes it),
+  // as transformers tokenizes it: SentencePiece's "▁" placed as LlamaTokenizer's legacy flag says.
+  std::vector<int32_t> encode_run(const std::string& text, bool after_special) const;
+  // The id of a token by its text (a piece, an added token); -1 when the tokenizer has none.
+  int32_t token_id(const std::string& token) const;
+  // Whether added token `id` takes the whitespace to its left and to its right (lstrip, rstrip).
+  std::pair<bool, bool> strips(int32_t id) const;
   // Special tokens (BOS/EOS/pad, a tokenizer.json's special added tokens) are dropped, as
   // skip_special_tokens does.
   std::string decode(const std::vector<int32_t>& ids) const;
@@ -62,16 +71,20 @@ class Tokenizer {
   void load_json(const TokenizerConfig& cfg);
   // The id of a token the config files name; throws UsageError naming file and key when the
   // tokenizer lacks it.
-  int32_t special_id(const SpecialTokenName& name, const char* key,
-                     const TokenizerConfig& cfg) const;
+  int32_t special_id(const SpecialTokenName& name, const char* key) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_plain_;  // sp_ without its "▁" prefix
   std::unique_ptr<BpeTokenizer> bpe_;
   std::string path_, sha256_;
   int32_t bos_ = -1, eos_ = -1, pad_ = -1, vocab_ = 0, sp_pieces_ = 0;
   bool add_bos_token_ = true,
-       add_eos_token_ = false;   // SentencePiece: tokenizer_config.json's flags
-  bool suffix_has_eos_ = false;  // a tokenizer.json's post_processor already ends with EOS
+       add_eos_token_ = false;    // SentencePiece: tokenizer_config.json's flags
+  bool suffix_has_eos_ = false;   // a tokenizer.json's post_processor already ends with EOS
+  bool sp_dummy_prefix_ = false;  // the SentencePiece model puts "▁" before a text (not Gemma's)
+  bool sp_legacy_ = true;         // tokenizer_config.json's legacy
+  std::map<int32_t, std::pair<bool, bool>> sp_strips_;  // added_tokens_decoder's lstrip, rstrip
+  std::map<std::string, int32_t> sp_added_;             // added_tokens_decoder's ids by content
   std::vector<int32_t> stop_ids_;
 };
 

@@ -19,12 +19,21 @@ struct SpecialTokenName {
   bool set() const { return state == State::kSet; }
 };
 
+// An added_tokens_decoder entry: its text, and whether it takes the whitespace beside it.
+struct AddedTokenEntry {
+  std::string content;
+  bool lstrip = false, rstrip = false;
+};
+
 struct TokenizerConfig {
   SpecialTokenName bos, eos, pad, unk;
   std::optional<bool> add_bos_token,
       add_eos_token;                  // tokenizer_config.json's; SentencePiece honours them
   bool split_special_tokens = false;  // special-token text in the input stays text
-  std::map<int32_t, std::string> added_tokens;  // added_tokens_decoder: id -> content
+  std::map<int32_t, AddedTokenEntry> added_tokens;  // added_tokens_decoder, by id
+  // LlamaTokenizer's legacy flag: false puts SentencePiece's "▁" before the text's first run only,
+  // none after a special token (transformers' Metaspace prepend_scheme "first").
+  std::optional<bool> legacy;
   int32_t generation_bos = -1,
           generation_eos = -1;  // generation_config.json's (the first of a list); -1: none
   std::vector<int32_t> generation_eos_ids;  // generation_config.json's eos_token_id, every one

@@ -9,6 +9,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include <sentencepiece_processor.h>
+
+#include "shardtrain/data/sentencepiece_proto.h"
 #include "shardtrain/data/tokenizer.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/sha256.h"
@@ -107,4 +110,27 @@ TEST(Tokenizer, BadFilesAreUsageErrors) {
   std::filesystem::create_directories(SHARDTRAIN_TEST_TMP);
   std::ofstream(junk) << "not a protobuf";
   EXPECT_THROW(data::Tokenizer{junk}, runtime::UsageError);
+}
+
+// A run after a special token under legacy=false: the model re-read without its "▁" prefix gives
+// what Python's sentencepiece gives the model edited through its protobuf classes.
+TEST(Tokenizer, ModelWithoutDummyPrefixMatchesPythonEdit) {
+  const auto j = cases();
+  std::ifstream in(j["models"]["shipped"].get<std::string>(), std::ios::binary);
+  const std::string proto((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  sentencepiece::SentencePieceProcessor sp;
+  ASSERT_TRUE(sp.LoadFromSerializedProto(data::without_dummy_prefix(proto)).ok());
+  int differs_from_prefixed = 0;
+  sentencepiece::SentencePieceProcessor orig;
+  ASSERT_TRUE(orig.LoadFromSerializedProto(proto).ok());
+  ASSERT_GE(j["no_prefix"].size(), 30u);
+  for (const auto& c : j["no_prefix"]) {
+    std::vector<int> ids, prefixed;
+    ASSERT_TRUE(sp.Encode(c["text"].get<std::string>(), &ids).ok());
+    ASSERT_TRUE(orig.Encode(c["text"].get<std::string>(), &prefixed).ok());
+    EXPECT_EQ(ids, c["ids"].get<std::vector<int>>()) << c["text"];
+    differs_from_prefixed += ids != prefixed;
+  }
+  EXPECT_GT(differs_from_prefixed, 20);  // the edit took
+  EXPECT_THROW(data::without_dummy_prefix(std::string("\x0a\xff", 2)), runtime::Error);
 }

@@ -68,7 +68,8 @@ void expect_refused(const std::string& path, const std::string& field) {
 
 TEST(TokenizerJson, IdsAndDecodesMatchTransformers) {
   const auto j = cases();
-  ASSERT_EQ(j["tokenizers"].size(), 8u);  // llama3, qwen2, big, gpt2, fallback, unk, olmo2, phi4mini
+  ASSERT_EQ(j["tokenizers"].size(),
+            8u);  // llama3, qwen2, big, gpt2, fallback, unk, olmo2, phi4mini
   for (const auto& [name, ref] : j["tokenizers"].items()) {
     const std::string dir = ref["dir"];
     for (const std::string& path :
