@@ -42,7 +42,10 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "val-input", po::value(&p.val_input), "or: a second JSONL file for validation")(
       "val-output", po::value(&p.val_output), "validation token file (default: <output>.val.h5)")(
       "seed", po::value(&p.seed)->default_value(p.seed), "seed for the validation split")(
-      "strict", po::bool_switch(&p.strict), "fail on the first bad line instead of skipping it")(
+      "no-thinking", po::bool_switch(&p.no_thinking),
+      "qwen3: preference prompts end with an empty <think> block, as its template renders "
+      "enable_thinking=false")("strict", po::bool_switch(&p.strict),
+                               "fail on the first bad line instead of skipping it")(
       "show-bad", po::value(&p.show_bad)->default_value(p.show_bad),
       "how many skipped lines to print");
   po::options_description all;

@@ -7,7 +7,11 @@
 
 namespace shardtrain::data {
 
-ChatEncoder::ChatEncoder(const Tokenizer& tok, ChatTemplate t) : tok_(tok), t_(t) {
+ChatEncoder::ChatEncoder(const Tokenizer& tok, ChatTemplate t, bool enable_thinking)
+    : tok_(tok), t_(t), enable_thinking_(enable_thinking) {
+  if (!enable_thinking && t != ChatTemplate::kQwen3)
+    throw runtime::UsageError(std::string("--no-thinking: the ") + chat_template_name(t) +
+                              " chat template has no enable_thinking; only qwen3's does");
   if (tok.bos_id() >= 0) bos_ = tok.piece(tok.bos_id());
   eos_ = tok.piece(tok.eos_id());
 }
@@ -71,7 +75,8 @@ void ChatEncoder::strip_beside_specials(std::vector<ChatPiece>& pieces) const {
 
 ChatSample ChatEncoder::encode(const std::vector<ChatMessage>& messages, bool train_on_all,
                                bool add_generation_prompt) const {
-  std::vector<ChatPiece> pieces = render_chat(t_, messages, bos_, eos_, add_generation_prompt);
+  std::vector<ChatPiece> pieces =
+      render_chat(t_, messages, bos_, eos_, add_generation_prompt, enable_thinking_);
   // An added token with lstrip/rstrip takes the whitespace beside it (Phi-3's role tokens).
   strip_beside_specials(pieces);
   ChatSample out;

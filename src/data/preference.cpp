@@ -113,9 +113,10 @@ bool parse_preference(const nlohmann::json& j, ParsedLine& p) {
   return true;
 }
 
-PreferenceEncoder::PreferenceEncoder(const Tokenizer& tok, ChatTemplate t)
+PreferenceEncoder::PreferenceEncoder(const Tokenizer& tok, ChatTemplate t, bool enable_thinking)
     : tok_(tok),
-      chat_(t == ChatTemplate::kAuto ? nullptr : std::make_unique<ChatEncoder>(tok, t)),
+      chat_(t == ChatTemplate::kAuto ? nullptr
+                                     : std::make_unique<ChatEncoder>(tok, t, enable_thinking)),
       eos_text_(tok.piece(tok.eos_id())) {
   const std::vector<int32_t> own = tok.encode("", /*add_bos=*/true);
   appends_eos_ = !own.empty() && own.back() == tok.eos_id() &&

@@ -80,7 +80,8 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       if (!preference) {
         if (!p.record.messages.empty() && res.chat_template == ChatTemplate::kAuto)
           res.chat_template = detect_chat_template(tok.path());
-        preference = std::make_unique<PreferenceEncoder>(tok, res.chat_template);
+        preference =
+            std::make_unique<PreferenceEncoder>(tok, res.chat_template, chat.enable_thinking);
       }
       keep_pair(preference->encode(p.record), lineno);
       return true;
@@ -89,7 +90,7 @@ ReadResult read_jsonl(const std::string& path, DataFormat format, const Tokenize
       if (!chat_encoder) {
         if (res.chat_template == ChatTemplate::kAuto)
           res.chat_template = detect_chat_template(tok.path());
-        chat_encoder = std::make_unique<ChatEncoder>(tok, res.chat_template);
+        chat_encoder = std::make_unique<ChatEncoder>(tok, res.chat_template, chat.enable_thinking);
       }
       ChatSample c = chat_encoder->encode(p.record.messages, chat.train_on_all);
       const bool had_loss = std::count(c.sample.mask.begin(), c.sample.mask.end(), 1) > 0;
@@ -213,8 +214,9 @@ std::string val_output_path(const PrepareOptions& o) {
 PrepareReport run_prepare(const PrepareOptions& given) {
   Tokenizer tok(given.tokenizer);
   PrepareReport rep;
-  ReadResult train = read_jsonl(given.input, given.format, tok, given.seq_len, given.strict,
-                                given.show_bad, {given.chat_template, given.train_on_all});
+  ReadResult train =
+      read_jsonl(given.input, given.format, tok, given.seq_len, given.strict, given.show_bad,
+                 {given.chat_template, given.train_on_all, !given.no_thinking});
   require_samples(given.input, train);
   // Preference pairs are one row each, chosen then rejected: a pair never shares a row or splits.
   const bool pairs = train.format == DataFormat::kPreference;
@@ -242,7 +244,7 @@ PrepareReport run_prepare(const PrepareOptions& given) {
   ReadResult val;
   if (!o.val_input.empty()) {
     val = read_jsonl(o.val_input, train.format, tok, o.seq_len, o.strict, o.show_bad,
-                     {train.chat_template, o.train_on_all});
+                     {train.chat_template, o.train_on_all, !o.no_thinking});
     require_samples(o.val_input, val);
     rep.val_stats = val.stats;
     train_samples = std::move(train.samples);

@@ -315,6 +315,12 @@ def main():
             cases.append({"name": name, "text": text, "ids": ids, "mask": expected_mask(family, hf, msgs, ids),
                           "turn_ends": turn_ends(family, hf, msgs, ids)})
         result["families"][family] = {"dir": dirs[family], "cases": cases}
+        if family == "qwen3":  # generation prompts (a preference record's prompt), with and without thinking
+            result["families"][family]["prompts"] = [
+                {"messages": msgs[:-1], "enable_thinking": think,
+                 "ids": list(hf.apply_chat_template(msgs[:-1], tokenize=True, add_generation_prompt=True,
+                                                    enable_thinking=think, return_dict=False))}
+                for name, msgs in convs if msgs[-1]["role"] == "assistant" for think in (True, False)]
         n = sum(len(c["ids"]) for c in cases)
         print(f"{family}: {len(cases)} conversations, {n} ids, {sum(sum(c['mask']) for c in cases)} in the loss")
     with open(os.path.join(out, "chat_cases.json"), "w", encoding="utf-8") as f:

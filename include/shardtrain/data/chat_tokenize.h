@@ -20,7 +20,8 @@ struct ChatSample {
 
 class ChatEncoder {
  public:
-  ChatEncoder(const Tokenizer& tok, ChatTemplate t);  // t resolved (not kAuto)
+  // t resolved (not kAuto). enable_thinking false: Qwen3's (any other template throws UsageError).
+  ChatEncoder(const Tokenizer& tok, ChatTemplate t, bool enable_thinking = true);
   // The text between the template's special tokens is tokenized run by run, as transformers
   // splits added tokens out first; inside a run, a turn starts at the token count of the text
   // before it when that tokenizes to a prefix of the run's ids (else their common prefix).
@@ -35,6 +36,7 @@ class ChatEncoder {
 
   const Tokenizer& tok_;
   ChatTemplate t_;
+  bool enable_thinking_;
   std::string bos_, eos_;
   mutable std::map<std::string, int32_t> special_ids_;
 };

@@ -24,7 +24,7 @@ struct PreferencePair {
 class PreferenceEncoder {
  public:
   // t: the chat template for conversational records (resolved, not kAuto), or kAuto for strings.
-  PreferenceEncoder(const Tokenizer& tok, ChatTemplate t);
+  PreferenceEncoder(const Tokenizer& tok, ChatTemplate t, bool enable_thinking = true);
   PreferencePair encode(const Record& r) const;
 
  private:

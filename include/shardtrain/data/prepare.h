@@ -35,6 +35,7 @@ struct ReadResult {
 struct ChatSettings {
   ChatTemplate chat_template = ChatTemplate::kAuto;
   bool train_on_all = false;
+  bool enable_thinking = true;  // Qwen3's generation prompts (preference prompts)
 };
 
 // Blank lines are ignored; bad lines are skipped and counted, or with strict, the first one
@@ -58,6 +59,7 @@ struct PrepareOptions {
   DataFormat format = DataFormat::kAuto;
   ChatTemplate chat_template = ChatTemplate::kAuto;  // --chat-template
   bool train_on_all = false;                         // --train-on all
+  bool no_thinking = false;                          // --no-thinking (Qwen3's enable_thinking)
   int64_t seq_len = 512;
   bool packing = true, strict = false;
   bool mode_given = false;  // --mode was passed (preference pairs refuse packing, not its default)
