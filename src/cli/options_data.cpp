@@ -26,7 +26,8 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "alpaca (instruction/input/output), samsum (dialogue/summary), text, chat (messages or "
       "ShareGPT conversations), preference (prompt/chosen/rejected: DPO pairs), or auto")(
       "chat-template", po::value(&chat_template)->default_value(chat_template),
-      "chat records: llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3, or auto (from "
+      "chat records: llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3, phi4, or auto "
+      "(from "
       "the "
       "tokenizer's "
       "tokenizer_config.json chat_template)")(

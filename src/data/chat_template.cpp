@@ -25,7 +25,7 @@ namespace {
 bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 const char* const kPass =
-    "; pass --chat-template llama2, llama3, mistral, chatml, qwen3, gemma, gemma2 or phi3";
+    "; pass --chat-template llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3 or phi4";
 
 }  // namespace
 
@@ -53,6 +53,12 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
     // system turn and puts <|assistant|> after each user turn.
     if (!has(j, "bos_token") && has(j, "<|system|>")) return ChatTemplate::kPhi3;
     return refuse("a Phi-3 template other than Phi-3-mini-instruct's current one or Phi-3.5's");
+  }
+  // Phi-4-mini-instruct's builds each role token from the role's name, with no newline after it.
+  if (has(j, "<|end|>") && has(j, "'<|' + message['role'] + '|>' + message['content']")) {
+    if (!has(j, "{{ '<|assistant|>' }}"))
+      return refuse("a Phi-4 template other than Phi-4-mini-instruct's");
+    return ChatTemplate::kPhi4;
   }
   if (has(j, "<|im_start|>") && has(j, "reasoning_content") && has(j, "last_query_index")) {
     // Qwen3's (hybrid thinking); Qwen3-2507's thinking-only models open <think> themselves.
@@ -83,7 +89,8 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
   }
   return refuse(
       "not one of Llama-2-chat's, Llama-3-Instruct's, Mistral-Instruct v0.1/v0.2's, "
-      "Qwen2-Instruct's, Qwen3's, Gemma 2-it's, Gemma 3-it's or Phi-3-instruct's");
+      "Qwen2-Instruct's, Qwen3's, Gemma 2-it's, Gemma 3-it's, Phi-3-instruct's or "
+      "Phi-4-mini-instruct's");
 }
 
 ChatTemplate detect_chat_template(const std::string& tokenizer_file) {
@@ -177,15 +184,15 @@ bool has_system(const std::vector<ChatMessage>& m) {
 }
 
 // One turn of the templates that wrap each message in their own tokens: open, the header text,
-// the content (the loss's where `assistant`), close (also the loss's), a newline; `cut`: a
-// dialogue may be cut after it.
+// the content (the loss's where `assistant`), close (also the loss's), `after` (a newline but in
+// Phi-4's); `cut`: a dialogue may be cut after it.
 void turn(Out& o, const std::string& open, const std::string& header, const std::string& content,
-          const std::string& close, bool assistant, bool cut) {
+          const std::string& close, bool assistant, bool cut, const char* after = "\n") {
   o.special(open);
   o.text(header);
   o.text(content, assistant);
   o.special(close, assistant);
-  o.text("\n", false, cut);
+  o.text(after, false, cut);
 }
 
 // Llama-2-chat: <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {answer} </s>, contents
@@ -317,14 +324,15 @@ void gemma(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, bo
 
 // Phi-3-mini-instruct, Phi-3.5: <|{role}|>\n{content}<|end|>\n per message, then EOS (the
 // generation prompt <|assistant|>\n instead).
-void phi3(Out& o, const std::vector<ChatMessage>& m, const std::string& eos,
-          bool add_generation_prompt) {
+// Phi-4-mini-instruct: the same without the newlines.
+void phi(Out& o, const std::vector<ChatMessage>& m, const std::string& eos,
+         bool add_generation_prompt, const char* newline) {
   for (const auto& msg : m)
-    turn(o, std::string("<|") + role_name(msg.role) + "|>", "\n", msg.content, "<|end|>",
-         msg.role == ChatRole::kAssistant, false);
+    turn(o, std::string("<|") + role_name(msg.role) + "|>", newline, msg.content,
+         std::string("<|end|>"), msg.role == ChatRole::kAssistant, false, newline);
   if (add_generation_prompt) {
     o.special("<|assistant|>");
-    o.text("\n");
+    if (*newline) o.text(newline);
   } else {
     // A dialogue cut earlier would render without this EOS: only the whole one ends a turn.
     o.special(eos, false, !m.empty() && m.back().role == ChatRole::kAssistant);
@@ -376,7 +384,8 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
       }
       break;
     case ChatTemplate::kPhi3:
-      phi3(o, messages, eos, add_generation_prompt);
+    case ChatTemplate::kPhi4:
+      phi(o, messages, eos, add_generation_prompt, t == ChatTemplate::kPhi3 ? "\n" : "");
       break;
     default:
       throw runtime::Error("render_chat: the chat template is not resolved");

@@ -13,6 +13,7 @@ holding the family's chat_template as the Hub's model repositories have it:
   qwen3    Qwen/Qwen3-8B (reasoning in <think> blocks)
   gemma    google/gemma-3-1b-it (a Gemma-shaped SentencePiece: no "▁" prefix, the turn tokens as pieces)
   phi3     microsoft/Phi-3-mini-4k-instruct (Llama-2's SentencePiece, role tokens with rstrip, legacy false)
+  phi4     microsoft/Phi-4-mini-instruct (an o200k-shaped tokenizer.json with its role tokens)
 
 For conversations in both input layouts (messages; ShareGPT conversations) it writes the rendered
 text, transformers' ids and the assistant mask. The mask is computed by rendering prefixes: an
@@ -135,10 +136,16 @@ PHI3_TEMPLATE = (  # microsoft/Phi-3-mini-4k-instruct
     "{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
     "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}")
+PHI4_TEMPLATE = (  # microsoft/Phi-4-mini-instruct
+    "{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message and message['tools'] is not none %}"
+    "{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}"
+    "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
 TEMPLATES = {"llama2": LLAMA2_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "mistral": MISTRAL_TEMPLATE, "chatml": QWEN2_TEMPLATE,
-             "qwen3": QWEN3_TEMPLATE, "gemma": GEMMA3_TEMPLATE, "phi3": PHI3_TEMPLATE}
+             "qwen3": QWEN3_TEMPLATE, "gemma": GEMMA3_TEMPLATE, "phi3": PHI3_TEMPLATE,
+             "phi4": PHI4_TEMPLATE}
 END_TOKEN = {"llama2": "</s>", "llama3": "<|eot_id|>", "mistral": "</s>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>",
-             "gemma": "<end_of_turn>", "phi3": "<|end|>"}
+             "gemma": "<end_of_turn>", "phi3": "<|end|>", "phi4": "<|end|>"}
 
 
 def conversations():
@@ -226,7 +233,10 @@ def json_dirs(out):
     for family in ("chatml", "qwen3"):  # Qwen2-shaped tokenizer.json files
         os.rename(tjr.make_qwen2(out), os.path.join(out, family))
         made[family] = os.path.join(out, family)
-    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>"}  # the Instruct models'
+    made["phi4"] = tjr.make_gpt2_class(out, "phi4", tjr.O200K_REGEX, tjr.PHI4_SPECIALS, {  # Phi-4-mini's shape
+        "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+        "unk_token": "<|endoftext|>"})
+    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>", "phi4": "<|endoftext|>"}
     hfs = {}
     for family, d in made.items():
         path = os.path.join(d, "tokenizer_config.json")
@@ -336,7 +346,7 @@ def turn_ends(family, hf, msgs, ids):
             # Qwen3 renders a last assistant turn with its <think> block and earlier ones without: a dialogue cut
             # there renders otherwise, so only the turns that render alike are places to cut.
             # Phi-3's template closes a conversation with EOS: only the whole one ends there.
-            if family in ("qwen3", "phi3") and ids[:len(head)] != head:
+            if family in ("qwen3", "phi3", "phi4") and ids[:len(head)] != head:
                 continue
             assert ids[:len(head)] == head, (family, i)
             ends.append(len(head))

@@ -110,8 +110,8 @@ def main(binary, ref, tmp):
     one = write_jsonl(os.path.join(tmp, "multi.jsonl"),
                       [json.loads(l) for l in open(cases["jsonl"], encoding="utf-8") if '"multi_system"' in l])
     for family, v in fams.items():
-        if family in ("qwen3", "phi3"):
-            continue  # no place to cut but the end: Qwen3's earlier turns lose their <think>, Phi-3 ends with EOS
+        if family in ("qwen3", "phi3", "phi4"):
+            continue  # no place to cut but the end: Qwen3's earlier turns lose their <think>, Phi-3/4 end with EOS
         c = next(c for c in v["cases"] if c["name"] == "multi_system")
         ends = c["turn_ends"]
         assert len(ends) == 3 and ends[-1] == len(c["ids"]) or family in ("chatml", "gemma"), (family, ends, len(c["ids"]))

@@ -1,6 +1,7 @@
 // Qwen3's generation prompts (a preference record's prompt) against transformers'
-// apply_chat_template(add_generation_prompt=True, enable_thinking=...) (tests/python/chat_reference.py),
-// and --no-thinking refused for a template without enable_thinking.
+// apply_chat_template(add_generation_prompt=True, enable_thinking=...)
+// (tests/python/chat_reference.py), and --no-thinking refused for a template without
+// enable_thinking.
 #include <gtest/gtest.h>
 
 #include <fstream>
