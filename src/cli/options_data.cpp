@@ -19,6 +19,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
               chat_template = data::chat_template_name(p.chat_template);
   std::string mode = p.packing ? "packing" : "padding",
               train_on = p.train_on_all ? "all" : "assistant";
+  bool no_thinking = !p.enable_thinking;
   po::options_description d("Prepare");
   d.add_options()("tokenizer", po::value(&p.tokenizer), kTokenizerHelp)(
       "input", po::value(&p.input), "JSONL input: one JSON object per line")(
@@ -27,10 +28,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "ShareGPT conversations), preference (prompt/chosen/rejected: DPO pairs), or auto")(
       "chat-template", po::value(&chat_template)->default_value(chat_template),
       "chat records: llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3, phi4, or auto "
-      "(from "
-      "the "
-      "tokenizer's "
-      "tokenizer_config.json chat_template)")(
+      "(from the tokenizer's tokenizer_config.json chat_template)")(
       "train-on", po::value(&train_on)->default_value(train_on),
       "assistant (chat: the assistant turns; other formats: the answer) or all (every token in the "
       "loss)")("output", po::value(&p.output), "HDF5 token file to write (e.g. train.h5)")(
@@ -43,7 +41,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "val-input", po::value(&p.val_input), "or: a second JSONL file for validation")(
       "val-output", po::value(&p.val_output), "validation token file (default: <output>.val.h5)")(
       "seed", po::value(&p.seed)->default_value(p.seed), "seed for the validation split")(
-      "no-thinking", po::bool_switch(&p.no_thinking),
+      "no-thinking", po::bool_switch(&no_thinking),
       "qwen3: preference prompts end with an empty <think> block, as its template renders "
       "enable_thinking=false")("strict", po::bool_switch(&p.strict),
                                "fail on the first bad line instead of skipping it")(
@@ -69,6 +67,7 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
   if (train_on != "assistant" && train_on != "all")
     throw runtime::UsageError("--train-on must be assistant or all, got '" + train_on + "'");
   p.train_on_all = train_on == "all";
+  p.enable_thinking = !no_thinking;
   if (mode != "packing" && mode != "padding")
     throw runtime::UsageError("--mode must be packing or padding, got '" + mode + "'");
   p.packing = mode == "packing";

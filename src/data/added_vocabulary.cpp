@@ -15,26 +15,6 @@ char32_t last_char(std::string_view text) {
   return utf8_decode_at(text, at);
 }
 
-// Where the whitespace that ends text begins (Rust regex \s*$).
-size_t trailing_space_start(std::string_view text) {
-  size_t at = text.size();
-  while (at > 0) {
-    size_t b = at - 1;
-    while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
-    if (!is_unicode_whitespace(utf8_decode_at(text, b))) break;
-    at = b;
-  }
-  return at;
-}
-
-// The length of the whitespace that starts text (Rust regex ^\s*).
-size_t leading_space_len(std::string_view text) {
-  size_t at = 0;
-  while (at < text.size() && is_unicode_whitespace(utf8_decode_at(text, at)))
-    at += utf8_char_len(static_cast<unsigned char>(text[at]));
-  return at;
-}
-
 }  // namespace
 
 void AddedVocabulary::Trie::insert(const std::string& s, int32_t index) {

@@ -328,11 +328,11 @@ void gemma(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, bo
 void phi(Out& o, const std::vector<ChatMessage>& m, const std::string& eos,
          bool add_generation_prompt, const char* newline) {
   for (const auto& msg : m)
-    turn(o, std::string("<|") + role_name(msg.role) + "|>", newline, msg.content,
-         std::string("<|end|>"), msg.role == ChatRole::kAssistant, false, newline);
+    turn(o, std::string("<|") + role_name(msg.role) + "|>", newline, msg.content, "<|end|>",
+         msg.role == ChatRole::kAssistant, false, newline);
   if (add_generation_prompt) {
     o.special("<|assistant|>");
-    if (*newline) o.text(newline);
+    o.text(newline);
   } else {
     // A dialogue cut earlier would render without this EOS: only the whole one ends a turn.
     o.special(eos, false, !m.empty() && m.back().role == ChatRole::kAssistant);

@@ -30,45 +30,19 @@ int32_t ChatEncoder::special_id(const std::string& text) const {
   return special_ids_[text] = ids[0];
 }
 
-namespace {
-
-size_t leading_space(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size() && is_unicode_whitespace(utf8_decode_at(s, i)))
-    i += utf8_char_len(static_cast<unsigned char>(s[i]));
-  return i;
-}
-
-size_t trailing_space(const std::string& s) {
-  size_t end = s.size();
-  while (end > 0) {
-    size_t b = end - 1;
-    while (b > 0 && (static_cast<unsigned char>(s[b]) & 0xC0) == 0x80) --b;  // the char's lead
-    if (!is_unicode_whitespace(utf8_decode_at(s, b))) break;
-    end = b;
-  }
-  return s.size() - end;
-}
-
-}  // namespace
-
 void ChatEncoder::strip_beside_specials(std::vector<ChatPiece>& pieces) const {
   for (size_t i = 0; i < pieces.size(); ++i) {
     if (!pieces[i].special) continue;
     const auto [lstrip, rstrip] = tok_.strips(special_id(pieces[i].text));
     for (size_t k = i + 1; rstrip && k < pieces.size() && !pieces[k].special; ++k) {
       std::string& t = pieces[k].text;
-      const size_t n = leading_space(t);
-      const bool all = n == t.size();
-      t.erase(0, n);
-      if (!all) break;
+      t.erase(0, leading_space_len(t));
+      if (!t.empty()) break;
     }
     for (size_t k = i; lstrip && k-- > 0 && !pieces[k].special;) {
       std::string& t = pieces[k].text;
-      const size_t n = trailing_space(t);
-      const bool all = n == t.size();
-      t.resize(t.size() - n);
-      if (!all) break;
+      t.resize(trailing_space_start(t));
+      if (!t.empty()) break;
     }
   }
 }

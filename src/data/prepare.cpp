@@ -216,7 +216,7 @@ PrepareReport run_prepare(const PrepareOptions& given) {
   PrepareReport rep;
   ReadResult train =
       read_jsonl(given.input, given.format, tok, given.seq_len, given.strict, given.show_bad,
-                 {given.chat_template, given.train_on_all, !given.no_thinking});
+                 {given.chat_template, given.train_on_all, given.enable_thinking});
   require_samples(given.input, train);
   // Preference pairs are one row each, chosen then rejected: a pair never shares a row or splits.
   const bool pairs = train.format == DataFormat::kPreference;
@@ -244,7 +244,7 @@ PrepareReport run_prepare(const PrepareOptions& given) {
   ReadResult val;
   if (!o.val_input.empty()) {
     val = read_jsonl(o.val_input, train.format, tok, o.seq_len, o.strict, o.show_bad,
-                     {train.chat_template, o.train_on_all, !o.no_thinking});
+                     {train.chat_template, o.train_on_all, o.enable_thinking});
     require_samples(o.val_input, val);
     rep.val_stats = val.stats;
     train_samples = std::move(train.samples);

@@ -9,7 +9,6 @@
 
 #include "shardtrain/data/bpe_tokenizer.h"
 #include "shardtrain/data/sentencepiece_proto.h"
-#include "shardtrain/data/tokenizer_config.h"
 #include "shardtrain/runtime/error.h"
 #include "shardtrain/runtime/sha256.h"
 
@@ -83,11 +82,8 @@ void Tokenizer::load_sentencepiece(const TokenizerConfig& cfg) {
                               st.ToString() + "; " + kWhatToPass);
   sp_pieces_ = sp_->GetPieceSize();
   vocab_ = sp_pieces_;
-  for (const auto& [id, entry] : cfg.added_tokens) {
-    vocab_ = std::max(vocab_, id + 1);
-    if (entry.lstrip || entry.rstrip) sp_strips_[id] = {entry.lstrip, entry.rstrip};
-    sp_added_.emplace(entry.content, id);
-  }
+  sp_added_ = cfg.added_tokens;
+  if (!sp_added_.empty()) vocab_ = std::max(vocab_, sp_added_.rbegin()->first + 1);
   // LlamaTokenizer's default; a model whose SentencePiece adds no "▁" (Gemma's) has none to place.
   sp_legacy_ = cfg.legacy.value_or(true);
   std::vector<std::string> probe;
@@ -191,14 +187,16 @@ int32_t Tokenizer::token_id(const std::string& token) const {
   if (bpe_) return bpe_->token_to_id(token);
   const int32_t id = sp_->PieceToId(token);  // SentencePiece answers unk for an unknown piece
   if (id >= 0 && sp_->IdToPiece(id) == token) return id;
-  const auto it = sp_added_.find(token);
-  return it == sp_added_.end() ? -1 : it->second;
+  for (const auto& [added, entry] : sp_added_)
+    if (entry.content == token) return added;
+  return -1;
 }
 
 std::pair<bool, bool> Tokenizer::strips(int32_t id) const {
   if (bpe_) return bpe_->strips(id);
-  const auto it = sp_strips_.find(id);
-  return it == sp_strips_.end() ? std::pair<bool, bool>{false, false} : it->second;
+  const auto it = sp_added_.find(id);
+  if (it == sp_added_.end()) return {false, false};
+  return {it->second.lstrip, it->second.rstrip};
 }
 
 int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id() : sp_->unk_id(); }

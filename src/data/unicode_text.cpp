@@ -255,4 +255,22 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
+size_t trailing_space_start(std::string_view text) {
+  size_t at = text.size();
+  while (at > 0) {
+    size_t b = at - 1;
+    while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+    if (!is_unicode_whitespace(utf8_decode_at(text, b))) break;
+    at = b;
+  }
+  return at;
+}
+
+size_t leading_space_len(std::string_view text) {
+  size_t at = 0;
+  while (at < text.size() && is_unicode_whitespace(utf8_decode_at(text, at)))
+    at += utf8_char_len(static_cast<unsigned char>(text[at]));
+  return at;
+}
+
 }  // namespace shardtrain::data

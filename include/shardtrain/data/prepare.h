@@ -59,7 +59,7 @@ struct PrepareOptions {
   DataFormat format = DataFormat::kAuto;
   ChatTemplate chat_template = ChatTemplate::kAuto;  // --chat-template
   bool train_on_all = false;                         // --train-on all
-  bool no_thinking = false;                          // --no-thinking (Qwen3's enable_thinking)
+  bool enable_thinking = true;                       // Qwen3's; --no-thinking sets it false
   int64_t seq_len = 512;
   bool packing = true, strict = false;
   bool mode_given = false;  // --mode was passed (preference pairs refuse packing, not its default)

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "shardtrain/data/tokenizer_config.h"
+
 namespace sentencepiece {
 class SentencePieceProcessor;
 }
@@ -16,8 +18,6 @@ class SentencePieceProcessor;
 namespace shardtrain::data {
 
 class BpeTokenizer;
-struct SpecialTokenName;
-struct TokenizerConfig;
 
 // The tokenizer file a --tokenizer path names: a .model or tokenizer.json file as given, or in a
 // directory its tokenizer.json (preferred, as AutoTokenizer's fast tokenizer) else tokenizer.model.
@@ -83,8 +83,7 @@ class Tokenizer {
   bool suffix_has_eos_ = false;   // a tokenizer.json's post_processor already ends with EOS
   bool sp_dummy_prefix_ = false;  // the SentencePiece model puts "▁" before a text (not Gemma's)
   bool sp_legacy_ = true;         // tokenizer_config.json's legacy
-  std::map<int32_t, std::pair<bool, bool>> sp_strips_;  // added_tokens_decoder's lstrip, rstrip
-  std::map<std::string, int32_t> sp_added_;             // added_tokens_decoder's ids by content
+  std::map<int32_t, AddedTokenEntry> sp_added_;  // tokenizer_config.json's added_tokens_decoder
   std::vector<int32_t> stop_ids_;
 };
 

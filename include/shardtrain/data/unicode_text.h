@@ -45,6 +45,10 @@ void utf8_append(std::string& out, char32_t cp);
 
 // Unicode White_Space (Rust's char::is_whitespace and regex \s).
 bool is_unicode_whitespace(char32_t cp);
+// Where the whitespace that ends text begins (Rust regex \s*$), and the length of the whitespace
+// that starts it (^\s*): what an added token's lstrip and rstrip take.
+size_t trailing_space_start(std::string_view text);
+size_t leading_space_len(std::string_view text);
 // Rust regex's \w: letters, marks, decimal digits, connector punctuation.
 bool is_word_char(char32_t cp);
 
