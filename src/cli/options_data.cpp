@@ -27,7 +27,8 @@ PrepareCliOptions parse_prepare(const std::vector<std::string>& args, std::strin
       "alpaca (instruction/input/output), samsum (dialogue/summary), text, chat (messages or "
       "ShareGPT conversations), preference (prompt/chosen/rejected: DPO pairs), or auto")(
       "chat-template", po::value(&chat_template)->default_value(chat_template),
-      "chat records: llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3, phi4, or auto "
+      "chat records: llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3, phi4, tulu, or "
+      "auto "
       "(from the tokenizer's tokenizer_config.json chat_template)")(
       "train-on", po::value(&train_on)->default_value(train_on),
       "assistant (chat: the assistant turns; other formats: the answer) or all (every token in the "

@@ -62,21 +62,32 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& tokens, const BpeModel& m
       tok.id = model.token_to_id(content);
     else
       tok.id = next_id++;
-    by_content_[content] = tok.id;
-    if (special) special_.insert(content);
-    max_id_ = std::max(max_id_, tok.id);
-    const auto same_id = by_id_.find(tok.id);
-    if (same_id != by_id_.end()) {
-      tokens_[same_id->second] =
-          tok;  // the later entry replaces the earlier, as tokenizers' map does
-      continue;
-    }
-    by_id_[tok.id] = tokens_.size();
-    tokens_.push_back(std::move(tok));
+    add(std::move(tok));
   }
   // Normalized tokens are looked for in the normalized text, the others in the text as given.
   for (size_t i = 0; i < tokens_.size(); ++i)
     (tokens_[i].normalized ? normalized_ : raw_).insert(tokens_[i].match, static_cast<int32_t>(i));
+}
+
+AddedVocabulary::AddedVocabulary(const std::map<int32_t, AddedTokenEntry>& tokens) {
+  for (const auto& [id, e] : tokens)
+    if (!e.content.empty())
+      add({e.content, e.content, id, e.single_word, e.lstrip, e.rstrip, e.normalized, e.special});
+  for (size_t i = 0; i < tokens_.size(); ++i)
+    raw_.insert(tokens_[i].match, static_cast<int32_t>(i));
+}
+
+void AddedVocabulary::add(Token tok) {
+  by_content_[tok.content] = tok.id;
+  if (tok.special) special_.insert(tok.content);
+  max_id_ = std::max(max_id_, tok.id);
+  const auto same_id = by_id_.find(tok.id);
+  if (same_id != by_id_.end()) {
+    tokens_[same_id->second] = std::move(tok);
+    return;
+  }
+  by_id_[tok.id] = tokens_.size();
+  tokens_.push_back(std::move(tok));
 }
 
 void AddedVocabulary::cut(std::string_view text, const Trie& trie, bool split_special,
@@ -132,6 +143,12 @@ std::vector<TextSegment> AddedVocabulary::split(std::string_view text,
     else
       cut(normalizer.apply(seg.text), normalized_, split_special, &out);
   }
+  return out;
+}
+
+std::vector<TextSegment> AddedVocabulary::split(std::string_view text, bool split_special) const {
+  std::vector<TextSegment> out;
+  cut(text, raw_, split_special, &out);
   return out;
 }
 

@@ -25,7 +25,8 @@ namespace {
 bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 const char* const kPass =
-    "; pass --chat-template llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3 or phi4";
+    "; pass --chat-template llama2, llama3, mistral, chatml, qwen3, gemma, gemma2, phi3, phi4 or "
+    "tulu";
 
 }  // namespace
 
@@ -60,6 +61,12 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
       return refuse("a Phi-4 template other than Phi-4-mini-instruct's");
     return ChatTemplate::kPhi4;
   }
+  // OLMo 2-Instruct's (Tülu 3's turns): role markers as plain text, EOS closing each answer.
+  if (has(j, "'<|user|>\\n' + message['content'] + '\\n'") && has(j, "eos_token")) {
+    if (!has(j, "{{ bos_token }}") || !has(j, "message['content'] + eos_token + '\\n'"))
+      return refuse("a Tülu template other than OLMo 2-Instruct's");
+    return ChatTemplate::kTulu;
+  }
   if (has(j, "<|im_start|>") && has(j, "reasoning_content") && has(j, "last_query_index")) {
     // Qwen3's (hybrid thinking); Qwen3-2507's thinking-only models open <think> themselves.
     if (has(j, "enable_thinking")) return ChatTemplate::kQwen3;
@@ -89,8 +96,8 @@ ChatTemplate recognise_chat_template(const std::string& j, std::string* why) {
   }
   return refuse(
       "not one of Llama-2-chat's, Llama-3-Instruct's, Mistral-Instruct v0.1/v0.2's, "
-      "Qwen2-Instruct's, Qwen3's, Gemma 2-it's, Gemma 3-it's, Phi-3-instruct's or "
-      "Phi-4-mini-instruct's");
+      "Qwen2-Instruct's, Qwen3's, Gemma 2-it's, Gemma 3-it's, Phi-3-instruct's, "
+      "Phi-4-mini-instruct's or OLMo 2-Instruct's");
 }
 
 ChatTemplate detect_chat_template(const std::string& tokenizer_file) {
@@ -339,6 +346,25 @@ void phi(Out& o, const std::vector<ChatMessage>& m, const std::string& eos,
   }
 }
 
+// OLMo 2-Instruct: BOS, then <|{role}|>\n{content}\n per message, an answer ending in EOS instead
+// of the newline (EOS and a newline when a turn follows); the generation prompt <|assistant|>\n.
+void tulu(Out& o, const std::vector<ChatMessage>& m, const std::string& bos, const std::string& eos,
+          bool add_generation_prompt) {
+  o.special(bos);
+  for (size_t i = 0; i < m.size(); ++i) {
+    const bool a = m[i].role == ChatRole::kAssistant;
+    o.text(std::string("<|") + role_name(m[i].role) + "|>\n");
+    o.text(m[i].content, a);
+    if (a) {
+      o.special(eos, true, true);
+      if (i + 1 < m.size()) o.text("\n");
+    } else {
+      o.text("\n");
+    }
+  }
+  if (add_generation_prompt && !m.empty()) o.text("<|assistant|>\n");
+}
+
 }  // namespace
 
 std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage>& messages,
@@ -386,6 +412,9 @@ std::vector<ChatPiece> render_chat(ChatTemplate t, const std::vector<ChatMessage
     case ChatTemplate::kPhi3:
     case ChatTemplate::kPhi4:
       phi(o, messages, eos, add_generation_prompt, t == ChatTemplate::kPhi3 ? "\n" : "");
+      break;
+    case ChatTemplate::kTulu:
+      tulu(o, messages, bos, eos, add_generation_prompt);
       break;
     default:
       throw runtime::Error("render_chat: the chat template is not resolved");

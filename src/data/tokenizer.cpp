@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "shardtrain/data/added_vocabulary.h"
 #include "shardtrain/data/bpe_tokenizer.h"
 #include "shardtrain/data/sentencepiece_proto.h"
 #include "shardtrain/runtime/error.h"
@@ -82,14 +83,25 @@ void Tokenizer::load_sentencepiece(const TokenizerConfig& cfg) {
                               st.ToString() + "; " + kWhatToPass);
   sp_pieces_ = sp_->GetPieceSize();
   vocab_ = sp_pieces_;
-  sp_added_ = cfg.added_tokens;
-  if (!sp_added_.empty()) vocab_ = std::max(vocab_, sp_added_.rbegin()->first + 1);
-  // LlamaTokenizer's default; a model whose SentencePiece adds no "▁" (Gemma's) has none to place.
-  sp_legacy_ = cfg.legacy.value_or(true);
+  std::map<int32_t, AddedTokenEntry> added = cfg.added_tokens;
+  if (cfg.has_config)  // transformers adds the special tokens the config names, too
+    for (const SpecialTokenName* name : {&cfg.bos, &cfg.eos, &cfg.unk, &cfg.pad}) {
+      const int32_t id = name->set() ? sp_->PieceToId(name->content) : -1;
+      if (id >= 0 && sp_->IdToPiece(id) == name->content && !added.count(id))
+        added[id] = {name->content, false, false, false, false, true};
+    }
+  sp_added_ = std::make_unique<AddedVocabulary>(added);
+  vocab_ = std::max(vocab_, sp_added_->max_id() + 1);
+  // transformers 5's LlamaTokenizer defaults legacy to false; a bare model keeps SentencePiece's
+  // own rule. A model whose SentencePiece adds no "▁" (Gemma's) has none to place.
+  sp_hf_ = cfg.has_config;
+  sp_legacy_ = cfg.legacy.value_or(!cfg.has_config);
+  sp_prefix_ = cfg.add_prefix_space.value_or(true);
+  split_special_ = cfg.split_special_tokens;
   std::vector<std::string> probe;
   sp_dummy_prefix_ = sp_->Encode("a", &probe).ok() && !probe.empty() &&
                      probe[0].rfind("\xe2\x96\x81", 0) == 0;  // "▁a" or "▁", "a"
-  if (sp_dummy_prefix_ && !sp_legacy_) {  // the same model without its "▁", for later runs
+  if (sp_dummy_prefix_) {  // the same model without its "▁", for texts that get none
     sp_plain_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
     const auto st =
         sp_plain_->LoadFromSerializedProto(without_dummy_prefix(sp_->serialized_model_proto()));
@@ -145,13 +157,18 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_bos, bo
     if (add_eos && !(add_bos && suffix_has_eos_)) ids.push_back(eos_);
     return ids;
   }
-  std::vector<int> ids;
-  const auto st = sp_->Encode(text, &ids);
-  if (!st.ok()) throw runtime::Error("sentencepiece could not encode text: " + st.ToString());
   std::vector<int32_t> out;
-  out.reserve(ids.size() + 2);
   if (add_bos && add_bos_token_ && bos_ >= 0) out.push_back(bos_);
-  out.insert(out.end(), ids.begin(), ids.end());
+  // With its tokenizer_config.json, as transformers; a bare model as SentencePiece itself.
+  if (sp_hf_) {
+    const auto ids = encode_run(text, /*after_special=*/false);
+    out.insert(out.end(), ids.begin(), ids.end());
+  } else {
+    std::vector<int> ids;
+    const auto st = sp_->Encode(text, &ids);
+    if (!st.ok()) throw runtime::Error("sentencepiece could not encode text: " + st.ToString());
+    out.insert(out.end(), ids.begin(), ids.end());
+  }
   if (add_eos || (add_bos && add_eos_token_)) out.push_back(eos_);
   return out;
 }
@@ -169,34 +186,42 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 std::vector<int32_t> Tokenizer::encode_run(const std::string& text, bool after_special) const {
-  if (bpe_ || !sp_dummy_prefix_) return encode(text, /*add_bos=*/false);
-  if (after_special && !sp_legacy_) {
-    // transformers' non-legacy LlamaTokenizer puts no "▁" after a special token.
-    std::vector<int> ids;
-    const auto st = sp_plain_->Encode(text, &ids);
-    if (!st.ok()) throw runtime::Error("sentencepiece could not encode text: " + st.ToString());
-    return {ids.begin(), ids.end()};
+  if (bpe_) return encode(text, /*add_bos=*/false);
+  std::vector<int32_t> out;
+  bool at_start = !after_special;
+  for (const TextSegment& seg : sp_added_->split(text, split_special_)) {
+    if (seg.id >= 0) {
+      out.push_back(seg.id);
+    } else {
+      const auto ids = encode_sp_run(seg.text, at_start);
+      out.insert(out.end(), ids.begin(), ids.end());
+    }
+    at_start = false;
   }
-  // Metaspace (prepend_scheme "always", or "first" on the first run) puts no "▁" before a run that
-  // already starts with a space; SentencePiece always does.
-  if (text.size() > 1 && text[0] == ' ') return encode(text.substr(1), /*add_bos=*/false);
-  return encode(text, /*add_bos=*/false);
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_sp_run(const std::string& text, bool at_start) const {
+  // Metaspace puts "▁" before a stretch that does not already start with one (a space becomes
+  // one): every stretch (legacy), the text's first ("first"), none (add_prefix_space false).
+  const bool starts_space = text.rfind(' ', 0) == 0 || text.rfind("\xe2\x96\x81", 0) == 0;
+  const bool plain = sp_dummy_prefix_ && (!sp_prefix_ || !(sp_legacy_ || at_start) || starts_space);
+  std::vector<int> ids;
+  const auto st = (plain ? sp_plain_ : sp_)->Encode(text, &ids);
+  if (!st.ok()) throw runtime::Error("sentencepiece could not encode text: " + st.ToString());
+  return {ids.begin(), ids.end()};
 }
 
 int32_t Tokenizer::token_id(const std::string& token) const {
   if (bpe_) return bpe_->token_to_id(token);
   const int32_t id = sp_->PieceToId(token);  // SentencePiece answers unk for an unknown piece
   if (id >= 0 && sp_->IdToPiece(id) == token) return id;
-  for (const auto& [added, entry] : sp_added_)
-    if (entry.content == token) return added;
-  return -1;
+  return sp_added_->token_to_id(token);
 }
 
 std::pair<bool, bool> Tokenizer::strips(int32_t id) const {
   if (bpe_) return bpe_->strips(id);
-  const auto it = sp_added_.find(id);
-  if (it == sp_added_.end()) return {false, false};
-  return {it->second.lstrip, it->second.rstrip};
+  return sp_added_->strips(id);
 }
 
 int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id() : sp_->unk_id(); }

@@ -83,11 +83,13 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
   const nlohmann::json config = read_object(config_file);
   bool has_decoder = false;
   if (config.is_object()) {
+    c.has_config = true;
     read_names(config, config_file, &c);
     c.add_bos_token = read_flag(config, "add_bos_token", config_file);
     c.add_eos_token = read_flag(config, "add_eos_token", config_file);
     c.split_special_tokens = read_flag(config, "split_special_tokens", config_file).value_or(false);
     c.legacy = read_flag(config, "legacy", config_file);
+    c.add_prefix_space = read_flag(config, "add_prefix_space", config_file);
     const auto dec = config.find("added_tokens_decoder");
     has_decoder = dec != config.end() && dec->is_object();
     if (has_decoder)
@@ -101,6 +103,10 @@ TokenizerConfig read_tokenizer_config(const std::string& dir) {
           const std::string at = "added_tokens_decoder." + id + ".";
           e.lstrip = read_flag(tok, "lstrip", config_file, at).value_or(false);
           e.rstrip = read_flag(tok, "rstrip", config_file, at).value_or(false);
+          e.single_word = read_flag(tok, "single_word", config_file, at).value_or(false);
+          e.special = read_flag(tok, "special", config_file, at).value_or(false);
+          // tokenizers' AddedToken: normalized defaults to not special
+          e.normalized = read_flag(tok, "normalized", config_file, at).value_or(!e.special);
         } catch (const std::exception&) {
           throw runtime::UsageError(config_file + ": added_tokens_decoder key '" + id +
                                     "' is not a token id");

@@ -14,6 +14,7 @@ holding the family's chat_template as the Hub's model repositories have it:
   gemma    google/gemma-3-1b-it (a Gemma-shaped SentencePiece: no "▁" prefix, the turn tokens as pieces)
   phi3     microsoft/Phi-3-mini-4k-instruct (Llama-2's SentencePiece, role tokens with rstrip, legacy false)
   phi4     microsoft/Phi-4-mini-instruct (an o200k-shaped tokenizer.json with its role tokens)
+  tulu     allenai/OLMo-2-1124-7B-Instruct (a cl100k-shaped tokenizer.json; the role markers are plain text)
 
 For conversations in both input layouts (messages; ShareGPT conversations) it writes the rendered
 text, transformers' ids and the assistant mask. The mask is computed by rendering prefixes: an
@@ -141,11 +142,19 @@ PHI4_TEMPLATE = (  # microsoft/Phi-4-mini-instruct
     "{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' + '<|end|>' }}"
     "{% else %}{{ '<|' + message['role'] + '|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% else %}{{ eos_token }}{% endif %}")
+OLMO2_TEMPLATE = (  # allenai/OLMo-2-1124-7B-Instruct (Tülu 3's turns)
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'system' %}"
+    "{{ '<|system|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'user' %}"
+    "{{ '<|user|>\\n' + message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{% if not loop.last %}"
+    "{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}{% else %}"
+    "{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
+    "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}")
 TEMPLATES = {"llama2": LLAMA2_TEMPLATE, "llama3": LLAMA3_TEMPLATE, "mistral": MISTRAL_TEMPLATE, "chatml": QWEN2_TEMPLATE,
              "qwen3": QWEN3_TEMPLATE, "gemma": GEMMA3_TEMPLATE, "phi3": PHI3_TEMPLATE,
-             "phi4": PHI4_TEMPLATE}
+             "phi4": PHI4_TEMPLATE, "tulu": OLMO2_TEMPLATE}
 END_TOKEN = {"llama2": "</s>", "llama3": "<|eot_id|>", "mistral": "</s>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>",
-             "gemma": "<end_of_turn>", "phi3": "<|end|>", "phi4": "<|end|>"}
+             "gemma": "<end_of_turn>", "phi3": "<|end|>", "phi4": "<|end|>",
+             "tulu": "<|endoftext|>"}
 
 
 def conversations():
@@ -236,7 +245,10 @@ def json_dirs(out):
     made["phi4"] = tjr.make_gpt2_class(out, "phi4", tjr.O200K_REGEX, tjr.PHI4_SPECIALS, {  # Phi-4-mini's shape
         "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
         "unk_token": "<|endoftext|>"})
-    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>", "phi4": "<|endoftext|>"}
+    made["tulu"] = tjr.make_gpt2_class(out, "olmo2", tjr.LLAMA3_REGEX, ["<|endoftext|>", "<|pad|>"], {  # OLMo 2's
+        "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|pad|>", "unk_token": "<|endoftext|>"})
+    eos = {"llama3": "<|eot_id|>", "chatml": "<|im_end|>", "qwen3": "<|im_end|>", "phi4": "<|endoftext|>",
+           "tulu": "<|endoftext|>"}
     hfs = {}
     for family, d in made.items():
         path = os.path.join(d, "tokenizer_config.json")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`prepare --format chat` against chat_reference.py's transformers references:
 
-- every family (llama2, llama3, mistral, chatml, qwen3, gemma, phi3), from JSONL and from a JSON array, with the template
+- every family (llama2, llama3, mistral, chatml, qwen3, gemma, phi3, phi4, tulu), from JSONL and from a JSON array, with the template
   named and with --chat-template auto: h5py reads back rows whose ids equal apply_chat_template's and
   whose loss mask is the assistant turns (content and end-of-turn token); --format auto picks chat;
 - --train-on all puts every token in the loss;

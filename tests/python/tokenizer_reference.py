@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import sys
 
 import sentencepiece as spm
@@ -102,6 +103,48 @@ def no_prefix_cases(path):
     return [{"text": t, "ids": sp.encode(t)} for t in cases_texts()[:40]]
 
 
+# Texts where transformers' rules for a SentencePiece model directory differ from SentencePiece's own: added and
+# special tokens written in the text, texts opening with a space or "▁", role tokens that strip the whitespace after.
+DIR_TEXTS = ["<s> and </s> as text", "hello</s>world", "x  <s>  y", "trailing <s>", "</s>", " lead", "  two spaces",
+             "\u2581 already a meta symbol", " ", "", "a<unk>b", "plain words, 12 digits",
+             "<|user|>\nWhat is 2 + 3?<|end|>\n<|assistant|>\n5.<|end|>", "Grüße <|end|>  日本語 <|user|> x",
+             "<|system|>  \n\tBe brief.<|end|>"]
+ROLES = ["<|assistant|>", "<|system|>", "<|end|>", "<|user|>"]
+
+
+def added(content, rstrip=False):
+    return {"content": content, "lstrip": False, "normalized": False, "rstrip": rstrip, "single_word": False,
+            "special": True}
+
+
+def dir_cases(out, model):
+    """Model directories as the Hub ships Llama-2's, Mistral's and Phi-3's (tokenizer.model beside a
+    tokenizer_config.json), read by transformers' AutoTokenizer: legacy true, false and absent (transformers 5's
+    default is false), add_prefix_space false, and Phi-3's added role tokens (rstrip) after the model's pieces."""
+    from transformers import AutoTokenizer
+    base = {"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+            "add_bos_token": True, "add_eos_token": False,
+            "added_tokens_decoder": {"0": added("<unk>"), "1": added("<s>"), "2": added("</s>")}}
+    phi3 = dict(base, legacy=False, add_bos_token=False, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    phi3["added_tokens_decoder"] = dict(base["added_tokens_decoder"], **{
+        str(VOCAB + i): added(t, rstrip=t in ROLES) for i, t in enumerate(["<|endoftext|>"] + ROLES)})
+    variants = {"legacy": dict(base, legacy=True), "nonlegacy": dict(base, legacy=False), "absent": base,
+                "no_prefix": dict(base, legacy=True, add_prefix_space=False), "phi3": phi3}
+    cases = []
+    for name, config in variants.items():
+        d = os.path.join(out, "dirs", name)
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(model, os.path.join(d, "tokenizer.model"))
+        with open(os.path.join(d, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, ensure_ascii=False, indent=2)
+        hf = AutoTokenizer.from_pretrained(d)
+        assert type(hf).__name__ == "LlamaTokenizer", type(hf)
+        sp = spm.SentencePieceProcessor(model_file=model)
+        bos = [BOS] if config["add_bos_token"] else []
+        cases += [{"dir": d, "text": t, "ids": hf(t)["input_ids"], "sp_ids": bos + sp.encode(t)} for t in DIR_TEXTS]
+    return cases
+
+
 def main():
     out = os.path.abspath(sys.argv[1])
     os.makedirs(out, exist_ok=True)
@@ -124,7 +167,7 @@ def main():
     with open(os.path.join(out, "tokenizer_cases.json"), "w", encoding="utf-8") as f:
         json.dump({"models": models, "cases": cases, "vocab_size": sizes, "bos_id": BOS,
                    "eos_id": EOS, "sha256": {n: sha256(p) for n, p in models.items()},
-                   "no_prefix": no_prefix_cases(SHIPPED)},
+                   "no_prefix": no_prefix_cases(SHIPPED), "dirs": dir_cases(out, trained)},
                   f, ensure_ascii=False, indent=1)
     print(f"{len(cases)} cases, vocab sizes {sizes}, {len(diffs)} differ from transformers")
     for name, text in diffs:

@@ -2,6 +2,7 @@
 // AddedVocabulary), leftmost-longest, honouring single_word, lstrip, rstrip and normalized.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "shardtrain/data/bpe_model.h"
 #include "shardtrain/data/pre_tokenizer.h"
+#include "shardtrain/data/tokenizer_config.h"
 #include "shardtrain/data/tokenizer_json_fields.h"
 
 namespace shardtrain::data {
@@ -28,10 +30,15 @@ class AddedVocabulary {
   // free one.
   AddedVocabulary(const nlohmann::json& tokens, const BpeModel& model,
                   const TextNormalizer& normalizer, const JsonSpot& spot);
+  // A SentencePiece model's added tokens (tokenizer_config.json's added_tokens_decoder, its ids as
+  // given), matched in the text as given: transformers' Llama tokenizer has no normalizer.
+  explicit AddedVocabulary(const std::map<int32_t, AddedTokenEntry>& tokens);
 
   // The text cut at added tokens, normalized between them; split_special: special tokens stay text.
   std::vector<TextSegment> split(std::string_view text, const TextNormalizer& normalizer,
                                  bool split_special) const;
+  // The same without a normalizer (the SentencePiece constructor's tokens).
+  std::vector<TextSegment> split(std::string_view text, bool split_special) const;
 
   int32_t token_to_id(const std::string& content) const;  // -1 when no added token has it
   const std::string* id_to_token(int32_t id) const;       // the form the decoder sees
@@ -52,6 +59,7 @@ class AddedVocabulary {
     void insert(const std::string& s, int32_t index);
     bool empty() const { return next.size() == 1; }
   };
+  void add(Token tok);  // by id: a later entry replaces an earlier one, as tokenizers' map does
   void cut(std::string_view text, const Trie& trie, bool split_special,
            std::vector<TextSegment>* out) const;
 

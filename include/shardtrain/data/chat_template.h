@@ -19,7 +19,8 @@ namespace shardtrain::data {
 // kGemma: Gemma 3-it's (the system message opens the first user turn; "model" for the
 // assistant); kGemma2: Gemma 2-it's (the same turns; a system message is refused, as its
 // template raises). kPhi3: Phi-3-mini-instruct's and Phi-3.5's (<|role|>\n{content}<|end|>\n,
-// then EOS). kPhi4: Phi-4-mini-instruct's (<|role|>{content}<|end|>, then EOS).
+// then EOS). kPhi4: Phi-4-mini-instruct's (<|role|>{content}<|end|>, then EOS). kTulu: OLMo
+// 2-Instruct's (Tülu's <|role|>\n turns in plain text, each answer ending in EOS, after BOS).
 enum class ChatTemplate {
   kAuto,
   kLlama2,
@@ -30,14 +31,16 @@ enum class ChatTemplate {
   kGemma,
   kGemma2,
   kPhi3,
-  kPhi4
+  kPhi4,
+  kTulu
 };
 inline constexpr runtime::EnumName<ChatTemplate> kChatTemplateNames[] = {
     {ChatTemplate::kLlama2, "llama2"},   {ChatTemplate::kLlama3, "llama3"},
     {ChatTemplate::kMistral, "mistral"}, {ChatTemplate::kChatml, "chatml"},
     {ChatTemplate::kQwen3, "qwen3"},     {ChatTemplate::kGemma, "gemma"},
     {ChatTemplate::kGemma2, "gemma2"},   {ChatTemplate::kPhi3, "phi3"},
-    {ChatTemplate::kPhi4, "phi4"},       {ChatTemplate::kAuto, "auto"}};
+    {ChatTemplate::kPhi4, "phi4"},       {ChatTemplate::kTulu, "tulu"},
+    {ChatTemplate::kAuto, "auto"}};
 ChatTemplate parse_chat_template(const std::string& s);  // throws UsageError naming --chat-template
 const char* chat_template_name(ChatTemplate t);
 

@@ -3,7 +3,6 @@
 // tokenizer_config.json, special_tokens_map.json and generation_config.json name.
 #pragma once
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -17,6 +16,7 @@ class SentencePieceProcessor;
 
 namespace shardtrain::data {
 
+class AddedVocabulary;
 class BpeTokenizer;
 
 // The tokenizer file a --tokenizer path names: a .model or tokenizer.json file as given, or in a
@@ -39,7 +39,8 @@ class Tokenizer {
   std::vector<int32_t> encode(const std::string& text, bool add_bos = true,
                               bool add_eos = false) const;
   // A run of text between two special tokens of a rendered chat (after_special: one precedes it),
-  // as transformers tokenizes it: SentencePiece's "▁" placed as LlamaTokenizer's legacy flag says.
+  // as transformers tokenizes it: added tokens split out, SentencePiece's "▁" placed as
+  // LlamaTokenizer's Metaspace places it (legacy, add_prefix_space).
   std::vector<int32_t> encode_run(const std::string& text, bool after_special) const;
   // The id of a token by its text (a piece, an added token); -1 when the tokenizer has none.
   int32_t token_id(const std::string& token) const;
@@ -72,6 +73,9 @@ class Tokenizer {
   // The id of a token the config files name; throws UsageError naming file and key when the
   // tokenizer lacks it.
   int32_t special_id(const SpecialTokenName& name, const char* key) const;
+  // One stretch of text between added tokens through SentencePiece, with or without its "▁"
+  // (at_start: the stretch opens the text, which prepend_scheme "first" prefixes).
+  std::vector<int32_t> encode_sp_run(const std::string& text, bool at_start) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_plain_;  // sp_ without its "▁" prefix
@@ -82,8 +86,12 @@ class Tokenizer {
        add_eos_token_ = false;    // SentencePiece: tokenizer_config.json's flags
   bool suffix_has_eos_ = false;   // a tokenizer.json's post_processor already ends with EOS
   bool sp_dummy_prefix_ = false;  // the SentencePiece model puts "▁" before a text (not Gemma's)
-  bool sp_legacy_ = true;         // tokenizer_config.json's legacy
-  std::map<int32_t, AddedTokenEntry> sp_added_;  // tokenizer_config.json's added_tokens_decoder
+  bool sp_hf_ = false;            // a tokenizer_config.json beside the model: transformers' rules
+  bool sp_legacy_ = true;         // tokenizer_config.json's legacy ("▁" after added tokens too)
+  bool sp_prefix_ = true;         // tokenizer_config.json's add_prefix_space
+  bool split_special_ = false;    // tokenizer_config.json's split_special_tokens
+  // tokenizer_config.json's added_tokens_decoder and its named special tokens
+  std::unique_ptr<AddedVocabulary> sp_added_;
   std::vector<int32_t> stop_ids_;
 };
 

@@ -19,13 +19,15 @@ struct SpecialTokenName {
   bool set() const { return state == State::kSet; }
 };
 
-// An added_tokens_decoder entry: its text, and whether it takes the whitespace beside it.
+// An added_tokens_decoder entry: its text, whether it takes the whitespace beside it, matches only
+// whole words, is looked for in normalized text, and is special (tokenizers' AddedToken).
 struct AddedTokenEntry {
   std::string content;
-  bool lstrip = false, rstrip = false;
+  bool lstrip = false, rstrip = false, single_word = false, normalized = false, special = false;
 };
 
 struct TokenizerConfig {
+  bool has_config = false;  // tokenizer_config.json is present: transformers' rules apply
   SpecialTokenName bos, eos, pad, unk;
   std::optional<bool> add_bos_token,
       add_eos_token;                  // tokenizer_config.json's; SentencePiece honours them
@@ -34,6 +36,8 @@ struct TokenizerConfig {
   // LlamaTokenizer's legacy flag: false puts SentencePiece's "▁" before the text's first run only,
   // none after a special token (transformers' Metaspace prepend_scheme "first").
   std::optional<bool> legacy;
+  // LlamaTokenizer's add_prefix_space: false puts no "▁" before any text (prepend_scheme "never").
+  std::optional<bool> add_prefix_space;
   int32_t generation_bos = -1,
           generation_eos = -1;  // generation_config.json's (the first of a list); -1: none
   std::vector<int32_t> generation_eos_ids;  // generation_config.json's eos_token_id, every one

@@ -134,3 +134,24 @@ TEST(Tokenizer, ModelWithoutDummyPrefixMatchesPythonEdit) {
   EXPECT_GT(differs_from_prefixed, 20);  // the edit took
   EXPECT_THROW(data::without_dummy_prefix(std::string("\x0a\xff", 2)), runtime::Error);
 }
+
+// A SentencePiece model with its tokenizer_config.json is read as transformers reads the
+// directory: added and special tokens written in the text are split out (lstrip/rstrip taking the
+// whitespace beside them), and "▁" goes where legacy and add_prefix_space put it.
+TEST(Tokenizer, ModelDirectoriesEncodeAsAutoTokenizer) {
+  const auto j = cases();
+  std::map<std::string, data::Tokenizer> toks;
+  int checked = 0, unlike_sentencepiece = 0;
+  for (const auto& c : j["dirs"]) {
+    const std::string dir = c["dir"];
+    if (!toks.count(dir)) toks.emplace(dir, data::Tokenizer(dir));
+    const std::string text = c["text"];
+    const auto got = toks.at(dir).encode(text);
+    EXPECT_EQ(got, c["ids"].get<std::vector<int32_t>>()) << dir << " text: '" << text << "'";
+    unlike_sentencepiece += got != c["sp_ids"].get<std::vector<int32_t>>();
+    ++checked;
+  }
+  EXPECT_EQ(toks.size(), 5u);
+  EXPECT_GE(checked, 70);
+  EXPECT_GE(unlike_sentencepiece, 30);  // the cases reach what SentencePiece alone gets wrong
+}
