@@ -52,6 +52,7 @@ ContextShard context_shard(const Batch& full, int n, int r) {
   at::Tensor pos = full.positions.defined()
                        ? full.positions.to(at::kLong)
                        : at::arange(T, i64).unsqueeze(0).expand({B, T}).contiguous();
+  s.reach = pos.max().item<int64_t>() + 1;  // transformers: max(position_ids) + 1, before padding
   if (pad > 0) {
     // Padding continues the row's last document: later than every real token, seen by none.
     const at::Tensor last = pos.narrow(1, T - 1, 1);

@@ -98,13 +98,8 @@ TokenLayout context_token_layout(const Rotary& rope, const ContextShard& share, 
   // Padding's positions run past the row; no real token sees them, so the table's last serves.
   const at::Tensor index =
       runtime::to_device(pos.clamp_max(rope.cos.size(0) - 1).flatten(), device);
-  // longrope picks its tables by the batch's furthest position, which a share alone does not
-  // know when rows are packed; whole rows reach full_len.
-  if (rope.long_cos.defined() && share.doc.defined())
-    throw runtime::UsageError(
-        "--context-parallel: longrope RoPE (rope_scaling) on packed rows is not implemented; "
-        "prepare the data with --mode padding or train without context parallelism");
-  const bool long_rope = rope.long_cos.defined() && share.full_len > rope.long_after;
+  // longrope picks its tables by the whole batch's furthest position, which context_shard kept.
+  const bool long_rope = rope.long_cos.defined() && share.reach > rope.long_after;
   const at::Tensor& cos = long_rope ? rope.long_cos : rope.cos;
   const at::Tensor& sin = long_rope ? rope.long_sin : rope.sin;
   put_tables(l, cos, sin, index, B, L, /*gather=*/true);

@@ -142,8 +142,9 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   const int pe = elt_of(in.fsdp.param_dtype);
   const int re = elt_of(in.fsdp.reduce_dtype);
   const bool cuda = in.gpu.name != "cpu";
-  const model::PackedRows packed{in.seq_len,
-                                 model::packed_rows_use_varlen(cuda, in.fsdp.param_dtype)};
+  // Soft-capped attention keeps the [T, T] document mask: no variable-length kernel covers it.
+  const model::PackedRows packed{
+      in.seq_len, model::packed_rows_use_varlen(cuda, in.fsdp.param_dtype) && m.attn_softcap <= 0};
   model::ActivationBytes act = layout.trained().activation_bytes(pe, in.packed ? &packed : nullptr);
   if (in.run.fp8 != model::Fp8Mode::kOff)
     act = model::with_fp8(act, m, pe, in.run.fused_layers, &in.run.adapters);
@@ -152,6 +153,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
   const int cp = in.context_parallel;
   const int64_t rank_seq = model::context_tokens_per_rank(in.seq_len, cp);
   act = model::with_context_parallel(act, m, pe, cp);
+  act = model::with_eager_attention(act, m, pe, rank_seq);     // Gemma 2's soft-capped scores
   act = with_objective(act, in.objective, in.run.loss_chunk);  // DPO's head
   const ReferenceModel reference = reference_model(in.objective, in.run.adapters.enabled());
   const RingCost ring = ring_cost(in);

@@ -20,8 +20,11 @@ so that they count):
   validation after its last step, over check_hf_export's rows), its config.json keeping the variant;
 - Qwen2 (biases, tied head) resumes at 1 rank from a checkpoint written at 2: its step-3 loss and
   weights equal the straight run's;
-- Gemma 2 (soft-capped scores) and Gemma 3 (two RoPE tables) train the same losses with each row split over a
-  context-parallel ring of 2 ranks;
+- Gemma 2 (soft-capped scores), Gemma 3 (two RoPE tables) and Phi-3 (longrope past its original context, on
+  packed rows) train the same losses with each row split over a context-parallel ring of 2 ranks;
+- each new family trains full_shard's losses under one other strategy (shard_grad_op, no_shard, or hybrid_shard
+  over 2 nodes of 2 ranks; each strategy for two families), and its greedy `generate` equals transformers'
+  generate with its cache, the answer running past the sliding windows;
 - tied variants also train LoRA adapters (the base, tied head included, frozen): 2 ranks give 1 rank's
   losses, and PEFT applies the exported adapter to the base with the loss `eval --lora` gives (by
   default Qwen2's tied head, Qwen3 and Gemma 2; Llama's is the same tied path).
@@ -95,7 +98,12 @@ LORA = {"qwen2_tied", "qwen3_tied+sliding+bias", "gemma2", "phi4mini_partial+tie
 TARGETS = {"phi3": "qkv_proj,o_proj,gate_up_proj,down_proj"}
 # Context parallelism's ring with what it must carry: Gemma 2's soft-capped scores (math blocks, the cap's gradient),
 # Gemma 3's two RoPE tables.
-CONTEXT = {"gemma2", "gemma3"}
+CONTEXT = {"gemma2", "gemma3", "phi3_window+longrope"}  # and Phi-3's longrope: the whole batch's reach picks its tables
+# The other sharding strategies, one per family (each strategy for two): the same losses as full_shard at 2 ranks.
+STRATEGY = {"qwen3_tied+sliding+bias": "hybrid_shard", "olmo2": "no_shard", "gemma2": "hybrid_shard",
+            "gemma3": "shard_grad_op", "phi3_window+longrope": "shard_grad_op", "phi4mini_partial+tied": "no_shard"}
+# Greedy generation against transformers' generate (its KV cache): the new families, windows shorter than the answer.
+GENERATE = set(STRATEGY)
 SAVED_AS = {"rope_linear+llama2_fp16": dict(dtype=torch.float16), "rope_llama3+bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
 ADAMW = dict(lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 STEPS, ROWS = 3, 4
@@ -223,6 +231,48 @@ def context_check(name, base, straight_losses):
     check(worst <= 1e-5, f"{name}: context-parallel losses {['%.6f' % x for x in ring]} equal the straight run's (max diff {worst:.1e})")
 
 
+def strategy_check(name, base, strategy, straight_losses):
+    """The same steps under another sharding strategy (hybrid_shard: 2 nodes of 2 ranks) give full_shard's losses."""
+    ranks, extra = (4, ["--ranks-per-node", "2"]) if strategy == "hybrid_shard" else (2, [])
+    metrics = os.path.join(WORK, f"{name}-{strategy}.jsonl")
+    p = subprocess.run(launch(ranks) + [BIN, "train", "--weights", base, "--data", small, "--steps", str(STEPS), "--batch-size",
+                       str(ROWS), "--threads", "1", "--lr", "1e-3", "--lr-schedule", "constant", "--warmup-steps", "0",
+                       "--weight-decay", "0.1", "--beta1", "0.9", "--beta2", "0.95", "--grad-clip", "1", "--sharding", strategy,
+                       *extra, "--metrics-file", metrics], capture_output=True, text=True, env=ENV)
+    check(p.returncode == 0, f"{name}: --sharding {strategy} at {ranks} ranks" + ("" if p.returncode == 0 else "\n" + p.stderr[-600:]))
+    if p.returncode != 0:
+        return
+    got = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line][:STEPS]
+    worst = max(abs(a - b) for a, b in zip(got, straight_losses)) if len(got) == STEPS else float("inf")
+    check(worst <= 1e-5, f"{name}: {strategy} losses equal full_shard's (max diff {worst:.1e})")
+
+
+def generate_check(name, base):
+    """shardtrain generate's greedy answer is transformers' generate(do_sample=False) with its cache, prompt and
+    answer (30 tokens) past the sliding windows (16), within Phi-3's original context (32)."""
+    import sentencepiece as spm
+    tok = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data", "demo",
+                       "tokenizer.model")
+    sp = spm.SentencePieceProcessor(model_file=tok)
+    prompt = "What is 7 + 5?"
+    ids = [sp.bos_id()] + sp.encode(prompt)
+    new = 30 - len(ids)
+    p = subprocess.run([BIN, "generate", "--weights", base, "--tokenizer", tok, "--prompt", prompt, "--max-new-tokens",
+                        str(new), "--threads", "1"], capture_output=True, env=ENV)  # bytes: a "\r" stays one
+    check(p.returncode == 0, f"{name}: generate" + ("" if p.returncode == 0 else "\n" + p.stderr[-600:].decode()))
+    if p.returncode != 0:
+        return
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    out = model.generate(torch.tensor([ids]), max_new_tokens=new, do_sample=False, use_cache=True,
+                         eos_token_id=sp.eos_id(), pad_token_id=sp.eos_id())[0, len(ids):].tolist()
+    if sp.eos_id() in out:
+        out = out[:out.index(sp.eos_id())]
+    theirs = sp.decode(out)
+    ours = p.stdout.decode("utf-8", errors="replace").removesuffix("\n")
+    check(ours == theirs and len(out) >= 8, f"{name}: greedy generate equals transformers' ({len(out)} tokens: {theirs[:40]!r})"
+          + ("" if ours == theirs else f"; shardtrain gave {ours[:40]!r}"))
+
+
 def saved_weights(export):
     out = {}
     for f in sorted(os.listdir(export)):
@@ -306,5 +356,9 @@ for name, (config_class, extra) in VARIANTS.items():
         resume_check(name, d, got, export)
     if name in CONTEXT:
         context_check(name, d, got)
+    if name in STRATEGY:
+        strategy_check(name, d, STRATEGY[name], got)
+    if name in GENERATE:
+        generate_check(name, d)
 
 sys.exit(1 if failures else 0)

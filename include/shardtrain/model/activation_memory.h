@@ -42,6 +42,12 @@ struct PackedRows {
 ActivationBytes with_fp8(ActivationBytes a, const ModelConfig& cfg, int elt, bool merged,
                          const LoraConfig* lora);
 
+// Soft-capped attention (Gemma 2) runs transformers' eager path: each row keeps its heads' [T, T]
+// scores. `a` with those terms per token, for `keys` keys per query (the row's length; a
+// context-parallel rank's share under the ring); `a` as it is for other models.
+ActivationBytes with_eager_attention(ActivationBytes a, const ModelConfig& cfg, int elt,
+                                     int64_t keys);
+
 // Context parallelism (train --context-parallel n, model/context_parallel.h): a row is padded to a
 // multiple of 2n tokens and each rank of the group holds 2 of its 2n chunks; this is its share.
 int64_t context_tokens_per_rank(int64_t seq_len, int n);

@@ -42,6 +42,7 @@ struct ContextShard {
   int n = 1, rank = 0;   // the group's size and this rank's place in it
   int64_t full_len = 0;  // Tp: the padded row
   int64_t real_len = 0;  // T: the row before padding
+  int64_t reach = 0;     // the whole batch's furthest position + 1 (longrope's choice of tables)
   at::Tensor doc;        // [B, Tp] int64: each token's document in its row; undefined: one per row
 };
 

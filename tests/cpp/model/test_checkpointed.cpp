@@ -6,11 +6,16 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "shardtrain/model/activation_memory.h"
+#include "shardtrain/model/config.h"
 #include "shardtrain/model/llama.h"
+#include "shardtrain/model/rotary.h"
+#include "shardtrain/model/token_layout.h"
 #include "shardtrain/runtime/host_tensor_memory.h"
 
 using namespace shardtrain;
@@ -164,4 +169,46 @@ TEST(MemoryModel, SelectiveLayerBytesMatchTheCountingAllocator) {
           << where;
       EXPECT_LT(kept[1], kept[0]) << where;
     }
+}
+
+// The families' layers (q/k norms per head and over the whole projection, Gemma's norms after the
+// blocks, an explicit head_dim, soft-capped eager attention with its [T, T] scores): what a plain
+// fp32 layer keeps, measured, against ActivationBytes::layer with the eager attention's terms.
+TEST(MemoryModel, FamilyLayerBytesMatchTheCountingAllocator) {
+  runtime::track_host_tensor_memory();
+  const int64_t B = 2, T = 96;
+  const nlohmann::json base = {{"vocab_size", 128},
+                               {"hidden_size", 64},
+                               {"intermediate_size", 176},
+                               {"num_hidden_layers", 1},
+                               {"num_attention_heads", 4},
+                               {"num_key_value_heads", 2},
+                               {"max_position_embeddings", 256}};
+  const std::vector<std::pair<std::string, nlohmann::json>> variants = {
+      {"qwen3", {{"model_type", "qwen3"}, {"head_dim", 32}}},
+      {"olmo2", {{"model_type", "olmo2"}}},
+      {"gemma3", {{"model_type", "gemma3_text"}, {"head_dim", 16}}},
+      {"gemma2", {{"model_type", "gemma2"}, {"head_dim", 32}, {"attn_logit_softcapping", 50.0}}}};
+  for (const auto& [name, extra] : variants) {
+    nlohmann::json j = base;
+    j.update(extra);
+    const model::ModelConfig m = model::model_from_hf_json(j, name);
+    at::manual_seed(0);
+    const model::ParamStore params = model::ParamStore::initialize(m, 1);
+    model::Rotary rope(m, T);
+    const model::WeightLookup lookup = [&params](const std::string& n) { return params.get(n); };
+    const model::LayerWeights w = model::LayerWeights::bind(m, lookup, 0);
+    const model::TokenLayout layout =
+        model::token_layout(rope, at::Tensor(), T, at::kCPU, at::kFloat);
+    const at::Tensor x = at::randn({B, T, m.hidden_size}).set_requires_grad(true);
+    const int64_t before = held();
+    at::Tensor y = model::decoder_layer(m, w, x, layout, model::LayerPath{false, false});
+    const double kept = static_cast<double>(held() - before) / (B * T);
+    y = at::Tensor();
+    const model::ActivationBytes a =
+        model::with_eager_attention(model::activation_bytes_per_token(m, 4), m, 4, T);
+    std::cout << name << " layer keeps " << kept << " bytes per token (model " << a.layer << ")\n";
+    EXPECT_NEAR(kept, static_cast<double>(a.layer), 0.05 * a.layer) << name;
+    EXPECT_EQ(held(), before) << name << ": what the forward kept is freed";
+  }
 }
