@@ -8,12 +8,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
 #include <vector>
 
+#include "model/family_logits.h"
 #include "shardtrain/cuda/kernels/fp8_math.h"
 #include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/model/config.h"
@@ -374,4 +376,23 @@ TEST(Fp8GatherCodec, DecodesEachWeightAsItsWholeTensorsFloat8Cast) {
   EXPECT_EQ(run.gather_codec(m, {model::UnitKind::kDecoderLayer, 0}, pieces, layout.padded, ranks,
                              0, at::kBFloat16),
             nullptr);
+}
+
+// Every family's forward with its projections in float8 (the CPU's emulation: the casts and
+// scales the GPU kernels use): near fp32 within e4m3's rounding, and not fp32 itself, tensorwise
+// and rowwise, on the composite and the merged (fused) projections.
+TEST(Fp8Families, EachFamilysForwardInFloat8StaysNearFp32) {
+  for (const auto& [name, m] : test::family_cases()) {
+    const at::Tensor ref = test::family_logits(m, at::kCPU, at::kFloat, false);
+    for (const auto mode : {model::Fp8Mode::kTensorwise, model::Fp8Mode::kRowwise})
+      for (const bool fused : {false, true}) {
+        const at::Tensor f8 = test::family_logits(m, at::kCPU, at::kFloat, fused, mode);
+        const double rel = ((f8 - ref).norm() / ref.norm()).item<double>();
+        const std::string where =
+            name + " " + model::fp8_mode_name(mode) + " fused " + std::to_string(fused);
+        std::printf("%s: relative L2 %.2e from fp32\n", where.c_str(), rel);
+        EXPECT_LE(rel, 0.2) << where;  // e4m3: 3 mantissa bits, 3 layers deep (OLMo 2: 0.14)
+        EXPECT_GE(rel, 1e-3) << where << ": the projections ran in float8";
+      }
+  }
 }
