@@ -24,7 +24,8 @@ so that they count):
   packed rows) train the same losses with each row split over a context-parallel ring of 2 ranks;
 - each new family trains full_shard's losses under one other strategy (shard_grad_op, no_shard, or hybrid_shard
   over 2 nodes of 2 ranks; each strategy for two families), and its greedy `generate` equals transformers'
-  generate with its cache, the answer running past the sliding windows;
+  generate with its cache, the answer running past the sliding windows, and `convert` takes it to a checkpoint and
+  back bit for bit;
 - tied variants also train LoRA adapters (the base, tied head included, frozen): 2 ranks give 1 rank's
   losses, and PEFT applies the exported adapter to the base with the loss `eval --lora` gives (by
   default Qwen2's tied head, Qwen3 and Gemma 2; Llama's is the same tied path).
@@ -79,6 +80,16 @@ VARIANTS = {
     # alternating sliding layers
     "gemma2": (Gemma2Config, dict(head_dim=16, query_pre_attn_scalar=24, sliding_window=16, attn_logit_softcapping=5.0,
                                   final_logit_softcapping=3.0, tie_word_embeddings=True)),
+    # The second configuration of each: untied Qwen3 with linear RoPE scaling, tied OLMo 2 with Llama-3's scaling past
+    # an original context of 16, Gemma 2 untied without soft-caps (the fused kernels' path) and its window out of
+    # reach, Gemma 3 tied with its default pattern
+    "qwen3_untied+rope_linear": (Qwen3Config, dict(rope_scaling=dict(rope_type="linear", factor=4.0))),
+    "olmo2_tied+rope_llama3": (Olmo2Config, dict(tie_word_embeddings=True, rope_scaling=dict(
+        rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=16))),
+    "gemma2_untied_nocaps": (Gemma2Config, dict(head_dim=16, sliding_window=4096, attn_logit_softcapping=None,
+                                                final_logit_softcapping=None)),
+    "gemma3_tied": (Gemma3TextConfig, dict(head_dim=16, num_hidden_layers=6, sliding_window=16,
+                                           tie_word_embeddings=True)),
     # Gemma 2's layer with q/k norms, a sliding:global pattern, the local RoPE base and linear scaling on the global layers
     "gemma3": (Gemma3TextConfig, dict(head_dim=16, sliding_window=16, num_hidden_layers=3, sliding_window_pattern=2,
                                       rope_scaling=dict(rope_type="linear", factor=8.0), rope_local_base_freq=100.0)),
@@ -273,6 +284,18 @@ def generate_check(name, base):
           + ("" if ours == theirs else f"; shardtrain gave {ours[:40]!r}"))
 
 
+def convert_check(name, base):
+    """convert: the model directory to an HDF5 checkpoint and back gives its tensors bit for bit and its model_type."""
+    h5, back = os.path.join(WORK, name + "-converted.h5"), os.path.join(WORK, name + "-converted")
+    ok = all(subprocess.run([BIN, "convert", "--input", a, "--output", b], capture_output=True, env=ENV).returncode == 0
+             for a, b in ((base, h5), (h5, back)))
+    a, b = (saved_weights(base), saved_weights(back)) if ok else ({}, {None: None})
+    same = set(a) == set(b) and all(torch.equal(a[n], b[n]) for n in a)
+    kept = ok and json.load(open(os.path.join(back, "config.json")))["model_type"] == \
+        json.load(open(os.path.join(base, "config.json")))["model_type"]
+    check(same and kept, f"{name}: convert to a checkpoint and back gives its {len(a)} tensors bit for bit")
+
+
 def saved_weights(export):
     out = {}
     for f in sorted(os.listdir(export)):
@@ -360,5 +383,6 @@ for name, (config_class, extra) in VARIANTS.items():
         strategy_check(name, d, STRATEGY[name], got)
     if name in GENERATE:
         generate_check(name, d)
+        convert_check(name, d)
 
 sys.exit(1 if failures else 0)
