@@ -228,7 +228,9 @@ int32_t Tokenizer::unk_id() const { return bpe_ ? bpe_->unk_id() : sp_->unk_id()
 
 std::string Tokenizer::piece(int32_t id) const {
   if (bpe_) return bpe_->id_to_token(id);
-  return id >= 0 && id < sp_pieces_ ? sp_->IdToPiece(id) : std::string();
+  if (id >= 0 && id < sp_pieces_) return sp_->IdToPiece(id);
+  const std::string* added = sp_added_->id_to_token(id);  // Phi-3's <|endoftext|>, after them
+  return added ? *added : std::string();
 }
 
 void Tokenizer::require_fits(int64_t model_vocab_size) const {

@@ -46,6 +46,9 @@ def rows(path):
 def check_rows(path, cases, all_loss=False, label=""):
     tokens, mask = rows(path)
     assert tokens.shape[0] == len(cases), (label, tokens.shape, len(cases))
+    with h5py.File(path, "r") as f:  # the rows' real tokens: a last EOS equal to the pad id counts
+        real = int(f.attrs["tokens"])
+    assert real == sum(len(c["ids"]) for c in cases), (label, real, sum(len(c["ids"]) for c in cases))
     for t, m, c in zip(tokens, mask, cases):
         n = len(c["ids"])
         want_mask = [1] * n if all_loss else list(c["mask"])
