@@ -18,7 +18,7 @@ void merge_adapters(std::map<std::string, at::Tensor>& full,
                     const std::map<std::string, at::Tensor>& adapters,
                     const model::ModelConfig& model, const model::LoraConfig& lora) {
   for (int64_t i = 0; i < model.num_layers; ++i)
-    for (model::Proj p : model::layer_projections(model)) {
+    for (model::Proj p : model::layer_projections(model, i)) {
       if (!lora.targets_proj(p)) continue;
       auto& w = full.at(model::proj_weight_name(i, p));
       w = model::merge_lora(w, adapters.at(model::lora_name(i, p, 'A')),

@@ -36,13 +36,25 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
   ActivationBytes a;
   a.layer_input = e * h;
   const bool adapters = lora && lora->enabled();
+  // A sparse layer (model/moe.h) in place of the MLP's gate, silu, up and product: the router's
+  // fp32 softmax, and per chosen expert the token's sorted copy, the expert's gate, activation,
+  // up and product, and its output before the weighting (every layer counted sparse).
+  const int64_t k = cfg.experts_per_token, ei = cfg.expert_intermediate_size;
+  const bool moe = cfg.is_moe();
+  // (and the routing's int64 indices and fp32 weights, about 36 bytes per choice).
+  const int64_t mlp = moe ? 4 * cfg.num_experts + 4 + k * (36 + 2 * e * h + 4 * e * ei) : 4 * e * i;
+  // Selective checkpointing recomputes a dense MLP's activation only; a frozen base (LoRA) keeps
+  // no expert's input nor product.
+  const int64_t mlp_selective = moe ? mlp : 3 * e * i;
+  const int64_t mlp_frozen = moe ? 4 * cfg.num_experts + 4 + k * (36 + 3 * e * ei) : 3 * e * i;
+  const int64_t mlp_frozen_selective = moe ? mlp_frozen : 2 * e * i;
   if (!adapters) {
     // input, norm, q/k/v input, q/k norms, SDPA, residual, norm, MLP input, gate, silu, up,
     // product; Gemma's norms after the blocks.
-    a.layer = e * h + norm + e * h + qk_norm + sdpa + e * h + norm + e * h + 4 * e * i + post_norms;
+    a.layer = e * h + norm + e * h + qk_norm + sdpa + e * h + norm + e * h + mlp + post_norms;
     // Selective checkpointing (model/checkpointed.h): the input, the q/k/v input, SDPA, the
     // residual (the post-norm region's input), the MLP input, gate, up and their product.
-    a.layer_selective = e * h + e * h + sdpa + e * h + e * h + 3 * e * i + qk_norm + post_norms;
+    a.layer_selective = e * h + e * h + sdpa + e * h + e * h + mlp_selective + qk_norm + post_norms;
   } else {
     // Frozen base weights: a linear keeps no input; each targeted projection keeps its dropped
     // input, the dropout mask and A's output. The norms keep only fp32 x (a copy under bf16).
@@ -53,16 +65,17 @@ ActivationBytes activation_bytes_per_token(const ModelConfig& cfg, int elt, cons
     // Frozen q/k norms keep their fp32 input; Gemma's frozen norms after the blocks, theirs.
     const int64_t frozen_qk = fam.qk_norm == QkNorm::kNone ? 0 : 4 * (qw + kv);
     const int64_t frozen_post = fam.norms == NormPlacement::kSandwich ? 2 * 4 * h : 0;
-    a.layer = e * h + frozen_norm + sdpa + e * h + frozen_norm + 3 * e * i + adapter + frozen_qk +
+    a.layer = e * h + frozen_norm + sdpa + e * h + frozen_norm + mlp_frozen + adapter + frozen_qk +
               frozen_post;
     // input, SDPA, residual, gate, up, adapters
-    a.layer_selective = e * h + sdpa + e * h + 2 * e * i + adapter + frozen_qk + frozen_post;
+    a.layer_selective =
+        e * h + sdpa + e * h + mlp_frozen_selective + adapter + frozen_qk + frozen_post;
   }
   // Recomputed in backward, at most at once: the activation's output and its product with up;
   // or a norm's saved tensors and its output.
-  a.selective_recompute = std::max(2 * e * i, norm + e * h);
+  a.selective_recompute = moe ? norm + e * h : std::max(2 * e * i, norm + e * h);
   // A layer's backward holds the output gradient and, at most, two intermediate-sized gradients.
-  a.layer_backward = 2 * e * h + 2 * e * i;
+  a.layer_backward = 2 * e * h + 2 * e * (moe ? k * ei : i);
   a.head = e * h + norm + e * h;
   a.logits_loss = 3 * 4 * cfg.vocab_size;
   a.fused_chunk =

@@ -8,6 +8,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 
 #include "shardtrain/model/config_fields.h"
@@ -106,6 +107,30 @@ const std::map<std::string, ModelConfig>& presets() {
     phi4.tie_word_embeddings = true;
     phi4.pad_token_id = 199999;
     m["phi4-mini"] = phi4;
+    // mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B: mixtures of
+    // experts (model/moe.h).
+    ModelConfig mixtral = make("mixtral-8x7b", 32000, 4096, 14336, 32, 32, 8, 32768);
+    mixtral.model_type = "mixtral";
+    mixtral.rope_theta = 1e6;
+    mixtral.num_experts = 8;
+    mixtral.experts_per_token = 2;
+    mixtral.expert_intermediate_size = 14336;
+    m["mixtral-8x7b"] = mixtral;
+    for (const auto& [name, hidden, dense, layers, heads, expert] :
+         std::vector<std::tuple<const char*, int64_t, int64_t, int64_t, int64_t, int64_t>>{
+             {"qwen3-30b-a3b", 2048, 6144, 48, 32, 768},
+             {"qwen3-235b-a22b", 4096, 12288, 94, 64, 1536}}) {
+      ModelConfig q = make(name, 151936, hidden, dense, layers, heads, 4, 40960);
+      q.model_type = "qwen3_moe";
+      q.explicit_head_dim = 128;
+      q.rope_theta = 1e6;
+      q.rms_norm_eps = 1e-6;
+      q.num_experts = 128;
+      q.experts_per_token = 8;
+      q.expert_intermediate_size = expert;
+      q.norm_topk_prob = true;
+      m[name] = q;
+    }
     return m;
   }();
   return p;
@@ -157,6 +182,7 @@ void ModelConfig::validate() const {
               std::to_string(vocab_size) + " tokens)");
   require(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_layers,
           name + ": layer_types must name one kind per layer (num_hidden_layers)");
+  validate_moe(*this);
   require(rms_norm_eps > 0, "rms_norm_eps must be positive");
   require(rope_theta > 0, "rope_theta must be positive");
   require(initializer_range > 0, "initializer_range must be positive");
@@ -318,6 +344,8 @@ void read_family_fields(const nlohmann::json& j, const std::string& origin, Mode
       for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers.push_back((i + 1) % pattern != 0);
     return;
   }
+  if (fam.sliding == Sliding::kFlagged && flag(j, "use_sliding_window"))
+    c.sliding_window = get("sliding_window", int64_t{4096}, false);
   if (fam.sliding != Sliding::kLayerTypes) return;
   // Qwen2Config, Qwen3Config: the window applies only with use_sliding_window, to the layers
   // layer_types marks "sliding_attention" (by default those from max_window_layers on).
@@ -423,6 +451,7 @@ ModelConfig model_from_hf_json(const nlohmann::json& j, const std::string& origi
   }
   c.explicit_head_dim = get("head_dim", fam.default_head_dim, false);
   read_family_fields(j, origin, c, get, flag);
+  read_moe_fields(j, origin, c);
   c.initializer_range = get("initializer_range", 0.02, false);
   c.hidden_act = fam.default_activation;
   if (j.contains(fam.activation_key) && !j[fam.activation_key].is_null()) {
@@ -501,6 +530,10 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
     j["sliding_window"] = window;
     j["layer_types"] = types;
   }
+  if (fam.sliding == Sliding::kFlagged) {
+    j["use_sliding_window"] = c.sliding_window > 0;
+    j["sliding_window"] = window;
+  }
   const auto cap = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
   if (fam.gemma_attention) {
     j["query_pre_attn_scalar"] = static_cast<int64_t>(c.query_pre_attn_scalar);  // an int there
@@ -508,6 +541,7 @@ nlohmann::json model_to_hf_json(const ModelConfig& c) {
     j["final_logit_softcapping"] = cap(c.final_softcap);
   }
   if (fam.local_rope) j["rope_local_base_freq"] = c.rope_local_theta;
+  write_moe_fields(c, j);
   if (fam.fused_checkpoint) {
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     if (c.rope_scaling.type == "longrope")

@@ -57,17 +57,20 @@ const std::vector<ConfigField>& config_fields() {
        false},
       {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype", false},
       {"model_type", FieldUse::kRead,
-       "llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text or phi3 (others refused): "
+       "llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text, phi3, mixtral or qwen3_moe "
+       "(others refused): "
        "which of the switches below apply"},
       {"attention_bias", FieldUse::kRead,
-       "llama, qwen3, olmo2, gemma2, gemma3_text: biases on q, k, v and o (qwen2 always has q, k "
-       "and v biases; mistral and phi3 none)"},
+       "llama, qwen3, qwen3_moe, olmo2, gemma2, gemma3_text: biases on q, k, v and o (qwen2 "
+       "always has q, k and v biases; mistral, mixtral and phi3 none)"},
       {"mlp_bias", FieldUse::kRead, "llama: biases on gate, up and down"},
       {"sliding_window", FieldUse::kRead,
-       "mistral, phi3: each query attends to this many positions (itself included); qwen2, "
-       "qwen3: with use_sliding_window; gemma: in the sliding layers"},
+       "mistral, mixtral, phi3: each query attends to this many positions (itself included); "
+       "qwen2, qwen3: with use_sliding_window, in layer_types' sliding layers; qwen3_moe: with "
+       "use_sliding_window, every layer; gemma: in the sliding layers"},
       {"use_sliding_window", FieldUse::kRead,
-       "qwen2, qwen3: the sliding window applies (to the layers layer_types marks)"},
+       "qwen2, qwen3: the sliding window applies (to the layers layer_types marks); qwen3_moe: "
+       "to every layer"},
       {"max_window_layers", FieldUse::kRead,
        "qwen2, qwen3: layers from this index on slide, unless layer_types says otherwise"},
       {"layer_types", FieldUse::kRead,
@@ -93,6 +96,23 @@ const std::vector<ConfigField>& config_fields() {
        "phi3 (Phi-4-mini): RoPE turns this fraction of each head (1 elsewhere; others refused)"},
       {"original_max_position_embeddings", FieldUse::kRead,
        "phi3: longrope's pre-training context (long factors past it)"},
+      {"num_local_experts", FieldUse::kRead,
+       "mixtral, qwen3_moe: experts in each sparse layer (num_experts: the same)"},
+      {"num_experts", FieldUse::kRead, "qwen3_moe: Qwen3's own name for num_local_experts"},
+      {"num_experts_per_tok", FieldUse::kRead,
+       "mixtral, qwen3_moe: the experts each token goes to (top-k of the router's softmax)"},
+      {"moe_intermediate_size", FieldUse::kRead,
+       "qwen3_moe: each expert's width (mixtral's experts take intermediate_size)"},
+      {"norm_topk_prob", FieldUse::kRead,
+       "qwen3_moe: the top-k routing weights renormalised to sum 1 (mixtral always)"},
+      {"decoder_sparse_step", FieldUse::kRead,
+       "qwen3_moe: layers l with (l + 1) % step == 0 are sparse"},
+      {"mlp_only_layers", FieldUse::kRead, "qwen3_moe: layers kept dense"},
+      {"output_router_logits", FieldUse::kChecked,
+       "false only: the load-balancing loss transformers then adds is not implemented yet"},
+      {"router_aux_loss_coef", FieldUse::kHarmless,
+       "the load-balancing loss's weight, used only with output_router_logits (kept for exports)"},
+      {"router_jitter_noise", FieldUse::kChecked, "0 only"},
       {"resid_pdrop", FieldUse::kChecked, "0 only"},
       {"embd_pdrop", FieldUse::kChecked, "0 only"},
       {"cache_implementation", FieldUse::kHarmless, "inference's key/value cache"},

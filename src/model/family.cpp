@@ -56,7 +56,22 @@ const std::vector<Family>& families() {
     phi3.sliding = Sliding::kAll;
     phi3.default_pad_token_id = 32000;
     phi3.fused_checkpoint = true;
-    return std::vector<Family>{llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3, phi3};
+    Family mixtral = mistral;
+    mixtral.model_type = "mixtral";
+    mixtral.architecture = "MixtralForCausalLM";
+    mixtral.moe_block = "block_sparse_moe";
+    mixtral.expert_gate = "w1";
+    mixtral.expert_up = "w3";
+    mixtral.expert_down = "w2";
+    Family qwen3_moe = qwen3;
+    qwen3_moe.model_type = "qwen3_moe";
+    qwen3_moe.architecture = "Qwen3MoeForCausalLM";
+    qwen3_moe.sliding = Sliding::kFlagged;
+    qwen3_moe.moe_block = "mlp";
+    qwen3_moe.moe_fields = true;
+    qwen3_moe.routing_in_dtype = true;
+    return std::vector<Family>{llama,  mistral, qwen2, qwen3,   olmo2,
+                               gemma2, gemma3,  phi3,  mixtral, qwen3_moe};
   }();
   return f;
 }

@@ -264,6 +264,10 @@ bool fp8_kernels_built() {
 }
 
 std::string fp8_shape_problem(const ModelConfig& cfg) {
+  if (cfg.is_moe())
+    return cfg.model_type +
+           " is a mixture of experts, whose experts' float8 GEMMs are not "
+           "implemented";
   for (const Proj p : layer_projections(cfg)) {
     const ProjShape s = proj_shape(cfg, p);
     if (s.out % kFp8Align != 0 || s.in % kFp8Align != 0)

@@ -9,6 +9,7 @@
 #include "shardtrain/model/checkpointed.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/fused_ops.h"
+#include "shardtrain/model/moe.h"
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
@@ -41,7 +42,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   const Family& fam = family(cfg.model_type);
   lw.window = cfg.attention_window(layer);
   lw.local_rope = fam.local_rope && cfg.sliding_layer(layer);
-  for (Proj p : layer_projections(cfg)) {
+  for (Proj p : layer_projections(cfg, layer)) {
     Projection& proj = lw.proj[static_cast<int>(p)];
     proj.weight = w(proj_weight_name(layer, p));
     proj.fp8 = fp8;
@@ -65,6 +66,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
       continue;
     }
     if (!merge) break;
+    if (m == Merged::kGateUp && cfg.moe_layer(layer)) continue;  // experts, no gate and up
     const auto members = merged_members(m);
     // A member with an adapter runs on its own: LoRA's update is per projection.
     if (std::any_of(members.begin(), members.end(),
@@ -77,6 +79,16 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   }
   for (const LayerNormSpec& n : layer_norms(cfg))
     lw.norms[static_cast<int>(n.role)] = w(names::layer(layer, n.local));
+  if (cfg.moe_layer(layer)) {
+    auto moe = std::make_shared<MoeWeights>();
+    moe->router = w(router_weight_name(cfg, layer));
+    for (int64_t e = 0; e < cfg.num_experts; ++e) {
+      moe->gate.push_back(w(expert_weight_name(cfg, layer, e, ExpertProj::kGate)));
+      moe->up.push_back(w(expert_weight_name(cfg, layer, e, ExpertProj::kUp)));
+      moe->down.push_back(w(expert_weight_name(cfg, layer, e, ExpertProj::kDown)));
+    }
+    lw.moe = std::move(moe);
+  }
   return lw;
 }
 
@@ -183,7 +195,9 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + norm(NormRole::kAttnOut, w[Proj::kO](attn));
   auto m = norm(NormRole::kMlpIn, out);
-  return out + norm(NormRole::kMlpOut, w[Proj::kDown](gated_mlp(cfg, w, m, path)));
+  const at::Tensor mlp =
+      w.moe ? moe_mlp(cfg, *w.moe, m) : w[Proj::kDown](gated_mlp(cfg, w, m, path));
+  return out + norm(NormRole::kMlpOut, mlp);
 }
 
 at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const WeightLookup& w,

@@ -80,13 +80,20 @@ std::vector<ParamSpec> lora_param_specs(const ModelConfig& c, const LoraConfig& 
     if (std::none_of(layer.begin(), layer.end(), [&](Proj p) { return t == proj_name(p); }))
       throw runtime::UsageError("--lora-targets: " + c.model_type + " layers have no " + t +
                                 " (theirs: " + have + "); pass --lora-targets with those names");
-  for (int64_t i = 0; i < c.num_layers; ++i)
-    for (Proj p : layer_projections(c)) {
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    for (const auto& t : lora.targets)  // an expert is no nn.Linear in transformers 5: PEFT
+      if (c.moe_layer(i) && (t == "gate_proj" || t == "up_proj" || t == "down_proj"))
+        throw runtime::UsageError("--lora-targets: " + t + " is the MLP of a dense layer; " +
+                                  c.model_type +
+                                  "'s sparse layers hold experts instead, which "
+                                  "LoRA does not target here; pass q_proj,k_proj,v_proj,o_proj");
+    for (Proj p : layer_projections(c, i)) {
       if (!lora.targets_proj(p)) continue;
       const ProjShape shape = proj_shape(c, p);
       s.push_back({lora_name(i, p, 'A'), {r, shape.in}, false, i + 1});
       s.push_back({lora_name(i, p, 'B'), {shape.out, r}, false, i + 1});
     }
+  }
   return s;
 }
 

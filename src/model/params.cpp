@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "shardtrain/model/family.h"
+#include "shardtrain/model/moe.h"
 #include "shardtrain/model/projections.h"
 #include "shardtrain/runtime/error.h"
 
@@ -62,11 +63,17 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
   std::vector<ParamSpec> s;
   s.push_back({names::kEmbed, {c.vocab_size, h}, false, 0});
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    for (Proj p : layer_projections(c)) {
+    for (Proj p : layer_projections(c, i)) {
       const ProjShape shape = proj_shape(c, p);
       s.push_back({proj_weight_name(i, p), {shape.out, shape.in}, false, i + 1});
       if (has_bias(c, p))
         s.push_back({proj_bias_name(i, p), {shape.out}, false, i + 1, /*is_bias=*/true});
+    }
+    if (c.moe_layer(i)) {  // the router, then each expert's gate, up and down
+      s.push_back({router_weight_name(c, i), {c.num_experts, h}, false, i + 1});
+      for (int64_t e = 0; e < c.num_experts; ++e)
+        for (const ExpertProj p : kExpertProjections)
+          s.push_back({expert_weight_name(c, i, e, p), expert_shape(c, p), false, i + 1});
     }
     for (const LayerNormSpec& n : layer_norms(c))
       s.push_back({names::layer(i, n.local), {n.size}, true, i + 1, false, zero_norm});

@@ -44,6 +44,11 @@ const std::vector<Proj>& layer_projections(const ModelConfig& cfg) {
   return family(cfg.model_type).fused_checkpoint ? fused : separate;
 }
 
+const std::vector<Proj>& layer_projections(const ModelConfig& cfg, int64_t layer) {
+  static const std::vector<Proj> attention = {Proj::kQ, Proj::kK, Proj::kV, Proj::kO};
+  return cfg.moe_layer(layer) ? attention : layer_projections(cfg);
+}
+
 Proj merged_proj(Merged m) { return m == Merged::kQKV ? Proj::kQKV : Proj::kGateUp; }
 
 ProjShape proj_shape(const ModelConfig& c, Proj p) {

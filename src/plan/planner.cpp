@@ -35,11 +35,18 @@ constexpr double kCpuAdamSecondsPerElementCore = 2.89e-9;
 int elt_of(at::ScalarType t) { return static_cast<int>(c10::elementSize(t)); }
 
 // One unit's forward FLOPs per token (a third of forward + backward).
-double unit_forward_flops(const model::ModelConfig& m, const UnitSize& u, int64_t seq_len) {
+double unit_forward_flops(const model::ModelConfig& m, const UnitSize& u, int64_t layer,
+                          int64_t seq_len) {
   if (u.kind == model::UnitKind::kEmbedding) return 0;
   if (u.kind == model::UnitKind::kHead)
     return 2.0 * static_cast<double>(m.vocab_size * m.hidden_size);
-  return 2.0 * static_cast<double>(u.numel) +
+  // A sparse layer's token passes through experts_per_token of its experts.
+  const double idle = m.moe_layer(layer)
+                          ? static_cast<double>(m.num_experts - m.experts_per_token) * 3.0 *
+                                static_cast<double>(m.hidden_size) *
+                                static_cast<double>(m.expert_intermediate_size)
+                          : 0.0;
+  return 2.0 * (static_cast<double>(u.numel) - idle) +
          4.0 * m.num_heads * m.head_dim() * static_cast<double>(seq_len);
 }
 
@@ -222,7 +229,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const std::vector<bool> runs_backward = fsdp::runs_backward(sizes);
       for (int u = 0; u < U; ++u) {
         const double f =
-            unit_forward_flops(m, base[u], in.seq_len) * static_cast<double>(tokens_mb);
+            unit_forward_flops(m, base[u], u - 1, in.seq_len) * static_cast<double>(tokens_mb);
         fwd[u] = f / (fwd_tflops * 1e12);
         // Backward is twice forward's FLOPs (input and weight gradients), once with frozen weights
         // (adapters), plus the recomputed forward under full activation checkpointing (selective

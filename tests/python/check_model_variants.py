@@ -45,7 +45,7 @@ import h5py
 import torch
 from safetensors.torch import load_file
 from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config)
+                          MixtralConfig, Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -93,6 +93,14 @@ VARIANTS = {
     # Gemma 2's layer with q/k norms, a sliding:global pattern, the local RoPE base and linear scaling on the global layers
     "gemma3": (Gemma3TextConfig, dict(head_dim=16, sliding_window=16, num_hidden_layers=3, sliding_window_pattern=2,
                                       rope_scaling=dict(rope_type="linear", factor=8.0), rope_local_base_freq=100.0)),
+    # Mixtures of experts: Mixtral's top-2 of 4 (weights renormalised, products in fp32); Qwen3-MoE's top-1 of 6
+    # without renormalising (weights rounded first), layer 0 dense by mlp_only_layers, tied; and top-2 of 4
+    # renormalised on every second layer (decoder_sparse_step)
+    "mixtral_top2": (MixtralConfig, dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=None)),
+    "qwen3moe_top1+dense+tied": (Qwen3MoeConfig, dict(num_local_experts=6, num_experts_per_tok=1, moe_intermediate_size=48,
+                                                      mlp_only_layers=[0], head_dim=32, tie_word_embeddings=True)),
+    "qwen3moe_top2_norm+step2": (Qwen3MoeConfig, dict(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+                                                      norm_topk_prob=True, decoder_sparse_step=2, head_dim=16)),
     # q k v and gate up stored merged, a sliding window, longrope past its original context of 32 (rows are 64)
     "phi3_window+longrope": (Phi3Config, dict(sliding_window=16, pad_token_id=0, original_max_position_embeddings=32,
                                               rope_scaling=dict(rope_type="longrope", short_factor=SHORT, long_factor=LONG))),
@@ -104,15 +112,16 @@ VARIANTS = {
 # Attention-mask and RoPE changes on Mistral's shapes shard as the others do: one rank checks them.
 ONE_RANK = {"mistral_window", "mistral_window_out_of_reach+rope_dynamic"}
 # LoRA against PEFT by default: Qwen2's tied head, and the families whose layers hold norms beside the projections.
-LORA = {"qwen2_tied", "qwen3_tied+sliding+bias", "gemma2", "phi4mini_partial+tied"}
+LORA = {"qwen2_tied", "qwen3_tied+sliding+bias", "gemma2", "phi4mini_partial+tied", "qwen3moe_top1+dense+tied"}
 # Every projection of a layer, by the names PEFT targets (Phi-3's merged ones as it names them).
-TARGETS = {"phi3": "qkv_proj,o_proj,gate_up_proj,down_proj"}
+TARGETS = {"phi3": "qkv_proj,o_proj,gate_up_proj,down_proj", "qwen3_moe": "q_proj,k_proj,v_proj,o_proj"}  # experts: none
 # Context parallelism's ring with what it must carry: Gemma 2's soft-capped scores (math blocks, the cap's gradient),
 # Gemma 3's two RoPE tables.
-CONTEXT = {"gemma2", "gemma3", "phi3_window+longrope"}  # and Phi-3's longrope: the whole batch's reach picks its tables
+CONTEXT = {"gemma2", "gemma3", "phi3_window+longrope", "qwen3moe_top1+dense+tied"}  # and Phi-3's longrope: the whole batch's reach picks its tables
 # The other sharding strategies, one per family (each strategy for two): the same losses as full_shard at 2 ranks.
 STRATEGY = {"qwen3_tied+sliding+bias": "hybrid_shard", "olmo2": "no_shard", "gemma2": "hybrid_shard",
-            "gemma3": "shard_grad_op", "phi3_window+longrope": "shard_grad_op", "phi4mini_partial+tied": "no_shard"}
+            "gemma3": "shard_grad_op", "phi3_window+longrope": "shard_grad_op", "phi4mini_partial+tied": "no_shard",
+            "mixtral_top2": "hybrid_shard", "qwen3moe_top2_norm+step2": "shard_grad_op"}
 # Greedy generation against transformers' generate (its KV cache): the new families, windows shorter than the answer.
 GENERATE = set(STRATEGY)
 SAVED_AS = {"rope_linear+llama2_fp16": dict(dtype=torch.float16), "rope_llama3+bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
@@ -168,7 +177,10 @@ def transformers_steps(model_dir, tokens, labels, positions):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
-    return losses, {n: p.detach() for n, p in named}
+    # By the names save_pretrained writes (a mixture's experts one tensor each, as the Hub holds them).
+    saved = os.path.join(WORK, os.path.basename(model_dir) + "-torch")
+    model.save_pretrained(saved)
+    return losses, saved_weights(saved)
 
 
 def lora_check(name, base, model_type):
@@ -227,35 +239,31 @@ def resume_check(name, base, straight_losses, straight_export):
           f"{name}: the resumed step 3 has loss {resumed} (straight {straight_losses[-1]:.7f}), weights within {worst:.1e}")
 
 
-def context_check(name, base, straight_losses):
-    """The same steps with each row split over a ring of 2 ranks equal the straight run's losses."""
-    metrics = os.path.join(WORK, name + "-cp.jsonl")
-    p = subprocess.run(launch(2) + [BIN, "train", "--weights", base, "--data", small, "--steps", str(STEPS), "--batch-size",
-                       str(ROWS), "--threads", "1", "--lr", "1e-3", "--lr-schedule", "constant", "--warmup-steps", "0",
-                       "--weight-decay", "0.1", "--beta1", "0.9", "--beta2", "0.95", "--grad-clip", "1", "--context-parallel", "2",
-                       "--metrics-file", metrics], capture_output=True, text=True, env=ENV)
-    check(p.returncode == 0, f"{name}: --context-parallel 2" + ("" if p.returncode == 0 else "\n" + p.stderr[-600:]))
-    if p.returncode != 0:
-        return
-    ring = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line][:STEPS]
-    worst = max(abs(a - b) for a, b in zip(ring, straight_losses)) if len(ring) == STEPS else float("inf")
-    check(worst <= 1e-5, f"{name}: context-parallel losses {['%.6f' % x for x in ring]} equal the straight run's (max diff {worst:.1e})")
-
-
-def strategy_check(name, base, strategy, straight_losses):
-    """The same steps under another sharding strategy (hybrid_shard: 2 nodes of 2 ranks) give full_shard's losses."""
-    ranks, extra = (4, ["--ranks-per-node", "2"]) if strategy == "hybrid_shard" else (2, [])
-    metrics = os.path.join(WORK, f"{name}-{strategy}.jsonl")
+def layout_check(name, base, what, ranks, flags, straight_losses):
+    """The same steps under another parallel layout (flags) at `ranks` ranks give the straight run's losses."""
+    metrics = os.path.join(WORK, f"{name}-{what}.jsonl")
     p = subprocess.run(launch(ranks) + [BIN, "train", "--weights", base, "--data", small, "--steps", str(STEPS), "--batch-size",
                        str(ROWS), "--threads", "1", "--lr", "1e-3", "--lr-schedule", "constant", "--warmup-steps", "0",
-                       "--weight-decay", "0.1", "--beta1", "0.9", "--beta2", "0.95", "--grad-clip", "1", "--sharding", strategy,
-                       *extra, "--metrics-file", metrics], capture_output=True, text=True, env=ENV)
-    check(p.returncode == 0, f"{name}: --sharding {strategy} at {ranks} ranks" + ("" if p.returncode == 0 else "\n" + p.stderr[-600:]))
+                       "--weight-decay", "0.1", "--beta1", "0.9", "--beta2", "0.95", "--grad-clip", "1", *flags,
+                       "--metrics-file", metrics], capture_output=True, text=True, env=ENV)
+    check(p.returncode == 0, f"{name}: {' '.join(flags)} at {ranks} ranks" + ("" if p.returncode == 0 else "\n" + p.stderr[-600:]))
     if p.returncode != 0:
         return
     got = [json.loads(line)["loss"] for line in open(metrics) if '"loss"' in line][:STEPS]
     worst = max(abs(a - b) for a, b in zip(got, straight_losses)) if len(got) == STEPS else float("inf")
-    check(worst <= 1e-5, f"{name}: {strategy} losses equal full_shard's (max diff {worst:.1e})")
+    check(worst <= 1e-5, f"{name}: {what} losses {['%.6f' % x for x in got]} equal the straight run's (max diff {worst:.1e})")
+
+
+def context_check(name, base, straight_losses):
+    """Each row split over a context-parallel ring of 2 ranks."""
+    layout_check(name, base, "context-parallel", 2, ["--context-parallel", "2"], straight_losses)
+
+
+def strategy_check(name, base, strategy, straight_losses):
+    """Another sharding strategy (hybrid_shard: 2 nodes of 2 ranks) than the straight run's full_shard."""
+    hybrid = strategy == "hybrid_shard"
+    layout_check(name, base, strategy, 4 if hybrid else 2,
+                 ["--sharding", strategy] + (["--ranks-per-node", "2"] if hybrid else []), straight_losses)
 
 
 def generate_check(name, base):

@@ -52,6 +52,16 @@ struct ModelConfig {
   double rope_local_theta = 0;
   // Phi-4-mini: RoPE turns the first partial_rotary_factor of each head's dimensions only.
   double partial_rotary_factor = 1.0;
+  // Mixture of experts (Mixtral, Qwen3-MoE; 0 experts: dense). A sparse layer's router picks
+  // experts_per_token of num_experts experts for each token (softmax in fp32, top-k, the weights
+  // renormalised to sum 1 where norm_topk_prob), each an MLP of expert_intermediate_size.
+  int64_t num_experts = 0;
+  int64_t experts_per_token = 0;
+  int64_t expert_intermediate_size = 0;
+  bool norm_topk_prob = true;
+  int64_t decoder_sparse_step = 1;       // Qwen3-MoE: layers l with (l + 1) % step == 0 are sparse
+  std::vector<int64_t> mlp_only_layers;  // Qwen3-MoE: dense layers among them
+  double router_aux_loss_coef = 0;       // kept for exports (the aux loss is off: see docs)
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; ""
   // when not given.
   std::string torch_dtype;
@@ -72,6 +82,9 @@ struct ModelConfig {
   int64_t attention_window(int64_t layer) const;
   // Whether layer `layer` is one of layer_types' sliding layers (its window may reach the row).
   bool sliding_layer(int64_t layer) const;
+  // Whether layer `layer` is a mixture of experts (its MLP a router and experts).
+  bool moe_layer(int64_t layer) const;
+  bool is_moe() const { return num_experts > 0; }
   // The dimensions of a head RoPE turns: int(head_dim * partial_rotary_factor), as transformers.
   int64_t rotary_dim() const;
   // What multiplies q so that SDPA's head_dim^-0.5 gives the family's score scale (1: none).
@@ -83,6 +96,9 @@ struct ModelConfig {
   // The parameters that take part in matmuls (every one but the embedding lookup; a tied
   // lm_head counts, since the head multiplies by it): the N of 6 N flops per token.
   int64_t num_matmul_params() const;
+  // The matmul parameters one token passes through: a sparse layer's router and its
+  // experts_per_token experts, not all of them (= num_matmul_params() for a dense model).
+  int64_t num_active_matmul_params() const;
 };
 
 // config.json's hidden_act values shardtrain implements, as transformers' ACT2FN computes them.
@@ -100,6 +116,16 @@ nlohmann::json model_to_hf_json(const ModelConfig& c);
 // The fields that set tensor shapes, for messages: "vocab 512, hidden 64, ..., 4 kv heads".
 std::string describe_shape(const ModelConfig& c);
 bool same_shape(const ModelConfig& a, const ModelConfig& b);
+
+// A mixture-of-experts config.json's fields (Mixtral, Qwen3-MoE), read and written as
+// MixtralConfig and Qwen3MoeConfig do (defined in moe_config.cpp).
+// Into c (its model_type set): nothing for a dense family. Throws UsageError naming the field for
+// a value shardtrain does not implement (router jitter, the load-balancing loss's logits).
+void read_moe_fields(const nlohmann::json& j, const std::string& origin, ModelConfig& c);
+// The same fields for an export's config.json.
+void write_moe_fields(const ModelConfig& c, nlohmann::json& j);
+// Throws UsageError naming the field when the MoE sizes are inconsistent.
+void validate_moe(const ModelConfig& c);
 
 // Every parameter once, in floating point: sizes whose count would overflow int64 are caught
 // before num_params() wraps (defined in param_count.cpp, beside the projections it walks).

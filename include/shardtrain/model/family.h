@@ -48,6 +48,7 @@ enum class Sliding {
                 // max_window_layers on): Qwen2, Qwen3
   kPattern,     // layer_types' sliding_attention layers; by default every layer but each
                 // sliding_window_pattern-th (Gemma 2: 2, Gemma 3: 6)
+  kFlagged,     // every layer, with use_sliding_window (Qwen3-MoE)
 };
 
 struct Family {
@@ -73,6 +74,16 @@ struct Family {
   bool local_rope = false;  // Gemma 3: sliding layers take rope_local_base_freq, unscaled
   // Phi-3: q k v and gate up are one checkpoint tensor each (qkv_proj, gate_up_proj).
   bool fused_checkpoint = false;
+  // Mixture of experts (Mixtral, Qwen3-MoE): the module holding a sparse layer's router ("gate")
+  // and experts; nullptr: every layer dense.
+  const char* moe_block = nullptr;
+  const char* expert_gate = "gate_proj";  // an expert's projections (Mixtral: w1, w3, w2)
+  const char* expert_up = "up_proj";
+  const char* expert_down = "down_proj";
+  bool moe_fields = false;  // Qwen3-MoE: norm_topk_prob, decoder_sparse_step, mlp_only_layers
+  // Qwen3-MoE rounds the routing weights to the compute dtype before they scale the experts'
+  // outputs; Mixtral scales in fp32 and rounds the product.
+  bool routing_in_dtype = false;
 };
 
 // The families shardtrain implements, in the order messages list them.

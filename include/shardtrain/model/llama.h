@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,8 @@ struct Projection {
   at::Tensor operator()(const at::Tensor& x) const;  // x [.., in] -> [.., out]
 };
 
+struct MoeWeights;
+
 struct LayerWeights {
   std::array<Projection, kNumProjections>
       proj;  // by Proj: [H, H], [KV, H], [KV, H], [H, H], [F, H], [F, H], [H, F]
@@ -54,6 +57,8 @@ struct LayerWeights {
   std::array<Projection, 2> merged;
   // By NormRole (params.h): the family's norms; undefined where it has none.
   std::array<at::Tensor, kNumNormRoles> norms;
+  // A sparse layer's router and experts (model/moe.h); null for a dense layer.
+  std::shared_ptr<const MoeWeights> moe;
   int64_t window = 0;       // attention reaches this far back (0: the whole prefix)
   bool local_rope = false;  // Gemma 3's sliding layers: the layout's local RoPE tables
   const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }

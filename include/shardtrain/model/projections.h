@@ -25,6 +25,9 @@ inline constexpr std::array<Proj, 7> kProjections = {Proj::kQ,    Proj::kK,  Pro
 // The projections a layer of this model has as parameters: kProjections, or Phi-3's
 // qkv_proj, o_proj, gate_up_proj, down_proj (family.h's fused_checkpoint).
 const std::vector<Proj>& layer_projections(const ModelConfig& cfg);
+// Layer `layer`'s: a sparse layer (mixture of experts, model/moe.h) has the attention's alone, its
+// MLP being a router and experts.
+const std::vector<Proj>& layer_projections(const ModelConfig& cfg, int64_t layer);
 
 // "q_proj": the name PEFT's target_modules (and our adapter targets) use.
 const char* proj_name(Proj p);

@@ -5,8 +5,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <map>
-#include <stdexcept>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,21 +32,22 @@ inline model::ModelConfig family_config(const char* type, const nlohmann::json& 
 // One configuration per family with what sets it apart switched on (shapes multiples of 16, as
 // float8's GEMMs need).
 inline std::vector<std::pair<std::string, model::ModelConfig>> family_cases() {
-  return {{"qwen3", family_config("qwen3", {{"attention_bias", true}})},
-          {"olmo2", family_config("olmo2", nlohmann::json::object())},
-          {"gemma2", family_config("gemma2", {{"query_pre_attn_scalar", 24},
-                                              {"sliding_window", 32},
-                                              {"attn_logit_softcapping", 5.0},
-                                              {"final_logit_softcapping", 3.0}})},
-          {"gemma3", family_config("gemma3_text", {{"sliding_window", 32},
-                                                   {"sliding_window_pattern", 2},
-                                                   {"rope_local_base_freq", 100.0}})},
-          {"phi4-mini", family_config("phi3", {{"partial_rotary_factor", 0.75},
-                                               {"original_max_position_embeddings", 64},
-                                               {"rope_scaling",
-                                                {{"rope_type", "longrope"},
-                                                 {"short_factor", std::vector<double>(12, 1.5)},
-                                                 {"long_factor", std::vector<double>(12, 3.0)}}}})}};
+  return {
+      {"qwen3", family_config("qwen3", {{"attention_bias", true}})},
+      {"olmo2", family_config("olmo2", nlohmann::json::object())},
+      {"gemma2", family_config("gemma2", {{"query_pre_attn_scalar", 24},
+                                          {"sliding_window", 32},
+                                          {"attn_logit_softcapping", 5.0},
+                                          {"final_logit_softcapping", 3.0}})},
+      {"gemma3", family_config("gemma3_text", {{"sliding_window", 32},
+                                               {"sliding_window_pattern", 2},
+                                               {"rope_local_base_freq", 100.0}})},
+      {"phi4-mini", family_config("phi3", {{"partial_rotary_factor", 0.75},
+                                           {"original_max_position_embeddings", 64},
+                                           {"rope_scaling",
+                                            {{"rope_type", "longrope"},
+                                             {"short_factor", std::vector<double>(12, 1.5)},
+                                             {"long_factor", std::vector<double>(12, 3.0)}}}})}};
 }
 
 // Logits of one batch (two rows, the second packed as two documents) on `device` in `dtype`,
@@ -85,8 +86,8 @@ inline at::Tensor family_logits(const model::ModelConfig& m, const at::Device& d
                if (it == w.end()) throw std::out_of_range("family_logits: no weight " + n);
                return it->second;
              },
-             tokens.to(device), rope, dtype,
-             nullptr, positions, model::LayerPath{false, fused, fp8})
+             tokens.to(device), rope, dtype, nullptr, positions,
+             model::LayerPath{false, fused, fp8})
       .to(at::kCPU, at::kFloat);
 }
 

@@ -172,8 +172,9 @@ TEST(MemoryModel, SelectiveLayerBytesMatchTheCountingAllocator) {
 }
 
 // The families' layers (q/k norms per head and over the whole projection, Gemma's norms after the
-// blocks, an explicit head_dim, soft-capped eager attention with its [T, T] scores): what a plain
-// fp32 layer keeps, measured, against ActivationBytes::layer with the eager attention's terms.
+// blocks, an explicit head_dim, soft-capped eager attention with its [T, T] scores, experts): what
+// a plain fp32 layer keeps, measured, against ActivationBytes::layer with the eager attention's
+// terms.
 TEST(MemoryModel, FamilyLayerBytesMatchTheCountingAllocator) {
   runtime::track_host_tensor_memory();
   const int64_t B = 2, T = 96;
@@ -188,7 +189,15 @@ TEST(MemoryModel, FamilyLayerBytesMatchTheCountingAllocator) {
       {"qwen3", {{"model_type", "qwen3"}, {"head_dim", 32}}},
       {"olmo2", {{"model_type", "olmo2"}}},
       {"gemma3", {{"model_type", "gemma3_text"}, {"head_dim", 16}}},
-      {"gemma2", {{"model_type", "gemma2"}, {"head_dim", 32}, {"attn_logit_softcapping", 50.0}}}};
+      {"gemma2", {{"model_type", "gemma2"}, {"head_dim", 32}, {"attn_logit_softcapping", 50.0}}},
+      {"mixtral",
+       {{"model_type", "mixtral"}, {"num_local_experts", 4}, {"num_experts_per_tok", 2}}},
+      {"qwen3_moe",
+       {{"model_type", "qwen3_moe"},
+        {"head_dim", 16},
+        {"num_local_experts", 8},
+        {"num_experts_per_tok", 2},
+        {"moe_intermediate_size", 48}}}};
   for (const auto& [name, extra] : variants) {
     nlohmann::json j = base;
     j.update(extra);

@@ -1,0 +1,119 @@
+// A mixture-of-experts config.json's fields: how many experts, how many each token takes, their
+// width, which layers are sparse.
+#include "shardtrain/model/config.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "shardtrain/model/family.h"
+#include "shardtrain/runtime/error.h"
+#include "shardtrain/runtime/text.h"
+
+namespace shardtrain::model {
+
+bool ModelConfig::moe_layer(int64_t layer) const {
+  if (num_experts <= 0) return false;
+  // Qwen3MoeDecoderLayer: not in mlp_only_layers, and every decoder_sparse_step-th layer.
+  return std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) ==
+             mlp_only_layers.end() &&
+         (layer + 1) % decoder_sparse_step == 0;
+}
+
+namespace {
+
+int64_t integer(const nlohmann::json& j, const char* key, int64_t fallback,
+                const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number_integer())
+    throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be an integer");
+  return j[key].get<int64_t>();
+}
+
+double number(const nlohmann::json& j, const char* key, double fallback,
+              const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number())
+    throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be a number");
+  return j[key].get<double>();
+}
+
+bool boolean(const nlohmann::json& j, const char* key, bool fallback, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean())
+    throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
+  return j[key].get<bool>();
+}
+
+}  // namespace
+
+void read_moe_fields(const nlohmann::json& j, const std::string& origin, ModelConfig& c) {
+  const Family& fam = family(c.model_type);
+  if (!fam.moe_block) return;
+  // transformers 5 saves num_local_experts for both; Qwen3's own releases say num_experts.
+  const int64_t fallback = fam.moe_fields ? 128 : 8;
+  c.num_experts = integer(j, "num_local_experts", integer(j, "num_experts", fallback, origin),
+                          origin);
+  c.experts_per_token = integer(j, "num_experts_per_tok", fam.moe_fields ? 8 : 2, origin);
+  c.router_aux_loss_coef = number(j, "router_aux_loss_coef", 0.001, origin);
+  if (boolean(j, "output_router_logits", false, origin))
+    throw runtime::UsageError(
+        "--model " + origin +
+        ": output_router_logits is true (transformers adds the load-balancing loss), which "
+        "shardtrain does not implement yet; set it to false to train on the language-model loss "
+        "alone");
+  if (const double jitter = number(j, "router_jitter_noise", 0.0, origin); jitter != 0)
+    throw runtime::UsageError("--model " + origin + ": router_jitter_noise is " +
+                              runtime::round_trip(jitter) +
+                              ", which shardtrain does not implement (no noise on the router's "
+                              "input); use 0");
+  if (!fam.moe_fields) {  // Mixtral: every layer sparse, experts as wide as intermediate_size
+    c.expert_intermediate_size = c.intermediate_size;
+    c.norm_topk_prob = true;
+    return;
+  }
+  c.expert_intermediate_size = integer(j, "moe_intermediate_size", 768, origin);
+  c.norm_topk_prob = boolean(j, "norm_topk_prob", false, origin);
+  c.decoder_sparse_step = integer(j, "decoder_sparse_step", 1, origin);
+  if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
+    if (!j["mlp_only_layers"].is_array())
+      throw runtime::UsageError("--model " + origin + ": \"mlp_only_layers\" must be a list");
+    for (const auto& l : j["mlp_only_layers"]) {
+      if (!l.is_number_integer())
+        throw runtime::UsageError("--model " + origin +
+                                  ": \"mlp_only_layers\" must hold layer indices");
+      c.mlp_only_layers.push_back(l.get<int64_t>());
+    }
+  }
+}
+
+void write_moe_fields(const ModelConfig& c, nlohmann::json& j) {
+  const Family& fam = family(c.model_type);
+  if (!fam.moe_block) return;
+  j["num_local_experts"] = c.num_experts;
+  j["num_experts_per_tok"] = c.experts_per_token;
+  j["router_aux_loss_coef"] = c.router_aux_loss_coef;
+  j["output_router_logits"] = false;
+  if (!fam.moe_fields) {
+    j["router_jitter_noise"] = 0.0;
+    return;
+  }
+  j["moe_intermediate_size"] = c.expert_intermediate_size;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["decoder_sparse_step"] = c.decoder_sparse_step;
+  j["mlp_only_layers"] = c.mlp_only_layers;
+}
+
+void validate_moe(const ModelConfig& c) {
+  if (!family(c.model_type).moe_block) return;
+  auto require = [&](bool ok, const std::string& what) {
+    if (!ok) throw runtime::UsageError(c.name + ": " + what);
+  };
+  require(c.num_experts > 0, "num_local_experts (num_experts) must be positive");
+  require(c.experts_per_token > 0 && c.experts_per_token <= c.num_experts,
+          "num_experts_per_tok must be between 1 and num_local_experts (" +
+              std::to_string(c.num_experts) + "), got " + std::to_string(c.experts_per_token));
+  require(c.expert_intermediate_size > 0, "moe_intermediate_size must be positive");
+  require(c.decoder_sparse_step > 0, "decoder_sparse_step must be positive");
+}
+
+}  // namespace shardtrain::model

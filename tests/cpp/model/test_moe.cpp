@@ -1,0 +1,126 @@
+// The mixture-of-experts layer's parts on the CPU: the (token, choice) pairs sorted by expert, the
+// sparse MLP against a token-by-token loop written from transformers' definition (values and
+// gradients, an expert no token chooses included), and what a config.json's MoE fields give.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "shardtrain/model/config.h"
+#include "shardtrain/model/moe.h"
+#include "shardtrain/model/norm_activation.h"
+#include "shardtrain/runtime/error.h"
+
+using namespace shardtrain;
+
+namespace {
+
+model::ModelConfig moe_config(const char* type, int64_t experts, int64_t k, bool norm) {
+  nlohmann::json j = {{"model_type", type},         {"vocab_size", 64},
+                      {"hidden_size", 16},          {"intermediate_size", 24},
+                      {"num_hidden_layers", 2},     {"num_attention_heads", 2},
+                      {"num_local_experts", experts}, {"num_experts_per_tok", k},
+                      {"moe_intermediate_size", 12}, {"norm_topk_prob", norm},
+                      {"head_dim", 8}};
+  return model::model_from_hf_json(j, type);
+}
+
+}  // namespace
+
+TEST(MoeSlots, PairsSortedByExpertInTokenOrder) {
+  const at::Tensor experts = at::tensor({2, 0, 2, 1, 0, 2}, at::kLong).view({3, 2});
+  const model::ExpertSlots s = model::expert_slots(experts, 4);
+  EXPECT_EQ(s.counts, (std::vector<int64_t>{2, 1, 3, 0}));  // expert 3: no token
+  const std::vector<int64_t> pairs(s.pairs.data_ptr<int64_t>(), s.pairs.data_ptr<int64_t>() + 6);
+  EXPECT_EQ(pairs, (std::vector<int64_t>{1, 4, 3, 0, 2, 5}));
+  const std::vector<int64_t> tokens(s.tokens.data_ptr<int64_t>(),
+                                    s.tokens.data_ptr<int64_t>() + 6);
+  EXPECT_EQ(tokens, (std::vector<int64_t>{0, 2, 1, 0, 1, 2}));
+}
+
+// Each token's output is sum over its choices of weight * down(act(gate x) * up x), the weights
+// the router's top-k softmax (renormalised where norm_topk_prob): written token by token.
+TEST(MoeMlp, EqualsATokenByTokenLoopWithAnUnchosenExpert) {
+  for (const auto& [type, k, norm] : std::vector<std::tuple<const char*, int64_t, bool>>{
+           {"mixtral", 2, true}, {"qwen3_moe", 1, false}, {"qwen3_moe", 2, false}}) {
+    const model::ModelConfig cfg = moe_config(type, 4, k, norm);
+    at::manual_seed(1);
+    const int64_t H = cfg.hidden_size, E = cfg.num_experts;
+    model::MoeWeights w;
+    // x > 0 and expert 3's router row < 0: no token ever chooses expert 3.
+    w.router = at::randn({E, H}).abs();
+    w.router[3].fill_(-1.0);
+    w.router.requires_grad_(true);
+    const int64_t I = cfg.expert_intermediate_size;
+    for (int64_t e = 0; e < E; ++e) {
+      w.gate.push_back(at::randn({I, H}).requires_grad_(true));
+      w.up.push_back(at::randn({I, H}).requires_grad_(true));
+      w.down.push_back(at::randn({H, I}).requires_grad_(true));
+    }
+    const at::Tensor x = at::rand({2, 5, H}).requires_grad_(true);
+    const at::Tensor got = model::moe_mlp(cfg, w, x);
+    std::vector<at::Tensor> rows;
+    const at::Tensor flat = x.reshape({-1, H});
+    for (int64_t t = 0; t < flat.size(0); ++t) {
+      const at::Tensor p = at::softmax(at::linear(flat[t], w.router), -1);
+      auto [top, idx] = at::topk(p, k);
+      if (norm) top = top / top.sum();
+      at::Tensor out = at::zeros({H});
+      for (int64_t c = 0; c < k; ++c) {
+        const int64_t e = idx[c].item<int64_t>();
+        EXPECT_NE(e, 3) << type;
+        const at::Tensor h = model::activation(cfg.hidden_act, at::linear(flat[t], w.gate[e])) *
+                             at::linear(flat[t], w.up[e]);
+        out = out + top[c] * at::linear(h, w.down[e]);
+      }
+      rows.push_back(out);
+    }
+    const at::Tensor want = at::stack(rows).view(x.sizes());
+    EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << type;
+    const at::Tensor weighting = at::randn(got.sizes());
+    const std::vector<at::Tensor> wrt = {x, w.router, w.gate[0], w.down[2], w.up[3]};
+    const auto g1 = torch::autograd::grad({(got * weighting).sum()}, wrt, {}, {}, false, true);
+    const auto g2 = torch::autograd::grad({(want * weighting).sum()}, wrt, {}, {}, false, true);
+    for (size_t i = 0; i + 1 < wrt.size(); ++i)
+      EXPECT_TRUE(at::allclose(g1[i], g2[i], 1e-5, 1e-5)) << type << " gradient " << i;
+    EXPECT_FALSE(g1[4].defined()) << type << ": the unchosen expert is in no graph";
+  }
+}
+
+TEST(MoeConfig, SparseLayersExpertsAndRefusedFields) {
+  nlohmann::json j = {{"model_type", "qwen3_moe"},   {"vocab_size", 64},
+                      {"hidden_size", 16},           {"intermediate_size", 24},
+                      {"num_hidden_layers", 4},      {"num_attention_heads", 2},
+                      {"num_experts", 8},            {"num_experts_per_tok", 2},
+                      {"moe_intermediate_size", 12}, {"decoder_sparse_step", 2},
+                      {"head_dim", 8},
+                      {"mlp_only_layers", {3}}};
+  const model::ModelConfig c = model::model_from_hf_json(j, "q");
+  EXPECT_EQ(c.num_experts, 8);  // Qwen3's own name, num_experts
+  EXPECT_EQ(c.norm_topk_prob, false);  // Qwen3MoeConfig's default
+  std::vector<bool> sparse;
+  for (int64_t l = 0; l < 4; ++l) sparse.push_back(c.moe_layer(l));
+  EXPECT_EQ(sparse, (std::vector<bool>{false, true, false, false}));  // step 2; layer 3 dense
+  // Every parameter once: two dense MLPs, and one sparse layer's router and 8 experts.
+  const int64_t attention = 4 * (16 * 16), dense = 3 * 16 * 24, norms = 2 * 16 + 2 * 8;
+  const int64_t sparse_mlp = 8 * 16 + 8 * 3 * 16 * 12;
+  EXPECT_EQ(c.num_params(),
+            4 * (attention + norms) + 3 * dense + sparse_mlp + 2 * 64 * 16 + 16);
+  // What a token passes through (norms counted, as num_matmul_params counts them): 2 of 8 experts.
+  EXPECT_EQ(c.num_active_matmul_params(),
+            4 * (attention + norms) + 3 * dense + 8 * 16 + 2 * 3 * 16 * 12 + 64 * 16 + 16);
+  for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
+           {"output_router_logits", true}, {"router_jitter_noise", 0.01}}) {
+    nlohmann::json bad = j;
+    bad["model_type"] = "mixtral";
+    bad[key] = value;
+    try {
+      model::model_from_hf_json(bad, "m");
+      ADD_FAILURE() << key << " was accepted";
+    } catch (const runtime::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
