@@ -9,7 +9,8 @@
 namespace shardtrain::model {
 
 std::string router_weight_name(const ModelConfig& cfg, int64_t layer) {
-  return names::layer(layer, (std::string(family(cfg.model_type).moe_block) + ".gate.weight").c_str());
+  return names::layer(layer,
+                      (std::string(family(cfg.model_type).moe_block) + ".gate.weight").c_str());
 }
 
 std::string expert_weight_name(const ModelConfig& cfg, int64_t layer, int64_t expert,
@@ -70,8 +71,9 @@ at::Tensor moe_mlp(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor
   const at::Tensor weighted = (y * weight).to(x.scalar_type());
   // Back to (token, choice) order and summed over the choices: index_add would keep its source
   // for backward, this keeps only the permutation.
-  const at::Tensor back = at::empty_like(slots.pairs).scatter_(
-      0, slots.pairs, at::arange(slots.pairs.size(0), slots.pairs.options()));
+  const at::Tensor back =
+      at::empty_like(slots.pairs)
+          .scatter_(0, slots.pairs, at::arange(slots.pairs.size(0), slots.pairs.options()));
   return weighted.index_select(0, back).view({x2.size(0), -1, x2.size(1)}).sum(1).view(x.sizes());
 }
 

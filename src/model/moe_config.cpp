@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "shardtrain/model/family.h"
 #include "shardtrain/runtime/error.h"
@@ -21,27 +22,19 @@ bool ModelConfig::moe_layer(int64_t layer) const {
 
 namespace {
 
-int64_t integer(const nlohmann::json& j, const char* key, int64_t fallback,
-                const std::string& origin) {
+// config.json's key as a T (bool, int64_t or double), the fallback when absent or null.
+template <class T>
+T field(const nlohmann::json& j, const char* key, T fallback, const std::string& origin) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer())
-    throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be an integer");
-  return j[key].get<int64_t>();
-}
-
-double number(const nlohmann::json& j, const char* key, double fallback,
-              const std::string& origin) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number())
-    throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be a number");
-  return j[key].get<double>();
-}
-
-bool boolean(const nlohmann::json& j, const char* key, bool fallback, const std::string& origin) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean())
-    throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be true or false");
-  return j[key].get<bool>();
+  const nlohmann::json& v = j[key];
+  const char* want = std::is_same_v<T, bool> ? "true or false"
+                     : std::is_integral_v<T> ? "an integer"
+                                             : "a number";
+  const bool ok = std::is_same_v<T, bool> ? v.is_boolean()
+                  : std::is_integral_v<T> ? v.is_number_integer()
+                                          : v.is_number();
+  if (!ok) throw runtime::UsageError("--model " + origin + ": \"" + key + "\" must be " + want);
+  return v.get<T>();
 }
 
 }  // namespace
@@ -51,17 +44,17 @@ void read_moe_fields(const nlohmann::json& j, const std::string& origin, ModelCo
   if (!fam.moe_block) return;
   // transformers 5 saves num_local_experts for both; Qwen3's own releases say num_experts.
   const int64_t fallback = fam.moe_fields ? 128 : 8;
-  c.num_experts = integer(j, "num_local_experts", integer(j, "num_experts", fallback, origin),
-                          origin);
-  c.experts_per_token = integer(j, "num_experts_per_tok", fam.moe_fields ? 8 : 2, origin);
-  c.router_aux_loss_coef = number(j, "router_aux_loss_coef", 0.001, origin);
-  if (boolean(j, "output_router_logits", false, origin))
+  c.num_experts = field<int64_t>(j, "num_local_experts",
+                                 field<int64_t>(j, "num_experts", fallback, origin), origin);
+  c.experts_per_token = field<int64_t>(j, "num_experts_per_tok", fam.moe_fields ? 8 : 2, origin);
+  c.router_aux_loss_coef = field<double>(j, "router_aux_loss_coef", 0.001, origin);
+  if (field<bool>(j, "output_router_logits", false, origin))
     throw runtime::UsageError(
         "--model " + origin +
         ": output_router_logits is true (transformers adds the load-balancing loss), which "
         "shardtrain does not implement yet; set it to false to train on the language-model loss "
         "alone");
-  if (const double jitter = number(j, "router_jitter_noise", 0.0, origin); jitter != 0)
+  if (const double jitter = field<double>(j, "router_jitter_noise", 0.0, origin); jitter != 0)
     throw runtime::UsageError("--model " + origin + ": router_jitter_noise is " +
                               runtime::round_trip(jitter) +
                               ", which shardtrain does not implement (no noise on the router's "
@@ -71,9 +64,9 @@ void read_moe_fields(const nlohmann::json& j, const std::string& origin, ModelCo
     c.norm_topk_prob = true;
     return;
   }
-  c.expert_intermediate_size = integer(j, "moe_intermediate_size", 768, origin);
-  c.norm_topk_prob = boolean(j, "norm_topk_prob", false, origin);
-  c.decoder_sparse_step = integer(j, "decoder_sparse_step", 1, origin);
+  c.expert_intermediate_size = field<int64_t>(j, "moe_intermediate_size", 768, origin);
+  c.norm_topk_prob = field<bool>(j, "norm_topk_prob", false, origin);
+  c.decoder_sparse_step = field<int64_t>(j, "decoder_sparse_step", 1, origin);
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     if (!j["mlp_only_layers"].is_array())
       throw runtime::UsageError("--model " + origin + ": \"mlp_only_layers\" must be a list");

@@ -21,10 +21,9 @@ inline constexpr ExpertProj kExpertProjections[] = {ExpertProj::kGate, ExpertPro
 // "model.layers.<i>.block_sparse_moe.gate.weight" (Mixtral) / "model.layers.<i>.mlp.gate.weight"
 // (Qwen3-MoE): [num_experts, hidden].
 std::string router_weight_name(const ModelConfig& cfg, int64_t layer);
-// "model.layers.<i>.block_sparse_moe.experts.<e>.w1.weight" / "...mlp.experts.<e>.gate_proj.weight":
-// the Hub's per-expert layout, as save_pretrained writes it.
-std::string expert_weight_name(const ModelConfig& cfg, int64_t layer, int64_t expert,
-                               ExpertProj p);
+// "model.layers.<i>.block_sparse_moe.experts.<e>.w1.weight" /
+// "...mlp.experts.<e>.gate_proj.weight": the Hub's per-expert layout, as save_pretrained writes it.
+std::string expert_weight_name(const ModelConfig& cfg, int64_t layer, int64_t expert, ExpertProj p);
 // [out, in]: gate and up [expert_intermediate_size, hidden], down [hidden, intermediate].
 std::vector<int64_t> expert_shape(const ModelConfig& cfg, ExpertProj p);
 

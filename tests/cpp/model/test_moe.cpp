@@ -18,11 +18,16 @@ using namespace shardtrain;
 namespace {
 
 model::ModelConfig moe_config(const char* type, int64_t experts, int64_t k, bool norm) {
-  nlohmann::json j = {{"model_type", type},         {"vocab_size", 64},
-                      {"hidden_size", 16},          {"intermediate_size", 24},
-                      {"num_hidden_layers", 2},     {"num_attention_heads", 2},
-                      {"num_local_experts", experts}, {"num_experts_per_tok", k},
-                      {"moe_intermediate_size", 12}, {"norm_topk_prob", norm},
+  nlohmann::json j = {{"model_type", type},
+                      {"vocab_size", 64},
+                      {"hidden_size", 16},
+                      {"intermediate_size", 24},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 2},
+                      {"num_local_experts", experts},
+                      {"num_experts_per_tok", k},
+                      {"moe_intermediate_size", 12},
+                      {"norm_topk_prob", norm},
                       {"head_dim", 8}};
   return model::model_from_hf_json(j, type);
 }
@@ -35,8 +40,7 @@ TEST(MoeSlots, PairsSortedByExpertInTokenOrder) {
   EXPECT_EQ(s.counts, (std::vector<int64_t>{2, 1, 3, 0}));  // expert 3: no token
   const std::vector<int64_t> pairs(s.pairs.data_ptr<int64_t>(), s.pairs.data_ptr<int64_t>() + 6);
   EXPECT_EQ(pairs, (std::vector<int64_t>{1, 4, 3, 0, 2, 5}));
-  const std::vector<int64_t> tokens(s.tokens.data_ptr<int64_t>(),
-                                    s.tokens.data_ptr<int64_t>() + 6);
+  const std::vector<int64_t> tokens(s.tokens.data_ptr<int64_t>(), s.tokens.data_ptr<int64_t>() + 6);
   EXPECT_EQ(tokens, (std::vector<int64_t>{0, 2, 1, 0, 1, 2}));
 }
 
@@ -90,15 +94,20 @@ TEST(MoeMlp, EqualsATokenByTokenLoopWithAnUnchosenExpert) {
 }
 
 TEST(MoeConfig, SparseLayersExpertsAndRefusedFields) {
-  nlohmann::json j = {{"model_type", "qwen3_moe"},   {"vocab_size", 64},
-                      {"hidden_size", 16},           {"intermediate_size", 24},
-                      {"num_hidden_layers", 4},      {"num_attention_heads", 2},
-                      {"num_experts", 8},            {"num_experts_per_tok", 2},
-                      {"moe_intermediate_size", 12}, {"decoder_sparse_step", 2},
+  nlohmann::json j = {{"model_type", "qwen3_moe"},
+                      {"vocab_size", 64},
+                      {"hidden_size", 16},
+                      {"intermediate_size", 24},
+                      {"num_hidden_layers", 4},
+                      {"num_attention_heads", 2},
+                      {"num_experts", 8},
+                      {"num_experts_per_tok", 2},
+                      {"moe_intermediate_size", 12},
+                      {"decoder_sparse_step", 2},
                       {"head_dim", 8},
                       {"mlp_only_layers", {3}}};
   const model::ModelConfig c = model::model_from_hf_json(j, "q");
-  EXPECT_EQ(c.num_experts, 8);  // Qwen3's own name, num_experts
+  EXPECT_EQ(c.num_experts, 8);         // Qwen3's own name, num_experts
   EXPECT_EQ(c.norm_topk_prob, false);  // Qwen3MoeConfig's default
   std::vector<bool> sparse;
   for (int64_t l = 0; l < 4; ++l) sparse.push_back(c.moe_layer(l));
@@ -106,8 +115,7 @@ TEST(MoeConfig, SparseLayersExpertsAndRefusedFields) {
   // Every parameter once: two dense MLPs, and one sparse layer's router and 8 experts.
   const int64_t attention = 4 * (16 * 16), dense = 3 * 16 * 24, norms = 2 * 16 + 2 * 8;
   const int64_t sparse_mlp = 8 * 16 + 8 * 3 * 16 * 12;
-  EXPECT_EQ(c.num_params(),
-            4 * (attention + norms) + 3 * dense + sparse_mlp + 2 * 64 * 16 + 16);
+  EXPECT_EQ(c.num_params(), 4 * (attention + norms) + 3 * dense + sparse_mlp + 2 * 64 * 16 + 16);
   // What a token passes through (norms counted, as num_matmul_params counts them): 2 of 8 experts.
   EXPECT_EQ(c.num_active_matmul_params(),
             4 * (attention + norms) + 3 * dense + 8 * 16 + 2 * 3 * 16 * 12 + 64 * 16 + 16);
