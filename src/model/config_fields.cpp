@@ -19,6 +19,7 @@ const std::vector<Accepted>& accepted_values() {
       {"attention_dropout", 0, "attention has no dropout here"},
       {"use_bidirectional_attention", false, "causal attention"},
       {"resid_pdrop", 0, "the residual stream has no dropout here"},
+      {"clip_qkv", nullptr, "q, k and v are not clamped here"},
       {"embd_pdrop", 0, "the embeddings have no dropout here"},
   };
   return a;
@@ -57,11 +58,12 @@ const std::vector<ConfigField>& config_fields() {
        false},
       {"dtype", FieldUse::kRead, "transformers 5's name for torch_dtype", false},
       {"model_type", FieldUse::kRead,
-       "llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text, phi3, mixtral or qwen3_moe "
+       "llama, mistral, qwen2, qwen3, olmo2, gemma2, gemma3_text, phi3, mixtral, qwen3_moe or "
+       "olmoe "
        "(others refused): "
        "which of the switches below apply"},
       {"attention_bias", FieldUse::kRead,
-       "llama, qwen3, qwen3_moe, olmo2, gemma2, gemma3_text: biases on q, k, v and o (qwen2 "
+       "llama, qwen3, qwen3_moe, olmo2, olmoe, gemma2, gemma3_text: biases on q, k, v and o (qwen2 "
        "always has q, k and v biases; mistral, mixtral and phi3 none)"},
       {"mlp_bias", FieldUse::kRead, "llama: biases on gate, up and down"},
       {"sliding_window", FieldUse::kRead,
@@ -97,14 +99,16 @@ const std::vector<ConfigField>& config_fields() {
       {"original_max_position_embeddings", FieldUse::kRead,
        "phi3: longrope's pre-training context (long factors past it)"},
       {"num_local_experts", FieldUse::kRead,
-       "mixtral, qwen3_moe: experts in each sparse layer (num_experts: the same)"},
-      {"num_experts", FieldUse::kRead, "qwen3_moe: Qwen3's own name for num_local_experts"},
+       "mixtral, qwen3_moe, olmoe: experts in each sparse layer (num_experts: the same)"},
+      {"num_experts", FieldUse::kRead,
+       "qwen3_moe, olmoe: their releases' name for num_local_experts"},
       {"num_experts_per_tok", FieldUse::kRead,
-       "mixtral, qwen3_moe: the experts each token goes to (top-k of the router's softmax)"},
+       "mixtral, qwen3_moe, olmoe: the experts each token goes to (top-k of the router's "
+       "softmax)"},
       {"moe_intermediate_size", FieldUse::kRead,
-       "qwen3_moe: each expert's width (mixtral's experts take intermediate_size)"},
+       "qwen3_moe: each expert's width (mixtral's and olmoe's experts take intermediate_size)"},
       {"norm_topk_prob", FieldUse::kRead,
-       "qwen3_moe: the top-k routing weights renormalised to sum 1 (mixtral always)"},
+       "qwen3_moe, olmoe: the top-k routing weights renormalised to sum 1 (mixtral always)"},
       {"decoder_sparse_step", FieldUse::kRead,
        "qwen3_moe: layers l with (l + 1) % step == 0 are sparse"},
       {"mlp_only_layers", FieldUse::kRead, "qwen3_moe: layers kept dense"},
@@ -113,6 +117,7 @@ const std::vector<ConfigField>& config_fields() {
       {"router_aux_loss_coef", FieldUse::kHarmless,
        "the load-balancing loss's weight, used only with output_router_logits (kept for exports)"},
       {"router_jitter_noise", FieldUse::kChecked, "0 only"},
+      {"clip_qkv", FieldUse::kChecked, "olmoe: null only (q, k and v are not clamped here)"},
       {"resid_pdrop", FieldUse::kChecked, "0 only"},
       {"embd_pdrop", FieldUse::kChecked, "0 only"},
       {"cache_implementation", FieldUse::kHarmless, "inference's key/value cache"},

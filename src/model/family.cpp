@@ -68,10 +68,24 @@ const std::vector<Family>& families() {
     qwen3_moe.architecture = "Qwen3MoeForCausalLM";
     qwen3_moe.sliding = Sliding::kFlagged;
     qwen3_moe.moe_block = "mlp";
-    qwen3_moe.moe_fields = true;
+    qwen3_moe.moe_norm_topk = true;
+    qwen3_moe.moe_layer_fields = true;
+    qwen3_moe.default_experts = 128;
+    qwen3_moe.default_experts_per_token = 8;
     qwen3_moe.routing_in_dtype = true;
-    return std::vector<Family>{llama,  mistral, qwen2, qwen3,   olmo2,
-                               gemma2, gemma3,  phi3,  mixtral, qwen3_moe};
+    // OLMoE: Llama's layer with OLMo's q/k norms over the whole projection; every layer sparse.
+    Family olmoe{"olmoe", "OlmoeForCausalLM"};
+    olmoe.qk_norm = QkNorm::kWhole;
+    olmoe.biases = Biases::kAttention;
+    olmoe.default_pad_token_id = 1;
+    olmoe.moe_block = "mlp";
+    olmoe.moe_norm_topk = true;
+    olmoe.default_experts = 64;
+    olmoe.default_experts_per_token = 8;
+    olmoe.default_aux_coef = 0.01;
+    olmoe.routing_in_dtype = true;
+    return std::vector<Family>{llama,  mistral, qwen2,   qwen3,     olmo2, gemma2,
+                               gemma3, phi3,    mixtral, qwen3_moe, olmoe};
   }();
   return f;
 }

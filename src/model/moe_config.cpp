@@ -42,12 +42,13 @@ T field(const nlohmann::json& j, const char* key, T fallback, const std::string&
 void read_moe_fields(const nlohmann::json& j, const std::string& origin, ModelConfig& c) {
   const Family& fam = family(c.model_type);
   if (!fam.moe_block) return;
-  // transformers 5 saves num_local_experts for both; Qwen3's own releases say num_experts.
-  const int64_t fallback = fam.moe_fields ? 128 : 8;
-  c.num_experts = field<int64_t>(j, "num_local_experts",
-                                 field<int64_t>(j, "num_experts", fallback, origin), origin);
-  c.experts_per_token = field<int64_t>(j, "num_experts_per_tok", fam.moe_fields ? 8 : 2, origin);
-  c.router_aux_loss_coef = field<double>(j, "router_aux_loss_coef", 0.001, origin);
+  // transformers 5 saves num_local_experts; Qwen3's and OLMoE's own releases say num_experts.
+  c.num_experts =
+      field<int64_t>(j, "num_local_experts",
+                     field<int64_t>(j, "num_experts", fam.default_experts, origin), origin);
+  c.experts_per_token =
+      field<int64_t>(j, "num_experts_per_tok", fam.default_experts_per_token, origin);
+  c.router_aux_loss_coef = field<double>(j, "router_aux_loss_coef", fam.default_aux_coef, origin);
   if (field<bool>(j, "output_router_logits", false, origin))
     throw runtime::UsageError(
         "--model " + origin +
@@ -59,13 +60,11 @@ void read_moe_fields(const nlohmann::json& j, const std::string& origin, ModelCo
                               runtime::round_trip(jitter) +
                               ", which shardtrain does not implement (no noise on the router's "
                               "input); use 0");
-  if (!fam.moe_fields) {  // Mixtral: every layer sparse, experts as wide as intermediate_size
-    c.expert_intermediate_size = c.intermediate_size;
-    c.norm_topk_prob = true;
-    return;
-  }
+  // Mixtral always renormalises; Qwen3MoeConfig and OlmoeConfig default to not.
+  c.norm_topk_prob = fam.moe_norm_topk ? field<bool>(j, "norm_topk_prob", false, origin) : true;
+  c.expert_intermediate_size = c.intermediate_size;  // Mixtral's and OLMoE's experts
+  if (!fam.moe_layer_fields) return;
   c.expert_intermediate_size = field<int64_t>(j, "moe_intermediate_size", 768, origin);
-  c.norm_topk_prob = field<bool>(j, "norm_topk_prob", false, origin);
   c.decoder_sparse_step = field<int64_t>(j, "decoder_sparse_step", 1, origin);
   if (j.contains("mlp_only_layers") && !j["mlp_only_layers"].is_null()) {
     if (!j["mlp_only_layers"].is_array())
@@ -86,12 +85,10 @@ void write_moe_fields(const ModelConfig& c, nlohmann::json& j) {
   j["num_experts_per_tok"] = c.experts_per_token;
   j["router_aux_loss_coef"] = c.router_aux_loss_coef;
   j["output_router_logits"] = false;
-  if (!fam.moe_fields) {
-    j["router_jitter_noise"] = 0.0;
-    return;
-  }
+  if (fam.moe_norm_topk) j["norm_topk_prob"] = c.norm_topk_prob;
+  if (!fam.moe_norm_topk) j["router_jitter_noise"] = 0.0;
+  if (!fam.moe_layer_fields) return;
   j["moe_intermediate_size"] = c.expert_intermediate_size;
-  j["norm_topk_prob"] = c.norm_topk_prob;
   j["decoder_sparse_step"] = c.decoder_sparse_step;
   j["mlp_only_layers"] = c.mlp_only_layers;
 }

@@ -18,7 +18,7 @@ so that they count):
   rounding in a near-zero gradient can move a weight by a fraction of it), and the `--save-model`
   export reloads in transformers with the loss shardtrain gives the trained weights (the run's
   validation after its last step, over check_hf_export's rows), its config.json keeping the variant;
-- Qwen2 (biases, tied head) resumes at 1 rank from a checkpoint written at 2: its step-3 loss and
+- Qwen2 (biases, tied head) and Mixtral (its experts) resume at 1 rank from a checkpoint written at 2: the step-3 loss and
   weights equal the straight run's;
 - Gemma 2 (soft-capped scores), Gemma 3 (two RoPE tables) and Phi-3 (longrope past its original context, on
   packed rows) train the same losses with each row split over a context-parallel ring of 2 ranks;
@@ -45,7 +45,7 @@ import h5py
 import torch
 from safetensors.torch import load_file
 from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
-                          MixtralConfig, Olmo2Config, Phi3Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
+                          MixtralConfig, Olmo2Config, OlmoeConfig, Phi3Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -101,6 +101,8 @@ VARIANTS = {
                                                       mlp_only_layers=[0], head_dim=32, tie_word_embeddings=True)),
     "qwen3moe_top2_norm+step2": (Qwen3MoeConfig, dict(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
                                                       norm_topk_prob=True, decoder_sparse_step=2, head_dim=16)),
+    # OLMoE: OLMo's q/k norms over the whole projection on Llama's pre-norm layer, top-2 of 4 experts not renormalised
+    "olmoe_top2": (OlmoeConfig, dict(num_local_experts=4, num_experts_per_tok=2)),
     # q k v and gate up stored merged, a sliding window, longrope past its original context of 32 (rows are 64)
     "phi3_window+longrope": (Phi3Config, dict(sliding_window=16, pad_token_id=0, original_max_position_embeddings=32,
                                               rope_scaling=dict(rope_type="longrope", short_factor=SHORT, long_factor=LONG))),
@@ -121,7 +123,7 @@ CONTEXT = {"gemma2", "gemma3", "phi3_window+longrope", "qwen3moe_top1+dense+tied
 # The other sharding strategies, one per family (each strategy for two): the same losses as full_shard at 2 ranks.
 STRATEGY = {"qwen3_tied+sliding+bias": "hybrid_shard", "olmo2": "no_shard", "gemma2": "hybrid_shard",
             "gemma3": "shard_grad_op", "phi3_window+longrope": "shard_grad_op", "phi4mini_partial+tied": "no_shard",
-            "mixtral_top2": "hybrid_shard", "qwen3moe_top2_norm+step2": "shard_grad_op"}
+            "mixtral_top2": "hybrid_shard", "qwen3moe_top2_norm+step2": "shard_grad_op", "olmoe_top2": "no_shard"}
 # Greedy generation against transformers' generate (its KV cache): the new families, windows shorter than the answer.
 GENERATE = set(STRATEGY)
 SAVED_AS = {"rope_linear+llama2_fp16": dict(dtype=torch.float16), "rope_llama3+bf16_sharded": dict(dtype=torch.bfloat16, max_shard_size="100KB")}
@@ -383,7 +385,7 @@ for name, (config_class, extra) in VARIANTS.items():
           f"loading the export {theirs:.7f} (rel {rel:.1e})")
     if model.config.tie_word_embeddings and (FULL or name in LORA):
         lora_check(name, d, model.config.model_type)
-    if name == "qwen2_tied":
+    if name in ("qwen2_tied", "mixtral_top2"):  # a mixture's experts: one checkpoint dataset each
         resume_check(name, d, got, export)
     if name in CONTEXT:
         context_check(name, d, got)

@@ -80,7 +80,11 @@ struct Family {
   const char* expert_gate = "gate_proj";  // an expert's projections (Mixtral: w1, w3, w2)
   const char* expert_up = "up_proj";
   const char* expert_down = "down_proj";
-  bool moe_fields = false;  // Qwen3-MoE: norm_topk_prob, decoder_sparse_step, mlp_only_layers
+  bool moe_norm_topk = false;     // norm_topk_prob read (Qwen3-MoE, OLMoE; Mixtral always)
+  bool moe_layer_fields = false;  // Qwen3-MoE: moe_intermediate_size, decoder_sparse_step,
+                                  // mlp_only_layers (elsewhere every layer, intermediate_size)
+  int64_t default_experts = 8, default_experts_per_token = 2;  // the config class's defaults
+  double default_aux_coef = 0.001;
   // Qwen3-MoE rounds the routing weights to the compute dtype before they scale the experts'
   // outputs; Mixtral scales in fp32 and rounds the product.
   bool routing_in_dtype = false;

@@ -120,7 +120,7 @@ TEST(MoeConfig, SparseLayersExpertsAndRefusedFields) {
   EXPECT_EQ(c.num_active_matmul_params(),
             4 * (attention + norms) + 3 * dense + 8 * 16 + 2 * 3 * 16 * 12 + 64 * 16 + 16);
   for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
-           {"output_router_logits", true}, {"router_jitter_noise", 0.01}}) {
+           {"output_router_logits", true}, {"router_jitter_noise", 0.01}, {"clip_qkv", 8.0}}) {
     nlohmann::json bad = j;
     bad["model_type"] = "mixtral";
     bad[key] = value;
