@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#if defined(SHARDTRAIN_TORCH_CUDA) && defined(SHARDTRAIN_HAVE_CUDA)
+#include "shardtrain/cuda/cuda_handles.h"
+#endif
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/norm_activation.h"
 #include "shardtrain/model/param_names.h"
@@ -49,11 +52,21 @@ ExpertSlots expert_slots(const at::Tensor& experts, int64_t num_experts) {
   return s;
 }
 
-at::Tensor moe_mlp(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor& x) {
-  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
-  const Routing r = route(cfg, x2, w.router);
-  const ExpertSlots slots = expert_slots(r.experts, cfg.num_experts);
-  const at::Tensor sorted = x2.index_select(0, slots.tokens);  // [N * k, hidden], by expert
+bool grouped_experts_available(const at::Tensor& x) {
+#if defined(SHARDTRAIN_TORCH_CUDA) && defined(SHARDTRAIN_HAVE_CUDA)
+  if (!x.is_cuda() || x.scalar_type() != at::kBFloat16) return false;
+  return cuda::device_info(x.get_device()).major >= 9;
+#else
+  (void)x;
+  return false;
+#endif
+}
+
+namespace {
+
+// Each expert's gated MLP over its run of `sorted`: one matmul per expert and projection.
+at::Tensor experts_loop(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor& sorted,
+                        const ExpertSlots& slots) {
   std::vector<at::Tensor> outs;
   int64_t at_slot = 0;
   for (int64_t e = 0; e < cfg.num_experts; ++e) {
@@ -65,7 +78,35 @@ at::Tensor moe_mlp(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor
     outs.push_back(at::linear(h, w.down[e]));
     at_slot += n;
   }
-  const at::Tensor y = outs.empty() ? sorted.narrow(0, 0, 0) : at::cat(outs);
+  return outs.empty() ? sorted.narrow(0, 0, 0) : at::cat(outs);
+}
+
+// The same as one grouped GEMM per projection: the runs end at the counts' running sums.
+at::Tensor experts_grouped(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor& sorted,
+                           const ExpertSlots& slots) {
+  std::vector<int32_t> ends;
+  int64_t total = 0;
+  for (const int64_t n : slots.counts) ends.push_back(static_cast<int32_t>(total += n));
+  const at::Tensor offs = at::tensor(ends, at::kInt).to(sorted.device());
+  // [E, in, out]: each expert's x @ W^T as the grouped GEMM's right operand.
+  auto stacked = [](const std::vector<at::Tensor>& ws) { return at::stack(ws).transpose(1, 2); };
+  const at::Tensor h = activation(cfg.hidden_act, at::_grouped_mm(sorted, stacked(w.gate), offs)) *
+                       at::_grouped_mm(sorted, stacked(w.up), offs);
+  return at::_grouped_mm(h, stacked(w.down), offs);
+}
+
+}  // namespace
+
+at::Tensor moe_mlp(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor& x,
+                   ExpertsPath path) {
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  const Routing r = route(cfg, x2, w.router);
+  const ExpertSlots slots = expert_slots(r.experts, cfg.num_experts);
+  const at::Tensor sorted = x2.index_select(0, slots.tokens);  // [N * k, hidden], by expert
+  const bool grouped =
+      path == ExpertsPath::kGrouped || (path == ExpertsPath::kAuto && grouped_experts_available(x));
+  const at::Tensor y =
+      grouped ? experts_grouped(cfg, w, sorted, slots) : experts_loop(cfg, w, sorted, slots);
   const at::Tensor weight = r.weights.reshape({-1}).index_select(0, slots.pairs).unsqueeze(1);
   // Mixtral multiplies in fp32 and rounds the product; Qwen3-MoE's weights are rounded already.
   const at::Tensor weighted = (y * weight).to(x.scalar_type());

@@ -51,7 +51,15 @@ struct MoeWeights {
   std::vector<at::Tensor> gate, up, down;  // one per expert
 };
 
+// How the experts multiply: one matmul per expert over its run of tokens (everywhere), or one
+// grouped GEMM per projection over every run (at::_grouped_mm: bf16 on CUDA from sm90; the
+// experts' weights stacked first, a copy of the layer's experts).
+enum class ExpertsPath { kAuto, kLoop, kGrouped };
+// kAuto's choice for x: grouped for bf16 on a GPU of compute capability 9.0 or newer.
+bool grouped_experts_available(const at::Tensor& x);
+
 // x [B, T, hidden] -> [B, T, hidden].
-at::Tensor moe_mlp(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor& x);
+at::Tensor moe_mlp(const ModelConfig& cfg, const MoeWeights& w, const at::Tensor& x,
+                   ExpertsPath path = ExpertsPath::kAuto);
 
 }  // namespace shardtrain::model

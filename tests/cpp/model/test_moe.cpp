@@ -93,6 +93,35 @@ TEST(MoeMlp, EqualsATokenByTokenLoopWithAnUnchosenExpert) {
   }
 }
 
+// The grouped GEMM path (at::_grouped_mm; LibTorch's CPU fallback here, CUDA's kernel on sm90)
+// gives the loop's values and gradients, with an expert that no token chose (an empty group).
+TEST(MoeMlp, GroupedGemmEqualsTheLoop) {
+  const model::ModelConfig cfg = moe_config("qwen3_moe", 4, 2, true);
+  at::manual_seed(2);
+  model::MoeWeights w;
+  w.router = at::randn({4, cfg.hidden_size}).abs();
+  w.router[1].fill_(-1.0);  // x > 0: expert 1 gets no token
+  for (int64_t e = 0; e < 4; ++e) {
+    w.gate.push_back(
+        at::randn({cfg.expert_intermediate_size, cfg.hidden_size}).requires_grad_(true));
+    w.up.push_back(at::randn({cfg.expert_intermediate_size, cfg.hidden_size}).requires_grad_(true));
+    w.down.push_back(
+        at::randn({cfg.hidden_size, cfg.expert_intermediate_size}).requires_grad_(true));
+  }
+  const at::Tensor x = at::rand({3, 7, cfg.hidden_size}).requires_grad_(true);
+  const at::Tensor weighting = at::randn({3, 7, cfg.hidden_size});
+  std::vector<at::Tensor> got[2];
+  for (const auto path : {model::ExpertsPath::kLoop, model::ExpertsPath::kGrouped}) {
+    const at::Tensor y = model::moe_mlp(cfg, w, x, path);
+    const auto g =
+        torch::autograd::grad({(y * weighting).sum()}, {x, w.gate[0], w.up[2], w.down[3]});
+    got[path == model::ExpertsPath::kGrouped] = {y, g[0], g[1], g[2], g[3]};
+  }
+  for (size_t i = 0; i < got[0].size(); ++i)
+    EXPECT_TRUE(at::allclose(got[0][i], got[1][i], 1e-5, 1e-5)) << "output/gradient " << i;
+  EXPECT_FALSE(model::grouped_experts_available(x)) << "kAuto takes the loop on the CPU";
+}
+
 TEST(MoeConfig, SparseLayersExpertsAndRefusedFields) {
   nlohmann::json j = {{"model_type", "qwen3_moe"},
                       {"vocab_size", 64},
