@@ -21,12 +21,18 @@ TEST(GpuMoe, GroupedGemmEqualsTheLoopInBf16) {
   SKIP_WITHOUT_GPU();
 #ifdef SHARDTRAIN_TORCH_CUDA
   using namespace shardtrain;
-  const model::ModelConfig cfg = model::model_from_hf_json(
-      {{"model_type", "qwen3_moe"}, {"vocab_size", 64},        {"hidden_size", 256},
-       {"intermediate_size", 512},  {"num_hidden_layers", 1}, {"num_attention_heads", 4},
-       {"head_dim", 64},            {"num_experts", 16},      {"num_experts_per_tok", 4},
-       {"moe_intermediate_size", 128}, {"norm_topk_prob", true}},
-      "gpu_moe");
+  const model::ModelConfig cfg = model::model_from_hf_json({{"model_type", "qwen3_moe"},
+                                                            {"vocab_size", 64},
+                                                            {"hidden_size", 256},
+                                                            {"intermediate_size", 512},
+                                                            {"num_hidden_layers", 1},
+                                                            {"num_attention_heads", 4},
+                                                            {"head_dim", 64},
+                                                            {"num_experts", 16},
+                                                            {"num_experts_per_tok", 4},
+                                                            {"moe_intermediate_size", 128},
+                                                            {"norm_topk_prob", true}},
+                                                           "gpu_moe");
   at::manual_seed(0);
   const int64_t H = cfg.hidden_size, I = cfg.expert_intermediate_size;
   std::vector<at::Tensor> master{at::randn({16, H}).abs()};
@@ -57,8 +63,8 @@ TEST(GpuMoe, GroupedGemmEqualsTheLoopInBf16) {
   const auto ref = run(at::kCPU, at::kFloat, model::ExpertsPath::kLoop);
   const auto loop = run(gpu, at::kBFloat16, model::ExpertsPath::kLoop);
   const bool grouped = model::grouped_experts_available(x0.to(gpu, at::kBFloat16));
-  const auto fast = run(gpu, at::kBFloat16, grouped ? model::ExpertsPath::kGrouped
-                                                    : model::ExpertsPath::kLoop);
+  const auto fast =
+      run(gpu, at::kBFloat16, grouped ? model::ExpertsPath::kGrouped : model::ExpertsPath::kLoop);
   for (size_t i = 0; i < ref.size(); ++i) {
     const double a = ((loop[i] - ref[i]).norm() / ref[i].norm()).item<double>();
     const double b = ((fast[i] - loop[i]).norm() / loop[i].norm()).item<double>();
