@@ -14,8 +14,10 @@ namespace shardtrain::cli {
 
 comm::GroupLayout mesh_layout(const fsdp::ShardingConfig& cfg, int context_parallel,
                               const runtime::Topology& topo) {
-  return comm::with_context(fsdp::group_layout(cfg.sharding, topo, cfg.shard_group_size), topo,
-                            context_parallel);
+  return comm::with_experts(
+      comm::with_context(fsdp::group_layout(cfg.sharding, topo, cfg.shard_group_size), topo,
+                         context_parallel),
+      cfg.expert_parallel);
 }
 
 EngineSetup::EngineSetup(const model::ModelConfig& model, const fsdp::ShardingConfig& cfg,

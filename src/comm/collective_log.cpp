@@ -7,8 +7,8 @@
 namespace shardtrain::comm {
 
 const char* op_name(Op op) {
-  static const char* names[kNumOps] = {"all_gather", "reduce_scatter", "all_reduce",
-                                       "broadcast",  "barrier",        "send_recv"};
+  static const char* names[kNumOps] = {"all_gather", "reduce_scatter", "all_reduce", "broadcast",
+                                       "barrier",    "send_recv",      "all_to_all"};
   return names[static_cast<int>(op)];
 }
 

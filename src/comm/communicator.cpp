@@ -75,6 +75,26 @@ WorkPtr Communicator::send_recv_async(const at::Tensor&, int, const at::Tensor&,
   throw runtime::Error("the " + name_ + " group's backend has no send_recv");
 }
 
+WorkPtr Communicator::all_to_all_async(const at::Tensor&, const std::vector<int64_t>&,
+                                       const at::Tensor&, const std::vector<int64_t>&) {
+  throw runtime::Error("the " + name_ + " group's backend has no all_to_all");
+}
+
+void check_all_to_all(const Communicator& c, const at::Tensor& send,
+                      const std::vector<int64_t>& send_rows, const at::Tensor& recv,
+                      const std::vector<int64_t>& recv_rows) {
+  const auto n = static_cast<size_t>(c.size());
+  int64_t sent = 0, received = 0;
+  for (const int64_t r : send_rows) sent += r;
+  for (const int64_t r : recv_rows) received += r;
+  if (send_rows.size() != n || recv_rows.size() != n || !send.is_contiguous() ||
+      !recv.is_contiguous() || send.scalar_type() != recv.scalar_type() || send.dim() < 1 ||
+      recv.dim() != send.dim() || send.size(0) != sent || recv.size(0) != received ||
+      send.sizes().slice(1) != recv.sizes().slice(1))
+    throw runtime::Error("all_to_all on " + c.name() +
+                         ": contiguous buffers of one row shape and dtype, a count per rank");
+}
+
 double Communicator::all_reduce_sum(double v) {
   auto t = at::full(
       {1}, v, at::TensorOptions().dtype(at::kDouble).device(device()));  // NCCL: a device tensor

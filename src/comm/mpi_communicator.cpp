@@ -157,4 +157,37 @@ WorkPtr MpiCommunicator::send_recv_async(const at::Tensor& send, int dst, const 
   return tracked(Op::kSendRecv, send.nbytes(), std::move(w));
 }
 
+WorkPtr MpiCommunicator::all_to_all_async(const at::Tensor& send,
+                                          const std::vector<int64_t>& send_rows,
+                                          const at::Tensor& recv,
+                                          const std::vector<int64_t>& recv_rows) {
+  check_all_to_all(*this, send, send_rows, recv, recv_rows);
+  require_cpu(send);
+  require_cpu(recv);
+  // Counts in rows of one derived type: a row's bytes, so no count overflows int.
+  int64_t row = static_cast<int64_t>(send.element_size());
+  for (int64_t d = 1; d < send.dim(); ++d) row *= send.size(d);
+  const auto ints = [](const std::vector<int64_t>& v, std::vector<int>& counts,
+                       std::vector<int>& displs) {
+    int at = 0;
+    for (const int64_t c : v) {
+      counts.push_back(static_cast<int>(c));
+      displs.push_back(at);
+      at += static_cast<int>(c);
+    }
+  };
+  std::vector<int> sc, sd, rc, rd;
+  ints(send_rows, sc, sd);
+  ints(recv_rows, rc, rd);
+  host_collective(Op::kAllToAll, static_cast<int64_t>(send.nbytes()), [&] {
+    MPI_Datatype type;
+    MPI_CHECK(MPI_Type_contiguous(static_cast<int>(row), MPI_BYTE, &type));
+    MPI_CHECK(MPI_Type_commit(&type));
+    MPI_CHECK(MPI_Alltoallv(send.data_ptr(), sc.data(), sd.data(), type, recv.data_ptr(), rc.data(),
+                            rd.data(), type, comm_.get()));
+    MPI_CHECK(MPI_Type_free(&type));
+  });
+  return std::make_unique<MpiWork>(std::vector<at::Tensor>{});  // complete: nothing to wait for
+}
+
 }  // namespace shardtrain::comm

@@ -273,6 +273,39 @@ WorkPtr NcclCommunicator::send_recv_async(const at::Tensor& send, int dst, const
   return finish(l, Op::kSendRecv, send.nbytes(), {send, recv});
 }
 
+WorkPtr NcclCommunicator::all_to_all_async(const at::Tensor& send,
+                                           const std::vector<int64_t>& send_rows,
+                                           const at::Tensor& recv,
+                                           const std::vector<int64_t>& recv_rows) {
+  check_all_to_all(*this, send, send_rows, recv, recv_rows);
+  require_cuda(send);
+  require_cuda(recv);
+  cuda::NvtxRange range(nvtx_[static_cast<int>(Op::kAllToAll)]);
+  Lane& l = lane(Op::kAllToAll);
+  const cudaStream_t s = begin(l);
+  const ncclDataType_t type = nccl_type(send.scalar_type());
+  int64_t row = 1;
+  for (int64_t d = 1; d < send.dim(); ++d) row *= send.size(d);
+  const int64_t elt = send.element_size();
+  // One grouped send and receive per peer (NCCL has no all-to-all-v); empty ones are skipped.
+  NCCL_CHECK(ncclGroupStart());
+  int64_t sent = 0, received = 0;
+  for (int r = 0; r < size(); ++r) {
+    const int64_t out = send_rows[static_cast<size_t>(r)] * row;
+    const int64_t in = recv_rows[static_cast<size_t>(r)] * row;
+    if (out > 0)
+      NCCL_CHECK(ncclSend(static_cast<char*>(send.data_ptr()) + sent * elt, out, type, r,
+                          l.comm.get(), s));
+    if (in > 0)
+      NCCL_CHECK(ncclRecv(static_cast<char*>(recv.data_ptr()) + received * elt, in, type, r,
+                          l.comm.get(), s));
+    sent += out;
+    received += in;
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  return finish(l, Op::kAllToAll, send.nbytes(), {send, recv});
+}
+
 void NcclCommunicator::barrier() {  // a one-element all-reduce on each lane, completed on the host
   for (Lane* l : {&gather_, &reduce_}) {
     void* buf = nullptr;

@@ -29,7 +29,7 @@ ParallelDims make_nccl_groups(const GroupLayout& given, const runtime::Topology&
     return made;
   });
   std::vector<ncclComm_t> comms;
-  for (Communicator* c : pg.all()) {
+  for (Communicator* c : pg.every()) {
     const auto* nc = static_cast<const NcclCommunicator*>(c);
     comms.push_back(nc->nccl());
     comms.push_back(nc->nccl_reduce());

@@ -62,12 +62,15 @@ FsdpEngine::FsdpEngine(EngineSpec spec, comm::ParallelDims& dims, uint64_t seed,
                        static_cast<int>(c10::elementSize(cfg_.param_dtype)), cfg_.cpu_offload);
   memory_ = std::make_unique<EngineMemory>(
       report, device_, [this] { return schedule_ ? schedule_->transient_bytes() : 0; });
+  const comm::GroupLayout& g = groups_.layout;
+  const ExpertPlacement experts{g.expert_size, g.expert_rank, g.expert_shard_size,
+                                g.expert_shard_rank};
   BuiltUnits built = build_units(*layout_, cfg_, spec_.plan.merged_projections(), shard_size,
-                                 groups_.shard->rank(), seed, weights, adapters, device_);
+                                 groups_.shard->rank(), seed, weights, adapters, device_, experts);
   layout_->hold(std::move(built.pieces), std::move(built.base_crc_rows));
-  schedule_ = std::make_unique<UnitSchedule>(model_, cfg_, spec_.plan, groups_, device_, sizes,
-                                             std::move(built.units), std::move(built.adapters),
-                                             [this] { memory_->note(); });
+  schedule_ = std::make_unique<UnitSchedule>(
+      model_, cfg_, spec_.plan, groups_, device_, sizes, std::move(built.units),
+      std::move(built.adapters), [this] { memory_->note(); }, std::move(built.experts));
 }
 
 void FsdpEngine::release_grads() { schedule_->release_grads(); }
@@ -99,14 +102,24 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::MicroBatch>& mi
         at::zeros({objective.num_stats()}, at::TensorOptions().dtype(at::kDouble).device(device_));
   release_grads();  // allocated at the step's first reduction (FSDP2's set_to_none)
   if (HostOffload* offload = schedule_->offload()) offload->start_step();
-  at::Tensor loss_sum =
-      at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device_));  // read once per step
+  const auto fp64 = at::TensorOptions().dtype(at::kDouble).device(device_);
+  at::Tensor loss_sum = at::zeros({}, fp64);  // read once per step
+  // The load-balancing loss: each micro-batch's over every rank's tokens, averaged over them.
+  const bool aux = model_.output_router_logits && model_.is_moe();
+  const double aux_weight =
+      model_.router_aux_loss_coef / static_cast<double>(std::max<size_t>(1, micro_batches.size()));
+  at::Tensor aux_sum = at::zeros({}, fp64);
   for (size_t i = 0; i < micro_batches.size(); ++i) {
     const model::Batch& mb = micro_batches[i].local();
     Pass p;
     const int64_t chunk = spec_.plan.head_chunk(model_, mb.tokens.numel());
     p.fused_head = chunk > 0;
     if (spec_.plan.draws_row_seeds()) p.unit.row_seeds = dropout_row_seeds(mb);
+    if (aux) {
+      p.unit.router_aux = std::make_shared<model::RouterAux>();
+      p.unit.router_aux->record = true;
+      p.unit.router_aux->stats = at::zeros({2 * model_.num_experts + 1}, fp64);
+    }
     at::Tensor loss;
     {
       HeadOutput head;  // under fused_head, out holds the normed hidden
@@ -122,7 +135,13 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::MicroBatch>& mi
         if (t.stats.defined()) stats += t.stats;
         loss = t.sum / denom;
       }
-    }  // autograd keeps only what backward needs
+    }           // autograd keeps only what backward needs
+    if (aux) {  // the whole micro-batch's sums, then the routers' gradient for backward
+      model::RouterAux& a = *p.unit.router_aux;
+      a.record = false;  // a recomputed forward adds nothing
+      groups_.world->all_reduce(a.stats);
+      aux_sum += a.finish(model_.num_experts, aux_weight);
+    }
     p.outputs.back() = at::Tensor();
     close_phase(runtime::Phase::kForward);
     schedule_->backward(p, loss, !cfg_.no_sync_accumulation, i + 1 == micro_batches.size());
@@ -133,6 +152,10 @@ GradResult FsdpEngine::forward_backward(const std::vector<model::MicroBatch>& mi
   groups_.world->all_reduce(
       loss_sum);  // on the device (NCCL: ordered on the stream; the host goes on)
   r.loss_t = loss_sum / denom;
+  if (aux) {
+    r.aux_t = aux_sum / static_cast<double>(micro_batches.size());
+    r.loss_t = r.loss_t + r.aux_t * model_.router_aux_loss_coef;
+  }
   if (stats.defined()) {
     groups_.world->all_reduce(stats);
     r.stats = stats;
@@ -200,7 +223,36 @@ at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positi
 }
 
 std::map<std::string, at::Tensor> FsdpEngine::full_parameters(bool adapters) {
-  return gather_full(adapters ? schedule_->adapters() : schedule_->units());
+  auto out = gather_full(adapters ? schedule_->adapters() : schedule_->units());
+  if (!adapters && groups_.expert) gather_experts(out);
+  return out;
+}
+
+void FsdpEngine::gather_experts(std::map<std::string, at::Tensor>& out) {
+  comm::Communicator& group = *groups_.expert;
+  const model::ExpertGroup share{group.size(), group.rank(), {}};
+  const int64_t local = share.local(model_);
+  for (const FlatUnit& u : schedule_->experts()) {
+    if (u.empty()) continue;
+    // This rank's experts whole (over the expert shard group), then every rank's: their layouts
+    // are alike, each its own experts' names.
+    const at::Tensor master = u.master().to(device_);
+    auto mine = at::empty({u.layout().padded}, master.options());
+    if (groups_.expert_shard->size() == 1)
+      mine.copy_(master);
+    else
+      groups_.expert_shard->all_gather(master.contiguous(), mine);
+    auto all = at::empty({group.size() * u.layout().padded}, mine.options());
+    group.all_gather(mine, all);
+    all = all.to(at::kCPU, at::kFloat);
+    for (int r = 0; r < group.size(); ++r) {
+      const UnitPart part{UnitPart::kExperts, r * local, local};
+      const FlatLayout l =
+          flat_layout(layout_->base_specs(), u.spec().layer + 1, u.layout().shard_size, part);
+      for (const auto& e : l.entries)
+        out[e.name] = all.narrow(0, r * l.padded + e.offset, e.numel).view(e.shape).clone();
+    }
+  }
 }
 
 std::map<std::string, at::Tensor> FsdpEngine::gather_full(const std::vector<FlatUnit>& units) {

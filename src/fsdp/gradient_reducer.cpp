@@ -38,9 +38,10 @@ int64_t GradientReducer::held(const Pending& r) const {
 }
 
 void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel,
-                             bool owned, bool last) {
+                             bool owned, bool last, comm::Communicator* shard) {
   progress();
-  const int shard_size = groups_.shard->size();
+  comm::Communicator& group = shard ? *shard : *groups_.shard;
+  const int shard_size = group.size();
   const int elt = static_cast<int>(c10::elementSize(reduce_dtype_));
   // Every reduction not yet added holds buffers: its reduce-scatter's, or (hybrid) its
   // all-reduce's.
@@ -68,15 +69,16 @@ void GradientReducer::reduce(int64_t unit, const at::Tensor& full_grad, int64_t 
     r.owned = owned || r.reused_send;  // a converted copy is ours to keep
   } else {
     r.shard = at::empty({shard_numel}, r.send.options());
-    r.scatter = groups_.shard->reduce_scatter_async(r.send, r.shard);
+    r.scatter = group.reduce_scatter_async(r.send, r.shard);
     if (hybrid()) r.replicate = groups_.replicate->all_reduce_after_async(r.shard, *r.scatter);
   }
   pending_.push_back(std::move(r));
-  if (!pending_.back().scatter) scattered(pending_.back());
+  progress();  // one without a reduce-scatter (a group of one) starts its all-reduce in turn
   on_change_();
 }
 
 void GradientReducer::scattered(Pending& r) {
+  r.done_scatter = true;
   r.scatter.reset();
   if (r.reused_send && !r.send.is_same(r.shard)) spare_.push_back(r.send);
   r.send = at::Tensor();
@@ -94,6 +96,8 @@ void GradientReducer::complete_oldest() {
   Pending& r = pending_.front();
   if (r.scatter)
     complete_scatter(r);  // starts its all-reduce where none is chained (MPI): all older ones have
+  else if (!r.done_scatter)
+    scattered(r);  // a group of one: nothing to scatter
   add(r);
   pending_.pop_front();
 }
@@ -101,12 +105,12 @@ void GradientReducer::complete_oldest() {
 void GradientReducer::progress() {
   // All-reduces start in issue order on every rank: stop at the first reduce-scatter still running.
   for (Pending& r : pending_) {
-    if (!r.scatter) continue;
-    if (!r.scatter->test()) break;
+    if (r.done_scatter) continue;
+    if (r.scatter && !r.scatter->test()) break;
     scattered(r);
     on_change_();
   }
-  while (!pending_.empty() && !pending_.front().scatter &&
+  while (!pending_.empty() && pending_.front().done_scatter &&
          (!pending_.front().replicate || pending_.front().replicate->test())) {
     add(pending_.front());
     pending_.pop_front();
@@ -131,7 +135,10 @@ void GradientReducer::add(Pending& r) {
 void GradientReducer::finish() {
   // Every hybrid all-reduce starts before any is waited on, in the order issued on every rank.
   for (auto& r : pending_)
-    if (r.scatter) complete_scatter(r);
+    if (r.scatter)
+      complete_scatter(r);
+    else if (!r.done_scatter)
+      scattered(r);
   for (auto& r : pending_) add(r);
   pending_.clear();
   spare_.clear();

@@ -78,6 +78,11 @@ void ShardingConfig::validate() const {
   if (max_inflight_gathers < 1)
     throw runtime::UsageError("--max-inflight-gathers must be 1 or more (1: no prefetch)");
   check_device_option(device);
+  if (expert_parallel < 1)
+    throw runtime::UsageError("--expert-parallel must be 1 or more (1: off)");
+  if (expert_parallel > 1 && cpu_offload)
+    throw runtime::UsageError(
+        "--cpu-offload with --expert-parallel: the experts' host steps are not built; drop one");
   const auto dtype_ok = [](at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16; };
   if (!dtype_ok(param_dtype) && param_dtype != at::ScalarType::Undefined)
     throw runtime::UsageError("--param-dtype must be auto, fp32 or bf16");

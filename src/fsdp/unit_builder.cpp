@@ -29,7 +29,7 @@ at::Tensor fill_shard(const FlatLayout& layout, int shard_rank, const at::Tensor
 BuiltUnits build_units(const TrainableLayout& layout, const ShardingConfig& cfg, bool merged,
                        int shard_size, int shard_rank, uint64_t seed,
                        const io::SafetensorsModel* weights, const io::SafetensorsModel* trained,
-                       at::Device device) {
+                       at::Device device, const ExpertPlacement& experts) {
   BuiltUnits b;
   const bool frozen = layout.base_frozen();
   const auto fp32 = at::TensorOptions().dtype(at::kFloat).device(device);
@@ -60,8 +60,28 @@ BuiltUnits build_units(const TrainableLayout& layout, const ShardingConfig& cfg,
     const auto crc = static_cast<int64_t>(runtime::crc32_bytes(c.data_ptr(), c.nbytes()));
     b.base_crc_rows[e.spec] = {s.param_offset, s.numel, crc};
   };
-  for (int64_t u = 0; u < static_cast<int64_t>(unit_specs.size()); ++u) {
-    FlatLayout base_layout = flat_layout(specs, u, shard_size);
+  const auto n_units = static_cast<int64_t>(unit_specs.size());
+  const UnitPart dense{experts.on() ? UnitPart::kDense : UnitPart::kAll};
+  const int64_t local = layout.model().num_experts / experts.size;
+  const UnitPart mine{UnitPart::kExperts, experts.rank * local, local};
+  // A unit's pieces: what the optimizer steps and checkpoints hold; key: its gradient shard's.
+  const auto add_pieces = [&b](const FlatUnit& unit, int rank, int64_t key) {
+    for (const Segment& s : shard_segments(unit.layout(), rank)) {
+      const auto& e = unit.layout().entries[s.entry];
+      ShardPiece p;
+      p.name = e.name;
+      p.shape = e.shape;
+      p.param_offset = s.param_offset;
+      p.numel = s.numel;
+      p.decay = e.decay;
+      p.master = unit.master().narrow(0, s.shard_offset, s.numel);
+      p.unit = key;
+      p.shard_offset = s.shard_offset;
+      b.pieces.push_back(std::move(p));
+    }
+  };
+  for (int64_t u = 0; u < n_units; ++u) {
+    FlatLayout base_layout = flat_layout(specs, u, shard_size, dense);
     at::Tensor master =
         fill_shard(base_layout, shard_rank,
                    (frozen ? fp32 : trained_fp32).dtype(layout.base_dtype(cfg.param_dtype)),
@@ -75,19 +95,16 @@ BuiltUnits build_units(const TrainableLayout& layout, const ShardingConfig& cfg,
     }
     FlatUnit& unit = frozen ? b.adapters.back() : b.units.back();
     if (cfg.cpu_offload) unit.offload_to_host(device, cfg.param_dtype);  // before the pieces' views
-    for (const Segment& s : shard_segments(unit.layout(), shard_rank)) {
-      const auto& e = unit.layout().entries[s.entry];
-      ShardPiece p;
-      p.name = e.name;
-      p.shape = e.shape;
-      p.param_offset = s.param_offset;
-      p.numel = s.numel;
-      p.decay = e.decay;
-      p.master = unit.master().narrow(0, s.shard_offset, s.numel);
-      p.unit = u;
-      p.shard_offset = s.shard_offset;
-      b.pieces.push_back(std::move(p));
-    }
+    add_pieces(unit, shard_rank, u);
+    if (!experts.on()) continue;
+    // This rank's experts, sharded over the ranks that hold the same ones.
+    FlatLayout expert_layout = flat_layout(specs, u, experts.shard_size, mine);
+    at::Tensor shard =
+        fill_shard(expert_layout, experts.shard_rank,
+                   (frozen ? fp32 : trained_fp32).dtype(layout.base_dtype(cfg.param_dtype)),
+                   base_piece, frozen ? checksum : SeePiece());
+    b.experts.emplace_back(unit_specs[u], std::move(expert_layout), shard, frozen);
+    if (!frozen) add_pieces(b.experts.back(), experts.shard_rank, n_units + u);
   }
   return b;
 }

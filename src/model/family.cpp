@@ -67,6 +67,7 @@ const std::vector<Family>& families() {
     qwen3_moe.model_type = "qwen3_moe";
     qwen3_moe.architecture = "Qwen3MoeForCausalLM";
     qwen3_moe.sliding = Sliding::kFlagged;
+    qwen3_moe.default_head_dim = 0;  // Qwen3MoeConfig has none: hidden / heads when absent
     qwen3_moe.moe_block = "mlp";
     qwen3_moe.moe_norm_topk = true;
     qwen3_moe.moe_layer_fields = true;

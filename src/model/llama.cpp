@@ -37,7 +37,8 @@ at::Tensor Projection::operator()(const at::Tensor& x) const {
 }
 
 LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer,
-                                const LoraRun* lora, bool merge, Fp8Mode fp8) {
+                                const LoraRun* lora, bool merge, Fp8Mode fp8,
+                                const ExpertGroup* experts) {
   LayerWeights lw;
   const Family& fam = family(cfg.model_type);
   lw.window = cfg.attention_window(layer);
@@ -79,16 +80,8 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   }
   for (const LayerNormSpec& n : layer_norms(cfg))
     lw.norms[static_cast<int>(n.role)] = w(names::layer(layer, n.local));
-  if (cfg.moe_layer(layer)) {
-    auto moe = std::make_shared<MoeWeights>();
-    moe->router = w(router_weight_name(cfg, layer));
-    for (int64_t e = 0; e < cfg.num_experts; ++e) {
-      moe->gate.push_back(w(expert_weight_name(cfg, layer, e, ExpertProj::kGate)));
-      moe->up.push_back(w(expert_weight_name(cfg, layer, e, ExpertProj::kUp)));
-      moe->down.push_back(w(expert_weight_name(cfg, layer, e, ExpertProj::kDown)));
-    }
-    lw.moe = std::move(moe);
-  }
+  if (cfg.moe_layer(layer))
+    lw.moe = std::make_shared<const MoeWeights>(moe_weights(cfg, w, layer, experts));
   return lw;
 }
 
@@ -195,8 +188,9 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + norm(NormRole::kAttnOut, w[Proj::kO](attn));
   auto m = norm(NormRole::kMlpIn, out);
-  const at::Tensor mlp =
-      w.moe ? moe_mlp(cfg, *w.moe, m) : w[Proj::kDown](gated_mlp(cfg, w, m, path));
+  const at::Tensor mlp = w.moe ? moe_mlp(cfg, *w.moe, m, ExpertsPath::kAuto,
+                                         all_layers.experts.get(), all_layers.router_aux.get())
+                               : w[Proj::kDown](gated_mlp(cfg, w, m, path));
   return out + norm(NormRole::kMlpOut, mlp);
 }
 
@@ -215,8 +209,10 @@ at::Tensor unit_forward(const ModelConfig& cfg, const UnitSpec& unit, const Weig
                      .item<double>();
     }
     case UnitKind::kDecoderLayer:
-      return decoder_layer(cfg, LayerWeights::bind(cfg, w, unit.layer, lora, path.fused, path.fp8),
-                           x, layout, path);
+      return decoder_layer(
+          cfg,
+          LayerWeights::bind(cfg, w, unit.layer, lora, path.fused, path.fp8, layout.experts.get()),
+          x, layout, path);
     case UnitKind::kHead:
       break;
   }

@@ -49,12 +49,7 @@ void read_moe_fields(const nlohmann::json& j, const std::string& origin, ModelCo
   c.experts_per_token =
       field<int64_t>(j, "num_experts_per_tok", fam.default_experts_per_token, origin);
   c.router_aux_loss_coef = field<double>(j, "router_aux_loss_coef", fam.default_aux_coef, origin);
-  if (field<bool>(j, "output_router_logits", false, origin))
-    throw runtime::UsageError(
-        "--model " + origin +
-        ": output_router_logits is true (transformers adds the load-balancing loss), which "
-        "shardtrain does not implement yet; set it to false to train on the language-model loss "
-        "alone");
+  c.output_router_logits = field<bool>(j, "output_router_logits", false, origin);
   if (const double jitter = field<double>(j, "router_jitter_noise", 0.0, origin); jitter != 0)
     throw runtime::UsageError("--model " + origin + ": router_jitter_noise is " +
                               runtime::round_trip(jitter) +
@@ -84,7 +79,7 @@ void write_moe_fields(const ModelConfig& c, nlohmann::json& j) {
   j["num_local_experts"] = c.num_experts;
   j["num_experts_per_tok"] = c.experts_per_token;
   j["router_aux_loss_coef"] = c.router_aux_loss_coef;
-  j["output_router_logits"] = false;
+  j["output_router_logits"] = c.output_router_logits;
   if (fam.moe_norm_topk) j["norm_topk_prob"] = c.norm_topk_prob;
   if (!fam.moe_norm_topk) j["router_jitter_noise"] = 0.0;
   if (!fam.moe_layer_fields) return;

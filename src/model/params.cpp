@@ -72,8 +72,10 @@ std::vector<ParamSpec> llama_param_specs(const ModelConfig& c) {
     if (c.moe_layer(i)) {  // the router, then each expert's gate, up and down
       s.push_back({router_weight_name(c, i), {c.num_experts, h}, false, i + 1});
       for (int64_t e = 0; e < c.num_experts; ++e)
-        for (const ExpertProj p : kExpertProjections)
+        for (const ExpertProj p : kExpertProjections) {
           s.push_back({expert_weight_name(c, i, e, p), expert_shape(c, p), false, i + 1});
+          s.back().expert = e;
+        }
     }
     for (const LayerNormSpec& n : layer_norms(c))
       s.push_back({names::layer(i, n.local), {n.size}, true, i + 1, false, zero_norm});

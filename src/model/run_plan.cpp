@@ -53,6 +53,14 @@ at::Tensor RunPlan::unit(const ModelConfig& model, const UnitSpec& spec, const W
   return unit_forward(model, spec, base, x, p.layout, dtype, &run, path);
 }
 
+at::Tensor RunPlan::serve_experts(const ModelConfig& model, const UnitSpec& spec,
+                                  const WeightLookup& base, const ExpertGroup& group,
+                                  at::ScalarType dtype, const at::Device& device) const {
+  if (spec.kind != UnitKind::kDecoderLayer || !model.moe_layer(spec.layer)) return {};
+  return model::serve_experts(model, moe_weights(model, base, spec.layer, &group), group,
+                              at::TensorOptions().dtype(dtype).device(device));
+}
+
 namespace {
 
 // Under the fused layers, a merged group's members run as one float8 GEMM (one scale) where no

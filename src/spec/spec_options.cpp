@@ -18,6 +18,10 @@ void add_layout_options(po::options_description& d, fsdp::ShardingConfig& f, int
       "split each sequence over N consecutive ranks of a node (2N zigzag chunks, attention as a "
       "ring; --batch-size counts rows per group of N; docs/context-parallel.md); 1: off (plan: "
       "not given, it names the smallest that fits)")(
+      "expert-parallel", po::value(&f.expert_parallel)->default_value(f.expert_parallel),
+      "mixture of experts: split each sparse layer's experts over N consecutive ranks of a shard "
+      "group, tokens sent to them and back by all-to-all; the experts shard over the ranks "
+      "holding the same ones (docs/moe.md); 1: off")(
       "param-dtype", po::value(&raw.param_dtype)->default_value(raw.param_dtype),
       "compute and all-gather dtype: auto (bf16 on CUDA, fp32 on CPU), fp32 or bf16 (master "
       "weights stay fp32)")(

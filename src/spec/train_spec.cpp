@@ -19,6 +19,19 @@ void validate(const TrainSpec& s, const model::ModelConfig& model, bool packed) 
       throw runtime::UsageError(
           opt + "rowwise float8 GEMMs write bf16 only; use --param-dtype bf16 (or auto)");
   }
+  if (const int n = s.sharding.expert_parallel; n > 1) {
+    const std::string opt = "--expert-parallel " + std::to_string(n) + ": ";
+    if (!model.is_moe())
+      throw runtime::UsageError(opt + model.model_type +
+                                " has no experts; expert parallelism splits a mixture of experts");
+    if (model.num_experts % n != 0)
+      throw runtime::UsageError(opt + "must divide num_experts (" +
+                                std::to_string(model.num_experts) + "); pick a divisor");
+  }
+  if (s.dpo && model.output_router_logits && model.is_moe())
+    throw runtime::UsageError(
+        "--objective dpo: the model's config.json sets output_router_logits (a load-balancing "
+        "loss on top of DPO's is not built); set it to false for DPO");
   if (s.sharding.no_sync_accumulation && s.grad_accum < 2)
     throw runtime::UsageError("--no-sync-accumulation needs --grad-accum 2 or more");
   check_objective(s.dpo, s.reference_logps);

@@ -74,6 +74,7 @@ FitEnd fit(const TrainConfig& cfg, const optim::OptimizerConfig& optim, TrainCom
       RECORD_USER_SCOPE(kOptimizerRange);  // the profile's optimizer share
       p.loss = g.loss_t;
       p.preference = g.stats;
+      p.aux = g.aux_t;
       p.grad_norm =
           c.optimizer.grad_norm(grads);  // reduced, like the loss: every rank's guard agrees
       c.optimizer.apply(m.lr, grads, p.grad_norm, c.nonfinite.skip_on_device(p.loss, p.grad_norm));

@@ -99,6 +99,7 @@ nlohmann::json metrics_line(const StepMetrics& m) {
     for (int k = 0; k < obs::kNumPreferenceMetrics; ++k)
       j[std::string(prefix) + obs::kPreferenceMetricNames[k]] = pm->values[k];
   }
+  if (m.aux_loss >= 0) j["aux_loss"] = m.aux_loss;
   if (m.val_loss >= 0) j["val_loss"] = m.val_loss;
   if (m.val_accuracy >= 0) j["val_exact_match"] = m.val_accuracy;
   if (m.extra.is_object()) j.update(m.extra);
@@ -136,6 +137,10 @@ std::string progress_line(const StepMetrics& m, int64_t total_steps) {
   if (m.preference.pairs > 0) {  // DPO: TRL's two headline figures
     std::snprintf(buf, sizeof buf, " | rewards/accuracies %.3f | rewards/margins %.4f",
                   m.preference.values[2], m.preference.values[3]);
+    s += buf;
+  }
+  if (m.aux_loss >= 0) {
+    std::snprintf(buf, sizeof buf, " | aux_loss %.4f", m.aux_loss);
     s += buf;
   }
   if (m.val_loss >= 0) {

@@ -8,14 +8,17 @@ std::vector<PendingStep> StepReadback::take() {
   std::vector<PendingStep> out;
   out.swap(pending_);
   if (out.empty()) return out;
-  // Per step: loss, norm, and in a DPO run (every step's or none) its stats.
+  // Per step: loss, norm, and in a DPO run (every step's or none) its stats; the aux loss likewise.
   const bool dpo = out.front().preference.defined();
-  const int64_t kPer = 2 + (dpo ? model::kNumPreferenceStats : 0);
+  const bool aux = out.front().aux.defined();
+  const int64_t kAux = 2 + (dpo ? model::kNumPreferenceStats : 0);
+  const int64_t kPer = kAux + (aux ? 1 : 0);
   std::vector<at::Tensor> figures;
   for (const PendingStep& s : out) {
     figures.push_back(s.loss.to(at::kDouble).reshape({1}));
     figures.push_back(s.grad_norm.to(s.loss.device(), at::kDouble).reshape({1}));
     if (dpo) figures.push_back(s.preference.to(s.loss.device(), at::kDouble));
+    if (aux) figures.push_back(s.aux.to(s.loss.device(), at::kDouble).reshape({1}));
   }
   const at::Tensor host = at::cat(figures).to(at::kCPU);  // the one host read
   const double* v = host.data_ptr<double>();
@@ -23,6 +26,7 @@ std::vector<PendingStep> StepReadback::take() {
     StepMetrics& m = out[i].m;
     m.loss = v[kPer * i];
     m.grad_norm = v[kPer * i + 1];
+    if (aux) m.aux_loss = v[kPer * i + kAux];
     if (dpo)
       m.preference =
           model::preference_metrics(host.narrow(0, kPer * i + 2, model::kNumPreferenceStats));

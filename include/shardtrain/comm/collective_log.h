@@ -10,8 +10,16 @@
 
 namespace shardtrain::comm {
 
-enum class Op { kAllGather = 0, kReduceScatter, kAllReduce, kBroadcast, kBarrier, kSendRecv };
-constexpr int kNumOps = 6;
+enum class Op {
+  kAllGather = 0,
+  kReduceScatter,
+  kAllReduce,
+  kBroadcast,
+  kBarrier,
+  kSendRecv,
+  kAllToAll
+};
+constexpr int kNumOps = 7;
 const char* op_name(Op op);
 
 struct CollectiveRecord {

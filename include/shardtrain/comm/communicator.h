@@ -72,6 +72,12 @@ class Communicator {
   // buffer) from rank src; every rank of a ring calls it together (context parallelism's K/V).
   // Backends without point-to-point (tests' stand-ins) throw.
   virtual WorkPtr send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv, int src);
+  // All to all by rows (dim 0): send_rows[r] rows of `send`, in rank order, go to rank r, and
+  // recv_rows[r] rows from rank r land in `recv` in rank order (contiguous, one row shape and
+  // dtype). Every rank of the group calls it together, with counts that agree (expert
+  // parallelism's tokens). bytes: what this rank sends. Backends without it throw.
+  virtual WorkPtr all_to_all_async(const at::Tensor& send, const std::vector<int64_t>& send_rows,
+                                   const at::Tensor& recv, const std::vector<int64_t>& recv_rows);
   // The MPI communicator over the same ranks: every group is bootstrapped from MPI, and
   // checkpoints (MPI-IO) and watchdogs use it beside NCCL.
   virtual MPI_Comm mpi() const = 0;
@@ -116,5 +122,8 @@ class Communicator {
 // Checks shapes and dtypes shared by every backend; throws Error naming the collective.
 void check_all_gather(const Communicator& c, const at::Tensor& in, const at::Tensor& out);
 void check_reduce_scatter(const Communicator& c, const at::Tensor& in, const at::Tensor& out);
+void check_all_to_all(const Communicator& c, const at::Tensor& send,
+                      const std::vector<int64_t>& send_rows, const at::Tensor& recv,
+                      const std::vector<int64_t>& recv_rows);
 
 }  // namespace shardtrain::comm

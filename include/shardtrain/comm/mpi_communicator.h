@@ -20,6 +20,8 @@ class MpiCommunicator : public Communicator {
   void barrier() override;
   WorkPtr send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv,
                           int src) override;
+  WorkPtr all_to_all_async(const at::Tensor& send, const std::vector<int64_t>& send_rows,
+                           const at::Tensor& recv, const std::vector<int64_t>& recv_rows) override;
 
  private:
   runtime::MpiComm comm_;

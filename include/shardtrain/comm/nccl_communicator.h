@@ -33,6 +33,8 @@ class NcclCommunicator : public Communicator {
   void barrier() override;
   WorkPtr send_recv_async(const at::Tensor& send, int dst, const at::Tensor& recv,
                           int src) override;
+  WorkPtr all_to_all_async(const at::Tensor& send, const std::vector<int64_t>& send_rows,
+                           const at::Tensor& recv, const std::vector<int64_t>& recv_rows) override;
 
   MPI_Comm mpi() const override { return mpi_.get(); }
   at::Device device() const override { return device_; }

@@ -48,6 +48,9 @@ struct GradResult {
   std::array<int64_t, runtime::kNumPhases>
       peak_bytes{};  // forward and backward: see take_phase_peak()
   at::Tensor stats;  // the objective's statistics ([num_stats()] fp64 sums over all ranks)
+  // output_router_logits: the load-balancing loss (transformers' aux_loss, before its weight),
+  // 0-d fp64 on the device, the mean over the micro-batches; loss_t includes its weighted share.
+  at::Tensor aux_t;
 };
 
 // What an engine runs: the model, how it is sharded, what each unit computes (the model side's
@@ -106,6 +109,8 @@ class FsdpEngine {
   std::vector<uint64_t> dropout_row_seeds(
       const model::Batch& mb);  // UnitPass::row_seeds for a training micro-batch
   std::map<std::string, at::Tensor> gather_full(const std::vector<FlatUnit>& units);
+  // Expert parallelism: every rank's experts, gathered over the expert shard and expert groups.
+  void gather_experts(std::map<std::string, at::Tensor>& out);
 
   EngineSpec spec_;
   const model::ModelConfig& model_;  // spec_'s, by their usual names

@@ -29,8 +29,17 @@ struct FlatLayout {
   }
 };
 
-// The unit's parameters in model order, its biases last.
-FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit, int shard_size);
+// Which of a unit's parameters a layout holds: all; or, under expert parallelism, all but the
+// experts (kDense), or experts [first, first + count) alone (kExperts).
+struct UnitPart {
+  enum Kind { kAll, kDense, kExperts } kind = kAll;
+  int64_t first = 0, count = 0;
+  bool holds(const model::ParamSpec& s) const;
+};
+
+// The unit's parameters (those of `part`) in model order, its biases last.
+FlatLayout flat_layout(const std::vector<model::ParamSpec>& specs, int64_t unit, int shard_size,
+                       UnitPart part = {});
 
 // A piece of one parameter inside one rank's shard: parameter elements
 // [param_offset, param_offset + numel) sit at shard elements [shard_offset, ...).

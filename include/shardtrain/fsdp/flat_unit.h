@@ -66,6 +66,7 @@ class FlatUnit {
   // decoder layer's model::Merged groups are views of their own (merged_weight_name), and their
   // members views of those. Throws Error for a name the unit does not hold.
   const at::Tensor& view(const std::string& name) const;
+  bool holds(const std::string& name) const { return index_.count(name) > 0; }
   // The fused layer path: q k v's and gate up's adjacent weights (and biases) as one view each.
   void set_merged(bool on);
   // The leaf's gradient [padded] (undefined if nothing flowed into it this pass).

@@ -40,8 +40,10 @@ class GradientReducer {
   // Issues the reduction of `full_grad` ([padded]) into a [shard_numel] shard; owned: the
   // gradient is ours, so at world 1 it may become the shard without a copy.
   // last: the step's final reduction of this unit (handed to on_added).
+  // shard: the group the unit is sharded over (nullptr: the shard group; an expert unit's: the
+  // expert shard group); either way its replicas are the replicate group's.
   void reduce(int64_t unit, const at::Tensor& full_grad, int64_t shard_numel, bool owned,
-              bool last = false);
+              bool last = false, comm::Communicator* shard = nullptr);
   // Called whenever a reduction is added into its unit's gradient shard, with its `last`
   // (--cpu-offload: the shard goes to the host then).
   void set_on_added(std::function<void(int64_t unit, bool last)> f) { on_added_ = std::move(f); }
@@ -56,8 +58,9 @@ class GradientReducer {
     bool last = false;       // the step's final reduction of the unit
     bool reused_send =
         false;  // send is the reducer's buffer (a converted copy), reusable once scattered
-    comm::WorkPtr scatter;    // the reduce-scatter, until it completed
-    comm::WorkPtr replicate;  // hybrid: the all-reduce across replicas, once issued
+    bool done_scatter = false;  // scattered() ran: the send buffer is free, the all-reduce issued
+    comm::WorkPtr scatter;      // the reduce-scatter, until it completed
+    comm::WorkPtr replicate;    // hybrid: the all-reduce across replicas, once issued
   };
   bool hybrid() const;
   int64_t held(const Pending& r) const;

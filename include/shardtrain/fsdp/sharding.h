@@ -45,6 +45,9 @@ struct ShardingConfig {
   // Units gathered at once, the one computing included, like PyTorch FSDP's limit_all_gathers:
   // 2 prefetches one unit ahead; each more gathers one unit further ahead and costs its memory.
   int max_inflight_gathers = 2;
+  // --expert-parallel: a mixture of experts' experts split over groups of this many ranks of each
+  // shard group, tokens sent to them by all-to-all (comm::with_experts; docs/moe.md). 1: off.
+  int expert_parallel = 1;
   // --cpu-offload: the fp32 master shards, AdamW's moments and the gradient shards live in host
   // memory (pinned beside a GPU) and AdamW steps on the CPU, unit by unit (docs/fsdp.md).
   bool cpu_offload = false;

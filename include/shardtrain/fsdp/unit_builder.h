@@ -21,9 +21,21 @@
 
 namespace shardtrain::fsdp {
 
+// Where expert parallelism puts a rank's experts: `size` ranks split each sparse layer's experts
+// (this rank holds the rank-th share), and the ranks holding the same share shard them over
+// shard_size (comm::GroupLayout's expert fields). size 1: no expert parallelism.
+struct ExpertPlacement {
+  int size = 1, rank = 0, shard_size = 1, shard_rank = 0;
+  bool on() const { return size > 1; }
+};
+
 struct BuiltUnits {
   std::vector<FlatUnit> units;     // [num_layers + 2], model_units() order; the base
   std::vector<FlatUnit> adapters;  // [num_layers + 2] where the base is frozen; empty otherwise
+  // [num_layers + 2] under expert parallelism: each unit's experts held here (empty units where
+  // it has none), apart from `units`, which then hold the rest; frozen with the base. Their
+  // pieces name unit units.size() + u.
+  std::vector<FlatUnit> experts;
   std::vector<ShardPiece> pieces;  // this rank's pieces of every trainable unit's shard
   std::vector<runtime::CrcRow>
       base_crc_rows;  // frozen base: [specs] this rank's piece of each base parameter
@@ -35,6 +47,6 @@ struct BuiltUnits {
 BuiltUnits build_units(const TrainableLayout& layout, const ShardingConfig& cfg, bool merged,
                        int shard_size, int shard_rank, uint64_t seed,
                        const io::SafetensorsModel* weights, const io::SafetensorsModel* trained,
-                       at::Device device);
+                       at::Device device, const ExpertPlacement& experts = {});
 
 }  // namespace shardtrain::fsdp

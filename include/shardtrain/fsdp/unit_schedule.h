@@ -46,7 +46,8 @@ class UnitSchedule {
   UnitSchedule(const model::ModelConfig& model, const ShardingConfig& cfg,
                const model::RunPlan& plan, comm::ParallelDims& groups, at::Device device,
                const TrainingSizes& sizes, std::vector<FlatUnit> units,
-               std::vector<FlatUnit> adapters, std::function<void()> on_memory);
+               std::vector<FlatUnit> adapters, std::function<void()> on_memory,
+               std::vector<FlatUnit> experts = {});
   UnitSchedule(const UnitSchedule&) = delete;  // the reducer reads the units through `this`
   UnitSchedule& operator=(const UnitSchedule&) = delete;
 
@@ -63,11 +64,13 @@ class UnitSchedule {
   void release_grads();       // frees the gradient shards (after the optimizer step)
   void release_all();         // frees every gathered unit (after a forward without backward)
 
-  FlatUnit& trainable(int64_t u) {
-    return *parts_[u].trainable;
-  }  // the base, or what trains beside it
-  const FlatUnit& trainable(int64_t u) const { return *parts_[u].trainable; }
+  // The base, or what trains beside it; u >= units().size(): unit u - units().size()'s experts
+  // under expert parallelism (ShardPiece::unit).
+  FlatUnit& trainable(int64_t u);
+  const FlatUnit& trainable(int64_t u) const;
   const std::vector<FlatUnit>& units() const { return units_; }
+  // Under expert parallelism, each unit's experts held here ([units]); empty otherwise.
+  const std::vector<FlatUnit>& experts() const { return experts_; }
   const std::vector<FlatUnit>& adapters() const { return adapters_; }
   int peak_gathered_units() const { return peak_gathered_; }  // the most units gathered at once
   HostOffload* offload() { return offload_.get(); }           // --cpu-offload; nullptr otherwise
@@ -80,15 +83,24 @@ class UnitSchedule {
   struct UnitParts {
     FlatUnit* base = nullptr;
     FlatUnit* adapter = nullptr;    // gathered and freed with the base; nullptr: none
+    FlatUnit* experts = nullptr;    // likewise, over the expert shard group; nullptr: none
     FlatUnit* trainable = nullptr;  // the base, or the adapters (empty: the unit trains nothing)
     bool input_grad = false;        // a unit before it trains: its input needs a gradient
     bool runs_backward = false;     // it trains, or hands a gradient on to a unit that does
   };
+  // f(unit, the group it is sharded over) for each part of unit u.
   template <class F>
   void for_each_part(int64_t u, F f) {
-    f(*parts_[u].base);
-    if (parts_[u].adapter) f(*parts_[u].adapter);
+    f(*parts_[u].base, *groups_.shard);
+    if (parts_[u].adapter) f(*parts_[u].adapter, *groups_.shard);
+    if (parts_[u].experts) f(*parts_[u].experts, *groups_.expert_shard);
   }
+  // A rank without rows: unit u's experts serve the other ranks' tokens (expert parallelism).
+  at::Tensor serve_experts(int64_t u);
+  // Gradient shards: the units' trainables and, where they train, their experts (trainable()).
+  int64_t keys() const;
+  // Where a trained part's gradient is reduced (nullptr: the shard group).
+  comm::Communicator* reduce_group(int64_t key) const;
   at::Tensor run_unit(int64_t u, const at::Tensor& x, const Pass& p);
   bool reads_embedding(
       int64_t u) const;  // tie_word_embeddings: the head multiplies by the embedding's matrix
@@ -108,11 +120,13 @@ class UnitSchedule {
   comm::ParallelDims& groups_;
   at::Device device_;
   model::Rotary rope_;
-  model::ContextRing ring_;          // the context group as a ring (size 1: no context parallelism)
-  std::vector<FlatUnit> units_;      // [num_layers + 2], model_units() order
-  std::vector<FlatUnit> adapters_;   // [num_layers + 2] beside a frozen base; empty otherwise
+  model::ContextRing ring_;         // the context group as a ring (size 1: no context parallelism)
+  std::vector<FlatUnit> units_;     // [num_layers + 2], model_units() order
+  std::vector<FlatUnit> adapters_;  // [num_layers + 2] beside a frozen base; empty otherwise
+  std::vector<FlatUnit> experts_;   // [num_layers + 2] under expert parallelism; empty otherwise
+  std::shared_ptr<const model::ExpertGroup> expert_group_;  // null without expert parallelism
   std::vector<UnitParts> parts_;     // [units], pointing into units_ and adapters_
-  std::vector<at::Tensor> no_sync_;  // [units] fp32 [padded], with no_sync_accumulation
+  std::vector<at::Tensor> no_sync_;  // [keys] fp32 [padded], with no_sync_accumulation
   std::vector<std::pair<std::string, std::string>>
       nvtx_names_;  // [units]: "fwd unit 3", "bwd unit 3"
   std::function<void()> on_memory_;

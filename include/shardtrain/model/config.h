@@ -61,7 +61,10 @@ struct ModelConfig {
   bool norm_topk_prob = true;
   int64_t decoder_sparse_step = 1;       // Qwen3-MoE: layers l with (l + 1) % step == 0 are sparse
   std::vector<int64_t> mlp_only_layers;  // Qwen3-MoE: dense layers among them
-  double router_aux_loss_coef = 0;       // kept for exports (the aux loss is off: see docs)
+  // output_router_logits: training adds router_aux_loss_coef times transformers'
+  // load_balancing_loss_func to the loss (model/moe.h's RouterAux).
+  bool output_router_logits = false;
+  double router_aux_loss_coef = 0;
   // config.json's "torch_dtype" (transformers >= 4.56: "dtype"): what its weights are stored in; ""
   // when not given.
   std::string torch_dtype;

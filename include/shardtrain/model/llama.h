@@ -24,9 +24,6 @@
 
 namespace shardtrain::model {
 
-// A weight by full Hugging Face name, already in the compute dtype.
-using WeightLookup = std::function<at::Tensor(const std::string& name)>;
-
 // A LoRA run's adapters for one forward: the lookup reads lora_param_specs' names.
 struct LoraRun {
   const LoraConfig* cfg = nullptr;
@@ -48,6 +45,7 @@ struct Projection {
 };
 
 struct MoeWeights;
+struct ExpertGroup;
 
 struct LayerWeights {
   std::array<Projection, kNumProjections>
@@ -66,10 +64,11 @@ struct LayerWeights {
   const Projection& operator[](Merged m) const { return merged[static_cast<int>(m)]; }
   // By Hugging Face name; lora (nullptr: none) gives each projection it targets its adapter.
   // merge: the lookup also answers merged_weight_name/merged_bias_name (an FSDP unit's views).
-  // fp8: every projection's (model/fp8.h).
+  // fp8: every projection's (model/fp8.h). experts: expert parallelism's group (the lookup
+  // answers this rank's experts only); nullptr: every expert.
   static LayerWeights bind(const ModelConfig& cfg, const WeightLookup& w, int64_t layer,
                            const LoraRun* lora = nullptr, bool merge = false,
-                           Fp8Mode fp8 = Fp8Mode::kOff);
+                           Fp8Mode fp8 = Fp8Mode::kOff, const ExpertGroup* experts = nullptr);
 };
 
 // How a decoder layer runs. selective: the norms and the MLP's activation keep only their inputs

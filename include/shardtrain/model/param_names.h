@@ -1,12 +1,18 @@
 // Hugging Face's parameter names for the embedding, the norms and the head, and the prefix of a
-// layer's (its projections are named in projections.h).
+// layer's (its projections are named in projections.h); and how weights are looked up by them.
 #pragma once
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace shardtrain::model {
 
 struct ModelConfig;
+
+// A weight by full Hugging Face name, already in the compute dtype.
+using WeightLookup = std::function<at::Tensor(const std::string& name)>;
 
 namespace names {
 inline constexpr const char* kEmbed = "model.embed_tokens.weight";

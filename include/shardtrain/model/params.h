@@ -32,6 +32,7 @@ struct ParamSpec {
   int64_t unit = 0;            // index into model_units(): 0 embedding, 1..L layers, L+1 head
   bool is_bias = false;        // a projection's bias: initialized to 0, no weight decay
   bool zero_norm = false;      // a norm that scales by (1 + weight) (Gemma): initialized to 0
+  int64_t expert = -1;         // a sparse layer's expert tensor: its expert (-1: none)
   int64_t numel() const;
   // Weight decay applies, as Hugging Face's Trainer groups it: not to norms, not to biases.
   bool decays() const { return !is_norm && !is_bias; }

@@ -15,6 +15,7 @@
 #include "shardtrain/model/gather_codec.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/model/moe.h"
 #include "shardtrain/model/trained_params.h"
 
 namespace shardtrain::model {
@@ -27,6 +28,9 @@ struct UnitPass {
   std::vector<uint64_t> row_seeds;  // [B] adapter dropout's, the same in forward and the recompute
   DropoutTokens dropout_tokens;     // a context-parallel share's places (lay_out sets them)
   TokenLayout layout;               // positions and documents, for forward and the recompute
+  // output_router_logits: the load-balancing loss's sums and gradient, which the layout carries
+  // to the routers (null: none).
+  std::shared_ptr<RouterAux> router_aux;
 };
 
 struct RunPlan {
@@ -66,6 +70,11 @@ struct RunPlan {
   at::Tensor unit(const ModelConfig& model, const UnitSpec& spec, const WeightLookup& base,
                   const WeightLookup* adapter_weights, const at::Tensor& x, const UnitPass& p,
                   at::ScalarType dtype, bool selective) const;
+  // A rank without rows under expert parallelism: unit `spec`'s experts serve the others' tokens
+  // (model::serve_experts); an undefined tensor for a unit without experts.
+  at::Tensor serve_experts(const ModelConfig& model, const UnitSpec& spec, const WeightLookup& base,
+                           const ExpertGroup& group, at::ScalarType dtype,
+                           const at::Device& device) const;
   // How unit `spec`'s flat buffer (pieces, padded over shard_size ranks) is all-gathered in
   // `dtype`: nullptr for the compute dtype as it is, or the float8 codec of tensorwise fp8.
   std::unique_ptr<GatherCodec> gather_codec(const ModelConfig& model, const UnitSpec& spec,

@@ -13,6 +13,8 @@
 namespace shardtrain::model {
 
 struct Rotary;
+struct ExpertGroup;
+struct RouterAux;
 
 struct TokenLayout {
   at::Tensor cos, sin;    // [T, D]: every row at 0..T-1; or [B, 1, T, D] at each token's position
@@ -30,6 +32,11 @@ struct TokenLayout {
   // Gemma 3: the same tokens with the sliding layers' RoPE tables (Rotary::local_cos); null for
   // other models.
   std::shared_ptr<const TokenLayout> local;
+  // Expert parallelism (model/moe.h): the group a sparse layer's experts are split over; null:
+  // every expert on this rank.
+  std::shared_ptr<const ExpertGroup> experts;
+  // output_router_logits: the pass's load-balancing loss (model/moe.h); null: none.
+  std::shared_ptr<RouterAux> router_aux;
   bool packed() const { return same_doc.defined() || cu_seqlens.defined(); }
 };
 

@@ -22,6 +22,7 @@ struct StepMetrics {
       peak_bytes{};          // the most memory held in each phase (0: not measured)
   double eta_s = 0;          // remaining steps x this run's mean step (+ checkpoint) time
   double val_loss = -1;      // < 0: no validation this step
+  double aux_loss = -1;      // output_router_logits: the load-balancing loss; < 0: none
   double val_accuracy = -1;  // exact match on the accuracy file; < 0: not measured this step
   bool skipped =
       false;  // a non-finite loss or gradient norm: no optimizer step (--on-nonfinite skip)

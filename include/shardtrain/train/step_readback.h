@@ -17,6 +17,7 @@ struct PendingStep {
   StepMetrics m;               // the host's figures; loss, grad_norm and phases come at take()
   at::Tensor loss, grad_norm;  // 0-d, on the device
   at::Tensor preference;       // DPO: the step's stats sums (model::preference_loss), on the device
+  at::Tensor aux;              // output_router_logits: the load-balancing loss, 0-d on the device
   std::shared_ptr<fsdp::PhaseClock> forward_backward, optimizer;  // their phases, read at take()
   std::vector<int64_t> rows;  // the global batch's rows in the token file
 };

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "shardtrain/comm/parallel_dims.h"
 #include "shardtrain/fsdp/flat_layout.h"
 #include "shardtrain/fsdp/host_offload.h"
 #include "shardtrain/fsdp/memory_model.h"
@@ -70,6 +71,41 @@ TEST(Groups, SizesThatDoNotDivideAreUsageErrors) {
   EXPECT_THROW(parse_sharding("zero3"), runtime::UsageError);
   EXPECT_TRUE(reshard_after_forward(parse_sharding("hybrid_shard")));
   EXPECT_FALSE(reshard_after_forward(parse_sharding("shard_grad_op")));
+}
+
+TEST(Groups, ExpertGroupsSplitEachShardGroupAndTheirSharesShardAcrossThem) {
+  // full_shard over 8 ranks, experts split over 4: groups {0..3} {4..7}; the ranks at the same
+  // place hold the same experts and shard them ({0, 4}, {1, 5}, ...).
+  std::set<std::pair<int, int>> expert_slots, shard_slots;
+  for (int r = 0; r < 8; ++r) {
+    const auto g = comm::with_experts(group_layout(Sharding::kFullShard, topo(r, 8, 8), 0), 4);
+    EXPECT_EQ(g.expert_size, 4);
+    EXPECT_EQ(g.expert_color, r / 4);
+    EXPECT_EQ(g.expert_rank, r % 4);
+    EXPECT_EQ(g.expert_shard_size, 2);
+    EXPECT_EQ(g.expert_shard_color, r % 4);
+    EXPECT_EQ(g.expert_shard_rank, r / 4);
+    EXPECT_TRUE(expert_slots.insert({g.expert_color, g.expert_rank}).second);
+    EXPECT_TRUE(shard_slots.insert({g.expert_shard_color, g.expert_shard_rank}).second);
+  }
+  // hybrid over 2 nodes of 4, experts split over 2 inside each node: every shard group has two
+  // expert groups; the replicas (across nodes) hold the same experts at the same place.
+  const auto h = comm::with_experts(group_layout(Sharding::kHybridShard, topo(6, 8, 4), 0), 2);
+  EXPECT_EQ(h.expert_color, 3);
+  EXPECT_EQ(h.expert_rank, 0);
+  EXPECT_EQ(h.expert_shard_size, 2);
+  EXPECT_EQ(h.expert_shard_color, 2);  // node 1, place 0
+  EXPECT_EQ(h.expert_shard_rank, 1);
+  EXPECT_EQ(comm::with_experts(h, 1).expert_size, 2) << "1: the layout as it is";
+  for (const auto& [s, n] : std::vector<std::pair<Sharding, int>>{
+           {Sharding::kFullShard, 3}, {Sharding::kNoShard, 2}, {Sharding::kHybridShard, 8}}) {
+    try {
+      comm::with_experts(group_layout(s, topo(0, 8, 4), 0), n);
+      ADD_FAILURE() << n << " was accepted";
+    } catch (const runtime::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("--expert-parallel"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(FlatLayout, PaddedToTheShardGroupAndTiledBySegments) {

@@ -149,7 +149,7 @@ TEST(MoeConfig, SparseLayersExpertsAndRefusedFields) {
   EXPECT_EQ(c.num_active_matmul_params(),
             4 * (attention + norms) + 3 * dense + 8 * 16 + 2 * 3 * 16 * 12 + 64 * 16 + 16);
   for (const auto& [key, value] : std::vector<std::pair<const char*, nlohmann::json>>{
-           {"output_router_logits", true}, {"router_jitter_noise", 0.01}, {"clip_qkv", 8.0}}) {
+           {"router_jitter_noise", 0.01}, {"clip_qkv", 8.0}}) {
     nlohmann::json bad = j;
     bad["model_type"] = "mixtral";
     bad[key] = value;
@@ -160,4 +160,54 @@ TEST(MoeConfig, SparseLayersExpertsAndRefusedFields) {
       EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(MoeRoute, RowsGoToTheirExpertsRanksAndRegroupByExpert) {
+  // Rank 0 of 2, 4 experts (2 each): its pairs per expert, and what each source sends to each of
+  // its 2 experts.
+  const model::ExpertRoute r = model::expert_route({3, 0, 2, 1}, {2, 1, 1, 2}, 2);
+  EXPECT_EQ(r.send_rows, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(r.recv_rows, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(r.local_counts, (std::vector<int64_t>{3, 3}));
+  // Arrived: source 0's 2 rows for expert 0 and 1 for expert 1, then source 1's 1 and 2.
+  EXPECT_EQ(r.by_expert, (std::vector<int64_t>{0, 1, 3, 2, 4, 5}));
+  const model::ExpertRoute none = model::expert_route({0, 0, 0, 0}, {0, 0, 0, 0}, 2);
+  EXPECT_TRUE(none.by_expert.empty());
+  EXPECT_EQ(none.local_counts, (std::vector<int64_t>{0, 0}));
+}
+
+TEST(MoeAux, RoutersGradientIsTransformersLoadBalancingLossGradient) {
+  // transformers' load_balancing_loss_func over two sparse layers' router logits, differentiated by
+  // autograd, against the routers' sums and the gradient RouterAux gives them.
+  const model::ModelConfig cfg = moe_config("qwen3_moe", 4, 2, true);
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({2, 5, 16}), y = at::randn({5, 16});
+  const at::Tensor w1 = at::randn({4, 16}).requires_grad_(true);
+  const at::Tensor w2 = at::randn({4, 16}).requires_grad_(true);
+  const double coef = 0.3;
+  at::Tensor counts = at::zeros({4}), probs = at::zeros({4});
+  for (const auto& [in, w] : {std::pair{x.reshape({-1, 16}), w1}, {y, w2}}) {
+    const at::Tensor p = at::softmax(at::linear(in, w), -1);
+    counts +=
+        at::one_hot(std::get<1>(at::topk(p, 2, -1)), 4).sum(at::IntArrayRef{0, 1}).to(at::kFloat);
+    probs += p.sum(0);
+  }
+  const double rows = 10 + 5;
+  const at::Tensor reference = (counts / rows * (probs / rows)).sum() * 4;
+  (reference * coef).backward();
+
+  model::RouterAux aux;
+  aux.record = true;
+  aux.stats = at::zeros({2 * 4 + 1}, at::kDouble);
+  const at::Tensor v1 = w1.detach().requires_grad_(true), v2 = w2.detach().requires_grad_(true);
+  std::vector<at::Tensor> weights;
+  for (const auto& [in, w] : {std::pair{x.reshape({-1, 16}), v1}, {y, v2}})
+    weights.push_back(model::route(cfg, in, w, &aux).weights);
+  aux.record = false;
+  const at::Tensor ours = aux.finish(4, coef);
+  EXPECT_NEAR(ours.item<double>(), reference.item<double>(), 1e-6);
+  // Only the aux term: the routing weights' own gradient is zero here.
+  torch::autograd::backward({weights[0].sum() * 0 + weights[1].sum() * 0});
+  EXPECT_TRUE(at::allclose(v1.grad(), w1.grad(), 1e-5, 1e-6)) << v1.grad() - w1.grad();
+  EXPECT_TRUE(at::allclose(v2.grad(), w2.grad(), 1e-5, 1e-6));
 }
