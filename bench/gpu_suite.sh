@@ -43,6 +43,10 @@
 #               check), and each path's forward and backward time on a 7B layer's blocks at 8192
 #               tokens over 2 ranks, packed and sliding, as a multiple of the unmasked flash block;
 #               under a minute; on the CPU the tests skip, saying so;
+#   moe      4j. a Qwen3-30B-A3B-shaped slice (2 layers, 128 experts of 768, 8 per token, bf16, seq
+#               4096, batch 1) on one GPU: shardtrain train against transformers' own Qwen3MoeForCausalLM
+#               forward and backward (bench/moe_reference.py, fp32 master weights under bf16 autocast,
+#               torch AdamW) in the same call: tokens/s and peak memory;
 #   scale    5. full Llama-2 7B: a random 7B saved as the Hub ships it (bf16, sharded safetensors and
 #               index) loaded by each trainer for full fine-tuning (AdamW, bf16 compute, fp32 master):
 #               the configurations (activation checkpointing, seq, batch) that fit, smallest first,
@@ -89,8 +93,9 @@ done
 # blocks' kernel (GpuRing.Masked*, DocumentAndWindowMasksFollowSdpa; ring's timings) and the
 # column-wise fp8 cast split across the grid (GpuFp8.CastKernelsWriteTheCompositeBits; fp8's
 # cast timing) and tensorwise fp8's float8 all-gather codec (fp8's codec timing). CPU offload's
-# part, offload, has never run on a GPU.
-NEXT_CALLS=("check,tests" "ring,fp8" "offload")
+# part, offload, has never run on a GPU; nor have the mixture of experts' grouped GEMM (GpuMoe, in
+# tests), NCCL's all-to-all of expert parallelism (GpuMoe.AllToAll*, in tests) and its part, moe.
+NEXT_CALLS=("check,tests" "ring,fp8" "offload" "moe")
 if [[ $parts =~ ^next([0-9]*)$ ]]; then
   call=${BASH_REMATCH[1]:-1}
   [ "$call" -ge 1 ] && [ "$call" -le ${#NEXT_CALLS[@]} ] \
@@ -100,8 +105,8 @@ if [[ $parts =~ ^next([0-9]*)$ ]]; then
 fi
 case "$device" in cuda|cpu) ;; *) echo "gpu_suite.sh: --device must be cuda or cpu, got '$device'" >&2; exit 2 ;; esac
 for p in ${parts//,/ }; do
-  case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|fp8|ring|scale|layers) ;;
-    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, fp8, ring, scale, layers; or next, next2, .. alone)" >&2; exit 2 ;;
+  case "$p" in check|tests|speed|profile|compile|kernels|fused|offload|fp8|ring|moe|scale|layers) ;;
+    *) echo "gpu_suite.sh: --parts: unknown part '$p' (check, tests, speed, profile, compile, kernels, fused, offload, fp8, ring, moe, scale, layers; or next, next2, .. alone)" >&2; exit 2 ;;
   esac
 done
 want() { [[ ",$parts," == *",$1,"* ]]; }
@@ -443,6 +448,56 @@ part_ring() {  # 4i: GpuRing's tests of the ring attention blocks, and the flash
   fi
 }
 
+part_moe() {  # 4j: a Qwen3-30B-A3B slice, shardtrain against transformers' MoE in the same call
+  record ""
+  record "## 4j. Mixture of experts: a Qwen3-30B-A3B slice against transformers' Qwen3MoeForCausalLM"
+  local layers=2 seq=4096 steps=12 skip=2 dtype=bf16 dir=$out/moe
+  local st_shape=(--model qwen3-30b-a3b --n-layers "$layers") py_shape=(--layers "$layers")
+  if [ "$device" != cuda ]; then  # the smoke test: the experts as they are, the rest narrow
+    layers=1 seq=128 steps=3 skip=1 dtype=fp32
+    st_shape=(--model qwen3-30b-a3b --n-layers 1 --hidden-size 128 --intermediate-size 256 --n-heads 4)
+    py_shape=(--layers 1 --hidden 128 --intermediate 256 --heads 4 --kv-heads 4)
+  fi
+  mkdir -p "$dir"; rm -f "$dir/"*
+  local data; data=$(bench_data "$out/speed" "$seq")
+  record "Random init (seed 1234), AdamW, $dtype compute, fp32 master weights, seq $seq, batch 1, $steps steps; tokens/s is the median after $skip. Logs: moe/."
+  record ""
+  local left=0  # timeout 0: none (the smoke test)
+  if [ "$device" = cuda ]; then
+    left=$((deadline - SECONDS))
+    [ "$left" -ge 150 ] || { skip "4j. ${left} s left before the suite's deadline, under the 150 s both sides need"; return; }
+    left=$((left / 2))
+  fi
+  progress "moe: shardtrain, ${st_shape[*]}, seq $seq"
+  timeout "$left" "$bin" train "${st_shape[@]}" --data "$data" --device "$device" --param-dtype "$dtype" --batch-size 1 \
+    --steps "$steps" --warmup-steps 0 --lr 3e-5 --seed 1234 --collective-timeout 0 --log-every 1 \
+    --metrics-file "$dir/shardtrain.jsonl" > "$dir/shardtrain.log" 2>&1
+  local st_rc=$?
+  progress "moe: transformers, ${py_shape[*]}, seq $seq"
+  timeout "$left" "$py" "$repo/bench/moe_reference.py" "${py_shape[@]}" --data "$data" --steps "$steps" --skip "$skip" \
+    --device "$device" --dtype "$dtype" > "$dir/transformers.log" 2>&1
+  local py_rc=$?
+  if [ "$st_rc" = 0 ] && [ "$py_rc" = 0 ]; then
+    local ours theirs mem
+    ours=$("$py" "$repo/bench/metrics_median.py" "$dir/shardtrain.jsonl" tokens_per_s "$skip")
+    mem=$("$py" "$repo/bench/metrics_median.py" "$dir/shardtrain.jsonl" memory.gpu_peak_allocated_bytes "$skip" 2>/dev/null || echo 0)
+    theirs=$(tail -1 "$dir/transformers.log")
+    "$py" - "$ours" "$mem" "$theirs" >> "$results" <<'PY'
+import json, sys
+ours, mem, theirs = float(sys.argv[1]), float(sys.argv[2] or 0), json.loads(sys.argv[3])
+print("| trainer | tokens/s | peak allocated | experts |")
+print("|---|---|---|---|")
+print(f"| shardtrain | {ours:.0f} | {mem / 2**30:.1f} GiB | loop or grouped GEMM (docs/moe.md) |")
+print(f"| transformers {theirs.get('torch', '')} | {theirs['tokens_per_s']:.0f} | "
+      f"{theirs['peak_allocated_bytes'] / 2**30:.1f} GiB | {theirs.get('experts_implementation')} |")
+print(f"\n- shardtrain / transformers: {ours / theirs['tokens_per_s']:.2f}x")
+PY
+  else
+    record "- a side failed: shardtrain rc $st_rc (moe/shardtrain.log), transformers rc $py_rc (moe/transformers.log)"
+    tail -3 "$dir/shardtrain.log" "$dir/transformers.log"; broken
+  fi
+}
+
 # One full fine-tuning attempt, killed at the deadline. SIDE LOG SEQ BATCH AC(on|off) ARGS...: prints
 # fits, oom, error or late ("late" without running when under a minute is left), and the peak.
 attempt() {
@@ -540,6 +595,7 @@ want fused && part_fused
 want offload && part_offload
 want fp8 && part_fp8
 want ring && part_ring
+want moe && part_moe
 want scale && part_scale
 want layers && part_layers
 

@@ -56,7 +56,7 @@ FsdpEngine::FsdpEngine(EngineSpec spec, comm::ParallelDims& dims, uint64_t seed,
       layout_(std::make_unique<TrainableLayout>(model_, spec_.plan.trained(model_))),
       seed_(seed) {
   const int shard_size = groups_.shard->size();
-  const TrainingSizes sizes = layout_->sizes(shard_size);
+  const TrainingSizes sizes = layout_->sizes(shard_size, groups_.expert_size());
   const MemoryReport report =
       persistent_bytes(sizes, cfg_.no_sync_accumulation,
                        static_cast<int>(c10::elementSize(cfg_.param_dtype)), cfg_.cpu_offload);

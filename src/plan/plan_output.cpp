@@ -38,6 +38,11 @@ std::string describe(const PlanInput& in) {
              : "")
      << (in.run.adapters.enabled() ? ", LoRA rank " + std::to_string(in.run.adapters.rank) : "")
      << (in.fsdp.cpu_offload ? ", CPU offload" : "")
+     << (in.fsdp.expert_parallel > 1
+             ? ", expert parallel " + std::to_string(in.fsdp.expert_parallel) + " (" +
+                   std::to_string(in.model.num_experts / in.fsdp.expert_parallel) +
+                   " experts per rank per layer)"
+             : "")
      << (in.run.fp8 != model::Fp8Mode::kOff
              ? std::string(", FP8 ") + model::fp8_mode_name(in.run.fp8)
              : "")
@@ -102,6 +107,8 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   }
   const bool ring = in.context_parallel > 1;
   if (ring) os << "  ring-exp";
+  const bool experts = in.fsdp.expert_parallel > 1;
+  if (experts) os << "  a2a-exp";
   const bool ref = reference_model(in.objective, in.run.adapters.enabled()) ==
                    ReferenceModel::kFrozenCopy;  // DPO's frozen copy
   if (ref) os << "  " << std::setw(8) << "ref.";
@@ -126,6 +133,10 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
     }
     if (ring) {
       std::snprintf(line, sizeof line, "  %7.1f%%", 100 * r.ring_exposed_s / r.step_s);
+      os << line;
+    }
+    if (experts) {
+      std::snprintf(line, sizeof line, "  %6.1f%%", 100 * r.all_to_all_s / r.step_s);
       os << line;
     }
     if (ref) {
@@ -153,6 +164,18 @@ std::string plan_table(const PlanInput& in, const std::vector<PlanRow>& rows) {
   else
     os << remedy_text(in, rows, search_remedy(in, rows));
   if (ring) os << ring_line(in);
+  if (experts && !rows.empty()) {
+    const AllToAllCost a = all_to_all_cost(
+        in, in.batch_size * model::context_tokens_per_rank(in.seq_len, in.context_parallel));
+    std::snprintf(line, sizeof line,
+                  "expert parallel %d: each sparse layer sends a micro-batch's tokens to their "
+                  "experts' ranks and back, %.1f MB per all-to-all of which %.1f MB leave the "
+                  "rank, %.3f ms each; 2 in forward, 2 in backward (2 more recomputed), %.2f GB "
+                  "sent per rank per step; a2a-exp: their share of the step (the layer waits)\n",
+                  in.fsdp.expert_parallel, a.bytes / 1e6, a.sent_bytes / 1e6, a.seconds * 1e3,
+                  rows.front().all_to_all_bytes / 1e9);
+    os << line;
+  }
   os << objective_line(in, rows);
   os << "sharded: parameters (fp32 master), gradients and optimizer state per rank once every "
         "gradient shard exists, at the "
@@ -302,6 +325,10 @@ nlohmann::json plan_json(const PlanInput& in, const std::vector<PlanRow>& rows) 
                          {"shard_size", r.shard_size},
                          {"replicas", r.replicas},
                          {"context_parallel", r.context_parallel},
+                         {"expert_parallel",
+                          {{"size", r.expert_parallel},
+                           {"all_to_all_s", r.all_to_all_s},
+                           {"all_to_all_bytes", r.all_to_all_bytes}}},
                          {"memory",
                           {{"params", r.state.param_bytes},
                            {"grads", r.state.grad_bytes},

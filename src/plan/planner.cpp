@@ -175,10 +175,14 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       r.sharding = s;
       r.context_parallel = cp;
       runtime::Topology topo{0, r.ranks, 0, in.gpus_per_node, 0, nodes};
-      const comm::GroupLayout g = fsdp::group_layout(s, topo, in.fsdp.shard_group_size);
+      const comm::GroupLayout g = comm::with_experts(
+          fsdp::group_layout(s, topo, in.fsdp.shard_group_size), in.fsdp.expert_parallel);
       r.shard_size = g.shard_size;
       r.replicas = g.replicate_size;
-      const fsdp::TrainingSizes sizes = layout.sizes(r.shard_size);
+      r.expert_parallel = g.expert_size;
+      const fsdp::TrainingSizes sizes = layout.sizes(r.shard_size, r.expert_parallel);
+      // FLOPs count a layer's whole parameters (a token's experts wherever they live).
+      const std::vector<UnitSize> whole = layout.sizes(r.shard_size).base;
       const std::vector<UnitSize>& base = sizes.base;
       fsdp::ShardingConfig cfg = in.fsdp;
       cfg.sharding = s;
@@ -224,12 +228,14 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       const bool regather = fsdp::reshard_after_forward(s);
       const int U = static_cast<int>(base.size());
       std::vector<UnitComm> c(U);
-      std::vector<double> fwd(U), bwd(U), ring_f(U), ring_b(U);  // ring: its exposed seconds
+      // ring: its exposed seconds; and a sparse layer's all-to-alls, which the layer waits for.
+      std::vector<double> fwd(U), bwd(U), ring_f(U), ring_b(U), a2a_f(U), a2a_b(U);
+      const AllToAllCost a2a = all_to_all_cost(in, tokens_mb);
       const double backward_ratio = layout.trained().backward_flops_ratio();
       const std::vector<bool> runs_backward = fsdp::runs_backward(sizes);
       for (int u = 0; u < U; ++u) {
         const double f =
-            unit_forward_flops(m, base[u], u - 1, in.seq_len) * static_cast<double>(tokens_mb);
+            unit_forward_flops(m, whole[u], u - 1, in.seq_len) * static_cast<double>(tokens_mb);
         fwd[u] = f / (fwd_tflops * 1e12);
         // Backward is twice forward's FLOPs (input and weight gradients), once with frozen weights
         // (adapters), plus the recomputed forward under full activation checkpointing (selective
@@ -243,6 +249,13 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
         if (base[u].kind == model::UnitKind::kDecoderLayer) {  // a recomputed forward rings again
           ring_f[u] = ring.exposed_forward_s;
           ring_b[u] = ring.exposed_backward_s + (recompute ? ring.exposed_forward_s : 0.0);
+          if (m.moe_layer(u - 1)) {
+            a2a_f[u] = 2 * a2a.seconds;
+            a2a_b[u] = (recompute ? 4 : 2) * a2a.seconds;
+            r.all_to_all_bytes += in.grad_accum * (recompute ? 6 : 4) * a2a.sent_bytes;
+            ring_f[u] += a2a_f[u];
+            ring_b[u] += a2a_b[u];
+          }
         }
         if (in.run.fp8 != model::Fp8Mode::kOff && base[u].kind == model::UnitKind::kDecoderLayer) {
           // The projections' GEMMs at the float8 rate (the same efficiency at its peak), the
@@ -307,7 +320,8 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       double compute = 0, comm_total = 0;
       for (int u = 0; u < U; ++u) {
         compute += passes * (fwd[u] + bwd[u]);
-        r.ring_exposed_s += passes * (ring_f[u] + ring_b[u]);
+        r.ring_exposed_s += passes * (ring_f[u] + ring_b[u] - a2a_f[u] - a2a_b[u]);
+        r.all_to_all_s += passes * (a2a_f[u] + a2a_b[u]);
         comm_total += passes * (c[u].gather + c[u].regather) +
                       (reduce_now ? passes : 1) * (c[u].reduce + c[u].replicate);
         r.h2d_s += passes * (c[u].h2d + c[u].h2d_again);
@@ -315,7 +329,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       }
       double total = schedule(false), with_copies = schedule(true);
       if (!in.fabric.overlaps_compute) {  // MPI on CPU: collectives progress only when waited on
-        total = compute + comm_total + r.ring_exposed_s;
+        total = compute + comm_total + r.ring_exposed_s + r.all_to_all_s;
         with_copies = total + r.h2d_s + r.d2h_s;
         forward = 0;
         for (int u = 0; u < U; ++u) forward += fwd[u] + ring_f[u] + c[u].gather + c[u].h2d;
@@ -347,7 +361,7 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       }
       r.compute_s = compute;
       r.comm_s = comm_total;
-      r.exposed_comm_s = total - compute - r.ring_exposed_s;  // FSDP's collectives
+      r.exposed_comm_s = total - compute - r.ring_exposed_s - r.all_to_all_s;  // FSDP's collectives
       r.exposed_copy_s = with_copies - total;
       // DPO's reference model: one more forward per micro-batch, scheduled like the first.
       r.reference_s = reference == ReferenceModel::kNone ? 0.0 : passes * forward;
@@ -367,6 +381,17 @@ std::vector<PlanRow> plan_rows(const PlanInput& in) {
       rows[i].efficiency = rows[i].tokens_per_s_per_gpu / rows[first].tokens_per_s_per_gpu;
   }
   return rows;
+}
+
+AllToAllCost all_to_all_cost(const PlanInput& in, int64_t tokens) {
+  AllToAllCost c;
+  const int n = in.fsdp.expert_parallel;
+  if (n <= 1 || !in.model.is_moe()) return c;
+  c.bytes = static_cast<double>(tokens * in.model.experts_per_token * in.model.hidden_size *
+                                elt_of(in.fsdp.param_dtype));
+  c.sent_bytes = c.bytes * (n - 1) / n;
+  c.seconds = in.fabric.seconds(Op::kAllGather, c.bytes, n, n > in.gpus_per_node);
+  return c;
 }
 
 RingCost ring_cost(const PlanInput& in) {

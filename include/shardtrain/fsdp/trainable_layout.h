@@ -27,8 +27,10 @@ inline UnitSize unit_size(const FlatLayout& l, model::UnitKind kind) {
 }
 // Every unit of `specs` (the model's or the adapters'), in model_units() order, sharded over
 // shard_size.
+// expert_parallel: as TrainableLayout::sizes.
 std::vector<UnitSize> unit_sizes(const model::ModelConfig& model,
-                                 const std::vector<model::ParamSpec>& specs, int shard_size);
+                                 const std::vector<model::ParamSpec>& specs, int shard_size,
+                                 int expert_parallel = 1);
 
 // Every unit's sizes at one shard group size: the base, and the adapters where the base is frozen.
 struct TrainingSizes {
@@ -75,7 +77,9 @@ class TrainableLayout {
     return base_frozen() ? compute : at::kFloat;
   }
   const model::TrainedParams& trained() const { return *trained_; }
-  TrainingSizes sizes(int shard_size) const;
+  // expert_parallel > 1: a sparse layer's unit gathers its dense part over shard_size and this
+  // rank's share of the experts over shard_size / expert_parallel (the two parts counted as one).
+  TrainingSizes sizes(int shard_size, int expert_parallel = 1) const;
 
   // This rank's trainable pieces, in model order (the engine's, once built).
   const std::vector<ShardPiece>& pieces() const { return pieces_; }

@@ -80,6 +80,11 @@ struct PlanRow {
   double h2d_s = 0, d2h_s = 0, exposed_copy_s = 0, cpu_optimizer_s = 0;
   // --context-parallel: what of the ring's K/V and dK/dV transfers the step waits for.
   double ring_exposed_s = 0;
+  // --expert-parallel: the tokens' all-to-alls to and from their experts' ranks (each sparse layer,
+  // twice in forward, twice in backward, twice more in a recomputed forward), which the layer
+  // waits for; and the bytes each rank sends per step.
+  int expert_parallel = 1;
+  double all_to_all_s = 0, all_to_all_bytes = 0;
   double reference_s = 0;  // DPO: the reference model's forward per micro-batch, in step_s
   double tokens_per_s_per_gpu = 0, mfu = 0,
          efficiency = 0;  // efficiency: against the fewest nodes' row of its strategy
@@ -106,6 +111,15 @@ struct RingCost {
   bool hidden = false;  // every hop but backward's last fits under its block
 };
 RingCost ring_cost(const PlanInput& in);
+
+// One all-to-all of a sparse layer's tokens under --expert-parallel n (0s at n = 1): per
+// micro-batch on one rank, its tokens times experts_per_token rows of hidden in the compute dtype,
+// of which (n - 1) / n leave the rank; seconds at the fabric's all-gather busbw for that buffer
+// over n ranks (inside a node while n <= gpus_per_node).
+struct AllToAllCost {
+  double bytes = 0, sent_bytes = 0, seconds = 0;
+};
+AllToAllCost all_to_all_cost(const PlanInput& in, int64_t tokens);
 
 // Throws UsageError naming the option when a node count does not fit the shard group.
 std::vector<PlanRow> plan_rows(const PlanInput& in);

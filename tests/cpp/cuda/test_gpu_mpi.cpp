@@ -22,6 +22,7 @@
 #include "shardtrain/fsdp/engine.h"
 #include "shardtrain/fsdp/host_offload.h"
 #include "shardtrain/model/lora.h"
+#include "shardtrain/runtime/error.h"
 #endif
 
 using namespace shardtrain;
@@ -36,6 +37,27 @@ int64_t allocated_bytes() {
 }
 #endif
 }  // namespace
+
+// Expert parallelism's all-to-all by rows over NCCL (grouped sends and receives, empty ones
+// skipped): at world 1 every row comes back to its place, whatever its count, none included.
+TEST(GpuMoe, AllToAllOverNcclSendsRowsByCount) {
+  SKIP_WITHOUT_GPU();
+#ifdef SHARDTRAIN_TORCH_CUDA
+  cuda::set_device(0);
+  comm::NcclCommunicator nccl(runtime::MpiComm::dup(MPI_COMM_SELF), "self",
+                              cuda::NcclComm::bootstrap(MPI_COMM_SELF));
+  const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0);
+  for (const int64_t rows : {int64_t{7}, int64_t{0}}) {
+    const at::Tensor send = at::randn({rows, 96}, opts);
+    const at::Tensor recv = at::full({rows, 96}, -1.0, opts);
+    nccl.all_to_all_async(send, {rows}, recv, {rows})->wait();
+    EXPECT_TRUE(at::equal(send.cpu(), recv.cpu())) << rows << " rows";
+  }
+  EXPECT_THROW(nccl.all_to_all_async(at::zeros({3, 4}, opts), {2}, at::zeros({3, 4}, opts), {3}),
+               runtime::Error);
+  cuda::device_synchronize();
+#endif
+}
 
 // The compute stream is kept busy by a spin kernel, so the all-reduce (which waits for it) cannot
 // have run when its handle is dropped: the tensor's memory must stay allocated. Before this was
