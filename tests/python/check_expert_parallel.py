@@ -6,7 +6,8 @@
   at --expert-parallel 4 one rank's experts receive nothing.
 - At 4 ranks, --expert-parallel 1, 2 and 4 under full_shard, 2 under hybrid_shard (2 nodes of 2) and under
   shard_grad_op, and 2 with a context-parallel ring of 2 train the 1-rank run's losses and aux losses (1e-5); 2
-  with gradient accumulation and full activation checkpointing trains what 1 (no split) does with them.
+  with gradient accumulation and full activation checkpointing, 4 with --no-sync-accumulation, train what 1 (no
+  split) does with them; LoRA on the attention at 2 (experts frozen, a checkpoint saved) trains 1 rank's losses.
 - An eval where ranks get no rows (6 rows, 4 a pass, over 4 ranks) gives 1 rank's loss: that rank's experts still
   serve the others' tokens.
 - A checkpoint written at --expert-parallel 2 resumes at --expert-parallel 4 with the straight run's step 3 and
@@ -160,6 +161,15 @@ same("context-parallel 2, expert-parallel 2",
 ac = ["--activation-checkpointing", "full"]
 same("grad-accum 2, full checkpointing, expert-parallel 2",
      train("accum-ep2", qwen, 4, ac + ["--expert-parallel", "2"], accum=2), train("accum-ep1", qwen, 4, ac, accum=2))
+
+same("--no-sync-accumulation, expert-parallel 4",
+     train("nosync-ep4", qwen, 4, ["--no-sync-accumulation", "--expert-parallel", "4"], accum=2),
+     train("nosync-ep1", qwen, 4, ["--no-sync-accumulation"], accum=2))
+# LoRA on the attention beside frozen experts, saved (the frozen base's checksum covers the experts).
+lora = ["--lora-rank", "4", "--lora-targets", "q_proj,k_proj,v_proj,o_proj", "--lora-dropout", "0"]
+same("LoRA, expert-parallel 2, with a checkpoint",
+     train("lora-ep2", qwen, 4, lora + ["--expert-parallel", "2", "--checkpoint-dir", os.path.join(WORK, "lora-ckpt")]),
+     train("lora-1", qwen, 1, lora))
 
 # eval of 6 rows, 4 a pass, at 4 ranks: in the second pass two ranks have none, and their experts serve the others'.
 SIX = os.path.join(WORK, "rows6.h5")
