@@ -8,6 +8,7 @@
   shard_grad_op, and 2 with a context-parallel ring of 2 train the 1-rank run's losses and aux losses (1e-5); 2
   with gradient accumulation and full activation checkpointing, 4 with --no-sync-accumulation, train what 1 (no
   split) does with them; LoRA on the attention at 2 (experts frozen, a checkpoint saved) trains 1 rank's losses.
+- Greedy generate at --expert-parallel 2 gives 1 rank's answer.
 - An eval where ranks get no rows (6 rows, 4 a pass, over 4 ranks) gives 1 rank's loss: that rank's experts still
   serve the others' tokens.
 - A checkpoint written at --expert-parallel 2 resumes at --expert-parallel 4 with the straight run's step 3 and
@@ -190,6 +191,15 @@ if len(evals) == 2:
     check(abs(evals[1] - evals[4]) <= 1e-6 * abs(evals[1]),
           f"eval, 6 rows 4 a pass over 4 ranks at expert-parallel 4 (ranks without rows): loss {evals[4]:.7f}, "
           f"1 rank {evals[1]:.7f}")
+
+# Greedy generation with the experts split over 2 ranks gives 1 rank's tokens.
+TOKENIZER = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data", "demo",
+                         "tokenizer.model")
+answers = [subprocess.run(mpirun(r) + [BIN, "generate", "--weights", qwen, "--tokenizer", TOKENIZER, "--prompt",
+                                       "What is 7 + 5?", "--max-new-tokens", "12", "--threads", "1", *f],
+                          capture_output=True, env=ENV) for r, f in ((1, []), (2, ["--expert-parallel", "2"]))]
+check(all(a.returncode == 0 for a in answers) and answers[0].stdout == answers[1].stdout and answers[0].stdout,
+      f"generate at expert-parallel 2 gives 1 rank's {len(answers[0].stdout)} bytes")
 
 # Resume at another expert-parallel size; an export at 4 holds every expert.
 ckpt = os.path.join(WORK, "ckpt")
