@@ -482,12 +482,13 @@ part_moe() {  # 4j: a Qwen3-30B-A3B slice, shardtrain against transformers' MoE 
     ours=$("$py" "$repo/bench/metrics_median.py" "$dir/shardtrain.jsonl" tokens_per_s "$skip")
     mem=$("$py" "$repo/bench/metrics_median.py" "$dir/shardtrain.jsonl" memory.gpu_peak_allocated_bytes "$skip" 2>/dev/null || echo 0)
     theirs=$(tail -1 "$dir/transformers.log")
-    "$py" - "$ours" "$mem" "$theirs" >> "$results" <<'PY'
+    local path=loop; [ "$device" = cuda ] && [ "$dtype" = bf16 ] && path="grouped GEMM on sm90, else loop"
+    "$py" - "$ours" "$mem" "$theirs" "$path" >> "$results" <<'PY'
 import json, sys
-ours, mem, theirs = float(sys.argv[1]), float(sys.argv[2] or 0), json.loads(sys.argv[3])
+ours, mem, theirs, path = float(sys.argv[1]), float(sys.argv[2] or 0), json.loads(sys.argv[3]), sys.argv[4]
 print("| trainer | tokens/s | peak allocated | experts |")
 print("|---|---|---|---|")
-print(f"| shardtrain | {ours:.0f} | {mem / 2**30:.1f} GiB | loop or grouped GEMM (docs/moe.md) |")
+print(f"| shardtrain | {ours:.0f} | {mem / 2**30:.1f} GiB | {path} |")
 print(f"| transformers {theirs.get('torch', '')} | {theirs['tokens_per_s']:.0f} | "
       f"{theirs['peak_allocated_bytes'] / 2**30:.1f} GiB | {theirs.get('experts_implementation')} |")
 print(f"\n- shardtrain / transformers: {ours / theirs['tokens_per_s']:.2f}x")

@@ -95,14 +95,18 @@ VARIANTS = {
                                       rope_scaling=dict(rope_type="linear", factor=8.0), rope_local_base_freq=100.0)),
     # Mixtures of experts: Mixtral's top-2 of 4 (weights renormalised, products in fp32); Qwen3-MoE's top-1 of 6
     # without renormalising (weights rounded first), layer 0 dense by mlp_only_layers, tied; and top-2 of 4
-    # renormalised on every second layer (decoder_sparse_step)
-    "mixtral_top2": (MixtralConfig, dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=None)),
+    # renormalised on every second layer (decoder_sparse_step). Those of the three families with output_router_logits
+    # add the load-balancing loss (over the sparse layers only: step 2 has one), weighted 0.02 and 0.05.
+    "mixtral_top2": (MixtralConfig, dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=None,
+                                         output_router_logits=True, router_aux_loss_coef=0.02)),
     "qwen3moe_top1+dense+tied": (Qwen3MoeConfig, dict(num_local_experts=6, num_experts_per_tok=1, moe_intermediate_size=48,
                                                       mlp_only_layers=[0], head_dim=32, tie_word_embeddings=True)),
     "qwen3moe_top2_norm+step2": (Qwen3MoeConfig, dict(num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
-                                                      norm_topk_prob=True, decoder_sparse_step=2, head_dim=16)),
+                                                      norm_topk_prob=True, decoder_sparse_step=2, head_dim=16,
+                                                      output_router_logits=True, router_aux_loss_coef=0.05)),
     # OLMoE: OLMo's q/k norms over the whole projection on Llama's pre-norm layer, top-2 of 4 experts not renormalised
-    "olmoe_top2": (OlmoeConfig, dict(num_local_experts=4, num_experts_per_tok=2)),
+    "olmoe_top2": (OlmoeConfig, dict(num_local_experts=4, num_experts_per_tok=2, output_router_logits=True,
+                                     router_aux_loss_coef=0.05)),
     # q k v and gate up stored merged, a sliding window, longrope past its original context of 32 (rows are 64)
     "phi3_window+longrope": (Phi3Config, dict(sliding_window=16, pad_token_id=0, original_max_position_embeddings=32,
                                               rope_scaling=dict(rope_type="longrope", short_factor=SHORT, long_factor=LONG))),
