@@ -26,12 +26,12 @@ import sys
 
 import h5py
 import torch
-from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, LlamaConfig, MixtralConfig, Qwen3MoeConfig
 from transformers.utils import logging as hf_logging
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import token_rows  # noqa: E402
+from saved_weights import saved_weights  # noqa: E402
 
 BIN, DATA, WORK = sys.argv[1:4]
 TINY = dict(vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -74,14 +74,6 @@ def same(name, got, want, tol=1e-5):
     aux = max((abs(a.get("aux_loss", 0) - b.get("aux_loss", 0)) for a, b in zip(got, want)), default=0)
     check(len(got) == len(want) and worst <= tol and aux <= tol,
           f"{name}: losses {['%.6f' % s['loss'] for s in got]} equal 1 rank's (max diff {worst:.1e}, aux {aux:.1e})")
-
-
-def weights(export):
-    out = {}
-    for f in sorted(os.listdir(export)):
-        if f.endswith(".safetensors"):
-            out.update(load_file(os.path.join(export, f)))
-    return out
 
 
 def write_model(name, config):
@@ -208,7 +200,7 @@ export = os.path.join(WORK, "resumed-export")
 resumed = train("resume-second", qwen, 4, ["--expert-parallel", "4", "--checkpoint-dir", ckpt, "--resume", "auto",
                                             "--save-model", export])
 if first and resumed and straight:
-    a, b = weights(export), weights(straight_export)
+    a, b = saved_weights(export), saved_weights(straight_export)
     worst = max((a[n] - b[n]).abs().max().item() for n in b) if set(a) == set(b) else float("inf")
     check(len(resumed) == 1 and abs(resumed[0]["loss"] - straight[-1]["loss"]) <= 1e-5 and worst <= 1e-5,
           f"written at expert-parallel 2, resumed at 4: step 3 loss {resumed[0]['loss']:.7f} (straight "

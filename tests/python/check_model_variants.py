@@ -43,7 +43,6 @@ import sys
 
 import h5py
 import torch
-from safetensors.torch import load_file
 from transformers import (AutoConfig, AutoModelForCausalLM, Gemma2Config, Gemma3TextConfig, LlamaConfig, MistralConfig,
                           MixtralConfig, Olmo2Config, OlmoeConfig, Phi3Config, Qwen2Config, Qwen3Config, Qwen3MoeConfig)
 from transformers.utils import logging as hf_logging
@@ -51,6 +50,7 @@ from transformers.utils import logging as hf_logging
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_hf_export  # noqa: E402  (its eval and transformers loss over the same rows)
 import token_rows  # noqa: E402
+from saved_weights import saved_weights  # noqa: E402
 
 BIN, DATA, WORK = sys.argv[1:4]
 FULL = "--full" in sys.argv[4:]
@@ -308,14 +308,6 @@ def convert_check(name, base):
     kept = ok and json.load(open(os.path.join(back, "config.json")))["model_type"] == \
         json.load(open(os.path.join(base, "config.json")))["model_type"]
     check(same and kept, f"{name}: convert to a checkpoint and back gives its {len(a)} tensors bit for bit")
-
-
-def saved_weights(export):
-    out = {}
-    for f in sorted(os.listdir(export)):
-        if f.endswith(".safetensors"):
-            out.update(load_file(os.path.join(export, f)))
-    return out
 
 
 hf_logging.disable_progress_bar()
