@@ -92,7 +92,7 @@ generations() {
   for p in "Reverse the digits.|3 1 4 1 5" "Reverse the digits.|9 2 6" "Reverse the digits.|2 7 1 8" \
     "Sort the digits in ascending order.|7 0 3 9 4"; do
     printf '  %-36s %-10s -> ' "${p%%|*}" "${p#*|}"
-    "$bin" generate --weights "$@" --tokenizer "$tok" --template alpaca --prompt "${p%%|*}" --input "${p#*|}" \
+    "$bin" generate --weights "$@" --tokenizer "$tok" --template alpaca --prompt "${p%%|*}" --alpaca-input "${p#*|}" \
       --max-new-tokens 16 --threads 1 2>> "$out/generate.log" | tail -n 1
   done
 }

@@ -94,13 +94,31 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
   po::options_description d("Generation");
   d.add_options()("tokenizer", po::value(&o.tokenizer), kTokenizerHelp)(
       "prompt", po::value(&o.prompts)->composing(), "prompt text (repeatable)")(
+      "input", po::value(&o.input),
+      "a JSONL file of prompts, one a line: {\"prompt\": text} or {\"messages\": [...]} ending "
+      "with a user message (rendered by --chat-template with the generation prompt)")(
+      "output", po::value(&o.output),
+      "write the completions as JSONL (index, prompt_index, sample, completion, ids, stop; "
+      "logprobs with --logprobs) instead of printing them")(
+      "chat-template", po::value(&o.chat_template)->default_value(o.chat_template),
+      "how --input's messages are rendered: auto (the tokenizer's own) or a name as prepare takes")(
       "template", po::value(&o.template_name)->default_value(o.template_name),
       "none (raw prompt) or alpaca (prompt is the instruction)")(
-      "input", po::value(&o.input), "alpaca input field, with --template alpaca")(
+      "alpaca-input", po::value(&o.alpaca_input), "alpaca input field, with --template alpaca")(
       "max-new-tokens", po::value(&o.max_new_tokens)->default_value(o.max_new_tokens),
       "tokens to generate at most")("temperature", real(&o.temperature, o.temperature),
                                     "0: greedy; > 0: sample")(
+      "top-k", po::value(&o.top_k)->default_value(o.top_k),
+      "sample among the k most likely tokens, with --temperature > 0 (0: off)")(
       "top-p", real(&o.top_p, o.top_p), "nucleus sampling mass, with --temperature > 0")(
+      "num-samples", po::value(&o.num_samples)->default_value(o.num_samples),
+      "completions per prompt (each from its own seed)")(
+      "stop", po::value(&o.stops)->composing(),
+      "end a completion when it ends with this string's tokens, which are dropped (repeatable)")(
+      "generate-batch", po::value(&o.generate_batch)->default_value(o.generate_batch),
+      "rows decoded at once on each rank (the KV cache holds them all)")(
+      "logprobs", po::bool_switch(&o.logprobs),
+      "with --output: each sampled token's log-probability under the model")(
       "seed", po::value(&o.seed)->default_value(o.seed), "sampling seed");
   add_adapter_dir(d, o.adapter);
   po::options_description all;
@@ -126,7 +144,18 @@ GenerateOptions parse_generate(const std::vector<std::string>& args, std::string
         "generate needs --tokenizer (the model's tokenizer.json or tokenizer.model, or its "
         "directory)");
   require_tokenizer(o.tokenizer);
-  if (o.prompts.empty()) throw runtime::UsageError("generate needs at least one --prompt");
+  if (o.prompts.empty() && o.input.empty())
+    throw runtime::UsageError("generate needs --prompt TEXT or --input prompts.jsonl");
+  if (!o.input.empty()) require_file("--input", o.input);
+  positive("--num-samples", static_cast<double>(o.num_samples), "use 1 or more");
+  positive("--generate-batch", static_cast<double>(o.generate_batch), "use 1 or more");
+  if (o.top_k < 0) throw runtime::UsageError("--top-k must be >= 0 (0: off)");
+  if (o.logprobs && o.output.empty())
+    throw runtime::UsageError("--logprobs goes into --output completions.jsonl; give --output");
+  if (o.num_samples > 1 && o.temperature <= 0)
+    throw runtime::UsageError(
+        "--num-samples " + std::to_string(o.num_samples) +
+        " with greedy decoding gives the same completion each time; set --temperature > 0");
   if (o.template_name != "none" && o.template_name != "alpaca")
     throw runtime::UsageError("--template must be none or alpaca, got '" + o.template_name + "'");
   positive("--max-new-tokens", static_cast<double>(o.max_new_tokens), "use 1 or more");

@@ -222,6 +222,13 @@ at::Tensor FsdpEngine::logits(const at::Tensor& tokens, const at::Tensor& positi
   return on_host ? out.to(at::kCPU) : out;  // decoding runs its arithmetic on the host
 }
 
+model::Decoder FsdpEngine::decoder() {
+  const auto base = full_parameters();
+  const auto adapters = layout_->base_frozen() ? full_parameters(/*adapters=*/true)
+                                               : std::map<std::string, at::Tensor>{};
+  return model::Decoder(model_, base, adapters, spec_.plan.adapters, device_, cfg_.param_dtype);
+}
+
 std::map<std::string, at::Tensor> FsdpEngine::full_parameters(bool adapters) {
   auto out = gather_full(adapters ? schedule_->adapters() : schedule_->units());
   if (!adapters && groups_.expert) gather_experts(out);

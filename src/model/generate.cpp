@@ -1,16 +1,29 @@
 #include "shardtrain/model/generate.h"
 
-#include <algorithm>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "shardtrain/runtime/error.h"
 
 namespace shardtrain::model {
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::kEos:
+      return "eos";
+    case StopReason::kStopString:
+      return "stop";
+    case StopReason::kLength:
+      return "length";
+    case StopReason::kContext:
+      return "context";
+  }
+  return "?";
+}
 
 at::Tensor top_p_filter(const at::Tensor& logits, double top_p) {
   if (top_p >= 1.0) return logits;
@@ -23,37 +36,146 @@ at::Tensor top_p_filter(const at::Tensor& logits, double top_p) {
   return logits.masked_fill(mask, -std::numeric_limits<float>::infinity());
 }
 
-std::vector<int32_t> generate(const LogitsFn& logits, const std::vector<int32_t>& prompt,
-                              const GenerateConfig& cfg) {
-  if (prompt.empty())
-    throw runtime::UsageError("generate needs a non-empty prompt (at least the BOS token)");
-  c10::NoGradGuard no_grad;
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(cfg.seed);
-  std::vector<int64_t> ctx(prompt.begin(), prompt.end());
-  std::vector<int32_t> out;
-  for (int64_t i = 0; i < cfg.max_new_tokens; ++i) {
-    if (cfg.max_context > 0 && static_cast<int64_t>(ctx.size()) >= cfg.max_context) break;
-    auto tokens = at::tensor(ctx, at::kLong).unsqueeze(0);
-    auto last = logits(tokens).select(1, -1).squeeze(0).to(at::kFloat);  // [V]
-    int64_t next;
-    if (cfg.temperature <= 0) {
-      next = last.argmax().item<int64_t>();
-    } else {
-      auto probs = top_p_filter(last / cfg.temperature, cfg.top_p).softmax(-1);
-      next = at::multinomial(probs, 1, /*replacement=*/false, gen).item<int64_t>();
-    }
-    if (std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), next) != cfg.stop_ids.end()) break;
-    out.push_back(static_cast<int32_t>(next));
-    ctx.push_back(next);
-  }
-  return out;
+at::Tensor top_k_filter(const at::Tensor& logits, int64_t top_k) {
+  if (top_k <= 0 || top_k >= logits.size(-1)) return logits;
+  const at::Tensor kth = std::get<0>(at::topk(logits, top_k)).select(-1, top_k - 1);
+  return logits.masked_fill(logits.lt(kth), -std::numeric_limits<float>::infinity());
 }
 
-bool stopped_at_context_limit(size_t prompt_tokens, size_t new_tokens, const GenerateConfig& cfg) {
-  // EOS ends the answer before the context grows, so a full context means the limit stopped it.
-  return cfg.max_context > 0 &&
-         static_cast<int64_t>(prompt_tokens + new_tokens) >= cfg.max_context &&
-         static_cast<int64_t>(new_tokens) < cfg.max_new_tokens;
+at::Tensor sampling_probs(const at::Tensor& logits, const GenerateConfig& cfg) {
+  return top_p_filter(top_k_filter(logits / cfg.temperature, cfg.top_k), cfg.top_p).softmax(-1);
+}
+
+uint64_t row_seed(uint64_t seed, uint64_t sample) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (sample + 1);  // splitmix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+namespace {
+
+bool ends_with(const std::vector<int32_t>& ids, const std::vector<int32_t>& tail) {
+  return !tail.empty() && ids.size() >= tail.size() &&
+         std::equal(tail.begin(), tail.end(), ids.end() - static_cast<std::ptrdiff_t>(tail.size()));
+}
+
+// One row still decoding.
+struct Row {
+  size_t prompt = 0;  // its index in the prompts
+  int64_t next_pos = 0;
+  at::Generator gen;
+};
+
+// Decodes prompts [first, last) as one batch into out.
+void decode_batch(const Decoder& model, const std::vector<std::vector<int32_t>>& prompts,
+                  const std::vector<uint64_t>& seeds, const GenerateConfig& cfg, size_t first,
+                  size_t last, std::vector<Completion>& out) {
+  const auto B = static_cast<int64_t>(last - first);
+  int64_t longest = 0;
+  for (size_t i = first; i < last; ++i)
+    longest = std::max(longest, static_cast<int64_t>(prompts[i].size()));
+  // Left-padded: every row's next token lands in the same slot.
+  at::Tensor tokens = at::zeros({B, longest}, at::kLong), positions = at::full({B, longest}, -1L);
+  std::vector<Row> rows;
+  for (int64_t b = 0; b < B; ++b) {
+    const auto& p = prompts[first + static_cast<size_t>(b)];
+    const auto pad = longest - static_cast<int64_t>(p.size());
+    for (size_t j = 0; j < p.size(); ++j) {
+      tokens[b][pad + static_cast<int64_t>(j)] = static_cast<int64_t>(p[j]);
+      positions[b][pad + static_cast<int64_t>(j)] = static_cast<int64_t>(j);
+    }
+    rows.push_back(
+        {first + static_cast<size_t>(b), static_cast<int64_t>(p.size()),
+         at::make_generator<at::CPUGeneratorImpl>(seeds[first + static_cast<size_t>(b)])});
+  }
+  // The tokens a row feeds back: all it generates but the last, within the context.
+  int64_t shortest = longest;
+  for (size_t i = first; i < last; ++i)
+    shortest = std::min(shortest, static_cast<int64_t>(prompts[i].size()));
+  int64_t fed = cfg.max_new_tokens - 1;
+  if (cfg.max_context > 0) fed = std::min(fed, cfg.max_context - 1 - shortest);
+  KvCache cache = model.cache(B, longest + std::max<int64_t>(fed, 0));
+  at::Tensor last_logits = model.step(tokens, positions, cache).select(1, longest - 1);  // [B, V]
+  while (!rows.empty()) {
+    std::vector<int64_t> keep, next;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      Row& row = rows[r];
+      Completion& c = out[row.prompt];
+      // Prompt and answer so far: a full context has no room for another token.
+      const auto context = [&] {
+        return static_cast<int64_t>(prompts[row.prompt].size() + c.ids.size());
+      };
+      const auto full = [&] { return cfg.max_context > 0 && context() >= cfg.max_context; };
+      if (static_cast<int64_t>(c.ids.size()) >= cfg.max_new_tokens) {
+        c.stop = StopReason::kLength;
+        continue;
+      }
+      if (full()) {
+        c.stop = StopReason::kContext;
+        continue;
+      }
+      const at::Tensor logits = last_logits[static_cast<int64_t>(r)];
+      const int64_t id =
+          cfg.temperature <= 0
+              ? logits.argmax().item<int64_t>()
+              : at::multinomial(sampling_probs(logits, cfg), 1, false, row.gen).item<int64_t>();
+      if (std::find(cfg.stop_ids.begin(), cfg.stop_ids.end(), id) != cfg.stop_ids.end()) {
+        c.stop = StopReason::kEos;
+        continue;
+      }
+      c.ids.push_back(static_cast<int32_t>(id));
+      c.logprobs.push_back(at::log_softmax(logits, -1)[id].item<double>());
+      const auto hit =
+          std::find_if(cfg.stop_tokens.begin(), cfg.stop_tokens.end(),
+                       [&](const std::vector<int32_t>& s) { return ends_with(c.ids, s); });
+      if (hit != cfg.stop_tokens.end()) {  // the stop string is not part of the answer
+        c.ids.resize(c.ids.size() - hit->size());
+        c.logprobs.resize(c.ids.size());
+        c.stop = StopReason::kStopString;
+        continue;
+      }
+      if (static_cast<int64_t>(c.ids.size()) >= cfg.max_new_tokens) {  // no step for its last
+        c.stop = StopReason::kLength;
+        continue;
+      }
+      if (full()) {
+        c.stop = StopReason::kContext;
+        continue;
+      }
+      keep.push_back(static_cast<int64_t>(r));
+      next.push_back(id);
+    }
+    if (keep.empty()) break;
+    std::vector<Row> going;
+    at::Tensor pos = at::empty({static_cast<int64_t>(keep.size()), 1}, at::kLong);
+    for (size_t i = 0; i < keep.size(); ++i) {
+      Row& row = rows[static_cast<size_t>(keep[i])];
+      pos[static_cast<int64_t>(i)][0] = row.next_pos++;
+      going.push_back(std::move(row));
+    }
+    if (keep.size() < rows.size()) cache.keep_rows(at::tensor(keep, at::kLong));
+    rows = std::move(going);
+    const at::Tensor step_tokens = at::tensor(next, at::kLong).unsqueeze(1);
+    last_logits = model.step(step_tokens, pos, cache).select(1, 0);
+  }
+}
+
+}  // namespace
+
+std::vector<Completion> generate(const Decoder& model,
+                                 const std::vector<std::vector<int32_t>>& prompts,
+                                 const std::vector<uint64_t>& seeds, const GenerateConfig& cfg) {
+  if (seeds.size() != prompts.size()) throw runtime::Error("generate: one seed per prompt");
+  for (const auto& p : prompts)
+    if (p.empty())
+      throw runtime::UsageError("generate needs a non-empty prompt (at least the BOS token)");
+  c10::NoGradGuard no_grad;
+  std::vector<Completion> out(prompts.size());
+  const size_t batch = static_cast<size_t>(std::max<int64_t>(1, cfg.batch));
+  for (size_t first = 0; first < prompts.size(); first += batch)
+    decode_batch(model, prompts, seeds, cfg, first, std::min(prompts.size(), first + batch), out);
+  return out;
 }
 
 }  // namespace shardtrain::model

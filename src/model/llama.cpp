@@ -9,6 +9,7 @@
 #include "shardtrain/model/checkpointed.h"
 #include "shardtrain/model/family.h"
 #include "shardtrain/model/fused_ops.h"
+#include "shardtrain/model/kv_cache.h"
 #include "shardtrain/model/moe.h"
 #include "shardtrain/runtime/error.h"
 
@@ -43,6 +44,7 @@ LayerWeights LayerWeights::bind(const ModelConfig& cfg, const WeightLookup& w, i
   const Family& fam = family(cfg.model_type);
   lw.window = cfg.attention_window(layer);
   lw.local_rope = fam.local_rope && cfg.sliding_layer(layer);
+  lw.layer = layer;
   for (Proj p : layer_projections(cfg, layer)) {
     Projection& proj = lw.proj[static_cast<int>(p)];
     proj.weight = w(proj_weight_name(layer, p));
@@ -184,7 +186,9 @@ at::Tensor decoder_layer(const ModelConfig& cfg, const LayerWeights& w, const at
     }
   }
   if (const double s = cfg.query_scale(); s != 1.0) q = q * s;  // query_pre_attn_scalar
-  auto attn = layout_attention(layout, q, k, v, w.window, cfg.attn_softcap);
+  auto attn = layout.kv_cache
+                  ? layout.kv_cache->attend(w.layer, q, k, v, w.window, cfg.attn_softcap)
+                  : layout_attention(layout, q, k, v, w.window, cfg.attn_softcap);
   attn = attn.transpose(1, 2).reshape({B, T, nh * D});
   auto out = x + norm(NormRole::kAttnOut, w[Proj::kO](attn));
   auto m = norm(NormRole::kMlpIn, out);

@@ -43,6 +43,23 @@ void put_local(TokenLayout& l, const Rotary& rope, const at::Tensor& index, int6
 
 }  // namespace
 
+TokenLayout cache_token_layout(const Rotary& rope, const at::Tensor& positions, KvCache& cache,
+                               const at::Device& device) {
+  TokenLayout l;
+  l.kv_cache = &cache;
+  const at::Tensor pos = positions.to(at::kLong).clamp_min(0).contiguous();
+  const int64_t B = pos.size(0), T = pos.size(1);
+  const at::Tensor index = runtime::to_device(pos.flatten(), device);
+  // longrope: the long factors once this step reaches past the original context, as transformers
+  // picks them per forward (max(position_ids) + 1).
+  const bool long_rope =
+      rope.long_cos.defined() && B * T > 0 && pos.max().item<int64_t>() + 1 > rope.long_after;
+  put_tables(l, long_rope ? rope.long_cos : rope.cos, long_rope ? rope.long_sin : rope.sin, index,
+             B, T, /*gather=*/true);
+  put_local(l, rope, index, B, T, /*gather=*/true);
+  return l;
+}
+
 TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_t T,
                          const at::Device& device, at::ScalarType dtype, bool gather, bool varlen) {
   TokenLayout l;

@@ -92,10 +92,6 @@ Validator::Validator(fsdp::FsdpEngine& engine, comm::ParallelDims& dims, const d
       max_batches_(max_batches),
       every_(every) {}
 
-model::LogitsFn Validator::logits_fn() {
-  return [this](const at::Tensor& t) { return engine_.logits(t); };
-}
-
 EvalResult Validator::loss() {
   SftObjective sft;
   const BatchLossFn loss = [&](const model::Batch& b) {
@@ -111,7 +107,7 @@ EvalResult Validator::loss() {
                        [this](double v) { return dims_.world->all_reduce_sum(v); });
 }
 
-AccuracyResult Validator::accuracy() { return accuracy_->run(logits_fn(), engine_.spec().model); }
+AccuracyResult Validator::accuracy() { return accuracy_->run(engine_.decoder()); }
 
 model::PreferenceMetrics Validator::preference() {
   const comm::ParallelDims& g = dims_;

@@ -107,9 +107,16 @@ struct GenerateOptions {
   std::string weights, tokenizer;
   std::string adapter;  // a PEFT adapter directory to apply (run.adapters holds its settings)
   std::vector<std::string> prompts;
-  std::string template_name = "none", input;  // alpaca: the prompt is the instruction
+  std::string template_name = "none", alpaca_input;  // alpaca: the prompt is the instruction
+  std::string input, output;  // prompts.jsonl ("prompt" text or "messages"), completions.jsonl
+  std::string chat_template = "auto";  // how --input's "messages" are rendered
   int64_t max_new_tokens = 64;
   double temperature = 0, top_p = 1.0;
+  int64_t top_k = 0;
+  int64_t num_samples = 1;         // completions per prompt
+  int64_t generate_batch = 16;     // rows decoded at once on a rank
+  std::vector<std::string> stops;  // --stop strings
+  bool logprobs = false;           // the sampled tokens' log-probabilities in --output
   uint64_t seed = 0;
 };
 

@@ -27,6 +27,7 @@
 #include "shardtrain/fsdp/unit_builder.h"
 #include "shardtrain/fsdp/unit_schedule.h"
 #include "shardtrain/io/safetensors.h"
+#include "shardtrain/model/decoder.h"
 #include "shardtrain/model/llama.h"
 #include "shardtrain/model/micro_batch.h"
 #include "shardtrain/model/run_plan.h"
@@ -92,6 +93,9 @@ class FsdpEngine {
   grad_shards();         // layout().pieces()' gradients after forward_backward, same order
   void release_grads();  // frees the gradient shards (after the optimizer step)
 
+  // The whole model for decoding on this rank with a KV cache and no collective (the base and
+  // its adapters, gathered once: collective, every rank calls it).
+  model::Decoder decoder();
   // Every base parameter (adapters: every adapter instead), unsharded, fp32: an all-gather per
   // unit over the shard group.
   std::map<std::string, at::Tensor> full_parameters(bool adapters = false);

@@ -58,6 +58,7 @@ struct LayerWeights {
   // A sparse layer's router and experts (model/moe.h); null for a dense layer.
   std::shared_ptr<const MoeWeights> moe;
   int64_t window = 0;       // attention reaches this far back (0: the whole prefix)
+  int64_t layer = 0;        // its index (a KV cache's layer)
   bool local_rope = false;  // Gemma 3's sliding layers: the layout's local RoPE tables
   const Projection& operator[](Proj p) const { return proj[static_cast<int>(p)]; }
   const at::Tensor& norm(NormRole r) const { return norms[static_cast<int>(r)]; }

@@ -15,6 +15,7 @@ namespace shardtrain::model {
 struct Rotary;
 struct ExpertGroup;
 struct RouterAux;
+class KvCache;
 
 struct TokenLayout {
   at::Tensor cos, sin;    // [T, D]: every row at 0..T-1; or [B, 1, T, D] at each token's position
@@ -37,6 +38,8 @@ struct TokenLayout {
   std::shared_ptr<const ExpertGroup> experts;
   // output_router_logits: the pass's load-balancing loss (model/moe.h); null: none.
   std::shared_ptr<RouterAux> router_aux;
+  // Decoding with a cache (model/kv_cache.h): attention reads and extends it; null otherwise.
+  KvCache* kv_cache = nullptr;
   bool packed() const { return same_doc.defined() || cu_seqlens.defined(); }
 };
 
@@ -54,6 +57,11 @@ TokenLayout token_layout(const Rotary& rope, const at::Tensor& positions, int64_
 // the row (positions, too, for the rotary kernel) and the ring's view of the whole row.
 TokenLayout context_token_layout(const Rotary& rope, const ContextShard& share, ContextRing ring,
                                  const at::Device& device);
+
+// The layout of a decoding step over `cache`: each token's cos and sin at its position [rows, n]
+// (host int64; -1: padding, rotated as position 0 and never attended to).
+TokenLayout cache_token_layout(const Rotary& rope, const at::Tensor& positions, KvCache& cache,
+                               const at::Device& device);
 
 // Whether packed rows take CUDA's variable-length flash kernel (else the [T, T] mask): bf16/fp16 on
 // CUDA.

@@ -19,7 +19,8 @@ struct AccuracyResult {
 
 std::string trim(const std::string& s);
 
-AccuracyResult exact_match(const model::LogitsFn& logits, const data::Tokenizer& tok,
+// Greedy, every record's answer decoded with a KV cache (model/generate.h), batched.
+AccuracyResult exact_match(const model::Decoder& model, const data::Tokenizer& tok,
                            const std::vector<data::Record>& records, int64_t max_new_tokens,
                            int64_t max_context, size_t max_examples = 3);
 

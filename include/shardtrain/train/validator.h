@@ -59,8 +59,9 @@ struct AccuracyTask {
   data::Tokenizer tokenizer;
   std::vector<data::Record> records;
   int64_t max_new_tokens;
-  AccuracyResult run(const model::LogitsFn& logits, const model::ModelConfig& model) const {
-    return exact_match(logits, tokenizer, records, max_new_tokens, model.max_position_embeddings);
+  AccuracyResult run(const model::Decoder& model) const {
+    return exact_match(model, tokenizer, records, max_new_tokens,
+                       model.config().max_position_embeddings);
   }
 };
 std::unique_ptr<AccuracyTask> load_accuracy_task(const AccuracyConfig& cfg,
@@ -79,9 +80,9 @@ class Validator {
   model::PreferenceMetrics preference();  // collective: DPO's, on the validation pairs
   // DPO: the held-out pairs are validated against this objective's reference (its validation one).
   void set_dpo(std::unique_ptr<DpoObjective> dpo) { dpo_ = std::move(dpo); }
-  AccuracyResult accuracy();    // collective: every rank decodes every record
-  void run(StepMetrics& m);     // collective: whatever is configured, into m
-  model::LogitsFn logits_fn();  // the engine's forward, for generation
+  // Collective: the model gathered once, then every rank decodes every record on its own.
+  AccuracyResult accuracy();
+  void run(StepMetrics& m);  // collective: whatever is configured, into m
 
  private:
   fsdp::FsdpEngine& engine_;

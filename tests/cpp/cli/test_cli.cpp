@@ -17,6 +17,7 @@
 #include "run_binary.h"
 #include "shardtrain/cli/banner.h"
 #include "shardtrain/model/generate.h"
+#include "shardtrain/model/params.h"
 #include "shardtrain/report/run_report.h"
 #include "shardtrain/runtime/version.h"
 #include "shardtrain/train/metrics.h"
@@ -338,9 +339,9 @@ TEST(Cli, ExactMatchClimbsAndEvalAndGenerateAgree) {
   EXPECT_NEAR(j["exact_match"].get<double>(), after, 1e-9);
   EXPECT_EQ(j["total"], 50);
 
-  const std::string gen =
-      "generate --model " + out + " --weights " + out + " --tokenizer " + kTok +
-      " --template alpaca --prompt 'Reverse the digits.' --input '1 2 3 4' --max-new-tokens 12";
+  const std::string gen = "generate --model " + out + " --weights " + out + " --tokenizer " + kTok +
+                          " --template alpaca --prompt 'Reverse the digits.' --alpaca-input '1 2 3 "
+                          "4' --max-new-tokens 12";
   auto g = run(gen);
   ASSERT_EQ(g.code, 0) << g.out;
   EXPECT_NE(g.out.find_first_of("0123456789"), std::string::npos) << g.out;
@@ -519,28 +520,33 @@ TEST(Cli, GenerateWritesTheAnswerAloneToStdout) {
       "the model takes at most " + std::to_string(limit) + " (max_position_embeddings)");
 }
 
-// Decoding stops when prompt and answer fill the model's positions, and says why.
+// Decoding stops when prompt and answer fill the model's positions, and says why: a model whose
+// final norm is zero gives equal logits, so greedy decoding always picks token 0.
 TEST(Cli, GenerateStopsAtTheContextLimit) {
-  const model::LogitsFn never_eos = [](const at::Tensor& t) {
-    auto l = at::zeros({1, t.size(1), 16});
-    l.select(2, 5).fill_(1);
-    return l;
-  };
+  const model::ModelConfig cfg = model::model_preset("tiny");
+  model::ParamStore p = model::ParamStore::initialize(cfg, 1);
+  std::map<std::string, at::Tensor> w;
+  for (const auto& [name, t] : p.named()) w[name] = name == "model.norm.weight" ? t * 0 : t;
+  const model::Decoder never_eos(cfg, w, {}, {}, at::kCPU, at::kFloat);
   model::GenerateConfig g;
   g.max_new_tokens = 20;
   g.max_context = 8;
   g.stop_ids = {2};
-  const auto out = model::generate(never_eos, {1, 3, 4}, g);
-  EXPECT_EQ(out.size(), 5u);
-  EXPECT_TRUE(model::stopped_at_context_limit(3, out.size(), g));
+  const auto run = [&] { return model::generate(never_eos, {{1, 3, 4}}, {0}, g).front(); };
+  EXPECT_EQ(run().ids, (std::vector<int32_t>{0, 0, 0, 0, 0}));
+  EXPECT_EQ(run().stop, model::StopReason::kContext);
   g.max_new_tokens = 4;
-  EXPECT_EQ(model::generate(never_eos, {1, 3, 4}, g).size(), 4u);
-  EXPECT_FALSE(model::stopped_at_context_limit(3, 4, g)) << "--max-new-tokens ended it";
-  g.stop_ids = {5};
-  EXPECT_TRUE(model::generate(never_eos, {1, 3, 4}, g).empty());
-  g.stop_ids = {2, 5};  // any stop id ends it (Llama-3-Instruct's <|end_of_text|> and <|eot_id|>)
-  EXPECT_TRUE(model::generate(never_eos, {1, 3, 4}, g).empty());
-  EXPECT_FALSE(model::stopped_at_context_limit(3, 0, g)) << "EOS ended it";
+  EXPECT_EQ(run().ids.size(), 4u);
+  EXPECT_EQ(run().stop, model::StopReason::kLength) << "--max-new-tokens ended it";
+  g.stop_ids = {0};
+  EXPECT_TRUE(run().ids.empty());
+  g.stop_ids = {2, 0};  // any stop id ends it (Llama-3-Instruct's <|end_of_text|> and <|eot_id|>)
+  EXPECT_TRUE(run().ids.empty());
+  EXPECT_EQ(run().stop, model::StopReason::kEos);
+  g.stop_ids = {2};
+  g.stop_tokens = {{0, 0}};  // a --stop string's ids end it, and are dropped
+  EXPECT_TRUE(run().ids.empty());
+  EXPECT_EQ(run().stop, model::StopReason::kStopString);
 }
 
 // A progress line's tokens/s covers every step since the previous line, not its last one.

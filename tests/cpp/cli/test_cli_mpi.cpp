@@ -468,10 +468,10 @@ TEST(CliMpi, EvalAndGenerateAtFourRanksEqualOneRank) {
     };
     EXPECT_EQ(answers(four.out).substr(0, 200), answers(one.out).substr(0, 200)) << layout;
   }
-  const std::string gen =
-      "generate --threads 1 --weights " + model + " --tokenizer " +
-      source("data/demo/tokenizer.model") +
-      " --template alpaca --prompt 'Reverse the digits.' --input '9 0 5 3 1' --max-new-tokens 10";
+  const std::string gen = "generate --threads 1 --weights " + model + " --tokenizer " +
+                          source("data/demo/tokenizer.model") +
+                          " --template alpaca --prompt 'Reverse the digits.' --alpaca-input '9 0 5 "
+                          "3 1' --max-new-tokens 10";
   auto g1 = run(gen, mpirun(1)), g4 = run(gen + " --sharding full_shard", mpirun(4));
   ASSERT_EQ(g1.code, 0) << g1.out;
   ASSERT_EQ(g4.code, 0) << g4.out;

@@ -132,7 +132,10 @@ TEST(HfParity, GreedyGenerationMatchesGenerate) {
   g.max_new_tokens = 12;
   g.stop_ids = {2};
   g.max_context = f.cfg.max_position_embeddings;
-  const auto got = model::generate(tr.logits_fn(), prompt, g);
+  std::map<std::string, at::Tensor> w;
+  for (const auto& [name, t] : tr.params().named()) w[name] = t;
+  const model::Decoder decoder(f.cfg, w, {}, {}, at::kCPU, at::kFloat);
+  const auto got = model::generate(decoder, {prompt}, {0}, g).front().ids;
   const auto want_t = f.ref.read("generate.greedy").to(at::kInt).flatten();
   std::vector<int32_t> want(want_t.data_ptr<int32_t>(),
                             want_t.data_ptr<int32_t>() + want_t.numel());

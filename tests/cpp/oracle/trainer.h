@@ -41,9 +41,6 @@ class Trainer {
   StepResult step(const std::vector<model::Batch>& micro_batches, double lr);
   train::EvalResult evaluate(const data::TokenFile& data, int64_t max_batches);
   at::Tensor logits(const at::Tensor& tokens, const at::Tensor& positions = {});
-  model::LogitsFn logits_fn() {
-    return [this](const at::Tensor& t) { return logits(t); };
-  }
 
   model::ParamStore& params() { return params_; }
   const model::ModelConfig& model() const { return model_; }
