@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 
 #include "shardtrain/runtime/error.h"
 
@@ -68,35 +69,52 @@ struct Row {
 };
 
 // Decodes prompts [first, last) as one batch into out.
+// The rows' whole sequences so far (prompt and answer) prefilled into a new cache, left-padded so
+// that every row's next token lands in the same slot: each row's last logits [rows, V].
+at::Tensor prefill(const Decoder& model, const std::vector<std::vector<int32_t>>& prompts,
+                   const std::vector<Completion>& out, std::vector<Row>& rows,
+                   const GenerateConfig& cfg, std::unique_ptr<KvCache>& cache) {
+  const auto B = static_cast<int64_t>(rows.size());
+  const auto sequence = [&](const Row& row) {
+    std::vector<int32_t> s = prompts[row.prompt];
+    s.insert(s.end(), out[row.prompt].ids.begin(), out[row.prompt].ids.end());
+    return s;
+  };
+  int64_t longest = 0, shortest = std::numeric_limits<int64_t>::max(), most_left = 0;
+  for (const Row& row : rows) {
+    const auto n = static_cast<int64_t>(sequence(row).size());
+    longest = std::max(longest, n);
+    shortest = std::min(shortest, n);
+    most_left =
+        std::max(most_left, cfg.max_new_tokens - static_cast<int64_t>(out[row.prompt].ids.size()));
+  }
+  at::Tensor tokens = at::zeros({B, longest}, at::kLong), positions = at::full({B, longest}, -1L);
+  for (int64_t b = 0; b < B; ++b) {
+    Row& row = rows[static_cast<size_t>(b)];
+    const auto s = sequence(row);
+    const auto pad = longest - static_cast<int64_t>(s.size());
+    for (size_t j = 0; j < s.size(); ++j) {
+      tokens[b][pad + static_cast<int64_t>(j)] = static_cast<int64_t>(s[j]);
+      positions[b][pad + static_cast<int64_t>(j)] = static_cast<int64_t>(j);
+    }
+    row.next_pos = static_cast<int64_t>(s.size());
+  }
+  // The tokens a row feeds back after this: all it generates but the last, within the context.
+  int64_t fed = most_left - 1;
+  if (cfg.max_context > 0) fed = std::min(fed, cfg.max_context - 1 - shortest);
+  cache = std::make_unique<KvCache>(model.cache(B, longest + std::max<int64_t>(fed, 0)));
+  return model.step(tokens, positions, *cache).select(1, longest - 1);
+}
+
+// Decodes prompts [first, last) as one batch into out.
 void decode_batch(const Decoder& model, const std::vector<std::vector<int32_t>>& prompts,
                   const std::vector<uint64_t>& seeds, const GenerateConfig& cfg, size_t first,
                   size_t last, std::vector<Completion>& out) {
-  const auto B = static_cast<int64_t>(last - first);
-  int64_t longest = 0;
-  for (size_t i = first; i < last; ++i)
-    longest = std::max(longest, static_cast<int64_t>(prompts[i].size()));
-  // Left-padded: every row's next token lands in the same slot.
-  at::Tensor tokens = at::zeros({B, longest}, at::kLong), positions = at::full({B, longest}, -1L);
   std::vector<Row> rows;
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[first + static_cast<size_t>(b)];
-    const auto pad = longest - static_cast<int64_t>(p.size());
-    for (size_t j = 0; j < p.size(); ++j) {
-      tokens[b][pad + static_cast<int64_t>(j)] = static_cast<int64_t>(p[j]);
-      positions[b][pad + static_cast<int64_t>(j)] = static_cast<int64_t>(j);
-    }
-    rows.push_back(
-        {first + static_cast<size_t>(b), static_cast<int64_t>(p.size()),
-         at::make_generator<at::CPUGeneratorImpl>(seeds[first + static_cast<size_t>(b)])});
-  }
-  // The tokens a row feeds back: all it generates but the last, within the context.
-  int64_t shortest = longest;
   for (size_t i = first; i < last; ++i)
-    shortest = std::min(shortest, static_cast<int64_t>(prompts[i].size()));
-  int64_t fed = cfg.max_new_tokens - 1;
-  if (cfg.max_context > 0) fed = std::min(fed, cfg.max_context - 1 - shortest);
-  KvCache cache = model.cache(B, longest + std::max<int64_t>(fed, 0));
-  at::Tensor last_logits = model.step(tokens, positions, cache).select(1, longest - 1);  // [B, V]
+    rows.push_back({i, 0, at::make_generator<at::CPUGeneratorImpl>(seeds[i])});
+  std::unique_ptr<KvCache> cache;
+  at::Tensor last_logits = prefill(model, prompts, out, rows, cfg, cache);  // [rows, V]
   while (!rows.empty()) {
     std::vector<int64_t> keep, next;
     for (size_t r = 0; r < rows.size(); ++r) {
@@ -154,10 +172,22 @@ void decode_batch(const Decoder& model, const std::vector<std::vector<int32_t>>&
       pos[static_cast<int64_t>(i)][0] = row.next_pos++;
       going.push_back(std::move(row));
     }
-    if (keep.size() < rows.size()) cache.keep_rows(at::tensor(keep, at::kLong));
     rows = std::move(going);
+    // longrope: a row whose context now passes the original one is computed again from its start
+    // with the long factors, as transformers' Phi-3 drops its cache there; the batch with it.
+    const int64_t after = model.long_rope_after();
+    const bool switches =
+        after > 0 && std::any_of(rows.begin(), rows.end(), [&](const Row& r) {
+          return r.next_pos == after + 1;  // its newest token sits at position `after`
+        });
+    if (switches) {
+      last_logits = prefill(model, prompts, out, rows, cfg, cache);
+      continue;
+    }
+    if (keep.size() < static_cast<size_t>(cache->rows()))
+      cache->keep_rows(at::tensor(keep, at::kLong));
     const at::Tensor step_tokens = at::tensor(next, at::kLong).unsqueeze(1);
-    last_logits = model.step(step_tokens, pos, cache).select(1, 0);
+    last_logits = model.step(step_tokens, pos, *cache).select(1, 0);
   }
 }
 

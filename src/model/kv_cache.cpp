@@ -32,13 +32,14 @@ void KvCache::begin_step(const at::Tensor& positions) {
 
 at::Tensor cache_mask(const at::Tensor& slot_pos, const at::Tensor& step_pos, int64_t window) {
   const int64_t L = slot_pos.size(1), n = step_pos.size(1);
-  const at::Tensor key = slot_pos.unsqueeze(1);   // [rows, 1, L]
+  const at::Tensor key = slot_pos.unsqueeze(1);    // [rows, 1, L]
   const at::Tensor query = step_pos.unsqueeze(2);  // [rows, n, 1]
   at::Tensor see = key.ge(0) & query.ge(0) & key.le(query);
   if (window > 0) see = see & key.gt(query - window);
   // Its own slot (the last n are this step's): a padding query attends to something.
   const auto opts = slot_pos.options();
-  const at::Tensor own = at::arange(L, opts).unsqueeze(0).eq(at::arange(L - n, L, opts).unsqueeze(1));
+  const at::Tensor own =
+      at::arange(L, opts).unsqueeze(0).eq(at::arange(L - n, L, opts).unsqueeze(1));
   return (see | own.unsqueeze(0)).unsqueeze(1);  // [rows, 1, n, L]
 }
 

@@ -50,12 +50,18 @@ TokenLayout cache_token_layout(const Rotary& rope, const at::Tensor& positions, 
   const at::Tensor pos = positions.to(at::kLong).clamp_min(0).contiguous();
   const int64_t B = pos.size(0), T = pos.size(1);
   const at::Tensor index = runtime::to_device(pos.flatten(), device);
-  // longrope: the long factors once this step reaches past the original context, as transformers
-  // picks them per forward (max(position_ids) + 1).
-  const bool long_rope =
-      rope.long_cos.defined() && B * T > 0 && pos.max().item<int64_t>() + 1 > rope.long_after;
-  put_tables(l, long_rope ? rope.long_cos : rope.cos, long_rope ? rope.long_sin : rope.sin, index,
-             B, T, /*gather=*/true);
+  put_tables(l, rope.cos, rope.sin, index, B, T, /*gather=*/true);
+  // longrope: a row takes the long factors once this step reaches past the original context, as
+  // transformers picks them per forward (max(position_ids) + 1) for that row alone.
+  if (rope.long_cos.defined() && B * T > 0) {
+    const at::Tensor reach = std::get<0>(positions.to(at::kLong).max(1)) + 1;  // [B], host
+    const at::Tensor long_rows =
+        runtime::to_device(reach.gt(rope.long_after), device).view({B, 1, 1, 1});
+    TokenLayout long_tables;
+    put_tables(long_tables, rope.long_cos, rope.long_sin, index, B, T, /*gather=*/true);
+    l.cos = at::where(long_rows, long_tables.cos, l.cos);
+    l.sin = at::where(long_rows, long_tables.sin, l.sin);
+  }
   put_local(l, rope, index, B, T, /*gather=*/true);
   return l;
 }

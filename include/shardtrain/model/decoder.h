@@ -25,6 +25,8 @@ class Decoder {
           const std::map<std::string, at::Tensor>& adapters, const LoraConfig& lora,
           const at::Device& device, at::ScalarType dtype);
   const ModelConfig& config() const { return cfg_; }
+  // longrope: the original context, past which a sequence takes the long factors; 0: none.
+  int64_t long_rope_after() const { return rope_.long_cos.defined() ? rope_.long_after : 0; }
   // A cache for `rows` rows of up to max_len tokens each, prompt included.
   KvCache cache(int64_t rows, int64_t max_len) const;
   // tokens [rows, n] int64 (host) at positions [rows, n] (host; -1: padding) appended to `cache`:
