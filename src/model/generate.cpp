@@ -12,19 +12,7 @@
 
 namespace shardtrain::model {
 
-const char* stop_reason_name(StopReason r) {
-  switch (r) {
-    case StopReason::kEos:
-      return "eos";
-    case StopReason::kStopString:
-      return "stop";
-    case StopReason::kLength:
-      return "length";
-    case StopReason::kContext:
-      return "context";
-  }
-  return "?";
-}
+const char* stop_reason_name(StopReason r) { return runtime::enum_name(kStopReasonNames, r); }
 
 at::Tensor top_p_filter(const at::Tensor& logits, double top_p) {
   if (top_p >= 1.0) return logits;

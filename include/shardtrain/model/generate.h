@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shardtrain/model/decoder.h"
+#include "shardtrain/runtime/enum_names.h"
 
 namespace shardtrain::model {
 
@@ -27,7 +28,12 @@ struct GenerateConfig {
 };
 
 enum class StopReason { kEos, kStopString, kLength, kContext };
-const char* stop_reason_name(StopReason r);  // "eos", "stop", "length", "context"
+inline constexpr runtime::EnumName<StopReason> kStopReasonNames[] = {
+    {StopReason::kEos, "eos"},
+    {StopReason::kStopString, "stop"},
+    {StopReason::kLength, "length"},
+    {StopReason::kContext, "context"}};
+const char* stop_reason_name(StopReason r);
 
 struct Completion {
   std::vector<int32_t> ids;      // after the prompt, without the EOS or stop string that ended it
