@@ -246,12 +246,6 @@ at::Tensor UnitSchedule::forward(Pass& p, const at::Tensor& tokens, const at::Te
     plan_.lay_out(p.unit, model_, rope_, tokens, positions, share, ring_, device_,
                   cfg_.param_dtype);
     p.unit.layout.experts = expert_group_;
-    p.unit.layout.router_aux = p.unit.router_aux;
-    if (share && p.unit.router_aux) {  // the share's padding past the row routes but does not count
-      const at::Tensor& places = p.unit.layout.context->places[share->rank];
-      p.unit.router_aux->valid =
-          places.lt(share->real_len).unsqueeze(0).expand({tokens.size(0), -1}).reshape({-1});
-    }
   }
   at::Tensor x = tokens;
   for (int64_t u = 0; u < static_cast<int64_t>(units_.size()); ++u) {

@@ -27,7 +27,7 @@ void KvCache::begin_step(const at::Tensor& positions) {
                          std::to_string(max_len()) + " allocated");
   step_pos_ = runtime::to_device(positions.to(at::kLong), slot_pos_.device());
   slot_pos_.narrow(1, filled_, step_).copy_(step_pos_);
-  mask_ = cache_mask(slot_pos_.narrow(1, 0, filled_ + step_), step_pos_, 0);
+  masks_.clear();
 }
 
 at::Tensor cache_mask(const at::Tensor& slot_pos, const at::Tensor& step_pos, int64_t window) {
@@ -51,8 +51,8 @@ at::Tensor KvCache::attend(int64_t layer, const at::Tensor& q, const at::Tensor&
   V.narrow(2, filled_, step_).copy_(v);
   const int64_t L = filled_ + step_;
   const at::Tensor keys = K.narrow(2, 0, L), values = V.narrow(2, 0, L);
-  const at::Tensor mask =
-      window > 0 ? cache_mask(slot_pos_.narrow(1, 0, L), step_pos_, window) : mask_;
+  at::Tensor& mask = masks_[window];
+  if (!mask.defined()) mask = cache_mask(slot_pos_.narrow(1, 0, L), step_pos_, window);
   if (softcap > 0) return softcapped_attention(q, keys, values, mask, softcap);
   return at::scaled_dot_product_attention(q, keys, values, mask, 0.0, /*is_causal=*/false,
                                           std::nullopt, /*enable_gqa=*/true);

@@ -31,6 +31,10 @@ void RunPlan::lay_out(UnitPass& p, const ModelConfig& model, const Rotary& rope,
     const at::Tensor& places = p.layout.context->places[share->rank];
     p.dropout_tokens.index = places.clamp_max(share->real_len - 1);
     p.dropout_tokens.row_tokens = share->real_len;
+    p.layout.router_aux = p.router_aux;
+    if (p.router_aux)  // the share's padding past the row routes but does not count
+      p.router_aux->valid =
+          places.lt(share->real_len).unsqueeze(0).expand({tokens.size(0), -1}).reshape({-1});
     return;
   }
   // The fused layers' rotary kernel reads packed rows' positions itself: no gathered tables.
@@ -38,6 +42,7 @@ void RunPlan::lay_out(UnitPass& p, const ModelConfig& model, const Rotary& rope,
   // Soft-capped attention (Gemma 2) masks packed rows itself: no variable-length kernel.
   p.layout = token_layout(rope, positions, tokens.size(1), device, dtype, gather,
                           /*varlen=*/model.attn_softcap <= 0);
+  p.layout.router_aux = p.router_aux;
 }
 
 at::Tensor RunPlan::unit(const ModelConfig& model, const UnitSpec& spec, const WeightLookup& base,

@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "shardtrain/model/config.h"
@@ -34,10 +35,11 @@ class KvCache {
   void keep_rows(const at::Tensor& keep);
 
  private:
-  std::vector<at::Tensor> k_, v_;  // [layers] [rows, kv_heads, max_len, D]
-  at::Tensor slot_pos_;            // [rows, max_len] int64 on the device: -1 empty or padding
-  at::Tensor step_pos_;            // [rows, n] this step's positions, on the device
-  at::Tensor mask_;                // [rows, 1, n, filled + n] bool, made once a step
+  std::vector<at::Tensor> k_, v_;        // [layers] [rows, kv_heads, max_len, D]
+  at::Tensor slot_pos_;                  // [rows, max_len] int64 on the device: -1 empty or padding
+  at::Tensor step_pos_;                  // [rows, n] this step's positions, on the device
+  std::map<int64_t, at::Tensor> masks_;  // by window (0: none): [rows, 1, n, filled + n] bool,
+                                         // made once a step
   int64_t filled_ = 0, step_ = 0;
 };
 
